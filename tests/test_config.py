@@ -1,0 +1,388 @@
+"""queues.yaml: good files load as coerced dataclasses, every bad one fails in one line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from smqsup import config, defaults
+from smqsup.errors import ConfigError, HandlerImportError
+
+CONFIGS = Path(__file__).parent / "configs"
+BAD_FILES = sorted((CONFIGS / "bad").glob("*.yaml"))
+ORDERS = "queues:\n  orders:\n    handler: myapp.handlers:process_order\n"
+
+
+def loads(text: str) -> config.Config:
+    return config.loads(textwrap.dedent(text), "queues.yaml")
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        loads(text)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def expected_fragment(path: Path) -> str:
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name}: first line must be '# expect: ...'"
+    return first.removeprefix("# expect: ")
+
+
+# --- good files -----------------------------------------------------------------
+
+
+@pytest.fixture
+def good_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SMQSUP_TEST_REDIS_URL", raising=False)
+    monkeypatch.setenv("SMQSUP_TEST_EMAIL_CONSUMERS", "2")
+    monkeypatch.setenv("SMQSUP_TEST_WEB_TOKEN", "s3cret")
+
+
+@pytest.mark.usefixtures("good_env")
+def test_good_file_loads_with_coerced_values() -> None:
+    """Every key of good.yaml arrives typed: seconds, bytes, booleans, env values."""
+    cfg = config.load(CONFIGS / "good.yaml")
+    assert cfg.path == CONFIGS / "good.yaml"
+    assert cfg.redis == config.RedisConfig(
+        url="redis://127.0.0.1:6379/0", data_dir=CONFIGS / "data", appendfsync="no"
+    )
+    assert not cfg.redis.embedded
+    assert cfg.namespace == "shop.prod"
+    assert cfg.max_message_size_bytes == 2 * 1024**2
+    assert (cfg.heartbeat_interval_s, cfg.heartbeat_timeout_s) == (0.5, 5.0)
+    assert cfg.shutdown_timeout_s == 60.0
+    assert cfg.preload is True
+    assert cfg.queues["orders"] == config.QueueConfig(
+        name="orders", handler="myapp.handlers:process_order", consumers=4,
+        retry_threshold=3, retry_delay_s=5.0, retry_backoff=2.0, retry_delay_max_s=3600.0,
+        message_timeout_s=60.0, max_messages=10000, max_memory_bytes=512 * 1024**2,
+    )
+    assert cfg.web == config.WebConfig(listen="0.0.0.0:8087", token="s3cret")
+
+
+@pytest.mark.usefixtures("good_env")
+def test_defaults_section_applies_where_a_queue_is_silent() -> None:
+    """A queue takes the defaults: section, then the built-in defaults, for what it omits."""
+    emails = config.load(CONFIGS / "good.yaml").queues["emails"]
+    assert emails == config.QueueConfig(
+        name="emails", handler="myapp.mail:Sender.send", consumers=2,
+        retry_threshold=5, retry_delay_s=2.0, retry_backoff=2.0,
+        retry_delay_max_s=defaults.RETRY_DELAY_MAX_S, message_timeout_s=1.5,
+        max_messages=defaults.MAX_MESSAGES, max_memory_bytes=256 * 1024**2,
+    )
+
+
+def test_relative_data_dir_resolves_against_the_config_directory(tmp_path: Path) -> None:
+    """data_dir: data in /x/queues.yaml means /x/data, whatever the working directory."""
+    (tmp_path / "queues.yaml").write_text("redis:\n  data_dir: state/redis\n" + ORDERS)
+    cfg = config.load(tmp_path / "queues.yaml")
+    assert cfg.redis.data_dir == tmp_path / "state" / "redis"
+    assert cfg.redis.embedded
+
+
+def test_minimal_file_gets_every_default() -> None:
+    """A file with one queue and its handler is a whole config: the rest is defaults.py."""
+    cfg = loads(ORDERS)
+    assert cfg.redis == config.RedisConfig()
+    assert cfg.namespace == defaults.NAMESPACE
+    assert cfg.max_message_size_bytes == defaults.MAX_MESSAGE_SIZE_BYTES
+    assert cfg.heartbeat_timeout_s == defaults.HEARTBEAT_TIMEOUT_S
+    assert cfg.preload is False
+    assert cfg.web is None
+    assert cfg.queues == {
+        "orders": config.QueueConfig(name="orders", handler="myapp.handlers:process_order")
+    }
+
+
+def test_load_does_not_import_handlers() -> None:
+    """load() checks the handler's format only: a module that does not exist is fine."""
+    assert loads(ORDERS).queues["orders"].handler == "myapp.handlers:process_order"
+
+
+def test_empty_web_section_runs_the_web_ui_with_defaults() -> None:
+    """web: with nothing under it enables the web UI on the loopback default."""
+    assert loads(ORDERS + "web:\n").web == config.WebConfig(listen=defaults.WEB_LISTEN)
+
+
+def test_ipv6_loopback_listen_needs_no_token() -> None:
+    """[::1]:8087 is accepted and, being loopback, needs no token."""
+    assert loads(ORDERS + "web:\n  listen: '[::1]:8087'\n").web == config.WebConfig("[::1]:8087")
+
+
+def test_env_default_applies_when_unset_or_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """${VAR:-default} uses the default when VAR is unset or empty."""
+    monkeypatch.delenv("SMQSUP_TEST_NS", raising=False)
+    assert loads("namespace: ${SMQSUP_TEST_NS:-fallback}\n" + ORDERS).namespace == "fallback"
+    monkeypatch.setenv("SMQSUP_TEST_NS", "")
+    assert loads("namespace: ${SMQSUP_TEST_NS:-fallback}\n" + ORDERS).namespace == "fallback"
+    monkeypatch.setenv("SMQSUP_TEST_NS", "set")
+    assert loads("namespace: x.${SMQSUP_TEST_NS:-fallback}\n" + ORDERS).namespace == "x.set"
+
+
+def test_env_values_may_spell_numbers_and_booleans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value from the environment is a string, yet fills an int, float or bool key."""
+    monkeypatch.setenv("SMQSUP_TEST_N", "3")
+    monkeypatch.setenv("SMQSUP_TEST_PRELOAD", "True")
+    cfg = loads(
+        "preload: ${SMQSUP_TEST_PRELOAD}\n" + ORDERS
+        + "    consumers: ${SMQSUP_TEST_N}\n    retry_backoff: ${SMQSUP_TEST_N}\n"
+    )
+    assert cfg.preload is True
+    assert (cfg.queues["orders"].consumers, cfg.queues["orders"].retry_backoff) == (3, 3.0)
+
+
+def test_literal_string_never_counts_as_a_number() -> None:
+    """consumers: "4" (quoted in the file) is refused: only env values are converted."""
+    assert error_of(ORDERS + "    consumers: '4'\n").endswith(
+        "queues.orders.consumers: expected a positive integer, got '4'"
+    )
+
+
+def test_double_dollar_is_a_literal_placeholder() -> None:
+    """$${NAME} is kept as the text ${NAME}, not expanded."""
+    cfg = loads(ORDERS + "web:\n  token: pa$${NOT_A_VAR}ss\n")
+    assert cfg.web is not None and cfg.web.token == "pa${NOT_A_VAR}ss"
+
+
+def test_empty_url_from_env_means_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """url: ${REDIS_URL:-} with REDIS_URL unset selects the embedded server."""
+    monkeypatch.delenv("SMQSUP_TEST_REDIS_URL", raising=False)
+    assert loads("redis:\n  url: ${SMQSUP_TEST_REDIS_URL:-}\n" + ORDERS).redis.embedded
+
+
+@pytest.mark.parametrize(
+    "url", ["rediss://user:pw@redis.example:6380/2", "unix:///run/redis.sock?db=1",
+            "sentinel://s1:26379,s2:26379/mymaster", "redis://[::1]:6379"],
+)
+def test_every_supported_url_scheme_loads(url: str) -> None:
+    """redis://, rediss://, unix:// and sentinel:// urls are accepted as written."""
+    assert loads(f"redis:\n  url: '{url}'\n" + ORDERS).redis.url == url
+
+
+def test_yaml_one_point_one_booleans_stay_strings() -> None:
+    """appendfsync: no is the string 'no' (YAML 1.2 booleans), not False."""
+    assert loads("redis:\n  appendfsync: no\n" + ORDERS).redis.appendfsync == "no"
+
+
+# --- bad files ---------------------------------------------------------------------
+
+
+def test_there_are_at_least_twenty_bad_files() -> None:
+    """The bad-file corpus covers at least twenty distinct faults."""
+    assert len(BAD_FILES) >= 20
+
+
+@pytest.mark.parametrize("bad", BAD_FILES, ids=lambda path: path.stem)
+def test_bad_file_fails_in_one_line(bad: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bad file raises ConfigError: one line, file path first, then its key path."""
+    monkeypatch.delenv("SMQSUP_TEST_UNDEFINED", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        config.load(str(bad))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{bad}: ")
+    assert expected_fragment(bad) in message
+    assert caught.value.exit_code == 2
+    assert caught.value.path == str(bad)
+
+
+def test_error_records_its_key_path() -> None:
+    """ConfigError.key is the dotted key path the message names."""
+    with pytest.raises(ConfigError) as caught:
+        loads(ORDERS + "    consumers: four\n")
+    assert (caught.value.path, caught.value.key) == ("queues.yaml", "queues.orders.consumers")
+
+
+def test_unknown_key_far_from_any_lists_the_allowed_keys() -> None:
+    """An unknown key with no close match lists what the section accepts."""
+    assert error_of(ORDERS + "    zzz: 1\n").startswith(
+        "queues.yaml: queues.orders.zzz: unknown key (expected one of: handler, consumers,"
+    )
+
+
+def test_url_password_is_not_shown_in_errors() -> None:
+    """A bad url is echoed with its credentials masked."""
+    message = error_of("redis:\n  url: 'http://admin:hunter2@db:6379'\n" + ORDERS)
+    assert "hunter2" not in message and "http://***@db:6379" in message
+
+
+def test_web_token_value_is_not_shown_in_errors() -> None:
+    """A token of the wrong type is reported by type, never by value."""
+    message = error_of(ORDERS + "web:\n  token: 987654321\n")
+    assert message == "queues.yaml: web.token: expected a string, got a value of type int"
+
+
+def test_long_values_are_shortened_in_errors() -> None:
+    """A huge bad value does not flood the one-line error."""
+    assert len(error_of(ORDERS + f"    consumers: {'x' * 500}\n")) < 160
+
+
+def test_missing_file_is_one_line() -> None:
+    """A config file that does not exist: path and 'no such file'."""
+    with pytest.raises(ConfigError, match=r"^nowhere/queues\.yaml: no such file$"):
+        config.load("nowhere/queues.yaml")
+
+
+def test_directory_is_one_line(tmp_path: Path) -> None:
+    """A directory given as the config file is refused in one line."""
+    with pytest.raises(ConfigError, match="is a directory"):
+        config.load(tmp_path)
+
+
+def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 are reported with their offset, not a traceback."""
+    (tmp_path / "queues.yaml").write_bytes(b"namespace: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xe9 at offset 14\)"):
+        config.load(tmp_path / "queues.yaml")
+
+
+# --- scalar validators -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(5, 5.0), (1.5, 1.5), (0, 0.0), ("500ms", 0.5), ("5s", 5.0), ("2m", 120.0),
+     ("1h", 3600.0), ("1.5s", 1.5), ("1d", 86400.0), ("10 S", 10.0), ("30", 30.0)],
+)
+def test_parse_duration_accepts(value: object, seconds: float) -> None:
+    """Durations are numbers of seconds or strings with ms, s, m, h or d."""
+    assert config.parse_duration(value, "k", "f.yaml") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "value", [True, False, -1, -0.5, "-5s", "5 parsecs", "", "s", "1h30m", float("nan"), None, [1]],
+)
+def test_parse_duration_rejects(value: object) -> None:
+    """Booleans, negatives and garbage are not durations."""
+    with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
+        config.parse_duration(value, "a.b", "f.yaml")
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [(0, 0), (4096, 4096), ("100B", 100), ("64KB", 64 * 1024), ("1MiB", 1024**2),
+     ("512MB", 512 * 1024**2), ("1GB", 1024**3), ("2g", 2 * 1024**3), ("1.5KB", 1536),
+     ("10k", 10240), ("100", 100)],
+)
+def test_parse_size_accepts_binary_units(value: object, size: int) -> None:
+    """K, KB and KiB all mean 1024 bytes; M* 1024**2; G* 1024**3."""
+    assert config.parse_size(value, "k", "f.yaml") == size
+
+
+@pytest.mark.parametrize("value", [True, -1, "-1KB", 1.5, "lots", "5 PB", "MB", None])
+def test_parse_size_rejects(value: object) -> None:
+    """Booleans, negatives, floats of bytes and unknown units are not sizes."""
+    with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
+        config.parse_size(value, "a.b", "f.yaml")
+
+
+@pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio"])
+def test_validate_queue_name_accepts(name: str) -> None:
+    """Queue names are 1..128 of letters, digits, '_', '.' and '-'."""
+    assert config.validate_queue_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "x" * 129, "a{b}", "a}", "a:b", "a b", "tab\there", "é", 7, None],
+)
+def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
+    """Without path and key the error is just the problem and the value, one line."""
+    with pytest.raises(ConfigError) as caught:
+        config.validate_queue_name(name)
+    message = str(caught.value)
+    assert "\n" not in message and not message.startswith(":")
+    assert ", got " in message
+
+
+def test_from_url_builds_a_queueless_config() -> None:
+    """from_url gives a Config with only the url and namespace set."""
+    cfg = config.from_url("redis://127.0.0.1:6379/0", "other")
+    assert cfg.redis.url == "redis://127.0.0.1:6379/0"
+    assert (cfg.namespace, cfg.queues, cfg.path) == ("other", {}, Path("<url>"))
+
+
+@pytest.mark.parametrize("url", ["http://x:1", "localhost:6379", "", "redis://h:99999/0"])
+def test_from_url_rejects_bad_urls(url: str) -> None:
+    """from_url validates the url like redis.url in a file."""
+    with pytest.raises(ConfigError, match=r"^redis\.url: "):
+        config.from_url(url)
+
+
+# --- import_handler ---------------------------------------------------------------
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory on sys.path holding throwaway handler modules."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "smqt_good.py").write_text(
+        "def process(message):\n    return None\n\n"
+        "class Sender:\n    @staticmethod\n    def send(message):\n        return None\n\n"
+        "VALUE = 42\n"
+    )
+    (tmp_path / "smqt_boom.py").write_text("raise RuntimeError('no database\\nconfigured')\n")
+    (tmp_path / "smqt_needs_dep.py").write_text("import smqt_no_such_dependency\n")
+    return tmp_path
+
+
+def handler_error(spec: str) -> str:
+    with pytest.raises(HandlerImportError) as caught:
+        config.import_handler(spec, path="queues.yaml", key="queues.orders.handler")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("queues.yaml: queues.orders.handler: ")
+    assert message.endswith(f", got {spec!r}")
+    assert caught.value.exit_code == 2
+    return message
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_returns_the_function() -> None:
+    """'module:function' and 'module:Class.attr' give the callables they name."""
+    assert config.import_handler("smqt_good:process").__name__ == "process"
+    assert config.import_handler("smqt_good:Sender.send").__name__ == "send"
+
+
+def test_import_handler_rejects_a_spec_without_colon() -> None:
+    """A dotted path without ':' is a format error, before any import."""
+    assert "expected 'module:function' (no ':' found)" in handler_error("smqt_good.process")
+
+
+def test_import_handler_names_the_missing_module() -> None:
+    """A module that does not exist is named, with Python's own words."""
+    assert "cannot import module 'smqt_absent' (ModuleNotFoundError: No module named " \
+        "'smqt_absent')" in handler_error("smqt_absent:process")
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_names_the_missing_attribute() -> None:
+    """A missing function is named, with a did-you-mean when one is close."""
+    message = handler_error("smqt_good:proces")
+    assert "module 'smqt_good' has no attribute 'proces' (did you mean 'process'?)" in message
+    assert "'smqt_good:Sender' has no attribute 'sned'" in handler_error("smqt_good:Sender.sned")
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_refuses_what_is_not_callable() -> None:
+    """An attribute that exists but cannot be called is refused with its type."""
+    assert "not callable (it is of type int)" in handler_error("smqt_good:VALUE")
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_reports_a_module_raising_on_import() -> None:
+    """A module that raises at import is reported with the exception type and text."""
+    message = handler_error("smqt_boom:process")
+    assert "module 'smqt_boom' raised on import (RuntimeError: no database configured)" in message
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_tells_a_missing_dependency_from_a_missing_module() -> None:
+    """A module that exists but imports something absent is not 'cannot import module'."""
+    message = handler_error("smqt_needs_dep:process")
+    assert "module 'smqt_needs_dep' raised on import (ModuleNotFoundError: No module named " \
+        "'smqt_no_such_dependency')" in message
