@@ -1,0 +1,269 @@
+"""Thin adapter between smqsup and Redis: one configured client, typed calls,
+and the boundary where redis-py errors become smqsup errors.
+
+Client configuration (DESIGN section 8): redis-py retries commands after a
+connection error by default. A silent re-send of BLMOVE, an ack script or a
+publish can strand or duplicate a message, so every client made here has
+retries switched off; callers find out what happened from Redis state instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Optional, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.exceptions as rexc
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from smqsup import defaults, scripts
+from smqsup.errors import BrokerConnectionError, BrokerError, ConfigError
+from smqsup.keys import QueueKeys, queues_set
+
+log = logging.getLogger(__name__)
+
+#: Lowest Redis version with BLMOVE/LMOVE.
+MIN_REDIS_VERSION = (6, 2, 0)
+
+
+def _no_retry() -> Retry:
+    return Retry(NoBackoff(), 0)
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
+    connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S,
+    client_name: Optional[str] = None,
+) -> "redis.Redis":
+    """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://)
+    with automatic retries disabled. Connects lazily."""
+    options: dict[str, Any] = {
+        "retry": _no_retry(),
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": connect_timeout_s,
+        "client_name": client_name,
+        "health_check_interval": 0,
+    }
+    if url.startswith("sentinel://"):
+        return _connect_sentinel(url, options)
+    if not url.startswith("unix://"):
+        options["socket_keepalive"] = True  # TCP only: notice a dead peer
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise ConfigError(f"redis.url: {exc}, got {url!r}") from None
+
+
+def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
+    """``sentinel://[:password@]host:port[,host:port...]/service[/db]``."""
+    from redis.sentinel import Sentinel
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    password = unquote(parts.password) if parts.password else None
+    hosts = []
+    for item in netloc.split(","):
+        host, _, port = item.rpartition(":")
+        hosts.append((host or item, int(port) if port.isdigit() else 26379))
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ConfigError(f"redis.url: sentinel url needs a service name, got {url!r}")
+    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)
+    master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]
+    return cast("redis.Redis", master)
+
+
+def _text(value: "bytes | str") -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@contextmanager
+def _wrapped(what: str) -> Iterator[None]:
+    """Turn redis-py errors raised inside the block into smqsup errors."""
+    try:
+        yield
+    except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
+    except rexc.RedisError as exc:
+        raise BrokerError(f"{what}: Redis error: {exc}") from exc
+
+
+class Broker:
+    """Redis operations of one namespace. One instance per process: never
+    share a Broker (its sockets) across fork."""
+
+    def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *, client_name: Optional[str] = None,
+                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
+        self._keys: dict[str, QueueKeys] = {}
+
+    def keys(self, queue: str) -> QueueKeys:
+        k = self._keys.get(queue)
+        if k is None:
+            k = self._keys[queue] = QueueKeys(self.namespace, queue)
+        return k
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- server ------------------------------------------------------------
+
+    def ping(self) -> None:
+        with _wrapped("PING"):
+            self.client.ping()
+
+    def check_server(self) -> list[str]:
+        """Raise BrokerError if Redis is too old; return warnings for people
+        (e.g. a maxmemory-policy that may evict messages)."""
+        with _wrapped("INFO"):
+            info = self.client.info("server")
+            version = tuple(int(x) for x in str(info["redis_version"]).split(".")[:3])
+            try:
+                policy = self.client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
+            except rexc.ResponseError:  # CONFIG disabled (managed Redis): cannot tell
+                policy = "noeviction"
+        if version < MIN_REDIS_VERSION:
+            raise BrokerError(f"Redis {info['redis_version']} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
+        if policy != "noeviction":
+            return [f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; set it to 'noeviction'"]
+        return []
+
+    # --- producing -----------------------------------------------------------
+
+    def push(self, queue: str, frames: Sequence[bytes], *, register: bool) -> None:
+        """LPUSH ``frames`` onto the queue in one round trip (with SADD of the
+        queue name when ``register``). Raises BrokerConnectionError if the
+        outcome is unknown."""
+        k = self.keys(queue)
+        with _wrapped(f"publish to {queue!r}"):
+            if register:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.sadd(queues_set(self.namespace), queue)
+                pipe.lpush(k.pending, *frames)
+                pipe.execute()
+            else:
+                self.client.lpush(k.pending, *frames)
+
+    # --- consuming -----------------------------------------------------------
+
+    def fetch(self, queue: str, consumer_id: str, block_s: float) -> Optional[bytes]:
+        """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
+        k = self.keys(queue)
+        with _wrapped(f"fetch from {queue!r}"):
+            # BLMOVE takes a float timeout since Redis 6.0; redis-py's stub says int.
+            frame = self.client.blmove(k.pending, k.processing(consumer_id), block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        return cast(Optional[bytes], frame)
+
+    def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
+        with _wrapped(f"ack on {queue!r}"):
+            return scripts.ack(self.client, self.keys(queue), consumer_id, frame, fetch_next)
+
+    def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
+             meta: str, fetch_next: bool) -> scripts.NackResult:
+        with _wrapped(f"nack on {queue!r}"):
+            return scripts.nack(self.client, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
+
+    def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
+                lock: Optional[scripts.Lock] = None, batch: int = defaults.RECLAIM_BATCH,
+                **meta: Any) -> scripts.ReclaimResult:
+        """Return every frame of the consumer's list to the queue (looping
+        over batches); unregister the consumer once its list is empty."""
+        text = scripts.meta_json(reason, consumer=consumer_id, **meta)
+        requeued = dead = 0
+        with _wrapped(f"reclaim on {queue!r}"):
+            while True:
+                r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
+                                    retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock)
+                requeued += r.requeued
+                dead += r.dead_lettered
+                if r.remaining == 0:
+                    return scripts.ReclaimResult(requeued, dead, 0)
+
+    def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
+                batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
+        with _wrapped(f"promote on {queue!r}"):
+            return scripts.promote(self.client, self.keys(queue), batch=batch, lock=lock)
+
+    def processing(self, queue: str, consumer_id: str) -> list[bytes]:
+        """The frames in the consumer's list, oldest first."""
+        with _wrapped(f"read processing list of {queue!r}"):
+            frames = cast(list[bytes], self.client.lrange(self.keys(queue).processing(consumer_id), 0, -1))
+        return frames[::-1]
+
+    def register_consumer(self, queue: str, consumer_id: str, info: Mapping[str, Any]) -> None:
+        k = self.keys(queue)
+        with _wrapped(f"register consumer on {queue!r}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.sadd(queues_set(self.namespace), queue)
+            pipe.hset(k.consumers, consumer_id, json.dumps(dict(info), separators=(",", ":")))
+            pipe.execute()
+
+    def consumers(self, queue: str) -> dict[str, dict[str, Any]]:
+        with _wrapped(f"read consumers of {queue!r}"):
+            raw = self.client.hgetall(self.keys(queue).consumers)
+        return {_text(k): json.loads(v) for k, v in raw.items()}
+
+    # --- inspecting ----------------------------------------------------------
+
+    def sizes(self, queue: str) -> dict[str, int]:
+        """Pending, delayed and dead-letter counts of the queue, one round trip."""
+        k = self.keys(queue)
+        with _wrapped(f"sizes of {queue!r}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.llen(k.pending)
+            pipe.zcard(k.delayed)
+            pipe.llen(k.dead)
+            pending, delayed, dead = pipe.execute()
+        return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
+
+    def counters(self, queue: str) -> dict[str, int]:
+        with _wrapped(f"counters of {queue!r}"):
+            raw = self.client.hgetall(self.keys(queue).counters)
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    def known_queues(self) -> list[str]:
+        with _wrapped("list queues"):
+            return sorted(_text(q) for q in self.client.smembers(queues_set(self.namespace)))
+
+    # --- dead letters --------------------------------------------------------
+
+    def dead_letters(self, queue: str, start: int = 0, count: int = 100) -> list[bytes]:
+        """Dead-letter entries, newest first."""
+        with _wrapped(f"read dead letters of {queue!r}"):
+            entries = self.client.lrange(self.keys(queue).dead, start, start + count - 1)
+        return cast(list[bytes], entries)
+
+    def dlq_requeue(self, queue: str, entries: Sequence[bytes]) -> int:
+        with _wrapped(f"requeue dead letters of {queue!r}"):
+            return scripts.dlq_requeue(self.client, self.keys(queue), entries)
+
+    def dlq_remove(self, queue: str, entries: Sequence[bytes]) -> int:
+        """Delete the given dead-letter entries; returns how many were there."""
+        k = self.keys(queue)
+        with _wrapped(f"purge dead letters of {queue!r}"):
+            pipe = self.client.pipeline(transaction=True)
+            for e in entries:
+                pipe.lrem(k.dead, 1, e)  # type: ignore[arg-type]
+            return sum(int(n) for n in pipe.execute())
+
+    def dlq_purge(self, queue: str) -> int:
+        """Delete the whole dead-letter list; returns how many entries it held."""
+        k = self.keys(queue)
+        with _wrapped(f"purge dead letters of {queue!r}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.llen(k.dead)
+            pipe.delete(k.dead)
+            n, _ = pipe.execute()
+        return int(n)

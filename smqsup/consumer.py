@@ -1,0 +1,311 @@
+"""The consumer loop: fetch one message, run the handler, ack or nack.
+
+    pending ──BLMOVE──▶ processing:CID ──▶ handler(message)
+       ▲  ▲                                   │ returned ─▶ ack.lua: LREM + LMOVE next
+       │  └──────── nack.lua ◀────────────────┤ raised   ─▶ attempts+1, then pending,
+       │                                      │             delayed or dead-letter
+       └─ promote.lua ◀── delayed             └ undecodable ─▶ dead-letter "malformed"
+
+When the queue is busy, the ack of one message and the fetch of the next are
+one round trip (ack.lua / nack.lua take the next frame); only an empty queue
+costs a blocking BLMOVE.
+
+No fork and no signals here: the supervisor's child or the ``consume``
+command owns those and calls ``request_stop()``, which is safe to call from a
+signal handler (it only sets a flag). The loop stops between messages.
+
+Failure handling: the Redis client never retries on its own (broker.py). After
+any connection error the loop keeps the outcome it could not record, waits
+for Redis with backoff, then looks at its own processing list: it records the
+kept outcome if the frame is still there, and handles every other frame it
+finds there (a BLMOVE whose reply was lost) before it fetches again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from smqsup import defaults, message, scripts
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.errors import BrokerConnectionError, MalformedMessage
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[message.Message], Any]
+#: Called with the message a handler is about to run, then with None after it.
+BusyHook = Callable[[Optional[message.Message]], None]
+
+#: Longest traceback text kept in a dead letter, in characters.
+_TRACEBACK_CHARS = 4000
+
+
+@dataclass
+class ConsumerStats:
+    """What this consumer has done since it started (flushed by the stats layer)."""
+
+    received: int = 0
+    acked: int = 0
+    retried: int = 0  # nacked back to pending or the delayed set
+    dead_lettered: int = 0
+    malformed: int = 0
+    late_acks: int = 0  # settled after the message had been reclaimed
+    busy_s: float = 0.0  # total time spent in the handler
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What should happen to a frame once its handler has run."""
+
+    ok: bool
+    meta: str = ""  # dead-letter metadata (failures only)
+    threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
+    delay_ms: int = 0
+
+
+def new_consumer_id(queue: str) -> str:
+    """A consumer id unique across hosts and restarts: host, pid and random."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+class Consumer:
+    """Consumes one queue with one handler until ``request_stop()`` or
+    ``max_messages``. ``run()`` returns why it stopped: "stopped" or
+    "max_messages"."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        queue: QueueConfig,
+        handler: Handler,
+        *,
+        consumer_id: Optional[str] = None,
+        fetch_block_s: float = defaults.FETCH_BLOCK_S,
+        promote_interval_s: float = defaults.PROMOTE_INTERVAL_S,
+        on_busy: Optional[BusyHook] = None,
+    ) -> None:
+        self.broker = broker
+        self.queue = queue
+        self.name = queue.name
+        self.handler = handler
+        self.consumer_id = consumer_id or new_consumer_id(queue.name)
+        self.stats = ConsumerStats()
+        self._fetch_block_s = fetch_block_s
+        self._promote_interval_s = promote_interval_s
+        self._next_promote = 0.0
+        self._on_busy = on_busy
+        self._stop = False
+        self._unsettled: Optional[tuple[bytes, _Outcome]] = None
+        self._recover_needed = True
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    # --- control -------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop after the message in hand (safe inside a signal handler)."""
+        self._stop = True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop
+
+    def _limit_reached(self) -> bool:
+        limit = self.queue.max_messages
+        return bool(limit) and self.stats.received >= limit
+
+    # --- main loop -----------------------------------------------------------
+
+    def run(self) -> str:
+        """Consume until asked to stop; return "stopped" or "max_messages"."""
+        self._wait_for_redis(self._register)
+        backoff = defaults.RECONNECT_BACKOFF_MIN_S
+        frame: Optional[bytes] = None
+        while not self._stop and not self._limit_reached():
+            try:
+                if self._recover_needed:
+                    frame = None
+                    self._recover()
+                    backoff = defaults.RECONNECT_BACKOFF_MIN_S
+                    continue
+                if frame is None:
+                    frame = self._fetch()
+                    if frame is None:
+                        continue
+                frame = self._process(frame, fetch_next=True)
+            except BrokerConnectionError as exc:
+                frame = None
+                self._recover_needed = True
+                log.warning("queue %s: consumer %s lost Redis (%s); retrying in %.2fs",
+                            self.name, self.consumer_id, exc, backoff)
+                self._pause(backoff)
+                backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
+        self._finish()
+        return "max_messages" if self._limit_reached() and not self._stop else "stopped"
+
+    def _fetch(self) -> Optional[bytes]:
+        now = time.monotonic()
+        if now >= self._next_promote:
+            self._promote(now)
+        block_s = max(0.01, min(self._fetch_block_s, self._next_promote - time.monotonic()))
+        return self.broker.fetch(self.name, self.consumer_id, block_s)
+
+    def _promote(self, now: float) -> None:
+        result = self.broker.promote(self.name)
+        wait_s = self._promote_interval_s
+        if result.wait_ms >= 0:
+            wait_s = min(wait_s, result.wait_ms / 1000.0)
+        self._next_promote = now + wait_s
+
+    def _process(self, frame: bytes, *, fetch_next: bool) -> Optional[bytes]:
+        """Handle one frame and record the outcome; return the next frame when
+        ``fetch_next`` and the queue had one."""
+        self.stats.received += 1
+        outcome = self._run_handler(frame)
+        self._unsettled = (frame, outcome)
+        fetch = fetch_next and not self._stop and not self._limit_reached()
+        nxt = self._settle(frame, outcome, fetch)
+        self._unsettled = None
+        if fetch and time.monotonic() >= self._next_promote:
+            self._promote(time.monotonic())
+        return nxt
+
+    def _run_handler(self, frame: bytes) -> _Outcome:
+        try:
+            msg = message.decode(frame)
+        except MalformedMessage as exc:
+            self.stats.malformed += 1
+            log.error("queue %s: malformed message dead-lettered (%s)", self.name, exc)
+            meta = scripts.meta_json("malformed", error=str(exc), consumer=self.consumer_id)
+            return _Outcome(False, meta, threshold=-1)
+        if self._on_busy is not None:
+            self._on_busy(msg)
+        started = time.perf_counter()
+        try:
+            result = self.handler(msg)
+            if inspect.isawaitable(result):
+                self._event_loop().run_until_complete(result)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is an unack
+            return self._failure(msg, exc)
+        finally:
+            self.stats.busy_s += time.perf_counter() - started
+            if self._on_busy is not None:
+                self._on_busy(None)
+        return _Outcome(True)
+
+    def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
+        kind = type(exc).__name__
+        text = str(exc)
+        log.warning("queue %s: message %s failed on attempt %d: %s: %s",
+                    self.name, msg.id, msg.attempts + 1, kind, text)
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TRACEBACK_CHARS:]
+        meta = scripts.meta_json(f"{kind}: {text}", error_type=kind, error=text, message_id=msg.id,
+                                 consumer=self.consumer_id, traceback=tb)
+        q = self.queue
+        delay_s = min(q.retry_delay_s * (q.retry_backoff ** msg.attempts), q.retry_delay_max_s)
+        return _Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
+
+    def _settle(self, frame: bytes, outcome: _Outcome, fetch: bool) -> Optional[bytes]:
+        if outcome.ok:
+            ack = self.broker.ack(self.name, self.consumer_id, frame, fetch)
+            if ack.acked:
+                self.stats.acked += 1
+            else:
+                self._late(frame)
+            return ack.next_frame
+        nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
+                                delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch)
+        if nack.outcome == scripts.LATE:
+            self._late(frame)
+        elif nack.outcome == scripts.DEAD:
+            self.stats.dead_lettered += 1
+        else:
+            self.stats.retried += 1
+        return nack.next_frame
+
+    def _late(self, frame: bytes) -> None:
+        self.stats.late_acks += 1
+        log.warning("queue %s: late ack of message %s by consumer %s: it had been reclaimed; no-op",
+                    self.name, message.peek_id(frame), self.consumer_id)
+
+    # --- recovery ------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Deal with what our processing list holds before fetching again."""
+        self.broker.ping()
+        held = self.broker.processing(self.name, self.consumer_id)
+        if self._unsettled is not None:
+            frame, outcome = self._unsettled
+            if frame in held:
+                # The outcome was not recorded: record it now.
+                self._settle(frame, outcome, fetch=False)
+                held.remove(frame)
+            self._unsettled = None
+        for frame in held:
+            # Delivered to us but never handled (its BLMOVE reply was lost).
+            log.info("queue %s: consumer %s handles message %s found in its list",
+                     self.name, self.consumer_id, message.peek_id(frame))
+            self._process(frame, fetch_next=False)
+            if self._stop:
+                break
+        self._recover_needed = False
+
+    def _wait_for_redis(self, action: Callable[[], None]) -> None:
+        backoff = defaults.RECONNECT_BACKOFF_MIN_S
+        while True:
+            try:
+                action()
+                return
+            except BrokerConnectionError as exc:
+                if self._stop:
+                    raise
+                log.warning("queue %s: Redis unreachable (%s); retrying in %.2fs", self.name, exc, backoff)
+                self._pause(backoff)
+                backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
+
+    def _register(self) -> None:
+        self.broker.register_consumer(self.name, self.consumer_id, {
+            "pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()})
+
+    def _finish(self) -> None:
+        """Clean exit: return whatever is still in our list (nothing, normally)
+        without costing an attempt, and leave the registry."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        if self._unsettled is not None:
+            log.error("queue %s: consumer %s stops with message %s unsettled (Redis away); "
+                      "it stays in its processing list for reclaim",
+                      self.name, self.consumer_id, message.peek_id(self._unsettled[0]))
+            return
+        try:
+            r = self.broker.reclaim(self.name, self.consumer_id, costs_attempt=False,
+                                    retry_threshold=self.queue.retry_threshold, reason="consumer stopped")
+        except BrokerConnectionError as exc:
+            log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
+            return
+        if r.requeued or r.dead_lettered:
+            log.info("queue %s: consumer %s returned %d message(s) on stop",
+                     self.name, self.consumer_id, r.requeued + r.dead_lettered)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, waking early when a stop is requested."""
+        deadline = time.monotonic() + seconds
+        while not self._stop:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop

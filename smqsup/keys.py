@@ -1,0 +1,70 @@
+"""The only place a Redis key name is formed.
+
+Key schema. ``ns`` is the namespace (default ``smq``); every key of queue ``Q``
+carries the hash tag ``{Q}``, so all keys one script touches live in one Redis
+Cluster slot::
+
+    ns:{Q}:pending           LIST  frames waiting; producers LPUSH, consumers
+                                   take from the right (oldest first)
+    ns:{Q}:processing:CID    LIST  frames held by consumer CID (0 or 1 normally)
+    ns:{Q}:delayed           ZSET  frames waiting to be retried; score = due
+                                   time in ms since the epoch, Redis clock
+    ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
+                                   frame (newest on the left)
+    ns:{Q}:consumers         HASH  consumer id -> registration JSON (pid, host,
+                                   started_at); how a collector finds
+                                   processing lists without scanning keys
+    ns:{Q}:counters          HASH  queue-wide event counts (late_acks,
+                                   reclaimed, dead_lettered, ...)
+    ns:queues                SET   names of the queues ever published to or
+                                   consumed from (not hash-tagged: global)
+
+A frame is ``b"<attempts>|" + payload``: the attempt count travels beside the
+payload bytes and scripts rewrite only that prefix, never the payload
+(DESIGN section 8: no JSON re-encoding inside Lua).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue in one namespace."""
+
+    namespace: str
+    queue: str
+
+    @property
+    def _prefix(self) -> str:
+        return f"{self.namespace}:{{{self.queue}}}"
+
+    @property
+    def pending(self) -> str:
+        return f"{self._prefix}:pending"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self._prefix}:delayed"
+
+    @property
+    def dead(self) -> str:
+        return f"{self._prefix}:dead"
+
+    @property
+    def consumers(self) -> str:
+        return f"{self._prefix}:consumers"
+
+    @property
+    def counters(self) -> str:
+        return f"{self._prefix}:counters"
+
+    def processing(self, consumer_id: str) -> str:
+        """The processing list owned by ``consumer_id``."""
+        return f"{self._prefix}:processing:{consumer_id}"
+
+
+def queues_set(namespace: str) -> str:
+    """The global set naming every known queue of ``namespace``."""
+    return f"{namespace}:queues"

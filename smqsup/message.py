@@ -1,0 +1,208 @@
+"""The message envelope, its frame on the wire, and message ids.
+
+Payload: compact JSON ``{"id", "queue", "body", "created_at", "headers"}``,
+written once by the producer and never re-encoded afterwards. Frame (what the
+Redis lists hold): ``b"<attempts>|" + payload``. Acks remove by value (LREM), so
+whoever fetched a frame keeps its exact bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from smqsup.errors import MalformedMessage, MessageError
+
+_SEP = b"|"
+_MAX_ATTEMPTS_DIGITS = 9
+
+
+class Message:
+    """What a handler receives: ``body``, ``id``, ``queue``, ``headers``,
+    ``created_at`` (unix seconds) and ``attempts`` (failed attempts before this
+    one: 0 on the first delivery)."""
+
+    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts")
+
+    def __init__(
+        self,
+        id: str,
+        queue: str,
+        body: Any,
+        headers: dict[str, Any],
+        created_at: float,
+        attempts: int,
+    ) -> None:
+        self.id = id
+        self.queue = queue
+        self.body = body
+        self.headers = headers
+        self.created_at = created_at
+        self.attempts = attempts
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
+
+
+# --- ids -----------------------------------------------------------------
+# Id = 12 hex digits of milliseconds, 8 hex digits of process identity, 6 hex
+# digits of a per-process sequence: unique across processes (random node,
+# renewed after fork) and sorted by creation time to the millisecond.
+
+_id_lock = threading.Lock()
+_node = secrets.token_hex(4)
+_last_ms = 0
+_seq = 0
+
+
+def _reset_after_fork() -> None:
+    global _node, _last_ms, _seq, _id_lock
+    _node = secrets.token_hex(4)
+    _last_ms = 0
+    _seq = 0
+    _id_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def new_id() -> str:
+    """A unique, time-ordered message id (26 lowercase hex characters)."""
+    global _last_ms, _seq
+    with _id_lock:
+        # Never let the time part go backwards (wall clock stepped back).
+        ms = max(time.time_ns() // 1_000_000, _last_ms)
+        if ms == _last_ms:
+            _seq += 1
+            if _seq > 0xFFFFFF:
+                ms += 1
+                _seq = 0
+        else:
+            _seq = 0
+        _last_ms = ms
+        return f"{ms:012x}{_node}{_seq:06x}"
+
+
+# --- envelope ------------------------------------------------------------
+
+
+def encode_payload(
+    queue: str,
+    body: Any,
+    *,
+    headers: Optional[Mapping[str, Any]] = None,
+    message_id: Optional[str] = None,
+    created_at: Optional[float] = None,
+    max_size_bytes: int,
+) -> tuple[str, bytes]:
+    """Return ``(id, payload bytes)`` for one message.
+
+    Raises MessageError when the body or headers are not JSON-serialisable or
+    the payload exceeds ``max_size_bytes``.
+    """
+    mid = message_id if message_id is not None else new_id()
+    envelope = {
+        "id": mid,
+        "queue": queue,
+        "body": body,
+        "created_at": round(time.time() if created_at is None else created_at, 6),
+        "headers": dict(headers) if headers else {},
+    }
+    try:
+        text = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"queue {queue!r}: message body is not JSON-serialisable ({exc})") from None
+    payload = text.encode("utf-8")
+    if len(payload) > max_size_bytes:
+        raise MessageError(
+            f"queue {queue!r}: message of {len(payload)} bytes exceeds the limit of "
+            f"{max_size_bytes} bytes (max_message_size)"
+        )
+    return mid, payload
+
+
+def frame(payload: bytes, attempts: int = 0) -> bytes:
+    """The bytes a queue list holds for ``payload`` after ``attempts`` failures."""
+    return b"%d|%b" % (attempts, payload)
+
+
+def split_frame(data: bytes) -> tuple[int, bytes]:
+    """``(attempts, payload)`` of a frame; MalformedMessage if it is not one."""
+    head, sep, payload = data.partition(_SEP)
+    if not sep or not head.isdigit() or len(head) > _MAX_ATTEMPTS_DIGITS:
+        raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
+    return int(head), payload
+
+
+def decode(data: bytes) -> Message:
+    """The Message held by a frame; MalformedMessage if the bytes are not one."""
+    attempts, payload = split_frame(data)
+    try:
+        env = json.loads(payload)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedMessage(f"payload is not JSON ({exc})") from None
+    if not isinstance(env, dict):
+        raise MalformedMessage("payload is not a JSON object")
+    try:
+        mid, queue, created_at = env["id"], env["queue"], env["created_at"]
+    except KeyError as exc:
+        raise MalformedMessage(f"envelope lacks {exc.args[0]!r}") from None
+    headers = env.get("headers") or {}
+    if not isinstance(mid, str) or not isinstance(queue, str) or not isinstance(headers, dict):
+        raise MalformedMessage("envelope fields have the wrong types")
+    if not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
+        raise MalformedMessage("envelope created_at is not a number")
+    return Message(mid, queue, env.get("body"), headers, float(created_at), attempts)
+
+
+def peek_id(data: bytes) -> Optional[str]:
+    """The id inside a frame, or None when it cannot be read (for logs)."""
+    try:
+        return decode(data).id
+    except MalformedMessage:
+        return None
+
+
+class DeadLetter:
+    """One dead-letter entry: the metadata the scripts wrote (reason, at_ms,
+    error type, traceback...) and the frame as it was when it died."""
+
+    __slots__ = ("raw", "meta", "frame")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        head, sep, rest = raw.partition(b"\n")
+        meta: Any = None
+        if sep:
+            try:
+                meta = json.loads(head)
+            except ValueError:
+                meta = None
+        if isinstance(meta, dict):
+            self.meta: dict[str, Any] = meta
+            self.frame = rest
+        else:
+            self.meta = {"reason": "unknown"}
+            self.frame = raw
+
+    @property
+    def reason(self) -> str:
+        return str(self.meta.get("reason", "unknown"))
+
+    @property
+    def at(self) -> Optional[float]:
+        """When it was dead-lettered, unix seconds by the Redis clock."""
+        at_ms = self.meta.get("at_ms")
+        return at_ms / 1000.0 if isinstance(at_ms, (int, float)) else None
+
+    def message(self) -> Optional[Message]:
+        """The message, or None when its bytes were malformed."""
+        try:
+            return decode(self.frame)
+        except MalformedMessage:
+            return None

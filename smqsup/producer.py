@@ -1,0 +1,115 @@
+"""Publishing messages: the public Producer API.
+
+    from smqsup import Producer
+    producer = Producer("redis://127.0.0.1:6379/0")
+    message_id = producer.publish("orders", {"order": 42})
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Optional
+
+from smqsup import defaults, message
+from smqsup.broker import Broker
+from smqsup.config import validate_queue_name
+from smqsup.errors import BrokerConnectionError, ConfigError, MessageError, PublishUncertain
+
+#: Most frames sent in one LPUSH by publish_many.
+_CHUNK = 1000
+
+
+def _valid_name(name: str, what: str) -> str:
+    try:
+        return validate_queue_name(name)
+    except ConfigError as exc:
+        raise MessageError(f"{what} {name!r}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+class Producer:
+    """Publishes JSON messages to queues. Not for sharing across fork: make
+    one per process (or call it again in the child).
+
+    Neither method retries on its own: a lost reply raises PublishUncertain,
+    naming the ids that may or may not be queued, so a caller who publishes
+    again knows it may create a duplicate.
+    """
+
+    def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
+                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> None:
+        self.namespace = _valid_name(namespace, "namespace")
+        self.max_message_size = max_message_size
+        self._broker = Broker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}")
+        self._registered: set[str] = set()
+        #: Messages this producer has published (the statistics read it).
+        self.published = 0
+
+    @classmethod
+    def from_config(cls, path: "str | os.PathLike[str]") -> "Producer":
+        """A producer using exactly the Redis and namespace that queues.yaml at
+        ``path`` names (its embedded server must be running)."""
+        from smqsup import config as config_mod
+        from smqsup.embedded import redis_url
+
+        cfg = config_mod.load(path)
+        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes)
+
+    def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
+                message_id: Optional[str] = None) -> str:
+        """Queue one message in one round trip; return its id.
+
+        Raises MessageError (bad queue name, not JSON, over max_message_size)
+        before anything is sent, PublishUncertain if the reply was lost.
+        """
+        self._check_queue(queue)
+        mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
+                                              max_size_bytes=self.max_message_size)
+        self._send(queue, [message.frame(payload)], [mid])
+        return mid
+
+    def publish_many(self, queue: str, bodies: Iterable[Any],
+                     headers: Optional[Mapping[str, Any]] = None) -> list[str]:
+        """Queue many messages, pipelined in chunks of 1000; return their ids
+        in order. Every body is encoded and checked before the first is sent."""
+        self._check_queue(queue)
+        ids: list[str] = []
+        frames: list[bytes] = []
+        for body in bodies:
+            mid, payload = message.encode_payload(queue, body, headers=headers,
+                                                  max_size_bytes=self.max_message_size)
+            ids.append(mid)
+            frames.append(message.frame(payload))
+        for start in range(0, len(frames), _CHUNK):
+            try:
+                self._send(queue, frames[start:start + _CHUNK], ids[start:start + _CHUNK])
+            except PublishUncertain as exc:
+                raise PublishUncertain(
+                    f"{exc}; the first {start} of {len(ids)} messages were published, "
+                    f"the rest were not sent", ids[start:]) from exc
+        return ids
+
+    def _check_queue(self, queue: str) -> None:
+        if queue not in self._registered:
+            _valid_name(queue, "queue")
+
+    def _send(self, queue: str, frames: list[bytes], ids: list[str]) -> None:
+        register = queue not in self._registered
+        try:
+            self._broker.push(queue, frames, register=register)
+        except BrokerConnectionError as exc:
+            raise PublishUncertain(
+                f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc
+        self._registered.add(queue)
+        self.published += len(frames)
+
+    def close(self) -> None:
+        self._broker.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()

@@ -1,0 +1,148 @@
+"""Typed Python wrappers of the Lua scripts beside this file, one per operation.
+
+Each wrapper sends one EVALSHA (one round trip), or EVAL once if the server
+does not know the script yet: a NOSCRIPT reply means the script did not run,
+so that one re-send can never apply an operation twice. Errors are left as
+redis-py raises them; broker.py wraps them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Optional, Union
+
+import redis
+from redis.exceptions import NoScriptError
+
+from smqsup.keys import QueueKeys
+
+Client = Union["redis.Redis", "redis.client.Pipeline"]
+#: (lock key, owner token) of the garbage-collector lock a script must check.
+Lock = tuple[str, str]
+
+
+class Script:
+    """One Lua file, called by SHA with a fallback to its text."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = resources.files(__name__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+
+    def __call__(self, client: "redis.Redis", keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return client.eval(self.text, len(keys), *keys, *args)
+
+
+_ACK = Script("ack")
+_NACK = Script("nack")
+_RECLAIM = Script("reclaim")
+_PROMOTE = Script("promote")
+_DLQ_REQUEUE = Script("dlq_requeue")
+
+ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE)
+
+#: nack outcomes, as the script returns them.
+LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class AckResult:
+    acked: bool  # False: a late ack, the message had been reclaimed
+    next_frame: Optional[bytes]
+
+
+@dataclass(frozen=True)
+class NackResult:
+    outcome: int  # LATE, RETRIED, DELAYED or DEAD
+    next_frame: Optional[bytes]
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    requeued: int
+    dead_lettered: int
+    remaining: int
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    moved: int
+    wait_ms: int  # until the next delayed message is due; -1: none delayed
+
+
+def meta_json(reason: str, **fields: Any) -> str:
+    """Dead-letter metadata text for the scripts: a JSON object with a reason."""
+    return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=False)
+
+
+def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool) -> AckResult:
+    """Remove ``frame`` from the consumer's list; take the next one if asked."""
+    acked, nxt = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters), (frame, int(fetch_next)))
+    return AckResult(bool(acked), nxt or None)
+
+
+def nack(
+    client: "redis.Redis",
+    keys: QueueKeys,
+    consumer_id: str,
+    frame: bytes,
+    *,
+    retry_threshold: int,
+    delay_ms: int,
+    meta: str,
+    fetch_next: bool,
+) -> NackResult:
+    """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
+    outcome, nxt = _NACK(
+        client,
+        (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters),
+        (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next)),
+    )
+    return NackResult(int(outcome), nxt or None)
+
+
+def reclaim(
+    client: "redis.Redis",
+    keys: QueueKeys,
+    consumer_id: str,
+    *,
+    costs_attempt: bool,
+    retry_threshold: int,
+    meta: str,
+    batch: int,
+    unregister: bool = True,
+    lock: Optional[Lock] = None,
+) -> ReclaimResult:
+    """Return up to ``batch`` messages of the consumer's list to the queue."""
+    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers]
+    args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else ""]
+    if lock is not None:
+        key_list.append(lock[0])
+        args.append(lock[1])
+    requeued, dead, remaining = _RECLAIM(client, key_list, args)
+    return ReclaimResult(int(requeued), int(dead), int(remaining))
+
+
+def promote(client: "redis.Redis", keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> PromoteResult:
+    """Move due delayed messages to pending, at most ``batch`` of them."""
+    key_list = [keys.delayed, keys.pending]
+    args: list[Any] = [batch]
+    if lock is not None:
+        key_list.append(lock[0])
+        args.append(lock[1])
+    moved, wait_ms = _PROMOTE(client, key_list, args)
+    return PromoteResult(int(moved), int(wait_ms))
+
+
+def dlq_requeue(client: "redis.Redis", keys: QueueKeys, entries: Sequence[bytes]) -> int:
+    """Move the given dead-letter entries back to pending, attempts reset."""
+    if not entries:
+        return 0
+    return int(_DLQ_REQUEUE(client, (keys.dead, keys.pending), entries))

@@ -1,0 +1,24 @@
+-- Move chosen dead letters back to pending with their attempts reset to 0.
+--
+-- KEYS[1]  dead-letter list of the queue
+-- KEYS[2]  pending list of the queue
+-- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
+--
+-- Returns the number of entries moved. An entry no longer in KEYS[1] (another
+-- operator requeued or purged it meanwhile) is skipped, so a message is never
+-- requeued twice by two concurrent requeues.
+local moved = 0
+for i = 1, #ARGV do
+  local entry = ARGV[i]
+  if redis.call('LREM', KEYS[1], 1, entry) == 1 then
+    local nl = string.find(entry, '\n', 1, true)
+    local frame = nl and string.sub(entry, nl + 1) or entry
+    local sep = string.find(frame, '|', 1, true)
+    if sep and tonumber(string.sub(frame, 1, sep - 1)) then
+      frame = '0' .. string.sub(frame, sep)
+    end
+    redis.call('LPUSH', KEYS[2], frame)
+    moved = moved + 1
+  end
+end
+return moved

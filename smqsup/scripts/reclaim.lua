@@ -1,0 +1,64 @@
+-- Return the messages held in one consumer's processing list to its queue:
+-- the supervisor's fast path after reaping a child, the garbage collector's
+-- path for a consumer whose heartbeat is stale, and a graceful stop.
+--
+-- KEYS[1]  processing list of the consumer
+-- KEYS[2]  pending list of the queue
+-- KEYS[3]  dead-letter list of the queue
+-- KEYS[4]  counters hash of the queue
+-- KEYS[5]  consumers registry hash of the queue
+-- KEYS[6]  (optional) garbage-collector lock key
+-- ARGV[1]  "1": each message costs an attempt (the consumer died or hung);
+--          "0": it does not (graceful stop, scale-down)
+-- ARGV[2]  retry_threshold: past it a message is dead-lettered
+-- ARGV[3]  dead-letter metadata: a JSON object text with at least "reason"
+-- ARGV[4]  most messages to move in this call (integer > 0)
+-- ARGV[5]  consumer id, removed from KEYS[5] once its list is empty
+--          ("" leaves the registry alone)
+-- ARGV[6]  (with KEYS[6]) the caller's lock token: the script refuses to act
+--          unless KEYS[6] holds exactly this token
+--
+-- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call again.
+-- With KEYS[6] given and the token not matching, returns an error reply
+-- "NOTLEADER".
+--
+-- Order: frames are taken from the left (newest) and pushed on the right of
+-- pending (its consuming end), so the oldest reclaimed frame is consumed first.
+if KEYS[6] and redis.call('GET', KEYS[6]) ~= ARGV[6] then
+  return redis.error_reply('NOTLEADER lock is not held by this token')
+end
+local costs = ARGV[1] == '1'
+local threshold = tonumber(ARGV[2])
+local limit = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local meta = '{"at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[3], 2)
+local requeued, dead = 0, 0
+for _ = 1, limit do
+  local frame = redis.call('LPOP', KEYS[1])
+  if not frame then break end
+  local sep = string.find(frame, '|', 1, true)
+  local attempts = sep and tonumber(string.sub(frame, 1, sep - 1))
+  local to_dead = attempts == nil
+  if attempts ~= nil and costs then
+    attempts = attempts + 1
+    frame = string.format('%d', attempts) .. string.sub(frame, sep)
+    to_dead = attempts > threshold
+  end
+  if to_dead then
+    redis.call('LPUSH', KEYS[3], meta .. '\n' .. frame)
+    dead = dead + 1
+  else
+    redis.call('RPUSH', KEYS[2], frame)
+    requeued = requeued + 1
+  end
+end
+local remaining = redis.call('LLEN', KEYS[1])
+if requeued + dead > 0 then
+  redis.call('HINCRBY', KEYS[4], 'reclaimed', requeued + dead)
+  if dead > 0 then redis.call('HINCRBY', KEYS[4], 'dead_lettered', dead) end
+end
+if remaining == 0 and ARGV[5] ~= '' then
+  redis.call('HDEL', KEYS[5], ARGV[5])
+end
+return {requeued, dead, remaining}

@@ -1,0 +1,316 @@
+"""The queue core in one process: publish, consume, ack, retries, dead letters."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from smqsup import message
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.consumer import Consumer
+from smqsup.errors import MessageError
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from tests.helpers import wait_for
+
+NS = "smq"
+
+
+class Running:
+    """A Consumer running in a thread of the test process."""
+
+    def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
+        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
+        self.thread = threading.Thread(target=self.consumer.run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.consumer.request_stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "consumer did not stop"
+
+
+@pytest.fixture
+def start(redis_url: str) -> Iterator[Callable[..., Running]]:
+    running: list[Running] = []
+
+    def _start(handler: Callable[[Any], Any], **options: Any) -> Running:
+        options.setdefault("name", "q")
+        options.setdefault("handler", "tests.handlers:record")
+        r = Running(redis_url, QueueConfig(**options), handler)
+        running.append(r)
+        return r
+
+    yield _start
+    for r in running:
+        r.stop()
+
+
+@pytest.fixture
+def producer(redis_url: str) -> Iterator[Producer]:
+    with Producer(redis_url) as p:
+        yield p
+
+
+def test_publish_consume_ack_in_fifo_order(start: Callable[..., Running], producer: Producer,
+                                           redis_client: redis.Redis) -> None:
+    """One consumer gets every message once, in publish order, and acks each."""
+    seen: list[Any] = []
+    ids = producer.publish_many("q", list(range(200)))
+    ids.append(producer.publish("q", {"last": True}, headers={"h": "v"}))
+    start(lambda m: seen.append((m.id, m.body, m.headers, m.attempts)))
+    wait_for(lambda: len(seen) == 201, message=f"handled {len(seen)} of 201")
+    assert [s[0] for s in seen] == ids
+    assert [s[1] for s in seen[:200]] == list(range(200))
+    assert seen[-1][1:] == ({"last": True}, {"h": "v"}, 0)
+    k = QueueKeys(NS, "q")
+    wait_for(lambda: redis_client.llen(k.pending) == 0)
+    assert not any(redis_client.llen(k.processing(c.decode())) for c in redis_client.hkeys(k.consumers))
+
+
+def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
+        start: Callable[..., Running], producer: Producer, redis_url: str) -> None:
+    """retry_threshold=3: four runs in all, then a dead letter with the exception type and text."""
+    attempts: list[int] = []
+
+    def handler(m: Any) -> None:
+        attempts.append(m.attempts)
+        raise KeyError("no such order 42")
+
+    mid = producer.publish("q", {"order": 42})
+    start(handler, retry_threshold=3)
+    broker = Broker(redis_url, NS)
+    wait_for(lambda: broker.sizes("q")["dead"] == 1)
+    assert attempts == [0, 1, 2, 3]
+    [entry] = broker.dead_letters("q")
+    dead = message.DeadLetter(entry)
+    assert dead.reason == "KeyError: 'no such order 42'"
+    assert dead.meta["error_type"] == "KeyError"
+    assert "Traceback" in dead.meta["traceback"]
+    dead_msg = dead.message()
+    assert dead_msg is not None and dead_msg.id == mid and dead_msg.attempts == 4
+    assert broker.sizes("q") == {"pending": 0, "delayed": 0, "dead": 1}
+
+
+def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running], producer: Producer,
+                                                     redis_client: redis.Redis) -> None:
+    """A failed message waits retry_delay in the delayed set before its next attempt."""
+    times: list[float] = []
+
+    def handler(m: Any) -> None:
+        times.append(time.monotonic())
+        if m.attempts < 2:
+            raise RuntimeError("not yet")
+
+    producer.publish("q", "x")
+    start(handler, retry_threshold=5, retry_delay_s=0.5)
+    wait_for(lambda: len(times) == 3, message=f"{len(times)} attempts")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(0.5 <= g < 1.5 for g in gaps), gaps
+    assert redis_client.zcard(QueueKeys(NS, "q").delayed) == 0
+
+
+def test_retry_backoff_grows_the_delay(start: Callable[..., Running], producer: Producer,
+                                       redis_client: redis.Redis) -> None:
+    """With retry_backoff 2, the second retry waits twice the first."""
+    times: list[float] = []
+
+    def handler(m: Any) -> None:
+        times.append(time.monotonic())
+        raise RuntimeError("again")
+
+    producer.publish("q", "x")
+    start(handler, retry_threshold=2, retry_delay_s=0.3, retry_backoff=2.0)
+    wait_for(lambda: len(times) == 3, message=f"{len(times)} attempts")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert 0.3 <= gaps[0] < 0.6 + 0.5 and 0.6 <= gaps[1] < 1.2 + 0.5, gaps
+
+
+def test_malformed_bytes_are_dead_lettered_and_the_consumer_goes_on(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis, redis_url: str) -> None:
+    """Bytes that are not a frame, or a frame that is not an envelope, become 'malformed' dead letters."""
+    k = QueueKeys(NS, "q")
+    seen: list[Any] = []
+    redis_client.lpush(k.pending, b"\xff\xfe not a frame", b"0|{not json", b'0|{"id":"x"}', b"0|[1,2]")
+    producer.publish("q", "good")
+    start(lambda m: seen.append(m.body))
+    wait_for(lambda: seen == ["good"])
+    broker = Broker(redis_url, NS)
+    wait_for(lambda: broker.sizes("q")["dead"] == 4)
+    dead = [message.DeadLetter(e) for e in broker.dead_letters("q")]
+    assert {d.reason for d in dead} == {"malformed"}
+    assert b"\xff\xfe not a frame" in {d.frame for d in dead}
+
+
+@pytest.mark.parametrize("payload_body", ["9223372036854775807", "[]", "{}", '{"a":[],"b":{},"n":-9223372036854775808}'])
+def test_payload_bytes_survive_retries_and_dead_lettering(
+        start: Callable[..., Running], redis_client: redis.Redis, redis_url: str, payload_body: str) -> None:
+    """Big integers, [] and {} come out of retries and the dead-letter list byte for byte."""
+    k = QueueKeys(NS, "q")
+    payload = ('{"id":"01","queue":"q","body":%s,"created_at":1.5,"headers":{}}' % payload_body).encode()
+    redis_client.lpush(k.pending, message.frame(payload))
+    bodies: list[Any] = []
+
+    def handler(m: Any) -> None:
+        bodies.append(m.body)
+        raise ValueError("always")
+
+    start(handler, retry_threshold=2)
+    broker = Broker(redis_url, NS)
+    wait_for(lambda: broker.sizes("q")["dead"] == 1)
+    [entry] = broker.dead_letters("q")
+    assert message.DeadLetter(entry).frame == b"3|" + payload
+    assert bodies == [json.loads(payload_body)] * 3
+    # And back through the dead-letter requeue: attempts reset, payload identical.
+    broker.dlq_requeue("q", [entry])
+    wait_for(lambda: broker.sizes("q")["dead"] == 1 and len(bodies) == 6)
+    [entry] = broker.dead_letters("q")
+    assert message.DeadLetter(entry).frame == b"3|" + payload
+
+
+def test_async_handlers_run_on_an_event_loop(start: Callable[..., Running], producer: Producer) -> None:
+    """An async def handler is awaited; its exception is an unack like any other."""
+    import asyncio
+
+    seen: list[Any] = []
+
+    async def handler(m: Any) -> None:
+        await asyncio.sleep(0.001)
+        if m.body == "bad" and m.attempts == 0:
+            raise ValueError("first time")
+        seen.append((m.body, m.attempts))
+
+    producer.publish_many("q", ["a", "bad", "b"])
+    start(handler)
+    wait_for(lambda: len(seen) == 3)
+    assert sorted(seen) == [("a", 0), ("b", 0), ("bad", 1)]
+
+
+def test_oversize_publish_is_refused_with_a_clear_error(redis_url: str, redis_client: redis.Redis) -> None:
+    """A message over max_message_size is refused before anything is sent."""
+    with Producer(redis_url, max_message_size=1000) as p:
+        with pytest.raises(MessageError, match=r"exceeds the limit of 1000 bytes"):
+            p.publish("q", "x" * 1000)
+        with pytest.raises(MessageError, match="exceeds"):
+            p.publish_many("q", ["ok", "y" * 2000])
+    assert redis_client.llen(QueueKeys(NS, "q").pending) == 0
+
+
+def test_default_size_limit_is_one_mebibyte(redis_url: str) -> None:
+    """The default limit refuses a message just over 1 MiB and accepts one under it."""
+    with Producer(redis_url) as p:
+        p.publish("q", "x" * (1024 * 1024 - 200))
+        with pytest.raises(MessageError, match="1048576 bytes"):
+            p.publish("q", "x" * (1024 * 1024))
+
+
+@pytest.mark.parametrize("name", ["", "a{b}", "a:b", "with space", "x" * 200])
+def test_bad_queue_names_are_refused(redis_url: str, name: str) -> None:
+    """Queue names that would break the key schema are refused."""
+    with Producer(redis_url) as p, pytest.raises(MessageError):
+        p.publish(name, 1)
+
+
+def test_non_json_body_is_refused(redis_url: str) -> None:
+    """A body that JSON cannot encode is refused with the queue named."""
+    with Producer(redis_url) as p, pytest.raises(MessageError, match="'q'.*JSON"):
+        p.publish("q", {1, 2})
+
+
+def test_ids_are_unique_and_time_ordered() -> None:
+    """Message ids never repeat and sort in creation order."""
+    ids = [message.new_id() for _ in range(20000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) -> None:
+    """An ack for a message reclaimed meanwhile deletes nothing and is counted."""
+    broker = Broker(redis_url, NS)
+    with Producer(redis_url) as p:
+        p.publish("q", "x")
+    frame = broker.fetch("q", "c1", 1)
+    assert frame is not None
+    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    assert (r.requeued, r.dead_lettered) == (1, 0)
+    # The reclaimed copy is back in pending with one attempt counted.
+    assert redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1) == [b"1" + frame[1:]]
+    # Another consumer takes it; the first one's late ack must not touch it.
+    assert broker.fetch("q", "c2", 1) == b"1" + frame[1:]
+    assert broker.ack("q", "c1", frame, False).acked is False
+    assert broker.counters("q")["late_acks"] == 1
+    assert redis_client.llen(QueueKeys(NS, "q").processing("c2")) == 1
+
+
+def test_reclaim_without_cost_keeps_attempts_and_order(redis_url: str, redis_client: redis.Redis) -> None:
+    """A graceful reclaim returns frames unchanged, oldest first at the consuming end."""
+    broker = Broker(redis_url, NS)
+    k = QueueKeys(NS, "q")
+    frames = [b"0|a", b"2|b", b"1|c"]
+    redis_client.lpush(k.processing("c1"), *frames)  # c is newest
+    redis_client.hset(k.consumers, "c1", "{}")
+    r = broker.reclaim("q", "c1", costs_attempt=False, retry_threshold=0, reason="stopped", batch=2)
+    assert (r.requeued, r.dead_lettered, r.remaining) == (3, 0, 0)
+    # Consumers take from the right: a first.
+    assert [redis_client.rpop(k.pending) for _ in range(3)] == frames
+    assert not redis_client.hexists(k.consumers, "c1")
+
+
+def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis_client: redis.Redis) -> None:
+    """A costly reclaim adds an attempt and dead-letters what passes retry_threshold, with the reason."""
+    broker = Broker(redis_url, NS)
+    k = QueueKeys(NS, "q")
+    redis_client.lpush(k.processing("c1"), b"3|x", b"1|y", b"garbage")
+    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="killed by signal 9")
+    assert (r.requeued, r.dead_lettered) == (1, 2)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"2|y"]
+    dead = {message.DeadLetter(e).frame: message.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
+    assert dead == {b"4|x": "killed by signal 9", b"garbage": "killed by signal 9"}
+
+
+def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis) -> None:
+    """With a lock given, reclaim refuses to act unless the lock holds the caller's token."""
+    from smqsup.errors import BrokerError
+
+    broker = Broker(redis_url, NS)
+    k = QueueKeys(NS, "q")
+    redis_client.lpush(k.processing("c1"), b"0|x")
+    redis_client.set("lock", "other")
+    with pytest.raises(BrokerError, match="NOTLEADER"):
+        broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+    assert redis_client.llen(k.processing("c1")) == 1
+    redis_client.set("lock", "mine")
+    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+    assert redis_client.llen(k.pending) == 1
+
+
+def test_stop_finishes_the_message_in_hand(start: Callable[..., Running], producer: Producer,
+                                           redis_client: redis.Redis) -> None:
+    """request_stop() during a handler lets it finish and ack; nothing else is fetched."""
+    started = threading.Event()
+    release = threading.Event()
+    done: list[str] = []
+
+    def handler(m: Any) -> None:
+        started.set()
+        release.wait(10)
+        done.append(m.body)
+
+    producer.publish_many("q", ["first", "second"])
+    r = start(handler)
+    assert started.wait(10)
+    r.consumer.request_stop()
+    release.set()
+    r.stop()
+    assert done == ["first"]
+    k = QueueKeys(NS, "q")
+    [left] = redis_client.lrange(k.pending, 0, -1)
+    assert message.decode(left).body == "second"
+    assert redis_client.hlen(k.consumers) == 0
