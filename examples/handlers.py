@@ -1,0 +1,37 @@
+"""Example handlers: what a user of smqsup writes.
+
+A handler takes one message and returns to ack it or raises to unack it
+(the message is then retried, and dead-lettered past retry_threshold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from smqsup import Message
+
+log = logging.getLogger(__name__)
+
+
+def process_order(message: Message) -> None:
+    """Ack every order; an order without an "id" is an error (dead-lettered after retries)."""
+    order = message.body
+    if not isinstance(order, dict) or "id" not in order:
+        raise ValueError(f"order without an id: {order!r}")
+    log.info("order %s: %s x %s (message %s, attempt %d)", order["id"], order.get("qty", 1),
+             order.get("item", "?"), message.id, message.attempts + 1)
+
+
+async def send_email(message: Message) -> None:
+    """An async handler: awaited on the consumer's event loop."""
+    await asyncio.sleep(0.01)  # stands for an HTTP call to a mail service
+    log.info("email to %s sent (message %s)", message.body.get("to"), message.id)
+
+
+def flaky(message: Message) -> None:
+    """Fails one time in three: shows retries, retry_delay and the dead-letter list."""
+    if random.random() < 1 / 3:
+        raise ConnectionError("upstream timed out")
+    log.info("flaky job %s done on attempt %d", message.id, message.attempts + 1)

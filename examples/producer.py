@@ -1,0 +1,39 @@
+"""Publish example messages to the queues of examples/queues.yaml.
+
+    python examples/producer.py                 # 10 orders, 3 emails, 10 flaky jobs
+    python examples/producer.py --orders 10000  # more
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from smqsup import Producer
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-c", "--config", default=str(HERE / "queues.yaml"))
+    parser.add_argument("--orders", type=int, default=10)
+    parser.add_argument("--emails", type=int, default=3)
+    parser.add_argument("--flaky", type=int, default=10)
+    args = parser.parse_args()
+
+    # from_config: the same Redis (or embedded server) and namespace as the consumers.
+    with Producer.from_config(args.config) as producer:
+        ids = producer.publish_many("orders", ({"id": n, "item": "widget", "qty": n % 5 + 1}
+                                               for n in range(args.orders)))
+        producer.publish("orders", {"item": "no id"})  # fails: ends in the dead-letter list
+        for n in range(args.emails):
+            producer.publish("emails", {"to": f"user{n}@example.com"}, headers={"template": "welcome"})
+        producer.publish_many("flaky", range(args.flaky))
+    print(f"published {len(ids) + 1} orders, {args.emails} emails, {args.flaky} flaky jobs", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

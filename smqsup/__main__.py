@@ -1,0 +1,7 @@
+"""``python -m smqsup``: the same as the ``smqsup`` command."""
+
+import sys
+
+from smqsup.cli import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The ``smqsup`` command: argument parsing and one-line errors.
+
+    smqsup -c FILE                      run the supervisor (also: smqsup run -c FILE)
+    smqsup check -c FILE                validate FILE and import its handlers
+    smqsup publish (-c FILE | --url URL) QUEUE JSON
+    smqsup consume -c FILE QUEUE        one consumer in the foreground
+    smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
+
+Exit status: 0 success, 2 bad config or usage (one line on stderr, no
+traceback), 1 unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+from smqsup import __version__, defaults, logs
+from smqsup import config as config_mod
+from smqsup.errors import ConfigError, SmqsupError, UsageError
+
+log = logging.getLogger("smqsup")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2, like our other errors
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _add_target(p: argparse.ArgumentParser, *, url: bool) -> None:
+    p.add_argument("-c", "--config", metavar="FILE", help="queues.yaml")
+    if url:
+        p.add_argument("--url", help="Redis url instead of a config file")
+        p.add_argument("--namespace", default=None, help=f"key namespace (default {defaults.NAMESPACE})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="smqsup", description="Redis-backed message queue and consumer supervisor")
+    parser.add_argument("--version", action="version", version=f"smqsup {__version__}")
+    parser.add_argument("-c", "--config", metavar="FILE", help="queues.yaml (runs the supervisor)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run the supervisor")
+    _add_target(p, url=False)
+    p = sub.add_parser("check", help="validate the config and import its handlers")
+    _add_target(p, url=False)
+
+    p = sub.add_parser("publish", help="publish one message (JSON), or one per stdin line with '-'")
+    _add_target(p, url=True)
+    p.add_argument("queue")
+    p.add_argument("body", metavar="JSON")
+    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+
+    p = sub.add_parser("consume", help="run one consumer of QUEUE in the foreground")
+    _add_target(p, url=False)
+    p.add_argument("queue")
+
+    p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
+    _add_target(p, url=True)
+    p.add_argument("action", choices=["list", "requeue", "purge"])
+    p.add_argument("queue")
+    p.add_argument("--limit", type=int, default=100, help="most entries to list (default 100)")
+    p.add_argument("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
+                   help="only these messages (repeatable); default: all")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    # Handlers are imported relative to the working directory, as with
+    # `python -m` (the console script's own directory is no place for them).
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        args = build_parser().parse_args(argv)
+        logs.setup(args.log_level)
+        command = args.command or ("run" if args.config else None)
+        if command is None:
+            raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
+        return _COMMANDS[command](args)
+    except SmqsupError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _config(args: argparse.Namespace) -> config_mod.Config:
+    if not args.config:
+        raise UsageError(f"smqsup {args.command}: -c FILE is required")
+    return config_mod.load(args.config)
+
+
+def _target(args: argparse.Namespace) -> tuple[str, str, int]:
+    """(url, namespace, max message size) from -c FILE or --url."""
+    if args.config and args.url:
+        raise UsageError(f"smqsup {args.command}: give -c FILE or --url, not both")
+    if args.url:
+        cfg = config_mod.from_url(args.url, args.namespace or defaults.NAMESPACE)
+        return args.url, cfg.namespace, cfg.max_message_size_bytes
+    cfg = _config(args)
+    if args.namespace:
+        raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
+    from smqsup.embedded import redis_url
+
+    return redis_url(cfg), cfg.namespace, cfg.max_message_size_bytes
+
+
+# --- commands ----------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    from smqsup.supervisor.arbiter import run_supervisor
+
+    return run_supervisor(cfg)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    from smqsup.handlers import check_handlers
+
+    check_handlers(cfg)
+    print(f"{cfg.path}: ok ({len(cfg.queues)} queue(s), "
+          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s))")
+    return EXIT_OK
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from smqsup.producer import Producer
+
+    url, namespace, max_size = _target(args)
+    headers = dict(_header(h) for h in args.header)
+    with Producer(url, namespace, max_message_size=max_size) as producer:
+        if args.body == "-":
+            bodies = [_json_arg(line, f"stdin line {n}") for n, line in enumerate(sys.stdin, 1) if line.strip()]
+            for mid in producer.publish_many(args.queue, bodies, headers=headers or None):
+                print(mid)
+        else:
+            print(producer.publish(args.queue, _json_arg(args.body, "JSON"), headers=headers or None))
+    return EXIT_OK
+
+
+def _header(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"smqsup publish: --header: expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _json_arg(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"smqsup publish: {where}: not valid JSON ({exc}), got {text.strip()[:80]!r}") from None
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from smqsup.standalone import consume
+
+    cfg = _config(args)
+    if args.queue not in cfg.queues:
+        raise ConfigError(f"{cfg.path}: queues.{args.queue}: no such queue in the config "
+                          f"(queues: {', '.join(sorted(cfg.queues))})")
+    return consume(cfg, args.queue)
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from smqsup.broker import Broker
+    from smqsup.config import validate_queue_name
+    from smqsup.message import DeadLetter
+
+    url, namespace, _ = _target(args)
+    validate_queue_name(args.queue)
+    broker = Broker(url, namespace)
+    try:
+        if args.action == "purge" and not args.ids:
+            print(f"purged {broker.dlq_purge(args.queue)} dead letter(s) of {args.queue}")
+            return EXIT_OK
+        entries = _select_dead(broker, args.queue, set(args.ids), None if args.action != "list" else args.limit)
+        if args.action == "list":
+            _print_dead([DeadLetter(e) for e in entries], args.json)
+        elif args.action == "requeue":
+            print(f"requeued {broker.dlq_requeue(args.queue, entries)} dead letter(s) of {args.queue}")
+        else:
+            print(f"purged {broker.dlq_remove(args.queue, entries)} dead letter(s) of {args.queue}")
+    finally:
+        broker.close()
+    return EXIT_OK
+
+
+def _select_dead(broker: Any, queue: str, ids: set[str], limit: Optional[int]) -> list[bytes]:
+    """Dead-letter entries (newest first), filtered by message id when given."""
+    from smqsup.message import DeadLetter
+
+    chosen: list[bytes] = []
+    start, page = 0, 1000
+    while limit is None or len(chosen) < limit:
+        batch = broker.dead_letters(queue, start, page)
+        for raw in batch:
+            msg = DeadLetter(raw).message()
+            if not ids or (msg is not None and msg.id in ids):
+                chosen.append(raw)
+        if len(batch) < page:
+            break
+        start += page
+    return chosen if limit is None else chosen[:limit]
+
+
+def _print_dead(dead: list[Any], as_json: bool) -> None:
+    for d in dead:
+        msg = d.message()
+        row = {
+            "id": msg.id if msg else None,
+            "attempts": msg.attempts if msg else None,
+            "reason": d.reason,
+            "dead_at": d.at,
+            "body": msg.body if msg else d.frame.decode("utf-8", "replace"),
+        }
+        if as_json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.at)) if d.at else "?"
+            body = json.dumps(row["body"], ensure_ascii=False)
+            print(f"{row['id'] or '(malformed)'}  {when}  attempts={row['attempts']}  "
+                  f"reason={d.reason}  body={body[:200]}")
+    if not as_json:
+        print(f"{len(dead)} dead letter(s)", file=sys.stderr)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "check": cmd_check,
+    "publish": cmd_publish,
+    "consume": cmd_consume,
+    "dlq": cmd_dlq,
+}

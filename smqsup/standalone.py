@@ -1,0 +1,60 @@
+"""``smqsup consume``: one consumer in the foreground, without a supervisor.
+
+It owns the embedded redis-server when its config names none and none is
+running. Signals: SIGTERM or SIGINT stop after the message in hand; a second
+SIGINT interrupts the handler, and the interrupted message goes back to
+pending without costing an attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+from typing import Optional
+
+from smqsup.broker import Broker
+from smqsup.config import Config, import_handler
+from smqsup.consumer import Consumer
+from smqsup.embedded import ensure_server
+
+log = logging.getLogger(__name__)
+
+
+def consume(cfg: Config, queue: str) -> int:
+    """Run one consumer of ``queue`` until a signal stops it; exit status."""
+    qcfg = cfg.queues[queue]
+    handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
+    url, server = ensure_server(cfg)
+    broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
+    consumer = Consumer(broker, qcfg, handler)
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: Optional[FrameType]) -> None:
+        # Only record; the loop stops between messages. A second SIGINT
+        # interrupts the handler itself.
+        signals["count"] += 1
+        consumer.request_stop()
+        if signum == signal.SIGINT and signals["count"] > 1:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        for warning in broker.check_server():
+            log.warning("%s", warning)
+        log.info("queue %s: consumer %s started (%s)", queue, consumer.consumer_id, qcfg.handler)
+        try:
+            reason = consumer.run()
+        except KeyboardInterrupt:
+            reason = "interrupted"
+            r = broker.reclaim(queue, consumer.consumer_id, costs_attempt=False,
+                               retry_threshold=qcfg.retry_threshold, reason="interrupted")
+            log.warning("queue %s: interrupted; %d message(s) returned to pending", queue, r.requeued)
+        log.info("queue %s: consumer %s %s after %d message(s)", queue, consumer.consumer_id, reason,
+                 consumer.stats.received)
+    finally:
+        broker.close()
+        if server is not None:
+            server.stop()
+    return 0

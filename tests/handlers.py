@@ -1,0 +1,52 @@
+"""Handlers the tests run in real consumer processes.
+
+Each records what it saw by appending one line to a file per process under
+$SMQ_TEST_OUT, so a test can read what every process handled even after the
+process was killed (lines are written with O_APPEND before returning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+
+def _record(event: str, msg: Any) -> None:
+    out = os.environ["SMQ_TEST_OUT"]
+    line = json.dumps({"event": event, "id": msg.id, "attempts": msg.attempts, "pid": os.getpid(),
+                       "body": msg.body}) + "\n"
+    fd = os.open(os.path.join(out, f"{os.getpid()}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def record(msg: Any) -> None:
+    """Ack every message, recording it."""
+    _record("done", msg)
+
+
+def slow(msg: Any) -> None:
+    """Record the start, sleep body["sleep"] seconds (default 0), record the end."""
+    _record("start", msg)
+    time.sleep(float(msg.body.get("sleep", 0)) if isinstance(msg.body, dict) else 0)
+    _record("done", msg)
+
+
+def fail(msg: Any) -> None:
+    """Always raise, recording each attempt."""
+    _record("attempt", msg)
+    raise ValueError(f"boom {msg.body!r}")
+
+
+def read_events(out_dir: str) -> list[dict[str, Any]]:
+    """Every event recorded under ``out_dir``, in no particular order."""
+    events = []
+    for name in os.listdir(out_dir):
+        if name.endswith(".log"):
+            with open(os.path.join(out_dir, name)) as f:
+                events.extend(json.loads(line) for line in f if line.strip())
+    return events
