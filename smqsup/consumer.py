@@ -107,6 +107,7 @@ class Consumer:
         self._unsettled: Optional[tuple[bytes, _Outcome]] = None
         self._recover_needed = True
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._registered = False
 
     # --- control -------------------------------------------------------------
 
@@ -124,9 +125,16 @@ class Consumer:
 
     # --- main loop -----------------------------------------------------------
 
+    def start(self) -> None:
+        """Register in the queue's consumer registry, waiting for Redis as long
+        as it takes (or until a stop is requested). run() calls it if needed."""
+        if not self._registered:
+            self._wait_for_redis(self._register)
+            self._registered = True
+
     def run(self) -> str:
         """Consume until asked to stop; return "stopped" or "max_messages"."""
-        self._wait_for_redis(self._register)
+        self.start()
         backoff = defaults.RECONNECT_BACKOFF_MIN_S
         frame: Optional[bytes] = None
         while not self._stop and not self._limit_reached():

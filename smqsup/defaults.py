@@ -50,3 +50,17 @@ APPENDFSYNC = "everysec"
 REDIS_START_TIMEOUT_S = 10.0
 #: Listen address of the web UI.
 WEB_LISTEN = "127.0.0.1:8087"
+#: How long a new consumer child waits for Redis before it exits (EXIT_REDIS).
+CHILD_BOOT_REDIS_TIMEOUT_S = 10.0
+#: First delay before restarting a consumer that crashed at start, in seconds.
+RESTART_BACKOFF_MIN_S = 0.5
+#: Longest delay between restarts of a crash-looping consumer, in seconds.
+RESTART_BACKOFF_MAX_S = 30.0
+#: A consumer up this long resets its queue's restart backoff, in seconds.
+RESTART_BACKOFF_RESET_S = 60.0
+#: Consecutive failed starts after which a queue goes FATAL.
+RESTART_LIMIT = 10
+#: A ready consumer that dies sooner than this without handling a message is a crash, s.
+MIN_UPTIME_S = 2.0
+#: How often the supervisor loop wakes when nothing happens, in seconds.
+ARBITER_TICK_S = 0.1

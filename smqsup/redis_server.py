@@ -322,6 +322,7 @@ class RedisServer:
                 raise RedisServerError(
                     f"{binary}: cannot run: {error.strerror}"
                 ) from error
+        self._owner_pid = os.getpid()
         # Registered before the wait, so an interrupt there cannot leak the server.
         atexit.register(self.stop)
 
@@ -357,7 +358,9 @@ class RedisServer:
         Idempotent; does nothing if never started. Only our own pid is signalled.
         """
         proc = self._proc
-        if proc is None:
+        # A forked child (a consumer) inherits this object: only the process
+        # that started the server may stop it.
+        if proc is None or getattr(self, "_owner_pid", os.getpid()) != os.getpid():
             return
         atexit.unregister(self.stop)
         if proc.poll() is None:
@@ -378,6 +381,14 @@ class RedisServer:
             )  # fmt: skip
         self._proc = None
         log.info("redis-server serving %s stopped", self.data_dir)
+
+    def forget(self) -> None:
+        """The server process was reaped by someone else (a supervisor's
+        waitpid(-1) loop): drop it so that start() may run a new one."""
+        if self._proc is not None:
+            self._proc.returncode = -1
+            self._proc = None
+        atexit.unregister(self.stop)
 
     def kill(self) -> None:
         """SIGKILL the server and reap it, as a crash would end it.

@@ -1,0 +1,1 @@
+"""The pre-fork supervisor: the arbiter (parent), its children, reload planning and systemd."""
