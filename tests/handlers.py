@@ -50,3 +50,18 @@ def read_events(out_dir: str) -> list[dict[str, Any]]:
             with open(os.path.join(out_dir, name)) as f:
                 events.extend(json.loads(line) for line in f if line.strip())
     return events
+
+
+_LEAK: list[bytes] = []
+
+
+def leak(msg: Any) -> None:
+    """Keep body["mb"] MiB alive forever (touching every page), then ack."""
+    _LEAK.append(b"x" * (int(msg.body["mb"]) << 20))
+    _record("done", msg)
+
+
+def crash(msg: Any) -> None:
+    """Take the whole process down mid-message, as a segfaulting C extension would."""
+    _record("start", msg)
+    os._exit(70)

@@ -7,9 +7,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
+
+if TYPE_CHECKING:
+    import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,3 +59,62 @@ def stop(proc: "subprocess.Popen[str]", timeout: float = 15) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait()
+
+
+class Supervisor:
+    """``smqsup -c FILE`` in a subprocess, its log in a file, optionally with a
+    NOTIFY_SOCKET the test reads."""
+
+    def __init__(self, cfg: Path, out_dir: Path, notify_socket: Optional[Path] = None) -> None:
+        self.cfg = cfg
+        self.log_path = out_dir / "supervisor.txt"
+        extra = {"NOTIFY_SOCKET": str(notify_socket)} if notify_socket else {}
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=env(out_dir, **extra),
+                                     stdout=self._log, stderr=subprocess.STDOUT, text=True)
+        self.seen_children: set[int] = set()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def children(self) -> list["psutil.Process"]:
+        """Live consumer processes (direct children titled 'smqsup: consumer')."""
+        import psutil
+
+        found = []
+        try:
+            kids = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        for k in kids:
+            try:
+                if k.status() != psutil.STATUS_ZOMBIE and "smqsup: consumer" in " ".join(k.cmdline()):
+                    found.append(k)
+                    self.seen_children.add(k.pid)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def titles(self) -> list[str]:
+        return sorted(" ".join(k.cmdline()) for k in self.children())
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM, then SIGKILL) and any consumer it left behind."""
+        import psutil
+
+        stop(self.proc, timeout=30)
+        for pid in self.seen_children:
+            try:
+                p = psutil.Process(pid)
+                if "smqsup: consumer" in " ".join(p.cmdline()):
+                    p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self._log.close()

@@ -1,0 +1,547 @@
+"""The supervisor's parent loop: forks one process per consumer and keeps
+the running set equal to what queues.yaml asks for.
+
+    signals ─▶ handler records signum ─▶ wakeup pipe ─▶ main loop
+    main loop, every wake (signal) or tick:
+        dispatch recorded signals (handle_term, handle_int, handle_hup, ...)
+        reap       waitpid(-1, WNOHANG) loop ─▶ reclaim the dead child's list
+        limits     message_timeout (SIGKILL), max_memory (graceful recycle)
+        reconcile  per queue: start / stop / roll children toward the target
+        notify     READY=1 once converged, STATUS=, WATCHDOG=1
+
+Signal handlers only record: no logging, waitpid or kill inside them (a
+handler can interrupt the logging module while it holds its lock). Until the
+last fork the parent runs no threads. Process liveness (waitpid) lives here;
+consumer liveness (Redis heartbeats) is another matter, handled elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Optional
+
+import psutil
+
+from smqsup import config as config_mod
+from smqsup import defaults
+from smqsup.broker import Broker
+from smqsup.config import Config
+from smqsup.embedded import ensure_server
+from smqsup.errors import BrokerError, SmqsupError
+from smqsup.redis_server import RedisServer
+from smqsup.supervisor import child as child_mod
+from smqsup.supervisor.plan import effective, generation, plan
+from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_OK, Slots, monotonic_us
+from smqsup.supervisor.state import Child, QueueState, StopReason, describe_status
+from smqsup.supervisor.systemd import Notifier
+
+log = logging.getLogger(__name__)
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU,
+            signal.SIGQUIT)
+
+
+def run_supervisor(cfg: Config) -> int:
+    """Run the supervisor for ``cfg`` until a stop signal; exit status."""
+    url, server = ensure_server(cfg)
+    try:
+        return Arbiter(cfg, url, server).run()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+class Arbiter:
+    """The parent process. Not thread-safe; one per process."""
+
+    def __init__(self, cfg: Config, url: str, server: Optional[RedisServer]) -> None:
+        self.cfg = cfg
+        self.url = url
+        self.server = server
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.broker = Broker(url, cfg.namespace, client_name="smqsup-supervisor")
+        self.notifier = Notifier()
+        self.slots = Slots()
+        self.children: dict[int, Child] = {}
+        self.queues: dict[str, QueueState] = {}
+        self.preloaded: dict[str, Callable[..., Any]] = {}
+        self._signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+        self._ready_sent = False
+        self._pending_reclaims: list[tuple[str, str, bool, str, int]] = []
+        self._next_sample = 0.0
+        self._next_watchdog = 0.0
+        self._int_count = 0
+        for name, q in cfg.queues.items():
+            self.queues[name] = QueueState(q, generation(q, self.cfg), q.consumers)
+
+    # --- setup ---------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signals()
+        _set_title(f"smqsup: supervisor -c {self.cfg.path}")
+        self._check_redis()
+        self._preload()
+        log.info("supervisor %d started: %s (%d consumer(s)), Redis %s", self.pid,
+                 self.cfg.path, sum(q.target for q in self.queues.values()), self.url)
+        while True:
+            self._wait()
+            self._dispatch_signals()
+            self.reap()
+            if self._stopping and not self.children:
+                break
+            if not self._stopping:
+                self.check_limits()
+                self.reconcile()
+            self._enforce_deadlines()
+            self._retry_reclaims()
+            self._notify()
+        self._retry_reclaims()
+        log.info("supervisor %d stopped", self.pid)
+        return 0
+
+    def _install_signals(self) -> None:
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in _SIGNALS:
+            signal.signal(sig, self._record_signal)
+
+    def _record_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        self._signals.append(signum)  # only record; the main loop acts
+
+    def _check_redis(self) -> None:
+        try:
+            for warning in self.broker.check_server():
+                log.warning("%s", warning)
+            self._reclaim_local_orphans()
+        except BrokerError as exc:
+            log.warning("Redis not usable at start (%s); consumers will wait for it", exc)
+
+    def _preload(self) -> None:
+        if not self.cfg.preload:
+            return
+        for name, q in self.queues.items():
+            try:
+                self.preloaded[name] = config_mod.import_handler(
+                    q.config.handler, path=str(self.cfg.path), key=f"queues.{name}.handler")
+            except SmqsupError as exc:
+                q.fatal = "handler cannot be imported"
+                log.error("%s", exc)
+
+    def _reclaim_local_orphans(self) -> None:
+        """Consumers registered from this host whose process is gone (a previous
+        supervisor SIGKILLed with its children): return their messages now
+        rather than wait for the garbage collector."""
+        for name, q in self.queues.items():
+            for cid, info in self.broker.consumers(name).items():
+                if info.get("host") == self.host and not psutil.pid_exists(int(info.get("pid", 0))):
+                    self._reclaim(name, cid, True, "consumer lost (process gone at supervisor start)",
+                                  q.config.retry_threshold)
+
+    # --- main loop pieces ------------------------------------------------------
+
+    def _wait(self) -> None:
+        timeout = defaults.ARBITER_TICK_S
+        try:
+            select.select([self._wake_r], [], [], timeout)
+        except InterruptedError:
+            pass
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _dispatch_signals(self) -> None:
+        handlers: dict[int, Callable[[], None]] = {
+            signal.SIGTERM: self.handle_term, signal.SIGINT: self.handle_int, signal.SIGQUIT: self.handle_quit,
+            signal.SIGHUP: self.handle_hup, signal.SIGCHLD: self.reap,
+            signal.SIGTTIN: self.handle_ttin, signal.SIGTTOU: self.handle_ttou,
+        }
+        while self._signals:
+            handlers[self._signals.pop(0)]()
+
+    # --- signal handlers (called from the main loop) ---------------------------
+
+    def handle_term(self) -> None:
+        if not self._stopping:
+            log.info("SIGTERM: graceful stop (shutdown_timeout %.1fs)", self.cfg.shutdown_timeout_s)
+            self._begin_shutdown()
+
+    def handle_int(self) -> None:
+        self._int_count += 1
+        if self._int_count == 1 and not self._stopping:
+            log.info("SIGINT: graceful stop (shutdown_timeout %.1fs); SIGINT again to stop at once",
+                     self.cfg.shutdown_timeout_s)
+            self._begin_shutdown()
+        else:
+            self.handle_quit()
+
+    def handle_quit(self) -> None:
+        log.warning("stopping at once: killing %d consumer(s); their messages go back to pending",
+                    len(self.children))
+        self._begin_shutdown()
+        for c in self.children.values():
+            c.kill_at = 0.0
+
+    def handle_hup(self) -> None:
+        try:
+            new = config_mod.load(self.cfg.path)
+        except SmqsupError as exc:
+            log.error("SIGHUP: new config rejected, keeping the old one: %s", exc)
+            return
+        self.notifier.reloading()
+        p = plan(self.cfg, new)
+        log.info("SIGHUP: %s", p.describe())
+        for key in p.restart_required:
+            log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
+        self.cfg = effective(self.cfg, new)
+        for name, q in self.cfg.queues.items():
+            state = self.queues.get(name)
+            if state is None or state.removed:
+                self.queues[name] = QueueState(q, generation(q, self.cfg), q.consumers)
+                continue
+            if name in p.rolled or q != state.config:
+                state.fatal = None
+                state.failures = 0
+                state.backoff_s = defaults.RESTART_BACKOFF_MIN_S
+            state.config, state.generation, state.target = q, generation(q, self.cfg), q.consumers
+        for name in p.removed:
+            self.queues[name].removed = True
+            self.queues[name].target = 0
+        self._ready_sent = False
+
+    def handle_ttin(self) -> None:
+        for name, q in self.queues.items():
+            if not q.removed:
+                q.target += 1
+                log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
+
+    def handle_ttou(self) -> None:
+        for name, q in self.queues.items():
+            if not q.removed and q.target > 1:
+                q.target -= 1
+                log.info("SIGTTOU: queue %s scaled to %d", name, q.target)
+
+    # --- reaping -----------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Reap every dead child, reclaim its processing list, plan its restart."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            c = self.children.pop(pid, None)
+            if c is not None:
+                self._on_child_exit(c, status)
+            elif self.server is not None and pid == self.server.pid:
+                self._on_server_exit(status)
+
+    def _on_child_exit(self, c: Child, status: int) -> None:
+        now = time.monotonic()
+        _, busy_us, messages = self.slots.read(c.slot)
+        self.slots.release(c.slot)
+        _PROCS.pop(c.pid, None)
+        q = self.queues.get(c.queue)
+        threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
+        cause = describe_status(status)
+        if c.stop_reason is StopReason.TIMEOUT:
+            limit = q.config.message_timeout_s if q else 0
+            self._reclaim(c.queue, c.consumer_id, True, f"timeout after {limit:g} s", threshold)
+            log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
+                      c.queue, c.index, c.pid, limit)
+        elif c.stop_reason is not None:
+            self._reclaim(c.queue, c.consumer_id, False, c.stop_reason.value, threshold)
+            log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
+                     c.stop_reason.value, cause)
+        else:
+            clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
+            self._reclaim(c.queue, c.consumer_id, not clean, cause, threshold)
+            self._log_death(c, status, cause, clean)
+            if q is not None and not clean:
+                self._count_failure(q, c, status, messages, busy_us, now)
+        if q is not None and q.removed and not any(ch.queue == c.queue for ch in self.children.values()):
+            del self.queues[c.queue]
+
+    def _log_death(self, c: Child, status: int, cause: str, clean: bool) -> None:
+        if clean:
+            log.info("queue %s: consumer #%d (pid %d) exited (max_messages reached or stopped); replacing it",
+                     c.queue, c.index, c.pid)
+        elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            log.error("queue %s: consumer #%d (pid %d) %s (out of memory? see dmesg); its message is back "
+                      "in pending", c.queue, c.index, c.pid, cause)
+        else:
+            log.error("queue %s: consumer #%d (pid %d) %s", c.queue, c.index, c.pid, cause)
+
+    def _count_failure(self, q: QueueState, c: Child, status: int, messages: int, busy_us: int,
+                       now: float) -> None:
+        """A child up and working is replaced at once; one that died before it
+        was ready, or soon after without taking a message, backs off."""
+        working = c.ready and (messages > 0 or busy_us > 0 or now - c.started_at >= defaults.MIN_UPTIME_S)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT:
+            q.fatal = "handler cannot be imported"
+            log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
+                      c.queue, q.fatal)
+            return
+        if working:
+            return
+        q.failures += 1
+        q.next_start_at = now + q.backoff_s
+        log.warning("queue %s: consumer died at start (%d in a row); next start in %.1fs",
+                    c.queue, q.failures, q.backoff_s)
+        q.backoff_s = min(q.backoff_s * 2, defaults.RESTART_BACKOFF_MAX_S)
+        if q.failures >= defaults.RESTART_LIMIT:
+            q.fatal = f"consumers keep dying at start ({q.failures} in a row)"
+            log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
+                      c.queue, q.fatal)
+
+    def _on_server_exit(self, status: int) -> None:
+        assert self.server is not None
+        log.error("embedded redis-server %s; restarting it", describe_status(status))
+        self.server.forget()
+        try:
+            self.server.start()
+        except SmqsupError as exc:
+            log.error("embedded redis-server did not restart: %s", exc)
+
+    def _reclaim(self, queue: str, consumer_id: str, costs: bool, reason: str, threshold: int) -> None:
+        self._pending_reclaims.append((queue, consumer_id, costs, reason, threshold))
+        self._retry_reclaims()
+
+    def _retry_reclaims(self) -> None:
+        """Run queued reclaims; keep the ones Redis could not take (retried next tick)."""
+        waiting = []
+        for item in self._pending_reclaims:
+            queue, cid, costs, reason, threshold = item
+            try:
+                r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason)
+            except BrokerError as exc:
+                waiting.append(item)
+                log.warning("queue %s: reclaim of consumer %s postponed: %s", queue, cid, exc)
+                continue
+            if r.requeued or r.dead_lettered:
+                log.info("queue %s: reclaimed %d message(s) of consumer %s (%s): %d to pending, %d dead-lettered",
+                         queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
+        self._pending_reclaims = waiting
+
+    # --- limits ------------------------------------------------------------------
+
+    def check_limits(self) -> None:
+        """message_timeout (kill), max_memory (graceful recycle), resource samples."""
+        now = time.monotonic()
+        now_us = monotonic_us()
+        sample = now >= self._next_sample
+        if sample:
+            self._next_sample = now + self.cfg.heartbeat_interval_s
+        for c in list(self.children.values()):
+            q = self.queues.get(c.queue)
+            ready_us, busy_us, c.messages = self.slots.read(c.slot)
+            if ready_us and not c.ready:
+                c.ready = True
+                log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
+            if q is None or c.stopping:
+                continue
+            timeout = q.config.message_timeout_s
+            if timeout and busy_us and now_us - busy_us > timeout * 1e6:
+                self._kill(c, StopReason.TIMEOUT)
+                continue
+            if sample:
+                self._sample(c)
+                limit = q.config.max_memory_bytes
+                if limit and c.rss_bytes > limit:
+                    log.warning("queue %s: consumer #%d (pid %d) uses %d MB > max_memory %d MB; recycling it",
+                                c.queue, c.index, c.pid, c.rss_bytes >> 20, limit >> 20)
+                    self._stop_child(c, StopReason.RECYCLE)
+
+    def _sample(self, c: Child) -> None:
+        try:
+            proc = _process(c.pid)
+            c.cpu_percent = proc.cpu_percent(None)
+            try:
+                full = proc.memory_full_info()
+                c.rss_bytes, c.uss_bytes = full.rss, full.uss
+            except psutil.AccessDenied:
+                c.rss_bytes = proc.memory_info().rss
+        except psutil.Error:
+            return
+        log.debug("queue %s: consumer #%d pid %d cpu %.1f%% rss %d kB uss %s kB", c.queue, c.index, c.pid,
+                  c.cpu_percent, c.rss_bytes >> 10, None if c.uss_bytes is None else c.uss_bytes >> 10)
+
+    # --- reconcile ---------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """Move each queue's children toward its target count and generation."""
+        now = time.monotonic()
+        for name, q in list(self.queues.items()):
+            live = [c for c in self.children.values() if c.queue == name and not c.stopping]
+            if q.removed:
+                for c in live:
+                    self._stop_child(c, StopReason.DRAIN)
+                continue
+            if q.fatal:
+                continue
+            current = [c for c in live if c.generation == q.generation]
+            old = [c for c in live if c.generation != q.generation]
+            if old:
+                self._roll(q, current, old, now)
+            else:
+                self._scale(q, current, now)
+            if q.failures and any(c.ready and now - c.started_at >= defaults.RESTART_BACKOFF_RESET_S
+                                  for c in current):
+                q.failures, q.backoff_s = 0, defaults.RESTART_BACKOFF_MIN_S
+
+    def _scale(self, q: QueueState, current: list[Child], now: float) -> None:
+        while len(current) < q.target and now >= q.next_start_at:
+            current.append(self.spawn(q))
+            if q.failures:  # backing off: one attempt at a time
+                break
+        if len(current) > q.target:
+            # Idle children first, then the newest: the busiest keep their work.
+            surplus = sorted(current, key=lambda c: (self.slots.read(c.slot)[1] != 0, -c.started_at))
+            for c in surplus[: len(current) - q.target]:
+                self._stop_child(c, StopReason.SCALE_DOWN)
+
+    def _roll(self, q: QueueState, current: list[Child], old: list[Child], now: float) -> None:
+        """One at a time: start a new child, and once it is ready stop an old one."""
+        if any(not c.ready for c in current):
+            return
+        if len(current) + len(old) > q.target:
+            self._stop_child(min(old, key=lambda c: c.started_at), StopReason.ROLL)
+        elif len(current) < q.target and now >= q.next_start_at:
+            self.spawn(q)
+
+    # --- children ----------------------------------------------------------------
+
+    def spawn(self, q: QueueState) -> Child:
+        """Fork one consumer of queue ``q``."""
+        name = q.config.name
+        used = {c.index for c in self.children.values() if c.queue == name and not c.stopping}
+        index = q.free_index(used)
+        slot = self.slots.allocate()
+        token = os.urandom(3).hex()
+        pid = os.fork()
+        if pid == 0:
+            child_mod.run(child_mod.ChildSpec(
+                config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
+                index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name)))
+        c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic())
+        self.children[pid] = c
+        q.starts.append(c.started_at)
+        del q.starts[:-20]
+        log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
+        return c
+
+    def _stop_child(self, c: Child, reason: StopReason) -> None:
+        """Graceful: SIGTERM now, SIGKILL after shutdown_timeout (no attempt lost)."""
+        if c.stopping:
+            return
+        c.stop_reason = reason
+        c.kill_at = time.monotonic() + self.cfg.shutdown_timeout_s
+        _signal(c.pid, signal.SIGTERM)
+
+    def _kill(self, c: Child, reason: StopReason) -> None:
+        c.stop_reason = reason
+        c.kill_at = None
+        _signal(c.pid, signal.SIGKILL)
+
+    # --- shutdown ----------------------------------------------------------------
+
+    def _begin_shutdown(self) -> None:
+        if not self._stopping:
+            self._stopping = True
+            self.notifier.stopping()
+        deadline = time.monotonic() + self.cfg.shutdown_timeout_s
+        for c in self.children.values():
+            if c.stop_reason is None:
+                c.stop_reason = StopReason.SHUTDOWN
+                c.kill_at = deadline
+                _signal(c.pid, signal.SIGTERM)
+
+    def _enforce_deadlines(self) -> None:
+        """SIGKILL children whose graceful stop overran; their reclaim stays free."""
+        now = time.monotonic()
+        for c in self.children.values():
+            if c.kill_at is not None and now >= c.kill_at:
+                log.warning("queue %s: consumer #%d (pid %d) did not stop in time; killing it, its message "
+                            "goes back to pending without costing an attempt", c.queue, c.index, c.pid)
+                c.kill_at = None
+                _signal(c.pid, signal.SIGKILL)
+
+    # --- systemd -----------------------------------------------------------------
+
+    def _notify(self) -> None:
+        if not self._stopping:
+            self.notifier.status(self.status_line())
+        if not self._stopping and not self._ready_sent and self.converged():
+            self._ready_sent = True
+            self.notifier.ready(self.status_line())
+            log.info("all consumers ready: %s", self.status_line())
+        interval = self.notifier.watchdog_interval_s
+        if interval is not None and time.monotonic() >= self._next_watchdog:
+            self._next_watchdog = time.monotonic() + interval
+            self.notifier.watchdog()
+
+    def converged(self) -> bool:
+        """Every non-FATAL queue runs its target of ready, current children."""
+        for name, q in self.queues.items():
+            if q.fatal:
+                continue
+            mine = [c for c in self.children.values() if c.queue == name]
+            if q.removed:
+                if mine:
+                    return False
+                continue
+            if len(mine) != q.target or not all(c.ready and c.generation == q.generation and not c.stopping
+                                                for c in mine):
+                return False
+        return True
+
+    def status_line(self) -> str:
+        parts = []
+        for name, q in sorted(self.queues.items()):
+            mine = [c for c in self.children.values() if c.queue == name and not c.stopping]
+            ready = sum(1 for c in mine if c.ready)
+            if q.fatal:
+                parts.append(f"{name} FATAL ({q.fatal})")
+            else:
+                parts.append(f"{name} {ready}/{q.target}")
+        return "consumers ready: " + ", ".join(parts)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:  # already dead: the next reap deals with it
+        pass
+
+
+_PROCS: dict[int, psutil.Process] = {}
+
+
+def _process(pid: int) -> psutil.Process:
+    """A cached psutil handle (cpu_percent needs the previous sample)."""
+    proc = _PROCS.get(pid)
+    if proc is None or not proc.is_running():
+        proc = _PROCS[pid] = psutil.Process(pid)
+    return proc
+
+
+def _set_title(title: str) -> None:
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    setproctitle(title)

@@ -1,0 +1,182 @@
+"""What runs in a consumer process after the supervisor forks it.
+
+    fork ─▶ reset signals, PDEATHSIG, title, reseed ─▶ import handler ─▶ new
+    Redis client, PING ─▶ slot "ready" ─▶ Consumer.run() ─▶ os._exit(status)
+
+The child never returns into the parent's code: it leaves with os._exit, so
+the parent's atexit handlers (which stop the embedded redis-server) and
+buffered files never run twice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import NoReturn, Optional
+
+from smqsup import defaults
+from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig, import_handler
+from smqsup.consumer import Consumer
+from smqsup.errors import BrokerConnectionError, HandlerImportError
+from smqsup.message import Message
+from smqsup.supervisor import systemd
+from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_REDIS, Slots
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+#: After the parent died, the child gets this long to finish its message.
+_ORPHAN_GRACE_S = 2
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """Everything a child needs, fixed by the parent before fork."""
+
+    config: Config
+    queue: QueueConfig
+    url: str
+    consumer_id: str
+    index: int  # the "#2" of the title: 1..consumers within the queue
+    slot: int
+    slots: Slots
+    parent_pid: int
+    handler: Optional[Callable[[Message], object]] = None  # preloaded by the parent
+
+
+def run(spec: ChildSpec) -> NoReturn:
+    """Run the consumer until told to stop, then exit the process."""
+    status = EXIT_ERROR
+    try:
+        status = _main(spec)
+    except BaseException:  # noqa: BLE001 - whatever happens, never return to the parent's code
+        log.exception("queue %s: consumer #%d crashed", spec.queue.name, spec.index)
+    finally:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _main(spec: ChildSpec) -> int:
+    consumer_box: list[Consumer] = []
+    _reset_process(spec, consumer_box)
+    try:
+        handler = spec.handler or import_handler(spec.queue.handler, path=str(spec.config.path),
+                                                 key=f"queues.{spec.queue.name}.handler")
+    except HandlerImportError as exc:
+        log.error("%s", exc)
+        return EXIT_IMPORT
+    broker = Broker(spec.url, spec.config.namespace, client_name=f"smqsup-{spec.queue.name}-{spec.index}")
+    if not _wait_for_redis(broker, spec):
+        return EXIT_REDIS
+    title = _Title(spec)
+    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy)
+    consumer_box.append(consumer)
+    title.consumer = consumer
+    consumer.start()  # registered in Redis before the parent hears "ready"
+    if _stop_requested:
+        return EXIT_OK
+    spec.slots.set_ready(spec.slot)
+    title.update()
+    consumer.run()
+    broker.close()
+    return EXIT_OK
+
+
+_stop_requested = False
+
+
+def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
+    """Start clean: default signals, parent-death signal, no systemd vars, new seed."""
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
+                signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    # A terminal's Ctrl-C reaches the whole process group: the parent decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def on_term(signum: int, frame: Optional[FrameType]) -> None:
+        # Only record (and arm a deadline if we are an orphan).
+        global _stop_requested
+        _stop_requested = True
+        if consumer_box:
+            consumer_box[0].request_stop()
+        if os.getppid() != spec.parent_pid:
+            signal.alarm(_ORPHAN_GRACE_S)  # default SIGALRM action ends the process
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the getppid check below still runs
+        pass
+    if os.getppid() != spec.parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    systemd.unset_environment(os.environ)
+    random.seed()
+
+
+def _wait_for_redis(broker: Broker, spec: ChildSpec) -> bool:
+    deadline = time.monotonic() + defaults.CHILD_BOOT_REDIS_TIMEOUT_S
+    delay = defaults.RECONNECT_BACKOFF_MIN_S
+    while not _stop_requested:
+        try:
+            broker.ping()
+            return True
+        except BrokerConnectionError as exc:
+            if time.monotonic() >= deadline:
+                log.error("queue %s: consumer #%d: Redis unreachable at boot: %s",
+                          spec.queue.name, spec.index, exc)
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, defaults.RECONNECT_BACKOFF_MAX_S)
+    return True
+
+
+class _Title:
+    """The process title, e.g. ``smqsup: consumer orders #2 [busy 1834 msgs]``,
+    and the shared slot the parent reads; the title is rewritten at most once
+    a second to keep the per-message cost to a few struct writes."""
+
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        self.consumer: Optional[Consumer] = None
+        self._next_title = 0.0
+        self._busy = False
+        try:
+            from setproctitle import setproctitle
+
+            self._set: Optional[Callable[[str], None]] = setproctitle
+        except ImportError:
+            self._set = None
+        self.update()
+
+    def busy(self, msg: Optional[Message]) -> None:
+        n = self.consumer.stats.received if self.consumer else 0
+        if msg is not None:
+            self.spec.slots.set_busy(self.spec.slot, n)
+        else:
+            self.spec.slots.set_idle(self.spec.slot)
+        self._busy = msg is not None
+        now = time.monotonic()
+        if now >= self._next_title:
+            self._next_title = now + 1.0
+            self.update()
+
+    def update(self) -> None:
+        if self._set is None:
+            return
+        n = self.consumer.stats.received if self.consumer else 0
+        state = "busy" if self._busy else ("idle" if self.consumer else "starting")
+        self._set(f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]")
