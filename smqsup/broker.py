@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from smqsup import defaults, scripts
-from smqsup.errors import BrokerConnectionError, BrokerError, ConfigError
+from smqsup.errors import BrokerConnectionError, BrokerError, ConfigError, NotLeader
 from smqsup.keys import QueueKeys, queues_set
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,10 @@ def _text(value: "bytes | str") -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _json(info: Mapping[str, Any]) -> str:
+    return json.dumps(dict(info), separators=(",", ":"))
+
+
 @contextmanager
 def _wrapped(what: str) -> Iterator[None]:
     """Turn redis-py errors raised inside the block into smqsup errors."""
@@ -93,6 +97,10 @@ def _wrapped(what: str) -> Iterator[None]:
         yield
     except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
+    except rexc.ResponseError as exc:
+        if str(exc).startswith("NOTLEADER"):
+            raise NotLeader(f"{what}: refused, this process no longer holds the collector lock") from exc
+        raise BrokerError(f"{what}: Redis error: {exc}") from exc
     except rexc.RedisError as exc:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
 
@@ -176,20 +184,23 @@ class Broker:
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
 
     def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
-                lock: Optional[scripts.Lock] = None, batch: int = defaults.RECLAIM_BATCH,
-                **meta: Any) -> scripts.ReclaimResult:
+                lock: Optional[scripts.Lock] = None, stale_after_ms: int = 0,
+                batch: int = defaults.RECLAIM_BATCH, **meta: Any) -> scripts.ReclaimResult:
         """Return every frame of the consumer's list to the queue (looping
-        over batches); unregister the consumer once its list is empty."""
+        over batches); unregister the consumer once its list is empty. With
+        ``stale_after_ms``, do nothing (remaining -1) if its heartbeat is fresh.
+        With ``lock``, raise NotLeader unless the lock holds its token."""
         text = scripts.meta_json(reason, consumer=consumer_id, **meta)
         requeued = dead = 0
         with _wrapped(f"reclaim on {queue!r}"):
             while True:
                 r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
-                                    retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock)
+                                    retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock,
+                                    stale_after_ms=stale_after_ms)
                 requeued += r.requeued
                 dead += r.dead_lettered
-                if r.remaining == 0:
-                    return scripts.ReclaimResult(requeued, dead, 0)
+                if r.remaining <= 0:
+                    return scripts.ReclaimResult(requeued, dead, r.remaining)
 
     def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
                 batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
@@ -203,12 +214,75 @@ class Broker:
         return frames[::-1]
 
     def register_consumer(self, queue: str, consumer_id: str, info: Mapping[str, Any]) -> None:
-        k = self.keys(queue)
+        """Enter the consumer in the registry with a first heartbeat."""
         with _wrapped(f"register consumer on {queue!r}"):
+            self.client.sadd(queues_set(self.namespace), queue)
+            scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, _json(info))], register=True)
+
+    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]]) -> list[tuple[str, str]]:
+        """Renew the heartbeats of registered consumers, queue -> [(id, info)],
+        all queues in one pipelined round trip. Returns (queue, id) of those no
+        longer registered: declared dead, they must not go on."""
+        items = [(q, b) for q, b in beats.items() if b]
+        if not items:
+            return []
+        with _wrapped("heartbeat"):
+            try:
+                replies = self._heartbeat_pipeline(items)
+            except rexc.NoScriptError:  # Redis restarted and lost its script cache
+                for script in scripts.ALL:
+                    self.client.script_load(script.text)
+                replies = self._heartbeat_pipeline(items)
+        return [(q, _text(cid)) for (q, _), unknown in zip(items, replies) for cid in unknown]
+
+    def _heartbeat_pipeline(self, items: list[tuple[str, Sequence[tuple[str, Mapping[str, Any]]]]]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for queue, queue_beats in items:
+            k = self.keys(queue)
+            args: list[Any] = [0]
+            for cid, info in queue_beats:
+                args += [cid, _json(info)]
+            pipe.evalsha(scripts.HEARTBEAT.sha, 2, k.consumers, k.heartbeats, *args)
+        replies: list[Any] = pipe.execute()
+        return replies
+
+    def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
+        """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
+        with _wrapped(f"find stale consumers of {queue!r}"):
+            return scripts.stale(self.client, self.keys(queue), timeout_ms=timeout_ms, limit=limit)
+
+    # --- leader lock ---------------------------------------------------------
+
+    def lock_acquire(self, key: str, token: str, ttl_ms: int) -> bool:
+        with _wrapped(f"acquire {key}"):
+            return bool(self.client.set(key, token, nx=True, px=ttl_ms))
+
+    def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
+        with _wrapped(f"renew {key}"):
+            return scripts.lock_renew(self.client, key, token, ttl_ms)
+
+    def lock_release(self, key: str, token: str) -> bool:
+        with _wrapped(f"release {key}"):
+            return scripts.lock_release(self.client, key, token)
+
+    def lock_holder(self, key: str) -> Optional[str]:
+        with _wrapped(f"read {key}"):
+            value = self.client.get(key)
+        return None if value is None else _text(cast(bytes, value))
+
+    def gc_fact(self, queue: str, **increments: int) -> None:
+        """Add to the queue's collector facts (reclaims, orphans, ...)."""
+        k = self.keys(queue)
+        with _wrapped(f"collector facts of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.sadd(queues_set(self.namespace), queue)
-            pipe.hset(k.consumers, consumer_id, json.dumps(dict(info), separators=(",", ":")))
+            for name, n in increments.items():
+                pipe.hincrby(k.gc, name, n)
             pipe.execute()
+
+    def gc_facts(self, queue: str) -> dict[str, int]:
+        with _wrapped(f"collector facts of {queue!r}"):
+            raw = self.client.hgetall(self.keys(queue).gc)
+        return {_text(k): int(v) for k, v in raw.items()}
 
     def consumers(self, queue: str) -> dict[str, dict[str, Any]]:
         with _wrapped(f"read consumers of {queue!r}"):

@@ -1,10 +1,13 @@
 """The consumer loop: fetch one message, run the handler, ack or nack.
 
     pending ──BLMOVE──▶ processing:CID ──▶ handler(message)
-       ▲  ▲                                   │ returned ─▶ ack.lua: LREM + LMOVE next
-       │  └──────── nack.lua ◀────────────────┤ raised   ─▶ attempts+1, then pending,
-       │                                      │             delayed or dead-letter
-       └─ promote.lua ◀── delayed             └ undecodable ─▶ dead-letter "malformed"
+          ▲                                   │ returned ─▶ ack.lua: LREM + LMOVE next
+          └──────── nack.lua ◀────────────────┤ raised   ─▶ attempts+1, then pending,
+                                              │             delayed or dead-letter
+                                              └ undecodable ─▶ dead-letter "malformed"
+
+(Due delayed messages are moved back to pending by the elected garbage
+collector, gc.py, not by consumers.)
 
 When the queue is busy, the ack of one message and the fetch of the next are
 one round trip (ack.lua / nack.lua take the next frame); only an empty queue
@@ -13,6 +16,13 @@ costs a blocking BLMOVE.
 No fork and no signals here: the supervisor's child or the ``consume``
 command owns those and calls ``request_stop()``, which is safe to call from a
 signal handler (it only sets a flag). The loop stops between messages.
+
+Identity: if the garbage collector declared this consumer dead (it was
+paused past heartbeat_timeout) its messages were requeued and its registry
+entry removed. The ack script then reports "not registered" and fetches
+nothing more; the consumer stops (``on_lost="stop"``, a supervisor child,
+which its parent replaces) or registers again under a new id
+(``on_lost="renew"``, a standalone consumer).
 
 Failure handling: the Redis client never retries on its own (broker.py). After
 any connection error the loop keeps the outcome it could not record, waits
@@ -90,8 +100,8 @@ class Consumer:
         *,
         consumer_id: Optional[str] = None,
         fetch_block_s: float = defaults.FETCH_BLOCK_S,
-        promote_interval_s: float = defaults.PROMOTE_INTERVAL_S,
         on_busy: Optional[BusyHook] = None,
+        on_lost: str = "renew",
     ) -> None:
         self.broker = broker
         self.queue = queue
@@ -100,9 +110,9 @@ class Consumer:
         self.consumer_id = consumer_id or new_consumer_id(queue.name)
         self.stats = ConsumerStats()
         self._fetch_block_s = fetch_block_s
-        self._promote_interval_s = promote_interval_s
-        self._next_promote = 0.0
         self._on_busy = on_busy
+        self._on_lost = on_lost
+        self._lost = False
         self._stop = False
         self._unsettled: Optional[tuple[bytes, _Outcome]] = None
         self._recover_needed = True
@@ -118,6 +128,17 @@ class Consumer:
     @property
     def stopping(self) -> bool:
         return self._stop
+
+    @property
+    def registered(self) -> bool:
+        """Whether the consumer has entered the registry (its heartbeats may flow)."""
+        return self._registered
+
+    def identity_lost(self, consumer_id: str) -> None:
+        """The collector declared ``consumer_id`` dead (a heartbeat said so).
+        Thread-safe: only sets a flag the loop reads between messages."""
+        if consumer_id == self.consumer_id:
+            self._lost = True
 
     def _limit_reached(self) -> bool:
         limit = self.queue.max_messages
@@ -139,6 +160,9 @@ class Consumer:
         frame: Optional[bytes] = None
         while not self._stop and not self._limit_reached():
             try:
+                if self._lost:
+                    frame = self._handle_lost(frame)
+                    continue
                 if self._recover_needed:
                     frame = None
                     self._recover()
@@ -157,21 +181,34 @@ class Consumer:
                 self._pause(backoff)
                 backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
         self._finish()
+        if self._lost and self._on_lost == "stop":
+            return "declared dead"
         return "max_messages" if self._limit_reached() and not self._stop else "stopped"
 
     def _fetch(self) -> Optional[bytes]:
-        now = time.monotonic()
-        if now >= self._next_promote:
-            self._promote(now)
-        block_s = max(0.01, min(self._fetch_block_s, self._next_promote - time.monotonic()))
-        return self.broker.fetch(self.name, self.consumer_id, block_s)
+        return self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
 
-    def _promote(self, now: float) -> None:
-        result = self.broker.promote(self.name)
-        wait_s = self._promote_interval_s
-        if result.wait_ms >= 0:
-            wait_s = min(wait_s, result.wait_ms / 1000.0)
-        self._next_promote = now + wait_s
+    def _handle_lost(self, frame: Optional[bytes]) -> Optional[bytes]:
+        """Declared dead: stop, or go on under a new id. A frame in hand (taken
+        before we knew) is handled first: it is in our list, so its ack works."""
+        if frame is not None:
+            self._process(frame, fetch_next=False)
+        log.warning("queue %s: consumer %s was declared dead by the garbage collector (paused past "
+                    "heartbeat_timeout); its messages were requeued", self.name, self.consumer_id)
+        if self._on_lost == "stop":
+            self._stop = True
+            return None
+        old = self.consumer_id
+        self.consumer_id = new_consumer_id(self.name)
+        self._registered = False
+        self._lost = False
+        self.start()
+        # Anything moved into the old list after the collector emptied it goes
+        # back, free: those messages were never handed to a handler.
+        self.broker.reclaim(self.name, old, costs_attempt=False, retry_threshold=self.queue.retry_threshold,
+                            reason="consumer re-registered")
+        log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
+        return None
 
     def _process(self, frame: bytes, *, fetch_next: bool) -> Optional[bytes]:
         """Handle one frame and record the outcome; return the next frame when
@@ -182,8 +219,6 @@ class Consumer:
         fetch = fetch_next and not self._stop and not self._limit_reached()
         nxt = self._settle(frame, outcome, fetch)
         self._unsettled = None
-        if fetch and time.monotonic() >= self._next_promote:
-            self._promote(time.monotonic())
         return nxt
 
     def _run_handler(self, frame: bytes) -> _Outcome:
@@ -228,9 +263,13 @@ class Consumer:
                 self.stats.acked += 1
             else:
                 self._late(frame)
+            if not ack.registered:
+                self._lost = True
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
                                 delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch)
+        if not nack.registered:
+            self._lost = True
         if nack.outcome == scripts.LATE:
             self._late(frame)
         elif nack.outcome == scripts.DEAD:

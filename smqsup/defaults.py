@@ -30,8 +30,8 @@ MAX_MESSAGES = 0
 MAX_MEMORY_BYTES = 0
 #: How long one blocking fetch (BLMOVE) waits before the loop looks around, in s.
 FETCH_BLOCK_S = 1.0
-#: How often a consumer moves due delayed messages to pending, in seconds.
-PROMOTE_INTERVAL_S = 0.5
+#: Longest the collector waits between looks for due delayed messages, in s.
+PROMOTE_INTERVAL_S = 0.25
 #: Most delayed messages promoted by one script call.
 PROMOTE_BATCH = 500
 #: Most messages one reclaim script call moves.
@@ -64,3 +64,5 @@ RESTART_LIMIT = 10
 MIN_UPTIME_S = 2.0
 #: How often the supervisor loop wakes when nothing happens, in seconds.
 ARBITER_TICK_S = 0.1
+#: Socket timeout of the supervisor's own Redis client, in seconds.
+SUPERVISOR_SOCKET_TIMEOUT_S = 2.0

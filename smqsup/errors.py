@@ -58,6 +58,12 @@ class BrokerConnectionError(BrokerError):
     """
 
 
+class NotLeader(BrokerError):
+    """A collector script was refused: the caller's lock token is not the one
+    in Redis (it was paused past the lock's TTL, or deposed). It must stop
+    acting as the collector at once."""
+
+
 class PublishUncertain(BrokerConnectionError):
     """A publish was sent but its reply was lost: the message may be in the queue.
 

@@ -12,8 +12,14 @@ Cluster slot::
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:consumers         HASH  consumer id -> registration JSON (pid, host,
-                                   started_at); how a collector finds
-                                   processing lists without scanning keys
+                                   started_at, cpu, memory); how a collector
+                                   finds processing lists without scanning keys
+    ns:{Q}:heartbeats        ZSET  consumer id, score = time of its last
+                                   heartbeat in ms, Redis clock
+    ns:{Q}:gc:lock           STR   owner token of the queue's elected garbage
+                                   collector (SET NX PX; token = host:pid:rand)
+    ns:{Q}:gc                HASH  collector facts: reclaims, orphans,
+                                   leader_since_ms, leader changes
     ns:{Q}:counters          HASH  queue-wide event counts (late_acks,
                                    reclaimed, dead_lettered, ...)
     ns:queues                SET   names of the queues ever published to or
@@ -55,6 +61,18 @@ class QueueKeys:
     @property
     def consumers(self) -> str:
         return f"{self._prefix}:consumers"
+
+    @property
+    def heartbeats(self) -> str:
+        return f"{self._prefix}:heartbeats"
+
+    @property
+    def gc_lock(self) -> str:
+        return f"{self._prefix}:gc:lock"
+
+    @property
+    def gc(self) -> str:
+        return f"{self._prefix}:gc"
 
     @property
     def counters(self) -> str:

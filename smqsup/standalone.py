@@ -17,6 +17,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, import_handler
 from smqsup.consumer import Consumer
 from smqsup.embedded import ensure_server
+from smqsup.heartbeat import LivenessThread
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ def consume(cfg: Config, queue: str) -> int:
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
     consumer = Consumer(broker, qcfg, handler)
+    liveness = LivenessThread(url, cfg, consumer)
     signals = {"count": 0}
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:
@@ -44,6 +46,7 @@ def consume(cfg: Config, queue: str) -> int:
         for warning in broker.check_server():
             log.warning("%s", warning)
         log.info("queue %s: consumer %s started (%s)", queue, consumer.consumer_id, qcfg.handler)
+        liveness.start()
         try:
             reason = consumer.run()
         except KeyboardInterrupt:
@@ -54,6 +57,8 @@ def consume(cfg: Config, queue: str) -> int:
         log.info("queue %s: consumer %s %s after %d message(s)", queue, consumer.consumer_id, reason,
                  consumer.stats.received)
     finally:
+        if liveness.is_alive():
+            liveness.stop()
         broker.close()
         if server is not None:
             server.stop()

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +14,10 @@ import redis
 
 from smqsup import message
 from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer
 from smqsup.errors import MessageError
+from smqsup.gc import Collector
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests.helpers import wait_for
@@ -24,17 +26,29 @@ NS = "smq"
 
 
 class Running:
-    """A Consumer running in a thread of the test process."""
+    """A Consumer running in a thread of the test process, with a garbage
+    collector (which promotes delayed retries) in another."""
 
     def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
         self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
-        self.thread = threading.Thread(target=self.consumer.run, daemon=True)
-        self.thread.start()
+        self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self.consumer.run, daemon=True),
+                        threading.Thread(target=self._collect, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _collect(self) -> None:
+        while not self._stop.wait(0.02):
+            self.collector.tick()
+        self.collector.release_all()
 
     def stop(self) -> None:
         self.consumer.request_stop()
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "consumer did not stop"
+        self._stop.set()
+        for t in self.threads:
+            t.join(10)
+            assert not t.is_alive(), "consumer did not stop"
 
 
 @pytest.fixture
@@ -277,13 +291,13 @@ def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis
 
 def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis) -> None:
     """With a lock given, reclaim refuses to act unless the lock holds the caller's token."""
-    from smqsup.errors import BrokerError
+    from smqsup.errors import NotLeader
 
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")
     redis_client.lpush(k.processing("c1"), b"0|x")
     redis_client.set("lock", "other")
-    with pytest.raises(BrokerError, match="NOTLEADER"):
+    with pytest.raises(NotLeader, match="no longer holds the collector lock"):
         broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
     assert redis_client.llen(k.processing("c1")) == 1
     redis_client.set("lock", "mine")

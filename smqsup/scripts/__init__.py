@@ -45,8 +45,14 @@ _NACK = Script("nack")
 _RECLAIM = Script("reclaim")
 _PROMOTE = Script("promote")
 _DLQ_REQUEUE = Script("dlq_requeue")
+_HEARTBEAT = Script("heartbeat")
+_STALE = Script("stale")
+_LOCK_RENEW = Script("lock_renew")
+_LOCK_RELEASE = Script("lock_release")
 
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE)
+HEARTBEAT = _HEARTBEAT
+
+ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _HEARTBEAT, _STALE, _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -56,12 +62,14 @@ LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
 class AckResult:
     acked: bool  # False: a late ack, the message had been reclaimed
     next_frame: Optional[bytes]
+    registered: bool = True  # False: declared dead; stop using this identity
 
 
 @dataclass(frozen=True)
 class NackResult:
     outcome: int  # LATE, RETRIED, DELAYED or DEAD
     next_frame: Optional[bytes]
+    registered: bool = True
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,9 @@ def meta_json(reason: str, **fields: Any) -> str:
 
 def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool) -> AckResult:
     """Remove ``frame`` from the consumer's list; take the next one if asked."""
-    acked, nxt = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters), (frame, int(fetch_next)))
-    return AckResult(bool(acked), nxt or None)
+    acked, nxt, registered = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters,
+                                            keys.consumers), (frame, int(fetch_next), consumer_id))
+    return AckResult(bool(acked), nxt or None, bool(registered))
 
 
 def nack(
@@ -100,12 +109,12 @@ def nack(
     fetch_next: bool,
 ) -> NackResult:
     """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
-    outcome, nxt = _NACK(
+    outcome, nxt, registered = _NACK(
         client,
-        (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters),
-        (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next)),
+        (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters, keys.consumers),
+        (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id),
     )
-    return NackResult(int(outcome), nxt or None)
+    return NackResult(int(outcome), nxt or None, bool(registered))
 
 
 def reclaim(
@@ -118,11 +127,16 @@ def reclaim(
     meta: str,
     batch: int,
     unregister: bool = True,
+    stale_after_ms: int = 0,
     lock: Optional[Lock] = None,
 ) -> ReclaimResult:
-    """Return up to ``batch`` messages of the consumer's list to the queue."""
-    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers]
-    args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else ""]
+    """Return up to ``batch`` messages of the consumer's list to the queue.
+    With ``stale_after_ms``, only if its heartbeat is still that old
+    (``remaining`` -1 otherwise)."""
+    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
+                keys.heartbeats]
+    args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else "",
+                       stale_after_ms]
     if lock is not None:
         key_list.append(lock[0])
         args.append(lock[1])
@@ -146,3 +160,31 @@ def dlq_requeue(client: "redis.Redis", keys: QueueKeys, entries: Sequence[bytes]
     if not entries:
         return 0
     return int(_DLQ_REQUEUE(client, (keys.dead, keys.pending), entries))
+
+
+def heartbeat(client: "redis.Redis", keys: QueueKeys, beats: Sequence[tuple[str, str]], *,
+              register: bool) -> list[str]:
+    """Register or renew consumers (id, info JSON); return the ids that are no
+    longer registered (declared dead)."""
+    args: list[Any] = [int(register)]
+    for cid, info in beats:
+        args += [cid, info]
+    return _texts(_HEARTBEAT(client, (keys.consumers, keys.heartbeats), args))
+
+
+def stale(client: "redis.Redis", keys: QueueKeys, *, timeout_ms: int, limit: int) -> tuple[list[str], list[str]]:
+    """(stale ids, orphan ids) of a queue's consumers, by the Redis clock."""
+    stale_ids, orphans = _STALE(client, (keys.heartbeats, keys.consumers), (timeout_ms, limit))
+    return _texts(stale_ids), _texts(orphans)
+
+
+def _texts(items: Sequence[Any]) -> list[str]:
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in items]
+
+
+def lock_renew(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> bool:
+    return bool(_LOCK_RENEW(client, (key,), (token, ttl_ms)))
+
+
+def lock_release(client: "redis.Redis", key: str, token: str) -> bool:
+    return bool(_LOCK_RELEASE(client, (key,), (token,)))

@@ -3,15 +3,20 @@
 -- KEYS[1]  processing list of the acking consumer
 -- KEYS[2]  pending list of the queue
 -- KEYS[3]  counters hash of the queue
+-- KEYS[4]  consumers registry hash of the queue
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also move the oldest pending frame into KEYS[1]; "0": do not
+-- ARGV[3]  the consumer's id
 --
--- Returns {acked, next}
+-- Returns {acked, next, registered}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
 --          there (a late ack: the message was reclaimed, and is counted in
 --          KEYS[3] "late_acks"; nothing else is touched, so another copy of
 --          the message is never deleted)
 --   next   the frame now at the left of KEYS[1], or false
+--   registered  0 if the consumer is no longer in KEYS[4] (declared dead and
+--          reclaimed): then nothing is fetched into a list no collector
+--          watches, and the consumer must stop using this identity
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
@@ -19,8 +24,9 @@ local acked = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if acked == 0 then
   redis.call('HINCRBY', KEYS[3], 'late_acks', 1)
 end
+local registered = redis.call('HEXISTS', KEYS[4], ARGV[3])
 local nxt = false
-if ARGV[2] == '1' then
+if ARGV[2] == '1' and registered == 1 then
   nxt = redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT')
 end
-return {acked, nxt}
+return {acked, nxt, registered}

@@ -6,17 +6,20 @@
 -- KEYS[3]  delayed sorted set of the queue (score: due time, ms, Redis clock)
 -- KEYS[4]  dead-letter list of the queue
 -- KEYS[5]  counters hash of the queue
+-- KEYS[6]  consumers registry hash of the queue
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
 -- ARGV[3]  retry delay in ms (integer, >= 0; 0 = back to pending at once)
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[5]  "1": also move the oldest pending frame into KEYS[1]
+-- ARGV[6]  the consumer's id
 --
--- Returns {outcome, next}
+-- Returns {outcome, next, registered}
 --   outcome  0 late (the frame was not in KEYS[1]: reclaimed; nothing done),
 --            1 back in pending, 2 delayed, 3 dead-lettered
 --   next     the frame taken for the consumer, or false
+--   registered  0 if the consumer is no longer in KEYS[6] (see ack.lua)
 --
 -- The payload bytes after '|' are copied, never decoded or re-encoded.
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -52,8 +55,9 @@ else
     redis.call('HINCRBY', KEYS[5], 'dead_lettered', 1)
   end
 end
+local registered = redis.call('HEXISTS', KEYS[6], ARGV[6])
 local nxt = false
-if ARGV[5] == '1' then
+if ARGV[5] == '1' and registered == 1 then
   nxt = redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT')
 end
-return {outcome, nxt}
+return {outcome, nxt, registered}

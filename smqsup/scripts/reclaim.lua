@@ -7,24 +7,29 @@
 -- KEYS[3]  dead-letter list of the queue
 -- KEYS[4]  counters hash of the queue
 -- KEYS[5]  consumers registry hash of the queue
--- KEYS[6]  (optional) garbage-collector lock key
+-- KEYS[6]  heartbeats sorted set of the queue
+-- KEYS[7]  (optional) garbage-collector lock key
 -- ARGV[1]  "1": each message costs an attempt (the consumer died or hung);
 --          "0": it does not (graceful stop, scale-down)
 -- ARGV[2]  retry_threshold: past it a message is dead-lettered
 -- ARGV[3]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[4]  most messages to move in this call (integer > 0)
--- ARGV[5]  consumer id, removed from KEYS[5] once its list is empty
---          ("" leaves the registry alone)
--- ARGV[6]  (with KEYS[6]) the caller's lock token: the script refuses to act
---          unless KEYS[6] holds exactly this token
+-- ARGV[5]  consumer id, removed from KEYS[5] and KEYS[6] once its list is
+--          empty ("" leaves the registry alone)
+-- ARGV[6]  heartbeat_timeout in ms, or "0": when > 0 the script acts only if
+--          the consumer's heartbeat is missing or older than this (it may
+--          have come back since the collector listed it as stale)
+-- ARGV[7]  (with KEYS[7]) the caller's lock token: the script refuses to act
+--          unless KEYS[7] holds exactly this token
 --
--- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call again.
--- With KEYS[6] given and the token not matching, returns an error reply
+-- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
+-- again; remaining -1 means the consumer is alive after all (nothing done).
+-- With KEYS[7] given and the token not matching, returns an error reply
 -- "NOTLEADER".
 --
 -- Order: frames are taken from the left (newest) and pushed on the right of
 -- pending (its consuming end), so the oldest reclaimed frame is consumed first.
-if KEYS[6] and redis.call('GET', KEYS[6]) ~= ARGV[6] then
+if KEYS[7] and redis.call('GET', KEYS[7]) ~= ARGV[7] then
   return redis.error_reply('NOTLEADER lock is not held by this token')
 end
 local costs = ARGV[1] == '1'
@@ -32,6 +37,13 @@ local threshold = tonumber(ARGV[2])
 local limit = tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local timeout = tonumber(ARGV[6]) or 0
+if timeout > 0 then
+  local beat = redis.call('ZSCORE', KEYS[6], ARGV[5])
+  if beat and tonumber(beat) >= now_ms - timeout then
+    return {0, 0, -1}
+  end
+end
 local meta = '{"at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[3], 2)
 local requeued, dead = 0, 0
 for _ = 1, limit do
@@ -60,5 +72,6 @@ if requeued + dead > 0 then
 end
 if remaining == 0 and ARGV[5] ~= '' then
   redis.call('HDEL', KEYS[5], ARGV[5])
+  redis.call('ZREM', KEYS[6], ARGV[5])
 end
 return {requeued, dead, remaining}

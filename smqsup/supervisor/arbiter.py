@@ -7,6 +7,11 @@ the running set equal to what queues.yaml asks for.
         reap       waitpid(-1, WNOHANG) loop ─▶ reclaim the dead child's list
         limits     message_timeout (SIGKILL), max_memory (graceful recycle)
         reconcile  per queue: start / stop / roll children toward the target
+        heartbeat  renew every live child's heartbeat, all queues in one
+                   pipelined call per heartbeat_interval (a child busy in C
+                   code holding the GIL is still alive; a SIGSTOPped one is
+                   not renewed, and one the collector declared dead is stopped)
+        collector  this supervisor's part in each queue's GC election (gc.py)
         notify     READY=1 once converged, STATUS=, WATCHDOG=1
 
 Signal handlers only record: no logging, waitpid or kill inside them (a
@@ -35,6 +40,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config
 from smqsup.embedded import ensure_server
 from smqsup.errors import BrokerError, SmqsupError
+from smqsup.gc import Collector
 from smqsup.redis_server import RedisServer
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor.plan import effective, generation, plan
@@ -67,7 +73,12 @@ class Arbiter:
         self.server = server
         self.pid = os.getpid()
         self.host = socket.gethostname()
-        self.broker = Broker(url, cfg.namespace, client_name="smqsup-supervisor")
+        # A short socket timeout: Redis trouble must not stall reaping for long.
+        self.broker = Broker(url, cfg.namespace, client_name="smqsup-supervisor",
+                             socket_timeout_s=defaults.SUPERVISOR_SOCKET_TIMEOUT_S)
+        self.collector = Collector(self.broker, cfg, owner=f"{self.host}:{self.pid}")
+        self._next_heartbeat = 0.0
+        self._heartbeat_failing = False
         self.notifier = Notifier()
         self.slots = Slots()
         self.children: dict[int, Child] = {}
@@ -104,7 +115,10 @@ class Arbiter:
                 self.reconcile()
             self._enforce_deadlines()
             self._retry_reclaims()
+            self.heartbeat()
+            self.collector.tick()
             self._notify()
+        self.collector.release_all()
         self._retry_reclaims()
         log.info("supervisor %d stopped", self.pid)
         return 0
@@ -206,6 +220,7 @@ class Arbiter:
         for key in p.restart_required:
             log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         self.cfg = effective(self.cfg, new)
+        self.collector.update(self.cfg)
         for name, q in self.cfg.queues.items():
             state = self.queues.get(name)
             if state is None or state.removed:
@@ -337,6 +352,41 @@ class Arbiter:
                          queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
         self._pending_reclaims = waiting
 
+    # --- heartbeats -----------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Renew the heartbeats of all live children in one round trip."""
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.cfg.heartbeat_interval_s
+        beats: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for c in self.children.values():
+            if c.ready and not _is_stopped(c.pid):
+                beats.setdefault(c.queue, []).append((c.consumer_id, self._beat_info(c)))
+        try:
+            lost = self.broker.heartbeat(beats)
+        except BrokerError as exc:
+            if not self._heartbeat_failing:
+                log.warning("heartbeats not sent: %s", exc)
+            self._heartbeat_failing = True
+            return
+        if self._heartbeat_failing:
+            log.info("heartbeats sent again")
+        self._heartbeat_failing = False
+        by_id = {c.consumer_id: c for c in self.children.values()}
+        for queue, cid in lost:
+            dead = by_id.get(cid)
+            if dead is not None and not dead.stopping:
+                log.warning("queue %s: consumer #%d (pid %d) was declared dead by the garbage collector "
+                            "(its messages were requeued); replacing it", queue, dead.index, dead.pid)
+                self._stop_child(dead, StopReason.DECLARED_DEAD)
+
+    def _beat_info(self, c: Child) -> dict[str, Any]:
+        return {"pid": c.pid, "host": self.host, "queue": c.queue, "index": c.index, "supervisor": self.pid,
+                "started_at": round(time.time() - (time.monotonic() - c.started_at), 3),
+                "cpu": round(c.cpu_percent, 1), "rss": c.rss_bytes, "uss": c.uss_bytes, "messages": c.messages}
+
     # --- limits ------------------------------------------------------------------
 
     def check_limits(self) -> None:
@@ -416,7 +466,11 @@ class Arbiter:
 
     def _roll(self, q: QueueState, current: list[Child], old: list[Child], now: float) -> None:
         """One at a time: start a new child, and once it is ready stop an old one."""
-        if any(not c.ready for c in current):
+        # An old child told to stop may still be finishing its message; starting
+        # the next new one before it exits would run target + 2 processes.
+        rolling_out = any(c.queue == q.config.name and c.stop_reason is StopReason.ROLL
+                          for c in self.children.values())
+        if rolling_out or any(not c.ready for c in current):
             return
         if len(current) + len(old) > q.target:
             self._stop_child(min(old, key=lambda c: c.started_at), StopReason.ROLL)
@@ -537,6 +591,15 @@ def _process(pid: int) -> psutil.Process:
     if proc is None or not proc.is_running():
         proc = _PROCS[pid] = psutil.Process(pid)
     return proc
+
+
+def _is_stopped(pid: int) -> bool:
+    """True if the process is stopped (SIGSTOP, a debugger): not working, so
+    its heartbeat must lapse. A busy process, even one stuck in C code, runs."""
+    try:
+        return _process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 def _set_title(title: str) -> None:

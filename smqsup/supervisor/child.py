@@ -80,7 +80,9 @@ def _main(spec: ChildSpec) -> int:
     if not _wait_for_redis(broker, spec):
         return EXIT_REDIS
     title = _Title(spec)
-    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy)
+    # Declared dead by the collector: stop; the parent starts a replacement.
+    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy,
+                        on_lost="stop")
     consumer_box.append(consumer)
     title.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"

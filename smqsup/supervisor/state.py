@@ -21,6 +21,7 @@ class StopReason(str, enum.Enum):
     ROLL = "config changed"
     DRAIN = "queue removed"
     RECYCLE = "max_memory"
+    DECLARED_DEAD = "declared dead by the garbage collector"
     TIMEOUT = "timeout"
 
 

@@ -1,0 +1,164 @@
+"""The garbage collector: per queue, one elected process across all
+supervisors and hosts reclaims the messages of dead consumers and moves due
+delayed messages to pending.
+
+    every tick, for each queue:
+        LeaderLock.step()        SET NX PX / renew at a third of the TTL
+        if leader:
+            stale.lua            consumers whose heartbeat is older than
+                                 heartbeat_timeout (Redis clock), and
+                                 registered consumers with no heartbeat
+            reclaim.lua          each one's list back to pending (one attempt,
+                                 reason "consumer lost"), re-checking both the
+                                 staleness and the lock token inside the script
+            promote.lua          due delayed messages, in batches until none
+                                 is due
+
+It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
+that changes something checks the lock token in Redis, so a leader that was
+paused past the TTL (SIGSTOP, a VM freeze) and deposed cannot act when it
+resumes: its first refused script makes it step down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from smqsup import defaults
+from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig
+from smqsup.errors import BrokerError, NotLeader
+from smqsup.lock import LeaderLock
+
+log = logging.getLogger(__name__)
+
+
+def lock_ttl_ms(cfg: Config) -> int:
+    """The collector lock's TTL: heartbeat_timeout, so that a dead leader is
+    replaced about as fast as a dead consumer is noticed."""
+    return max(1000, int(cfg.heartbeat_timeout_s * 1000))
+
+
+@dataclass
+class _QueueGC:
+    queue: QueueConfig
+    lock: LeaderLock
+    next_lock_step: float = 0.0
+    next_scan: float = 0.0
+    next_promote: float = 0.0
+    reclaimed: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+class Collector:
+    """This process's part in the election, and the work when it leads.
+    Call ``tick()`` often (every 0.1 s or so); it returns quickly and never
+    raises for Redis trouble."""
+
+    def __init__(self, broker: Broker, cfg: Config, *, owner: str = "") -> None:
+        self.broker = broker
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._queues: dict[str, _QueueGC] = {}
+        self._backoff_until = 0.0
+        self.update(cfg)
+
+    def update(self, cfg: Config) -> None:
+        """Follow a reloaded config: join new queues, leave removed ones."""
+        self.cfg = cfg
+        ttl = lock_ttl_ms(cfg)
+        for name in list(self._queues):
+            if name not in cfg.queues:
+                self._queues.pop(name).lock.release()
+        for name, q in cfg.queues.items():
+            state = self._queues.get(name)
+            if state is None:
+                token = f"{self.owner}:{os.urandom(4).hex()}"
+                key = self.broker.keys(name).gc_lock
+                self._queues[name] = _QueueGC(q, LeaderLock(self.broker, key, token, ttl))
+            else:
+                state.queue = q
+                state.lock.ttl_ms = ttl
+
+    def leading(self) -> list[str]:
+        return sorted(n for n, s in self._queues.items() if s.lock.still_valid())
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self._backoff_until:
+            return
+        try:
+            for name, state in self._queues.items():
+                self._tick_queue(name, state, now)
+        except NotLeader:
+            pass  # handled per queue; here for type completeness
+        except BrokerError as exc:
+            log.warning("collector: Redis unavailable (%s); retrying in 1 s", exc)
+            self._backoff_until = now + 1.0
+
+    def _tick_queue(self, name: str, state: _QueueGC, now: float) -> None:
+        lock = state.lock
+        if now >= state.next_lock_step:
+            was = lock.held
+            if lock.step() and not was:
+                log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
+                self.broker.gc_fact(name, leader_changes=1)
+                state.next_scan = state.next_promote = now
+            # Contenders try often so that failover takes about one TTL.
+            interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
+                                                                    self.cfg.heartbeat_interval_s)
+            state.next_lock_step = now + interval
+        if not lock.still_valid():
+            return
+        try:
+            if now >= state.next_scan:
+                state.next_scan = now + self.cfg.heartbeat_interval_s
+                self._collect(name, state)
+            if now >= state.next_promote:
+                state.next_promote = now + self._promote(name, state)
+        except NotLeader:
+            lock.drop()
+            log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
+
+    def _collect(self, name: str, state: _QueueGC) -> None:
+        timeout_ms = int(self.cfg.heartbeat_timeout_s * 1000)
+        stale, orphans = self.broker.stale_consumers(name, timeout_ms)
+        for cid in stale + orphans:
+            reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
+            r = self.broker.reclaim(name, cid, costs_attempt=True, retry_threshold=state.queue.retry_threshold,
+                                    reason=reason, lock=(state.lock.key, state.lock.token),
+                                    stale_after_ms=timeout_ms)
+            if r.remaining == -1:
+                continue  # it came back between the two scripts
+            moved = r.requeued + r.dead_lettered
+            self.broker.gc_fact(name, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
+            state.reclaimed += moved
+            log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
+                        "%d to pending, %d dead-lettered", name, cid, self.cfg.heartbeat_timeout_s, moved,
+                        r.requeued, r.dead_lettered)
+
+    def _promote(self, name: str, state: _QueueGC) -> float:
+        """Promote until none is due; return seconds until the next check."""
+        lock = (state.lock.key, state.lock.token)
+        while True:
+            r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
+            if r.moved:
+                log.debug("queue %s: %d delayed message(s) due, moved to pending", name, r.moved)
+            if r.wait_ms != 0:
+                break
+        wait_s = defaults.PROMOTE_INTERVAL_S if r.wait_ms < 0 else r.wait_ms / 1000.0
+        return min(wait_s, defaults.PROMOTE_INTERVAL_S)
+
+    def release_all(self) -> None:
+        """Give up every lock held (at a clean stop), so others take over at once."""
+        for state in self._queues.values():
+            state.lock.release()
+
+
+def leaders(broker: Broker, queues: Mapping[str, object]) -> dict[str, str | None]:
+    """queue -> current collector's owner token (None: no leader now)."""
+    return {name: broker.lock_holder(broker.keys(name).gc_lock) for name in queues}

@@ -1,0 +1,81 @@
+"""Liveness of a consumer that runs without a supervisor: a thread that
+renews its heartbeat every heartbeat_interval and takes part in the
+collector election.
+
+Under a supervisor this module is not used: the parent renews every child's
+heartbeat (arbiter.py), so handler code that holds the GIL cannot starve it.
+Here a handler holding the GIL for longer than heartbeat_timeout (a long C
+call) does starve the thread, and the collector then declares the consumer
+dead: run such handlers under the supervisor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from smqsup.broker import Broker
+from smqsup.config import Config
+from smqsup.consumer import Consumer
+from smqsup.errors import BrokerError
+from smqsup.gc import Collector
+
+log = logging.getLogger(__name__)
+
+#: How often the thread wakes to see whether something is due, in seconds.
+_TICK_S = 0.05
+
+
+class LivenessThread(threading.Thread):
+    """Heartbeats for one in-process consumer, plus a Collector."""
+
+    def __init__(self, url: str, cfg: Config, consumer: Consumer) -> None:
+        super().__init__(name="smqsup-liveness", daemon=True)
+        self.cfg = cfg
+        self.consumer = consumer
+        # Its own connection: the consumer's may be blocked in BLMOVE.
+        self.broker = Broker(url, cfg.namespace, client_name="smqsup-liveness")
+        self.collector = Collector(self.broker, cfg)
+        self._stop_event = threading.Event()
+        self._proc = psutil.Process()
+        self._started_at = time.time()
+
+    def stop(self) -> None:
+        """Stop the thread, release the collector locks, close the connection."""
+        self._stop_event.set()
+        self.join(5)
+
+    def run(self) -> None:
+        next_beat = 0.0
+        while not self._stop_event.wait(_TICK_S):
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.cfg.heartbeat_interval_s
+                self._beat()
+            self.collector.tick()
+        self.collector.release_all()
+        self.broker.close()
+
+    def _beat(self) -> None:
+        c = self.consumer
+        if not c.registered:
+            return
+        try:
+            lost = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
+        except BrokerError as exc:
+            log.debug("heartbeat not sent: %s", exc)
+            return
+        for _, cid in lost:
+            c.identity_lost(cid)
+
+    def _info(self) -> dict[str, Any]:
+        mem = self._proc.memory_info()
+        return {"pid": os.getpid(), "host": socket.gethostname(), "queue": self.consumer.name,
+                "started_at": self._started_at, "cpu": self._proc.cpu_percent(None), "rss": mem.rss,
+                "messages": self.consumer.stats.received}
