@@ -26,8 +26,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from smqsup import defaults
 from smqsup.broker import Broker

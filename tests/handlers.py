@@ -8,6 +8,7 @@ process was killed (lines are written with O_APPEND before returning).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 def _record(event: str, msg: Any) -> None:
     out = os.environ["SMQ_TEST_OUT"]
     line = json.dumps({"event": event, "id": msg.id, "attempts": msg.attempts, "pid": os.getpid(),
-                       "body": msg.body}) + "\n"
+                       "body": msg.body, "t": time.monotonic()}) + "\n"
     fd = os.open(os.path.join(out, f"{os.getpid()}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -65,3 +66,19 @@ def crash(msg: Any) -> None:
     """Take the whole process down mid-message, as a segfaulting C extension would."""
     _record("start", msg)
     os._exit(70)
+
+
+def talk(msg: Any) -> None:
+    """Log one warning line and print one stdout line naming the message, then ack."""
+    logging.getLogger(__name__).warning("handling %s", msg.id)
+    print(f"stdout of the handler for {msg.id}", flush=True)
+    _record("done", msg)
+
+
+def spin(msg: Any) -> None:
+    """Hold the CPU in pure Python for body["seconds"], then ack."""
+    end = time.monotonic() + float(msg.body["seconds"])
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    _record("done", msg)

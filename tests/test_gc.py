@@ -1,0 +1,321 @@
+"""Liveness and the elected garbage collector, with several real supervisors
+sharing one private redis-server (test-sized timings; asserts relative to them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+import pytest
+import redis
+
+from smqsup import message
+from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig
+from smqsup.gc import Collector
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from tests import procs
+from tests.handlers import read_events
+from tests.helpers import wait_for
+
+Q = QueueKeys("smq", "q")
+HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
+TIMEOUT_S = 2.0
+
+
+class Sup:
+    """One ``smqsup -c`` in its own process group, with its own config, log and out dir."""
+
+    def __init__(self, root: Path, name: str, url: str, queues: dict[str, Any], env: Optional[dict[str, str]] = None,
+                 **top: Any) -> None:
+        self.name = name
+        self.out = root / name
+        self.out.mkdir()
+        self.cfg = procs.write_config(root / f"{name}.yaml", url, queues, **{**HB, **top})
+        self.log_path = self.out / "supervisor.txt"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(self.cfg)],
+                                     env=procs.env(self.out, **(env or {})), stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            return [k for k in psutil.Process(self.pid).children() if k.status() != psutil.STATUS_ZOMBIE]
+        except psutil.NoSuchProcess:
+            return []
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        kids = self.children()
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for k in kids:
+            try:
+                k.send_signal(signal.SIGCONT)
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self._log.close()
+
+
+@pytest.fixture
+def sups(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Sup]]:
+    started: list[Sup] = []
+
+    def _start(name: str, queues: dict[str, Any], **kw: Any) -> Sup:
+        s = Sup(tmp_path, name, redis_url, queues, **kw)
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        s.stop()
+
+
+def _events(*supervisors: Sup, event: Optional[str] = None) -> list[dict[str, Any]]:
+    return [e for s in supervisors for e in read_events(str(s.out)) if event is None or e["event"] == event]
+
+
+def _ready(s: Sup, n: int, client: "redis.Redis", queue: str = "q") -> None:
+    """Wait until ``s`` has ``n`` consumers of ``queue`` registered."""
+    def mine() -> int:
+        pids = {k.pid for k in s.children()}
+        return sum(1 for cid in client.hkeys(QueueKeys("smq", queue).consumers)
+                   if int(cid.decode().split(":")[1]) in pids)
+    wait_for(lambda: mine() == n, timeout_s=15, message=f"{s.name}: {mine()} of {n} consumers registered")
+
+
+def _leader(client: "redis.Redis", queue: str = "q") -> Optional[int]:
+    """Pid of the supervisor holding the queue's collector lock."""
+    token = client.get(QueueKeys("smq", queue).gc_lock)
+    return int(token.decode().split(":")[1]) if token else None
+
+
+def _in_queue(client: "redis.Redis", mid: str, attempts: int) -> bool:
+    """The message is back: in pending, or in some live consumer's list, with ``attempts``."""
+    frames = list(client.lrange(Q.pending, 0, -1))
+    for cid in client.hkeys(Q.consumers):
+        frames += client.lrange(Q.processing(cid.decode()), 0, -1)
+    return any(f.startswith(b"%d|" % attempts) and message.decode(f).id == mid for f in frames)
+
+
+def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """SIGKILL of supervisor A's process group mid-message: B reclaims within heartbeat_timeout + 2 s, none lost."""
+    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 2}}
+    a = sups("a", queues)
+    _ready(a, 2, redis_client)
+    with Producer(redis_url) as p:
+        ids = p.publish_many("q", [{"sleep": 30}] * 2)
+    wait_for(lambda: len(_events(a, event="start")) == 2)
+    b = sups("b", queues)
+    _ready(b, 2, redis_client)
+    assert _leader(redis_client) == a.pid  # A leads: B must take over first
+    os.killpg(a.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: all(_in_queue(redis_client, mid, 1) for mid in ids), timeout_s=TIMEOUT_S + 4,
+             interval_s=0.02, message="messages of the dead supervisor not reclaimed")
+    took = time.monotonic() - killed
+    assert took <= TIMEOUT_S + 2, f"reclaimed after {took:.2f}s"
+    assert _leader(redis_client) == b.pid
+    started = wait_for(lambda: {e["id"] for e in _events(b, event="start")} >= set(ids) or None)
+    assert started and Broker(redis_url).gc_facts("q")["consumers_lost"] == 2
+
+
+def test_leader_killed_another_leads_within_one_ttl_and_never_two(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """The collector's supervisor killed: another takes over within one lock TTL; at no sample two claim it."""
+    queues = {"q": {"handler": "tests.handlers:record"}}
+    group = [sups(n, queues) for n in ("a", "b", "c")]
+    for s in group:
+        _ready(s, 1, redis_client)
+    samples: list[tuple[float, Optional[int]]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        client = redis.Redis.from_url(redis_url)
+        while not done.is_set():
+            samples.append((time.monotonic(), _leader(client)))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        first = wait_for(lambda: _leader(redis_client))
+        victim = next(s for s in group if s.pid == first)
+        os.killpg(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        new = wait_for(lambda: (lambda p: p if p not in (None, first) else None)(_leader(redis_client)),
+                       timeout_s=TIMEOUT_S + 3, interval_s=0.01)
+        took = time.monotonic() - killed
+        time.sleep(0.5)  # keep sampling the new leader's tenure a little
+    finally:
+        done.set()
+        sampler.join()
+    assert took <= TIMEOUT_S + 0.5, f"failover took {took:.2f}s for a {TIMEOUT_S}s lock"
+    alive = {s.pid for s in group if s is not victim}
+    assert new in alive
+    # Every sample names one holder; after the failover only the new one; and
+    # the logs show each supervisor's tenure starting after the previous ended.
+    after = [holder for t, holder in samples if t > killed + took]
+    assert after and set(after) == {new}
+    assert sum("is now the garbage collector" in s.log() for s in group) == 2
+
+
+def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """Leader SIGSTOPped for 3x the TTL while its consumer dies; B requeues the orphan once; A steps down."""
+    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 1}}
+    a = sups("a", queues)
+    _ready(a, 1, redis_client)
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": 30})
+    [start] = wait_for(lambda: _events(a, event="start"))
+    b = sups("b", {"q": {"handler": "tests.handlers:record", "consumers": 1}})
+    _ready(b, 1, redis_client)
+    assert _leader(redis_client) == a.pid
+    os.kill(a.pid, signal.SIGSTOP)
+    frozen = time.monotonic()
+    os.kill(start["pid"], signal.SIGKILL)  # its consumer dies while the leader is frozen
+    wait_for(lambda: [e for e in _events(b, event="done") if e["id"] == mid], timeout_s=3 * TIMEOUT_S + 2)
+    wait_for(lambda: _leader(redis_client) == b.pid)
+    time.sleep(max(0.0, frozen + 3 * TIMEOUT_S - time.monotonic()))  # frozen for 3x the TTL in all
+    os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: "lost the lock" in a.log() or "stepping down" in a.log(), timeout_s=5)
+    _ready(a, 1, redis_client)  # A replaced its dead child and consumes again
+    with Producer(redis_url) as p:
+        p.publish_many("q", [{"sleep": 0}] * 4)
+    wait_for(lambda: redis_client.llen(Q.pending) == 0)
+    facts = Broker(redis_url).gc_facts("q")
+    assert facts["reclaimed"] == 1
+    done = [e for e in _events(a, b, event="done") if e["id"] == mid]
+    assert [(e["pid"], e["attempts"]) for e in done] == [(done[0]["pid"], 1)]
+    assert _leader(redis_client) == b.pid
+
+
+def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str,
+                                                                   redis_client: "redis.Redis") -> None:
+    """A collector that still believes it leads (paused past its TTL) is refused in Redis and steps down."""
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    a = Collector(Broker(redis_url), cfg, owner="a")
+    b = Collector(Broker(redis_url), cfg, owner="b")
+    a.tick()
+    assert a.leading() == ["q"]
+    # A freezes; its lock expires; B takes over; A wakes still believing it leads.
+    redis_client.delete(Q.gc_lock)
+    b.tick()
+    assert b.leading() == ["q"]
+    # Meanwhile a consumer died with a message in its list, and a retry fell due.
+    redis_client.lpush(Q.processing("dead"), b"0|x")
+    redis_client.hset(Q.consumers, "dead", "{}")
+    redis_client.zadd(Q.delayed, {b"0|y": 0})
+    state = a._queues["q"]
+    state.lock._valid_until = time.monotonic() + 60
+    state.next_scan = state.next_promote = 0.0
+    state.next_lock_step = time.monotonic() + 60
+    a.tick()
+    assert a.leading() == []
+    # Nothing was moved by A.
+    assert redis_client.llen(Q.processing("dead")) == 1 and redis_client.zcard(Q.delayed) == 1
+    b._queues["q"].next_scan = b._queues["q"].next_promote = 0.0
+    b.tick()
+    assert redis_client.llen(Q.pending) == 2
+
+
+def test_a_handler_spinning_the_cpu_is_not_declared_dead(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """Pure-Python CPU spin for 3x heartbeat_timeout: the message is not reclaimed and is handled once."""
+    a = sups("a", {"q": {"handler": "tests.handlers:spin"}})
+    _ready(a, 1, redis_client)
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"seconds": 3 * TIMEOUT_S})
+    done = wait_for(lambda: _events(a, event="done"), timeout_s=3 * TIMEOUT_S + 10)
+    assert [(e["id"], e["attempts"]) for e in done] == [(mid, 0)]
+    assert Broker(redis_url).gc_facts("q").get("consumers_lost", 0) == 0
+    assert "declared dead" not in a.log()
+
+
+def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """Consumer SIGSTOPped past heartbeat_timeout: message handled elsewhere; after SIGCONT its ack is a no-op."""
+    a = sups("a", {"q": {"handler": "tests.handlers:slow", "consumers": 2}})
+    _ready(a, 2, redis_client)
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": 1})
+    [start] = wait_for(lambda: _events(a, event="start"))
+    os.kill(start["pid"], signal.SIGSTOP)
+    # Reclaimed and handled by the other consumer, as a second attempt.
+    wait_for(lambda: [e for e in _events(a, event="done") if e["attempts"] == 1], timeout_s=TIMEOUT_S + 5)
+    os.kill(start["pid"], signal.SIGCONT)
+    wait_for(lambda: len(_events(a, event="done")) == 2, timeout_s=10)
+    wait_for(lambda: Broker(redis_url).counters("q").get("late_acks") == 1)
+    # The paused consumer does not go on under its old identity: it is replaced.
+    wait_for(lambda: not psutil.pid_exists(start["pid"])
+             or psutil.Process(start["pid"]).status() == psutil.STATUS_ZOMBIE, timeout_s=10)
+    _ready(a, 2, redis_client)
+    assert redis_client.llen(Q.pending) == 0 and redis_client.llen(Q.dead) == 0
+    assert sorted(e["attempts"] for e in _events(a, event="done") if e["id"] == mid) == [0, 1]
+
+
+def test_delayed_retries_come_back_on_time_by_the_collector(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+    """A retry_delay of 1 s is honoured by the collector's promotion (consumers never promote)."""
+    a = sups("a", {"q": {"handler": "tests.handlers:fail", "retry_threshold": 2, "retry_delay": "1s"}})
+    _ready(a, 1, redis_client)
+    with Producer(redis_url) as p:
+        p.publish("q", "x")
+    wait_for(lambda: redis_client.llen(Q.dead) == 1, timeout_s=10)
+    attempts = sorted(_events(a, event="attempt"), key=lambda e: e["attempts"])
+    times = [e["t"] for e in attempts]
+    gaps = [b - a_ for a_, b in zip(times, times[1:])]
+    assert len(gaps) == 2 and all(1.0 <= g <= 1.6 for g in gaps), gaps
+
+
+@pytest.mark.parametrize("skew", ["+30s", "-30s"])
+def test_a_supervisor_with_a_skewed_wall_clock_causes_no_false_death(
+        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis", skew: str) -> None:
+    """One supervisor's wall clock off by 30 s (libfaketime): no consumer is declared dead, by either side."""
+    lib = _libfaketime()
+    a = sups("a", {"q": {"handler": "tests.handlers:record", "consumers": 2}})
+    _ready(a, 2, redis_client)
+    b = sups("b", {"q": {"handler": "tests.handlers:record", "consumers": 2}},
+             env={"LD_PRELOAD": lib, "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    _ready(b, 2, redis_client)
+    # B's clock really is skewed (its children inherit it).
+    with Producer(redis_url) as p:
+        p.publish_many("q", range(20))
+    wait_for(lambda: len(_events(a, b, event="done")) == 20)
+    # Run through several leader renewals and heartbeat timeouts, with both leading in turn.
+    deadline = time.monotonic() + 3 * TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert Broker(redis_url).gc_facts("q").get("consumers_lost", 0) == 0
+        time.sleep(0.1)
+    assert "declared dead" not in a.log() + b.log()
+    assert redis_client.hlen(Q.consumers) == 4
+
+
+def _libfaketime() -> str:
+    for path in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                 "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1"):
+        if os.path.exists(path):
+            return path
+    pytest.fail("libfaketime is not installed: apt-get install faketime (.ci/run does)", pytrace=False)
