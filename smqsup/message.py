@@ -91,6 +91,48 @@ def new_id() -> str:
 # --- envelope ------------------------------------------------------------
 
 
+#: One encoder for every body: json.dumps with arguments builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new ids at once (one lock round), in order."""
+    return [new_id() for _ in range(count)]
+
+
+class EnvelopeWriter:
+    """Writes the payloads of one queue's messages. The envelope's fixed parts
+    (queue, headers, created_at) are encoded once per batch and only each body
+    is encoded per message, so a batch costs one JSON encoding per body."""
+
+    def __init__(self, queue: str, headers: Optional[Mapping[str, Any]], max_size_bytes: int,
+                 created_at: Optional[float] = None) -> None:
+        self.queue = queue
+        self.max_size_bytes = max_size_bytes
+        created = round(time.time() if created_at is None else created_at, 6)
+        try:
+            head_json = _ENCODER.encode(dict(headers) if headers else {})
+        except (TypeError, ValueError) as exc:
+            raise MessageError(f"queue {queue!r}: headers are not JSON-serialisable ({exc})") from None
+        self._middle = (',"queue":%s,"body":' % _ENCODER.encode(queue)).encode()
+        self._tail = (',"created_at":%r,"headers":%s}' % (created, head_json)).encode()
+
+    def payload(self, message_id: str, body: Any) -> bytes:
+        """The payload bytes of one message; MessageError if the body is not
+        JSON-serialisable or the payload exceeds the size limit."""
+        try:
+            body_json = _ENCODER.encode(body)
+        except (TypeError, ValueError) as exc:
+            raise MessageError(f"queue {self.queue!r}: message body is not JSON-serialisable ({exc})") from None
+        payload = b'{"id":' + _ENCODER.encode(message_id).encode() + self._middle + body_json.encode() + self._tail
+        if len(payload) > self.max_size_bytes:
+            raise MessageError(
+                f"queue {self.queue!r}: message of {len(payload)} bytes exceeds the limit of "
+                f"{self.max_size_bytes} bytes (max_message_size)"
+            )
+        return payload
+
+
 def encode_payload(
     queue: str,
     body: Any,
@@ -106,24 +148,8 @@ def encode_payload(
     the payload exceeds ``max_size_bytes``.
     """
     mid = message_id if message_id is not None else new_id()
-    envelope = {
-        "id": mid,
-        "queue": queue,
-        "body": body,
-        "created_at": round(time.time() if created_at is None else created_at, 6),
-        "headers": dict(headers) if headers else {},
-    }
-    try:
-        text = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise MessageError(f"queue {queue!r}: message body is not JSON-serialisable ({exc})") from None
-    payload = text.encode("utf-8")
-    if len(payload) > max_size_bytes:
-        raise MessageError(
-            f"queue {queue!r}: message of {len(payload)} bytes exceeds the limit of "
-            f"{max_size_bytes} bytes (max_message_size)"
-        )
-    return mid, payload
+    writer = EnvelopeWriter(queue, headers, max_size_bytes, created_at)
+    return mid, writer.payload(mid, body)
 
 
 def frame(payload: bytes, attempts: int = 0) -> bytes:

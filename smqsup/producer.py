@@ -71,16 +71,14 @@ class Producer:
 
     def publish_many(self, queue: str, bodies: Iterable[Any],
                      headers: Optional[Mapping[str, Any]] = None) -> list[str]:
-        """Queue many messages, pipelined in chunks of 1000; return their ids
-        in order. Every body is encoded and checked before the first is sent."""
+        """Queue many messages, 1000 per LPUSH; return their ids in order.
+        Every body is encoded and checked before the first is sent."""
         self._check_queue(queue)
-        ids: list[str] = []
-        frames: list[bytes] = []
-        for body in bodies:
-            mid, payload = message.encode_payload(queue, body, headers=headers,
-                                                  max_size_bytes=self.max_message_size)
-            ids.append(mid)
-            frames.append(message.frame(payload))
+        writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
+        items = list(bodies)
+        ids = message.new_ids(len(items))
+        payload = writer.payload
+        frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
         for start in range(0, len(frames), _CHUNK):
             try:
                 self._send(queue, frames[start:start + _CHUNK], ids[start:start + _CHUNK])
