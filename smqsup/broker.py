@@ -23,9 +23,12 @@ from redis.retry import Retry
 
 from smqsup import defaults, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, ConfigError, NotLeader
-from smqsup.keys import QueueKeys, queues_set
+from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
 log = logging.getLogger(__name__)
+
+#: Producers silent this long drop out of the statistics, in ms.
+_PRODUCER_TTL_MS = 600_000
 
 #: Lowest Redis version with BLMOVE/LMOVE.
 MIN_REDIS_VERSION = (6, 2, 0)
@@ -91,7 +94,7 @@ def _json(info: Mapping[str, Any]) -> str:
 
 
 @contextmanager
-def _wrapped(what: str) -> Iterator[None]:
+def wrapped(what: str) -> Iterator[None]:
     """Turn redis-py errors raised inside the block into smqsup errors."""
     try:
         yield
@@ -110,11 +113,17 @@ class Broker:
     share a Broker (its sockets) across fork."""
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *, client_name: Optional[str] = None,
-                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S) -> None:
+                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S, stats: bool = True) -> None:
         self.url = url
         self.namespace = namespace
+        #: Count published and acked messages in the queue counters (scripts).
+        self.stats = stats
         self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
         self._keys: dict[str, QueueKeys] = {}
+
+    @property
+    def producers_key(self) -> str:
+        return producers_hash(self.namespace)
 
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
@@ -128,13 +137,13 @@ class Broker:
     # --- server ------------------------------------------------------------
 
     def ping(self) -> None:
-        with _wrapped("PING"):
+        with wrapped("PING"):
             self.client.ping()
 
     def check_server(self) -> list[str]:
         """Raise BrokerError if Redis is too old; return warnings for people
         (e.g. a maxmemory-policy that may evict messages)."""
-        with _wrapped("INFO"):
+        with wrapped("INFO"):
             info = self.client.info("server")
             version = tuple(int(x) for x in str(info["redis_version"]).split(".")[:3])
             try:
@@ -149,37 +158,58 @@ class Broker:
 
     # --- producing -----------------------------------------------------------
 
-    def push(self, queue: str, frames: Sequence[bytes], *, register: bool) -> None:
-        """LPUSH ``frames`` onto the queue in one round trip (with SADD of the
-        queue name when ``register``). Raises BrokerConnectionError if the
+    def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
+             producer: Optional[tuple[str, str]] = None) -> None:
+        """Queue ``frames`` (publish.lua: LPUSH and count) in one round trip,
+        with SADD of the queue name when ``register`` and the producer's
+        statistics (id, JSON) when given. Raises BrokerConnectionError if the
         outcome is unknown."""
         k = self.keys(queue)
-        with _wrapped(f"publish to {queue!r}"):
-            if register:
-                pipe = self.client.pipeline(transaction=False)
-                pipe.sadd(queues_set(self.namespace), queue)
-                pipe.lpush(k.pending, *frames)
-                pipe.execute()
-            else:
-                self.client.lpush(k.pending, *frames)
+        with wrapped(f"publish to {queue!r}"):
+            if not register and producer is None:
+                scripts.publish(self.client, k, frames, self.stats)
+                return
+            try:
+                self._push_pipelined(queue, k, frames, register, producer)
+            except rexc.NoScriptError:  # the scripts did not run: load them and send again
+                for script in (scripts.PUBLISH, scripts.PRODUCER_STATS):
+                    self.client.script_load(script.text)
+                self._push_pipelined(queue, k, frames, register, producer)
+
+    def _push_pipelined(self, queue: str, k: QueueKeys, frames: Sequence[bytes], register: bool,
+                        producer: Optional[tuple[str, str]]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        if register:
+            pipe.sadd(queues_set(self.namespace), queue)
+        pipe.evalsha(scripts.PUBLISH.sha, 2, k.pending, k.counters, int(self.stats), *frames)
+        if producer is not None:
+            pipe.evalsha(scripts.PRODUCER_STATS.sha, 2, producers_hash(self.namespace),
+                         producers_seen(self.namespace), producer[0], producer[1], _PRODUCER_TTL_MS)
+        pipe.execute()
+
+    def producer_stats(self, producer_id: str, info: str) -> None:
+        """Flush one producer's statistics on their own (at close)."""
+        with wrapped("producer statistics"):
+            scripts.PRODUCER_STATS(self.client, (producers_hash(self.namespace), producers_seen(self.namespace)),
+                                   (producer_id, info, _PRODUCER_TTL_MS))
 
     # --- consuming -----------------------------------------------------------
 
     def fetch(self, queue: str, consumer_id: str, block_s: float) -> Optional[bytes]:
         """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
         k = self.keys(queue)
-        with _wrapped(f"fetch from {queue!r}"):
+        with wrapped(f"fetch from {queue!r}"):
             # BLMOVE takes a float timeout since Redis 6.0; redis-py's stub says int.
             frame = self.client.blmove(k.pending, k.processing(consumer_id), block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
         return cast(Optional[bytes], frame)
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
-        with _wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self.client, self.keys(queue), consumer_id, frame, fetch_next)
+        with wrapped(f"ack on {queue!r}"):
+            return scripts.ack(self.client, self.keys(queue), consumer_id, frame, fetch_next, self.stats)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
              meta: str, fetch_next: bool) -> scripts.NackResult:
-        with _wrapped(f"nack on {queue!r}"):
+        with wrapped(f"nack on {queue!r}"):
             return scripts.nack(self.client, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
 
@@ -192,7 +222,7 @@ class Broker:
         With ``lock``, raise NotLeader unless the lock holds its token."""
         text = scripts.meta_json(reason, consumer=consumer_id, **meta)
         requeued = dead = 0
-        with _wrapped(f"reclaim on {queue!r}"):
+        with wrapped(f"reclaim on {queue!r}"):
             while True:
                 r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
                                     retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock,
@@ -204,18 +234,18 @@ class Broker:
 
     def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
                 batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
-        with _wrapped(f"promote on {queue!r}"):
+        with wrapped(f"promote on {queue!r}"):
             return scripts.promote(self.client, self.keys(queue), batch=batch, lock=lock)
 
     def processing(self, queue: str, consumer_id: str) -> list[bytes]:
         """The frames in the consumer's list, oldest first."""
-        with _wrapped(f"read processing list of {queue!r}"):
+        with wrapped(f"read processing list of {queue!r}"):
             frames = cast(list[bytes], self.client.lrange(self.keys(queue).processing(consumer_id), 0, -1))
         return frames[::-1]
 
     def register_consumer(self, queue: str, consumer_id: str, info: Mapping[str, Any]) -> None:
         """Enter the consumer in the registry with a first heartbeat."""
-        with _wrapped(f"register consumer on {queue!r}"):
+        with wrapped(f"register consumer on {queue!r}"):
             self.client.sadd(queues_set(self.namespace), queue)
             scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, _json(info))], register=True)
 
@@ -226,7 +256,7 @@ class Broker:
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
             return []
-        with _wrapped("heartbeat"):
+        with wrapped("heartbeat"):
             try:
                 replies = self._heartbeat_pipeline(items)
             except rexc.NoScriptError:  # Redis restarted and lost its script cache
@@ -248,44 +278,49 @@ class Broker:
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
-        with _wrapped(f"find stale consumers of {queue!r}"):
+        with wrapped(f"find stale consumers of {queue!r}"):
             return scripts.stale(self.client, self.keys(queue), timeout_ms=timeout_ms, limit=limit)
 
     # --- leader lock ---------------------------------------------------------
 
     def lock_acquire(self, key: str, token: str, ttl_ms: int) -> bool:
-        with _wrapped(f"acquire {key}"):
+        with wrapped(f"acquire {key}"):
             return bool(self.client.set(key, token, nx=True, px=ttl_ms))
 
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
-        with _wrapped(f"renew {key}"):
+        with wrapped(f"renew {key}"):
             return scripts.lock_renew(self.client, key, token, ttl_ms)
 
     def lock_release(self, key: str, token: str) -> bool:
-        with _wrapped(f"release {key}"):
+        with wrapped(f"release {key}"):
             return scripts.lock_release(self.client, key, token)
 
     def lock_holder(self, key: str) -> Optional[str]:
-        with _wrapped(f"read {key}"):
+        with wrapped(f"read {key}"):
             value = self.client.get(key)
         return None if value is None else _text(cast(bytes, value))
+
+    def record_slot(self, queue: str, slot: str, info: Mapping[str, Any]) -> None:
+        """Restarts and last exit of a consumer slot (its supervisor writes)."""
+        with wrapped(f"slot statistics of {queue!r}"):
+            self.client.hset(self.keys(queue).slots, slot, _json(info))
 
     def gc_fact(self, queue: str, **increments: int) -> None:
         """Add to the queue's collector facts (reclaims, orphans, ...)."""
         k = self.keys(queue)
-        with _wrapped(f"collector facts of {queue!r}"):
+        with wrapped(f"collector facts of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
             for name, n in increments.items():
                 pipe.hincrby(k.gc, name, n)
             pipe.execute()
 
     def gc_facts(self, queue: str) -> dict[str, int]:
-        with _wrapped(f"collector facts of {queue!r}"):
+        with wrapped(f"collector facts of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).gc)
         return {_text(k): int(v) for k, v in raw.items()}
 
     def consumers(self, queue: str) -> dict[str, dict[str, Any]]:
-        with _wrapped(f"read consumers of {queue!r}"):
+        with wrapped(f"read consumers of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).consumers)
         return {_text(k): json.loads(v) for k, v in raw.items()}
 
@@ -294,7 +329,7 @@ class Broker:
     def sizes(self, queue: str) -> dict[str, int]:
         """Pending, delayed and dead-letter counts of the queue, one round trip."""
         k = self.keys(queue)
-        with _wrapped(f"sizes of {queue!r}"):
+        with wrapped(f"sizes of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
             pipe.llen(k.pending)
             pipe.zcard(k.delayed)
@@ -303,30 +338,30 @@ class Broker:
         return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
 
     def counters(self, queue: str) -> dict[str, int]:
-        with _wrapped(f"counters of {queue!r}"):
+        with wrapped(f"counters of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).counters)
         return {_text(k): int(v) for k, v in raw.items()}
 
     def known_queues(self) -> list[str]:
-        with _wrapped("list queues"):
+        with wrapped("list queues"):
             return sorted(_text(q) for q in self.client.smembers(queues_set(self.namespace)))
 
     # --- dead letters --------------------------------------------------------
 
     def dead_letters(self, queue: str, start: int = 0, count: int = 100) -> list[bytes]:
         """Dead-letter entries, newest first."""
-        with _wrapped(f"read dead letters of {queue!r}"):
+        with wrapped(f"read dead letters of {queue!r}"):
             entries = self.client.lrange(self.keys(queue).dead, start, start + count - 1)
         return cast(list[bytes], entries)
 
     def dlq_requeue(self, queue: str, entries: Sequence[bytes]) -> int:
-        with _wrapped(f"requeue dead letters of {queue!r}"):
+        with wrapped(f"requeue dead letters of {queue!r}"):
             return scripts.dlq_requeue(self.client, self.keys(queue), entries)
 
     def dlq_remove(self, queue: str, entries: Sequence[bytes]) -> int:
         """Delete the given dead-letter entries; returns how many were there."""
         k = self.keys(queue)
-        with _wrapped(f"purge dead letters of {queue!r}"):
+        with wrapped(f"purge dead letters of {queue!r}"):
             pipe = self.client.pipeline(transaction=True)
             for e in entries:
                 pipe.lrem(k.dead, 1, e)  # type: ignore[arg-type]
@@ -335,7 +370,7 @@ class Broker:
     def dlq_purge(self, queue: str) -> int:
         """Delete the whole dead-letter list; returns how many entries it held."""
         k = self.keys(queue)
-        with _wrapped(f"purge dead letters of {queue!r}"):
+        with wrapped(f"purge dead letters of {queue!r}"):
             pipe = self.client.pipeline(transaction=True)
             pipe.llen(k.dead)
             pipe.delete(k.dead)

@@ -5,6 +5,7 @@
     smqsup publish (-c FILE | --url URL) QUEUE JSON
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
+    smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
 
 Exit status: 0 success, 2 bad config or usage (one line on stderr, no
 traceback), 1 unexpected error.
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("consume", help="run one consumer of QUEUE in the foreground")
     _add_target(p, url=False)
     p.add_argument("queue")
+
+    p = sub.add_parser("status", help="queue sizes, rates, consumers, collector leaders")
+    _add_target(p, url=True)
+    p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C")
 
     p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
     _add_target(p, url=True)
@@ -175,6 +182,19 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return consume(cfg, args.queue)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from smqsup import status
+    from smqsup.broker import Broker
+
+    url, namespace, _ = _target(args)
+    queues = sorted(config_mod.load(args.config).queues) if args.config else []
+    broker = Broker(url, namespace, client_name="smqsup-status")
+    try:
+        return status.run(broker, queues, as_json=args.json, watch=args.watch)
+    finally:
+        broker.close()
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     from smqsup.broker import Broker
     from smqsup.config import validate_queue_name
@@ -244,4 +264,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "publish": cmd_publish,
     "consume": cmd_consume,
     "dlq": cmd_dlq,
+    "status": cmd_status,
 }

@@ -92,6 +92,8 @@ class Config:
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     shutdown_timeout_s: float = defaults.SHUTDOWN_TIMEOUT_S
     preload: bool = False
+    #: Count messages and keep the per-second history (statistics on).
+    stats: bool = True
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     web: WebConfig | None = None
 
@@ -105,7 +107,7 @@ _MISSING: Any = object()
 
 _TOP_KEYS = (
     "redis", "namespace", "max_message_size", "heartbeat_interval",
-    "heartbeat_timeout", "shutdown_timeout", "preload", "defaults", "queues", "web",
+    "heartbeat_timeout", "shutdown_timeout", "preload", "stats", "defaults", "queues", "web",
 )
 _REDIS_KEYS = ("url", "data_dir", "appendfsync")
 _WEB_KEYS = ("listen", "token")
@@ -581,6 +583,7 @@ def _config(data: object, path: str) -> Config:
         shutdown_timeout_s=_get(raw, "shutdown_timeout", "", path, parse_duration,
                                 defaults.SHUTDOWN_TIMEOUT_S),
         preload=_get(raw, "preload", "", path, _bool, False),
+        stats=_get(raw, "stats", "", path, _bool, True),
         queues=_queues(raw.get("queues", _MISSING), _queue_defaults(raw.get("defaults"), path),
                        path),
         web=_web(raw.get("web", _MISSING), path),

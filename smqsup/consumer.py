@@ -52,7 +52,8 @@ from smqsup.errors import BrokerConnectionError, MalformedMessage
 log = logging.getLogger(__name__)
 
 Handler = Callable[[message.Message], Any]
-#: Called with the message a handler is about to run, then with None after it.
+#: Called with the message a handler is about to run, then with None once its
+#: outcome is recorded in Redis (or could not be).
 BusyHook = Callable[[Optional[message.Message]], None]
 
 #: Longest traceback text kept in a dead letter, in characters.
@@ -217,7 +218,11 @@ class Consumer:
         outcome = self._run_handler(frame)
         self._unsettled = (frame, outcome)
         fetch = fetch_next and not self._stop and not self._limit_reached()
-        nxt = self._settle(frame, outcome, fetch)
+        try:
+            nxt = self._settle(frame, outcome, fetch)
+        finally:
+            if self._on_busy is not None:
+                self._on_busy(None)
         self._unsettled = None
         return nxt
 
@@ -240,8 +245,6 @@ class Consumer:
             return self._failure(msg, exc)
         finally:
             self.stats.busy_s += time.perf_counter() - started
-            if self._on_busy is not None:
-                self._on_busy(None)
         return _Outcome(True)
 
     def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:

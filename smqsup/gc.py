@@ -13,6 +13,8 @@ delayed messages to pending.
                                  staleness and the lock token inside the script
             promote.lua          due delayed messages, in batches until none
                                  is due
+            stats.sample         once a second, one point of the queue's
+                                 history (counters and sizes)
 
 It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
 that changes something checks the lock token in Redis, so a leader that was
@@ -29,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from smqsup import defaults
+from smqsup import defaults, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerError, NotLeader
@@ -51,6 +53,7 @@ class _QueueGC:
     next_lock_step: float = 0.0
     next_scan: float = 0.0
     next_promote: float = 0.0
+    next_sample: float = 0.0
     reclaimed: int = 0
     lost: list[str] = field(default_factory=list)
 
@@ -120,6 +123,10 @@ class Collector:
                 self._collect(name, state)
             if now >= state.next_promote:
                 state.next_promote = now + self._promote(name, state)
+            if self.cfg.stats and now >= state.next_sample:
+                # On the second grid, so points are about 1 s apart.
+                state.next_sample = max(state.next_sample + 1.0, now + 0.5)
+                stats.sample(self.broker, name)
         except NotLeader:
             lock.drop()
             log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)

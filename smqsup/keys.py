@@ -22,8 +22,16 @@ Cluster slot::
                                    leader_since_ms, leader changes
     ns:{Q}:counters          HASH  queue-wide event counts (late_acks,
                                    reclaimed, dead_lettered, ...)
+    ns:{Q}:series            LIST  per-second history points (JSON), newest on
+                                   the left, trimmed to 900 by the collector
+    ns:{Q}:slots             HASH  "host:#index" -> restarts and last exit cause
+                                   of that consumer slot (its supervisor writes)
     ns:queues                SET   names of the queues ever published to or
                                    consumed from (not hash-tagged: global)
+    {ns}:producers           HASH  producer id -> {host, pid, published, rate,
+                                   seen_at_ms}, flushed about once a second
+    {ns}:producers:seen      ZSET  producer id, score = last flush in ms; entries
+                                   older than 10 minutes are dropped
 
 A frame is ``b"<attempts>|" + payload``: the attempt count travels beside the
 payload bytes and scripts rewrite only that prefix, never the payload
@@ -78,6 +86,14 @@ class QueueKeys:
     def counters(self) -> str:
         return f"{self._prefix}:counters"
 
+    @property
+    def series(self) -> str:
+        return f"{self._prefix}:series"
+
+    @property
+    def slots(self) -> str:
+        return f"{self._prefix}:slots"
+
     def processing(self, consumer_id: str) -> str:
         """The processing list owned by ``consumer_id``."""
         return f"{self._prefix}:processing:{consumer_id}"
@@ -86,3 +102,14 @@ class QueueKeys:
 def queues_set(namespace: str) -> str:
     """The global set naming every known queue of ``namespace``."""
     return f"{namespace}:queues"
+
+
+def producers_hash(namespace: str) -> str:
+    """Per-producer statistics of ``namespace`` (tagged {namespace} so that it
+    shares a Cluster slot with producers_seen)."""
+    return f"{{{namespace}}}:producers"
+
+
+def producers_seen(namespace: str) -> str:
+    """When each producer last flushed its statistics."""
+    return f"{{{namespace}}}:producers:seen"

@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Optional
@@ -38,13 +41,18 @@ class Producer:
     """
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
-                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> None:
+                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True) -> None:
         self.namespace = _valid_name(namespace, "namespace")
         self.max_message_size = max_message_size
-        self._broker = Broker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}")
+        self._broker = Broker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats)
         self._registered: set[str] = set()
+        self._stats = stats
         #: Messages this producer has published (the statistics read it).
         self.published = 0
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        self._next_flush = 0.0
+        self._flushed: tuple[float, int] = (time.monotonic(), 0)
+        self._rate = 0.0
 
     @classmethod
     def from_config(cls, path: "str | os.PathLike[str]") -> "Producer":
@@ -54,7 +62,7 @@ class Producer:
         from smqsup.embedded import redis_url
 
         cfg = config_mod.load(path)
-        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes)
+        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats)
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 message_id: Optional[str] = None) -> str:
@@ -94,15 +102,37 @@ class Producer:
 
     def _send(self, queue: str, frames: list[bytes], ids: list[str]) -> None:
         register = queue not in self._registered
+        now = time.monotonic()
+        # About once a second the producer's statistics ride along (same round trip).
+        flush = self._stats and now >= self._next_flush
+        stats = (self.id, self._stats_json(now, len(frames))) if flush else None
         try:
-            self._broker.push(queue, frames, register=register)
+            self._broker.push(queue, frames, register=register, producer=stats)
         except BrokerConnectionError as exc:
             raise PublishUncertain(
                 f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc
         self._registered.add(queue)
         self.published += len(frames)
+        if flush:
+            self._next_flush = now + 1.0
+
+    def _stats_json(self, now: float, sending: int) -> str:
+        then, count = self._flushed
+        published = self.published + sending
+        if now > then:
+            instant = (published - count) / (now - then)
+            self._rate += (instant - self._rate) * min(1.0, (now - then) / 10.0)
+        self._flushed = (now, published)
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "namespace": self.namespace,
+                           "published": published, "rate": round(self._rate, 2)}, separators=(",", ":"))
 
     def close(self) -> None:
+        """Flush the statistics (best effort) and close the connection."""
+        if self._stats and self.published:
+            try:
+                self._broker.producer_stats(self.id, self._stats_json(time.monotonic(), 0))
+            except BrokerConnectionError:
+                pass
         self._broker.close()
 
     def __enter__(self) -> "Producer":

@@ -45,14 +45,18 @@ _NACK = Script("nack")
 _RECLAIM = Script("reclaim")
 _PROMOTE = Script("promote")
 _DLQ_REQUEUE = Script("dlq_requeue")
+_PUBLISH = Script("publish")
+_PRODUCER_STATS = Script("producer_stats")
 _HEARTBEAT = Script("heartbeat")
 _STALE = Script("stale")
 _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
 HEARTBEAT = _HEARTBEAT
+PUBLISH = _PUBLISH
+PRODUCER_STATS = _PRODUCER_STATS
 
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _HEARTBEAT, _STALE, _LOCK_RENEW, _LOCK_RELEASE)
+ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -90,10 +94,11 @@ def meta_json(reason: str, **fields: Any) -> str:
     return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=False)
 
 
-def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool) -> AckResult:
+def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool,
+        count: bool = True) -> AckResult:
     """Remove ``frame`` from the consumer's list; take the next one if asked."""
     acked, nxt, registered = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters,
-                                            keys.consumers), (frame, int(fetch_next), consumer_id))
+                                            keys.consumers), (frame, int(fetch_next), consumer_id, int(count)))
     return AckResult(bool(acked), nxt or None, bool(registered))
 
 
@@ -188,3 +193,8 @@ def lock_renew(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> bool
 
 def lock_release(client: "redis.Redis", key: str, token: str) -> bool:
     return bool(_LOCK_RELEASE(client, (key,), (token,)))
+
+
+def publish(client: "redis.Redis", keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> int:
+    """LPUSH ``frames`` (oldest first) and count them; the pending length after."""
+    return int(_PUBLISH(client, (keys.pending, keys.counters), (int(count), *frames)))

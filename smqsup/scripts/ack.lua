@@ -7,6 +7,7 @@
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also move the oldest pending frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
+-- ARGV[4]  "1": count the ack in KEYS[3] "acked" (statistics on)
 --
 -- Returns {acked, next, registered}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
@@ -23,6 +24,8 @@
 local acked = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if acked == 0 then
   redis.call('HINCRBY', KEYS[3], 'late_acks', 1)
+elseif ARGV[4] == '1' then
+  redis.call('HINCRBY', KEYS[3], 'acked', 1)
 end
 local registered = redis.call('HEXISTS', KEYS[4], ARGV[3])
 local nxt = false

@@ -15,6 +15,8 @@
 -- ARGV[5]  "1": also move the oldest pending frame into KEYS[1]
 -- ARGV[6]  the consumer's id
 --
+-- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
+-- "late_acks".
 -- Returns {outcome, next, registered}
 --   outcome  0 late (the frame was not in KEYS[1]: reclaimed; nothing done),
 --            1 back in pending, 2 delayed, 3 dead-lettered
@@ -47,6 +49,9 @@ else
     else
       outcome = 1
       redis.call('LPUSH', KEYS[2], frame)
+    end
+    if outcome ~= 3 then
+      redis.call('HINCRBY', KEYS[5], 'retried', 1)
     end
   end
   if outcome == 3 then

@@ -267,12 +267,14 @@ class Arbiter:
 
     def _on_child_exit(self, c: Child, status: int) -> None:
         now = time.monotonic()
-        _, busy_us, messages = self.slots.read(c.slot)
+        view = self.slots.read(c.slot)
+        busy_us, messages = view.busy_since_us, view.received
         self.slots.release(c.slot)
         _PROCS.pop(c.pid, None)
         q = self.queues.get(c.queue)
         threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
         cause = describe_status(status)
+        self._record_exit(c, cause)
         if c.stop_reason is StopReason.TIMEOUT:
             limit = q.config.message_timeout_s if q else 0
             self._reclaim(c.queue, c.consumer_id, True, f"timeout after {limit:g} s", threshold)
@@ -290,6 +292,21 @@ class Arbiter:
                 self._count_failure(q, c, status, messages, busy_us, now)
         if q is not None and q.removed and not any(ch.queue == c.queue for ch in self.children.values()):
             del self.queues[c.queue]
+
+    def _record_exit(self, c: Child, cause: str) -> None:
+        """Restarts and last exit cause of the consumer slot, for the statistics."""
+        q = self.queues.get(c.queue)
+        if q is None:
+            return
+        restarts = q.restarts.get(c.index, 0) + (0 if c.stop_reason is not None else 1)
+        q.restarts[c.index] = restarts
+        reason = cause if c.stop_reason is None else f"{c.stop_reason.value} ({cause})"
+        info = {"host": self.host, "supervisor": self.pid, "index": c.index, "restarts": restarts,
+                "last_exit": reason, "last_exit_at": round(time.time(), 3)}
+        try:
+            self.broker.record_slot(c.queue, f"{self.host}:#{c.index}", info)
+        except BrokerError as exc:
+            log.debug("slot statistics not written: %s", exc)
 
     def _log_death(self, c: Child, status: int, cause: str, clean: bool) -> None:
         if clean:
@@ -383,9 +400,21 @@ class Arbiter:
                 self._stop_child(dead, StopReason.DECLARED_DEAD)
 
     def _beat_info(self, c: Child) -> dict[str, Any]:
+        """What a child's heartbeat carries: who it is, its resources, and its
+        counters (read from its slot: no Redis call in the child for stats)."""
+        view = self.slots.read(c.slot)
+        now = time.monotonic()
+        then, received = c.rate_mark
+        if then:
+            instant = (view.received - received) / max(now - then, 1e-3)
+            c.rate += (instant - c.rate) * min(1.0, (now - then) / 10.0)  # ~10 s smoothing
+        c.rate_mark = (now, view.received)
         return {"pid": c.pid, "host": self.host, "queue": c.queue, "index": c.index, "supervisor": self.pid,
-                "started_at": round(time.time() - (time.monotonic() - c.started_at), 3),
-                "cpu": round(c.cpu_percent, 1), "rss": c.rss_bytes, "uss": c.uss_bytes, "messages": c.messages}
+                "started_at": round(time.time() - (now - c.started_at), 3),
+                "cpu": round(c.cpu_percent, 1), "rss": c.rss_bytes, "uss": c.uss_bytes,
+                "busy": view.busy_since_us != 0, "received": view.received, "acked": view.acked,
+                "retried": view.retried, "dead_lettered": view.dead_lettered, "late_acks": view.late_acks,
+                "busy_s": round(view.busy_us / 1e6, 3), "rate": round(c.rate, 2)}
 
     # --- limits ------------------------------------------------------------------
 
@@ -398,7 +427,8 @@ class Arbiter:
             self._next_sample = now + self.cfg.heartbeat_interval_s
         for c in list(self.children.values()):
             q = self.queues.get(c.queue)
-            ready_us, busy_us, c.messages = self.slots.read(c.slot)
+            view = self.slots.read(c.slot)
+            ready_us, busy_us, c.messages = view.ready_us, view.busy_since_us, view.received
             if ready_us and not c.ready:
                 c.ready = True
                 log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
@@ -460,7 +490,7 @@ class Arbiter:
                 break
         if len(current) > q.target:
             # Idle children first, then the newest: the busiest keep their work.
-            surplus = sorted(current, key=lambda c: (self.slots.read(c.slot)[1] != 0, -c.started_at))
+            surplus = sorted(current, key=lambda c: (self.slots.read(c.slot).busy_since_us != 0, -c.started_at))
             for c in surplus[: len(current) - q.target]:
                 self._stop_child(c, StopReason.SCALE_DOWN)
 

@@ -76,7 +76,8 @@ def _main(spec: ChildSpec) -> int:
     except HandlerImportError as exc:
         log.error("%s", exc)
         return EXIT_IMPORT
-    broker = Broker(spec.url, spec.config.namespace, client_name=f"smqsup-{spec.queue.name}-{spec.index}")
+    broker = Broker(spec.url, spec.config.namespace, client_name=f"smqsup-{spec.queue.name}-{spec.index}",
+                    stats=spec.config.stats)
     if not _wait_for_redis(broker, spec):
         return EXIT_REDIS
     title = _Title(spec)
@@ -165,11 +166,14 @@ class _Title:
         self.update()
 
     def busy(self, msg: Optional[Message]) -> None:
-        n = self.consumer.stats.received if self.consumer else 0
+        if self.consumer is None:
+            return
+        st = self.consumer.stats
         if msg is not None:
-            self.spec.slots.set_busy(self.spec.slot, n)
+            self.spec.slots.set_busy(self.spec.slot, st.received)
         else:
-            self.spec.slots.set_idle(self.spec.slot)
+            self.spec.slots.set_idle(self.spec.slot, st.received, st.acked, st.retried, st.dead_lettered,
+                                     st.late_acks, int(st.busy_s * 1e6))
         self._busy = msg is not None
         now = time.monotonic()
         if now >= self._next_title:

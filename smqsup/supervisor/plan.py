@@ -23,6 +23,7 @@ _CHILD_SETTINGS = {
     "max_message_size_bytes": "max_message_size",
     "heartbeat_interval_s": "heartbeat_interval",
     "heartbeat_timeout_s": "heartbeat_timeout",
+    "stats": "stats",
 }
 
 #: Config fields that apply to children started from now on, without a roll.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import struct
 import time
+from typing import NamedTuple
 
 #: Child exit statuses the parent reads as "do not restart in a loop".
 EXIT_OK = 0
@@ -18,8 +19,22 @@ EXIT_ERROR = 1
 EXIT_IMPORT = 3  # the handler cannot be imported: the queue goes FATAL
 EXIT_REDIS = 4  # Redis unreachable at boot: backoff, then FATAL if it persists
 
-_FIELDS = struct.Struct("<qqq")  # ready_us, busy_since_us, messages
+_FIELDS = struct.Struct("<qqqqqqqq")  # see SlotView, in order
+_COUNTERS = struct.Struct("<qqqqqq")  # received .. busy_us
 SLOT_BYTES = 64  # one cache line per slot: children never share a line
+
+
+class SlotView(NamedTuple):
+    """What a child has told its parent (0: not yet / idle)."""
+
+    ready_us: int  # monotonic µs when it became ready
+    busy_since_us: int  # monotonic µs when its current message started; 0 idle
+    received: int
+    acked: int
+    retried: int
+    dead_lettered: int
+    late_acks: int
+    busy_us: int  # total time in the handler
 MAX_SLOTS = 4096
 
 
@@ -41,25 +56,27 @@ class Slots:
     def allocate(self) -> int:
         """A zeroed slot index for a new child (IndexError when all are used)."""
         index = self._free.pop()
-        _FIELDS.pack_into(self._map, index * SLOT_BYTES, 0, 0, 0)
+        _FIELDS.pack_into(self._map, index * SLOT_BYTES, 0, 0, 0, 0, 0, 0, 0, 0)
         return index
 
     def release(self, index: int) -> None:
         self._free.append(index)
 
-    def read(self, index: int) -> tuple[int, int, int]:
-        """(ready_us, busy_since_us, messages) of a slot; 0 means not yet / idle."""
-        ready, busy, messages = _FIELDS.unpack_from(self._map, index * SLOT_BYTES)
-        return int(ready), int(busy), int(messages)
+    def read(self, index: int) -> SlotView:
+        return SlotView(*_FIELDS.unpack_from(self._map, index * SLOT_BYTES))
 
     # --- child side -------------------------------------------------------
 
     def set_ready(self, index: int) -> None:
         struct.pack_into("<q", self._map, index * SLOT_BYTES, monotonic_us())
 
-    def set_busy(self, index: int, messages: int) -> None:
+    def set_busy(self, index: int, received: int) -> None:
         """Mark a message started (and count it)."""
-        struct.pack_into("<qq", self._map, index * SLOT_BYTES + 8, monotonic_us(), messages)
+        struct.pack_into("<qq", self._map, index * SLOT_BYTES + 8, monotonic_us(), received)
 
-    def set_idle(self, index: int) -> None:
-        struct.pack_into("<q", self._map, index * SLOT_BYTES + 8, 0)
+    def set_idle(self, index: int, received: int, acked: int, retried: int, dead_lettered: int, late_acks: int,
+                 busy_us: int) -> None:
+        """Mark the message settled and publish the counters."""
+        base = index * SLOT_BYTES
+        _COUNTERS.pack_into(self._map, base + 16, received, acked, retried, dead_lettered, late_acks, busy_us)
+        struct.pack_into("<q", self._map, base + 8, 0)

@@ -43,6 +43,8 @@ class Child:
     rss_bytes: int = 0
     uss_bytes: Optional[int] = None
     messages: int = 0
+    rate: float = 0.0  # handled messages per second, smoothed over ~10 s
+    rate_mark: tuple[float, int] = (0.0, 0)  # (monotonic time, received) of the last rate sample
 
     @property
     def stopping(self) -> bool:
@@ -62,6 +64,7 @@ class QueueState:
     next_start_at: float = 0.0
     removed: bool = False
     starts: list[float] = field(default_factory=list)  # monotonic times, for status
+    restarts: dict[int, int] = field(default_factory=dict)  # slot index -> unplanned exits
 
     def free_index(self, used: set[int]) -> int:
         n = 1

@@ -1,0 +1,165 @@
+"""Statistics: the per-second history that each queue's elected collector
+writes, and the snapshot that ``smqsup status``, the web UI and /metrics read.
+
+Where the numbers come from (none costs a round trip per message):
+  - queue counters (published, acked, retried, dead_lettered, reclaimed,
+    late_acks): counted inside the scripts that move the messages, so they are
+    exact at every moment;
+  - per-consumer counters, CPU and memory: in each consumer's heartbeat, which
+    its supervisor renews about once a second;
+  - per-producer counts: flushed by each producer about once a second, in the
+    round trip of a publish;
+  - history: once a second the queue's collector appends one point (counters
+    and sizes, Redis clock) to a list trimmed to SERIES_POINTS, so memory is
+    bounded and a dashboard opened now shows the last 15 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence, cast
+
+from smqsup.broker import Broker, wrapped
+
+#: Points kept per queue: one a second, 15 minutes.
+SERIES_POINTS = 900
+#: Queue counters a point carries (cumulative; rates are their differences).
+COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks")
+#: Queue sizes a point carries.
+SIZES = ("pending", "processing", "delayed", "dead")
+
+
+def sample(broker: Broker, queue: str) -> dict[str, Any]:
+    """Append one point to the queue's history (the collector calls this once a
+    second) and return it."""
+    k = broker.keys(queue)
+    with wrapped(f"sample {queue!r}"):
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.hgetall(k.counters)
+        pipe.llen(k.pending)
+        pipe.zcard(k.delayed)
+        pipe.llen(k.dead)
+        pipe.hgetall(k.consumers)
+        (secs, usecs), counters, pending, delayed, dead, consumers = pipe.execute()
+        infos = [_json(v) for v in consumers.values()]
+        pipe = broker.client.pipeline(transaction=False)
+        for cid in consumers:
+            pipe.llen(k.processing(_text(cid)))
+        processing = sum(int(n) for n in pipe.execute()) if consumers else 0
+        point: dict[str, Any] = {"t": int(secs) * 1000 + int(usecs) // 1000}
+        point.update({name: int(counters.get(name.encode(), 0)) for name in COUNTERS})
+        point.update(pending=int(pending), processing=processing, delayed=int(delayed), dead=int(dead),
+                     consumers=len(infos), cpu=round(sum(float(i.get("cpu") or 0) for i in infos), 1),
+                     rss=sum(int(i.get("rss") or 0) for i in infos))
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.lpush(k.series, json.dumps(point, separators=(",", ":")))
+        pipe.ltrim(k.series, 0, SERIES_POINTS - 1)
+        pipe.execute()
+    return point
+
+
+def history(broker: Broker, queue: str, seconds: int = SERIES_POINTS) -> list[dict[str, Any]]:
+    """The queue's points of the last ``seconds``, oldest first."""
+    with wrapped(f"history of {queue!r}"):
+        raw = broker.client.lrange(broker.keys(queue).series, 0, max(0, seconds - 1))
+    return [_json(r) for r in reversed(cast(list[bytes], raw))]
+
+
+def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str, Optional[float]]:
+    """Per-second rate of each counter over the last ``window_s`` of points
+    (None when fewer than two points cover it)."""
+    if len(points) < 2:
+        return {name: None for name in COUNTERS}
+    last = points[-1]
+    first = next((p for p in points if last["t"] - p["t"] <= window_s * 1000), points[-2])
+    if first is last:
+        first = points[-2]
+    dt = (last["t"] - first["t"]) / 1000.0
+    return {name: round(max(0, last.get(name, 0) - first.get(name, 0)) / dt, 2) if dt > 0 else None
+            for name in COUNTERS}
+
+
+def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -> dict[str, Any]:
+    """Everything an operator looks at, for ``queues``: sizes, counters, rates,
+    consumers (with CPU, memory, heartbeat age), collector leader and facts,
+    consumer slots (restarts, last exit), producers, and totals."""
+    out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
+    with wrapped("status"):
+        secs, usecs = broker.client.time()
+    now_ms = int(secs) * 1000 + int(usecs) // 1000
+    out["t"] = now_ms
+    for name in queues:
+        out["queues"][name] = _queue_snapshot(broker, name, now_ms, window_s)
+    totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers")}
+    total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}
+    for q in out["queues"].values():
+        for key in totals:
+            totals[key] += q["sizes"].get(key, 0) if key in SIZES else (
+                len(q["consumers"]) if key == "consumers" else q["counters"].get(key, 0))
+        for name, value in q["rates"].items():
+            if value is not None:
+                total_rates[name] = round((total_rates[name] or 0) + value, 2)
+    totals["rates"] = total_rates
+    out["totals"] = totals
+    return out
+
+
+def _queue_snapshot(broker: Broker, name: str, now_ms: int, window_s: float) -> dict[str, Any]:
+    k = broker.keys(name)
+    with wrapped(f"status of {name!r}"):
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.hgetall(k.counters)
+        pipe.llen(k.pending)
+        pipe.zcard(k.delayed)
+        pipe.llen(k.dead)
+        pipe.hgetall(k.consumers)
+        pipe.zrange(k.heartbeats, 0, -1, withscores=True)
+        pipe.get(k.gc_lock)
+        pipe.hgetall(k.gc)
+        pipe.hgetall(k.slots)
+        pipe.lrange(k.series, 0, int(window_s) + 1)
+        counters, pending, delayed, dead, consumers, beats, leader, gc, slots, recent = pipe.execute()
+        pipe = broker.client.pipeline(transaction=False)
+        for cid in consumers:
+            pipe.llen(k.processing(_text(cid)))
+        held = pipe.execute() if consumers else []
+    beat_at = {_text(m): float(s) for m, s in beats}
+    rows = []
+    for (cid, info), n in zip(consumers.items(), held):
+        row = {"id": _text(cid), **_json(info), "processing": int(n)}
+        at = beat_at.get(row["id"])
+        row["heartbeat_age_s"] = None if at is None else round((now_ms - at) / 1000.0, 3)
+        rows.append(row)
+    rows.sort(key=lambda r: (str(r.get("host")), int(r.get("index") or 0), int(r.get("pid") or 0)))
+    points = [_json(r) for r in reversed(recent)]
+    return {
+        "sizes": {"pending": int(pending), "processing": sum(int(n) for n in held), "delayed": int(delayed),
+                  "dead": int(dead)},
+        "counters": {c: int(counters.get(c.encode(), 0)) for c in COUNTERS},
+        "rates": rates(points, window_s),
+        "consumers": rows,
+        "leader": None if leader is None else _text(leader),
+        "gc": {_text(f): int(v) for f, v in gc.items()},
+        "slots": {_text(f): _json(v) for f, v in slots.items()},
+    }
+
+
+def producers(broker: Broker) -> list[dict[str, Any]]:
+    """Producers seen in the last 10 minutes, with their published counts."""
+    with wrapped("producers"):
+        raw = broker.client.hgetall(broker.producers_key)
+    rows = [{"id": _text(k), **_json(v)} for k, v in raw.items()]
+    return sorted(rows, key=lambda r: str(r["id"]))
+
+
+def _text(value: "bytes | str") -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _json(value: "bytes | str") -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,82 @@
+"""``smqsup status``: the statistics snapshot as a table for people, or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Optional, TextIO
+
+from smqsup import stats
+from smqsup.broker import Broker
+
+
+def _num(value: Optional[float], digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _mb(value: Any) -> str:
+    return "-" if not value else f"{int(value) / 1048576:.1f}"
+
+
+def render(snap: dict[str, Any]) -> str:
+    """The snapshot as aligned text tables."""
+    rows = [("queue", "pending", "processing", "delayed", "dead", "published/s", "acked/s", "retried/s",
+             "dead/s", "consumers", "collector")]
+    for name, q in sorted(snap["queues"].items()):
+        s, r = q["sizes"], q["rates"]
+        rows.append((name, str(s["pending"]), str(s["processing"]), str(s["delayed"]), str(s["dead"]),
+                     _num(r["published"]), _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]),
+                     str(len(q["consumers"])), (q["leader"] or "-").rsplit(":", 1)[0]))
+    t = snap["totals"]
+    rows.append(("TOTAL", str(t["pending"]), str(t["processing"]), str(t["delayed"]), str(t["dead"]),
+                 _num(t["rates"]["published"]), _num(t["rates"]["acked"]), _num(t["rates"]["retried"]),
+                 _num(t["rates"]["dead_lettered"]), str(t["consumers"]), ""))
+    out = [_table(rows)]
+    for name, q in sorted(snap["queues"].items()):
+        if not q["consumers"]:
+            continue
+        crow = [("consumer", "host", "pid", "#", "state", "msgs", "acked", "msg/s", "cpu%", "rss MB", "uss MB",
+                 "heartbeat")]
+        for c in q["consumers"]:
+            crow.append((f"{name} #{c.get('index', '?')}", str(c.get("host", "?")), str(c.get("pid", "?")),
+                         str(c.get("index", "")), "busy" if c.get("busy") else "idle", str(c.get("received", "-")),
+                         str(c.get("acked", "-")), _num(c.get("rate")), _num(c.get("cpu")), _mb(c.get("rss")),
+                         _mb(c.get("uss")), f"{_num(c.get('heartbeat_age_s'))}s ago"))
+        out.append(_table(crow))
+        restarted = {k: v for k, v in q["slots"].items() if v.get("restarts")}
+        if restarted:
+            out.append("\n".join(f"  {name} {slot}: {v['restarts']} restart(s), last exit: {v['last_exit']}"
+                                 for slot, v in sorted(restarted.items())))
+    if snap["producers"]:
+        prow = [("producer", "published", "msg/s", "seen")]
+        for p in snap["producers"]:
+            age = (snap["t"] - int(p.get("seen_at_ms", snap["t"]))) / 1000.0
+            prow.append((p["id"], str(p.get("published", 0)), _num(p.get("rate")), f"{age:.0f}s ago"))
+        out.append(_table(prow))
+    return "\n\n".join(out)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(r, widths))).rstrip() for r in rows)
+
+
+def run(broker: Broker, queues: list[str], *, as_json: bool, watch: Optional[float],
+        out: TextIO = sys.stdout) -> int:
+    """Print the status once, or every ``watch`` seconds until interrupted."""
+    while True:
+        names = sorted(set(queues) | set(broker.known_queues()))
+        snap = stats.snapshot(broker, names)
+        if as_json:
+            out.write(json.dumps(snap, sort_keys=True) + "\n")
+        else:
+            if watch:
+                out.write("\x1b[H\x1b[2J")  # clear the screen between refreshes
+            out.write(render(snap) + "\n")
+        out.flush()
+        if not watch:
+            return 0
+        time.sleep(watch)
