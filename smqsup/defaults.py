@@ -66,3 +66,5 @@ MIN_UPTIME_S = 2.0
 ARBITER_TICK_S = 0.1
 #: Socket timeout of the supervisor's own Redis client, in seconds.
 SUPERVISOR_SOCKET_TIMEOUT_S = 2.0
+#: How often the supervisor reads each child's USS (smaps_rollup is costly), s.
+USS_SAMPLE_S = 10.0

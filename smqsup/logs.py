@@ -12,7 +12,9 @@ _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.
 
 
 class JournalFormatter(logging.Formatter):
-    """``<P>name: message``: journald stamps the time itself."""
+    """``<P>name[pid]: message``: journald stamps the time itself, but it
+    attributes every line of the stream to the supervisor's pid, so the
+    line names the consumer process that wrote it."""
 
     def format(self, record: logging.LogRecord) -> str:
         prio = _PRIORITY.get(record.levelno, 6)
@@ -36,7 +38,7 @@ def setup(level: str = "INFO") -> None:
     """Send smqsup's logs to stderr, formatted for the journal or for people."""
     handler = logging.StreamHandler(sys.stderr)
     if stderr_is_journal():
-        handler.setFormatter(JournalFormatter("%(name)s: %(message)s"))
+        handler.setFormatter(JournalFormatter("%(name)s[%(process)d]: %(message)s"))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
     root = logging.getLogger()

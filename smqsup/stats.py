@@ -17,7 +17,8 @@ Where the numbers come from (none costs a round trip per message):
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, Optional, cast
 
 from smqsup.broker import Broker, wrapped
 

@@ -1,14 +1,18 @@
-"""Pytest fixtures: a private, real redis-server per test (never the shared one on 6379)."""
+"""Pytest fixtures: a private, real redis-server per test (never the shared one on 6379),
+and the real ``smqsup -c FILE`` supervisor run against it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 import redis
 
 from smqsup.errors import RedisServerError
 from smqsup.redis_server import RedisServer, find_redis_server
+from tests import procs
 
 
 @pytest.fixture
@@ -45,3 +49,42 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def notify() -> Iterator[procs.NotifySocket]:
+    """A bound datagram socket to pass as the supervisor's NOTIFY_SOCKET."""
+    n = procs.NotifySocket()
+    yield n
+    n.close()
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    """The $SMQ_TEST_OUT directory where test handlers record what they saw."""
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callable[..., procs.Supervisor]]:
+    """Start ``smqsup -c queues.yaml`` (written from the arguments); every one started is stopped at teardown.
+
+    ``supervise(queues, notify_socket=None, *, url=None, embedded=False, extra_env=None, journal=False, **top)``:
+    the config points at the test's private redis-server, or at ``url``, or (``embedded``) at no url at all.
+    """
+    started: list[procs.Supervisor] = []
+
+    def _start(queues: dict[str, dict[str, Any]], notify_socket: Optional[procs.NotifySocket] = None, *,
+               url: Optional[str] = None, embedded: bool = False, extra_env: Optional[dict[str, str]] = None,
+               journal: bool = False, **top: Any) -> procs.Supervisor:
+        cfg = procs.write_config(tmp_path / "queues.yaml", None if embedded else url or redis_url, queues, **top)
+        s = procs.Supervisor(cfg, out_dir, notify_socket.path if notify_socket else None, extra_env=extra_env,
+                             journal=journal)
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        s.stop()

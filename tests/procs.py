@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
+
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     import psutil
@@ -61,15 +66,56 @@ def stop(proc: "subprocess.Popen[str]", timeout: float = 15) -> int:
     return proc.wait()
 
 
+class NotifySocket:
+    """A datagram socket standing in for systemd's NOTIFY_SOCKET."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="smqn")
+        self.path = Path(self.dir) / "notify"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.path))
+        self.sock.setblocking(False)
+        self.received: list[str] = []
+
+    def poll(self) -> list[str]:
+        while True:
+            try:
+                self.received.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.received
+
+    def wait(self, field: str, after: int = 0, timeout_s: float = 15) -> int:
+        """Index of the first datagram from ``after`` on that holds ``field`` (e.g. 'READY=1')."""
+        def find() -> int:
+            for i, d in enumerate(self.poll()[after:], after):
+                if field in d.split("\n"):
+                    return i + 1
+            return 0
+        return wait_for(find, timeout_s, message=f"no {field} in {self.received[after:]}") - 1
+
+    def close(self) -> None:
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Supervisor:
     """``smqsup -c FILE`` in a subprocess, its log in a file, optionally with a
-    NOTIFY_SOCKET the test reads."""
+    NOTIFY_SOCKET the test reads.
 
-    def __init__(self, cfg: Path, out_dir: Path, notify_socket: Optional[Path] = None) -> None:
+    ``extra_env`` is added to its environment; ``journal`` sets JOURNAL_STREAM
+    to the device:inode of the log file, as systemd does when stderr is the journal.
+    """
+
+    def __init__(self, cfg: Path, out_dir: Path, notify_socket: Optional[Path] = None,
+                 extra_env: Optional[dict[str, str]] = None, journal: bool = False) -> None:
         self.cfg = cfg
         self.log_path = out_dir / "supervisor.txt"
         extra = {"NOTIFY_SOCKET": str(notify_socket)} if notify_socket else {}
+        extra.update(extra_env or {})
         self._log = open(self.log_path, "w")
+        if journal:
+            st = os.fstat(self._log.fileno())
+            extra["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
         self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=env(out_dir, **extra),
                                      stdout=self._log, stderr=subprocess.STDOUT, text=True)
         self.seen_children: set[int] = set()

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,69 +19,9 @@ from smqsup.producer import Producer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import wait_for
+from tests.procs import NotifySocket
 
 Q = QueueKeys("smq", "q")
-
-
-class NotifySocket:
-    """A datagram socket standing in for systemd's NOTIFY_SOCKET."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="smqn")
-        self.path = Path(self.dir) / "notify"
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.path))
-        self.sock.setblocking(False)
-        self.received: list[str] = []
-
-    def poll(self) -> list[str]:
-        while True:
-            try:
-                self.received.append(self.sock.recv(4096).decode())
-            except BlockingIOError:
-                return self.received
-
-    def wait(self, field: str, after: int = 0, timeout_s: float = 15) -> int:
-        """Index of the first datagram from ``after`` on that holds ``field`` (e.g. 'READY=1')."""
-        def find() -> int:
-            for i, d in enumerate(self.poll()[after:], after):
-                if field in d.split("\n"):
-                    return i + 1
-            return 0
-        return wait_for(find, timeout_s, message=f"no {field} in {self.received[after:]}") - 1
-
-    def close(self) -> None:
-        self.sock.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-@pytest.fixture
-def notify() -> Iterator[NotifySocket]:
-    n = NotifySocket()
-    yield n
-    n.close()
-
-
-@pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "out"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
-def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callable[..., procs.Supervisor]]:
-    started: list[procs.Supervisor] = []
-
-    def _start(queues: dict[str, dict[str, Any]], notify_socket: Any = None, **top: Any) -> procs.Supervisor:
-        cfg = procs.write_config(tmp_path / "queues.yaml", redis_url, queues, **top)
-        s = procs.Supervisor(cfg, out_dir, notify_socket.path if notify_socket else None)
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
 
 
 def _events(out_dir: Path, event: str | None = None) -> list[dict[str, Any]]:

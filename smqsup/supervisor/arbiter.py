@@ -447,14 +447,19 @@ class Arbiter:
                     self._stop_child(c, StopReason.RECYCLE)
 
     def _sample(self, c: Child) -> None:
+        """CPU% and RSS every heartbeat interval (cheap: /proc/PID/stat and
+        statm); USS every USS_SAMPLE_S (it reads smaps_rollup, ten times dearer)."""
         try:
             proc = _process(c.pid)
             c.cpu_percent = proc.cpu_percent(None)
-            try:
-                full = proc.memory_full_info()
-                c.rss_bytes, c.uss_bytes = full.rss, full.uss
-            except psutil.AccessDenied:
-                c.rss_bytes = proc.memory_info().rss
+            c.rss_bytes = proc.memory_info().rss
+            now = time.monotonic()
+            if now >= c.next_uss:
+                c.next_uss = now + defaults.USS_SAMPLE_S
+                try:
+                    c.uss_bytes = proc.memory_full_info().uss
+                except psutil.AccessDenied:
+                    c.uss_bytes = None
         except psutil.Error:
             return
         log.debug("queue %s: consumer #%d pid %d cpu %.1f%% rss %d kB uss %s kB", c.queue, c.index, c.pid,

@@ -42,6 +42,7 @@ class Child:
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     uss_bytes: Optional[int] = None
+    next_uss: float = 0.0  # monotonic time of the next USS sample
     messages: int = 0
     rate: float = 0.0  # handled messages per second, smoothed over ~10 s
     rate_mark: tuple[float, int] = (0.0, 0)  # (monotonic time, received) of the last rate sample

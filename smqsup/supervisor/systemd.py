@@ -19,10 +19,6 @@ log = logging.getLogger(__name__)
 #: The variables systemd passes to a Type=notify service.
 _NOTIFY_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
-#: Longest one notification may block the arbiter's main loop when systemd
-#: does not read its socket, in seconds; past it the datagram is dropped.
-_SEND_TIMEOUT_S = 1.0
-
 
 def monotonic_usec() -> int:
     """CLOCK_MONOTONIC now, in microseconds (the clock systemd's MONOTONIC_USEC uses)."""
@@ -51,7 +47,7 @@ class Notifier:
     AF_UNIX address (``vsock:`` is not supported: a warning says so once).
     Never raises: a send failure is logged once at warning level, and
     notification continues to be attempted; after a send succeeds again, the
-    next failure is logged again. A send blocks at most ``_SEND_TIMEOUT_S``.
+    next failure is logged again. A send never blocks: a full queue drops the datagram.
     Not for use in a forked child: the socket belongs to the arbiter.
     """
 
@@ -122,10 +118,12 @@ class Notifier:
             self._socket = None
 
     def _connected(self) -> socket.socket:
-        """The datagram socket, created on first use (non-inheritable across exec)."""
+        """The non-blocking datagram socket, created on first use (not inherited across exec)."""
         if self._socket is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.settimeout(_SEND_TIMEOUT_S)
+            # Never block the supervisor's main loop: a full receive queue
+            # drops the datagram (logged once) rather than stalling reaping.
+            sock.setblocking(False)
             self._socket = sock
         return self._socket
 
