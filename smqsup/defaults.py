@@ -31,7 +31,7 @@ MAX_MEMORY_BYTES = 0
 #: How long one blocking fetch (BLMOVE) waits before the loop looks around, in s.
 FETCH_BLOCK_S = 1.0
 #: Longest the collector waits between looks for due delayed messages, in s.
-PROMOTE_INTERVAL_S = 0.25
+PROMOTE_INTERVAL_S = 1.0
 #: Most delayed messages promoted by one script call.
 PROMOTE_BATCH = 500
 #: Most messages one reclaim script call moves.
@@ -68,3 +68,5 @@ ARBITER_TICK_S = 0.1
 SUPERVISOR_SOCKET_TIMEOUT_S = 2.0
 #: How often the supervisor reads each child's USS (smaps_rollup is costly), s.
 USS_SAMPLE_S = 10.0
+#: How long the web UI child gets to stop before it is killed, in seconds.
+WEB_STOP_TIMEOUT_S = 5.0

@@ -149,7 +149,11 @@ class Collector:
                         r.requeued, r.dead_lettered)
 
     def _promote(self, name: str, state: _QueueGC) -> float:
-        """Promote until none is due; return seconds until the next check."""
+        """Promote until none is due; return seconds until the next look.
+
+        A retry is at most that late: the look comes at the next known due
+        time, and at least every tenth of the queue's retry_delay (0.1 s to
+        PROMOTE_INTERVAL_S) for retries delayed since the last look."""
         lock = (state.lock.key, state.lock.token)
         while True:
             r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
@@ -157,8 +161,8 @@ class Collector:
                 log.debug("queue %s: %d delayed message(s) due, moved to pending", name, r.moved)
             if r.wait_ms != 0:
                 break
-        wait_s = defaults.PROMOTE_INTERVAL_S if r.wait_ms < 0 else r.wait_ms / 1000.0
-        return min(wait_s, defaults.PROMOTE_INTERVAL_S)
+        cadence = min(max(state.queue.retry_delay_s / 10.0, 0.1), defaults.PROMOTE_INTERVAL_S)
+        return cadence if r.wait_ms < 0 else min(cadence, r.wait_ms / 1000.0)
 
     def release_all(self) -> None:
         """Give up every lock held (at a clean stop), so others take over at once."""

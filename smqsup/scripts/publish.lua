@@ -5,7 +5,7 @@
 -- ARGV[1]  "1": count the frames in KEYS[2] "published" (statistics on)
 -- ARGV[2..n]  frames, oldest first (each "<attempts>|payload")
 --
--- Returns the length of the pending list after the push. One script, so the
+-- Returns the number of frames pushed. One script, so the
 -- count can never disagree with what was queued.
 local n = #ARGV - 1
 for i = 2, #ARGV, 1000 do
@@ -14,4 +14,4 @@ end
 if ARGV[1] == '1' then
   redis.call('HINCRBY', KEYS[2], 'published', n)
 end
-return redis.call('LLEN', KEYS[1])
+return n
