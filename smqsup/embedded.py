@@ -7,11 +7,17 @@ running one through its unix socket and says so in one line when none runs.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Optional
+
+import psutil
 
 from smqsup.config import Config
 from smqsup.errors import SmqsupError
 from smqsup.redis_server import RedisServer, default_data_dir, running_url
+
+log = logging.getLogger(__name__)
 
 
 class NoEmbeddedServer(SmqsupError):
@@ -45,7 +51,52 @@ def ensure_server(config: Config) -> tuple[str, RedisServer | None]:
         return config.redis.url, None
     url = running_url(data_dir(config))
     if url is not None:
-        return url, None
+        orphan = _orphan_pid(data_dir(config))
+        if orphan is None:
+            return url, None  # another live smqsup owns it
+        log.warning("adopting the embedded redis-server (pid %d) left by a supervisor that died; "
+                    "it is stopped when this one stops", orphan)
+        return url, AdoptedServer(data_dir(config), url, orphan)
     server = RedisServer(data_dir(config), appendfsync=config.redis.appendfsync)
     server.start()
     return server.url, server
+
+
+def _orphan_pid(directory: Path) -> Optional[int]:
+    """The pid of the server serving ``directory`` if no live smqsup process is
+    its parent any more (its owner was SIGKILLed), else None."""
+    try:
+        pid = int((directory / "redis.pid").read_text().strip())
+        parent = psutil.Process(pid).parent()
+        if parent is not None and parent.pid != 1 and "smqsup" in " ".join(parent.cmdline()):
+            return None
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return pid
+
+
+class AdoptedServer(RedisServer):
+    """A running embedded server whose owner died: this process now stops it
+    last, with SHUTDOWN (which flushes the AOF), like one it started."""
+
+    def __init__(self, directory: Path, url: str, pid: int) -> None:
+        super().__init__(directory)
+        self._adopted_url = url
+        self._adopted_pid = pid
+
+    @property
+    def url(self) -> str:
+        return self._adopted_url
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        from smqsup.broker import Broker
+
+        broker = Broker(self._adopted_url, client_name="smqsup-shutdown")
+        try:
+            broker.client.shutdown()
+        except Exception as exc:  # noqa: BLE001 - the connection drops as the server exits
+            log.debug("SHUTDOWN of the adopted redis-server: %s", exc)
+        try:
+            psutil.Process(self._adopted_pid).wait(timeout_s)
+        except psutil.Error:
+            pass
