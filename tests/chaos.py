@@ -1,0 +1,186 @@
+"""The chaos run shared by tests/test_chaos.py (small) and tests/bench/chaos.py
+(DESIGN section 7's 100,000 messages): consumers SIGKILLed at random every
+200 ms, the supervisor SIGKILLed and restarted, redis-server (AOF,
+appendfsync always) SIGKILLed and restarted, all while messages flow.
+Afterwards every published message must have been handled (or dead-lettered,
+which counts as accounted for) and duplicates must not exceed the kills.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+import redis
+
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from smqsup.redis_server import RedisServer
+from tests import procs
+
+Q = QueueKeys("smq", "q")
+
+
+@dataclass
+class ChaosResult:
+    published: int
+    handled_ids: int
+    duplicates: int
+    dead: int
+    lost: list[str]
+    consumer_kills: int = 0
+    supervisor_kills: int = 0
+    redis_kills: int = 0
+    seconds: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def kills(self) -> int:
+        return self.consumer_kills + self.supervisor_kills * 4 + self.redis_kills
+
+
+def _start_supervisor(cfg: Path, out: Path, n: int) -> subprocess.Popen[bytes]:
+    log = open(out / f"supervisor-{n}.txt", "w")
+    return subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=procs.env(out), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _consumers(pid: int) -> list[psutil.Process]:
+    try:
+        return [k for k in psutil.Process(pid).children()
+                if k.status() != psutil.STATUS_ZOMBIE and "consumer" in " ".join(k.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def _handled(out: Path) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    for name in os.listdir(out):
+        if name.endswith(".log"):
+            with open(out / name) as f:
+                for line in f:
+                    if line.endswith("\n"):  # a line cut by SIGKILL is not a completed write
+                        seen[json.loads(line)["id"]] += 1
+    return seen
+
+
+def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, batch: int = 100, consumers: int = 4,
+              kill_every_s: float = 0.2, supervisor_every_s: float = 4.0, redis_every_s: float = 6.0,
+              deadline_s: float = 600.0, rng: Optional[random.Random] = None) -> ChaosResult:
+    """Publish ``messages`` at ``rate`` a second (in batches) while killing
+    things; wait until the queue is drained; return what happened."""
+    rng = rng or random.Random(1)
+    out = root / "out"
+    out.mkdir()
+    cfg = procs.write_config(root / "chaos.yaml", server.url,
+                             {"q": {"handler": "tests.handlers:record", "consumers": consumers,
+                                    "retry_threshold": 1000}},
+                             heartbeat_interval="200ms", heartbeat_timeout="2s", shutdown_timeout="2s")
+    result = ChaosResult(messages, 0, 0, 0, [])
+    started = time.monotonic()
+    sup_n = 0
+    sup = _start_supervisor(cfg, out, sup_n)
+    published: list[str] = []
+    next_kill = started + kill_every_s
+    next_sup = started + supervisor_every_s
+    next_redis = started + redis_every_s
+    producer: Optional[Producer] = None
+    try:
+        while time.monotonic() - started < deadline_s:
+            now = time.monotonic()
+            if len(published) < messages and len(published) < (now - started) * rate:
+                try:
+                    producer = producer or Producer(server.url)
+                    published += producer.publish_many("q", range(min(batch, messages - len(published))))
+                except Exception as exc:  # Redis down: a lost reply means "maybe queued": never published twice
+                    result.events.append(f"publish paused: {type(exc).__name__}")
+                    if producer is not None:
+                        producer.close()
+                    producer = None
+                    _publish_uncertain(exc, published)
+            elif len(published) >= messages and _drained(server):
+                break
+            if now >= next_kill:
+                next_kill = now + kill_every_s
+                victims = _consumers(sup.pid)
+                if victims:
+                    rng.choice(victims).kill()
+                    result.consumer_kills += 1
+            if now >= next_sup:
+                next_sup = now + supervisor_every_s
+                os.kill(sup.pid, signal.SIGKILL)
+                sup.wait()
+                result.supervisor_kills += 1
+                sup_n += 1
+                sup = _start_supervisor(cfg, out, sup_n)
+            if now >= next_redis:
+                next_redis = now + redis_every_s
+                server.kill()
+                result.redis_kills += 1
+                time.sleep(rng.uniform(0.05, 0.3))  # Redis stays down a moment
+                server.start()
+            time.sleep(0.01)
+        else:
+            result.events.append("deadline reached")
+    finally:
+        if producer is not None:
+            producer.close()
+        os.killpg(sup.pid, signal.SIGTERM)
+        try:
+            sup.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(sup.pid, signal.SIGKILL)
+            sup.wait()
+    result.seconds = time.monotonic() - started
+    seen = _handled(out)
+    client = redis.Redis.from_url(server.url)
+    dead_ids = set()
+    for entry in client.lrange(Q.dead, 0, -1):
+        frame = entry.split(b"\n", 1)[1]
+        dead_ids.add(json.loads(frame.split(b"|", 1)[1])["id"])
+    result.published = len(published)
+    result.handled_ids = len(set(seen) & set(published))
+    result.duplicates = sum(n - 1 for mid, n in seen.items() if n > 1)
+    result.dead = len(dead_ids)
+    result.lost = [mid for mid in published if mid not in seen and mid not in dead_ids]
+    return result
+
+
+def _publish_uncertain(exc: Exception, published: list[str]) -> None:
+    """A batch whose reply was lost may be queued: count its ids as published
+    (so they must show up), never publish them again."""
+    from smqsup.errors import PublishUncertain
+
+    if isinstance(exc, PublishUncertain):
+        published += exc.message_ids
+
+
+def _drained(server: RedisServer) -> bool:
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=2)
+        pipe = client.pipeline(transaction=False)
+        pipe.llen(Q.pending)
+        pipe.zcard(Q.delayed)
+        for cid in client.hkeys(Q.consumers):
+            pipe.llen(Q.processing(cid.decode()))
+        left = sum(pipe.execute())
+        client.close()
+        return left == 0
+    except redis.RedisError:
+        return False
+
+
+def report(r: ChaosResult) -> dict[str, Any]:
+    return {"published": r.published, "handled": r.handled_ids, "dead_lettered": r.dead, "lost": len(r.lost),
+            "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
+            "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1)}
