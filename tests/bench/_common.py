@@ -1,0 +1,176 @@
+"""Shared plumbing of the benchmark scripts in tests/bench (not a test module).
+
+- ``bench_server()``: a private redis-server (unix socket only, appendfsync
+  everysec) in a fresh temp dir, stopped and removed on exit, Ctrl-C or SIGTERM.
+- ``Children``: the consumer processes a script forks; it only ever signals
+  the processes it started (by their own Process object), never by name.
+- small statistics helpers (median, percentiles) and Redis probes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import redis  # noqa: E402
+
+from smqsup.redis_server import RedisServer  # noqa: E402
+
+#: Start method of every consumer process (each builds its own Broker after fork).
+CTX = mp.get_context("fork")
+NAMESPACE = "smq"
+
+
+class Terminated(Exception):
+    """Raised in the parent when it receives SIGTERM, so cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def bench_server() -> Iterator[RedisServer]:
+    """Start a private redis-server on a unix socket in a temp dir; always stop it."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    tmp = Path(tempfile.mkdtemp(prefix="smqbench-"))
+    server = RedisServer(tmp / "redis", appendfsync="everysec")
+    try:
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            signal.signal(signal.SIGTERM, previous)
+
+
+def child_signals(on_stop: Callable[[], None]) -> None:
+    """In a consumer child: ignore Ctrl-C (the parent decides when we stop)
+    and turn SIGTERM into a graceful stop request."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: on_stop())
+
+
+class Children:
+    """The processes this script forked. ``stop()`` sends SIGTERM to each of
+    them (a graceful stop request), waits, and SIGKILLs only our own stragglers."""
+
+    def __init__(self) -> None:
+        self.procs: list[mp.process.BaseProcess] = []
+
+    def start(self, target: Callable[..., None], *args: Any) -> mp.process.BaseProcess:
+        proc = CTX.Process(target=target, args=args, daemon=True)
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, client: "Optional[redis.Redis[bytes]]" = None, timeout_s: float = 5.0) -> None:
+        """SIGTERM each of our children; with ``client``, also wake the ones
+        blocked in BLMOVE (CLIENT UNBLOCK ... TIMEOUT: the fetch returns
+        nothing, as if it had timed out) so they notice at once."""
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()  # SIGTERM to this pid only
+        deadline = time.monotonic() + timeout_s
+        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            if client is not None:
+                try:
+                    unblock_all(client)
+                except redis.RedisError:
+                    client = None
+            for proc in self.procs:
+                proc.join(0.01)
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        self.procs = []
+
+    def failed(self) -> list[str]:
+        return [f"pid {p.pid} exit {p.exitcode}" for p in self.procs
+                if p.exitcode not in (None, 0)]
+
+
+def wait_ready(client: "redis.Redis[bytes]", consumers_key: str, n: int, timeout_s: float = 20.0,
+               children: Optional[Children] = None) -> None:
+    """Wait until n consumers are registered in ``consumers_key`` AND n clients
+    are blocked (in BLMOVE), i.e. every consumer waits on the empty queue."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if client.hlen(consumers_key) >= n and client.info("clients")["blocked_clients"] >= n:
+            return
+        if children is not None and children.failed():
+            raise RuntimeError(f"a consumer process died during startup: {children.failed()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"consumers not ready after {timeout_s} s")
+        time.sleep(0.002)
+
+
+def unblock_all(client: "redis.Redis[bytes]") -> None:
+    """Wake every client blocked in a BLMOVE on this (private) server."""
+    for info in client.client_list():
+        if info.get("cmd") == "blmove" or "b" in info.get("flags", ""):
+            client.client_unblock(int(info["id"]), error=False)
+
+
+def command_calls(client: "redis.Redis[bytes]") -> dict[str, int]:
+    """Calls per command since the server started (INFO commandstats)."""
+    stats = client.info("commandstats")
+    return {name.split("_", 1)[1]: int(v["calls"]) for name, v in stats.items()}
+
+
+def calls_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    return {k: v for k, v in out.items() if v}
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted values (p in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, int(round(p / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until time.perf_counter() reaches ``deadline`` (no drift accumulates)."""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
+def machine() -> str:
+    import platform
+
+    return (f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"redis-py {redis.__version__}, hiredis {'yes' if _has_hiredis() else 'NO'}")
+
+
+def _has_hiredis() -> bool:
+    try:
+        import hiredis  # noqa: F401
+    except ImportError:
+        return False
+    return True
