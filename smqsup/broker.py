@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
@@ -108,6 +109,44 @@ def wrapped(what: str) -> Iterator[None]:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
 
 
+class _HotLine:
+    """One connection held for a consumer's per-message commands (BLMOVE and
+    the ack/nack scripts). It bypasses the pool checkout and redis-py's command
+    machinery on every call, which cost more CPU than Redis itself here, and
+    like every client made here it never retries. redis-py disconnects it on
+    any error; the next call connects again. Never used across fork."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self._pool = client.connection_pool
+        self._conn: Any = None
+        self._pid = 0
+
+    def execute(self, *args: Any) -> Any:
+        conn = self._conn
+        if conn is None or self._pid != os.getpid():
+            conn = self._checkout()
+        conn.send_command(*args)
+        return conn.read_response()
+
+    def _checkout(self) -> Any:
+        conn = self._pool.get_connection()
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    # The two methods scripts.Script calls.
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def eval(self, text: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute("EVAL", text, numkeys, *keys_and_args)
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+        self._conn = None
+
+
 class Broker:
     """Redis operations of one namespace. One instance per process: never
     share a Broker (its sockets) across fork."""
@@ -119,6 +158,7 @@ class Broker:
         #: Count published and acked messages in the queue counters (scripts).
         self.stats = stats
         self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
+        self._hot = _HotLine(self.client)
         self._keys: dict[str, QueueKeys] = {}
 
     @property
@@ -132,6 +172,7 @@ class Broker:
         return k
 
     def close(self) -> None:
+        self._hot.close()
         self.client.close()
 
     # --- server ------------------------------------------------------------
@@ -199,18 +240,17 @@ class Broker:
         """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
         k = self.keys(queue)
         with wrapped(f"fetch from {queue!r}"):
-            # BLMOVE takes a float timeout since Redis 6.0; redis-py's stub says int.
-            frame = self.client.blmove(k.pending, k.processing(consumer_id), block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
+            frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
         return cast(Optional[bytes], frame)
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self.client, self.keys(queue), consumer_id, frame, fetch_next, self.stats)
+            return scripts.ack(self._hot, self.keys(queue), consumer_id, frame, fetch_next, self.stats)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
              meta: str, fetch_next: bool) -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
-            return scripts.nack(self.client, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+            return scripts.nack(self._hot, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
 
     def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,

@@ -47,7 +47,7 @@ from typing import Any, Optional
 from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.errors import BrokerConnectionError, MalformedMessage
+from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +174,12 @@ class Consumer:
                     if frame is None:
                         continue
                 frame = self._process(frame, fetch_next=True)
-            except BrokerConnectionError as exc:
+            except BrokerError as exc:
+                # Connection lost, or Redis refusing (LOADING, READONLY after a
+                # failover, OOM): wait, then re-read our own list before going on.
                 frame = None
                 self._recover_needed = True
-                log.warning("queue %s: consumer %s lost Redis (%s); retrying in %.2fs",
+                log.warning("queue %s: consumer %s: %s; retrying in %.2fs",
                             self.name, self.consumer_id, exc, backoff)
                 self._pause(backoff)
                 backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)

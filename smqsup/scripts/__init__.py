@@ -21,6 +21,9 @@ from redis.exceptions import NoScriptError
 from smqsup.keys import QueueKeys
 
 Client = Union["redis.Redis", "redis.client.Pipeline"]
+#: What a script is sent through: a redis-py client, or anything with the same
+#: evalsha() and eval() (the broker's held connection for the hot path).
+ScriptClient = Any
 #: (lock key, owner token) of the garbage-collector lock a script must check.
 Lock = tuple[str, str]
 
@@ -33,7 +36,7 @@ class Script:
         self.text = resources.files(__name__).joinpath(f"{name}.lua").read_text("utf-8")
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
-    def __call__(self, client: "redis.Redis", keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def __call__(self, client: ScriptClient, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -94,7 +97,7 @@ def meta_json(reason: str, **fields: Any) -> str:
     return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=False)
 
 
-def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool,
+def ack(client: ScriptClient, keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool,
         count: bool = True) -> AckResult:
     """Remove ``frame`` from the consumer's list; take the next one if asked."""
     acked, nxt, registered = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters,
@@ -103,7 +106,7 @@ def ack(client: "redis.Redis", keys: QueueKeys, consumer_id: str, frame: bytes, 
 
 
 def nack(
-    client: "redis.Redis",
+    client: ScriptClient,
     keys: QueueKeys,
     consumer_id: str,
     frame: bytes,
