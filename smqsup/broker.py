@@ -28,6 +28,9 @@ from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
 log = logging.getLogger(__name__)
 
+#: Most frames one publish script call pushes (publish_many sends several
+#: calls in one pipelined round trip).
+PUBLISH_CHUNK = 1000
 #: Producers silent this long drop out of the statistics, in ms.
 _PRODUCER_TTL_MS = 600_000
 
@@ -201,32 +204,44 @@ class Broker:
 
     def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
              producer: Optional[tuple[str, str]] = None) -> None:
-        """Queue ``frames`` (publish.lua: LPUSH and count) in one round trip,
-        with SADD of the queue name when ``register`` and the producer's
-        statistics (id, JSON) when given. Raises BrokerConnectionError if the
-        outcome is unknown."""
+        """Queue ``frames`` (publish.lua: LPUSH and count, up to PUBLISH_CHUNK
+        frames a call) in one round trip, with SADD of the queue name when
+        ``register`` and the producer's statistics (id, JSON) when given.
+        Raises BrokerConnectionError if the outcome is unknown."""
         k = self.keys(queue)
         with wrapped(f"publish to {queue!r}"):
-            if not register and producer is None:
+            if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
                 scripts.publish(self.client, k, frames, self.stats)
                 return
-            try:
-                self._push_pipelined(queue, k, frames, register, producer)
-            except rexc.NoScriptError:  # the scripts did not run: load them and send again
-                for script in (scripts.PUBLISH, scripts.PRODUCER_STATS):
-                    self.client.script_load(script.text)
-                self._push_pipelined(queue, k, frames, register, producer)
+            calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
+            if register:
+                calls.append((None, ("SADD", queues_set(self.namespace), queue)))
+            for start in range(0, len(frames), PUBLISH_CHUNK):
+                calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
+                                                *frames[start:start + PUBLISH_CHUNK])))
+            if producer is not None:
+                calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
+                                                       producers_seen(self.namespace), producer[0], producer[1],
+                                                       _PRODUCER_TTL_MS)))
+            self._pipeline(calls)
 
-    def _push_pipelined(self, queue: str, k: QueueKeys, frames: Sequence[bytes], register: bool,
-                        producer: Optional[tuple[str, str]]) -> None:
+    def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]]) -> list[Any]:
+        """Send plain commands and scripts (by SHA) in one round trip. A script
+        the server does not know (NOSCRIPT: it did not run) is sent again alone
+        by its text; nothing that ran is ever sent twice."""
         pipe = self.client.pipeline(transaction=False)
-        if register:
-            pipe.sadd(queues_set(self.namespace), queue)
-        pipe.evalsha(scripts.PUBLISH.sha, 2, k.pending, k.counters, int(self.stats), *frames)
-        if producer is not None:
-            pipe.evalsha(scripts.PRODUCER_STATS.sha, 2, producers_hash(self.namespace),
-                         producers_seen(self.namespace), producer[0], producer[1], _PRODUCER_TTL_MS)
-        pipe.execute()
+        for script, args in calls:
+            if script is None:
+                pipe.execute_command(*args)  # type: ignore[no-untyped-call]
+            else:
+                pipe.evalsha(script.sha, *args)
+        results: list[Any] = pipe.execute(raise_on_error=False)
+        for i, ((script, args), result) in enumerate(zip(calls, results)):
+            if isinstance(result, rexc.NoScriptError) and script is not None:
+                results[i] = self.client.eval(script.text, *args)
+            elif isinstance(result, Exception):
+                raise result
+        return results
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
@@ -296,25 +311,16 @@ class Broker:
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
             return []
-        with wrapped("heartbeat"):
-            try:
-                replies = self._heartbeat_pipeline(items)
-            except rexc.NoScriptError:  # Redis restarted and lost its script cache
-                for script in scripts.ALL:
-                    self.client.script_load(script.text)
-                replies = self._heartbeat_pipeline(items)
-        return [(q, _text(cid)) for (q, _), unknown in zip(items, replies) for cid in unknown]
-
-    def _heartbeat_pipeline(self, items: list[tuple[str, Sequence[tuple[str, Mapping[str, Any]]]]]) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
+        calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
         for queue, queue_beats in items:
             k = self.keys(queue)
             args: list[Any] = [0]
             for cid, info in queue_beats:
                 args += [cid, _json(info)]
-            pipe.evalsha(scripts.HEARTBEAT.sha, 2, k.consumers, k.heartbeats, *args)
-        replies: list[Any] = pipe.execute()
-        return replies
+            calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
+        with wrapped("heartbeat"):
+            replies = self._pipeline(calls)
+        return [(q, _text(cid)) for (q, _), unknown in zip(items, replies) for cid in unknown]
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""

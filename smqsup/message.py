@@ -97,7 +97,22 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def new_ids(count: int) -> list[str]:
     """``count`` new ids at once (one lock round), in order."""
-    return [new_id() for _ in range(count)]
+    global _last_ms, _seq
+    if count <= 0:
+        return []
+    with _id_lock:
+        ms = max(time.time_ns() // 1_000_000, _last_ms)
+        seq = _seq + 1 if ms == _last_ms else 0
+        node = _node
+        out = []
+        for _ in range(count):
+            if seq > 0xFFFFFF:
+                ms += 1
+                seq = 0
+            out.append(f"{ms:012x}{node}{seq:06x}")
+            seq += 1
+        _last_ms, _seq = ms, seq - 1
+    return out
 
 
 class EnvelopeWriter:
@@ -114,8 +129,8 @@ class EnvelopeWriter:
             head_json = _ENCODER.encode(dict(headers) if headers else {})
         except (TypeError, ValueError) as exc:
             raise MessageError(f"queue {queue!r}: headers are not JSON-serialisable ({exc})") from None
-        self._middle = (',"queue":%s,"body":' % _ENCODER.encode(queue)).encode()
-        self._tail = (',"created_at":%r,"headers":%s}' % (created, head_json)).encode()
+        self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
+        self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
     def payload(self, message_id: str, body: Any) -> bytes:
         """The payload bytes of one message; MessageError if the body is not
@@ -124,7 +139,7 @@ class EnvelopeWriter:
             body_json = _ENCODER.encode(body)
         except (TypeError, ValueError) as exc:
             raise MessageError(f"queue {self.queue!r}: message body is not JSON-serialisable ({exc})") from None
-        payload = b'{"id":' + _ENCODER.encode(message_id).encode() + self._middle + body_json.encode() + self._tail
+        payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
         if len(payload) > self.max_size_bytes:
             raise MessageError(
                 f"queue {self.queue!r}: message of {len(payload)} bytes exceeds the limit of "

@@ -20,9 +20,6 @@ from smqsup.broker import Broker
 from smqsup.config import validate_queue_name
 from smqsup.errors import BrokerConnectionError, ConfigError, MessageError, PublishUncertain
 
-#: Most frames sent in one LPUSH by publish_many.
-_CHUNK = 1000
-
 
 def _valid_name(name: str, what: str) -> str:
     try:
@@ -79,21 +76,16 @@ class Producer:
 
     def publish_many(self, queue: str, bodies: Iterable[Any],
                      headers: Optional[Mapping[str, Any]] = None) -> list[str]:
-        """Queue many messages, 1000 per LPUSH; return their ids in order.
-        Every body is encoded and checked before the first is sent."""
+        """Queue many messages in one round trip; return their ids in order.
+        Every body is encoded and checked before anything is sent; a lost
+        reply raises PublishUncertain naming all of them."""
         self._check_queue(queue)
         writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
         items = list(bodies)
         ids = message.new_ids(len(items))
         payload = writer.payload
         frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
-        for start in range(0, len(frames), _CHUNK):
-            try:
-                self._send(queue, frames[start:start + _CHUNK], ids[start:start + _CHUNK])
-            except PublishUncertain as exc:
-                raise PublishUncertain(
-                    f"{exc}; the first {start} of {len(ids)} messages were published, "
-                    f"the rest were not sent", ids[start:]) from exc
+        self._send(queue, frames, ids)
         return ids
 
     def _check_queue(self, queue: str) -> None:
