@@ -6,6 +6,7 @@
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
+    smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
 
 Exit status: 0 success, 2 bad config or usage (one line on stderr, no
 traceback), 1 unexpected error.
@@ -70,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
     p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until Ctrl-C")
+
+    p = sub.add_parser("web", help="serve the web UI, the JSON API and /metrics")
+    _add_target(p, url=True)
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help=f"address to listen on (default: web.listen, else {defaults.WEB_LISTEN}; port 0: any free)")
+    p.add_argument("--token", default=os.environ.get("SMQSUP_WEB_TOKEN"),
+                   help="token every request must carry (default: $SMQSUP_WEB_TOKEN, else web.token); "
+                        "required to listen on a non-loopback address")
 
     p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
     _add_target(p, url=True)
@@ -195,6 +204,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         broker.close()
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    url, namespace, _ = _target(args)
+    cfg = config_mod.load(args.config) if args.config else config_mod.from_url(url, namespace)
+    web = cfg.web or config_mod.WebConfig()
+    web = config_mod.WebConfig(listen=args.listen or web.listen, token=args.token or web.token)
+    from smqsup.web import serve
+
+    def ready(address: str) -> None:
+        print(f"smqsup web: listening on http://{address}/", flush=True)
+
+    serve(replace(cfg, web=web), url, ready=ready)
+    return EXIT_OK
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     from smqsup.broker import Broker
     from smqsup.config import validate_queue_name
@@ -265,4 +290,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "consume": cmd_consume,
     "dlq": cmd_dlq,
     "status": cmd_status,
+    "web": cmd_web,
 }

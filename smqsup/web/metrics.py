@@ -1,0 +1,113 @@
+"""``GET /metrics``: a statistics snapshot in the Prometheus text exposition
+format, version 0.0.4 (HELP and TYPE lines, escaped label values).
+
+Every series comes from one ``stats.snapshot``: queue sizes and counters are
+exact (the scripts count them), per-consumer values are those of each
+consumer's last heartbeat (about a second old). Consumer series carry the
+consumer id, so a replaced consumer starts new series rather than resetting
+an old counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+from smqsup.stats import COUNTERS, SIZES
+
+#: The Content-Type of the text format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Sample = tuple[Mapping[str, str], float]
+
+
+def escape_label(value: str) -> str:
+    """A label value escaped per the text format: backslash, double quote, newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """HELP text escaped per the text format: backslash and newline."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if value != value:  # NaN
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> list[str]:
+    """The lines of one metric family: HELP, TYPE, then one line per sample.
+
+    ``name`` is the family name; a counter's samples are written with the
+    ``_total`` suffix that the format expects (``name`` must not carry it).
+    """
+    sample_name = f"{name}_total" if kind == "counter" else name
+    lines = [f"# HELP {sample_name} {escape_help(help_text)}", f"# TYPE {sample_name} {kind}"]
+    for labels, value in samples:
+        text = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items())
+        lines.append(f"{sample_name}{{{text}}} {_number(value)}" if text else f"{sample_name} {_number(value)}")
+    return lines
+
+
+def _float(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _consumer_labels(queue: str, c: Mapping[str, Any]) -> dict[str, str]:
+    return {"queue": queue, "consumer": str(c.get("id", "")), "host": str(c.get("host", "")),
+            "pid": str(c.get("pid", ""))}
+
+
+def _consumer_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
+    """One sample per consumer that reports a number in ``field``."""
+    out: list[Sample] = []
+    for name, q in queues.items():
+        for c in q["consumers"]:
+            value = _float(c.get(field))
+            if value is not None:
+                out.append((_consumer_labels(name, c), value))
+    return out
+
+
+def render(snap: Mapping[str, Any]) -> str:
+    """The whole exposition for one ``stats.snapshot`` (ends with a newline)."""
+    queues: Mapping[str, Any] = dict(sorted(snap["queues"].items()))
+    lines: list[str] = []
+    lines += family("smqsup_queue_messages", "gauge",
+                    "Messages in the queue by state (pending, processing, delayed, dead).",
+                    [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
+    lines += family("smqsup_messages", "counter",
+                    "Queue events since the queue was created (published, acked, retried, dead_lettered, "
+                    "reclaimed, late_acks).",
+                    [({"queue": n, "event": e}, q["counters"][e]) for n, q in queues.items() for e in COUNTERS])
+    lines += family("smqsup_consumers", "gauge", "Registered consumers of the queue.",
+                    [({"queue": n}, len(q["consumers"])) for n, q in queues.items()])
+    lines += family("smqsup_consumer_cpu_percent", "gauge", "CPU use of the consumer process, percent of one core.",
+                    _consumer_samples(queues, "cpu"))
+    lines += family("smqsup_consumer_rss_bytes", "gauge", "Resident memory of the consumer process.",
+                    _consumer_samples(queues, "rss"))
+    lines += family("smqsup_consumer_uss_bytes", "gauge", "Memory unique to the consumer process.",
+                    _consumer_samples(queues, "uss"))
+    lines += family("smqsup_consumer_messages", "counter", "Messages the consumer process received.",
+                    _consumer_samples(queues, "received"))
+    lines += family("smqsup_consumer_busy", "gauge", "1 while the consumer handles a message, else 0.",
+                    [(_consumer_labels(n, c), 1.0 if c.get("busy") else 0.0)
+                     for n, q in queues.items() for c in q["consumers"]])
+    lines += family("smqsup_consumer_heartbeat_age_seconds", "gauge",
+                    "Age of the consumer's last heartbeat, by the Redis clock.",
+                    _consumer_samples(queues, "heartbeat_age_s"))
+    lines += family("smqsup_gc_leader", "gauge", "1 for the process currently elected garbage collector of the queue.",
+                    [({"queue": n, "owner": q["leader"]}, 1) for n, q in queues.items() if q["leader"]])
+    lines += family("smqsup_consumer_slot_restarts", "counter", "Restarts of a consumer slot (host:#index).",
+                    [({"queue": n, "slot": slot}, v["restarts"]) for n, q in queues.items()
+                     for slot, v in sorted(q["slots"].items()) if _float(v.get("restarts")) is not None])
+    lines += family("smqsup_producer_messages", "counter", "Messages published by a producer seen in the last "
+                    "10 minutes.", [({"producer": str(p["id"])}, p["published"]) for p in snap.get("producers", [])
+                                    if _float(p.get("published")) is not None])
+    return "\n".join(lines) + "\n"

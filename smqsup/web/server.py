@@ -1,0 +1,284 @@
+"""The web UI's HTTP and WebSocket server (aiohttp): one page, a JSON API and
+/metrics, run by ``smqsup web`` or by the supervisor in a child of its own.
+
+    GET  /                                  the page (static/index.html)
+    GET  /ws                                WebSocket: history once, then a snapshot a second
+    GET  /api/status                        stats.snapshot of every queue
+    GET  /api/queues/{queue}/history        ?seconds=N (default 600)
+    GET  /api/queues/{queue}/dead           ?limit=N (default 100, at most 1000)
+    POST /api/queues/{queue}/dead/requeue   {"ids": [...]} or {"all": true}
+    POST /api/queues/{queue}/dead/purge     {"ids": [...]} or {"all": true}
+    GET  /metrics                           Prometheus text format 0.0.4
+
+Access rules are in ``security``; Redis is read in a thread pool (``source``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Optional
+
+from aiohttp import web
+
+from smqsup import stats
+from smqsup.broker import Broker
+from smqsup.config import Config, WebConfig, validate_queue_name
+from smqsup.errors import BrokerError, ConfigError
+from smqsup.web import metrics
+from smqsup.web.security import Guard, Handler, check_exposure
+from smqsup.web.source import Hub, Source
+
+log = logging.getLogger(__name__)
+
+#: History the WebSocket sends on connect, in seconds (the charts' window).
+HISTORY_S = 600
+#: Most dead letters one listing returns.
+DEAD_LIMIT_MAX = 1000
+#: Most message ids one requeue or purge names.
+IDS_MAX = 10_000
+#: Socket timeout of the web server's Redis client, in seconds.
+REDIS_TIMEOUT_S = 5.0
+
+#: The page's files, served from memory: name -> content type.
+_STATIC = {"app.js": "text/javascript", "app.css": "text/css", "favicon.svg": "image/svg+xml"}
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' {ws}; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+_SOURCE = web.AppKey("source", Source)
+_HUB = web.AppKey("hub", Hub)
+_GUARD = web.AppKey("guard", Guard)
+_FILES = web.AppKey("files", dict)
+
+
+def serve(cfg: Config, url: str, *, ready: Optional[Callable[[str], None]] = None) -> None:
+    """Serve the web UI of ``cfg``'s namespace on ``cfg.web.listen`` (default
+    127.0.0.1:8087; port 0 picks a free port) until SIGTERM or SIGINT.
+
+    Installs its own SIGTERM/SIGINT handlers (the caller has reset signals).
+    Calls ``ready(address)`` once listening, with the bound ``host:port``.
+    Raises ConfigError for a non-loopback address without a token, or when
+    the address cannot be bound.
+    """
+    web_cfg = cfg.web or WebConfig()
+    host, port = check_exposure(web_cfg.listen, web_cfg.token)
+    broker = Broker(url, cfg.namespace, client_name="smqsup-web", socket_timeout_s=REDIS_TIMEOUT_S)
+    source = Source(broker, list(cfg.queues))
+    try:
+        asyncio.run(_run(build_app(source, web_cfg.token), host, port, web_cfg, ready))
+    finally:
+        source.close()
+
+
+async def _run(app: web.Application, host: str, port: int, web_cfg: WebConfig,
+               ready: Optional[Callable[[str], None]]) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)  # record only; the loop below acts
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise ConfigError(f"web.listen: cannot listen on {web_cfg.listen}: {exc.strerror or exc}",
+                              key="web.listen") from None
+        address = _address(runner.addresses[0])
+        app[_GUARD].cookie_name = f"smqsup_session_{address.rsplit(':', 1)[1]}"
+        log.info("web UI listening on http://%s/ (token %s)", address, "required" if web_cfg.token else "not set")
+        if ready is not None:
+            ready(address)
+        await stop.wait()
+        log.info("web UI stopping")
+    finally:
+        await runner.cleanup()
+
+
+def _address(sockname: Any) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def build_app(source: Source, token: Optional[str]) -> web.Application:
+    """The aiohttp application over ``source`` (its routes are listed above)."""
+    guard = Guard(token)
+    app = web.Application(middlewares=[guard.middleware, _errors], client_max_size=1024 * 1024)
+    app[_SOURCE] = source
+    app[_HUB] = Hub(source)
+    app[_GUARD] = guard
+    files = importlib.resources.files("smqsup.web") / "static"
+    app[_FILES] = {name: (files / name).read_bytes() for name in ("index.html", *_STATIC)}
+    app.add_routes([
+        web.get("/", index),
+        web.get("/static/{name}", static),
+        web.get("/ws", websocket),
+        web.get("/api/status", api_status),
+        web.get("/api/queues/{queue}/history", api_history),
+        web.get("/api/queues/{queue}/dead", api_dead),
+        web.post("/api/queues/{queue}/dead/requeue", api_requeue),
+        web.post("/api/queues/{queue}/dead/purge", api_purge),
+        web.get("/metrics", get_metrics),
+    ])
+    app.cleanup_ctx.append(_hub_task)
+    app.on_shutdown.append(_close_clients)
+    return app
+
+
+async def _hub_task(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(app[_HUB].run())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _close_clients(app: web.Application) -> None:
+    await app[_HUB].close_all()
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Our errors as JSON: a bad argument 400, Redis failing 503."""
+    try:
+        return await handler(request)
+    except ConfigError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    except BrokerError as exc:
+        log.warning("web: %s %s failed: %s", request.method, request.path, exc)
+        return web.json_response({"error": str(exc)}, status=503)
+
+
+# --- page ----------------------------------------------------------------------------
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    """The page; a valid ``?token=`` visit sets the session cookie and
+    redirects to the same page without the token in its address."""
+    guard = request.app[_GUARD]
+    if guard.query_token_ok(request):
+        rest = {k: v for k, v in request.query.items() if k != "token"}
+        response = web.Response(status=303, headers={"Location": str(request.rel_url.with_query(rest))})
+        guard.set_session(response)
+        return response
+    host = request.host if _plain_host(request.host) else ""
+    ws = f"ws://{host} wss://{host}" if host else ""
+    return web.Response(body=request.app[_FILES]["index.html"], content_type="text/html", charset="utf-8",
+                        headers={"Content-Security-Policy": _CSP.format(ws=ws)})
+
+
+def _plain_host(host: str) -> bool:
+    """True for a Host header safe to write into a header value."""
+    return bool(host) and all(ch.isalnum() or ch in ".-:[]" for ch in host)
+
+
+async def static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in _STATIC:
+        raise web.HTTPNotFound()
+    return web.Response(body=request.app[_FILES][name], content_type=_STATIC[name], charset="utf-8")
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    """History first (every queue, HISTORY_S), then the Hub's snapshots."""
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=64 * 1024)
+    await ws.prepare(request)
+    source, hub = request.app[_SOURCE], request.app[_HUB]
+    try:
+        try:
+            history = await source.call(source.histories, HISTORY_S)
+            await ws.send_json({"type": "history", "window_s": HISTORY_S, "queues": history})
+        except BrokerError as exc:
+            await ws.send_json({"type": "error", "error": str(exc)})
+        if hub.latest is not None:
+            await ws.send_str(hub.latest)
+    except ConnectionError:  # the client left before its first messages
+        return ws
+    hub.add(ws)
+    try:
+        async for _ in ws:  # the page sends nothing we act on
+            pass
+    finally:
+        hub.discard(ws)
+    return ws
+
+
+# --- JSON API ------------------------------------------------------------------------
+
+
+def _queue(request: web.Request) -> str:
+    return validate_queue_name(request.match_info["queue"], key="queue")
+
+
+def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= high:
+        raise ConfigError(f"{name}: expected an integer from 1 to {high}, got {text[:40]!r}")
+    return int(text)
+
+
+async def api_status(request: web.Request) -> web.Response:
+    source = request.app[_SOURCE]
+    return web.json_response(await source.call(source.snapshot))
+
+
+async def api_history(request: web.Request) -> web.Response:
+    queue, seconds = _queue(request), _int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
+    source = request.app[_SOURCE]
+    points = await source.call(stats.history, source.broker, queue, seconds)
+    return web.json_response({"queue": queue, "points": points})
+
+
+async def api_dead(request: web.Request) -> web.Response:
+    queue, limit = _queue(request), _int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
+    source = request.app[_SOURCE]
+    return web.json_response(await source.call(source.dead, queue, limit))
+
+
+async def _selection(request: web.Request) -> Optional[list[str]]:
+    """The message ids a POST names, or None for ``{"all": true}``."""
+    if request.content_type != "application/json":
+        raise ConfigError("expected a JSON body (Content-Type: application/json)")
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("the body is not valid JSON") from None
+    if isinstance(body, dict) and body.get("all") is True and "ids" not in body:
+        return None
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if (not isinstance(ids, list) or not 1 <= len(ids) <= IDS_MAX
+            or not all(isinstance(i, str) and i for i in ids)):
+        raise ConfigError(f'expected {{"ids": [1 to {IDS_MAX} message ids]}} or {{"all": true}}')
+    return ids
+
+
+async def api_requeue(request: web.Request) -> web.Response:
+    queue = _queue(request)
+    ids = await _selection(request)
+    source = request.app[_SOURCE]
+    n = await source.call(source.requeue, queue, ids)
+    log.info("queue %s: web requeued %d dead letter(s) (%s) for %s", queue, n,
+             "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
+    return web.json_response({"queue": queue, "requeued": n})
+
+
+async def api_purge(request: web.Request) -> web.Response:
+    queue = _queue(request)
+    ids = await _selection(request)
+    source = request.app[_SOURCE]
+    n = await source.call(source.purge, queue, ids)
+    log.info("queue %s: web purged %d dead letter(s) (%s) for %s", queue, n,
+             "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
+    return web.json_response({"queue": queue, "purged": n})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    source = request.app[_SOURCE]
+    text = metrics.render(await source.call(source.snapshot))
+    return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})

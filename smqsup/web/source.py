@@ -1,0 +1,189 @@
+"""What the web UI reads and changes in Redis, kept off the event loop.
+
+redis-py blocks, so every call here runs in a small thread pool (``Source.call``);
+the redis-py client is thread-safe (a connection per concurrent call). The
+``Hub`` takes one statistics snapshot a second while any WebSocket client is
+connected and sends the same text to all of them, so N open pages cost Redis
+what one does.
+
+    Broker ─(thread pool)─▶ Source ─▶ Hub ─▶ every WebSocket client
+                                  └──▶ JSON API, /metrics (one read per request)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional, TypeVar
+
+from aiohttp import web
+
+from smqsup import stats
+from smqsup.broker import Broker
+from smqsup.errors import SmqsupError
+from smqsup.message import DeadLetter
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Dead-letter entries read per round trip when scanning a queue's list.
+DEAD_PAGE = 1000
+#: A dead letter's body longer than this (as JSON text) is cut in listings, in characters.
+BODY_SHOWN_CHARS = 64 * 1024
+
+
+def dead_row(raw: bytes) -> dict[str, Any]:
+    """One dead-letter entry as the API lists it: id, attempts, reason,
+    dead_at (unix s), created_at, error_type, body (cut past BODY_SHOWN_CHARS,
+    with ``truncated``). A malformed frame has id None and its bytes as body."""
+    d = DeadLetter(raw)
+    msg = d.message()
+    body: Any = msg.body if msg is not None else d.frame.decode("utf-8", "replace")
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    truncated = len(text) > BODY_SHOWN_CHARS
+    return {"id": msg.id if msg else None, "attempts": msg.attempts if msg else None, "reason": d.reason,
+            "dead_at": d.at, "created_at": msg.created_at if msg else None,
+            "error_type": d.meta.get("error_type"), "body": text[:BODY_SHOWN_CHARS] if truncated else body,
+            "truncated": truncated}
+
+
+class Source:
+    """The web server's one Broker, called from a thread pool."""
+
+    def __init__(self, broker: Broker, configured: Sequence[str], workers: int = 4) -> None:
+        self.broker = broker
+        self.configured = sorted(configured)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smqsup-web-redis")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        """Stop the pool (calls in flight finish in their threads) and the client."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.broker.close()
+
+    def queues(self) -> list[str]:
+        """The configured queues and every queue Redis knows of."""
+        return sorted(set(self.configured) | set(self.broker.known_queues()))
+
+    def snapshot(self) -> dict[str, Any]:
+        """``stats.snapshot`` of every queue."""
+        return stats.snapshot(self.broker, self.queues())
+
+    def histories(self, seconds: int) -> dict[str, list[dict[str, Any]]]:
+        """Each queue's history points of the last ``seconds``, oldest first."""
+        return {name: stats.history(self.broker, name, seconds) for name in self.queues()}
+
+    def dead(self, queue: str, limit: int) -> dict[str, Any]:
+        """The newest ``limit`` dead letters of ``queue`` and how many there are."""
+        entries = self.broker.dead_letters(queue, 0, limit)
+        total = self.broker.sizes(queue)["dead"]
+        return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
+
+    def _select(self, queue: str, ids: set[str]) -> list[bytes]:
+        """The dead-letter entries of ``queue`` whose message id is in ``ids``."""
+        chosen: list[bytes] = []
+        start = 0
+        while True:
+            batch = self.broker.dead_letters(queue, start, DEAD_PAGE)
+            for raw in batch:
+                msg = DeadLetter(raw).message()
+                if msg is not None and msg.id in ids:
+                    chosen.append(raw)
+            if len(batch) < DEAD_PAGE or len(chosen) >= len(ids):
+                return chosen
+            start += DEAD_PAGE
+
+    def requeue(self, queue: str, ids: Optional[Sequence[str]]) -> int:
+        """Move the dead letters with these message ids (None: all) back to
+        pending, attempts reset; returns how many moved. An entry that another
+        operator moved meanwhile is skipped (the script removes by value)."""
+        if ids is not None:
+            return self.broker.dlq_requeue(queue, self._select(queue, set(ids)))
+        # All: oldest first, in pages, and no more than were there at the start:
+        # a requeued message that dies again meanwhile re-enters at the head and
+        # stays there.
+        budget = self.broker.sizes(queue)["dead"]
+        moved = 0
+        while moved < budget:
+            page = min(DEAD_PAGE, budget - moved)
+            n = self.broker.dlq_requeue(queue, self.broker.dead_letters(queue, -page, page))  # the oldest
+            if n == 0:
+                break
+            moved += n
+        return moved
+
+    def purge(self, queue: str, ids: Optional[Sequence[str]]) -> int:
+        """Delete the dead letters with these message ids (None: all); returns how many."""
+        if ids is None:
+            return self.broker.dlq_purge(queue)
+        return self.broker.dlq_remove(queue, self._select(queue, set(ids)))
+
+
+class Hub:
+    """One snapshot a second for every connected WebSocket client."""
+
+    #: Seconds between snapshots.
+    period_s = 1.0
+    #: A client that takes longer than this to accept a message is dropped, in s.
+    send_timeout_s = 5.0
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.clients: set[web.WebSocketResponse] = set()
+        #: The last message sent (a snapshot or an error), for clients joining.
+        self.latest: Optional[str] = None
+        self._wake = asyncio.Event()
+        self._failing = False
+
+    def add(self, ws: web.WebSocketResponse) -> None:
+        self.clients.add(ws)
+        self._wake.set()
+
+    def discard(self, ws: web.WebSocketResponse) -> None:
+        self.clients.discard(ws)
+
+    async def run(self) -> None:
+        """Snapshot and broadcast every ``period_s`` while anyone listens."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.clients:
+                self._wake.clear()
+                await self._wake.wait()
+            started = loop.time()
+            self.latest = await self._message()
+            await asyncio.gather(*(self._send(ws, self.latest) for ws in list(self.clients)))
+            await asyncio.sleep(max(0.05, self.period_s - (loop.time() - started)))
+
+    async def _message(self) -> str:
+        try:
+            snap = await self.source.call(self.source.snapshot)
+        except SmqsupError as exc:
+            if not self._failing:
+                log.warning("web: statistics unavailable: %s", exc)
+            self._failing = True
+            return json.dumps({"type": "error", "error": str(exc)})
+        if self._failing:
+            log.info("web: statistics available again")
+        self._failing = False
+        return json.dumps({"type": "snapshot", "snapshot": snap}, separators=(",", ":"))
+
+    async def _send(self, ws: web.WebSocketResponse, text: str) -> None:
+        try:
+            await asyncio.wait_for(ws.send_str(text), self.send_timeout_s)
+        except (ConnectionError, RuntimeError, asyncio.TimeoutError):
+            # Gone or too slow: drop it; its handler returns when the socket closes.
+            self.discard(ws)
+            await ws.close()
+
+    async def close_all(self) -> None:
+        """Tell every client the server is going away."""
+        clients, self.clients = list(self.clients), set()
+        for ws in clients:
+            await ws.close(code=1001, message=b"server shutdown")

@@ -1,0 +1,587 @@
+/* smqsup web UI: the WebSocket client, small canvas line charts, the tables
+   and the dead-letter actions.
+
+   Data flow: the server sends {"type": "history"} once per connection (every
+   queue's per-second points of the last 10 minutes), then {"type": "snapshot"}
+   every second. Points hold cumulative counters and sizes; rates are the
+   differences of consecutive points, so history and live points join into one
+   series. Every value from the server reaches the page through textContent or
+   an attribute, never as HTML. */
+"use strict";
+(function () {
+  const WINDOW_MS = 10 * 60 * 1000;
+  const GAP_MS = 15000; // a longer silence breaks a line
+  const EVENTS = [["published", "published"], ["acked", "acked"], ["retried", "retried"],
+    ["dead_lettered", "dead-lettered"]];
+  const SIZES = ["pending", "processing", "delayed", "dead"];
+  const COLORS = {published: "#2f6fde", acked: "#2c8a4b", retried: "#b7791f", dead_lettered: "#c73a3a",
+    pending: "#2f6fde", processing: "#7b4fd6", delayed: "#b7791f", dead: "#c73a3a"};
+  const PALETTE = ["#2f6fde", "#2c8a4b", "#c73a3a", "#b7791f", "#7b4fd6", "#0f8a8a", "#d1497b", "#5b6b7f",
+    "#8a6d0f", "#3d9be9"];
+  const DEAD_LIMIT = 100;
+  const BODY_CHARS = 2000;
+
+  // --- DOM and formatting ---------------------------------------------------
+
+  function el(tag, props, children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null) continue;
+      if (k === "text") node.textContent = String(v);
+      else if (k === "className") node.className = v;
+      else if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
+      else node.setAttribute(k, String(v));
+    }
+    for (const c of children || []) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return node;
+  }
+  const $ = (id) => document.getElementById(id);
+  const pad = (n) => String(n).padStart(2, "0");
+  const isNum = (v) => typeof v === "number" && Number.isFinite(v);
+
+  function fmtInt(v) { return isNum(v) ? Math.round(v).toLocaleString("en-US") : "–"; }
+  function fmtRate(v) {
+    if (!isNum(v)) return "–";
+    return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
+  }
+  function fmtPct(v) { return isNum(v) ? v.toFixed(1) : "–"; }
+  function fmtMiB(bytes) { return isNum(bytes) && bytes > 0 ? (bytes / 1048576).toFixed(1) + " MiB" : "–"; }
+  function fmtTime(ms, seconds) {
+    const d = new Date(ms);
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (seconds === false ? "" : ":" + pad(d.getSeconds()));
+  }
+  function fmtDate(ms) {
+    const d = new Date(ms);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + fmtTime(ms);
+  }
+  function collector(token) {
+    // Owner tokens are host:pid:random; people want host:pid.
+    return token ? token.split(":").slice(0, -1).join(":") || token : "–";
+  }
+
+  // --- charts -----------------------------------------------------------------
+
+  function niceStep(raw, integer) {
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const steps = integer ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10];
+    const step = steps.find((s) => raw <= s * mag) * mag;
+    return integer ? Math.max(1, Math.round(step)) : step;
+  }
+
+  /** A line chart on a canvas: time on x (the last 10 minutes), values on y,
+      an HTML legend (the canvas's next sibling) with each series' last value. */
+  class LineChart {
+    constructor(canvas, opts) {
+      this.canvas = canvas;
+      this.legend = canvas.nextElementSibling;
+      this.format = opts.format;
+      this.integer = !!opts.integer;
+      this.series = [];
+      this.legendKey = "";
+    }
+
+    set(series) { this.series = series; }
+
+    draw(now) {
+      const c = this.canvas;
+      const dpr = window.devicePixelRatio || 1;
+      const w = c.clientWidth, h = c.clientHeight;
+      if (!w || !h || !now) return;
+      if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+        c.width = Math.round(w * dpr);
+        c.height = Math.round(h * dpr);
+      }
+      const ctx = c.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, w, h);
+      const L = 58, R = 12, T = 8, B = 20, pw = w - L - R, ph = h - T - B;
+      const t0 = now - WINDOW_MS;
+      let max = 0, count = 0, lastT = 0;
+      const last = {};
+      for (const s of this.series) {
+        for (const [t, v] of s.points) {
+          if (t < t0 || !isNum(v)) continue;
+          max = Math.max(max, v);
+          count++;
+          lastT = Math.max(lastT, t);
+          last[s.name] = v;
+        }
+      }
+      const step = niceStep((max > 0 ? max : 1) / 4, this.integer);
+      const ymax = Math.max(step, Math.ceil((max > 0 ? max : 1) / step) * step);
+      const X = (t) => L + (t - t0) / WINDOW_MS * pw;
+      const Y = (v) => T + ph - v / ymax * ph;
+
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.lineWidth = 1;
+      ctx.strokeStyle = "#e6e9ef";
+      ctx.fillStyle = "#687083";
+      ctx.textAlign = "right";
+      ctx.textBaseline = "middle";
+      for (let v = 0; v <= ymax + step / 2; v += step) {
+        const y = Math.round(Y(v)) + 0.5;
+        ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(L + pw, y); ctx.stroke();
+        ctx.fillText(this.format(v), L - 6, y);
+      }
+      ctx.textAlign = "center";
+      ctx.textBaseline = "top";
+      const tick = 2 * 60 * 1000;
+      for (let t = Math.ceil(t0 / tick) * tick; t <= now; t += tick) {
+        const x = Math.round(X(t)) + 0.5;
+        ctx.beginPath(); ctx.moveTo(x, T); ctx.lineTo(x, T + ph); ctx.stroke();
+        ctx.fillText(fmtTime(t, false), x, T + ph + 5);
+      }
+      ctx.strokeStyle = "#9aa2b1";
+      ctx.beginPath(); ctx.moveTo(L + 0.5, T); ctx.lineTo(L + 0.5, T + ph + 0.5); ctx.lineTo(L + pw, T + ph + 0.5);
+      ctx.stroke();
+
+      ctx.save();
+      ctx.beginPath(); ctx.rect(L, T - 2, pw, ph + 4); ctx.clip();
+      ctx.lineWidth = 1.6;
+      ctx.lineJoin = "round";
+      for (const s of this.series) {
+        ctx.strokeStyle = s.color;
+        ctx.beginPath();
+        let prev = null;
+        for (const [t, v] of s.points) {
+          if (t < t0 - 2000 || !isNum(v)) { prev = null; continue; }
+          if (prev === null || t - prev > GAP_MS) ctx.moveTo(X(t), Y(v)); else ctx.lineTo(X(t), Y(v));
+          prev = t;
+        }
+        ctx.stroke();
+      }
+      ctx.restore();
+      if (!count) {
+        ctx.fillStyle = "#9aa2b1";
+        ctx.textAlign = "center";
+        ctx.textBaseline = "middle";
+        ctx.fillText("no data yet", L + pw / 2, T + ph / 2);
+      }
+      c.dataset.points = String(count);
+      c.dataset.lastT = String(lastT);
+      c.dataset.last = JSON.stringify(last);
+      this.drawLegend(last);
+    }
+
+    drawLegend(last) {
+      const key = this.series.map((s) => s.name + "\u0000" + s.color).join("\u0001");
+      if (key !== this.legendKey) {
+        this.legendKey = key;
+        this.legend.replaceChildren(...this.series.map((s) => {
+          const swatch = el("span", {className: "swatch"});
+          swatch.style.background = s.color;
+          return el("li", {dataset: {series: s.name}}, [swatch, el("span", {text: s.name}), el("span", {className: "val"})]);
+        }));
+      }
+      this.series.forEach((s, i) => {
+        this.legend.children[i].querySelector(".val").textContent = s.name in last ? this.format(last[s.name]) : "–";
+      });
+    }
+  }
+
+  /** An axis or legend number: three significant digits, no trailing zeros. */
+  function short(v) { return v >= 100 ? v.toFixed(0) : String(Number(v.toPrecision(3))); }
+  const formats = {
+    rate: (v) => short(v) + "/s",
+    count: (v) => fmtInt(v),
+    pct: (v) => short(v) + "%",
+    mib: (v) => short(v) + " MiB",
+  };
+
+  // --- state ------------------------------------------------------------------
+
+  const S = {
+    queues: new Map(), // name -> {points, snap, card, charts}
+    consumers: new Map(), // consumer id -> {label, color, cpu, rss, seen}
+    colorNext: 0,
+    snapshots: 0,
+    now: 0,
+    deadKeys: new Map(), // queue -> "dead/dead_lettered" last loaded
+    deadSeq: new Map(),
+  };
+  const charts = {
+    totalRates: new LineChart($("chart-total-rates"), {format: formats.rate}),
+    totalSizes: new LineChart($("chart-total-sizes"), {format: formats.count, integer: true}),
+    cpu: new LineChart($("chart-cpu"), {format: formats.pct}),
+    rss: new LineChart($("chart-rss"), {format: formats.mib}),
+  };
+
+  function queueState(name) {
+    let q = S.queues.get(name);
+    if (!q) {
+      q = {points: [], snap: null, card: null, charts: null};
+      S.queues.set(name, q);
+    }
+    return q;
+  }
+
+  function trim(points, now, at) {
+    const cut = now - WINDOW_MS - 60000;
+    let i = 0;
+    while (i < points.length && at(points[i]) < cut) i++;
+    if (i) points.splice(0, i);
+  }
+
+  /** [[t, rate per second]] of one counter from consecutive points. */
+  function rateSeries(points, key) {
+    const out = [];
+    for (let i = 1; i < points.length; i++) {
+      const a = points[i - 1], b = points[i];
+      const dt = b.t - a.t;
+      if (dt <= 0) continue;
+      if (dt > GAP_MS) { out.push([b.t, null]); continue; }
+      out.push([b.t, Math.max(0, (b[key] || 0) - (a[key] || 0)) / (dt / 1000)]);
+    }
+    return out;
+  }
+
+  function valueSeries(points, key) { return points.map((p) => [p.t, isNum(p[key]) ? p[key] : null]); }
+
+  /** The sum of several series, per second; a series with no point in a
+      second counts with its value of up to 3 s before. */
+  function sumSeries(list) {
+    const maps = list.map((pts) => new Map(pts.map(([t, v]) => [Math.round(t / 1000), v])));
+    const seconds = [...new Set(maps.flatMap((m) => [...m.keys()]))].sort((a, b) => a - b);
+    return seconds.map((k) => {
+      let sum = 0, any = false;
+      for (const m of maps) {
+        for (let d = 0; d <= 3; d++) {
+          if (!m.has(k - d)) continue;
+          const v = m.get(k - d);
+          if (isNum(v)) { sum += v; any = true; }
+          break;
+        }
+      }
+      return [k * 1000, any ? sum : null];
+    });
+  }
+
+  const lastOf = (series) => {
+    for (let i = series.length - 1; i >= 0; i--) if (isNum(series[i][1])) return series[i][1];
+    return null;
+  };
+
+  // --- messages from the server ----------------------------------------------
+
+  function onHistory(msg) {
+    for (const [name, points] of Object.entries(msg.queues || {})) {
+      queueState(name).points = points.filter((p) => isNum(p.t));
+      for (const p of points) S.now = Math.max(S.now, p.t || 0);
+    }
+    ensureCards();
+    scheduleDraw();
+  }
+
+  function onSnapshot(snap) {
+    S.snapshots++;
+    S.now = snap.t;
+    document.body.dataset.snapshots = String(S.snapshots);
+    document.body.dataset.lastT = String(snap.t);
+    $("updated").textContent = fmtTime(snap.t);
+    $("updated").dateTime = new Date(snap.t).toISOString();
+    for (const [name, qs] of Object.entries(snap.queues)) {
+      const q = queueState(name);
+      q.snap = qs;
+      const lastPoint = q.points[q.points.length - 1];
+      if (!lastPoint || snap.t > lastPoint.t + 200) {
+        q.points.push(Object.assign({t: snap.t, consumers: qs.consumers.length}, qs.counters, qs.sizes));
+      }
+      trim(q.points, snap.t, (p) => p.t);
+      for (const c of qs.consumers) {
+        let cs = S.consumers.get(c.id);
+        if (!cs) {
+          cs = {color: PALETTE[S.colorNext++ % PALETTE.length], cpu: [], rss: []};
+          S.consumers.set(c.id, cs);
+        }
+        cs.label = name + " #" + (c.index ?? "?") + " pid " + (c.pid ?? "?");
+        cs.seen = snap.t;
+        cs.cpu.push([snap.t, isNum(c.cpu) ? c.cpu : null]);
+        cs.rss.push([snap.t, isNum(c.rss) ? c.rss / 1048576 : null]);
+        trim(cs.cpu, snap.t, (p) => p[0]);
+        trim(cs.rss, snap.t, (p) => p[0]);
+      }
+    }
+    for (const [id, cs] of S.consumers) if (snap.t - cs.seen > WINDOW_MS) S.consumers.delete(id);
+    ensureCards();
+    renderQueues(snap);
+    renderConsumers(snap);
+    renderProducers(snap);
+    checkDead(snap);
+    scheduleDraw();
+  }
+
+  // --- charts and tables ------------------------------------------------------
+
+  function ensureCards() {
+    const box = $("queue-charts");
+    const names = [...S.queues.keys()].sort();
+    for (const name of names) {
+      const q = S.queues.get(name);
+      if (q.card) continue;
+      const rates = el("canvas", {dataset: {testid: "chart-queue-rates", queue: name}});
+      const sizes = el("canvas", {dataset: {testid: "chart-queue-sizes", queue: name}});
+      q.card = el("div", {className: "queue-card", dataset: {testid: "queue-card", queue: name}}, [
+        el("h3", {text: name}),
+        el("div", {className: "charts"}, [
+          el("figure", {className: "chart"}, [el("figcaption", {text: "Messages per second"}), rates,
+            el("ul", {className: "legend"})]),
+          el("figure", {className: "chart"}, [el("figcaption", {text: "Messages in the queue"}), sizes,
+            el("ul", {className: "legend"})]),
+        ]),
+      ]);
+      q.charts = {rates: new LineChart(rates, {format: formats.rate}),
+        sizes: new LineChart(sizes, {format: formats.count, integer: true})};
+    }
+    const cards = names.map((n) => S.queues.get(n).card);
+    if (cards.some((c, i) => box.children[i] !== c)) box.replaceChildren(...cards);
+  }
+
+  let drawPending = false;
+  function scheduleDraw() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(() => { drawPending = false; drawAll(); });
+  }
+
+  function drawAll() {
+    const queues = [...S.queues.values()];
+    const totalRates = EVENTS.map(([key, label]) => ({name: label, color: COLORS[key],
+      points: sumSeries(queues.map((q) => rateSeries(q.points, key)))}));
+    charts.totalRates.set(totalRates);
+    charts.totalSizes.set(SIZES.map((key) => ({name: key, color: COLORS[key],
+      points: sumSeries(queues.map((q) => valueSeries(q.points, key)))})));
+    const consumers = [...S.consumers.values()].sort((a, b) => a.label.localeCompare(b.label));
+    charts.cpu.set(consumers.map((c) => ({name: c.label, color: c.color, points: c.cpu})));
+    charts.rss.set(consumers.map((c) => ({name: c.label, color: c.color, points: c.rss})));
+    for (const chart of Object.values(charts)) chart.draw(S.now);
+    for (const q of queues) {
+      if (!q.charts) continue;
+      q.charts.rates.set(EVENTS.map(([key, label]) => ({name: label, color: COLORS[key],
+        points: rateSeries(q.points, key)})));
+      q.charts.sizes.set(SIZES.map((key) => ({name: key, color: COLORS[key], points: valueSeries(q.points, key)})));
+      q.charts.rates.draw(S.now);
+      q.charts.sizes.draw(S.now);
+    }
+    renderTiles(totalRates);
+  }
+
+  function renderTiles(totalRates) {
+    const snap = S.lastSnap;
+    if (!snap) return;
+    const t = snap.totals;
+    const rateOf = Object.fromEntries(EVENTS.map(([key], i) => [key, lastOf(totalRates[i].points)]));
+    const tiles = [
+      ...EVENTS.map(([key, label]) => [key, label, t[key], rateOf[key]]),
+      ...SIZES.map((key) => [key, key, t[key], undefined]),
+      ["consumers", "consumers", t.consumers, undefined],
+    ];
+    $("tiles").replaceChildren(...tiles.map(([key, label, value, rate]) =>
+      el("div", {className: "tile"}, [
+        el("span", {className: "label", text: label}),
+        el("span", {className: "value", text: fmtInt(value), dataset: {testid: "total-" + key, value: value}}),
+        rate === undefined ? "" : el("span", {className: "rate", text: fmtRate(rate) + "/s"}),
+      ])));
+  }
+
+  function cell(text, props) { return el("td", Object.assign({text: text}, props || {})); }
+
+  function renderQueues(snap) {
+    S.lastSnap = snap;
+    const rows = Object.entries(snap.queues).sort(([a], [b]) => a.localeCompare(b)).map(([name, q]) => {
+      const pts = S.queues.get(name).points;
+      const rate = (key) => isNum(q.rates[key]) ? q.rates[key] : lastOf(rateSeries(pts.slice(-11), key));
+      const restarts = Object.values(q.slots || {}).reduce((n, s) => n + (s.restarts || 0), 0);
+      return el("tr", {dataset: {testid: "queue-row", queue: name}}, [
+        cell(name), ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
+        ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
+        cell(String(q.consumers.length)), cell(collector(q.leader), {dataset: {testid: "leader"}}),
+        cell(String(restarts)),
+      ]);
+    });
+    const t = snap.totals;
+    rows.push(el("tr", {}, [cell("total", {className: "total"}), ...SIZES.map((k) => cell(fmtInt(t[k]), {className: "total"})),
+      ...EVENTS.map(([k]) => cell(fmtRate(t.rates[k]), {className: "total"})), cell(String(t.consumers), {className: "total"}),
+      cell(""), cell("")]));
+    $("queue-rows").replaceChildren(...rows);
+  }
+
+  function renderConsumers(snap) {
+    const rows = [];
+    for (const [name, q] of Object.entries(snap.queues).sort(([a], [b]) => a.localeCompare(b))) {
+      for (const c of q.consumers) {
+        const age = c.heartbeat_age_s;
+        rows.push(el("tr", {dataset: {testid: "consumer-row", id: c.id, queue: name, cpu: c.cpu, rss: c.rss}}, [
+          cell(name), cell(c.index ?? "?"), cell(c.host ?? "?"), cell(c.pid ?? "?"),
+          cell(c.busy ? "busy" : "idle", {className: c.busy ? "state-busy" : "state-idle"}),
+          cell(fmtInt(c.received)), cell(fmtRate(c.rate)), cell(fmtPct(c.cpu), {dataset: {testid: "cpu"}}),
+          cell(fmtMiB(c.rss), {dataset: {testid: "rss"}}), cell(fmtMiB(c.uss)),
+          cell(isNum(age) ? age.toFixed(1) + " s ago" : "–", {className: isNum(age) && age > 5 ? "stale" : ""}),
+        ]));
+      }
+    }
+    if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 11, className: "empty", text: "No consumers registered."})]));
+    $("consumer-rows").replaceChildren(...rows);
+  }
+
+  function renderProducers(snap) {
+    const rows = (snap.producers || []).map((p) => el("tr", {dataset: {testid: "producer-row"}}, [
+      cell(p.id), cell(fmtInt(p.published)), cell(fmtRate(p.rate)),
+      cell(isNum(p.seen_at_ms) ? ((snap.t - p.seen_at_ms) / 1000).toFixed(0) + " s ago" : "–"),
+    ]));
+    if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 4, className: "empty", text: "No producers seen."})]));
+    $("producer-rows").replaceChildren(...rows);
+  }
+
+  // --- dead letters -----------------------------------------------------------
+
+  function checkDead(snap) {
+    for (const [name, q] of Object.entries(snap.queues)) {
+      const key = q.sizes.dead + "/" + q.counters.dead_lettered;
+      if (S.deadKeys.get(name) !== key) {
+        S.deadKeys.set(name, key);
+        loadDead(name);
+      }
+    }
+  }
+
+  function apiPath(name, rest) { return "api/queues/" + encodeURIComponent(name) + "/" + rest; }
+
+  async function loadDead(name) {
+    const seq = (S.deadSeq.get(name) || 0) + 1;
+    S.deadSeq.set(name, seq);
+    let data;
+    try {
+      const res = await fetch(apiPath(name, "dead?limit=" + DEAD_LIMIT),
+        {credentials: "same-origin", headers: {Accept: "application/json"}});
+      data = await res.json();
+      if (!res.ok) throw new Error(data.error || "HTTP " + res.status);
+    } catch (err) {
+      S.deadKeys.delete(name); // try again with the next snapshot
+      return toast("Could not read the dead letters of " + name + ": " + err.message, true);
+    }
+    if (S.deadSeq.get(name) === seq) renderDead(name, data);
+  }
+
+  function bodyText(entry) {
+    const text = typeof entry.body === "string" ? entry.body : JSON.stringify(entry.body);
+    return text.length > BODY_CHARS ? text.slice(0, BODY_CHARS) + "…" : text + (entry.truncated ? "…" : "");
+  }
+
+  function renderDead(name, data) {
+    const box = $("dead-queues");
+    let section = [...box.children].find((n) => n.dataset.queue === name);
+    if (!data.total) {
+      if (section) section.remove();
+    } else {
+      const fresh = el("div", {className: "dead-queue", dataset: {testid: "dead-queue", queue: name, total: data.total}}, [
+        el("h3", {}, [
+          el("span", {text: name}),
+          el("span", {className: "hint", text: data.total + " dead letter(s)" +
+            (data.total > data.entries.length ? ", newest " + data.entries.length + " shown" : "")}),
+          el("button", {text: "Requeue all", dataset: {testid: "requeue-all", queue: name},
+            on: {click: () => act(name, "requeue", {all: true}, "Requeue all " + data.total + " dead letters of " + name + "?")}}),
+          el("button", {text: "Purge all", className: "danger", dataset: {testid: "purge", queue: name},
+            on: {click: () => act(name, "purge", {all: true}, "Delete all " + data.total + " dead letters of " + name +
+              "? This cannot be undone.")}}),
+        ]),
+        el("table", {className: "grid dead", dataset: {testid: "dead-table"}}, [
+          el("thead", {}, [el("tr", {}, ["id", "dead at", "attempts", "reason", "body", ""].map((h) => el("th", {text: h})))]),
+          el("tbody", {}, data.entries.map((e) => el("tr", {dataset: {testid: "dead-row", id: e.id ?? ""}}, [
+            cell(e.id ?? "(malformed)", {className: "id"}),
+            cell(isNum(e.dead_at) ? fmtDate(e.dead_at * 1000) : "–"),
+            cell(e.attempts ?? "–"),
+            cell(e.reason, {className: "reason"}),
+            el("td", {className: "body", dataset: {testid: "dead-body"}}, [el("code", {text: bodyText(e)})]),
+            el("td", {}, [el("button", {text: "Requeue", dataset: {testid: "requeue"}, disabled: e.id ? null : "",
+              on: {click: (ev) => { ev.target.disabled = true; act(name, "requeue", {ids: [e.id]}); }}})]),
+          ]))),
+        ]),
+      ]);
+      if (section) section.replaceWith(fresh); else box.append(fresh);
+      section = fresh;
+    }
+    const sorted = [...box.children].sort((a, b) => a.dataset.queue.localeCompare(b.dataset.queue));
+    if (sorted.some((n, i) => box.children[i] !== n)) box.replaceChildren(...sorted);
+    const none = $("dead-none");
+    if (!box.children.length && !none) box.after(el("p", {id: "dead-none", className: "empty", text: "No dead letters."}));
+    if (box.children.length && none) none.remove();
+  }
+
+  async function act(name, action, payload, question) {
+    if (question && !window.confirm(question)) return;
+    try {
+      const res = await fetch(apiPath(name, "dead/" + action), {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", Accept: "application/json"}, body: JSON.stringify(payload)});
+      let data = {};
+      try { data = await res.json(); } catch (err) { /* not JSON: the status says it */ }
+      if (!res.ok) throw new Error(data.error || "HTTP " + res.status);
+      const n = action === "requeue" ? data.requeued : data.purged;
+      toast((action === "requeue" ? "Requeued " : "Purged ") + n + " dead letter(s) of " + name + ".");
+    } catch (err) {
+      toast(action + " failed: " + err.message, true);
+    }
+    loadDead(name);
+  }
+
+  let toastTimer = 0;
+  function toast(text, isError) {
+    const box = $("toast");
+    box.textContent = text;
+    box.className = isError ? "toast error" : "toast";
+    box.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { box.hidden = true; }, 8000);
+  }
+
+  function banner(text) {
+    const box = $("banner");
+    box.hidden = !text;
+    box.textContent = text || "";
+  }
+
+  // --- connection -------------------------------------------------------------
+
+  function setConn(state, text) {
+    const c = $("conn");
+    c.dataset.state = state;
+    c.textContent = text || state;
+  }
+
+  let retryMs = 1000;
+  function connect() {
+    const url = new URL("ws", location.href);
+    url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    url.search = "";
+    url.hash = "";
+    setConn("connecting", "connecting…");
+    const ws = new WebSocket(url.href);
+    ws.onopen = () => { retryMs = 1000; setConn("live"); };
+    ws.onmessage = (ev) => {
+      let msg;
+      try { msg = JSON.parse(ev.data); } catch (err) { return; }
+      if (msg.type === "history") onHistory(msg);
+      else if (msg.type === "snapshot") { banner(null); onSnapshot(msg.snapshot); }
+      else if (msg.type === "error") banner("Statistics unavailable: " + msg.error);
+    };
+    ws.onclose = () => {
+      setConn("closed", "disconnected, retrying");
+      explainClose();
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+
+  async function explainClose() {
+    try {
+      const res = await fetch("api/status", {credentials: "same-origin", method: "HEAD"});
+      if (res.status === 401) banner("This server needs a token: open the page as /?token=YOUR_TOKEN.");
+      else if (res.status === 403) banner("Refused by the server (host or origin not allowed).");
+    } catch (err) {
+      banner("The web server is not reachable.");
+    }
+  }
+
+  window.addEventListener("resize", scheduleDraw);
+  connect();
+})();

@@ -1,0 +1,133 @@
+"""The web UI in a real headless Chromium, against a running supervisor and producer."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smqsup.producer import Producer
+from tests import procs
+from tests.handlers import read_events
+from tests.helpers import wait_for
+from tests.webserver import WebServer
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+TOKEN = "browser-token"
+XSS = '<img src=x onerror="window.__xss=1">'
+#: Longest a page condition may take, in s (generous: the machine may be busy).
+WAIT_S = 30
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Debian's package) driven by Playwright; fails when missing."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} not found: apt-get install chromium (the browser test needs it)", pytrace=False)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -e '.[test]'", pytrace=False)
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _count(page: Any, selector: str) -> int:
+    return int(page.locator(selector).count())
+
+
+def _wait(page: Any, predicate: str, what: str) -> None:
+    """Wait until the JavaScript function ``predicate`` returns true in the page, or
+    fail naming ``what`` with the page's connection state and snapshot count."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(predicate, timeout=WAIT_S * 1000)
+    except PlaywrightTimeout:
+        state = page.evaluate("() => [document.getElementById('conn').textContent, document.body.dataset.snapshots,"
+                              " document.getElementById('banner').textContent]")
+        raise AssertionError(f"{what}: not seen within {WAIT_S} s (connection, snapshots, banner: {state})") from None
+
+
+def test_page_shows_live_charts_consumers_and_dead_letters_safely(
+        browser: Any, supervise: Callable[..., procs.Supervisor], redis_url: str, out_dir: Path,
+        tmp_path: Path) -> None:
+    """Live counters and charts move, consumers show CPU/memory, Requeue works, a hostile body stays text."""
+    supervise({"work": {"handler": "tests.handlers:record", "consumers": 2},
+               "bad": {"handler": "tests.web_handlers:fail_first", "retry_threshold": 0}})
+    server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", "--token", TOKEN, log_dir=tmp_path)
+    problems: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.on("console", lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None)
+        with Producer(redis_url) as producer:
+            xss_id = producer.publish("bad", XSS)
+            again_id = producer.publish("bad", {"requeue": "me"})
+            producer.publish_many("work", [{"n": i} for i in range(10)])
+
+            page.goto(f"{server.url}/?token={TOKEN}")
+            assert page.url == f"{server.url}/"  # the cookie replaced the token in the address
+            _wait(page, "() => document.body.dataset.snapshots >= 1", "a first snapshot")
+
+            # Consumers table: 2 + 1 consumers, each with CPU and memory.
+            _wait(page, """() => {
+                const rows = [...document.querySelectorAll('[data-testid=consumer-row]')];
+                return rows.length === 3 && rows.every(r => Number(r.dataset.rss) > 0 && r.dataset.cpu !== undefined);
+            }""", "3 consumer rows with CPU and memory")
+            cpu = page.locator("[data-testid=consumer-row] [data-testid=cpu]").all_inner_texts()
+            rss = page.locator("[data-testid=consumer-row] [data-testid=rss]").all_inner_texts()
+            assert all(float(c) >= 0 for c in cpu) and all(r.endswith(" MiB") and float(r[:-4]) > 1 for r in rss)
+            assert _count(page, "[data-testid=consumer-row][data-queue=work]") == 2
+
+            # Counters and charts follow what is published while the page is open.
+            acked = int(page.get_attribute("[data-testid=total-acked]", "data-value"))
+            chart_t = int(page.get_attribute("[data-testid=chart-total-rates]", "data-last-t"))
+            snapshots = int(page.get_attribute("body", "data-snapshots"))
+            producer.publish_many("work", [{"n": i} for i in range(20)])
+            _wait(page, f"() => Number(document.querySelector('[data-testid=total-acked]').dataset.value) "
+                        f">= {acked + 20}", "the acked total growing by 20")
+            _wait(page, f"() => Number(document.querySelector('[data-testid=chart-total-rates]').dataset.lastT) "
+                        f"> {chart_t}", "a newer point in the rates chart")
+            assert int(page.get_attribute("body", "data-snapshots")) > snapshots
+            rates = json.loads(page.get_attribute("[data-testid=chart-total-rates]", "data-last"))
+            assert set(rates) == {"published", "acked", "retried", "dead-lettered"}
+            assert page.inner_text("[data-testid=leader]")  # each queue names its collector
+
+            # Dead letters: the hostile body is shown as text and never runs.
+            bad = "[data-testid=dead-queue][data-queue=bad]"
+            _wait(page, f"() => document.querySelectorAll('{bad} [data-testid=dead-row]').length === 2",
+                  "2 dead letters of 'bad' listed")
+            body = page.locator(f"{bad} [data-testid=dead-row][data-id='{xss_id}'] [data-testid=dead-body]")
+            assert body.inner_text() == XSS
+            assert _count(page, "[data-testid=dead-letters] img") == 0
+            assert page.evaluate("window.__xss") is None
+
+            # Requeue one: it leaves the list and its handler acks it on the second delivery.
+            page.click(f"{bad} [data-testid=dead-row][data-id='{again_id}'] [data-testid=requeue]")
+            _wait(page, f"() => !document.querySelector(\"[data-testid=dead-row][data-id='{again_id}']\")",
+                  "the requeued dead letter leaving the list")
+            assert "Requeued 1 dead letter(s) of bad" in page.inner_text("[data-testid=toast]")
+            wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "done" and e["id"] == again_id],
+                     WAIT_S, message="the requeued message was not handled again")
+            _wait(page, f"() => document.querySelectorAll('{bad} [data-testid=dead-row]').length === 1",
+                  "1 dead letter of 'bad' left")
+            assert page.evaluate("window.__xss") is None
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "web.png"), full_page=True)
+        page.close()
+        assert problems == []
+    finally:
+        assert server.stop() == 0, server.log()

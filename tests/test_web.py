@@ -1,0 +1,241 @@
+"""The web server as users run it (``smqsup web`` in a subprocess), without a
+browser: JSON API, /metrics, the WebSocket feed, and its access rules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from smqsup.broker import Broker
+from smqsup.errors import ConfigError
+from smqsup.producer import Producer
+from smqsup.web import metrics
+from smqsup.web.security import check_exposure, same_origin
+from tests import procs
+from tests.helpers import wait_for
+from tests.webserver import WebServer
+
+TOKEN = "s3cret-token"
+
+WebFactory = Callable[..., WebServer]
+
+
+@pytest.fixture
+def web(tmp_path: Path, redis_url: str) -> Iterator[WebFactory]:
+    """Start ``smqsup web --url <redis> --listen 127.0.0.1:0 [ARGS]``; stopped at teardown."""
+    started: list[WebServer] = []
+
+    def _start(*args: str) -> WebServer:
+        server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", *args, log_dir=tmp_path)
+        started.append(server)
+        return server
+
+    yield _start
+    for server in started:
+        assert server.stop() == 0, server.log()
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of an exposition: (name, labels) -> value."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _dead_letter(supervise: Callable[..., procs.Supervisor], redis_url: str, body: Any) -> str:
+    """Publish ``body`` to queue 'bad' (handler always fails, retry_threshold 0),
+    wait for its dead letter, stop the supervisor; returns the message id."""
+    sup = supervise({"bad": {"handler": "tests.handlers:fail", "retry_threshold": 0}})
+    with Producer(redis_url) as p:
+        mid = p.publish("bad", body)
+    broker = Broker(redis_url)
+    try:
+        wait_for(lambda: broker.sizes("bad")["dead"] == 1, 30, message="no dead letter")
+    finally:
+        broker.close()
+    sup.stop()
+    return mid
+
+
+def test_status_and_metrics_report_sizes_counters_consumers_and_leader(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, web: WebFactory) -> None:
+    """/api/status and /metrics agree with what was published, acked and dead-lettered."""
+    supervise({"work": {"handler": "tests.handlers:record", "consumers": 2},
+               "bad": {"handler": "tests.handlers:fail", "retry_threshold": 0}})
+    with Producer(redis_url) as p:
+        p.publish_many("work", [{"n": i} for i in range(5)])
+        p.publish("bad", "doomed")
+        p.publish_many("idle", [1, 2, 3])
+    server = web()
+
+    def settled() -> Any:
+        snap = server.json("/api/status")
+        work, bad = snap["queues"]["work"], snap["queues"]["bad"]
+        ready = (work["counters"]["acked"] == 5 and bad["sizes"]["dead"] == 1 and len(work["consumers"]) == 2
+                 and all(c.get("rss") for c in work["consumers"]) and work["leader"])
+        return snap if ready else None
+
+    snap = wait_for(settled, 30, interval_s=0.1, message="status never showed the work done")
+    assert snap["queues"]["idle"]["sizes"]["pending"] == 3
+    assert snap["queues"]["work"]["counters"]["published"] == 5
+    assert snap["queues"]["bad"]["counters"]["dead_lettered"] == 1
+    assert snap["totals"]["pending"] == 3 and snap["totals"]["consumers"] == 3
+
+    status, headers, body = server.request("GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = _samples(body.decode())
+    assert samples[("smqsup_queue_messages", frozenset({("queue", "idle"), ("state", "pending")}))] == 3
+    assert samples[("smqsup_messages_total", frozenset({("queue", "work"), ("event", "acked")}))] == 5
+    assert samples[("smqsup_messages_total", frozenset({("queue", "bad"), ("event", "dead_lettered")}))] == 1
+    assert samples[("smqsup_consumers", frozenset({("queue", "work")}))] == 2
+    rss = [v for (name, labels), v in samples.items()
+           if name == "smqsup_consumer_rss_bytes" and ("queue", "work") in labels]
+    assert len(rss) == 2 and all(v > 1 << 20 for v in rss)
+    cpu = [labels for (name, labels), _ in samples.items() if name == "smqsup_consumer_cpu_percent"]
+    assert len(cpu) == 3 and all({"consumer", "host", "pid"} <= dict(lb).keys() for lb in cpu)
+    assert [v for (name, labels), v in samples.items()
+            if name == "smqsup_gc_leader" and ("queue", "work") in labels] == [1]
+
+
+def test_metrics_escape_label_values() -> None:
+    """Backslashes, quotes and newlines in label values survive a Prometheus parser."""
+    host = 'we"ird\\host\nname'
+    consumer = {"id": "c1", "host": host, "pid": 7, "cpu": 12.5, "rss": 1024, "received": 3}
+    snap = {"t": 0, "producers": [], "queues": {"q": {
+        "sizes": {"pending": 0, "processing": 0, "delayed": 0, "dead": 0},
+        "counters": {"published": 0, "acked": 0, "retried": 0, "dead_lettered": 0, "reclaimed": 0, "late_acks": 0},
+        "consumers": [consumer], "leader": None, "slots": {f"{host}:#1": {"restarts": 2}}}}}
+    samples = _samples(metrics.render(snap))
+    labels = frozenset({("queue", "q"), ("consumer", "c1"), ("host", host), ("pid", "7")})
+    assert samples[("smqsup_consumer_cpu_percent", labels)] == 12.5
+    assert samples[("smqsup_consumer_messages_total", labels)] == 3
+    assert samples[("smqsup_consumer_slot_restarts_total", frozenset({("queue", "q"), ("slot", f"{host}:#1")}))] == 2
+
+
+def test_a_token_guards_every_read(web: WebFactory) -> None:
+    """With a token: 401 without it; Bearer works; ?token= on the page sets a cookie that works."""
+    server = web("--token", TOKEN)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/", "/api/status", "/metrics", "/api/queues/q/dead"):
+        status, headers, _ = server.request("GET", path)
+        assert status == 401 and headers["www-authenticate"].startswith("Bearer"), path
+        assert server.request("GET", path, headers={"Authorization": "Bearer wrong"})[0] == 401, path
+        assert server.request("GET", path, headers=bearer)[0] == 200, path
+    assert server.request("GET", f"/api/status?token={TOKEN}")[0] == 401  # only the page and /ws take ?token=
+
+    status, headers, _ = server.request("GET", f"/?token={TOKEN}")
+    assert status == 303 and headers["location"] == "/"
+    cookie = headers["set-cookie"].split(";")[0]
+    assert TOKEN not in cookie and "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+    assert server.request("GET", "/api/status", headers={"Cookie": cookie})[0] == 200
+    status, headers, body = server.request("GET", "/", headers={"Cookie": cookie})
+    assert status == 200 and b'data-testid="chart-total-rates"' in body
+    assert "script-src 'self'" in headers["content-security-policy"]
+
+
+def test_requeue_needs_the_token_and_the_same_origin(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, web: WebFactory) -> None:
+    """POST: 401 without token, 403 cross-origin or without Origin; same-origin requeues to pending."""
+    mid = _dead_letter(supervise, redis_url, {"order": 1})
+    server = web("--token", TOKEN)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    path = "/api/queues/bad/dead/requeue"
+    assert server.request("POST", path, {"ids": [mid]}, origin=True)[0] == 401
+    assert server.request("POST", path, {"ids": [mid]}, {**bearer, "Origin": "http://evil.example"})[0] == 403
+    assert server.request("POST", path, {"ids": [mid]}, bearer)[0] == 403  # no Origin
+    assert server.request("POST", "/api/queues/a:b/dead/requeue", {"ids": [mid]}, bearer, origin=True)[0] == 400
+    assert server.request("POST", path, {"ids": "nope"}, bearer, origin=True)[0] == 400
+
+    [entry] = server.json("/api/queues/bad/dead?limit=10", **bearer)["entries"]
+    assert entry["id"] == mid and entry["body"] == {"order": 1} and entry["reason"].startswith("ValueError")
+    assert entry["attempts"] >= 1 and entry["dead_at"] > 0
+
+    status, _, body = server.request("POST", path, {"ids": [mid]}, bearer, origin=True)
+    assert status == 200 and json.loads(body) == {"queue": "bad", "requeued": 1}
+    snap = server.json("/api/status", **bearer)
+    assert snap["queues"]["bad"]["sizes"] == {"pending": 1, "processing": 0, "delayed": 0, "dead": 0}
+
+
+def test_purge_by_id_and_all(supervise: Callable[..., procs.Supervisor], redis_url: str, web: WebFactory) -> None:
+    """Purge by an unknown id removes nothing; purge all empties the dead-letter list."""
+    _dead_letter(supervise, redis_url, "x")
+    server = web()
+    path = "/api/queues/bad/dead/purge"
+    assert json.loads(server.request("POST", path, {"ids": ["no-such-id"]}, origin=True)[2])["purged"] == 0
+    assert json.loads(server.request("POST", path, {"all": True}, origin=True)[2])["purged"] == 1
+    assert server.json("/api/queues/bad/dead")["total"] == 0
+
+
+def test_without_a_token_only_loopback_hosts_and_same_origin_writes(web: WebFactory) -> None:
+    """No token: a foreign Host (DNS rebinding) and cross-origin POST or WebSocket get 403."""
+    server = web()
+    port = server.address.rsplit(":", 1)[1]
+    assert server.request("GET", "/api/status", headers={"Host": f"evil.example:{port}"})[0] == 403
+    assert server.request("GET", "/api/status", headers={"Host": f"localhost:{port}"})[0] == 200
+    path = "/api/queues/q/dead/purge"
+    assert server.request("POST", path, {"all": True}, {"Origin": "http://evil.example"})[0] == 403
+    assert server.request("POST", path, {"all": True}, {"Origin": f"http://localhost:{port}"})[0] == 403
+    assert server.request("POST", path, {"all": True}, origin=True)[0] == 200
+    ws_headers = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "http://evil.example"}
+    assert server.request("GET", "/ws", headers=ws_headers)[0] == 403
+
+
+def test_websocket_sends_history_then_a_snapshot_every_second(redis_url: str, web: WebFactory) -> None:
+    """The feed opens with every queue's history, then snapshots whose counters follow publishes."""
+    with Producer(redis_url) as p:
+        p.publish("feed", 1)
+    server = web("--token", TOKEN)
+
+    async def read() -> list[dict[str, Any]]:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"{server.url}/ws?token={TOKEN}", origin=server.url) as ws:
+                first, second = await ws.receive_json(timeout=10), await ws.receive_json(timeout=10)
+                with Producer(redis_url) as p:
+                    p.publish_many("feed", [2, 3])
+                later = await ws.receive_json(timeout=10)
+                while later["snapshot"]["queues"]["feed"]["counters"]["published"] < 3:
+                    later = await ws.receive_json(timeout=10)
+                return [first, second, later]
+
+    first, second, later = asyncio.run(asyncio.wait_for(read(), 20))
+    assert first["type"] == "history" and first["window_s"] == 600 and first["queues"] == {"feed": []}
+    assert second["type"] == "snapshot" and second["snapshot"]["queues"]["feed"]["sizes"]["pending"] == 1
+    assert later["snapshot"]["queues"]["feed"]["sizes"]["pending"] == 3
+    assert later["snapshot"]["t"] > second["snapshot"]["t"]
+
+
+def test_listen_and_origin_rules() -> None:
+    """Loopback (v4, v6, localhost) needs no token, anything else does; Origin must name the Host."""
+    assert check_exposure("127.0.0.1:0", None) == ("127.0.0.1", 0)
+    assert check_exposure("[::1]:8087", None) == ("::1", 8087)
+    assert check_exposure("localhost:8087", None) == ("localhost", 8087)
+    assert check_exposure("0.0.0.0:8087", "t") == ("0.0.0.0", 8087)
+    for listen in ("0.0.0.0:8087", "[::]:8087", "example.com:80"):
+        with pytest.raises(ConfigError, match="not a loopback address"):
+            check_exposure(listen, None)
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        check_exposure("127.0.0.1:99999", None)
+    assert same_origin("http://127.0.0.1:8087", "127.0.0.1:8087")
+    assert same_origin("http://Example.com", "example.com:80")
+    assert same_origin("http://[::1]:8087", "[::1]:8087")
+    assert not same_origin("http://127.0.0.1:8088", "127.0.0.1:8087")
+    assert not same_origin("http://evil.example", "127.0.0.1:8087")
+    assert not same_origin("null", "127.0.0.1:8087")
+
+
+def test_non_loopback_listen_without_a_token_exits_2_with_one_line() -> None:
+    """0.0.0.0 without a token: exit 2, one 'Error:' line, nothing served."""
+    env = procs.env()
+    env.pop("SMQSUP_WEB_TOKEN", None)
+    result = procs.run("web", "--url", "redis://127.0.0.1:1", "--listen", "0.0.0.0:0", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: web.listen: 0.0.0.0:0 is not a loopback address")
