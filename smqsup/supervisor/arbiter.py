@@ -92,6 +92,12 @@ class Arbiter:
         self._next_sample = 0.0
         self._next_watchdog = 0.0
         self._int_count = 0
+        # The web UI child (web: section): pid, when it may start again, backoff.
+        self.web_pid: Optional[int] = None
+        self._web_started = 0.0
+        self._web_next_start = 0.0
+        self._web_backoff = defaults.RESTART_BACKOFF_MIN_S
+        self._web_kill_at: Optional[float] = None
         for name, q in cfg.queues.items():
             self.queues[name] = QueueState(q, generation(q, self.cfg), q.consumers)
 
@@ -108,11 +114,12 @@ class Arbiter:
             self._wait()
             self._dispatch_signals()
             self.reap()
-            if self._stopping and not self.children:
+            if self._stopping and not self.children and self.web_pid is None:
                 break
             if not self._stopping:
                 self.check_limits()
                 self.reconcile()
+                self._ensure_web()
             self._enforce_deadlines()
             self._retry_reclaims()
             self.heartbeat()
@@ -207,6 +214,8 @@ class Arbiter:
         self._begin_shutdown()
         for c in self.children.values():
             c.kill_at = 0.0
+        if self.web_pid is not None:
+            _signal(self.web_pid, signal.SIGKILL)
 
     def handle_hup(self) -> None:
         try:
@@ -234,6 +243,9 @@ class Arbiter:
         for name in p.removed:
             self.queues[name].removed = True
             self.queues[name].target = 0
+        if p.web_changed:
+            self._stop_web()  # restarted by the loop with the new settings, if any
+            self._web_next_start = 0.0
         self._ready_sent = False
 
     def handle_ttin(self) -> None:
@@ -262,6 +274,8 @@ class Arbiter:
             c = self.children.pop(pid, None)
             if c is not None:
                 self._on_child_exit(c, status)
+            elif pid == self.web_pid:
+                self._on_web_exit(status)
             elif self.server is not None and pid == self.server.pid:
                 self._on_server_exit(status)
 
@@ -339,6 +353,42 @@ class Arbiter:
             q.fatal = f"consumers keep dying at start ({q.failures} in a row)"
             log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
                       c.queue, q.fatal)
+
+    # --- the web UI child ------------------------------------------------------------
+
+    def _ensure_web(self) -> None:
+        """Run the web UI child while the config has a web: section."""
+        if self.cfg.web is None or self.web_pid is not None or time.monotonic() < self._web_next_start:
+            return
+        pid = os.fork()
+        if pid == 0:
+            child_mod.run_web(self.cfg, self.url, self.pid)
+        self.web_pid = pid
+        self._web_started = time.monotonic()
+        log.info("web UI started (pid %d) on %s", pid, self.cfg.web.listen)
+
+    def _on_web_exit(self, status: int) -> None:
+        pid, self.web_pid, self._web_kill_at = self.web_pid, None, None
+        if self._stopping:
+            return
+        cause = describe_status(status)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 2:
+            log.error("web UI %s (bad web: settings); not restarted until SIGHUP", cause)
+            self._web_next_start = float("inf")
+            return
+        uptime = time.monotonic() - self._web_started
+        if uptime >= defaults.RESTART_BACKOFF_RESET_S:
+            self._web_backoff = defaults.RESTART_BACKOFF_MIN_S
+        self._web_next_start = time.monotonic() + (self._web_backoff if uptime < defaults.MIN_UPTIME_S else 0)
+        if uptime < defaults.MIN_UPTIME_S:
+            self._web_backoff = min(self._web_backoff * 2, defaults.RESTART_BACKOFF_MAX_S)
+        log.error("web UI (pid %d) %s; restarting it", pid or 0, cause)
+
+    def _stop_web(self) -> None:
+        """SIGTERM the web UI; SIGKILL it if it lingers past WEB_STOP_TIMEOUT_S."""
+        if self.web_pid is not None:
+            _signal(self.web_pid, signal.SIGTERM)
+            self._web_kill_at = time.monotonic() + defaults.WEB_STOP_TIMEOUT_S
 
     def _on_server_exit(self, status: int) -> None:
         assert self.server is not None
@@ -553,6 +603,7 @@ class Arbiter:
             self._stopping = True
             self.notifier.stopping()
         deadline = time.monotonic() + self.cfg.shutdown_timeout_s
+        self._stop_web()
         for c in self.children.values():
             if c.stop_reason is None:
                 c.stop_reason = StopReason.SHUTDOWN
@@ -562,6 +613,9 @@ class Arbiter:
     def _enforce_deadlines(self) -> None:
         """SIGKILL children whose graceful stop overran; their reclaim stays free."""
         now = time.monotonic()
+        if self.web_pid is not None and self._web_kill_at is not None and now >= self._web_kill_at:
+            self._web_kill_at = None
+            _signal(self.web_pid, signal.SIGKILL)
         for c in self.children.values():
             if c.kill_at is not None and now >= c.kill_at:
                 log.warning("queue %s: consumer #%d (pid %d) did not stop in time; killing it, its message "

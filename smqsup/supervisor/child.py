@@ -26,7 +26,7 @@ from smqsup import defaults
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig, import_handler
 from smqsup.consumer import Consumer
-from smqsup.errors import BrokerConnectionError, HandlerImportError
+from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
 from smqsup.message import Message
 from smqsup.supervisor import systemd
 from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_REDIS, Slots
@@ -119,15 +119,53 @@ def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
             signal.alarm(_ORPHAN_GRACE_S)  # default SIGALRM action ends the process
 
     signal.signal(signal.SIGTERM, on_term)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the getppid check below still runs
-        pass
+    _set_parent_death_signal()
     if os.getppid() != spec.parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
     systemd.unset_environment(os.environ)
     random.seed()
+
+
+def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
+    """The web UI as the supervisor's child (the ``web:`` section): serve until
+    SIGTERM, then exit the process."""
+    status = EXIT_ERROR
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
+                    signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _set_parent_death_signal()
+        if os.getppid() != parent_pid:
+            os._exit(EXIT_OK)
+        systemd.unset_environment(os.environ)
+        try:
+            from setproctitle import setproctitle
+
+            setproctitle(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
+        except ImportError:
+            pass
+        from smqsup.web.server import serve
+
+        serve(cfg, url)
+        status = EXIT_OK
+    except SmqsupError as exc:
+        log.error("web UI: %s", exc)
+        status = exc.exit_code
+    except BaseException:  # noqa: BLE001 - never return to the parent's code
+        log.exception("web UI crashed")
+    finally:
+        logging.shutdown()
+        os._exit(status)
+
+
+def _set_parent_death_signal() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the getppid check still runs
+        pass
 
 
 def _wait_for_redis(broker: Broker, spec: ChildSpec) -> bool:
