@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
@@ -23,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from smqsup import defaults, scripts
-from smqsup.errors import BrokerConnectionError, BrokerError, ConfigError, NotLeader
+from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ def wrapped(what: str) -> Iterator[None]:
     """Turn redis-py errors raised inside the block into smqsup errors."""
     try:
         yield
+    except _NotSent as exc:
+        raise BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}") from exc
     except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
     except rexc.ResponseError as exc:
@@ -112,29 +115,53 @@ def wrapped(what: str) -> Iterator[None]:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
 
 
+class _NotSent(rexc.ConnectionError):
+    """Raised by _HotLine when the command never left this process."""
+
+
+def _closed(conn: Any) -> bool:
+    """Whether an idle connection has anything to read: with no request in
+    flight that can only be the server's close (or an error)."""
+    try:
+        return bool(conn.can_read(0))
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+        return True
+
+
 class _HotLine:
-    """One connection held for a consumer's per-message commands (BLMOVE and
-    the ack/nack scripts). It bypasses the pool checkout and redis-py's command
-    machinery on every call, which cost more CPU than Redis itself here, and
-    like every client made here it never retries. redis-py disconnects it on
-    any error; the next call connects again. Never used across fork."""
+    """A connection held per thread for the per-message commands (BLMOVE, the
+    ack/nack scripts, a single publish). It bypasses the pool checkout and
+    redis-py's command machinery on every call, which cost more CPU than
+    Redis itself here, and like every client made here it never retries.
+    redis-py disconnects it on any error; the next call connects again. Each
+    thread gets its own (thread-safe without a lock); never used across fork."""
 
     def __init__(self, client: "redis.Redis") -> None:
         self._pool = client.connection_pool
-        self._conn: Any = None
-        self._pid = 0
+        self._local = threading.local()
 
     def execute(self, *args: Any) -> Any:
-        conn = self._conn
-        if conn is None or self._pid != os.getpid():
-            conn = self._checkout()
+        """Send one command and read its reply. Raises _NotSent if Redis could
+        not be reached before sending (the command certainly did not run)."""
+        local = self._local
+        conn: Any = None
+        try:
+            conn = getattr(local, "conn", None)
+            if conn is None or local.pid != os.getpid():
+                conn = local.conn = self._pool.get_connection()
+                local.pid = os.getpid()
+            elif _closed(conn):
+                # The server closed this idle connection (a restart): reconnect
+                # now rather than send into it and be left not knowing whether
+                # the command ran.
+                conn.disconnect()
+            conn.connect()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            if conn is not None:
+                conn.disconnect()
+            raise _NotSent(str(exc)) from exc
         conn.send_command(*args)
         return conn.read_response()
-
-    def _checkout(self) -> Any:
-        conn = self._pool.get_connection()
-        self._conn, self._pid = conn, os.getpid()
-        return conn
 
     # The two methods scripts.Script calls.
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
@@ -144,10 +171,12 @@ class _HotLine:
         return self.execute("EVAL", text, numkeys, *keys_and_args)
 
     def close(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            self._conn.disconnect()
-            self._pool.release(self._conn)
-        self._conn = None
+        """Return this thread's connection (client.close() closes the others)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            conn.disconnect()
+            self._pool.release(conn)
+        self._local.conn = None
 
 
 class Broker:
@@ -211,7 +240,7 @@ class Broker:
         k = self.keys(queue)
         with wrapped(f"publish to {queue!r}"):
             if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-                scripts.publish(self.client, k, frames, self.stats)
+                scripts.publish(self._hot, k, frames, self.stats)
                 return
             calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
             if register:

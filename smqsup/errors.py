@@ -64,6 +64,20 @@ class NotLeader(BrokerError):
     acting as the collector at once."""
 
 
+class BrokerNotSent(BrokerConnectionError):
+    """Redis could not be reached before the command was sent: it certainly
+    did not run."""
+
+
+class PublishNotSent(BrokerNotSent):
+    """A publish failed before anything was sent: none of ``message_ids`` is
+    queued, so publishing them again creates no duplicate."""
+
+    def __init__(self, message: str, message_ids: list[str]) -> None:
+        super().__init__(message)
+        self.message_ids = message_ids
+
+
 class PublishUncertain(BrokerConnectionError):
     """A publish was sent but its reply was lost: the message may be in the queue.
 

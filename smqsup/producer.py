@@ -18,7 +18,14 @@ from typing import Any, Optional
 from smqsup import defaults, message
 from smqsup.broker import Broker
 from smqsup.config import validate_queue_name
-from smqsup.errors import BrokerConnectionError, ConfigError, MessageError, PublishUncertain
+from smqsup.errors import (
+    BrokerConnectionError,
+    BrokerNotSent,
+    ConfigError,
+    MessageError,
+    PublishNotSent,
+    PublishUncertain,
+)
 
 
 def _valid_name(name: str, what: str) -> str:
@@ -32,9 +39,11 @@ class Producer:
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
 
-    Neither method retries on its own: a lost reply raises PublishUncertain,
-    naming the ids that may or may not be queued, so a caller who publishes
-    again knows it may create a duplicate.
+    Neither method retries on its own. When Redis cannot be reached they raise
+    PublishNotSent (nothing queued: safe to publish again); when the request
+    went out but its reply was lost, PublishUncertain, naming the ids that
+    may or may not be queued, so a caller who publishes again knows it may
+    create a duplicate. Both derive from BrokerConnectionError.
     """
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
@@ -100,6 +109,8 @@ class Producer:
         stats = (self.id, self._stats_json(now, len(frames))) if flush else None
         try:
             self._broker.push(queue, frames, register=register, producer=stats)
+        except BrokerNotSent as exc:
+            raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
         except BrokerConnectionError as exc:
             raise PublishUncertain(
                 f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc

@@ -23,6 +23,7 @@ from typing import Any, Optional
 import psutil
 import redis
 
+from smqsup.errors import BrokerConnectionError, PublishUncertain
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer
@@ -42,6 +43,8 @@ class ChaosResult:
     supervisor_kills: int = 0
     redis_kills: int = 0
     seconds: float = 0.0
+    uncertain: int = 0  # publishes whose reply was lost (not counted as published)
+    uncertain_handled: int = 0  # of those, how many turned out to be queued
     events: list[str] = field(default_factory=list)
 
     @property
@@ -90,7 +93,8 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     started = time.monotonic()
     sup_n = 0
     sup = _start_supervisor(cfg, out, sup_n)
-    published: list[str] = []
+    published: list[str] = []  # acknowledged by Redis: each must be handled
+    uncertain: list[str] = []  # reply lost: may or may not have been queued
     next_kill = started + kill_every_s
     next_sup = started + supervisor_every_s
     next_redis = started + redis_every_s
@@ -98,17 +102,22 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     try:
         while time.monotonic() - started < deadline_s:
             now = time.monotonic()
-            if len(published) < messages and len(published) < (now - started) * rate:
+            sent = len(published) + len(uncertain)
+            if sent < messages and sent < (now - started) * rate:
                 try:
                     producer = producer or Producer(server.url)
-                    published += producer.publish_many("q", range(min(batch, messages - len(published))))
-                except Exception as exc:  # Redis down: a lost reply means "maybe queued": never published twice
+                    published += producer.publish_many("q", range(min(batch, messages - sent)))
+                except BrokerConnectionError as exc:  # Redis down: pause publishing
                     result.events.append(f"publish paused: {type(exc).__name__}")
                     if producer is not None:
                         producer.close()
                     producer = None
-                    _publish_uncertain(exc, published)
-            elif len(published) >= messages and _drained(server):
+                    if isinstance(exc, PublishUncertain):
+                        # Maybe queued: never published again (a duplicate), and
+                        # not required to show up (Redis never acknowledged it).
+                        uncertain += exc.message_ids
+                        result.uncertain += len(exc.message_ids)
+            elif sent >= messages and _drained(server):
                 break
             if now >= next_kill:
                 next_kill = now + kill_every_s
@@ -150,19 +159,11 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
         dead_ids.add(json.loads(frame.split(b"|", 1)[1])["id"])
     result.published = len(published)
     result.handled_ids = len(set(seen) & set(published))
+    result.uncertain_handled = len(set(seen) & set(uncertain))
     result.duplicates = sum(n - 1 for mid, n in seen.items() if n > 1)
     result.dead = len(dead_ids)
     result.lost = [mid for mid in published if mid not in seen and mid not in dead_ids]
     return result
-
-
-def _publish_uncertain(exc: Exception, published: list[str]) -> None:
-    """A batch whose reply was lost may be queued: count its ids as published
-    (so they must show up), never publish them again."""
-    from smqsup.errors import PublishUncertain
-
-    if isinstance(exc, PublishUncertain):
-        published += exc.message_ids
 
 
 def _drained(server: RedisServer) -> bool:
@@ -181,6 +182,6 @@ def _drained(server: RedisServer) -> bool:
 
 
 def report(r: ChaosResult) -> dict[str, Any]:
-    return {"published": r.published, "handled": r.handled_ids, "dead_lettered": r.dead, "lost": len(r.lost),
+    return {"published": r.published, "uncertain": r.uncertain, "handled": r.handled_ids, "dead_lettered": r.dead, "lost": len(r.lost),
             "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
             "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1)}

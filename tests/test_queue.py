@@ -328,3 +328,23 @@ def test_stop_finishes_the_message_in_hand(start: Callable[..., Running], produc
     [left] = redis_client.lrange(k.pending, 0, -1)
     assert message.decode(left).body == "second"
     assert redis_client.hlen(k.consumers) == 0
+
+
+def test_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, redis_url: str,
+                                                            redis_client: redis.Redis) -> None:
+    """Redis unreachable: PublishNotSent (nothing queued); after it restarts the same producer works at once."""
+    from smqsup.errors import PublishNotSent
+
+    with Producer(redis_url) as p:
+        p.publish("q", "before")
+        redis_server.kill()
+        with pytest.raises(PublishNotSent) as caught:
+            p.publish("q", "while down")
+        redis_server.start()
+        # The held connection went stale with the restart: it is replaced before
+        # sending, so this publish neither fails nor is left uncertain.
+        p.publish("q", "after")
+    client = redis.Redis.from_url(redis_url)
+    bodies = [message.decode(f).body for f in client.lrange(QueueKeys(NS, "q").pending, 0, -1)]
+    assert bodies == ["after", "before"]
+    assert caught.value.message_ids and len(caught.value.message_ids) == 1

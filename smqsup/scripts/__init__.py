@@ -198,6 +198,6 @@ def lock_release(client: "redis.Redis", key: str, token: str) -> bool:
     return bool(_LOCK_RELEASE(client, (key,), (token,)))
 
 
-def publish(client: "redis.Redis", keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> int:
+def publish(client: ScriptClient, keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> int:
     """LPUSH ``frames`` (oldest first) and count them; the pending length after."""
     return int(_PUBLISH(client, (keys.pending, keys.counters), (int(count), *frames)))
