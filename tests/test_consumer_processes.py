@@ -27,13 +27,6 @@ K = QueueKeys("smq", "q")
 
 
 @pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "out"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
 def consumers(tmp_path: Path, out_dir: Path) -> Iterator[list["subprocess.Popen[str]"]]:
     """Processes started by a test; stopped (by pid) at teardown."""
     started: list[subprocess.Popen[str]] = []

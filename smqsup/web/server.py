@@ -259,23 +259,23 @@ async def _selection(request: web.Request) -> Optional[list[str]]:
 
 
 async def api_requeue(request: web.Request) -> web.Response:
-    queue = _queue(request)
-    ids = await _selection(request)
-    source = request.app[_SOURCE]
-    n = await source.call(source.requeue, queue, ids)
-    log.info("queue %s: web requeued %d dead letter(s) (%s) for %s", queue, n,
-             "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
-    return web.json_response({"queue": queue, "requeued": n})
+    return await _dead_letter_action(request, "requeued", request.app[_SOURCE].requeue)
 
 
 async def api_purge(request: web.Request) -> web.Response:
+    return await _dead_letter_action(request, "purged", request.app[_SOURCE].purge)
+
+
+async def _dead_letter_action(request: web.Request, done: str,
+                              action: Callable[[str, Optional[list[str]]], int]) -> web.Response:
+    """Requeue or purge the selected dead letters of the queue in the path."""
     queue = _queue(request)
     ids = await _selection(request)
     source = request.app[_SOURCE]
-    n = await source.call(source.purge, queue, ids)
-    log.info("queue %s: web purged %d dead letter(s) (%s) for %s", queue, n,
+    n = await source.call(action, queue, ids)
+    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n,
              "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
-    return web.json_response({"queue": queue, "purged": n})
+    return web.json_response({"queue": queue, done: n})
 
 
 async def get_metrics(request: web.Request) -> web.Response:
