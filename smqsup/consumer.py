@@ -46,7 +46,7 @@ from typing import Any, Optional
 
 from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,16 @@ class _Outcome:
     meta: str = ""  # dead-letter metadata (failures only)
     threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
     delay_ms: int = 0
+
+
+def fetch_block_s(cfg: Config) -> float:
+    """How long one BLMOVE may block: at most a quarter of heartbeat_timeout.
+
+    Invariant: a consumer paused (SIGSTOP) inside BLMOVE stops being a
+    destination for messages when its BLMOVE times out, server-side; that must
+    happen well before the collector can declare it dead and empty its list,
+    or a message could be moved into a list nobody watches any more."""
+    return min(defaults.FETCH_BLOCK_S, cfg.heartbeat_timeout_s / 4)
 
 
 def new_consumer_id(queue: str) -> str:

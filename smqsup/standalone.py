@@ -15,7 +15,7 @@ from typing import Optional
 
 from smqsup.broker import Broker
 from smqsup.config import Config, import_handler
-from smqsup.consumer import Consumer
+from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.embedded import ensure_server
 from smqsup.heartbeat import LivenessThread
 
@@ -28,7 +28,7 @@ def consume(cfg: Config, queue: str) -> int:
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
-    consumer = Consumer(broker, qcfg, handler)
+    consumer = Consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
     signals = {"count": 0}
 

@@ -25,7 +25,7 @@ from typing import NoReturn, Optional
 from smqsup import defaults
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig, import_handler
-from smqsup.consumer import Consumer
+from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
 from smqsup.message import Message
 from smqsup.supervisor import systemd
@@ -83,7 +83,7 @@ def _main(spec: ChildSpec) -> int:
     title = _Title(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
     consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy,
-                        on_lost="stop")
+                        on_lost="stop", fetch_block_s=fetch_block_s(spec.config))
     consumer_box.append(consumer)
     title.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"
