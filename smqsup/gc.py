@@ -161,7 +161,11 @@ class Collector:
                 log.debug("queue %s: %d delayed message(s) due, moved to pending", name, r.moved)
             if r.wait_ms != 0:
                 break
-        cadence = min(max(state.queue.retry_delay_s / 10.0, 0.1), defaults.PROMOTE_INTERVAL_S)
+        delay = state.queue.retry_delay_s
+        # retry_delay 0: failures go straight back to pending, nothing is
+        # delayed by this queue's consumers; look once a PROMOTE_INTERVAL_S.
+        cadence = defaults.PROMOTE_INTERVAL_S if delay <= 0 else min(max(delay / 10.0, 0.1),
+                                                                     defaults.PROMOTE_INTERVAL_S)
         return cadence if r.wait_ms < 0 else min(cadence, r.wait_ms / 1000.0)
 
     def release_all(self) -> None:
