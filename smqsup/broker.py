@@ -298,7 +298,7 @@ class Broker:
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
 
     def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
-                lock: Optional[scripts.Lock] = None, stale_after_ms: int = 0,
+                lock: Optional[scripts.Lock] = None, stale_after_ms: int = 0, unregister: bool = True,
                 batch: int = defaults.RECLAIM_BATCH, **meta: Any) -> scripts.ReclaimResult:
         """Return every frame of the consumer's list to the queue (looping
         over batches); unregister the consumer once its list is empty. With
@@ -310,7 +310,7 @@ class Broker:
             while True:
                 r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
                                     retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock,
-                                    stale_after_ms=stale_after_ms)
+                                    stale_after_ms=stale_after_ms, unregister=unregister)
                 requeued += r.requeued
                 dead += r.dead_lettered
                 if r.remaining <= 0:
@@ -393,6 +393,34 @@ class Broker:
         with wrapped(f"collector facts of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).gc)
         return {_text(k): int(v) for k, v in raw.items()}
+
+    def is_registered(self, queue: str, consumer_id: str) -> bool:
+        """Whether the consumer is still in the registry (not declared dead)."""
+        with wrapped(f"registry of {queue!r}"):
+            return bool(self._hot.execute("HEXISTS", self.keys(queue).consumers, consumer_id))
+
+    def count_late_ack(self, queue: str) -> None:
+        """Count a late ack found after a reconnect (the ack script counts the others)."""
+        with wrapped(f"counters of {queue!r}"):
+            self.client.hincrby(self.keys(queue).counters, "late_acks", 1)
+
+    def retired_with_messages(self, queue: str, watch_ms: int) -> list[str]:
+        """Consumers unregistered less than ``watch_ms`` ago whose processing
+        list is not empty; older retirees are forgotten."""
+        k = self.keys(queue)
+        with wrapped(f"retired consumers of {queue!r}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.zrange(k.retired, 0, -1, withscores=True)
+            (secs, usecs), retired = pipe.execute()
+            now_ms = int(secs) * 1000 + int(usecs) // 1000
+            pipe = self.client.pipeline(transaction=False)
+            ids = [_text(cid) for cid, at in retired if at >= now_ms - watch_ms]
+            for cid in ids:
+                pipe.llen(k.processing(cid))
+            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
+            lengths = pipe.execute()[:-1]
+        return [cid for cid, n in zip(ids, lengths) if n]
 
     def consumers(self, queue: str) -> dict[str, dict[str, Any]]:
         with wrapped(f"read consumers of {queue!r}"):

@@ -113,6 +113,7 @@ class Consumer:
         fetch_block_s: float = defaults.FETCH_BLOCK_S,
         on_busy: Optional[BusyHook] = None,
         on_lost: str = "renew",
+        unregister_on_stop: bool = True,
     ) -> None:
         self.broker = broker
         self.queue = queue
@@ -123,6 +124,7 @@ class Consumer:
         self._fetch_block_s = fetch_block_s
         self._on_busy = on_busy
         self._on_lost = on_lost
+        self._unregister_on_stop = unregister_on_stop
         self._lost = False
         self._stop = False
         self._unsettled: Optional[tuple[bytes, _Outcome]] = None
@@ -199,6 +201,11 @@ class Consumer:
         return "max_messages" if self._limit_reached() and not self._stop else "stopped"
 
     def _fetch(self) -> Optional[bytes]:
+        # Only on the idle path (the ack scripts check this themselves when
+        # busy): never BLMOVE into a list the collector no longer watches.
+        if not self.broker.is_registered(self.name, self.consumer_id):
+            self._lost = True
+            return None
         return self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
 
     def _handle_lost(self, frame: Optional[bytes]) -> Optional[bytes]:
@@ -261,14 +268,20 @@ class Consumer:
 
     def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
         kind = type(exc).__name__
-        text = str(exc)
+        try:
+            text = str(exc)
+        except Exception:  # noqa: BLE001 - an exception whose __str__ fails
+            text = f"<{kind}: str() failed>"
         log.warning("queue %s: message %s failed on attempt %d: %s: %s",
                     self.name, msg.id, msg.attempts + 1, kind, text)
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TRACEBACK_CHARS:]
         meta = scripts.meta_json(f"{kind}: {text}", error_type=kind, error=text, message_id=msg.id,
                                  consumer=self.consumer_id, traceback=tb)
         q = self.queue
-        delay_s = min(q.retry_delay_s * (q.retry_backoff ** msg.attempts), q.retry_delay_max_s)
+        try:
+            delay_s = min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s)
+        except OverflowError:
+            delay_s = q.retry_delay_max_s
         return _Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
 
     def _settle(self, frame: bytes, outcome: _Outcome, fetch: bool) -> Optional[bytes]:
@@ -310,6 +323,13 @@ class Consumer:
                 # The outcome was not recorded: record it now.
                 self._settle(frame, outcome, fetch=False)
                 held.remove(frame)
+            elif not self.broker.is_registered(self.name, self.consumer_id):
+                # Gone because the collector reclaimed it while Redis was
+                # away from us: someone else handles it again. Count it.
+                self.broker.count_late_ack(self.name)
+                self._late(frame)
+                self._lost = True
+            # (Else our own settle ran before the connection broke.)
             self._unsettled = None
         for frame in held:
             # Delivered to us but never handled (its BLMOVE reply was lost).
@@ -349,8 +369,12 @@ class Consumer:
                       self.name, self.consumer_id, message.peek_id(self._unsettled[0]))
             return
         try:
+            # Under a supervisor the parent unregisters us when it reaps us, so
+            # that its heartbeat never sees a consumer that merely stopped as
+            # one declared dead.
             r = self.broker.reclaim(self.name, self.consumer_id, costs_attempt=False,
-                                    retry_threshold=self.queue.retry_threshold, reason="consumer stopped")
+                                    retry_threshold=self.queue.retry_threshold, reason="consumer stopped",
+                                    unregister=self._unregister_on_stop)
         except BrokerConnectionError as exc:
             log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
             return

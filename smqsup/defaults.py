@@ -70,3 +70,7 @@ SUPERVISOR_SOCKET_TIMEOUT_S = 2.0
 USS_SAMPLE_S = 10.0
 #: How long the web UI child gets to stop before it is killed, in seconds.
 WEB_STOP_TIMEOUT_S = 5.0
+#: How long the collector watches the list of an unregistered consumer, in s.
+RETIRED_WATCH_S = 600.0
+#: How often the collector looks at retired consumers' lists, in seconds.
+RETIRED_SCAN_S = 2.0

@@ -30,6 +30,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Optional
 
 from smqsup import defaults, stats
 from smqsup.broker import Broker
@@ -54,6 +55,7 @@ class _QueueGC:
     next_scan: float = 0.0
     next_promote: float = 0.0
     next_sample: float = 0.0
+    next_retired: float = 0.0
     reclaimed: int = 0
     lost: list[str] = field(default_factory=list)
 
@@ -68,6 +70,10 @@ class Collector:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self._queues: dict[str, _QueueGC] = {}
         self._backoff_until = 0.0
+        # Reclaim only after Redis has been reachable for a whole
+        # heartbeat_timeout: after an outage every heartbeat looks stale until
+        # the supervisors have had the time to renew them.
+        self._connected_since: Optional[float] = time.monotonic()
         self.update(cfg)
 
     def update(self, cfg: Config) -> None:
@@ -90,6 +96,11 @@ class Collector:
     def leading(self) -> list[str]:
         return sorted(n for n, s in self._queues.items() if s.lock.still_valid())
 
+    def redis_trouble(self) -> None:
+        """Another part of this process failed to reach Redis: heartbeats may
+        have lapsed everywhere, so wait a heartbeat_timeout before reclaiming."""
+        self._connected_since = None
+
     def tick(self) -> None:
         now = time.monotonic()
         if now < self._backoff_until:
@@ -102,6 +113,13 @@ class Collector:
         except BrokerError as exc:
             log.warning("collector: Redis unavailable (%s); retrying in 1 s", exc)
             self._backoff_until = now + 1.0
+            self._connected_since = None
+            return
+        if self._connected_since is None:
+            self._connected_since = now
+
+    def _may_reclaim(self, now: float) -> bool:
+        return self._connected_since is not None and now - self._connected_since >= self.cfg.heartbeat_timeout_s
 
     def _tick_queue(self, name: str, state: _QueueGC, now: float) -> None:
         lock = state.lock
@@ -118,9 +136,12 @@ class Collector:
         if not lock.still_valid():
             return
         try:
-            if now >= state.next_scan:
+            if now >= state.next_scan and self._may_reclaim(now):
                 state.next_scan = now + self.cfg.heartbeat_interval_s
                 self._collect(name, state)
+            if now >= state.next_retired and self._may_reclaim(now):
+                state.next_retired = now + defaults.RETIRED_SCAN_S
+                self._sweep_retired(name, state)
             if now >= state.next_promote:
                 state.next_promote = now + self._promote(name, state)
             if self.cfg.stats and now >= state.next_sample:
@@ -147,6 +168,19 @@ class Collector:
             log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
                         "%d to pending, %d dead-lettered", name, cid, self.cfg.heartbeat_timeout_s, moved,
                         r.requeued, r.dead_lettered)
+
+    def _sweep_retired(self, name: str, state: _QueueGC) -> None:
+        """Return, free of cost, messages that reached the list of a consumer
+        after it was unregistered (it moved one more message before it learnt
+        it had been declared dead, then died): nobody else watches that list."""
+        lock = (state.lock.key, state.lock.token)
+        for cid in self.broker.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
+            r = self.broker.reclaim(name, cid, costs_attempt=False, retry_threshold=state.queue.retry_threshold,
+                                    reason="found in a retired consumer's list", lock=lock, unregister=False)
+            if r.requeued or r.dead_lettered:
+                self.broker.gc_fact(name, orphans=1, reclaimed=r.requeued + r.dead_lettered)
+                log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
+                            name, r.requeued + r.dead_lettered, cid)
 
     def _promote(self, name: str, state: _QueueGC) -> float:
         """Promote until none is due; return seconds until the next look.

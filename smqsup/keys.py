@@ -16,6 +16,9 @@ Cluster slot::
                                    finds processing lists without scanning keys
     ns:{Q}:heartbeats        ZSET  consumer id, score = time of its last
                                    heartbeat in ms, Redis clock
+    ns:{Q}:retired           ZSET  consumer ids unregistered by a reclaim, score =
+                                   when (ms, Redis clock); the collector watches
+                                   their lists for RETIRED_WATCH_S afterwards
     ns:{Q}:gc:lock           STR   owner token of the queue's elected garbage
                                    collector (SET NX PX; token = host:pid:rand)
     ns:{Q}:gc                HASH  collector facts: reclaims, orphans,
@@ -73,6 +76,10 @@ class QueueKeys:
     @property
     def heartbeats(self) -> str:
         return f"{self._prefix}:heartbeats"
+
+    @property
+    def retired(self) -> str:
+        return f"{self._prefix}:retired"
 
     @property
     def gc_lock(self) -> str:

@@ -218,6 +218,8 @@ def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str
                  heartbeat_timeout_s=2.0)
     a = Collector(Broker(redis_url), cfg, owner="a")
     b = Collector(Broker(redis_url), cfg, owner="b")
+    # Both have been connected to Redis for longer than heartbeat_timeout.
+    a._connected_since = b._connected_since = time.monotonic() - 60
     a.tick()
     assert a.leading() == ["q"]
     # A freezes; its lock expires; B takes over; A wakes still believing it leads.
@@ -319,3 +321,43 @@ def _libfaketime() -> str:
         if os.path.exists(path):
             return path
     pytest.fail("libfaketime is not installed: apt-get install faketime (.ci/run does)", pytrace=False)
+
+
+def _leading_collector(redis_url: str, connected_for_s: float) -> Collector:
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    c = Collector(Broker(redis_url), cfg, owner="t")
+    c._connected_since = time.monotonic() - connected_for_s
+    return c
+
+
+def test_after_a_redis_outage_the_collector_waits_a_heartbeat_timeout_before_reclaiming(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """Stale-looking heartbeats right after an outage are not trusted until heartbeats had time to resume."""
+    Broker(redis_url).register_consumer("q", "c1", {"pid": 1})
+    redis_client.zadd(Q.heartbeats, {"c1": 0})  # looks long dead
+    redis_client.lpush(Q.processing("c1"), b"0|x")
+    c = _leading_collector(redis_url, connected_for_s=0.0)
+    c.redis_trouble()
+    c.tick()
+    c.tick()
+    assert c.leading() == ["q"] and redis_client.llen(Q.processing("c1")) == 1
+    c._connected_since = time.monotonic() - 60
+    c._queues["q"].next_scan = 0.0
+    c.tick()
+    assert redis_client.llen(Q.processing("c1")) == 0
+    assert redis_client.lrange(Q.pending, 0, -1) == [b"1|x"]
+
+
+def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: str,
+                                                                    redis_client: "redis.Redis") -> None:
+    """A consumer unregistered by a reclaim that still moves a message into its list: the collector returns it, free."""
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "c1", {"pid": 1})
+    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    assert redis_client.zscore(Q.retired, "c1") is not None
+    redis_client.lpush(Q.processing("c1"), b"2|late")  # its BLMOVE landed after the reclaim
+    c = _leading_collector(redis_url, connected_for_s=60)
+    c.tick()
+    assert redis_client.llen(Q.processing("c1")) == 0
+    assert redis_client.lrange(Q.pending, 0, -1) == [b"2|late"]

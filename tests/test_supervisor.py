@@ -328,3 +328,15 @@ def test_check_validates_and_imports_handlers(tmp_path: Path) -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 2 and "queues.q.handler" in lines[0] and "queues.r.handler" in lines[1], lines
+
+
+def test_a_handler_exiting_with_status_0_mid_message_still_costs_an_attempt(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
+        redis_client: "redis.Redis") -> None:
+    """A clean exit status in the middle of a message is no reason to redeliver it for free forever."""
+    supervise({"q": {"handler": "tests.handlers:exit0", "retry_threshold": 1}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        p.publish("q", "poison")
+    wait_for(lambda: redis_client.llen(Q.dead) == 1, timeout_s=15)
+    assert sorted(e["attempts"] for e in _events(out_dir, "start")) == [0, 1]

@@ -142,7 +142,7 @@ def reclaim(
     With ``stale_after_ms``, only if its heartbeat is still that old
     (``remaining`` -1 otherwise)."""
     key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
-                keys.heartbeats]
+                keys.heartbeats, keys.retired]
     args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else "",
                        stale_after_ms]
     if lock is not None:

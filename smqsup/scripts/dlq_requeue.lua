@@ -14,7 +14,8 @@ for i = 1, #ARGV do
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
     local sep = string.find(frame, '|', 1, true)
-    if sep and tonumber(string.sub(frame, 1, sep - 1)) then
+    local head = sep and string.sub(frame, 1, sep - 1)
+    if head and #head <= 9 and string.match(head, '^%d+$') then
       frame = '0' .. string.sub(frame, sep)
     end
     redis.call('LPUSH', KEYS[2], frame)

@@ -31,7 +31,9 @@ if removed == 0 then
 else
   local frame = ARGV[1]
   local sep = string.find(frame, '|', 1, true)
-  local attempts = sep and tonumber(string.sub(frame, 1, sep - 1))
+  -- The prefix is 1 to 9 decimal digits, as message.split_frame() requires.
+  local head = sep and string.sub(frame, 1, sep - 1)
+  local attempts = head and #head <= 9 and string.match(head, '^%d+$') and tonumber(head) or nil
   local threshold = tonumber(ARGV[2])
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -8,7 +8,11 @@
 -- KEYS[4]  counters hash of the queue
 -- KEYS[5]  consumers registry hash of the queue
 -- KEYS[6]  heartbeats sorted set of the queue
--- KEYS[7]  (optional) garbage-collector lock key
+-- KEYS[7]  retired consumers sorted set (score: ms when unregistered); the
+--          collector keeps watching their lists for a while, in case a
+--          consumer that does not know it was declared dead moves one more
+--          message into its list before it dies
+-- KEYS[8]  (optional) garbage-collector lock key
 -- ARGV[1]  "1": each message costs an attempt (the consumer died or hung);
 --          "0": it does not (graceful stop, scale-down)
 -- ARGV[2]  retry_threshold: past it a message is dead-lettered
@@ -19,17 +23,17 @@
 -- ARGV[6]  heartbeat_timeout in ms, or "0": when > 0 the script acts only if
 --          the consumer's heartbeat is missing or older than this (it may
 --          have come back since the collector listed it as stale)
--- ARGV[7]  (with KEYS[7]) the caller's lock token: the script refuses to act
---          unless KEYS[7] holds exactly this token
+-- ARGV[7]  (with KEYS[8]) the caller's lock token: the script refuses to act
+--          unless KEYS[8] holds exactly this token
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
 -- again; remaining -1 means the consumer is alive after all (nothing done).
--- With KEYS[7] given and the token not matching, returns an error reply
+-- With KEYS[8] given and the token not matching, returns an error reply
 -- "NOTLEADER".
 --
 -- Order: frames are taken from the left (newest) and pushed on the right of
 -- pending (its consuming end), so the oldest reclaimed frame is consumed first.
-if KEYS[7] and redis.call('GET', KEYS[7]) ~= ARGV[7] then
+if KEYS[8] and redis.call('GET', KEYS[8]) ~= ARGV[7] then
   return redis.error_reply('NOTLEADER lock is not held by this token')
 end
 local costs = ARGV[1] == '1'
@@ -50,7 +54,8 @@ for _ = 1, limit do
   local frame = redis.call('LPOP', KEYS[1])
   if not frame then break end
   local sep = string.find(frame, '|', 1, true)
-  local attempts = sep and tonumber(string.sub(frame, 1, sep - 1))
+  local head = sep and string.sub(frame, 1, sep - 1)
+  local attempts = head and #head <= 9 and string.match(head, '^%d+$') and tonumber(head) or nil
   local to_dead = attempts == nil
   if attempts ~= nil and costs then
     attempts = attempts + 1
@@ -73,5 +78,6 @@ end
 if remaining == 0 and ARGV[5] ~= '' then
   redis.call('HDEL', KEYS[5], ARGV[5])
   redis.call('ZREM', KEYS[6], ARGV[5])
+  redis.call('ZADD', KEYS[7], now_ms, ARGV[5])
 end
 return {requeued, dead, remaining}

@@ -88,10 +88,11 @@ class Arbiter:
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._ready_sent = False
-        self._pending_reclaims: list[tuple[str, str, bool, str, int]] = []
+        self._pending_reclaims: list[tuple[str, str, bool, str, int, int]] = []
         self._next_sample = 0.0
         self._next_watchdog = 0.0
         self._int_count = 0
+        self._stop_deadline = 0.0
         # The web UI child (web: section): pid, when it may start again, backoff.
         self.web_pid: Optional[int] = None
         self._web_started = 0.0
@@ -115,7 +116,12 @@ class Arbiter:
             self._dispatch_signals()
             self.reap()
             if self._stopping and not self.children and self.web_pid is None:
-                break
+                # A graceful stop's reclaims are free of cost: do not leave them
+                # to the collector (which would charge an attempt) while Redis
+                # answers within shutdown_timeout.
+                if not self._pending_reclaims or time.monotonic() >= self._stop_deadline:
+                    break
+            self._update_ready()
             if not self._stopping:
                 self.check_limits()
                 self.reconcile()
@@ -166,8 +172,10 @@ class Arbiter:
         for name, q in self.queues.items():
             for cid, info in self.broker.consumers(name).items():
                 if info.get("host") == self.host and not psutil.pid_exists(int(info.get("pid", 0))):
+                    # Only if its heartbeat is stale too: another host may share
+                    # this host name (containers) with its own pid namespace.
                     self._reclaim(name, cid, True, "consumer lost (process gone at supervisor start)",
-                                  q.config.retry_threshold)
+                                  q.config.retry_threshold, stale_after_ms=int(self.cfg.heartbeat_timeout_s * 1000))
 
     # --- main loop pieces ------------------------------------------------------
 
@@ -295,12 +303,17 @@ class Arbiter:
             log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
                       c.queue, c.index, c.pid, limit)
         elif c.stop_reason is not None:
-            self._reclaim(c.queue, c.consumer_id, False, c.stop_reason.value, threshold)
+            # Free unless it died by itself in the middle of a message (a crash
+            # while draining); our SIGKILL at the drain deadline is free.
+            costs = bool(busy_us) and not c.killed_by_us
+            self._reclaim(c.queue, c.consumer_id, costs, cause if costs else c.stop_reason.value, threshold)
             log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
                      c.stop_reason.value, cause)
         else:
             clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
-            self._reclaim(c.queue, c.consumer_id, not clean, cause, threshold)
+            # An attempt is spent only if it died in the middle of a message
+            # (even with status 0: a handler calling os._exit(0) must not loop).
+            self._reclaim(c.queue, c.consumer_id, bool(busy_us), cause, threshold)
             self._log_death(c, status, cause, clean)
             if q is not None and not clean:
                 self._count_failure(q, c, status, messages, busy_us, now)
@@ -399,17 +412,19 @@ class Arbiter:
         except SmqsupError as exc:
             log.error("embedded redis-server did not restart: %s", exc)
 
-    def _reclaim(self, queue: str, consumer_id: str, costs: bool, reason: str, threshold: int) -> None:
-        self._pending_reclaims.append((queue, consumer_id, costs, reason, threshold))
+    def _reclaim(self, queue: str, consumer_id: str, costs: bool, reason: str, threshold: int,
+                 stale_after_ms: int = 0) -> None:
+        self._pending_reclaims.append((queue, consumer_id, costs, reason, threshold, stale_after_ms))
         self._retry_reclaims()
 
     def _retry_reclaims(self) -> None:
         """Run queued reclaims; keep the ones Redis could not take (retried next tick)."""
         waiting = []
         for item in self._pending_reclaims:
-            queue, cid, costs, reason, threshold = item
+            queue, cid, costs, reason, threshold, stale_after_ms = item
             try:
-                r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason)
+                r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
+                                        stale_after_ms=stale_after_ms)
             except BrokerError as exc:
                 waiting.append(item)
                 log.warning("queue %s: reclaim of consumer %s postponed: %s", queue, cid, exc)
@@ -437,6 +452,7 @@ class Arbiter:
             if not self._heartbeat_failing:
                 log.warning("heartbeats not sent: %s", exc)
             self._heartbeat_failing = True
+            self.collector.redis_trouble()
             return
         if self._heartbeat_failing:
             log.info("heartbeats sent again")
@@ -478,10 +494,7 @@ class Arbiter:
         for c in list(self.children.values()):
             q = self.queues.get(c.queue)
             view = self.slots.read(c.slot)
-            ready_us, busy_us, c.messages = view.ready_us, view.busy_since_us, view.received
-            if ready_us and not c.ready:
-                c.ready = True
-                log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
+            busy_us, c.messages = view.busy_since_us, view.received
             if q is None or c.stopping:
                 continue
             timeout = q.config.message_timeout_s
@@ -495,6 +508,14 @@ class Arbiter:
                     log.warning("queue %s: consumer #%d (pid %d) uses %d MB > max_memory %d MB; recycling it",
                                 c.queue, c.index, c.pid, c.rss_bytes >> 20, limit >> 20)
                     self._stop_child(c, StopReason.RECYCLE)
+
+    def _update_ready(self) -> None:
+        """Children that reported ready in their slot (also while stopping: a
+        ready child must get its heartbeats until it exits)."""
+        for c in self.children.values():
+            if not c.ready and self.slots.read(c.slot).ready_us:
+                c.ready = True
+                log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
 
     def _sample(self, c: Child) -> None:
         """CPU% and RSS every heartbeat interval (cheap: /proc/PID/stat and
@@ -601,6 +622,7 @@ class Arbiter:
     def _begin_shutdown(self) -> None:
         if not self._stopping:
             self._stopping = True
+            self._stop_deadline = time.monotonic() + self.cfg.shutdown_timeout_s + 5.0
             self.notifier.stopping()
         deadline = time.monotonic() + self.cfg.shutdown_timeout_s
         self._stop_web()
@@ -621,6 +643,7 @@ class Arbiter:
                 log.warning("queue %s: consumer #%d (pid %d) did not stop in time; killing it, its message "
                             "goes back to pending without costing an attempt", c.queue, c.index, c.pid)
                 c.kill_at = None
+                c.killed_by_us = True
                 _signal(c.pid, signal.SIGKILL)
 
     # --- systemd -----------------------------------------------------------------

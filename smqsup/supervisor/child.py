@@ -83,7 +83,7 @@ def _main(spec: ChildSpec) -> int:
     title = _Title(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
     consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy,
-                        on_lost="stop", fetch_block_s=fetch_block_s(spec.config))
+                        on_lost="stop", fetch_block_s=fetch_block_s(spec.config), unregister_on_stop=False)
     consumer_box.append(consumer)
     title.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"

@@ -39,6 +39,7 @@ class Child:
     ready: bool = False
     stop_reason: Optional[StopReason] = None
     kill_at: Optional[float] = None  # SIGKILL if still alive then
+    killed_by_us: bool = False  # SIGKILLed at the end of a graceful stop (free of cost)
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     uss_bytes: Optional[int] = None
