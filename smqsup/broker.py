@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from smqsup import defaults, scripts
-from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
+from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
 from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
 log = logging.getLogger(__name__)
@@ -240,11 +240,16 @@ class Broker:
         k = self.keys(queue)
         with wrapped(f"publish to {queue!r}"):
             if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-                scripts.publish(self._hot, k, frames, self.stats)
+                try:
+                    scripts.publish(self._hot, k, frames, self.stats)
+                except rexc.ResponseError as exc:  # refused before it wrote anything
+                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) \
+                        from exc
                 return
             calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
             if register:
                 calls.append((None, ("SADD", queues_set(self.namespace), queue)))
+            first_chunk = len(calls)
             for start in range(0, len(frames), PUBLISH_CHUNK):
                 calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
                                                 *frames[start:start + PUBLISH_CHUNK])))
@@ -252,12 +257,27 @@ class Broker:
                 calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
                                                        producers_seen(self.namespace), producer[0], producer[1],
                                                        _PRODUCER_TTL_MS)))
-            self._pipeline(calls)
+            results = self._pipeline(calls, raise_errors=False)
+        queued: list[bool] = []
+        refusal: Optional[Exception] = None
+        for n, start in enumerate(range(0, len(frames), PUBLISH_CHUNK)):
+            result = results[first_chunk + n]
+            ok = not isinstance(result, Exception)
+            refusal = refusal or (None if ok else result)
+            queued += [ok] * len(frames[start:start + PUBLISH_CHUNK])
+        if refusal is not None:
+            raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(frames)} "
+                              f"message(s): {refusal}", queued)
+        for result in results:
+            if isinstance(result, Exception):  # the queue-name SADD or the statistics: not the messages
+                log.warning("publish to %r: a bookkeeping command failed: %s", queue, result)
 
-    def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]]) -> list[Any]:
+    def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]], *,
+                  raise_errors: bool = True) -> list[Any]:
         """Send plain commands and scripts (by SHA) in one round trip. A script
         the server does not know (NOSCRIPT: it did not run) is sent again alone
-        by its text; nothing that ran is ever sent twice."""
+        by its text; nothing that ran is ever sent twice. Other error replies
+        are raised, or left in the results when ``raise_errors`` is false."""
         pipe = self.client.pipeline(transaction=False)
         for script, args in calls:
             if script is None:
@@ -267,9 +287,12 @@ class Broker:
         results: list[Any] = pipe.execute(raise_on_error=False)
         for i, ((script, args), result) in enumerate(zip(calls, results)):
             if isinstance(result, rexc.NoScriptError) and script is not None:
-                results[i] = self.client.eval(script.text, *args)
-            elif isinstance(result, Exception):
-                raise result
+                try:
+                    results[i] = self.client.eval(script.text, *args)
+                except rexc.ResponseError as exc:
+                    results[i] = exc
+            if raise_errors and isinstance(results[i], Exception):
+                raise results[i]
         return results
 
     def producer_stats(self, producer_id: str, info: str) -> None:

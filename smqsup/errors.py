@@ -78,6 +78,27 @@ class PublishNotSent(BrokerNotSent):
         self.message_ids = message_ids
 
 
+class PushRefused(BrokerError):
+    """Redis refused some publish-script calls (OOM under noeviction, READONLY
+    after a failover); ``queued`` says, per frame, whether it was queued."""
+
+    def __init__(self, message: str, queued: list[bool]) -> None:
+        super().__init__(message)
+        self.queued = queued
+
+
+class PublishRefused(BrokerError):
+    """Redis refused a publish, in whole or in part: ``queued_ids`` are in the
+    queue, ``not_queued_ids`` certainly are not (publishing those again is safe)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, queued_ids: list[str], not_queued_ids: list[str]) -> None:
+        super().__init__(message)
+        self.queued_ids = queued_ids
+        self.not_queued_ids = not_queued_ids
+
+
 class PublishUncertain(BrokerConnectionError):
     """A publish was sent but its reply was lost: the message may be in the queue.
 

@@ -24,7 +24,9 @@ from smqsup.errors import (
     ConfigError,
     MessageError,
     PublishNotSent,
+    PublishRefused,
     PublishUncertain,
+    PushRefused,
 )
 
 
@@ -111,6 +113,10 @@ class Producer:
             self._broker.push(queue, frames, register=register, producer=stats)
         except BrokerNotSent as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        except PushRefused as exc:
+            queued = [mid for mid, ok in zip(ids, exc.queued) if ok]
+            self.published += len(queued)
+            raise PublishRefused(str(exc), queued, [mid for mid, ok in zip(ids, exc.queued) if not ok]) from exc
         except BrokerConnectionError as exc:
             raise PublishUncertain(
                 f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc

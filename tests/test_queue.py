@@ -348,3 +348,25 @@ def test_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, re
     bodies = [message.decode(f).body for f in client.lrange(QueueKeys(NS, "q").pending, 0, -1)]
     assert bodies == ["after", "before"]
     assert caught.value.message_ids and len(caught.value.message_ids) == 1
+
+
+def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
+                                                                  redis_client: redis.Redis) -> None:
+    """Redis out of memory after some chunks: PublishRefused lists exactly the queued and the unqueued ids."""
+    from smqsup.errors import PublishRefused
+
+    used = int(redis_client.info("memory")["used_memory"])
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", used + 900_000)
+    try:
+        with Producer(redis_url) as p, pytest.raises(PublishRefused) as caught:
+            p.publish_many("q", ["x" * 500] * 5000)
+    finally:
+        redis_client.config_set("maxmemory", 0)
+    exc = caught.value
+    queued = [message.decode(f).id for f in redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1)]
+    assert 0 < len(exc.queued_ids) < 5000
+    assert sorted(queued) == sorted(exc.queued_ids)
+    assert len(exc.queued_ids) + len(exc.not_queued_ids) == 5000
+    assert not set(exc.queued_ids) & set(exc.not_queued_ids)
+    assert redis_client.hget(QueueKeys(NS, "q").counters, "published") == str(len(queued)).encode()
