@@ -25,7 +25,7 @@ from smqsup.broker import Broker, wrapped
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
 #: Queue counters a point carries (cumulative; rates are their differences).
-COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks")
+COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued")
 #: Queue sizes a point carries.
 SIZES = ("pending", "processing", "delayed", "dead")
 

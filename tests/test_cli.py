@@ -93,6 +93,8 @@ def test_dlq_list_requeue_purge(tmp_path: Path, redis_url: str, redis_client: "r
     [frame] = redis_client.lrange(K.pending, 0, -1)
     assert frame.startswith(b"0|") and json.loads(frame[2:])["id"] == ids[1]
 
+    assert redis_client.hget(K.counters, "dlq_requeued") == b"1"
+
     r = procs.run("dlq", "--url", redis_url, "purge", "q")
     assert r.returncode == 0 and "purged 2" in r.stdout
     assert redis_client.llen(K.dead) == 0

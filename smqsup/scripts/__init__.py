@@ -167,7 +167,7 @@ def dlq_requeue(client: "redis.Redis", keys: QueueKeys, entries: Sequence[bytes]
     """Move the given dead-letter entries back to pending, attempts reset."""
     if not entries:
         return 0
-    return int(_DLQ_REQUEUE(client, (keys.dead, keys.pending), entries))
+    return int(_DLQ_REQUEUE(client, (keys.dead, keys.pending, keys.counters), entries))
 
 
 def heartbeat(client: "redis.Redis", keys: QueueKeys, beats: Sequence[tuple[str, str]], *,

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  dead-letter list of the queue
 -- KEYS[2]  pending list of the queue
+-- KEYS[3]  counters hash of the queue ("dlq_requeued" counts the moves)
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
@@ -21,5 +22,8 @@ for i = 1, #ARGV do
     redis.call('LPUSH', KEYS[2], frame)
     moved = moved + 1
   end
+end
+if moved > 0 then
+  redis.call('HINCRBY', KEYS[3], 'dlq_requeued', moved)
 end
 return moved

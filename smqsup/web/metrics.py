@@ -84,7 +84,7 @@ def render(snap: Mapping[str, Any]) -> str:
                     [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
     lines += family("smqsup_messages", "counter",
                     "Queue events since the queue was created (published, acked, retried, dead_lettered, "
-                    "reclaimed, late_acks).",
+                    "reclaimed, late_acks, dlq_requeued).",
                     [({"queue": n, "event": e}, q["counters"][e]) for n, q in queues.items() for e in COUNTERS])
     lines += family("smqsup_consumers", "gauge", "Registered consumers of the queue.",
                     [({"queue": n}, len(q["consumers"])) for n, q in queues.items()])
