@@ -221,6 +221,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
+    from smqsup import deadletters
     from smqsup.broker import Broker
     from smqsup.config import validate_queue_name
     from smqsup.message import DeadLetter
@@ -228,38 +229,19 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     url, namespace, _ = _target(args)
     validate_queue_name(args.queue)
     broker = Broker(url, namespace)
+    ids = args.ids or None
     try:
-        if args.action == "purge" and not args.ids:
-            print(f"purged {broker.dlq_purge(args.queue)} dead letter(s) of {args.queue}")
-            return EXIT_OK
-        entries = _select_dead(broker, args.queue, set(args.ids), None if args.action != "list" else args.limit)
         if args.action == "list":
+            entries = (deadletters.select(broker, args.queue, set(ids))[:args.limit] if ids
+                       else broker.dead_letters(args.queue, 0, args.limit))
             _print_dead([DeadLetter(e) for e in entries], args.json)
         elif args.action == "requeue":
-            print(f"requeued {broker.dlq_requeue(args.queue, entries)} dead letter(s) of {args.queue}")
+            print(f"requeued {deadletters.requeue(broker, args.queue, ids)} dead letter(s) of {args.queue}")
         else:
-            print(f"purged {broker.dlq_remove(args.queue, entries)} dead letter(s) of {args.queue}")
+            print(f"purged {deadletters.purge(broker, args.queue, ids)} dead letter(s) of {args.queue}")
     finally:
         broker.close()
     return EXIT_OK
-
-
-def _select_dead(broker: Any, queue: str, ids: set[str], limit: Optional[int]) -> list[bytes]:
-    """Dead-letter entries (newest first), filtered by message id when given."""
-    from smqsup.message import DeadLetter
-
-    chosen: list[bytes] = []
-    start, page = 0, 1000
-    while limit is None or len(chosen) < limit:
-        batch = broker.dead_letters(queue, start, page)
-        for raw in batch:
-            msg = DeadLetter(raw).message()
-            if not ids or (msg is not None and msg.id in ids):
-                chosen.append(raw)
-        if len(batch) < page:
-            break
-        start += page
-    return chosen if limit is None else chosen[:limit]
 
 
 def _print_dead(dead: list[Any], as_json: bool) -> None:

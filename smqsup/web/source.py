@@ -21,7 +21,7 @@ from typing import Any, Optional, TypeVar
 
 from aiohttp import web
 
-from smqsup import stats
+from smqsup import deadletters, stats
 from smqsup.broker import Broker
 from smqsup.errors import SmqsupError
 from smqsup.message import DeadLetter
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Dead-letter entries read per round trip when scanning a queue's list.
-DEAD_PAGE = 1000
 #: A dead letter's body longer than this (as JSON text) is cut in listings, in characters.
 BODY_SHOWN_CHARS = 64 * 1024
 
@@ -86,44 +85,13 @@ class Source:
         total = self.broker.sizes(queue)["dead"]
         return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
 
-    def _select(self, queue: str, ids: set[str]) -> list[bytes]:
-        """The dead-letter entries of ``queue`` whose message id is in ``ids``."""
-        chosen: list[bytes] = []
-        start = 0
-        while True:
-            batch = self.broker.dead_letters(queue, start, DEAD_PAGE)
-            for raw in batch:
-                msg = DeadLetter(raw).message()
-                if msg is not None and msg.id in ids:
-                    chosen.append(raw)
-            if len(batch) < DEAD_PAGE or len(chosen) >= len(ids):
-                return chosen
-            start += DEAD_PAGE
-
     def requeue(self, queue: str, ids: Optional[Sequence[str]]) -> int:
-        """Move the dead letters with these message ids (None: all) back to
-        pending, attempts reset; returns how many moved. An entry that another
-        operator moved meanwhile is skipped (the script removes by value)."""
-        if ids is not None:
-            return self.broker.dlq_requeue(queue, self._select(queue, set(ids)))
-        # All: oldest first, in pages, and no more than were there at the start:
-        # a requeued message that dies again meanwhile re-enters at the head and
-        # stays there.
-        budget = self.broker.sizes(queue)["dead"]
-        moved = 0
-        while moved < budget:
-            page = min(DEAD_PAGE, budget - moved)
-            n = self.broker.dlq_requeue(queue, self.broker.dead_letters(queue, -page, page))  # the oldest
-            if n == 0:
-                break
-            moved += n
-        return moved
+        """See deadletters.requeue."""
+        return deadletters.requeue(self.broker, queue, ids)
 
     def purge(self, queue: str, ids: Optional[Sequence[str]]) -> int:
-        """Delete the dead letters with these message ids (None: all); returns how many."""
-        if ids is None:
-            return self.broker.dlq_purge(queue)
-        return self.broker.dlq_remove(queue, self._select(queue, set(ids)))
+        """See deadletters.purge."""
+        return deadletters.purge(self.broker, queue, ids)
 
 
 class Hub:
