@@ -126,6 +126,7 @@ class Consumer:
         self._on_lost = on_lost
         self._unregister_on_stop = unregister_on_stop
         self._lost = False
+        self._registration_checked = False  # by the ack/nack script just run
         self._stop = False
         self._unsettled: Optional[tuple[bytes, _Outcome]] = None
         self._recover_needed = True
@@ -191,6 +192,7 @@ class Consumer:
                 # failover, OOM): wait, then re-read our own list before going on.
                 frame = None
                 self._recover_needed = True
+                self._registration_checked = False
                 log.warning("queue %s: consumer %s: %s; retrying in %.2fs",
                             self.name, self.consumer_id, exc, backoff)
                 self._pause(backoff)
@@ -201,9 +203,11 @@ class Consumer:
         return "max_messages" if self._limit_reached() and not self._stop else "stopped"
 
     def _fetch(self) -> Optional[bytes]:
-        # Only on the idle path (the ack scripts check this themselves when
-        # busy): never BLMOVE into a list the collector no longer watches.
-        if not self.broker.is_registered(self.name, self.consumer_id):
+        # Never BLMOVE into a list the collector no longer watches. The ack or
+        # nack script just before has checked our registration in the same
+        # round trip; otherwise (after a fetch timeout, a reconnect) ask.
+        checked, self._registration_checked = self._registration_checked, False
+        if not checked and not self.broker.is_registered(self.name, self.consumer_id):
             self._lost = True
             return None
         return self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
@@ -293,11 +297,13 @@ class Consumer:
                 self._late(frame)
             if not ack.registered:
                 self._lost = True
+            self._registration_checked = ack.registered
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
                                 delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch)
         if not nack.registered:
             self._lost = True
+        self._registration_checked = nack.registered
         if nack.outcome == scripts.LATE:
             self._late(frame)
         elif nack.outcome == scripts.DEAD:
