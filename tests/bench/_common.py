@@ -67,6 +67,35 @@ def child_signals(on_stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: on_stop())
 
 
+def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_path: Optional[str] = None) -> Any:
+    """In a forked child: run an smqsup Consumer of ``queue`` until SIGTERM
+    (cProfile'd into ``profile_path`` when given); return it once stopped."""
+    import cProfile
+
+    from smqsup.broker import Broker
+    from smqsup.config import QueueConfig
+    from smqsup.consumer import Consumer
+
+    holder: dict[str, Consumer] = {}
+    stop_early: list[int] = []
+    child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))
+    broker = Broker(url, NAMESPACE)
+    consumer = Consumer(broker, QueueConfig(name=queue, handler="bench:handler"), handler)
+    holder["c"] = consumer
+    if stop_early:
+        consumer.request_stop()
+    if profile_path:
+        prof = cProfile.Profile()
+        prof.enable()
+        consumer.run()
+        prof.disable()
+        prof.dump_stats(profile_path)
+    else:
+        consumer.run()
+    broker.close()
+    return consumer
+
+
 class Children:
     """The processes this script forked. ``stop()`` sends SIGTERM to each of
     them (a graceful stop request), waits, and SIGKILLs only our own stragglers."""

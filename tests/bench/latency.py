@@ -38,9 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
 
-from smqsup.broker import Broker  # noqa: E402
-from smqsup.config import QueueConfig  # noqa: E402
-from smqsup.consumer import Consumer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 from smqsup.producer import Producer  # noqa: E402
 
@@ -69,16 +66,7 @@ def smq_worker(url: str, queue: str, out_dir: str) -> None:
         if not body.get("w"):
             append(now - body["t"])
 
-    holder: dict[str, Consumer] = {}
-    stop_early = []
-    common.child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))
-    broker = Broker(url, NS)
-    consumer = Consumer(broker, QueueConfig(name=queue, handler="latency:handler"), handler)
-    holder["c"] = consumer
-    if stop_early:
-        consumer.request_stop()
-    consumer.run()
-    broker.close()
+    common.run_consumer(url, queue, handler)
     _write_samples(out_dir, "smqsup", samples)
 
 

@@ -29,7 +29,6 @@ started and stopped by this script; Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
 import pstats
@@ -44,9 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
 
-from smqsup.broker import Broker  # noqa: E402
-from smqsup.config import QueueConfig  # noqa: E402
-from smqsup.consumer import Consumer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 from smqsup.producer import Producer  # noqa: E402
 
@@ -61,23 +57,7 @@ def noop(message: Any) -> None:
 
 
 def smq_worker(url: str, queue: str, out: Any, profile_path: Optional[str]) -> None:
-    holder: dict[str, Consumer] = {}
-    stop_early = []
-    common.child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))
-    broker = Broker(url, NS)
-    consumer = Consumer(broker, QueueConfig(name=queue, handler="throughput:noop"), noop)
-    holder["c"] = consumer
-    if stop_early:
-        consumer.request_stop()
-    if profile_path:
-        prof = cProfile.Profile()
-        prof.enable()
-        consumer.run()
-        prof.disable()
-        prof.dump_stats(profile_path)
-    else:
-        consumer.run()
-    broker.close()
+    consumer = common.run_consumer(url, queue, noop, profile_path)
     out.put(("smqsup", os.getpid(), consumer.stats.received, consumer.stats.acked))
 
 
