@@ -1,0 +1,99 @@
+"""Making text safe to show: credentials masked, control characters escaped,
+length capped. Every log line, error, page and process title goes through here.
+
+Two kinds of help:
+
+- ``mask_url(url)`` shows a Redis url with its password (userinfo and any
+  ``password=`` query argument) replaced by ``***``;
+- ``register_secret(text)`` remembers a secret (a url's password, a web
+  token) so that ``scrub(text)`` removes it from any text, wherever a library
+  put it (an exception message, a traceback). ``logs.setup`` scrubs every log
+  line; the CLI scrubs every error it prints.
+
+``escape(text)`` makes untrusted text (exception texts, message ids, request
+values) one bounded line: control characters become ``\\n``, ``\\x1b`` and so
+on, so that nobody can forge a log line or a terminal sequence, and text past
+``limit`` characters is cut with a note of how much was cut.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from urllib.parse import unquote
+
+#: Longest untrusted value put in one log line, in characters.
+LOG_VALUE_CHARS = 2000
+#: Secrets shorter than this are not scrubbed from free text (a one-letter
+#: password would blank out every such letter); mask_url still hides them.
+_SCRUB_MIN_CHARS = 4
+
+_MASK = "***"
+_lock = threading.Lock()
+_secrets: tuple[str, ...] = ()
+
+# scheme://[user]:password@  (the password is what stands between ':' and '@')
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)(?P<password>[^@\s]*)@")
+_QUERY_SECRET = re.compile(r"(?P<head>[?&](?:[a-z_]*password|token)=)(?P<value>[^&#\s]*)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (and ``password=``/``token=`` query values) as ``***``."""
+    masked = _USERINFO.sub(lambda m: m["head"] + (_MASK if m["password"] else "") + "@", url)
+    return _QUERY_SECRET.sub(lambda m: m["head"] + _MASK, masked)
+
+
+def register_secret(secret: str | None) -> None:
+    """Remember ``secret`` (and its percent-decoded form) so ``scrub`` removes it."""
+    global _secrets
+    if not secret:
+        return
+    forms = {secret, unquote(secret)}
+    with _lock:
+        found = set(_secrets) | {s for s in forms if len(s) >= _SCRUB_MIN_CHARS}
+        # Longest first, so a secret containing another is masked whole.
+        _secrets = tuple(sorted(found, key=len, reverse=True))
+
+
+def register_url(url: str | None) -> None:
+    """Register the password a Redis url carries (userinfo or query)."""
+    if not url:
+        return
+    for match in _USERINFO.finditer(url):
+        register_secret(match["password"])
+    for match in _QUERY_SECRET.finditer(url):
+        register_secret(match["value"])
+
+
+def scrub(text: str) -> str:
+    """``text`` with every url password and every registered secret masked."""
+    text = mask_url(text)
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, _MASK)
+    return text
+
+
+def escape(value: object, limit: int = LOG_VALUE_CHARS) -> str:
+    """``str(value)`` as one printable line of at most about ``limit`` characters."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # noqa: BLE001 - an object whose __str__ fails
+        text = f"<{type(value).__name__}: str() failed>"
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    text = _CONTROL.sub(_escape_char, text)
+    text = _SURROGATE.sub(_escape_char, text)
+    return f"{text}...(+{cut} chars)" if cut > 0 else text
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match[0]
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if char in named:
+        return named[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
