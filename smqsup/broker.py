@@ -25,6 +25,7 @@ from redis.retry import Retry
 
 from smqsup import defaults, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
+from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,19 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
 
 
 def _text(value: "bytes | str") -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    """Redis bytes as text; bytes that are not UTF-8 are kept as escapes."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
+def _int_fields(raw: Mapping[bytes, bytes]) -> dict[str, int]:
+    """A hash of counters as ints; a field that holds no integer is left out."""
+    out = {}
+    for field, value in raw.items():
+        try:
+            out[_text(field)] = int(value)
+        except ValueError:
+            continue
+    return out
 
 
 def _json(info: Mapping[str, Any]) -> str:
@@ -350,13 +363,13 @@ class Broker:
             frames = cast(list[bytes], self.client.lrange(self.keys(queue).processing(consumer_id), 0, -1))
         return frames[::-1]
 
-    def register_consumer(self, queue: str, consumer_id: str, info: Mapping[str, Any]) -> None:
+    def register_consumer(self, queue: str, consumer_id: str, info: ConsumerInfo) -> None:
         """Enter the consumer in the registry with a first heartbeat."""
         with wrapped(f"register consumer on {queue!r}"):
             self.client.sadd(queues_set(self.namespace), queue)
-            scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, _json(info))], register=True)
+            scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, info.to_json())], register=True)
 
-    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]]) -> list[tuple[str, str]]:
+    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]) -> list[tuple[str, str]]:
         """Renew the heartbeats of registered consumers, queue -> [(id, info)],
         all queues in one pipelined round trip. Returns (queue, id) of those no
         longer registered: declared dead, they must not go on."""
@@ -368,7 +381,7 @@ class Broker:
             k = self.keys(queue)
             args: list[Any] = [0]
             for cid, info in queue_beats:
-                args += [cid, _json(info)]
+                args += [cid, info.to_json()]
             calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
         with wrapped("heartbeat"):
             replies = self._pipeline(calls)
@@ -415,7 +428,7 @@ class Broker:
     def gc_facts(self, queue: str) -> dict[str, int]:
         with wrapped(f"collector facts of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).gc)
-        return {_text(k): int(v) for k, v in raw.items()}
+        return _int_fields(raw)
 
     def is_registered(self, queue: str, consumer_id: str) -> bool:
         """Whether the consumer is still in the registry (not declared dead)."""
@@ -445,10 +458,12 @@ class Broker:
             lengths = pipe.execute()[:-1]
         return [cid for cid, n in zip(ids, lengths) if n]
 
-    def consumers(self, queue: str) -> dict[str, dict[str, Any]]:
+    def consumers(self, queue: str) -> dict[str, ConsumerInfo]:
+        """The queue's registry: consumer id -> what its last heartbeat said
+        (fields that cannot be read keep their defaults)."""
         with wrapped(f"read consumers of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).consumers)
-        return {_text(k): json.loads(v) for k, v in raw.items()}
+        return {_text(k): ConsumerInfo.from_json(v) for k, v in raw.items()}
 
     # --- inspecting ----------------------------------------------------------
 
@@ -466,7 +481,7 @@ class Broker:
     def counters(self, queue: str) -> dict[str, int]:
         with wrapped(f"counters of {queue!r}"):
             raw = self.client.hgetall(self.keys(queue).counters)
-        return {_text(k): int(v) for k, v in raw.items()}
+        return _int_fields(raw)
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import __version__, defaults, logs
+from smqsup import __version__, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
 
@@ -40,7 +40,8 @@ class _Parser(argparse.ArgumentParser):
 def _add_target(p: argparse.ArgumentParser, *, url: bool) -> None:
     p.add_argument("-c", "--config", metavar="FILE", help="queues.yaml")
     if url:
-        p.add_argument("--url", help="Redis url instead of a config file")
+        p.add_argument("--url", help="Redis url instead of a config file (default: $SMQSUP_REDIS_URL, which "
+                                     "keeps a password off the command line)")
         p.add_argument("--namespace", default=None, help=f"key namespace (default {defaults.NAMESPACE})")
 
 
@@ -84,11 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target(p, url=True)
     p.add_argument("action", choices=["list", "requeue", "purge"])
     p.add_argument("queue")
-    p.add_argument("--limit", type=int, default=100, help="most entries to list (default 100)")
+    p.add_argument("--limit", type=_limit, default=100, help="most entries to list (1 to 100000, default 100)")
     p.add_argument("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
                    help="only these messages (repeatable); default: all")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
+
+
+def _limit(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 100_000:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 100000, got {text[:40]!r}")
+    return int(text)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -103,12 +110,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = args.command or ("run" if args.config else None)
         if command is None:
             raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
+        _set_title(args, command)
         return _COMMANDS[command](args)
     except SmqsupError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        # One line per problem, secrets masked, nothing a terminal would obey.
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        print("\n".join(f"Error: {safe.scrub(safe.escape(line))}" for line in lines), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception:  # noqa: BLE001 - unexpected: logged (secrets masked) with its traceback
+        log.exception("unexpected error")
+        return EXIT_ERROR
+
+
+def _set_title(args: argparse.Namespace, command: str) -> None:
+    """The process title ``ps`` shows: the command and its config file, never
+    a url or a token given as an argument (the supervisor and the consumers
+    set their own)."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    where = f" -c {safe.escape(args.config, 200)}" if getattr(args, "config", None) else ""
+    queue = f" {safe.escape(args.queue, 200)}" if getattr(args, "queue", None) else ""
+    setproctitle(f"smqsup: {command}{queue}{where}")
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:
@@ -121,9 +147,10 @@ def _target(args: argparse.Namespace) -> tuple[str, str, int]:
     """(url, namespace, max message size) from -c FILE or --url."""
     if args.config and args.url:
         raise UsageError(f"smqsup {args.command}: give -c FILE or --url, not both")
-    if args.url:
-        cfg = config_mod.from_url(args.url, args.namespace or defaults.NAMESPACE)
-        return args.url, cfg.namespace, cfg.max_message_size_bytes
+    url = args.url or (None if args.config else os.environ.get("SMQSUP_REDIS_URL") or None)
+    if url:
+        cfg = config_mod.from_url(url, args.namespace or defaults.NAMESPACE)
+        return url, cfg.namespace, cfg.max_message_size_bytes
     cfg = _config(args)
     if args.namespace:
         raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
@@ -224,7 +251,6 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     from smqsup import deadletters
     from smqsup.broker import Broker
     from smqsup.config import validate_queue_name
-    from smqsup.message import DeadLetter
 
     url, namespace, _ = _target(args)
     validate_queue_name(args.queue)
@@ -234,7 +260,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         if args.action == "list":
             entries = (deadletters.select(broker, args.queue, set(ids))[:args.limit] if ids
                        else broker.dead_letters(args.queue, 0, args.limit))
-            _print_dead([DeadLetter(e) for e in entries], args.json)
+            _print_dead([deadletters.row(e) for e in entries], args.json)
         elif args.action == "requeue":
             print(f"requeued {deadletters.requeue(broker, args.queue, ids)} dead letter(s) of {args.queue}")
         else:
@@ -244,25 +270,18 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_dead(dead: list[Any], as_json: bool) -> None:
-    for d in dead:
-        msg = d.message()
-        row = {
-            "id": msg.id if msg else None,
-            "attempts": msg.attempts if msg else None,
-            "reason": d.reason,
-            "dead_at": d.at,
-            "body": msg.body if msg else d.frame.decode("utf-8", "replace"),
-        }
+def _print_dead(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """Dead letters as JSON lines (ASCII, strict) or as one escaped line each."""
+    for row in rows:
         if as_json:
-            print(json.dumps(row, ensure_ascii=False))
-        else:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.at)) if d.at else "?"
-            body = json.dumps(row["body"], ensure_ascii=False)
-            print(f"{row['id'] or '(malformed)'}  {when}  attempts={row['attempts']}  "
-                  f"reason={d.reason}  body={body[:200]}")
+            print(json.dumps(row, ensure_ascii=True))
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["dead_at"])) if row["dead_at"] else "?"
+        body = row["body"] if row["malformed"] else json.dumps(row["body"], ensure_ascii=False)
+        print(f"{safe.escape(row['id'])}  {when}  attempts={row['attempts']}  "
+              f"reason={safe.escape(row['reason'], 500)}  body={safe.escape(body, 200)}")
     if not as_json:
-        print(f"{len(dead)} dead letter(s)", file=sys.stderr)
+        print(f"{len(rows)} dead letter(s)", file=sys.stderr)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -658,8 +658,8 @@ def _import_module(module: str, spec: str, path: str, key: str) -> object:
             raise fail(f"cannot import module {module!r} ({_describe(exc)})") from None
         # The module exists but something it imports does not.
         raise fail(f"module {module!r} raised on import ({_describe(exc)})") from exc
-    except (Exception, SystemExit) as exc:
-        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from exc
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: user code stops nothing here
+        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from None
 
 
 def _attribute(target: object, name: str, owner: str, spec: str, path: str, key: str) -> object:

@@ -48,6 +48,7 @@ from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
+from smqsup.info import ConsumerInfo
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ BusyHook = Callable[[Optional[message.Message]], None]
 
 #: Longest traceback text kept in a dead letter, in characters.
 _TRACEBACK_CHARS = 4000
+#: Longest exception text kept in a dead letter (and its reason), in characters.
+_ERROR_CHARS = 4000
 
 
 @dataclass
@@ -132,6 +135,7 @@ class Consumer:
         self._recover_needed = True
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._registered = False
+        self._busy = False
 
     # --- control -------------------------------------------------------------
 
@@ -142,6 +146,11 @@ class Consumer:
     @property
     def stopping(self) -> bool:
         return self._stop
+
+    @property
+    def busy(self) -> bool:
+        """Whether a handler is running now (read from another thread: a hint)."""
+        return self._busy
 
     @property
     def registered(self) -> bool:
@@ -251,7 +260,7 @@ class Consumer:
 
     def _run_handler(self, frame: bytes) -> _Outcome:
         try:
-            msg = message.decode(frame)
+            msg = message.decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
         except MalformedMessage as exc:
             self.stats.malformed += 1
             log.error("queue %s: malformed message dead-lettered (%s)", self.name, exc)
@@ -260,6 +269,7 @@ class Consumer:
         if self._on_busy is not None:
             self._on_busy(msg)
         started = time.perf_counter()
+        self._busy = True
         try:
             result = self.handler(msg)
             if inspect.isawaitable(result):
@@ -267,18 +277,22 @@ class Consumer:
         except Exception as exc:  # noqa: BLE001 - any handler failure is an unack
             return self._failure(msg, exc)
         finally:
+            self._busy = False
             self.stats.busy_s += time.perf_counter() - started
         return _Outcome(True)
 
     def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
         kind = type(exc).__name__
         try:
-            text = str(exc)
+            text = str(exc)[:_ERROR_CHARS]
         except Exception:  # noqa: BLE001 - an exception whose __str__ fails
             text = f"<{kind}: str() failed>"
         log.warning("queue %s: message %s failed on attempt %d: %s: %s",
                     self.name, msg.id, msg.attempts + 1, kind, text)
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TRACEBACK_CHARS:]
+        try:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TRACEBACK_CHARS:]
+        except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
+            tb = ""
         meta = scripts.meta_json(f"{kind}: {text}", error_type=kind, error=text, message_id=msg.id,
                                  consumer=self.consumer_id, traceback=tb)
         q = self.queue
@@ -360,8 +374,8 @@ class Consumer:
                 backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
 
     def _register(self) -> None:
-        self.broker.register_consumer(self.name, self.consumer_id, {
-            "pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()})
+        self.broker.register_consumer(self.name, self.consumer_id, ConsumerInfo(
+            pid=os.getpid(), host=socket.gethostname(), queue=self.name, started_at=time.time()))
 
     def _finish(self) -> None:
         """Clean exit: return whatever is still in our list (nothing, normally)

@@ -1,28 +1,57 @@
-"""Choosing, requeueing and purging dead letters: one implementation for the
-``smqsup dlq`` command and the web UI."""
+"""Choosing, showing, requeueing and purging dead letters: one implementation
+for the ``smqsup dlq`` command and the web UI.
+
+Whatever bytes sit in a dead-letter list, each entry can be shown (``row``)
+and named in a requeue or purge: by its message id, or, when none can be
+read, by the ``raw-...`` reference ``row`` gives it.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from smqsup.broker import Broker
 from smqsup.message import DeadLetter
 
 #: Dead-letter entries read per LRANGE page.
 PAGE = 1000
+#: A dead letter's body longer than this (as JSON text) is cut in listings, in characters.
+BODY_SHOWN_CHARS = 64 * 1024
+
+
+def row(raw: bytes) -> dict[str, Any]:
+    """One dead-letter entry as every listing shows it: ``id`` (the message
+    id, or a ``raw-...`` reference when the bytes hold none), ``attempts``,
+    ``reason``, ``dead_at`` and ``created_at`` (unix s), ``error_type``,
+    ``body`` (cut past BODY_SHOWN_CHARS, with ``truncated``) and
+    ``malformed``. A malformed entry shows its bytes as text, undecodable
+    bytes as backslash escapes. The row always encodes as strict JSON."""
+    d = DeadLetter(raw)
+    msg = d.message()
+    body: Any = msg.body if msg is not None else d.frame.decode("utf-8", "backslashreplace")
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    truncated = len(text) > BODY_SHOWN_CHARS
+    error_type = d.meta.get("error_type")
+    created = msg.created_at if msg is not None and math.isfinite(msg.created_at) else None
+    return {"id": d.ref, "attempts": msg.attempts if msg else None, "reason": d.reason, "dead_at": d.at,
+            "created_at": created, "error_type": error_type if isinstance(error_type, str) else None,
+            "body": text[:BODY_SHOWN_CHARS] if truncated else body, "truncated": truncated,
+            "malformed": msg is None}
 
 
 def select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
-    """The dead-letter entries of ``queue`` whose message id is in ``ids``
-    (newest first), read page by page until all are found."""
+    """The dead-letter entries of ``queue`` whose message id (or ``raw-...``
+    reference) is in ``ids``, newest first, read page by page until all are
+    found."""
     chosen: list[bytes] = []
     start = 0
     while True:
         batch = broker.dead_letters(queue, start, PAGE)
         for raw in batch:
-            msg = DeadLetter(raw).message()
-            if msg is not None and msg.id in ids:
+            if DeadLetter(raw).ref in ids:
                 chosen.append(raw)
         if len(batch) < PAGE or len(chosen) >= len(ids):
             return chosen

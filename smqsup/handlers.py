@@ -1,7 +1,9 @@
 """``smqsup check``: import every handler of a config in a throwaway process.
 
 The importing happens in a child so that the caller (the supervisor parent,
-or the CLI) never runs user code and is not changed by it.
+or the CLI) never runs user code and is not changed by it. The check passes
+only when the child says so after the last import: a module that ends the
+process while it is imported (``os._exit(0)``) fails the check.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import sys
 from smqsup.config import Config, import_handler, load
 from smqsup.errors import HandlerImportError, SmqsupError
 
+#: What the checking child prints once every handler imported.
+_COMPLETE = "smqsup-check: every handler imported"
+
 
 def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:
     """Raise HandlerImportError (all failures, one line each) if any handler
@@ -21,9 +26,13 @@ def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise HandlerImportError(f"{cfg.path}: importing the handlers took over {timeout_s:.0f} s") from None
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        raise HandlerImportError("\n".join(lines) or f"{cfg.path}: handler check failed ({proc.returncode})")
+    lines = [line for line in proc.stderr.splitlines() if line.strip().startswith(f"{cfg.path}:")]
+    if proc.returncode != 0 and lines:
+        raise HandlerImportError("\n".join(lines))
+    if proc.returncode != 0 or _COMPLETE not in proc.stdout.splitlines():
+        # Ended without finishing the imports: a handler module stopped the process.
+        raise HandlerImportError(f"{cfg.path}: importing the handlers ended the checking process "
+                                 f"({_ended(proc.returncode)}) before every handler was imported")
 
 
 def _main(path: str) -> int:
@@ -39,7 +48,15 @@ def _main(path: str) -> int:
         except SmqsupError as exc:
             print(exc, file=sys.stderr)
             failed += 1
-    return 2 if failed else 0
+    if failed:
+        return 2
+    sys.stdout.flush()
+    print(_COMPLETE, flush=True)
+    return 0
+
+
+def _ended(returncode: int) -> str:
+    return f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
 
 
 if __name__ == "__main__":

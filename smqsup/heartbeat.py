@@ -16,7 +16,6 @@ import os
 import socket
 import threading
 import time
-from typing import Any
 
 import psutil
 
@@ -25,6 +24,7 @@ from smqsup.config import Config
 from smqsup.consumer import Consumer
 from smqsup.errors import BrokerError
 from smqsup.gc import Collector
+from smqsup.info import ConsumerInfo
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class LivenessThread(threading.Thread):
         self._stop_event = threading.Event()
         self._proc = psutil.Process()
         self._started_at = time.time()
+        self._rate = 0.0
+        self._rate_mark = (0.0, 0)
 
     def stop(self) -> None:
         """Stop the thread, release the collector locks, close the connection."""
@@ -74,8 +76,16 @@ class LivenessThread(threading.Thread):
         for _, cid in lost:
             c.identity_lost(cid)
 
-    def _info(self) -> dict[str, Any]:
-        mem = self._proc.memory_info()
-        return {"pid": os.getpid(), "host": socket.gethostname(), "queue": self.consumer.name,
-                "started_at": self._started_at, "cpu": self._proc.cpu_percent(None), "rss": mem.rss,
-                "messages": self.consumer.stats.received}
+    def _info(self) -> ConsumerInfo:
+        st = self.consumer.stats
+        now = time.monotonic()
+        then, received = self._rate_mark
+        if then:
+            instant = (st.received - received) / max(now - then, 1e-3)
+            self._rate += (instant - self._rate) * min(1.0, (now - then) / 10.0)  # ~10 s smoothing
+        self._rate_mark = (now, st.received)
+        return ConsumerInfo(
+            pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.name, started_at=self._started_at,
+            cpu=self._proc.cpu_percent(None), rss=self._proc.memory_info().rss, busy=self.consumer.busy,
+            received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
+            late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=round(self._rate, 2))

@@ -1,17 +1,59 @@
 """Log setup for the command line: journald priority prefixes under systemd,
-plain timestamps otherwise."""
+plain timestamps otherwise; every line one record, with secrets masked.
+
+Untrusted text reaches the logs as arguments (exception texts of handlers,
+message ids, request values): each argument is escaped and capped
+(``safe.escape``), so a value holding newlines or terminal sequences cannot
+forge a line and a 1 MiB exception text costs one bounded line. The
+formatted line is scrubbed of every registered secret (``safe.scrub``), and
+the lines of a traceback are indented under their record.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from collections.abc import Mapping
+
+from smqsup import safe
 
 # syslog priorities journald reads from a "<N>" line prefix.
 _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+#: Prefix of the continuation lines of a record (a traceback): never a "<N>"
+#: priority, never mistaken for a record of its own.
+_CONTINUATION = "\n    "
 
 
-class JournalFormatter(logging.Formatter):
+def _clean(value: object) -> object:
+    """A log argument made safe: numbers as they are (for %d, %.1f), anything
+    else as one escaped, bounded line."""
+    if isinstance(value, (int, float)):
+        return value
+    return safe.escape(value)
+
+
+class UntrustedArguments(logging.Filter):
+    """Escapes and caps every argument of every record (see module doc)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, Mapping):
+            record.args = {key: _clean(value) for key, value in args.items()}
+        elif args:
+            record.args = tuple(_clean(value) for value in args)
+        return True
+
+
+class PlainFormatter(logging.Formatter):
+    """Time, level, pid, logger and message; secrets masked, continuation
+    lines indented."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe.scrub(super().format(record)).replace("\n", _CONTINUATION)
+
+
+class JournalFormatter(PlainFormatter):
     """``<P>name[pid]: message``: journald stamps the time itself, but it
     attributes every line of the stream to the supervisor's pid, so the
     line names the consumer process that wrote it."""
@@ -40,7 +82,8 @@ def setup(level: str = "INFO") -> None:
     if stderr_is_journal():
         handler.setFormatter(JournalFormatter("%(name)s[%(process)d]: %(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
+        handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
+    handler.addFilter(UntrustedArguments())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -8,8 +8,10 @@ whoever fetched a frame keeps its exact bytes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -20,6 +22,13 @@ from smqsup.errors import MalformedMessage, MessageError
 
 _SEP = b"|"
 _MAX_ATTEMPTS_DIGITS = 9
+#: Deepest nesting of lists and objects a body or headers may have. The
+#: consumer decodes with Python's recursive JSON parser, which gives up
+#: somewhere near 1,000 levels depending on its own stack: a publish refuses
+#: what the consumer side might not decode.
+MAX_NESTING = 100
+#: A message id a producer chooses: what the generated ones look like, and more.
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class Message:
@@ -125,27 +134,70 @@ class EnvelopeWriter:
         self.queue = queue
         self.max_size_bytes = max_size_bytes
         created = round(time.time() if created_at is None else created_at, 6)
+        if not isinstance(headers, (Mapping, type(None))):
+            raise MessageError(f"queue {queue!r}: headers must be a mapping, got {type(headers).__name__}")
+        head_json = _encode(headers if headers is not None else {}, f"queue {queue!r}: headers")
         try:
-            head_json = _ENCODER.encode(dict(headers) if headers else {})
-        except (TypeError, ValueError) as exc:
-            raise MessageError(f"queue {queue!r}: headers are not JSON-serialisable ({exc})") from None
+            head_json.encode()
+        except UnicodeEncodeError:
+            raise MessageError(f"queue {queue!r}: headers hold a lone surrogate "
+                               "(text that is not valid Unicode)") from None
         self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
         self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
     def payload(self, message_id: str, body: Any) -> bytes:
         """The payload bytes of one message; MessageError if the body is not
         JSON-serialisable or the payload exceeds the size limit."""
+        body_json = _encode(body, f"queue {self.queue!r}: message body")
         try:
-            body_json = _ENCODER.encode(body)
-        except (TypeError, ValueError) as exc:
-            raise MessageError(f"queue {self.queue!r}: message body is not JSON-serialisable ({exc})") from None
-        payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
+            payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
+        except UnicodeEncodeError:
+            raise MessageError(f"queue {self.queue!r}: message body holds a lone surrogate "
+                               "(text that is not valid Unicode)") from None
         if len(payload) > self.max_size_bytes:
             raise MessageError(
                 f"queue {self.queue!r}: message of {len(payload)} bytes exceeds the limit of "
                 f"{self.max_size_bytes} bytes (max_message_size)"
             )
         return payload
+
+
+def _encode(value: Any, what: str) -> str:
+    """``value`` as compact JSON text; MessageError for anything the consumer
+    side could not decode (not JSON, NaN or Infinity, nested too deep)."""
+    try:
+        text = _ENCODER.encode(value if not isinstance(value, Mapping) else dict(value))
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"{what} is not JSON-serialisable ({exc})") from None
+    except RecursionError:
+        raise MessageError(f"{what} is nested deeper than {MAX_NESTING} levels") from None
+    # Only text with that many brackets can be that deep: the exact count runs rarely.
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
+        raise MessageError(f"{what} is nested deeper than {MAX_NESTING} levels")
+    return text
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of lists and objects in JSON ``text``."""
+    depth = deepest = 0
+    for char in _STRING.sub("", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_message_id(message_id: object) -> str:
+    """``message_id`` if it is 1 to 128 of ``A-Za-z0-9_.:-``; MessageError otherwise."""
+    if not isinstance(message_id, str) or not _ID.fullmatch(message_id):
+        shown = repr(message_id)[:80]
+        raise MessageError(f"message_id: expected 1 to 128 of A-Z a-z 0-9 _ . : -, got {shown}")
+    return message_id
 
 
 def encode_payload(
@@ -162,7 +214,7 @@ def encode_payload(
     Raises MessageError when the body or headers are not JSON-serialisable or
     the payload exceeds ``max_size_bytes``.
     """
-    mid = message_id if message_id is not None else new_id()
+    mid = check_message_id(message_id) if message_id is not None else new_id()
     writer = EnvelopeWriter(queue, headers, max_size_bytes, created_at)
     return mid, writer.payload(mid, body)
 
@@ -180,13 +232,28 @@ def split_frame(data: bytes) -> tuple[int, bytes]:
     return int(head), payload
 
 
-def decode(data: bytes) -> Message:
-    """The Message held by a frame; MalformedMessage if the bytes are not one."""
-    attempts, payload = split_frame(data)
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(payload: bytes) -> Any:
+    """Strict JSON (no NaN or Infinity); MalformedMessage for any failure,
+    nesting too deep for the parser included."""
     try:
-        env = json.loads(payload)
+        return json.loads(payload, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise MalformedMessage("payload is nested too deep to decode") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedMessage(f"payload is not JSON ({exc})") from None
+        raise MalformedMessage(f"payload is not JSON ({str(exc)[:200]})") from None
+    except Exception as exc:  # noqa: BLE001 - no bytes may take a consumer down
+        raise MalformedMessage(f"payload cannot be decoded ({type(exc).__name__})") from None
+
+
+def decode(data: bytes) -> Message:
+    """The Message held by a frame; MalformedMessage (and nothing else) if
+    the bytes are not one, whatever they hold."""
+    attempts, payload = split_frame(data)
+    env = _loads(payload)
     if not isinstance(env, dict):
         raise MalformedMessage("payload is not a JSON object")
     try:
@@ -201,12 +268,16 @@ def decode(data: bytes) -> Message:
     return Message(mid, queue, env.get("body"), headers, float(created_at), attempts)
 
 
+#: The start of every payload a Producer writes: its id is readable without
+#: decoding the rest (which may be too deep or broken to decode).
+_PEEK_ID = re.compile(rb'[0-9]{1,9}\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
+
+
 def peek_id(data: bytes) -> Optional[str]:
-    """The id inside a frame, or None when it cannot be read (for logs)."""
-    try:
-        return decode(data).id
-    except MalformedMessage:
-        return None
+    """The id at the start of a frame, or None when there is none (for logs,
+    and to name a dead letter whose body cannot be decoded)."""
+    match = _PEEK_ID.match(data)
+    return match[1].decode() if match else None
 
 
 class DeadLetter:
@@ -221,8 +292,8 @@ class DeadLetter:
         meta: Any = None
         if sep:
             try:
-                meta = json.loads(head)
-            except ValueError:
+                meta = _loads(head)
+            except MalformedMessage:
                 meta = None
         if isinstance(meta, dict):
             self.meta: dict[str, Any] = meta
@@ -233,13 +304,17 @@ class DeadLetter:
 
     @property
     def reason(self) -> str:
-        return str(self.meta.get("reason", "unknown"))
+        reason = self.meta.get("reason", "unknown")
+        return reason if isinstance(reason, str) else "unknown"
 
     @property
     def at(self) -> Optional[float]:
-        """When it was dead-lettered, unix seconds by the Redis clock."""
+        """When it was dead-lettered, unix seconds by the Redis clock (None
+        when the entry holds no plausible time)."""
         at_ms = self.meta.get("at_ms")
-        return at_ms / 1000.0 if isinstance(at_ms, (int, float)) else None
+        if isinstance(at_ms, bool) or not isinstance(at_ms, (int, float)) or not 0 <= at_ms < 1e15:
+            return None
+        return at_ms / 1000.0
 
     def message(self) -> Optional[Message]:
         """The message, or None when its bytes were malformed."""
@@ -247,3 +322,12 @@ class DeadLetter:
             return decode(self.frame)
         except MalformedMessage:
             return None
+
+    @property
+    def ref(self) -> str:
+        """How to name this entry in a requeue or purge: its message id, or,
+        when none can be read, ``raw-`` and a hash of its bytes."""
+        msg = self.message()
+        if msg is not None:
+            return msg.id
+        return peek_id(self.frame) or "raw-" + hashlib.sha1(self.raw).hexdigest()[:16]

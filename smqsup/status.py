@@ -8,16 +8,33 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
-from smqsup import stats
+from smqsup import safe, stats
 from smqsup.broker import Broker
 
+#: Widest cell shown, in characters (longer text from Redis is cut).
+_CELL_CHARS = 60
 
-def _num(value: Optional[float], digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+
+def _number(value: Any) -> Optional[float]:
+    """``value`` if it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value) if abs(value) != float("inf") else None
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    number = _number(value)
+    return "-" if number is None else f"{number:.{digits}f}"
 
 
 def _mb(value: Any) -> str:
-    return "-" if not value else f"{int(value) / 1048576:.1f}"
+    number = _number(value)
+    return "-" if not number else f"{number / 1048576:.1f}"
+
+
+def _cell(value: Any) -> str:
+    """Text from Redis as one printable table cell."""
+    return safe.escape("-" if value is None else value, _CELL_CHARS)
 
 
 def render(snap: dict[str, Any]) -> str:
@@ -26,9 +43,9 @@ def render(snap: dict[str, Any]) -> str:
              "dead/s", "consumers", "collector")]
     for name, q in sorted(snap["queues"].items()):
         s, r = q["sizes"], q["rates"]
-        rows.append((name, str(s["pending"]), str(s["processing"]), str(s["delayed"]), str(s["dead"]),
+        rows.append((_cell(name), str(s["pending"]), str(s["processing"]), str(s["delayed"]), str(s["dead"]),
                      _num(r["published"]), _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]),
-                     str(len(q["consumers"])), (q["leader"] or "-").rsplit(":", 1)[0]))
+                     str(len(q["consumers"])), _cell((q["leader"] or "-").rsplit(":", 1)[0])))
     t = snap["totals"]
     rows.append(("TOTAL", str(t["pending"]), str(t["processing"]), str(t["delayed"]), str(t["dead"]),
                  _num(t["rates"]["published"]), _num(t["rates"]["acked"]), _num(t["rates"]["retried"]),
@@ -40,20 +57,23 @@ def render(snap: dict[str, Any]) -> str:
         crow = [("consumer", "host", "pid", "#", "state", "msgs", "acked", "msg/s", "cpu%", "rss MB", "uss MB",
                  "heartbeat")]
         for c in q["consumers"]:
-            crow.append((f"{name} #{c.get('index', '?')}", str(c.get("host", "?")), str(c.get("pid", "?")),
-                         str(c.get("index", "")), "busy" if c.get("busy") else "idle", str(c.get("received", "-")),
-                         str(c.get("acked", "-")), _num(c.get("rate")), _num(c.get("cpu")), _mb(c.get("rss")),
-                         _mb(c.get("uss")), f"{_num(c.get('heartbeat_age_s'))}s ago"))
+            crow.append((_cell(f"{name} #{c.get('index', '?')}"), _cell(c.get("host")), _cell(c.get("pid")),
+                         _cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
+                         _num(c.get("received"), 0), _num(c.get("acked"), 0), _num(c.get("rate")),
+                         _num(c.get("cpu")), _mb(c.get("rss")), _mb(c.get("uss")),
+                         f"{_num(c.get('heartbeat_age_s'))}s ago"))
         out.append(_table(crow))
-        restarted = {k: v for k, v in q["slots"].items() if v.get("restarts")}
+        restarted = {k: v for k, v in q["slots"].items() if _number(v.get("restarts"))}
         if restarted:
-            out.append("\n".join(f"  {name} {slot}: {v['restarts']} restart(s), last exit: {v['last_exit']}"
+            out.append("\n".join(f"  {_cell(name)} {_cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
+                                 f"last exit: {_cell(v.get('last_exit', '?'))}"
                                  for slot, v in sorted(restarted.items())))
     if snap["producers"]:
         prow = [("producer", "published", "msg/s", "seen")]
         for p in snap["producers"]:
-            age = (snap["t"] - int(p.get("seen_at_ms", snap["t"]))) / 1000.0
-            prow.append((p["id"], str(p.get("published", 0)), _num(p.get("rate")), f"{age:.0f}s ago"))
+            seen = _number(p.get("seen_at_ms"))
+            age = "-" if seen is None else f"{(snap['t'] - seen) / 1000.0:.0f}s ago"
+            prow.append((_cell(p.get("id")), _num(p.get("published"), 0), _num(p.get("rate")), age))
         out.append(_table(prow))
     return "\n\n".join(out)
 

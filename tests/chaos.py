@@ -4,6 +4,12 @@
 appendfsync always) SIGKILLed and restarted, all while messages flow.
 Afterwards every published message must have been handled (or dead-lettered,
 which counts as accounted for) and duplicates must not exceed the kills.
+
+With ``poison`` a share of the messages is poison (a handler that raises,
+one that ends its process mid-message, one that hangs past
+message_timeout): each must end in the dead-letter list after
+retry_threshold + 1 deliveries while every good message is handled, within
+a time bound computed from the work (``time_bound_s``).
 """
 
 from __future__ import annotations
@@ -46,6 +52,11 @@ class ChaosResult:
     uncertain: int = 0  # publishes whose reply was lost (not counted as published)
     uncertain_handled: int = 0  # of those, how many turned out to be queued
     events: list[str] = field(default_factory=list)
+    poison: Counter[str] = field(default_factory=Counter)  # kind -> messages published
+    poison_dead: int = 0  # poison messages found in the dead-letter list
+    poison_deliveries: Counter[int] = field(default_factory=Counter)  # deliveries -> poison messages
+    good_dead: int = 0  # good messages dead-lettered (only kills can do that)
+    time_bound_s: float = 0.0
 
     @property
     def kills(self) -> int:
@@ -67,6 +78,7 @@ def _consumers(pid: int) -> list[psutil.Process]:
 
 
 def _handled(out: Path) -> Counter[str]:
+    """Deliveries per message id, as the handlers recorded them."""
     seen: Counter[str] = Counter()
     for name in os.listdir(out):
         if name.endswith(".log"):
@@ -77,19 +89,29 @@ def _handled(out: Path) -> Counter[str]:
     return seen
 
 
+#: Poison shares of DESIGN section 7's extended chaos run.
+POISON = {"raise": 0.01, "exit": 0.005, "hang": 0.005}
+#: retry_threshold and message_timeout (s) of a run with poison.
+POISON_THRESHOLD, POISON_TIMEOUT_S = 2, 1.0
+
+
 def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, batch: int = 100, consumers: int = 4,
               kill_every_s: float = 0.2, supervisor_every_s: float = 4.0, redis_every_s: float = 6.0,
-              deadline_s: float = 600.0, rng: Optional[random.Random] = None) -> ChaosResult:
+              deadline_s: float = 600.0, rng: Optional[random.Random] = None,
+              poison: Optional[dict[str, float]] = None) -> ChaosResult:
     """Publish ``messages`` at ``rate`` a second (in batches) while killing
     things; wait until the queue is drained; return what happened."""
     rng = rng or random.Random(1)
     out = root / "out"
     out.mkdir()
-    cfg = procs.write_config(root / "chaos.yaml", server.url,
-                             {"q": {"handler": "tests.handlers:record", "consumers": consumers,
-                                    "retry_threshold": 1000}},
+    queue: dict[str, Any] = {"handler": "tests.handlers:record", "consumers": consumers, "retry_threshold": 1000}
+    if poison:
+        queue.update(handler="tests.handlers:chaos", retry_threshold=POISON_THRESHOLD,
+                     message_timeout=f"{POISON_TIMEOUT_S}s")
+    cfg = procs.write_config(root / "chaos.yaml", server.url, {"q": queue},
                              heartbeat_interval="200ms", heartbeat_timeout="2s", shutdown_timeout="2s")
     result = ChaosResult(messages, 0, 0, 0, [])
+    kinds: dict[str, str] = {}  # poison message id -> kind
     started = time.monotonic()
     sup_n = 0
     sup = _start_supervisor(cfg, out, sup_n)
@@ -104,9 +126,13 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
             now = time.monotonic()
             sent = len(published) + len(uncertain)
             if sent < messages and sent < (now - started) * rate:
+                bodies: list[Any] = [{"n": sent + i, "kind": _kind(rng, poison)} if poison else sent + i
+                                     for i in range(min(batch, messages - sent))]
                 try:
                     producer = producer or Producer(server.url)
-                    published += producer.publish_many("q", range(min(batch, messages - sent)))
+                    ids = producer.publish_many("q", bodies)
+                    published += ids
+                    kinds.update((mid, b["kind"]) for mid, b in zip(ids, bodies) if poison and b["kind"])
                 except BrokerConnectionError as exc:  # Redis down: pause publishing
                     result.events.append(f"publish paused: {type(exc).__name__}")
                     if producer is not None:
@@ -157,13 +183,42 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     for entry in client.lrange(Q.dead, 0, -1):
         frame = entry.split(b"\n", 1)[1]
         dead_ids.add(json.loads(frame.split(b"|", 1)[1])["id"])
+    good = [mid for mid in published if mid not in kinds]
     result.published = len(published)
-    result.handled_ids = len(set(seen) & set(published))
+    result.handled_ids = len(set(seen) & set(good))
     result.uncertain_handled = len(set(seen) & set(uncertain))
-    result.duplicates = sum(n - 1 for mid, n in seen.items() if n > 1)
+    result.duplicates = sum(seen[mid] - 1 for mid in good if seen[mid] > 1)
     result.dead = len(dead_ids)
-    result.lost = [mid for mid in published if mid not in seen and mid not in dead_ids]
+    result.lost = [mid for mid in good if mid not in seen and mid not in dead_ids]
+    result.good_dead = len(dead_ids & set(good))
+    result.poison = Counter(kinds.values())
+    result.poison_dead = len(dead_ids & set(kinds))
+    result.poison_deliveries = Counter(seen[mid] for mid in kinds)
+    result.time_bound_s = time_bound_s(result, messages, rate, consumers)
     return result
+
+
+def _kind(rng: random.Random, poison: dict[str, float]) -> Optional[str]:
+    roll = rng.random()
+    for kind, share in poison.items():
+        if roll < share:
+            return kind
+        roll -= share
+    return None
+
+
+def time_bound_s(r: ChaosResult, messages: int, rate: float, consumers: int) -> float:
+    """How long the run may take, from its work: publishing at ``rate``; each
+    hanging delivery holds a consumer for message_timeout; each replacement
+    of a consumer (an exit, a timeout kill, a chaos kill) costs one consumer
+    0.2 s; each supervisor or Redis restart 2 s of everything; plus 10 s.
+    A queue stalled in a crash-loop backoff (0.5 s doubling to 30 s) runs
+    past it."""
+    deliveries = POISON_THRESHOLD + 1
+    hang_s = r.poison["hang"] * deliveries * POISON_TIMEOUT_S
+    replacements = (r.poison["exit"] + r.poison["hang"]) * deliveries + r.consumer_kills
+    return (messages / rate + (hang_s + replacements * 0.2) / consumers
+            + (r.supervisor_kills + r.redis_kills) * 2.0 + 10.0)
 
 
 def _drained(server: RedisServer) -> bool:
@@ -182,6 +237,11 @@ def _drained(server: RedisServer) -> bool:
 
 
 def report(r: ChaosResult) -> dict[str, Any]:
-    return {"published": r.published, "uncertain": r.uncertain, "handled": r.handled_ids, "dead_lettered": r.dead, "lost": len(r.lost),
-            "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
-            "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1)}
+    out = {"published": r.published, "uncertain": r.uncertain, "handled": r.handled_ids, "dead_lettered": r.dead,
+           "lost": len(r.lost), "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
+           "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1)}
+    if r.poison:
+        out.update(poison=dict(r.poison), poison_dead=r.poison_dead, good_dead=r.good_dead,
+                   poison_deliveries=dict(sorted(r.poison_deliveries.items())),
+                   time_bound_s=round(r.time_bound_s, 1))
+    return out

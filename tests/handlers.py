@@ -88,3 +88,17 @@ def exit0(msg: Any) -> None:
     """End the process with status 0 in the middle of the message."""
     _record("start", msg)
     os._exit(0)
+
+
+def chaos(msg: Any) -> None:
+    """Record every delivery; a body ``{"kind": ...}`` is poison: "raise"
+    raises, "exit" ends the process mid-message (as a crashing C extension
+    would), "hang" sleeps far past any message_timeout."""
+    kind = msg.body.get("kind") if isinstance(msg.body, dict) else None
+    _record("attempt" if kind else "done", msg)
+    if kind == "raise":
+        raise ValueError("poison")
+    if kind == "exit":
+        os._exit(139)
+    if kind == "hang":
+        time.sleep(3600)

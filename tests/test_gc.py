@@ -25,7 +25,7 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
 from tests.handlers import read_events
-from tests.helpers import wait_for
+from tests.helpers import missing_tool, wait_for
 
 Q = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
@@ -322,7 +322,7 @@ def _libfaketime() -> str:
                  "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1"):
         if os.path.exists(path):
             return path
-    pytest.fail("libfaketime is not installed: apt-get install faketime (.ci/run does)", pytrace=False)
+    missing_tool("libfaketime is not installed: apt-get install faketime (.ci/run does)")
 
 
 def _leading_collector(redis_url: str, connected_for_s: float) -> Collector:

@@ -93,8 +93,13 @@ class PromoteResult:
 
 
 def meta_json(reason: str, **fields: Any) -> str:
-    """Dead-letter metadata text for the scripts: a JSON object with a reason."""
-    return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=False)
+    """Dead-letter metadata text for the scripts: a JSON object with a reason.
+
+    ASCII-escaped, so that any text a handler's exception carries (lone
+    surrogates, newlines) makes valid UTF-8 and one line; the scripts rely on
+    the metadata holding no raw newline (a dead-letter entry is
+    ``meta "\\n" frame``)."""
+    return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
 def ack(client: ScriptClient, keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool,

@@ -21,11 +21,13 @@
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
+-- Counters use redis.pcall: a counters hash that holds garbage costs its
+-- statistics, never the move of a message.
 local acked = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if acked == 0 then
-  redis.call('HINCRBY', KEYS[3], 'late_acks', 1)
+  redis.pcall('HINCRBY', KEYS[3], 'late_acks', 1)
 elseif ARGV[4] == '1' then
-  redis.call('HINCRBY', KEYS[3], 'acked', 1)
+  redis.pcall('HINCRBY', KEYS[3], 'acked', 1)
 end
 local registered = redis.call('HEXISTS', KEYS[4], ARGV[3])
 local nxt = false

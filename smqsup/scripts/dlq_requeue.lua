@@ -8,6 +8,8 @@
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
 -- operator requeued or purged it meanwhile) is skipped, so a message is never
 -- requeued twice by two concurrent requeues.
+-- Counters use redis.pcall: a counters hash that holds garbage costs its
+-- statistics, never the move of a message.
 local moved = 0
 for i = 1, #ARGV do
   local entry = ARGV[i]
@@ -24,6 +26,6 @@ for i = 1, #ARGV do
   end
 end
 if moved > 0 then
-  redis.call('HINCRBY', KEYS[3], 'dlq_requeued', moved)
+  redis.pcall('HINCRBY', KEYS[3], 'dlq_requeued', moved)
 end
 return moved

@@ -23,11 +23,15 @@
 --   next     the frame taken for the consumer, or false
 --   registered  0 if the consumer is no longer in KEYS[6] (see ack.lua)
 --
--- The payload bytes after '|' are copied, never decoded or re-encoded.
+-- The payload bytes after '|' are copied, never decoded or re-encoded. The
+-- attempt count stops at 999999999 (nine digits, what message.split_frame
+-- reads), so a forged prefix cannot turn a frame into a malformed one.
+-- Counters use redis.pcall: a counters hash that holds garbage costs its
+-- statistics, never the move of a message.
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
 local outcome = 0
 if removed == 0 then
-  redis.call('HINCRBY', KEYS[5], 'late_acks', 1)
+  redis.pcall('HINCRBY', KEYS[5], 'late_acks', 1)
 else
   local frame = ARGV[1]
   local sep = string.find(frame, '|', 1, true)
@@ -41,7 +45,7 @@ else
     -- Not a frame at all: dead-letter the bytes as they are.
     outcome = 3
   else
-    attempts = attempts + 1
+    attempts = math.min(attempts + 1, 999999999)
     frame = string.format('%d', attempts) .. string.sub(frame, sep)
     if threshold < 0 or attempts > threshold then
       outcome = 3
@@ -53,13 +57,13 @@ else
       redis.call('LPUSH', KEYS[2], frame)
     end
     if outcome ~= 3 then
-      redis.call('HINCRBY', KEYS[5], 'retried', 1)
+      redis.pcall('HINCRBY', KEYS[5], 'retried', 1)
     end
   end
   if outcome == 3 then
     local meta = '{"at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[4], 2)
     redis.call('LPUSH', KEYS[4], meta .. '\n' .. frame)
-    redis.call('HINCRBY', KEYS[5], 'dead_lettered', 1)
+    redis.pcall('HINCRBY', KEYS[5], 'dead_lettered', 1)
   end
 end
 local registered = redis.call('HEXISTS', KEYS[6], ARGV[6])

@@ -33,6 +33,8 @@
 --
 -- Order: frames are taken from the left (newest) and pushed on the right of
 -- pending (its consuming end), so the oldest reclaimed frame is consumed first.
+-- Counters use redis.pcall: a counters hash that holds garbage costs its
+-- statistics, never the move of a message.
 if KEYS[8] and redis.call('GET', KEYS[8]) ~= ARGV[7] then
   return redis.error_reply('NOTLEADER lock is not held by this token')
 end
@@ -58,7 +60,7 @@ for _ = 1, limit do
   local attempts = head and #head <= 9 and string.match(head, '^%d+$') and tonumber(head) or nil
   local to_dead = attempts == nil
   if attempts ~= nil and costs then
-    attempts = attempts + 1
+    attempts = math.min(attempts + 1, 999999999)
     frame = string.format('%d', attempts) .. string.sub(frame, sep)
     to_dead = attempts > threshold
   end
@@ -72,8 +74,8 @@ for _ = 1, limit do
 end
 local remaining = redis.call('LLEN', KEYS[1])
 if requeued + dead > 0 then
-  redis.call('HINCRBY', KEYS[4], 'reclaimed', requeued + dead)
-  if dead > 0 then redis.call('HINCRBY', KEYS[4], 'dead_lettered', dead) end
+  redis.pcall('HINCRBY', KEYS[4], 'reclaimed', requeued + dead)
+  if dead > 0 then redis.pcall('HINCRBY', KEYS[4], 'dead_lettered', dead) end
 end
 if remaining == 0 and ARGV[5] ~= '' then
   redis.call('HDEL', KEYS[5], ARGV[5])

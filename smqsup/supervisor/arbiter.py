@@ -41,10 +41,12 @@ from smqsup.config import Config
 from smqsup.embedded import ensure_server
 from smqsup.errors import BrokerError, SmqsupError
 from smqsup.gc import Collector
+from smqsup.info import ConsumerInfo
 from smqsup.redis_server import RedisServer
+from smqsup.safe import mask_url
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor.plan import effective, generation, plan
-from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_OK, Slots, monotonic_us
+from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_OK, Slots, SlotView, monotonic_us
 from smqsup.supervisor.state import Child, QueueState, StopReason, describe_status
 from smqsup.supervisor.systemd import Notifier
 
@@ -110,7 +112,7 @@ class Arbiter:
         self._check_redis()
         self._preload()
         log.info("supervisor %d started: %s (%d consumer(s)), Redis %s", self.pid,
-                 self.cfg.path, sum(q.target for q in self.queues.values()), self.url)
+                 self.cfg.path, sum(q.target for q in self.queues.values()), mask_url(self.url))
         while True:
             self._wait()
             self._dispatch_signals()
@@ -171,7 +173,7 @@ class Arbiter:
         rather than wait for the garbage collector."""
         for name, q in self.queues.items():
             for cid, info in self.broker.consumers(name).items():
-                if info.get("host") == self.host and not psutil.pid_exists(int(info.get("pid", 0))):
+                if info.host == self.host and info.pid and not psutil.pid_exists(info.pid):
                     # Only if its heartbeat is stale too: another host may share
                     # this host name (containers) with its own pid namespace.
                     self._reclaim(name, cid, True, "consumer lost (process gone at supervisor start)",
@@ -288,9 +290,17 @@ class Arbiter:
                 self._on_server_exit(status)
 
     def _on_child_exit(self, c: Child, status: int) -> None:
+        """Reclaim a dead child's list and decide about its replacement.
+
+        Cost rule: a delivery that ends in an unplanned death of its consumer
+        costs an attempt, whatever the death and whenever it came (before or
+        after the child reported ready or busy), so that no message can be
+        redelivered for ever. Only a stop the supervisor asked for (drain,
+        scale-down, roll, recycle, shutdown, and our SIGKILL at its deadline)
+        is free; a child that stops cleanly has emptied its own list already.
+        """
         now = time.monotonic()
         view = self.slots.read(c.slot)
-        busy_us, messages = view.busy_since_us, view.received
         self.slots.release(c.slot)
         _PROCS.pop(c.pid, None)
         q = self.queues.get(c.queue)
@@ -303,20 +313,20 @@ class Arbiter:
             log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
                       c.queue, c.index, c.pid, limit)
         elif c.stop_reason is not None:
-            # Free unless it died by itself in the middle of a message (a crash
-            # while draining); our SIGKILL at the drain deadline is free.
-            costs = bool(busy_us) and not c.killed_by_us
+            # Our SIGKILL at the deadline is part of the stop we asked for; any
+            # other death while stopping is not (a clean exit left nothing).
+            costs = not c.killed_by_us
             self._reclaim(c.queue, c.consumer_id, costs, cause if costs else c.stop_reason.value, threshold)
             log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
                      c.stop_reason.value, cause)
         else:
-            clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
-            # An attempt is spent only if it died in the middle of a message
-            # (even with status 0: a handler calling os._exit(0) must not loop).
-            self._reclaim(c.queue, c.consumer_id, bool(busy_us), cause, threshold)
+            # Status 0 before "ready" is no clean exit: handler code that ends
+            # the process while it is imported must back off, not loop.
+            clean = _clean_exit(status) and view.ready_us != 0
+            held = self._reclaim(c.queue, c.consumer_id, True, cause, threshold)
             self._log_death(c, status, cause, clean)
             if q is not None and not clean:
-                self._count_failure(q, c, status, messages, busy_us, now)
+                self._count_failure(q, c, status, view, held, now)
         if q is not None and q.removed and not any(ch.queue == c.queue for ch in self.children.values()):
             del self.queues[c.queue]
 
@@ -345,17 +355,26 @@ class Arbiter:
         else:
             log.error("queue %s: consumer #%d (pid %d) %s", c.queue, c.index, c.pid, cause)
 
-    def _count_failure(self, q: QueueState, c: Child, status: int, messages: int, busy_us: int,
+    def _count_failure(self, q: QueueState, c: Child, status: int, view: SlotView, held: Optional[int],
                        now: float) -> None:
-        """A child up and working is replaced at once; one that died before it
-        was ready, or soon after without taking a message, backs off."""
-        working = c.ready and (messages > 0 or busy_us > 0 or now - c.started_at >= defaults.MIN_UPTIME_S)
+        """A child that was working is replaced at once; one that died before
+        or soon after its start without a message backs off.
+
+        Working means it took a message: its slot counted one, it was busy, or
+        its processing list held one when it died (read from the slot and the
+        reclaim, never from our own "ready" bookkeeping, which may lag behind
+        a child that took a message and died before the loop noticed it was
+        ready). A poison message costs the queue an attempt, never a backoff.
+        """
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT:
             q.fatal = "handler cannot be imported"
             log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
                       c.queue, q.fatal)
             return
-        if working:
+        took_message = view.received > 0 or view.busy_since_us != 0 or bool(held)
+        settled = view.ready_us != 0 and now - c.started_at >= defaults.MIN_UPTIME_S
+        if took_message or settled:
+            q.next_start_at = min(q.next_start_at, now)
             return
         q.failures += 1
         q.next_start_at = now + q.backoff_s
@@ -413,26 +432,32 @@ class Arbiter:
             log.error("embedded redis-server did not restart: %s", exc)
 
     def _reclaim(self, queue: str, consumer_id: str, costs: bool, reason: str, threshold: int,
-                 stale_after_ms: int = 0) -> None:
-        self._pending_reclaims.append((queue, consumer_id, costs, reason, threshold, stale_after_ms))
-        self._retry_reclaims()
+                 stale_after_ms: int = 0) -> Optional[int]:
+        """Return a consumer's messages now; if Redis cannot take it, queue the
+        reclaim for the next ticks. Returns how many messages moved (None:
+        postponed, not known yet)."""
+        item = (queue, consumer_id, costs, reason, threshold, stale_after_ms)
+        moved = self._run_reclaim(item)
+        if moved is None:
+            self._pending_reclaims.append(item)
+        return moved
 
     def _retry_reclaims(self) -> None:
         """Run queued reclaims; keep the ones Redis could not take (retried next tick)."""
-        waiting = []
-        for item in self._pending_reclaims:
-            queue, cid, costs, reason, threshold, stale_after_ms = item
-            try:
-                r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
-                                        stale_after_ms=stale_after_ms)
-            except BrokerError as exc:
-                waiting.append(item)
-                log.warning("queue %s: reclaim of consumer %s postponed: %s", queue, cid, exc)
-                continue
-            if r.requeued or r.dead_lettered:
-                log.info("queue %s: reclaimed %d message(s) of consumer %s (%s): %d to pending, %d dead-lettered",
-                         queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
-        self._pending_reclaims = waiting
+        self._pending_reclaims = [item for item in self._pending_reclaims if self._run_reclaim(item) is None]
+
+    def _run_reclaim(self, item: tuple[str, str, bool, str, int, int]) -> Optional[int]:
+        queue, cid, costs, reason, threshold, stale_after_ms = item
+        try:
+            r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
+                                    stale_after_ms=stale_after_ms)
+        except BrokerError as exc:
+            log.warning("queue %s: reclaim of consumer %s postponed: %s", queue, cid, exc)
+            return None
+        if r.requeued or r.dead_lettered:
+            log.info("queue %s: reclaimed %d message(s) of consumer %s (%s): %d to pending, %d dead-lettered",
+                     queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
+        return r.requeued + r.dead_lettered
 
     # --- heartbeats -----------------------------------------------------------------
 
@@ -442,7 +467,7 @@ class Arbiter:
         if now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.cfg.heartbeat_interval_s
-        beats: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        beats: dict[str, list[tuple[str, ConsumerInfo]]] = {}
         for c in self.children.values():
             if c.ready and not _is_stopped(c.pid):
                 beats.setdefault(c.queue, []).append((c.consumer_id, self._beat_info(c)))
@@ -465,7 +490,7 @@ class Arbiter:
                             "(its messages were requeued); replacing it", queue, dead.index, dead.pid)
                 self._stop_child(dead, StopReason.DECLARED_DEAD)
 
-    def _beat_info(self, c: Child) -> dict[str, Any]:
+    def _beat_info(self, c: Child) -> ConsumerInfo:
         """What a child's heartbeat carries: who it is, its resources, and its
         counters (read from its slot: no Redis call in the child for stats)."""
         view = self.slots.read(c.slot)
@@ -475,12 +500,12 @@ class Arbiter:
             instant = (view.received - received) / max(now - then, 1e-3)
             c.rate += (instant - c.rate) * min(1.0, (now - then) / 10.0)  # ~10 s smoothing
         c.rate_mark = (now, view.received)
-        return {"pid": c.pid, "host": self.host, "queue": c.queue, "index": c.index, "supervisor": self.pid,
-                "started_at": round(time.time() - (now - c.started_at), 3),
-                "cpu": round(c.cpu_percent, 1), "rss": c.rss_bytes, "uss": c.uss_bytes,
-                "busy": view.busy_since_us != 0, "received": view.received, "acked": view.acked,
-                "retried": view.retried, "dead_lettered": view.dead_lettered, "late_acks": view.late_acks,
-                "busy_s": round(view.busy_us / 1e6, 3), "rate": round(c.rate, 2)}
+        return ConsumerInfo(
+            pid=c.pid, host=self.host, queue=c.queue, index=c.index, supervisor=self.pid,
+            started_at=round(time.time() - (now - c.started_at), 3), cpu=round(c.cpu_percent, 1),
+            rss=c.rss_bytes, uss=c.uss_bytes, busy=view.busy_since_us != 0, received=view.received,
+            acked=view.acked, retried=view.retried, dead_lettered=view.dead_lettered, late_acks=view.late_acks,
+            busy_s=round(view.busy_us / 1e6, 3), rate=round(c.rate, 2))
 
     # --- limits ------------------------------------------------------------------
 
@@ -685,6 +710,10 @@ class Arbiter:
             else:
                 parts.append(f"{name} {ready}/{q.target}")
         return "consumers ready: " + ", ".join(parts)
+
+
+def _clean_exit(status: int) -> bool:
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK
 
 
 def _signal(pid: int, sig: int) -> None:
