@@ -240,7 +240,8 @@ def _loads(payload: bytes) -> Any:
     """Strict JSON (no NaN or Infinity); MalformedMessage for any failure,
     nesting too deep for the parser included."""
     try:
-        return json.loads(payload, parse_constant=_refuse_constant)
+        # Decoded here, strictly: json.loads would guess UTF-16/32 from the bytes.
+        return json.loads(payload.decode("utf-8"), parse_constant=_refuse_constant)
     except RecursionError:
         raise MalformedMessage("payload is nested too deep to decode") from None
     except (UnicodeDecodeError, ValueError) as exc:

@@ -92,6 +92,12 @@ class PromoteResult:
     wait_ms: int  # until the next delayed message is due; -1: none delayed
 
 
+def _frame_or_none(reply: Any) -> Optional[bytes]:
+    """A fetched frame, or None for Lua's false. An empty frame is a frame
+    (hostile bytes are still bytes to dead-letter), never "nothing fetched"."""
+    return None if reply is None or reply is False else bytes(reply)
+
+
 def meta_json(reason: str, **fields: Any) -> str:
     """Dead-letter metadata text for the scripts: a JSON object with a reason.
 
@@ -107,7 +113,7 @@ def ack(client: ScriptClient, keys: QueueKeys, consumer_id: str, frame: bytes, f
     """Remove ``frame`` from the consumer's list; take the next one if asked."""
     acked, nxt, registered = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters,
                                             keys.consumers), (frame, int(fetch_next), consumer_id, int(count)))
-    return AckResult(bool(acked), nxt or None, bool(registered))
+    return AckResult(bool(acked), _frame_or_none(nxt), bool(registered))
 
 
 def nack(
@@ -127,7 +133,7 @@ def nack(
         (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters, keys.consumers),
         (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id),
     )
-    return NackResult(int(outcome), nxt or None, bool(registered))
+    return NackResult(int(outcome), _frame_or_none(nxt), bool(registered))
 
 
 def reclaim(
