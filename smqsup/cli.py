@@ -204,6 +204,8 @@ def _header(text: str) -> tuple[str, str]:
 def _json_arg(text: str, where: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:
+        raise UsageError(f"smqsup publish: {where}: JSON nested too deep, got {text.strip()[:80]!r}") from None
     except ValueError as exc:
         raise UsageError(f"smqsup publish: {where}: not valid JSON ({exc}), got {text.strip()[:80]!r}") from None
 

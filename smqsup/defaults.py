@@ -74,3 +74,5 @@ WEB_STOP_TIMEOUT_S = 5.0
 RETIRED_WATCH_S = 600.0
 #: How often the collector looks at retired consumers' lists, in seconds.
 RETIRED_SCAN_S = 2.0
+#: How long the collector rests after an unexpected error (not Redis being away), s.
+COLLECTOR_TROUBLE_BACKOFF_S = 10.0

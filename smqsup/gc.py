@@ -115,6 +115,12 @@ class Collector:
             self._backoff_until = now + 1.0
             self._connected_since = None
             return
+        except Exception:  # noqa: BLE001 - no Redis state may take the supervisor down
+            # A bug, or bytes in Redis nobody planned for: the collector waits
+            # and tries again; the consumers and the supervisor go on.
+            log.exception("collector: unexpected error; retrying in %.0f s", defaults.COLLECTOR_TROUBLE_BACKOFF_S)
+            self._backoff_until = now + defaults.COLLECTOR_TROUBLE_BACKOFF_S
+            return
         if self._connected_since is None:
             self._connected_since = now
 
