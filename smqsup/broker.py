@@ -96,7 +96,7 @@ def _text(value: "bytes | str") -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
-def _int_fields(raw: Mapping[bytes, bytes]) -> dict[str, int]:
+def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:
     """A hash of counters as ints; a field that holds no integer is left out."""
     out = {}
     for field, value in raw.items():
