@@ -39,6 +39,19 @@ _PRODUCER_TTL_MS = 600_000
 MIN_REDIS_VERSION = (6, 2, 0)
 
 
+#: Keys of the warnings already given in this process (and, through fork, its children).
+_warned: set[str] = set()
+
+
+def warn_once(key: str, text: str, *args: Any) -> None:
+    """Log ``text % args`` as a warning the first time ``key`` comes up in this
+    process, at debug level after that: for conditions that do not go away
+    (a permission the Redis user lacks) and must not flood the log."""
+    level = logging.DEBUG if key in _warned else logging.WARNING
+    _warned.add(key)
+    log.log(level, text, *args)
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -247,13 +260,17 @@ class Broker:
                         from exc
                 return
             calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
+            # What each call that does not queue messages is, for the log.
+            bookkeeping: dict[int, str] = {}
             if register:
+                bookkeeping[len(calls)] = "queue registry"
                 calls.append((None, ("SADD", queues_set(self.namespace), queue)))
             first_chunk = len(calls)
             for start in range(0, len(frames), PUBLISH_CHUNK):
                 calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
                                                 *frames[start:start + PUBLISH_CHUNK])))
             if producer is not None:
+                bookkeeping[len(calls)] = "producer statistics"
                 calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
                                                        producers_seen(self.namespace), producer[0], producer[1],
                                                        _PRODUCER_TTL_MS)))
@@ -268,9 +285,12 @@ class Broker:
         if refusal is not None:
             raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(frames)} "
                               f"message(s): {refusal}", queued)
-        for result in results:
-            if isinstance(result, Exception):  # the queue-name SADD or the statistics: not the messages
-                log.warning("publish to %r: a bookkeeping command failed: %s", queue, result)
+        # The messages are queued: a refused registry entry or statistics flush
+        # (OOM, an ACL NOPERM) must not turn that into an error.
+        for i, what in bookkeeping.items():
+            if isinstance(results[i], Exception):
+                warn_once(f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                          "(said once; later refusals at debug level): %s", queue, what, results[i])
 
     def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]], *,
                   raise_errors: bool = True) -> list[Any]:

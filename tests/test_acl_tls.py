@@ -3,12 +3,14 @@ private redis-server processes and the real ``smqsup`` command."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from smqsup import broker as broker_mod
 from smqsup import keys
 from smqsup.errors import RedisServerError
 from smqsup.keys import QueueKeys
@@ -71,3 +73,22 @@ def test_producer_limited_to_the_namespace_pattern_publishes_and_closes_cleanly(
     assert admin.llen(QueueKeys("smq", "q").pending) == 1
     [stats] = admin.hvals("smq:{smq}:producers")
     assert b'"published":1' in stats, (mid, stats)
+
+
+# --- 2. a statistic never turns a queued message into an error --------------------------
+
+
+def test_statistics_refused_by_the_acl_never_fail_a_publish_and_are_warned_once(
+        server: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user who may write queue q but not the producer keys: publishes succeed, close() is quiet, one warning."""
+    monkeypatch.setattr(broker_mod, "_warned", set(), raising=False)
+    url = user_url(admin, server, "queueonly", "~smq:{q}:* ~smq:queues resetchannels +@all")
+    caplog.set_level(logging.DEBUG, logger="smqsup")
+    with Producer(url) as p:
+        ids = [p.publish("q", {"n": 1}), *p.publish_many("q", [2, 3])]
+    assert admin.llen(QueueKeys("smq", "q").pending) == 3, ids
+    assert not admin.exists("smq:{smq}:producers")
+    refused = [r for r in caplog.records if "refused the producer statistics" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.WARNING] + [logging.DEBUG] * (len(refused) - 1), refused
+    assert len(refused) >= 2  # the flush in the first publish's round trip, and the one at close
