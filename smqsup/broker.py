@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -64,14 +64,19 @@ def connect(
     client_name: Optional[str] = None,
 ) -> "redis.Redis":
     """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://)
-    with automatic retries disabled. Connects lazily."""
+    with automatic retries disabled. Connects lazily.
+
+    ``client_name`` is set with CLIENT SETNAME on each new connection where
+    Redis allows it; a refusal (an ACL user without CLIENT) is warned about
+    once and the connection is used unnamed."""
     options: dict[str, Any] = {
         "retry": _no_retry(),
         "socket_timeout": socket_timeout_s,
         "socket_connect_timeout": connect_timeout_s,
-        "client_name": client_name,
         "health_check_interval": 0,
     }
+    if client_name:
+        options["redis_connect_func"] = _handshake(client_name)
     if url.startswith("sentinel://"):
         return _connect_sentinel(url, options)
     if not url.startswith("unix://"):
@@ -80,6 +85,21 @@ def connect(
         return redis.Redis.from_url(url, **options)
     except ValueError as exc:
         raise ConfigError(f"redis.url: {exc}, got {url!r}") from None
+
+
+def _handshake(client_name: str) -> Callable[[Any], None]:
+    """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT),
+    then CLIENT SETNAME, which only labels the connection in CLIENT LIST and
+    so is skipped when Redis refuses it."""
+    def on_connect(conn: Any) -> None:
+        conn.on_connect()
+        try:
+            conn.send_command("CLIENT", "SETNAME", client_name)
+            conn.read_response()
+        except rexc.ResponseError as exc:  # NOPERM, or CLIENT renamed away
+            warn_once("refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
+                      "(grant +client|setname to name them)", exc)
+    return on_connect
 
 
 def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
@@ -101,6 +121,11 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
         hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)
     master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]
     return cast("redis.Redis", master)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` as ``(7, 0, 15)``; parts that are not numbers count as 0."""
+    return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
 def _text(value: "bytes | str") -> str:
@@ -227,20 +252,30 @@ class Broker:
             self.client.ping()
 
     def check_server(self) -> list[str]:
-        """Raise BrokerError if Redis is too old; return warnings for people
-        (e.g. a maxmemory-policy that may evict messages)."""
-        with wrapped("INFO"):
-            info = self.client.info("server")
-            version = tuple(int(x) for x in str(info["redis_version"]).split(".")[:3])
+        """Raise BrokerError if Redis is too old; return warnings for people:
+        a maxmemory-policy that may evict messages, or a check that could not
+        be made because Redis refused INFO or CONFIG GET (an ACL user without
+        them, a managed Redis): smqsup works without either."""
+        warnings: list[str] = []
+        with wrapped("check the Redis server"):
             try:
-                policy = self.client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
-            except rexc.ResponseError:  # CONFIG disabled (managed Redis): cannot tell
-                policy = "noeviction"
-        if version < MIN_REDIS_VERSION:
-            raise BrokerError(f"Redis {info['redis_version']} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
-        if policy != "noeviction":
-            return [f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; set it to 'noeviction'"]
-        return []
+                version_text: Optional[str] = str(self.client.info("server")["redis_version"])
+            except rexc.ResponseError as exc:
+                version_text = None
+                warnings.append(f"Redis refused INFO ({exc}): cannot check the Redis version; smqsup needs "
+                                f"Redis >= 6.2 (BLMOVE), and consumers say so if BLMOVE is missing")
+            try:
+                policy: Optional[str] = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
+            except rexc.ResponseError as exc:
+                policy = None
+                warnings.append(f"Redis refused CONFIG GET ({exc}): cannot check maxmemory-policy; it must be "
+                                f"'noeviction' or Redis may evict queued messages")
+        if version_text is not None and _version(version_text) < MIN_REDIS_VERSION:
+            raise BrokerError(f"Redis {version_text} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
+        if policy not in (None, "noeviction"):
+            warnings.append(f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; "
+                            f"set it to 'noeviction'")
+        return warnings
 
     # --- producing -----------------------------------------------------------
 
@@ -327,7 +362,14 @@ class Broker:
         """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
         k = self.keys(queue)
         with wrapped(f"fetch from {queue!r}"):
-            frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
+            try:
+                frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
+            except rexc.ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                # INFO may have been refused at start, so nobody has checked the version.
+                raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({exc}): smqsup needs "
+                                  f"Redis >= 6.2") from exc
         return cast(Optional[bytes], frame)
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:

@@ -3,22 +3,32 @@ private redis-server processes and the real ``smqsup`` command."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from smqsup import broker as broker_mod
-from smqsup import keys
-from smqsup.errors import RedisServerError
+from smqsup import keys, message
+from smqsup.broker import Broker
+from smqsup.errors import BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server, free_port
+from tests import procs
+from tests.handlers import read_events
+from tests.helpers import wait_for
 
 #: The password of every test user: distinctive, so a leak is easy to grep.
 PASSWORD = "Acl-Pa55word-7f3e"
+#: The least-privilege rules of the user smqsup runs as.
+ACL_RULES = "~smq:* resetchannels +@all -@dangerous"
+Q = QueueKeys("smq", "q")
 
 
 @pytest.fixture
@@ -46,10 +56,35 @@ def admin(server: RedisServer) -> Iterator[redis.Redis]:
         client.close()
 
 
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the once-per-process warnings given by earlier tests in this process."""
+    monkeypatch.setattr(broker_mod, "_warned", set(), raising=False)
+
+
+@pytest.fixture
+def supervise(tmp_path: Path, out_dir: Path) -> Iterator[Callable[..., procs.Supervisor]]:
+    """``supervise(url, queues, notify, **top)`` starts ``smqsup -c FILE`` on ``url``; stopped at teardown."""
+    started: list[procs.Supervisor] = []
+
+    def start(url: str, queues: dict[str, dict[str, Any]], notify: procs.NotifySocket, **top: Any) -> procs.Supervisor:
+        cfg = procs.write_config(tmp_path / "queues.yaml", url, queues, **top)
+        started.append(procs.Supervisor(cfg, out_dir, notify.path))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop()
+
+
 def user_url(admin: redis.Redis, server: RedisServer, name: str, rules: str) -> str:
     """Create ACL user ``name`` with PASSWORD and ``rules``; return its redis:// url."""
     admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}", *rules.split())
     return f"redis://{name}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
 
 
 # --- 1. every key under the namespace prefix ------------------------------------------
@@ -79,10 +114,8 @@ def test_producer_limited_to_the_namespace_pattern_publishes_and_closes_cleanly(
 
 
 def test_statistics_refused_by_the_acl_never_fail_a_publish_and_are_warned_once(
-        server: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        server: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture, fresh_warnings: None) -> None:
     """A user who may write queue q but not the producer keys: publishes succeed, close() is quiet, one warning."""
-    monkeypatch.setattr(broker_mod, "_warned", set(), raising=False)
     url = user_url(admin, server, "queueonly", "~smq:{q}:* ~smq:queues resetchannels +@all")
     caplog.set_level(logging.DEBUG, logger="smqsup")
     with Producer(url) as p:
@@ -92,3 +125,72 @@ def test_statistics_refused_by_the_acl_never_fail_a_publish_and_are_warned_once(
     refused = [r for r in caplog.records if "refused the producer statistics" in r.getMessage()]
     assert [r.levelno for r in refused] == [logging.WARNING] + [logging.DEBUG] * (len(refused) - 1), refused
     assert len(refused) >= 2  # the flush in the first publish's round trip, and the one at close
+
+
+# --- 3. CLIENT SETNAME, INFO and CONFIG GET are optional --------------------------------
+
+
+def test_connections_work_when_client_setname_is_refused_and_say_so_once(
+        server: RedisServer, admin: redis.Redis, caplog: pytest.LogCaptureFixture, fresh_warnings: None) -> None:
+    """A user without CLIENT: every connection is used unnamed, one warning for the whole process."""
+    url = user_url(admin, server, "noclient", "~smq:* resetchannels +@all -client")
+    caplog.set_level(logging.INFO, logger="smqsup")
+    brokers = [Broker(url, client_name="smqsup-test-a"), Broker(url, client_name="smqsup-test-b")]
+    try:
+        for b in brokers:
+            b.ping()
+            b.push("q", [b"0|{}"], register=True)
+    finally:
+        for b in brokers:
+            b.close()
+    assert admin.llen(Q.pending) == 2
+    assert len(warnings_about(caplog, "CLIENT SETNAME")) == 1
+
+
+def test_check_server_warns_when_info_and_config_are_refused(server: RedisServer, admin: redis.Redis) -> None:
+    """Under the least-privilege user, check_server() returns why it could not check, instead of raising."""
+    broker = Broker(user_url(admin, server, "smqsup", ACL_RULES))
+    try:
+        warnings = broker.check_server()
+    finally:
+        broker.close()
+    assert len(warnings) == 2, warnings
+    assert "refused INFO" in warnings[0] and "Redis >= 6.2" in warnings[0]
+    assert "refused CONFIG GET" in warnings[1] and "noeviction" in warnings[1]
+    admin_broker = Broker(f"unix://{server.socket_path}")
+    try:
+        assert admin_broker.check_server() == []  # allowed to look, and the policy is noeviction
+    finally:
+        admin_broker.close()
+
+
+def test_fetch_without_blmove_says_that_smqsup_needs_redis_6_2(tmp_path: Path) -> None:
+    """A Redis without BLMOVE (renamed away here; older than 6.2 in life): fetch names the version needed."""
+    s = RedisServer(tmp_path / "redis", extra_args=["--rename-command", "BLMOVE", "BLMOVE_HIDDEN"])
+    s.start()
+    broker = Broker(s.url)
+    try:
+        with pytest.raises(BrokerError, match=r"Redis has no BLMOVE .* needs Redis >= 6\.2"):
+            broker.fetch("q", "c1", 0.01)
+    finally:
+        broker.close()
+        s.stop()
+
+
+def test_supervisor_under_the_acl_reclaims_local_orphans_at_start(
+        server: RedisServer, admin: redis.Redis, supervise: Callable[..., procs.Supervisor],
+        notify: procs.NotifySocket, out_dir: Path) -> None:
+    """INFO and CONFIG refused: the supervisor still returns a dead local consumer's message at start."""
+    mid, payload = message.encode_payload("q", {"orphan": True}, max_size_bytes=1 << 20)
+    orphan = f"{socket.gethostname()}:99999999:dead"
+    secs, usecs = admin.time()
+    admin.hset(Q.consumers, orphan, json.dumps({"host": socket.gethostname(), "pid": 99999999}))
+    admin.zadd(Q.heartbeats, {orphan: secs * 1000 + usecs // 1000 - 60_000})
+    admin.lpush(Q.processing(orphan), message.frame(payload))
+    sup = supervise(user_url(admin, server, "smqsup", ACL_RULES),
+                    {"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    notify.wait("READY=1")
+    [done] = wait_for(lambda: read_events(str(out_dir)), message="the orphan's message was not handled")
+    assert done["id"] == mid and done["attempts"] == 1
+    assert "consumer lost (process gone at supervisor start)" in sup.log()
+    assert "refused INFO" in sup.log() and "refused CONFIG GET" in sup.log()
