@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup import defaults, scripts
+from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
 from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
 
@@ -68,7 +69,12 @@ def connect(
 
     ``client_name`` is set with CLIENT SETNAME on each new connection where
     Redis allows it; a refusal (an ACL user without CLIENT) is warned about
-    once and the connection is used unnamed."""
+    once and the connection is used unnamed.
+
+    The url's password is registered with ``safe``, so that it is scrubbed
+    from any later text; a bad url (a malformed value, an option redis-py
+    does not know) is a ConfigError that shows the url masked."""
+    safe.register_url(url)
     options: dict[str, Any] = {
         "retry": _no_retry(),
         "socket_timeout": socket_timeout_s,
@@ -77,14 +83,29 @@ def connect(
     }
     if client_name:
         options["redis_connect_func"] = _handshake(client_name)
-    if url.startswith("sentinel://"):
-        return _connect_sentinel(url, options)
-    if not url.startswith("unix://"):
-        options["socket_keepalive"] = True  # TCP only: notice a dead peer
     try:
-        return redis.Redis.from_url(url, **options)
-    except ValueError as exc:
-        raise ConfigError(f"redis.url: {exc}, got {url!r}") from None
+        if url.startswith("sentinel://"):
+            return _connect_sentinel(url, options)
+        if not url.startswith("unix://"):
+            options["socket_keepalive"] = True  # TCP only: notice a dead peer
+        client = redis.Redis.from_url(url, **options)
+        # redis-py takes any query argument as a connection option and would
+        # only fail at the first command; make one connection object (no I/O)
+        # so a misspelt option is reported here, as a config error.
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError, rexc.RedisError) as exc:
+        raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
+    return client
+
+
+def _url_problem(exc: Exception) -> str:
+    """What is wrong with a url, from what redis-py raised."""
+    text = str(exc)
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if isinstance(exc, TypeError) and unknown:
+        return f"unknown option {unknown[1]!r}"
+    return text
 
 
 def _handshake(client_name: str) -> Callable[[Any], None]:
@@ -115,8 +136,8 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
         hosts.append((host or item, int(port) if port.isdigit() else 26379))
     path = [p for p in parts.path.split("/") if p]
     if not path:
-        raise ConfigError(f"redis.url: sentinel url needs a service name, got {url!r}")
-    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])
+        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.mask_url(url)!r}")
+    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)
     master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]

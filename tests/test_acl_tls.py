@@ -194,3 +194,29 @@ def test_supervisor_under_the_acl_reclaims_local_orphans_at_start(
     assert done["id"] == mid and done["attempts"] == 1
     assert "consumer lost (process gone at supervisor start)" in sup.log()
     assert "refused INFO" in sup.log() and "refused CONFIG GET" in sup.log()
+
+
+# --- 6. urls in errors are masked -------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, problem", [
+    (f"redis://:{PASSWORD}@h/0?socket_timeout=abc", "Invalid value for 'socket_timeout'"),
+    (f"redis://smqsup:{PASSWORD}@127.0.0.1:1/0?no_such_option=1", "unknown option 'no_such_option'"),
+    (f"rediss://smqsup:{PASSWORD}@127.0.0.1:1/0?ssl_cert_reqs=bogus", "bogus"),
+])
+def test_a_bad_url_is_one_line_with_exit_2_and_the_password_masked(url: str, problem: str) -> None:
+    """smqsup status --url with a bad option: one line naming the problem, the url shown with ***, exit 2."""
+    r = procs.run("status", "--url", url)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert problem in line and ":***@" in line and PASSWORD not in r.stderr + r.stdout, line
+
+
+def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
+    """After connect(url), safe.scrub removes the url's password from free text (a library's message)."""
+    from smqsup import safe
+    from smqsup.broker import connect
+
+    password = "Scrub-Me-Later-91c2"
+    connect(f"redis://smqsup:{password}@127.0.0.1:1/0").close()
+    assert password not in safe.scrub(f"AUTH failed for smqsup with {password}")
