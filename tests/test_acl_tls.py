@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,3 +222,104 @@ def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
     password = "Scrub-Me-Later-91c2"
     connect(f"redis://smqsup:{password}@127.0.0.1:1/0").close()
     assert password not in safe.scrub(f"AUTH failed for smqsup with {password}")
+
+
+# --- 4. end to end under the README's ACL line -----------------------------------------
+
+#: The one-time warnings a least-privilege user may see; any other NOPERM is a bug.
+ONE_TIME = ("refused CLIENT SETNAME", "refused INFO", "refused CONFIG GET")
+
+
+def readme_acl_line() -> str:
+    """The ``ACL SETUSER`` line the README documents (so the doc and this test cannot drift)."""
+    readme = (Path(procs.REPO) / "README.md").read_text()
+    [line] = {m.strip() for m in readme.splitlines() if m.strip().startswith("ACL SETUSER smqsup ")}
+    return line
+
+
+def readme_user(admin: redis.Redis, server: RedisServer) -> str:
+    """Run the README's ACL line, with PASSWORD filled in, on a fresh server; return the user's url."""
+    words = readme_acl_line().replace(">PASSWORD", f">{PASSWORD}").split()
+    assert admin.execute_command(*words) in (b"OK", True)
+    return f"redis://smqsup:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def refusals(text: str) -> list[str]:
+    """Lines of ``text`` that report a permission refusal."""
+    return [line for line in text.splitlines() if "NOPERM" in line or "no permissions" in line]
+
+
+def assert_only_one_time_warnings(text: str) -> None:
+    """Every refusal in ``text`` is one of ONE_TIME, and each is said at most once per process."""
+    seen: list[tuple[str, str]] = []
+    for line in refusals(text):
+        kind = [k for k in ONE_TIME if k in line]
+        assert kind, f"unexpected refusal: {line}"
+        pid = line.split("[", 1)[1].split("]", 1)[0] if "[" in line else "?"
+        seen.append((pid, kind[0]))
+    assert len(seen) == len(set(seen)), seen
+
+
+def cli(*args: str) -> "procs.subprocess.CompletedProcess[str]":
+    """Run ``smqsup ARGS``; it must succeed with nothing on stderr but the one-time warnings."""
+    r = procs.run(*args)
+    assert r.returncode == 0, (args, r.stderr)
+    assert_only_one_time_warnings(r.stderr)
+    assert "Traceback" not in r.stderr and PASSWORD not in r.stdout + r.stderr, r.stderr
+    return r
+
+
+def events(out_dir: Path, kind: str, mid: str) -> list[dict[str, Any]]:
+    return [e for e in read_events(str(out_dir)) if e["event"] == kind and e["id"] == mid]
+
+
+def test_end_to_end_under_exactly_the_documented_acl_user(
+        server: RedisServer, admin: redis.Redis, supervise: Callable[..., procs.Supervisor],
+        notify: procs.NotifySocket, out_dir: Path, fresh_warnings: None) -> None:
+    """README ACL user: supervisor, publish, kill -9, collector, status, dlq all work; no NOPERM but the one-time warnings."""
+    url = readme_user(admin, server)
+    assert admin.execute_command("ACL", "GETUSER", "smqsup")  # really created by the README's line
+    # A consumer of a vanished host, holding a message: the elected collector must return it.
+    lost_mid, payload = message.encode_payload("q", {"sleep": 0}, max_size_bytes=1 << 20)
+    secs, usecs = admin.time()
+    admin.hset(Q.consumers, "elsewhere:4242:gone", json.dumps({"host": "elsewhere", "pid": 4242}))
+    admin.zadd(Q.heartbeats, {"elsewhere:4242:gone": secs * 1000 + usecs // 1000 - 60_000})
+    admin.lpush(Q.processing("elsewhere:4242:gone"), message.frame(payload))
+    sup = supervise(url, {"q": {"handler": "tests.handlers:slow", "consumers": 2},
+                          "bad": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 0}},
+                    notify, heartbeat_interval="200ms", heartbeat_timeout="2s")
+    notify.wait("READY=1")
+
+    mid = cli("publish", "--url", url, "q", '{"sleep": 0}').stdout.strip()
+    wait_for(lambda: events(out_dir, "done", mid), message="a published message was not handled")
+    [back] = wait_for(lambda: events(out_dir, "done", lost_mid), message="the collector did not reclaim")
+    assert back["attempts"] == 1
+    wait_for(lambda: "consumer elsewhere:4242:gone lost" in sup.log(), message="not the collector's reclaim")
+
+    # kill -9 a consumer in its handler: the message comes back and is handled, one attempt spent.
+    slow_mid = cli("publish", "--url", url, "q", '{"sleep": 1}').stdout.strip()
+    [start] = wait_for(lambda: events(out_dir, "start", slow_mid))
+    os.kill(start["pid"], signal.SIGKILL)
+    [again] = wait_for(lambda: events(out_dir, "done", slow_mid), message="the killed consumer's message is lost")
+    assert again["attempts"] == 1 and again["pid"] != start["pid"]
+
+    # Dead letters: listed, requeued (and dead again), purged.
+    bad = QueueKeys("smq", "bad")
+    dead_mid = cli("publish", "--url", url, "bad", '"boom"').stdout.strip()
+    wait_for(lambda: admin.llen(bad.dead) == 1, message="the failing message was not dead-lettered")
+    [row] = [json.loads(line) for line in cli("dlq", "--url", url, "list", "bad", "--json").stdout.splitlines()]
+    assert row["id"] == dead_mid and "boom" in row["reason"]
+    assert "requeued 1" in cli("dlq", "--url", url, "requeue", "bad").stdout
+    wait_for(lambda: len(events(out_dir, "attempt", dead_mid)) == 2 and admin.llen(bad.dead) == 1)
+    assert "purged 1" in cli("dlq", "--url", url, "purge", "bad").stdout
+    assert admin.llen(bad.dead) == 0
+
+    assert "q" in cli("status", "--url", url).stdout
+    snap = json.loads(cli("status", "--url", url, "--json").stdout)
+    assert snap["queues"]["q"]["counters"]["acked"] >= 3 and len(snap["queues"]["q"]["consumers"]) == 2
+    assert snap["producers"], "the CLI producers' statistics were not recorded"
+
+    log = sup.log()
+    assert "Traceback" not in log
+    assert_only_one_time_warnings(log)
+    assert [k for k in ONE_TIME[1:] if k in log] == ["refused INFO", "refused CONFIG GET"]
