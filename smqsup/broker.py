@@ -353,13 +353,22 @@ class Broker:
         """Send plain commands and scripts (by SHA) in one round trip. A script
         the server does not know (NOSCRIPT: it did not run) is sent again alone
         by its text; nothing that ran is ever sent twice. Other error replies
-        are raised, or left in the results when ``raise_errors`` is false."""
+        are raised, or left in the results when ``raise_errors`` is false.
+        Raises _NotSent if Redis could not be reached (or the TLS handshake
+        failed) before anything was sent."""
         pipe = self.client.pipeline(transaction=False)
         for script, args in calls:
             if script is None:
                 pipe.execute_command(*args)  # type: ignore[no-untyped-call]
             else:
                 pipe.evalsha(script.sha, *args)
+        try:
+            # The pool connects (and replaces a connection the server closed)
+            # before handing it out: a failure here certainly sent nothing.
+            # execute() uses it and returns it to the pool.
+            pipe.connection = self.client.connection_pool.get_connection()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise _NotSent(str(exc)) from exc
         results: list[Any] = pipe.execute(raise_on_error=False)
         for i, ((script, args), result) in enumerate(zip(calls, results)):
             if isinstance(result, rexc.NoScriptError) and script is not None:

@@ -402,3 +402,13 @@ def test_close_does_not_raise_when_redis_refuses_the_statistics(redis_url: str, 
     finally:
         redis_client.config_set("maxmemory", 0)
     assert redis_client.llen(QueueKeys(NS, "q").pending) == 1
+
+
+def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, redis_url: str) -> None:
+    """Redis unreachable at a producer's first publish (the pipelined path): PublishNotSent, not uncertain."""
+    from smqsup.errors import PublishNotSent
+
+    redis_server.kill()
+    with pytest.raises(PublishNotSent) as caught, Producer(redis_url) as p:
+        p.publish("q", "while down")
+    assert "not queued" in str(caught.value) and len(caught.value.message_ids) == 1
