@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -23,7 +24,7 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup import defaults, scripts
+from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
@@ -40,6 +41,19 @@ _PRODUCER_TTL_MS = 600_000
 MIN_REDIS_VERSION = (6, 2, 0)
 
 
+#: Keys of the warnings already given in this process (and, through fork, its children).
+_warned: set[str] = set()
+
+
+def warn_once(key: str, text: str, *args: Any) -> None:
+    """Log ``text % args`` as a warning the first time ``key`` comes up in this
+    process, at debug level after that: for conditions that do not go away
+    (a permission the Redis user lacks) and must not flood the log."""
+    level = logging.DEBUG if key in _warned else logging.WARNING
+    _warned.add(key)
+    log.log(level, text, *args)
+
+
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
@@ -52,22 +66,62 @@ def connect(
     client_name: Optional[str] = None,
 ) -> "redis.Redis":
     """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://)
-    with automatic retries disabled. Connects lazily."""
+    with automatic retries disabled. Connects lazily.
+
+    ``client_name`` is set with CLIENT SETNAME on each new connection where
+    Redis allows it; a refusal (an ACL user without CLIENT) is warned about
+    once and the connection is used unnamed.
+
+    The url's password is registered with ``safe``, so that it is scrubbed
+    from any later text; a bad url (a malformed value, an option redis-py
+    does not know) is a ConfigError that shows the url masked."""
+    safe.register_url(url)
     options: dict[str, Any] = {
         "retry": _no_retry(),
         "socket_timeout": socket_timeout_s,
         "socket_connect_timeout": connect_timeout_s,
-        "client_name": client_name,
         "health_check_interval": 0,
     }
-    if url.startswith("sentinel://"):
-        return _connect_sentinel(url, options)
-    if not url.startswith("unix://"):
-        options["socket_keepalive"] = True  # TCP only: notice a dead peer
+    if client_name:
+        options["redis_connect_func"] = _handshake(client_name)
     try:
-        return redis.Redis.from_url(url, **options)
-    except ValueError as exc:
-        raise ConfigError(f"redis.url: {exc}, got {url!r}") from None
+        if url.startswith("sentinel://"):
+            return _connect_sentinel(url, options)
+        if not url.startswith("unix://"):
+            options["socket_keepalive"] = True  # TCP only: notice a dead peer
+        client = redis.Redis.from_url(url, **options)
+        # redis-py takes any query argument as a connection option and would
+        # only fail at the first command; make one connection object (no I/O)
+        # so a misspelt option is reported here, as a config error.
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError, rexc.RedisError) as exc:
+        raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
+    return client
+
+
+def _url_problem(exc: Exception) -> str:
+    """What is wrong with a url, from what redis-py raised."""
+    text = str(exc)
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if isinstance(exc, TypeError) and unknown:
+        return f"unknown option {unknown[1]!r}"
+    return text
+
+
+def _handshake(client_name: str) -> Callable[[Any], None]:
+    """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT),
+    then CLIENT SETNAME, which only labels the connection in CLIENT LIST and
+    so is skipped when Redis refuses it."""
+    def on_connect(conn: Any) -> None:
+        conn.on_connect()
+        try:
+            conn.send_command("CLIENT", "SETNAME", client_name)
+            conn.read_response()
+        except rexc.ResponseError as exc:  # NOPERM, or CLIENT renamed away
+            warn_once("refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
+                      "(grant +client|setname to name them)", exc)
+    return on_connect
 
 
 def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
@@ -83,12 +137,17 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
         hosts.append((host or item, int(port) if port.isdigit() else 26379))
     path = [p for p in parts.path.split("/") if p]
     if not path:
-        raise ConfigError(f"redis.url: sentinel url needs a service name, got {url!r}")
-    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])
+        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.mask_url(url)!r}")
+    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)
     master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]
     return cast("redis.Redis", master)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` as ``(7, 0, 15)``; parts that are not numbers count as 0."""
+    return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
 def _text(value: "bytes | str") -> str:
@@ -227,20 +286,30 @@ class Broker:
             self.client.ping()
 
     def check_server(self) -> list[str]:
-        """Raise BrokerError if Redis is too old; return warnings for people
-        (e.g. a maxmemory-policy that may evict messages)."""
-        with wrapped("INFO"):
-            info = self.client.info("server")
-            version = tuple(int(x) for x in str(info["redis_version"]).split(".")[:3])
+        """Raise BrokerError if Redis is too old; return warnings for people:
+        a maxmemory-policy that may evict messages, or a check that could not
+        be made because Redis refused INFO or CONFIG GET (an ACL user without
+        them, a managed Redis): smqsup works without either."""
+        warnings: list[str] = []
+        with wrapped("check the Redis server"):
             try:
-                policy = self.client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
-            except rexc.ResponseError:  # CONFIG disabled (managed Redis): cannot tell
-                policy = "noeviction"
-        if version < MIN_REDIS_VERSION:
-            raise BrokerError(f"Redis {info['redis_version']} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
-        if policy != "noeviction":
-            return [f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; set it to 'noeviction'"]
-        return []
+                version_text: Optional[str] = str(self.client.info("server")["redis_version"])
+            except rexc.ResponseError as exc:
+                version_text = None
+                warnings.append(f"Redis refused INFO ({exc}): cannot check the Redis version; smqsup needs "
+                                f"Redis >= 6.2 (BLMOVE), and consumers say so if BLMOVE is missing")
+            try:
+                policy: Optional[str] = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
+            except rexc.ResponseError as exc:
+                policy = None
+                warnings.append(f"Redis refused CONFIG GET ({exc}): cannot check maxmemory-policy; it must be "
+                                f"'noeviction' or Redis may evict queued messages")
+        if version_text is not None and _version(version_text) < MIN_REDIS_VERSION:
+            raise BrokerError(f"Redis {version_text} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
+        if policy not in (None, "noeviction"):
+            warnings.append(f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; "
+                            f"set it to 'noeviction'")
+        return warnings
 
     # --- producing -----------------------------------------------------------
 
@@ -260,13 +329,17 @@ class Broker:
                         from exc
                 return
             calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
+            # What each call that does not queue messages is, for the log.
+            bookkeeping: dict[int, str] = {}
             if register:
+                bookkeeping[len(calls)] = "queue registry"
                 calls.append((None, ("SADD", queues_set(self.namespace), queue)))
             first_chunk = len(calls)
             for start in range(0, len(frames), PUBLISH_CHUNK):
                 calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
                                                 *frames[start:start + PUBLISH_CHUNK])))
             if producer is not None:
+                bookkeeping[len(calls)] = "producer statistics"
                 calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
                                                        producers_seen(self.namespace), producer[0], producer[1],
                                                        _PRODUCER_TTL_MS)))
@@ -281,22 +354,34 @@ class Broker:
         if refusal is not None:
             raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(frames)} "
                               f"message(s): {refusal}", queued)
-        for result in results:
-            if isinstance(result, Exception):  # the queue-name SADD or the statistics: not the messages
-                log.warning("publish to %r: a bookkeeping command failed: %s", queue, result)
+        # The messages are queued: a refused registry entry or statistics flush
+        # (OOM, an ACL NOPERM) must not turn that into an error.
+        for i, what in bookkeeping.items():
+            if isinstance(results[i], Exception):
+                warn_once(f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                          "(said once; later refusals at debug level): %s", queue, what, results[i])
 
     def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]], *,
                   raise_errors: bool = True) -> list[Any]:
         """Send plain commands and scripts (by SHA) in one round trip. A script
         the server does not know (NOSCRIPT: it did not run) is sent again alone
         by its text; nothing that ran is ever sent twice. Other error replies
-        are raised, or left in the results when ``raise_errors`` is false."""
+        are raised, or left in the results when ``raise_errors`` is false.
+        Raises _NotSent if Redis could not be reached (or the TLS handshake
+        failed) before anything was sent."""
         pipe = self.client.pipeline(transaction=False)
         for script, args in calls:
             if script is None:
                 pipe.execute_command(*args)  # type: ignore[no-untyped-call]
             else:
                 pipe.evalsha(script.sha, *args)
+        try:
+            # The pool connects (and replaces a connection the server closed)
+            # before handing it out: a failure here certainly sent nothing.
+            # execute() uses it and returns it to the pool.
+            pipe.connection = self.client.connection_pool.get_connection()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise _NotSent(str(exc)) from exc
         results: list[Any] = pipe.execute(raise_on_error=False)
         for i, ((script, args), result) in enumerate(zip(calls, results)):
             if isinstance(result, rexc.NoScriptError) and script is not None:
@@ -320,7 +405,14 @@ class Broker:
         """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
         k = self.keys(queue)
         with wrapped(f"fetch from {queue!r}"):
-            frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
+            try:
+                frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
+            except rexc.ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                # INFO may have been refused at start, so nobody has checked the version.
+                raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({exc}): smqsup needs "
+                                  f"Redis >= 6.2") from exc
         return cast(Optional[bytes], frame)
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:

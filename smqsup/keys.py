@@ -1,8 +1,10 @@
 """The only place a Redis key name is formed.
 
-Key schema. ``ns`` is the namespace (default ``smq``); every key of queue ``Q``
-carries the hash tag ``{Q}``, so all keys one script touches live in one Redis
-Cluster slot::
+Key schema. ``ns`` is the namespace (default ``smq``). Every key starts with
+``ns:``, so a Redis ACL user limited to the pattern ``~ns:*`` can do all smqsup
+does. Every key of queue ``Q`` carries the hash tag ``{Q}``, and the
+namespace-wide producer keys the tag ``{ns}``, so all keys one script touches
+live in one Redis Cluster slot::
 
     ns:{Q}:pending           LIST  frames waiting; producers LPUSH, consumers
                                    take from the right (oldest first)
@@ -31,9 +33,9 @@ Cluster slot::
                                    of that consumer slot (its supervisor writes)
     ns:queues                SET   names of the queues ever published to or
                                    consumed from (not hash-tagged: global)
-    {ns}:producers           HASH  producer id -> {host, pid, published, rate,
+    ns:{ns}:producers        HASH  producer id -> {host, pid, published, rate,
                                    seen_at_ms}, flushed about once a second
-    {ns}:producers:seen      ZSET  producer id, score = last flush in ms; entries
+    ns:{ns}:producers:seen   ZSET  producer id, score = last flush in ms; entries
                                    older than 10 minutes are dropped
 
 A frame is ``b"<attempts>|" + payload``: the attempt count travels beside the
@@ -114,9 +116,9 @@ def queues_set(namespace: str) -> str:
 def producers_hash(namespace: str) -> str:
     """Per-producer statistics of ``namespace`` (tagged {namespace} so that it
     shares a Cluster slot with producers_seen)."""
-    return f"{{{namespace}}}:producers"
+    return f"{namespace}:{{{namespace}}}:producers"
 
 
 def producers_seen(namespace: str) -> str:
-    """When each producer last flushed its statistics."""
-    return f"{{{namespace}}}:producers:seen"
+    """When each producer last flushed its statistics (same slot as producers_hash)."""
+    return f"{namespace}:{{{namespace}}}:producers:seen"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -16,10 +17,11 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.broker import Broker
+from smqsup.broker import Broker, warn_once
 from smqsup.config import validate_queue_name
 from smqsup.errors import (
     BrokerConnectionError,
+    BrokerError,
     BrokerNotSent,
     ConfigError,
     MessageError,
@@ -28,6 +30,8 @@ from smqsup.errors import (
     PublishUncertain,
     PushRefused,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _valid_name(name: str, what: str) -> str:
@@ -136,12 +140,21 @@ class Producer:
                            "published": published, "rate": round(self._rate, 2)}, separators=(",", ":"))
 
     def close(self) -> None:
-        """Flush the statistics (best effort) and close the connection."""
+        """Flush the statistics (best effort) and close the connection.
+
+        Never raises for the flush: the messages are queued whatever happens to
+        their statistics, so Redis refusing them (OOM under noeviction, an ACL
+        NOPERM) or a lost connection is logged (a refusal as a warning once
+        per process), never raised.
+        """
         if self._stats and self.published:
             try:
                 self._broker.producer_stats(self.id, self._stats_json(time.monotonic(), 0))
-            except BrokerConnectionError:
-                pass
+            except BrokerConnectionError as exc:
+                log.debug("producer %s: statistics not flushed at close: %s", self.id, exc)
+            except BrokerError as exc:
+                warn_once("refused:producer statistics", "producer %s: Redis refused the producer statistics "
+                          "(said once; later refusals at debug level): %s", self.id, exc)
         self._broker.close()
 
     def __enter__(self) -> "Producer":
@@ -149,4 +162,11 @@ class Producer:
 
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        self.close()
+        """Close; an exception already in flight (PublishRefused...) is the
+        one the caller sees, never one from closing."""
+        try:
+            self.close()
+        except Exception:
+            if exc is None:
+                raise
+            log.debug("producer %s: closing after %s failed too", self.id, exc_type, exc_info=True)

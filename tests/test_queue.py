@@ -359,7 +359,9 @@ def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
     redis_client.config_set("maxmemory-policy", "noeviction")
     redis_client.config_set("maxmemory", used + 900_000)
     try:
-        with Producer(redis_url) as p, pytest.raises(PublishRefused) as caught:
+        # The refusal leaves the with block: the producer's close() (its
+        # statistics flush, maybe refused too) must not replace it.
+        with pytest.raises(PublishRefused) as caught, Producer(redis_url) as p:
             p.publish_many("q", ["x" * 500] * 5000)
     finally:
         redis_client.config_set("maxmemory", 0)
@@ -370,3 +372,43 @@ def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
     assert len(exc.queued_ids) + len(exc.not_queued_ids) == 5000
     assert not set(exc.queued_ids) & set(exc.not_queued_ids)
     assert redis_client.hget(QueueKeys(NS, "q").counters, "published") == str(len(queued)).encode()
+
+
+def test_refused_publish_is_what_the_caller_sees_when_close_is_refused_too(redis_url: str,
+                                                                            redis_client: redis.Redis) -> None:
+    """Redis out of memory: the with block raises PublishRefused, not close()'s refused statistics flush."""
+    from smqsup.errors import PublishRefused
+
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    try:
+        with pytest.raises(PublishRefused) as caught, Producer(redis_url) as p:
+            first = p.publish("q", "queued")  # published > 0: close() will flush statistics
+            redis_client.config_set("maxmemory", 1)  # from now on every write is refused (OOM)
+            p.publish("q", "refused")
+    finally:
+        redis_client.config_set("maxmemory", 0)
+    assert "maxmemory" in str(caught.value) and caught.value.queued_ids == []
+    assert [message.decode(f).id for f in redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1)] == [first]
+
+
+def test_close_does_not_raise_when_redis_refuses_the_statistics(redis_url: str, redis_client: redis.Redis) -> None:
+    """close() after a successful publish returns normally though Redis refuses every write (OOM)."""
+    p = Producer(redis_url)
+    p.publish("q", "queued")
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", 1)
+    try:
+        p.close()
+    finally:
+        redis_client.config_set("maxmemory", 0)
+    assert redis_client.llen(QueueKeys(NS, "q").pending) == 1
+
+
+def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, redis_url: str) -> None:
+    """Redis unreachable at a producer's first publish (the pipelined path): PublishNotSent, not uncertain."""
+    from smqsup.errors import PublishNotSent
+
+    redis_server.kill()
+    with pytest.raises(PublishNotSent) as caught, Producer(redis_url) as p:
+        p.publish("q", "while down")
+    assert "not queued" in str(caught.value) and len(caught.value.message_ids) == 1

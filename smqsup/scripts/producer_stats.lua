@@ -6,8 +6,8 @@
 -- ARGV[2]  its statistics, a JSON object text without the time
 -- ARGV[3]  forget producers not seen for this many ms
 --
--- Returns the number of producers forgotten. (Not hash-tagged: these keys are
--- namespace-wide; on Redis Cluster both share the tag of the namespace.)
+-- Returns the number of producers forgotten. (Not tagged by queue: these keys
+-- are namespace-wide; on Redis Cluster both share the tag {namespace}.)
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], '{"seen_at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[2], 2))

@@ -149,9 +149,17 @@ class Arbiter:
         self._signals.append(signum)  # only record; the main loop acts
 
     def _check_redis(self) -> None:
+        from smqsup.errors import BrokerConnectionError  # local: keeps this hunk apart from the imports
+
         try:
             for warning in self.broker.check_server():
                 log.warning("%s", warning)
+        except BrokerConnectionError as exc:
+            log.warning("Redis not usable at start (%s); consumers will wait for it", exc)
+            return
+        except BrokerError as exc:  # a check failed, Redis answers: the reclaim below is still due
+            log.warning("%s", exc)
+        try:
             self._reclaim_local_orphans()
         except BrokerError as exc:
             log.warning("Redis not usable at start (%s); consumers will wait for it", exc)
