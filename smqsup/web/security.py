@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from smqsup.errors import ConfigError
+from smqsup.web.jsonout import error as _error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -166,7 +167,3 @@ class Guard:
             response.headers.setdefault("X-Frame-Options", "DENY")
             response.headers.setdefault("Cache-Control", "no-store")
         return response
-
-
-def _error(status: int, text: str) -> web.Response:
-    return web.json_response({"error": text}, status=status)

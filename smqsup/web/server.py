@@ -30,6 +30,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, WebConfig, validate_queue_name
 from smqsup.errors import BrokerError, ConfigError
 from smqsup.web import metrics
+from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
 from smqsup.web.source import Hub, Source
 
@@ -147,10 +148,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ConfigError as exc:
-        return web.json_response({"error": str(exc)}, status=400)
+        return error(400, str(exc))
     except BrokerError as exc:
         log.warning("web: %s %s failed: %s", request.method, request.path, exc)
-        return web.json_response({"error": str(exc)}, status=503)
+        return error(503, str(exc))
 
 
 # --- page ----------------------------------------------------------------------------
@@ -191,9 +192,9 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     try:
         try:
             history = await source.call(source.histories, HISTORY_S)
-            await ws.send_json({"type": "history", "window_s": HISTORY_S, "queues": history})
+            await ws.send_str(dumps({"type": "history", "window_s": HISTORY_S, "queues": history}))
         except BrokerError as exc:
-            await ws.send_json({"type": "error", "error": str(exc)})
+            await ws.send_str(dumps({"type": "error", "error": str(exc)}))
         if hub.latest is not None:
             await ws.send_str(hub.latest)
     except ConnectionError:  # the client left before its first messages
@@ -225,20 +226,20 @@ def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:
 
 async def api_status(request: web.Request) -> web.Response:
     source = request.app[_SOURCE]
-    return web.json_response(await source.call(source.snapshot))
+    return response(await source.call(source.snapshot))
 
 
 async def api_history(request: web.Request) -> web.Response:
     queue, seconds = _queue(request), _int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
     source = request.app[_SOURCE]
     points = await source.call(stats.history, source.broker, queue, seconds)
-    return web.json_response({"queue": queue, "points": points})
+    return response({"queue": queue, "points": points})
 
 
 async def api_dead(request: web.Request) -> web.Response:
     queue, limit = _queue(request), _int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
     source = request.app[_SOURCE]
-    return web.json_response(await source.call(source.dead, queue, limit))
+    return response(await source.call(source.dead, queue, limit))
 
 
 async def _selection(request: web.Request) -> Optional[list[str]]:
@@ -275,7 +276,7 @@ async def _dead_letter_action(request: web.Request, done: str,
     n = await source.call(action, queue, ids)
     log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n,
              "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
-    return web.json_response({"queue": queue, done: n})
+    return response({"queue": queue, done: n})
 
 
 async def get_metrics(request: web.Request) -> web.Response:

@@ -13,7 +13,6 @@ what one does.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from smqsup import deadletters, stats
 from smqsup.broker import Broker
 from smqsup.errors import SmqsupError
 from smqsup.message import DeadLetter
+from smqsup.web.jsonout import dumps
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def dead_row(raw: bytes) -> dict[str, Any]:
     d = DeadLetter(raw)
     msg = d.message()
     body: Any = msg.body if msg is not None else d.frame.decode("utf-8", "replace")
-    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    text = body if isinstance(body, str) else dumps(body)
     truncated = len(text) > BODY_SHOWN_CHARS
     return {"id": msg.id if msg else None, "attempts": msg.attempts if msg else None, "reason": d.reason,
             "dead_at": d.at, "created_at": msg.created_at if msg else None,
@@ -136,11 +136,11 @@ class Hub:
             if not self._failing:
                 log.warning("web: statistics unavailable: %s", exc)
             self._failing = True
-            return json.dumps({"type": "error", "error": str(exc)})
+            return dumps({"type": "error", "error": str(exc)})
         if self._failing:
             log.info("web: statistics available again")
         self._failing = False
-        return json.dumps({"type": "snapshot", "snapshot": snap}, separators=(",", ":"))
+        return dumps({"type": "snapshot", "snapshot": snap}, compact=True)
 
     async def _send(self, ws: web.WebSocketResponse, text: str) -> None:
         try:
