@@ -180,3 +180,18 @@ def test_an_unexpected_error_is_a_json_500_and_one_scrubbed_log_line(
     line = errors[0].getMessage()
     assert errors[0].exc_info is None and "\n" not in line and PASSWORD not in line
     assert "RuntimeError at test_web_hostile.py:" in line and "second line" in line
+
+
+def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> None:
+    """'.' and '..' as the queue in the path, plain or %-encoded: a 4xx JSON error, never a listing."""
+    server = web()
+    origin = {"Origin": f"http://{server.address}".encode(), "Content-Type": b"application/json"}
+    for method, target in (("GET", "/api/queues/./dead"), ("GET", "/api/queues/%2e%2e/dead"),
+                           ("GET", "/api/queues/%2E/history"), ("GET", "/api/queues/../dead"),
+                           ("POST", "/api/queues/%2e/dead/purge"), ("POST", "/api/queues/%2e%2e/dead/requeue")):
+        headers = origin if method == "POST" else {}
+        body = b'{"ids": ["x"]}' if method == "POST" else b""
+        status, reply_headers, reply = raw_request(server.address, request_bytes(method, target, server.address,
+                                                                                  headers, body))
+        check_reply(status, reply_headers, reply, target)
+        assert 400 <= status < 500 and reply_headers["content-type"].startswith("application/json"), target

@@ -30,12 +30,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from smqsup import safe, stats
 from smqsup.broker import Broker
-from smqsup.config import Config, WebConfig, validate_queue_name
+from smqsup.config import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
 from smqsup.web import metrics
 from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
-from smqsup.web.source import Hub, Source
+from smqsup.web.source import Hub, Source, queue_name
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +282,8 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
 
 
 def _queue(request: web.Request) -> str:
-    return validate_queue_name(request.match_info["queue"], key="queue")
+    """The queue named in the path (ConfigError unless ``queue_name`` accepts it)."""
+    return queue_name(request.match_info["queue"])
 
 
 def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:

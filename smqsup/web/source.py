@@ -22,7 +22,8 @@ from aiohttp import web
 
 from smqsup import deadletters, stats
 from smqsup.broker import Broker
-from smqsup.errors import SmqsupError
+from smqsup.config import validate_queue_name
+from smqsup.errors import ConfigError, SmqsupError
 from smqsup.message import DeadLetter
 from smqsup.web.jsonout import dumps
 
@@ -92,6 +93,16 @@ class Source:
     def purge(self, queue: str, ids: Optional[Sequence[str]]) -> int:
         """See deadletters.purge."""
         return deadletters.purge(self.broker, queue, ids)
+
+
+def queue_name(name: str) -> str:
+    """``name`` if it is a queue name the web serves, else ConfigError: what
+    validate_queue_name accepts, but never ``.`` or ``..``, which would read
+    as steps of a path."""
+    name = validate_queue_name(name, key="queue")
+    if name in (".", ".."):
+        raise ConfigError(f"queue: not a queue name, got {name!r}", key="queue")
+    return name
 
 
 class Hub:
