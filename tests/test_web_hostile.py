@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
+import aiohttp
 import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
-from smqsup import safe
+from smqsup import safe, stats
 from smqsup.broker import Broker
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
@@ -28,6 +30,8 @@ PASSWORD = "hostile-redis-pass"
 #: A dead letter whose frame holds a bare NaN (Python's json reads it, strict JSON has no NaN).
 NAN_DEAD_LETTER = b'{"reason":"x","at_ms":1}\n0|{"id":"a","queue":"q","body":NaN,"created_at":1,"headers":{}}'
 DEEP = b"[" * 100_000 + b"]" * 100_000
+#: Nested just shallow enough for json.loads in a fresh thread, too deep to encode from a busy stack.
+FAIRLY_DEEP = b"[" * 900 + b"]" * 900
 
 WebFactory = Callable[..., WebServer]
 
@@ -39,6 +43,33 @@ def _refuse(name: str) -> NoReturn:
 def strict_json(body: bytes) -> Any:
     """``body`` decoded as strict JSON: UTF-8, and no NaN or Infinity."""
     return json.loads(body.decode("utf-8"), parse_constant=_refuse)
+
+
+def seed_hostile(client: redis.Redis, queue: str = "q") -> None:
+    """Write unreadable or absurd values into every key the web server reads for ``queue``."""
+    k = f"smq:{{{queue}}}"
+    client.sadd("smq:queues", queue, b"\xff\xfe", "a:b", ".", "..", "x" * 300)
+    client.lpush(f"{k}:dead", NAN_DEAD_LETTER, b"\xff\xfe", DEEP, b'{"reason":"x"}\n' + DEEP,
+                 b'{"at_ms":' + b"9" * 400 + b'}\n0|{}', b'{"reason":"x","at_ms":1e999,"error_type":[1]}\n\xff|x',
+                 b'{"reason":"x","at_ms":1}\n0|{"id":"d","queue":"q","body":' + FAIRLY_DEEP +
+                 b',"created_at":1,"headers":{}}', b'{"reason":"x"}\n0|{"id":"s","queue":"q","body":"\\udcff",'
+                 b'"created_at":1e999,"headers":{}}')
+    client.hset(f"{k}:consumers", mapping={
+        "c1": b"not json", "c2": b"[1, 2]", "c3": DEEP, "c4": b"\xff\xfe",
+        "c5": b'{"pid": "x", "index": "y", "cpu": NaN, "rss": ' + b"9" * 400 + b', "host": {"a": 1}}',
+        "c6": b'{"id": [1], "pid": 1e999, "index": -Infinity, "uss": "\\udcff", "received": ' + FAIRLY_DEEP + b'}',
+        b"\xff": b"{}"})
+    client.zadd(f"{k}:heartbeats", {"c5": float("inf"), "c6": 1})
+    client.hset(f"{k}:slots", mapping={"h:#1": b"{}", "h:#2": b"nope", "h:#3": b'{"restarts": "many"}',
+                                       "h:#4": b'{"restarts": ' + b"9" * 400 + b"}"})
+    client.hset(f"{k}:counters", mapping={"published": b"abc", "acked": b"1.5", "retried": b"9" * 5000,
+                                          "dead_lettered": b"\xff", "reclaimed": b"-"})
+    client.hset(f"{k}:gc", mapping={"reclaimed": b"x", b"\xff": b"1", "orphans": b"9" * 5000})
+    client.lpush(f"{k}:series", b"garbage", b"[]", b'{"t":"x"}', b'{"t":1,"published":"y"}', b'{"t":NaN}', DEEP,
+                 b'{"t":2,"published":1e999}', b'{"t":3,"published":' + b"9" * 400 + b"}", b'{"t":4,"acked":5}')
+    client.hset("{smq}:producers", mapping={"p1": b"garbage", "p2": b'{"published":"x","id":[1]}',
+                                            b"\xff": b'{"published":NaN,"seen_at_ms":1e999}', "p3": DEEP})
+    client.set(f"{k}:gc:lock", b"\xff\xfe leader")
 
 
 @pytest.fixture
@@ -180,6 +211,54 @@ def test_an_unexpected_error_is_a_json_500_and_one_scrubbed_log_line(
     line = errors[0].getMessage()
     assert errors[0].exc_info is None and "\n" not in line and PASSWORD not in line
     assert "RuntimeError at test_web_hostile.py:" in line and "second line" in line
+
+
+async def _first_messages(url: str, count: int, **headers: str) -> list[str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"{url}/ws", origin=url, headers=headers) as ws:
+            return [await ws.receive_str(timeout=10) for _ in range(count)]
+
+
+def test_hostile_bytes_in_redis_still_give_200_and_valid_output(redis_client: redis.Redis,
+                                                                  web: WebFactory) -> None:
+    """Over garbage in every key it reads, each endpoint and the WebSocket answer 200 with strict JSON or metrics."""
+    seed_hostile(redis_client)
+    server = web()
+    for path in ("/api/status", "/api/queues/q/history", "/api/queues/q/dead?limit=1000"):
+        status, _, body = server.request("GET", path)
+        assert status == 200, (path, body[:300])
+        strict_json(body)
+    listing = strict_json(server.request("GET", "/api/queues/q/dead")[2])
+    assert listing["total"] == len(listing["entries"]) == 8
+    status, _, body = server.request("GET", "/metrics")
+    assert status == 200, body[:300]
+    assert any(f.name == "smqsup_queue_messages" for f in text_string_to_metric_families(body.decode()))
+    history, snapshot = [strict_json(m.encode()) for m in asyncio.run(_first_messages(server.url, 2))]
+    assert history["type"] == "history" and [p["t"] for p in history["queues"]["q"]] == [1, 2, 3, 4]
+    assert snapshot["type"] == "snapshot" and snapshot["snapshot"]["queues"]["q"]["sizes"]["dead"] == 8
+    check_log(server)
+
+
+def test_snapshot_blanks_what_it_cannot_read(redis_client: redis.Redis, redis_url: str) -> None:
+    """stats.snapshot over garbage: bad counters read 0, bad numbers None, nested values dropped, bad points skipped."""
+    seed_hostile(redis_client)
+    broker = Broker(redis_url)
+    try:
+        snap = stats.snapshot(broker, ["q"])
+        points = stats.history(broker, "q")
+    finally:
+        broker.close()
+    q = snap["queues"]["q"]
+    assert q["counters"] == {c: 0 for c in stats.COUNTERS} and q["sizes"]["dead"] == 8
+    rows = {r["id"]: r for r in q["consumers"]}
+    assert set(rows) == {"c1", "c2", "c3", "c4", "c5", "c6", "\ufffd"}
+    assert rows["c5"]["pid"] is rows["c5"]["cpu"] is rows["c5"]["rss"] is None and "host" not in rows["c5"]
+    assert rows["c6"]["pid"] is rows["c6"]["index"] is rows["c6"]["uss"] is None and "received" not in rows["c6"]
+    assert q["leader"] == "\ufffd\ufffd leader" and q["gc"] == {"\ufffd": 1}
+    assert q["slots"] == {"h:#1": {}, "h:#2": {}, "h:#3": {"restarts": None}, "h:#4": {"restarts": None}}
+    assert {p["id"]: p.get("published") for p in snap["producers"]} == {"p1": None, "p2": None, "p3": None,
+                                                                         "\ufffd": None}
+    assert points == [{"t": 1}, {"t": 2}, {"t": 3}, {"t": 4, "acked": 5}]
 
 
 def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> None:
