@@ -11,11 +11,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError
 from smqsup.producer import Producer
+from smqsup.redis_server import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs
@@ -29,11 +31,14 @@ WebFactory = Callable[..., WebServer]
 
 @pytest.fixture
 def web(tmp_path: Path, redis_url: str) -> Iterator[WebFactory]:
-    """Start ``smqsup web --url <redis> --listen 127.0.0.1:0 [ARGS]``; stopped at teardown."""
+    """Start ``smqsup web --url URL --listen 127.0.0.1:0 [ARGS]`` (URL: the private
+    Redis unless given); each logs to its own file and is stopped at teardown."""
     started: list[WebServer] = []
 
-    def _start(*args: str) -> WebServer:
-        server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", *args, log_dir=tmp_path)
+    def _start(*args: str, url: str = redis_url) -> WebServer:
+        log_dir = tmp_path / f"web{len(started)}"
+        log_dir.mkdir()
+        server = WebServer("--url", url, "--listen", "127.0.0.1:0", *args, log_dir=log_dir)
         started.append(server)
         return server
 
@@ -240,3 +245,20 @@ def test_non_loopback_listen_without_a_token_exits_2_with_one_line() -> None:
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: web.listen: 0.0.0.0:0 is not a loopback address")
+
+
+PASSWORD = "redis-pass-in-url"
+
+
+def test_redis_errors_show_neither_password_nor_token(redis_client: redis.Redis, redis_url: str,
+                                                       web: WebFactory) -> None:
+    """A Redis refusing the url's password, or not listening: 503 bodies and the log show no password or token."""
+    redis_client.config_set("requirepass", "another-one")
+    for url in (f"{redis_url}?password={PASSWORD}", f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"):
+        server = web("--token", TOKEN, url=url)
+        status, headers, body = server.request("GET", f"/api/status?x={TOKEN}",
+                                               headers={"Authorization": f"Bearer {TOKEN}"})
+        assert status == 503 and headers["content-type"].startswith("application/json"), body
+        assert PASSWORD.encode() not in body and TOKEN.encode() not in body and json.loads(body)["error"]
+        server.stop()
+        assert "failed" in server.log() and PASSWORD not in server.log() and TOKEN not in server.log()

@@ -69,6 +69,8 @@ def serve(cfg: Config, url: str, *, ready: Optional[Callable[[str], None]] = Non
     the address cannot be bound.
     """
     web_cfg = cfg.web or WebConfig()
+    safe.register_url(url)  # no error text or log line shows the password...
+    safe.register_secret(web_cfg.token)  # ...or the token
     host, port = check_exposure(web_cfg.listen, web_cfg.token)
     broker = Broker(url, cfg.namespace, client_name="smqsup-web", socket_timeout_s=REDIS_TIMEOUT_S)
     source = Source(broker, list(cfg.queues))
@@ -192,7 +194,7 @@ def _log_internal(request: web.Request, exc: BaseException) -> None:
         tb = tb.tb_next
     where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else "?"
     log.error("web: %s %s: internal error, %s at %s: %s", _shown(request.method, 20),
-              _shown(request.raw_path, 200), type(exc).__name__, where, _shown(exc))
+              _shown(request.path, 200), type(exc).__name__, where, _shown(exc))
 
 
 @web.middleware
@@ -204,7 +206,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except ConfigError as exc:
         return error(400, _shown(exc))
     except BrokerError as exc:
-        log.warning("web: %s %s failed: %s", request.method, _shown(request.raw_path, 200), _shown(exc))
+        log.warning("web: %s %s failed: %s", request.method, _shown(request.path, 200), _shown(exc))
         return error(503, _shown(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
