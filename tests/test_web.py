@@ -7,9 +7,10 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import aiohttp
+import psutil
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,10 +36,10 @@ def web(tmp_path: Path, redis_url: str) -> Iterator[WebFactory]:
     Redis unless given); each logs to its own file and is stopped at teardown."""
     started: list[WebServer] = []
 
-    def _start(*args: str, url: str = redis_url) -> WebServer:
+    def _start(*args: str, url: str = redis_url, extra_env: Optional[dict[str, str]] = None) -> WebServer:
         log_dir = tmp_path / f"web{len(started)}"
         log_dir.mkdir()
-        server = WebServer("--url", url, "--listen", "127.0.0.1:0", *args, log_dir=log_dir)
+        server = WebServer("--url", url, "--listen", "127.0.0.1:0", *args, log_dir=log_dir, extra_env=extra_env)
         started.append(server)
         return server
 
@@ -262,3 +263,39 @@ def test_redis_errors_show_neither_password_nor_token(redis_client: redis.Redis,
         assert PASSWORD.encode() not in body and TOKEN.encode() not in body and json.loads(body)["error"]
         server.stop()
         assert "failed" in server.log() and PASSWORD not in server.log() and TOKEN not in server.log()
+
+
+def _title(server: WebServer) -> str:
+    return " ".join(psutil.Process(server.proc.pid).cmdline()).strip()
+
+
+def test_the_process_title_shows_neither_token_nor_password(redis_url: str, web: WebFactory) -> None:
+    """Once listening, ps shows 'smqsup: web ADDRESS': no token, no url password; --token is warned about."""
+    server = web("--token", TOKEN, url=f"{redis_url}?password={PASSWORD}")
+    title = _title(server)
+    assert title == f"smqsup: web {server.address}", title
+    assert "--token on the command line is visible to other users" in server.log()
+
+
+def test_the_token_can_come_from_a_file_or_the_environment(tmp_path: Path, web: WebFactory) -> None:
+    """--token-file FILE (its first line) and $SMQSUP_WEB_TOKEN guard the API like --token, unseen by ps."""
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {TOKEN}  \nnot this line\n")
+    for server in (web("--token-file", str(token_file)), web(extra_env={"SMQSUP_WEB_TOKEN": TOKEN})):
+        assert server.request("GET", "/api/status")[0] == 401
+        assert server.request("GET", "/api/status", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+        assert TOKEN not in _title(server) and "visible to other users" not in server.log()
+
+
+def test_an_unreadable_or_empty_token_file_exits_2_naming_it(tmp_path: Path) -> None:
+    """--token-file that is missing, empty or not text: exit 2, one 'Error:' line naming the file."""
+    empty, binary = tmp_path / "empty", tmp_path / "binary"
+    empty.write_text("\n  \n")
+    binary.write_bytes(b"\xff\xfe\n")
+    for path, problem in ((tmp_path / "missing", "cannot read it"), (empty, "empty"), (binary, "not UTF-8")):
+        result = procs.run("web", "--url", "redis://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                           "--token-file", str(path))
+        lines = result.stderr.splitlines()
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert lines[0].startswith("Error: smqsup web: --token-file") and str(path) in lines[0], lines[0]
+        assert problem in lines[0], lines[0]
