@@ -7,10 +7,14 @@ import asyncio
 import http.client
 import json
 import logging
+import os
+import random
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, Optional
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -274,3 +278,124 @@ def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> No
                                                                                   headers, body))
         check_reply(status, reply_headers, reply, target)
         assert 400 <= status < 500 and reply_headers["content-type"].startswith("application/json"), target
+
+
+# --- fuzzing ---------------------------------------------------------------------------
+
+#: Requests sent to each server, at most, and the time allowed for them in seconds.
+FUZZ_REQUESTS = 3000
+FUZZ_SECONDS = 20.0
+
+_NAMES = ["q", ".", "..", "%2e", "%2E%2e", "é", "%C3%A9", "日本", "%ff", "%00", "a:b", "%7Bq%7D", "x" * 300, "",
+          "%ED%A0%80", "%c0%ae", "q%2F..", "%", "%zz", "~", "q;x", "a b", "%0d%0aX:%20y"]
+_VALUES = ["1", "0", "-1", "²", "9" * 5000, "1e3", "%ff", "１２", "", "NaN", "0x10", "+5", "1000", "1001", "%00",
+           "900", TOKEN, "%ED%A0%80", "1" * 30]
+_KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit"]
+_PATHS = ["/", "/ws", "/api/status", "/metrics", "/static/app.js", "/static/{n}", "/api/queues/{n}/history",
+          "/api/queues/{n}/dead", "/api/queues/{n}/dead/requeue", "/api/queues/{n}/dead/purge", "/api/queues/{n}",
+          "/api/queues/{n}/dead/../../status", "//", "/%ff", "/api/../api/status", "*", "/favicon.ico"]
+_METHODS = ["GET"] * 6 + ["POST"] * 4 + ["HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "FOO"]
+_BODIES = [b"", b'{"ids": ["zz"]}', b'{"ids": []}', b'{"ids": "x"}', b'{"all": "yes"}', b"null", b"[]", b"NaN",
+           b'{"ids": [NaN]}', DEEP, b"\xff\xfe", b'{"ids": ["\\udcff"]}', b'{"ids": ["\xff"]}', b"{" * 5000,
+           b'{"ids": [' + b'"x",' * 10_001 + b'"y"]}', b'{"ids": [1e999]}', b'{"ids": ["a"], "all": true}']
+_GARBAGE = [b"\xff\xfe\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost\r\n\r\n", b"GET / HTTP/1.1\r\nX: " + b"a" * 10_000 + b"\r\n\r\n",
+            b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET http://evil/api/status HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST /api/queues/q/dead/purge HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
+            b"GET /api/status HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"GET /%%%% HTTP/1.1\r\n\r\n"]
+
+
+def _fuzz_headers(rng: random.Random, address: str) -> dict[str, bytes]:
+    """Some of: bad Authorization, Cookie, Origin, Host, Content-Type, junk; a WebSocket upgrade;
+    often the right token, Origin and Host, so that requests get past the access checks."""
+    port = address.rsplit(":", 1)[1].encode()
+    own = address.encode()
+    choices: dict[str, list[bytes]] = {
+        "Authorization": [b"Bearer \xff", b"Bearer", b"Basic Zm9vOmJhcg==", b"Bearer " + b"a" * 4000,
+                          b"bearer  " + TOKEN.encode() + b" ", b"Bearer " + TOKEN.encode() + b"\xff"],
+        "Cookie": [b"\xff", b"smqsup_session_" + port + b"=\xff", b"a=b; ;;=;", b'"', b"smqsup_session_" + port +
+                   b"=" + b"0" * 64, b"=\xff\xfe"],
+        "Origin": [b"null", b"http://[", b"http://evil.example", b"\xff", b"http://127.0.0.1:1", b""],
+        "Host": [b"evil.example", b"[", b"", b"localhost:" + port, b"[::1]:" + port, b"\xff", own + b":1"],
+        "Content-Type": [b"application/json; charset=bogus", b"application/json; charset=latin-1", b"text/plain",
+                         b"multipart/form-data; boundary=x", b"\xff", b"application/json;;;"],
+        "X-Junk": [b"\xff\xfe\x80", b"a" * 2000],
+    }
+    good = {"Authorization": b"Bearer " + TOKEN.encode(), "Origin": b"http://" + own,
+            "Content-Type": b"application/json"}
+    headers = {name: rng.choice(values) for name, values in choices.items() if rng.random() < 0.15}
+    headers.setdefault("Host", own)  # HTTP/1.1 needs one
+    for name, value in good.items():
+        if name not in headers and rng.random() < 0.7:
+            headers[name] = value
+    if rng.random() < 0.05:
+        headers.update({"Upgrade": b"websocket", "Connection": b"Upgrade", "Sec-WebSocket-Version": b"13",
+                        "Sec-WebSocket-Key": b"dGhlIHNhbXBsZSBub25jZQ=="})
+    return headers
+
+
+def _url_part(rng: random.Random, text: str) -> str:
+    """``text`` %-encoded as a client would (keeping its own %xx), or now and then raw."""
+    return text if rng.random() < 0.2 else quote(text, safe="%:;{}~.")
+
+
+def _fuzz_request(rng: random.Random, address: str) -> bytes:
+    """One random request, adversarial in every part; now and then plain garbage."""
+    if rng.random() < 0.05:
+        return rng.choice(_GARBAGE)
+    target = rng.choice(_PATHS).replace("{n}", _url_part(rng, rng.choice(_NAMES)))
+    if rng.random() < 0.5:
+        target += "?" + "&".join(f"{_url_part(rng, rng.choice(_KEYS))}={_url_part(rng, rng.choice(_VALUES))}"
+                                 for _ in range(rng.randint(1, 3)))
+    method = rng.choice(_METHODS)
+    body = rng.choice(_BODIES) if method in ("POST", "PUT", "PATCH") or rng.random() < 0.05 else b""
+    headers = _fuzz_headers(rng, address)
+    lines = [f"{method} {target} HTTP/1.1".encode()]
+    lines += [name.encode() + b": " + value for name, value in headers.items()]
+    if "Connection" not in headers:
+        lines.append(b"Connection: close")
+    if body or method == "POST":
+        lines.append(b"Content-Length: %d" % len(body))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def _fuzz(server: WebServer, seed: int) -> dict[int, int]:
+    """Send random requests until FUZZ_REQUESTS or FUZZ_SECONDS and check each reply;
+    returns how many got each status (0: connection dropped)."""
+    rng = random.Random(seed)
+    deadline = time.monotonic() + FUZZ_SECONDS
+    statuses: dict[int, int] = {}
+    for n in range(FUZZ_REQUESTS):
+        if time.monotonic() > deadline:
+            break
+        data = _fuzz_request(rng, server.address)
+        where = f"seed={seed} request #{n}: {data[:300]!r}"
+        try:
+            status, headers, body = raw_request(server.address, data)
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            assert data in _GARBAGE, f"{where}: connection dropped"  # aiohttp may hang up on garbage
+            status = 0
+        else:
+            check_reply(status, headers, body, where, data)
+        statuses[status] = statuses.get(status, 0) + 1
+        if n % 100 == 99:
+            assert server.proc.poll() is None, f"{where}: the server exited: {server.log()[-2000:]}"
+    return statuses
+
+
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_random_and_adversarial_requests_never_get_a_5xx(redis_client: redis.Redis, redis_url: str,
+                                                          web: WebFactory, token: Optional[str]) -> None:
+    """Thousands of random requests over hostile Redis: no 5xx, bad JSON, traceback or secret; the server stays up."""
+    seed = int(os.environ.get("SMQSUP_FUZZ_SEED") or random.randrange(2**32))  # set it to replay a failure
+    print(f"fuzz seed {seed} (replay: SMQSUP_FUZZ_SEED={seed})")
+    seed_hostile(redis_client)
+    redis_client.config_set("requirepass", PASSWORD)
+    server = web(*(("--token", token) if token else ()), url=f"{redis_url}?password={PASSWORD}")
+    statuses = _fuzz(server, seed)
+    print(f"replies by status: {dict(sorted(statuses.items()))}")
+    assert sum(statuses.values()) >= 500, f"seed={seed}: only {statuses} in {FUZZ_SECONDS} s"
+    assert statuses.get(200, 0) >= 0.02 * sum(statuses.values()), f"seed={seed}: too few got through: {statuses}"
+    headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+    assert server.request("GET", "/api/status", headers=headers)[0] == 200, f"seed={seed}"
+    check_log(server, (PASSWORD, token) if token else (PASSWORD,))
