@@ -132,7 +132,7 @@ def _queue_snapshot(broker: Broker, name: str, now_ms: int, window_s: float) -> 
         for cid in consumers:
             pipe.llen(k.processing(_text(cid)))
         held = pipe.execute() if consumers else []
-    beat_at = {_text(m): float(s) for m, s in beats}
+    beat_at = {_text(m): at for m, s in beats if (at := _number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), n in zip(consumers.items(), held):
         row = {**_record(info, _CONSUMER_NUMBERS), "id": _text(cid), "processing": int(n)}

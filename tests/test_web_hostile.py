@@ -257,6 +257,7 @@ def test_snapshot_blanks_what_it_cannot_read(redis_client: redis.Redis, redis_ur
     rows = {r["id"]: r for r in q["consumers"]}
     assert set(rows) == {"c1", "c2", "c3", "c4", "c5", "c6", "\ufffd"}
     assert rows["c5"]["pid"] is rows["c5"]["cpu"] is rows["c5"]["rss"] is None and "host" not in rows["c5"]
+    assert rows["c5"]["heartbeat_age_s"] is None and rows["c6"]["heartbeat_age_s"] > 0  # beats at +inf and at 1 ms
     assert rows["c6"]["pid"] is rows["c6"]["index"] is rows["c6"]["uss"] is None and "received" not in rows["c6"]
     assert q["leader"] == "\ufffd\ufffd leader" and q["gc"] == {"\ufffd": 1}
     assert q["slots"] == {"h:#1": {}, "h:#2": {}, "h:#3": {"restarts": None}, "h:#4": {"restarts": None}}
