@@ -577,7 +577,9 @@ class Broker:
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
-            return sorted(_text(q) for q in self.client.smembers(queues_set(self.namespace)))
+            names = cast(set[bytes], self.client.smembers(queues_set(self.namespace)))
+        # Anyone can SADD there: a name that is not UTF-8 comes back with U+FFFD.
+        return sorted(q.decode("utf-8", "replace") for q in names)
 
     # --- dead letters --------------------------------------------------------
 

@@ -77,9 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target(p, url=True)
     p.add_argument("--listen", metavar="HOST:PORT",
                    help=f"address to listen on (default: web.listen, else {defaults.WEB_LISTEN}; port 0: any free)")
-    p.add_argument("--token", default=os.environ.get("SMQSUP_WEB_TOKEN"),
-                   help="token every request must carry (default: $SMQSUP_WEB_TOKEN, else web.token); "
-                        "required to listen on a non-loopback address")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("--token-file", metavar="FILE",
+                       help="read the token every request must carry from the first line of FILE "
+                            "(default: $SMQSUP_WEB_TOKEN, else web.token); required to listen on a "
+                            "non-loopback address")
+    given.add_argument("--token", help="the token itself: other users see it in ps, prefer --token-file")
 
     p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
     _add_target(p, url=True)
@@ -236,17 +239,73 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_web(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from smqsup import safe
+
+    # The command line may carry the token and the url's password: out of ps at once.
+    _web_title(args.listen or "")
+    token = _web_token(args)
     url, namespace, _ = _target(args)
+    safe.register_url(url)
     cfg = config_mod.load(args.config) if args.config else config_mod.from_url(url, namespace)
     web = cfg.web or config_mod.WebConfig()
-    web = config_mod.WebConfig(listen=args.listen or web.listen, token=args.token or web.token)
+    web = config_mod.WebConfig(listen=args.listen or web.listen, token=token or web.token)
     from smqsup.web import serve
 
     def ready(address: str) -> None:
+        _web_title(address)
         print(f"smqsup web: listening on http://{address}/", flush=True)
 
     serve(replace(cfg, web=web), url, ready=ready)
     return EXIT_OK
+
+
+def _web_title(listen: str) -> None:
+    """Name the process ``smqsup: web LISTEN``, hiding its command line."""
+    from setproctitle import setproctitle
+
+    from smqsup import safe
+
+    setproctitle(f"smqsup: web {safe.escape(listen, 100)}".rstrip())
+
+
+#: Longest token --token-file reads, in characters.
+_TOKEN_FILE_MAX = 4096
+
+
+def _web_token(args: argparse.Namespace) -> Optional[str]:
+    """The token from --token (with a warning: ps shows it), --token-file
+    (its first line) or $SMQSUP_WEB_TOKEN; None when none is given."""
+    from smqsup import safe
+
+    if args.token:
+        log.warning("web: --token on the command line is visible to other users (ps); "
+                    "use --token-file FILE or $SMQSUP_WEB_TOKEN instead")
+        token: Optional[str] = args.token
+    elif args.token_file:
+        token = _read_token_file(args.token_file)
+    else:
+        token = os.environ.get("SMQSUP_WEB_TOKEN") or None
+    safe.register_secret(token)
+    return token
+
+
+def _read_token_file(path: str) -> str:
+    """The first line of ``path``, stripped; UsageError naming the file when
+    it cannot be read or that line is empty."""
+    where = f"smqsup web: --token-file {path!r}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline(_TOKEN_FILE_MAX + 1)
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not UTF-8 text") from None
+    if len(line) > _TOKEN_FILE_MAX:
+        raise UsageError(f"{where}: the first line is longer than {_TOKEN_FILE_MAX} characters")
+    token = line.strip()
+    if not token:
+        raise UsageError(f"{where}: the first line is empty")
+    return token
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ Where the numbers come from (none costs a round trip per message):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Optional, cast
 
@@ -28,6 +29,12 @@ SERIES_POINTS = 900
 COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued")
 #: Queue sizes a point carries.
 SIZES = ("pending", "processing", "delayed", "dead")
+#: Fields of a consumer's, a slot's and a producer's record that hold numbers
+#: (None in a snapshot when Redis holds anything else there).
+_CONSUMER_NUMBERS = ("pid", "index", "supervisor", "started_at", "cpu", "rss", "uss", "received", "acked",
+                     "retried", "dead_lettered", "late_acks", "busy_s", "rate")
+_SLOT_NUMBERS = ("supervisor", "index", "restarts", "last_exit_at")
+_PRODUCER_NUMBERS = ("seen_at_ms", "published", "rate")
 
 
 def sample(broker: Broker, queue: str) -> dict[str, Any]:
@@ -64,7 +71,7 @@ def history(broker: Broker, queue: str, seconds: int = SERIES_POINTS) -> list[di
     """The queue's points of the last ``seconds``, oldest first."""
     with wrapped(f"history of {queue!r}"):
         raw = broker.client.lrange(broker.keys(queue).series, 0, max(0, seconds - 1))
-    return [_json(r) for r in reversed(cast(list[bytes], raw))]
+    return _points(cast(list[bytes], raw))
 
 
 def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str, Optional[float]]:
@@ -125,24 +132,23 @@ def _queue_snapshot(broker: Broker, name: str, now_ms: int, window_s: float) -> 
         for cid in consumers:
             pipe.llen(k.processing(_text(cid)))
         held = pipe.execute() if consumers else []
-    beat_at = {_text(m): float(s) for m, s in beats}
+    beat_at = {_text(m): at for m, s in beats if (at := _number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), n in zip(consumers.items(), held):
-        row = {"id": _text(cid), **_json(info), "processing": int(n)}
+        row = {**_record(info, _CONSUMER_NUMBERS), "id": _text(cid), "processing": int(n)}
         at = beat_at.get(row["id"])
         row["heartbeat_age_s"] = None if at is None else round((now_ms - at) / 1000.0, 3)
         rows.append(row)
-    rows.sort(key=lambda r: (str(r.get("host")), int(r.get("index") or 0), int(r.get("pid") or 0)))
-    points = [_json(r) for r in reversed(recent)]
+    rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {"pending": int(pending), "processing": sum(int(n) for n in held), "delayed": int(delayed),
                   "dead": int(dead)},
-        "counters": {c: int(counters.get(c.encode(), 0)) for c in COUNTERS},
-        "rates": rates(points, window_s),
+        "counters": {c: _int(counters.get(c.encode())) or 0 for c in COUNTERS},
+        "rates": rates(_points(recent), window_s),
         "consumers": rows,
         "leader": None if leader is None else _text(leader),
-        "gc": {_text(f): int(v) for f, v in gc.items()},
-        "slots": {_text(f): _json(v) for f, v in slots.items()},
+        "gc": {_text(f): n for f, v in gc.items() if (n := _int(v)) is not None},
+        "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in slots.items()},
     }
 
 
@@ -150,17 +156,62 @@ def producers(broker: Broker) -> list[dict[str, Any]]:
     """Producers seen in the last 10 minutes, with their published counts."""
     with wrapped("producers"):
         raw = broker.client.hgetall(broker.producers_key)
-    rows = [{"id": _text(k), **_json(v)} for k, v in raw.items()]
+    rows = [{**_record(v, _PRODUCER_NUMBERS), "id": _text(k)} for k, v in raw.items()]
     return sorted(rows, key=lambda r: str(r["id"]))
 
 
+# Reading what Redis holds: any client with access may have written anything
+# there, so each reader below returns something usable or nothing, never raises.
+
+
 def _text(value: "bytes | str") -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _json(value: "bytes | str") -> dict[str, Any]:
+    """A JSON object, or {} for anything else (not JSON, not an object, too deep)."""
     try:
         data = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _int(value: "bytes | str | None") -> Optional[int]:
+    """A Redis integer (HINCRBY's text), or None for anything else."""
+    text = _text(value or b"").strip()
+    digits = text[1:] if text[:1] == "-" else text
+    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
+
+
+def _number(value: Any) -> Optional[float]:
+    """A JSON number that is finite and within 64 bits, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def _record(value: "bytes | str", numbers: Sequence[str]) -> dict[str, Any]:
+    """A JSON object's flat fields: strings, booleans, null and numbers (NaN,
+    infinities and numbers past 64 bits as None); nested values are dropped,
+    and ``numbers`` fields that hold anything but a number are None."""
+    out: dict[str, Any] = {}
+    for key, item in _json(value).items():
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            out[key] = _number(item)
+        elif isinstance(item, (str, bool)) or item is None:
+            out[key] = None if key in numbers else item
+    return out
+
+
+def _points(raw: Sequence[bytes]) -> list[dict[str, Any]]:
+    """History points, oldest first (``raw`` is newest first): those with a
+    number ``t``, each keeping only its fields that are numbers."""
+    points = []
+    for r in reversed(raw):
+        point = {k: n for k, v in _json(r).items() if (n := _number(v)) is not None}
+        if "t" in point:
+            points.append(point)
+    return points

@@ -7,15 +7,18 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import aiohttp
+import psutil
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError
 from smqsup.producer import Producer
+from smqsup.redis_server import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs
@@ -29,11 +32,14 @@ WebFactory = Callable[..., WebServer]
 
 @pytest.fixture
 def web(tmp_path: Path, redis_url: str) -> Iterator[WebFactory]:
-    """Start ``smqsup web --url <redis> --listen 127.0.0.1:0 [ARGS]``; stopped at teardown."""
+    """Start ``smqsup web --url URL --listen 127.0.0.1:0 [ARGS]`` (URL: the private
+    Redis unless given); each logs to its own file and is stopped at teardown."""
     started: list[WebServer] = []
 
-    def _start(*args: str) -> WebServer:
-        server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", *args, log_dir=tmp_path)
+    def _start(*args: str, url: str = redis_url, extra_env: Optional[dict[str, str]] = None) -> WebServer:
+        log_dir = tmp_path / f"web{len(started)}"
+        log_dir.mkdir()
+        server = WebServer("--url", url, "--listen", "127.0.0.1:0", *args, log_dir=log_dir, extra_env=extra_env)
         started.append(server)
         return server
 
@@ -240,3 +246,56 @@ def test_non_loopback_listen_without_a_token_exits_2_with_one_line() -> None:
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: web.listen: 0.0.0.0:0 is not a loopback address")
+
+
+PASSWORD = "redis-pass-in-url"
+
+
+def test_redis_errors_show_neither_password_nor_token(redis_client: redis.Redis, redis_url: str,
+                                                       web: WebFactory) -> None:
+    """A Redis refusing the url's password, or not listening: 503 bodies and the log show no password or token."""
+    redis_client.config_set("requirepass", "another-one")
+    for url in (f"{redis_url}?password={PASSWORD}", f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"):
+        server = web("--token", TOKEN, url=url)
+        status, headers, body = server.request("GET", f"/api/status?x={TOKEN}",
+                                               headers={"Authorization": f"Bearer {TOKEN}"})
+        assert status == 503 and headers["content-type"].startswith("application/json"), body
+        assert PASSWORD.encode() not in body and TOKEN.encode() not in body and json.loads(body)["error"]
+        server.stop()
+        assert "failed" in server.log() and PASSWORD not in server.log() and TOKEN not in server.log()
+
+
+def _title(server: WebServer) -> str:
+    return " ".join(psutil.Process(server.proc.pid).cmdline()).strip()
+
+
+def test_the_process_title_shows_neither_token_nor_password(redis_url: str, web: WebFactory) -> None:
+    """Once listening, ps shows 'smqsup: web ADDRESS': no token, no url password; --token is warned about."""
+    server = web("--token", TOKEN, url=f"{redis_url}?password={PASSWORD}")
+    title = _title(server)
+    assert title == f"smqsup: web {server.address}", title
+    assert "--token on the command line is visible to other users" in server.log()
+
+
+def test_the_token_can_come_from_a_file_or_the_environment(tmp_path: Path, web: WebFactory) -> None:
+    """--token-file FILE (its first line) and $SMQSUP_WEB_TOKEN guard the API like --token, unseen by ps."""
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {TOKEN}  \nnot this line\n")
+    for server in (web("--token-file", str(token_file)), web(extra_env={"SMQSUP_WEB_TOKEN": TOKEN})):
+        assert server.request("GET", "/api/status")[0] == 401
+        assert server.request("GET", "/api/status", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+        assert TOKEN not in _title(server) and "visible to other users" not in server.log()
+
+
+def test_an_unreadable_or_empty_token_file_exits_2_naming_it(tmp_path: Path) -> None:
+    """--token-file that is missing, empty or not text: exit 2, one 'Error:' line naming the file."""
+    empty, binary = tmp_path / "empty", tmp_path / "binary"
+    empty.write_text("\n  \n")
+    binary.write_bytes(b"\xff\xfe\n")
+    for path, problem in ((tmp_path / "missing", "cannot read it"), (empty, "empty"), (binary, "not UTF-8")):
+        result = procs.run("web", "--url", "redis://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                           "--token-file", str(path))
+        lines = result.stderr.splitlines()
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert lines[0].startswith("Error: smqsup web: --token-file") and str(path) in lines[0], lines[0]
+        assert problem in lines[0], lines[0]

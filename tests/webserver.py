@@ -18,13 +18,16 @@ _READY = "smqsup web: listening on http://"
 
 class WebServer:
     """``smqsup web ARGS --listen 127.0.0.1:0``; ``address`` is the port it bound,
-    read from the line it prints once listening. Its log goes to a file."""
+    read from the line it prints once listening. Its log goes to a file; its
+    environment is ours without $SMQSUP_WEB_TOKEN, plus ``extra_env``."""
 
-    def __init__(self, *args: str, log_dir: Path, timeout_s: float = 15) -> None:
+    def __init__(self, *args: str, log_dir: Path, timeout_s: float = 15,
+                 extra_env: Optional[dict[str, str]] = None) -> None:
         self.log_path = log_dir / "web.txt"
         self._log = open(self.log_path, "w")
         env = procs.env()
         env.pop("SMQSUP_WEB_TOKEN", None)
+        env.update(extra_env or {})
         self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "web", *args], env=env,
                                      stdout=subprocess.PIPE, stderr=self._log)
         assert self.proc.stdout is not None
@@ -38,7 +41,8 @@ class WebServer:
             raise
         self.url = f"http://{self.address}"
 
-    def _bound(self) -> Optional[str]:
+    def _bound(self) -> str:
+        """The address once the ready line is out, else "" (wait_for tries again)."""
         assert self.proc.stdout is not None
         try:
             self._out += os.read(self.proc.stdout.fileno(), 4096)
@@ -49,7 +53,7 @@ class WebServer:
                 return line[len(_READY):].rstrip("/")
         if self.proc.poll() is not None:
             raise AssertionError(f"smqsup web exited with {self.proc.returncode}: {self.log()}")
-        return None
+        return ""
 
     def log(self) -> str:
         return self.log_path.read_text()

@@ -10,6 +10,7 @@ an old counter.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
@@ -20,9 +21,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Sample = tuple[Mapping[str, str], float]
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
 
 def escape_label(value: str) -> str:
-    """A label value escaped per the text format: backslash, double quote, newline."""
+    """A label value escaped per the text format: backslash, double quote,
+    newline; lone surrogates (not UTF-8) become U+FFFD."""
+    value = _SURROGATE.sub("\ufffd", value)
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -54,14 +59,22 @@ def family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> l
 
 
 def _float(value: Any) -> Optional[float]:
+    """``value`` as a sample value, or None when it is not a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past the float range
+        return None
+
+
+def _label(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 def _consumer_labels(queue: str, c: Mapping[str, Any]) -> dict[str, str]:
-    return {"queue": queue, "consumer": str(c.get("id", "")), "host": str(c.get("host", "")),
-            "pid": str(c.get("pid", ""))}
+    return {"queue": queue, "consumer": _label(c.get("id")), "host": _label(c.get("host")),
+            "pid": _label(c.get("pid"))}
 
 
 def _consumer_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
@@ -105,9 +118,9 @@ def render(snap: Mapping[str, Any]) -> str:
     lines += family("smqsup_gc_leader", "gauge", "1 for the process currently elected garbage collector of the queue.",
                     [({"queue": n, "owner": q["leader"]}, 1) for n, q in queues.items() if q["leader"]])
     lines += family("smqsup_consumer_slot_restarts", "counter", "Restarts of a consumer slot (host:#index).",
-                    [({"queue": n, "slot": slot}, v["restarts"]) for n, q in queues.items()
-                     for slot, v in sorted(q["slots"].items()) if _float(v.get("restarts")) is not None])
+                    [({"queue": n, "slot": slot}, restarts) for n, q in queues.items()
+                     for slot, v in sorted(q["slots"].items()) if (restarts := _float(v.get("restarts"))) is not None])
     lines += family("smqsup_producer_messages", "counter", "Messages published by a producer seen in the last "
-                    "10 minutes.", [({"producer": str(p["id"])}, p["published"]) for p in snap.get("producers", [])
-                                    if _float(p.get("published")) is not None])
+                    "10 minutes.", [({"producer": str(p["id"])}, published) for p in snap.get("producers", [])
+                                    if (published := _float(p.get("published"))) is not None])
     return "\n".join(lines) + "\n"

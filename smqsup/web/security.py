@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from smqsup.errors import ConfigError
+from smqsup.safe import escape
+from smqsup.web.jsonout import error as _error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -94,14 +96,23 @@ def _authority(netloc: str, scheme: str) -> str:
 
 def same_origin(origin: str, host_header: str) -> bool:
     """True when the ``Origin`` header names the host (and port) in ``Host``."""
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # e.g. an unclosed "[" (invalid IPv6 address)
+        return False
     if parts.scheme not in ("http", "https") or not parts.netloc or not host_header:
         return False
     return _authority(parts.netloc, parts.scheme) == _authority(host_header, parts.scheme)
 
 
+def _bytes(text: str) -> bytes:
+    """``text`` as bytes, whatever it holds: aiohttp decodes undecodable header
+    bytes to lone surrogates, which a plain ``encode()`` refuses."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def _equal(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+    return hmac.compare_digest(_bytes(given), _bytes(expected))
 
 
 class Guard:
@@ -111,7 +122,7 @@ class Guard:
         self.token = token or None
         #: Set once the port is known: two UIs on one host keep their own cookie.
         self.cookie_name = "smqsup_session"
-        self._session = (hmac.new(self.token.encode(), b"smqsup web session", hashlib.sha256).hexdigest()
+        self._session = (hmac.new(_bytes(self.token), b"smqsup web session", hashlib.sha256).hexdigest()
                          if self.token else "")
 
     def query_token_ok(self, request: web.Request) -> bool:
@@ -150,7 +161,8 @@ class Guard:
             if origin is None and self.token is not None:
                 return _error(403, "Origin header required on state-changing requests")
             if origin is not None and not same_origin(origin, request.host):
-                return _error(403, f"cross-origin request refused (Origin {origin!r}, Host {request.host!r})")
+                return _error(403, f"cross-origin request refused (Origin {escape(origin, 100)!r}, "
+                                   f"Host {escape(request.host, 100)!r})")
         return None
 
     @web.middleware
@@ -166,7 +178,3 @@ class Guard:
             response.headers.setdefault("X-Frame-Options", "DENY")
             response.headers.setdefault("Cache-Control", "no-store")
         return response
-
-
-def _error(status: int, text: str) -> web.Response:
-    return web.json_response({"error": text}, status=status)

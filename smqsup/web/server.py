@@ -18,20 +18,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.resources
+import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, NoReturn, Optional
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from smqsup import stats
+from smqsup import safe, stats
 from smqsup.broker import Broker
-from smqsup.config import Config, WebConfig, validate_queue_name
+from smqsup.config import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
 from smqsup.web import metrics
+from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
-from smqsup.web.source import Hub, Source
+from smqsup.web.source import Hub, Source, queue_name
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ def serve(cfg: Config, url: str, *, ready: Optional[Callable[[str], None]] = Non
     the address cannot be bound.
     """
     web_cfg = cfg.web or WebConfig()
+    safe.register_url(url)  # no error text or log line shows the password...
+    safe.register_secret(web_cfg.token)  # ...or the token
     host, port = check_exposure(web_cfg.listen, web_cfg.token)
     broker = Broker(url, cfg.namespace, client_name="smqsup-web", socket_timeout_s=REDIS_TIMEOUT_S)
     source = Source(broker, list(cfg.queues))
@@ -80,7 +86,7 @@ async def _run(app: web.Application, host: str, port: int, web_cfg: WebConfig,
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # record only; the loop below acts
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=_HTTP_LOG)
     await runner.setup()
     try:
         try:
@@ -99,6 +105,27 @@ async def _run(app: web.Application, host: str, port: int, web_cfg: WebConfig,
         await runner.cleanup()
 
 
+class _OneLine(logging.Filter):
+    """aiohttp's own error records (a malformed request, a failure past our
+    middleware) as one scrubbed, escaped line: no traceback, and no token a
+    quoted request line carried. A malformed request is the client's fault:
+    INFO, so that nobody can fill the log with errors at will."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        text = record.getMessage() if exc is None else f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+        record.msg, record.args = "%s", (_shown(text),)
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+#: The logger aiohttp's protocol handler writes to (see _OneLine).
+_HTTP_LOG = logging.getLogger("smqsup.web.http")
+_HTTP_LOG.addFilter(_OneLine())
+
+
 def _address(sockname: Any) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -107,7 +134,7 @@ def _address(sockname: Any) -> str:
 def build_app(source: Source, token: Optional[str]) -> web.Application:
     """The aiohttp application over ``source`` (its routes are listed above)."""
     guard = Guard(token)
-    app = web.Application(middlewares=[guard.middleware, _errors], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[_last_resort, guard.middleware, _errors], client_max_size=1024 * 1024)
     app[_SOURCE] = source
     app[_HUB] = Hub(source)
     app[_GUARD] = guard
@@ -141,16 +168,53 @@ async def _close_clients(app: web.Application) -> None:
     await app[_HUB].close_all()
 
 
+def _shown(value: object, limit: int = 500) -> str:
+    """``value`` as one line for a log or an error text: secrets masked,
+    control characters escaped, about ``limit`` characters at most."""
+    return safe.escape(safe.scrub(safe.escape(value, 10 * limit)), limit)
+
+
+@web.middleware
+async def _last_resort(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost: any exception nothing else handled becomes a 500
+    ``{"error": "internal error"}`` and one log line, never a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place that catches everything
+        _log_internal(request, exc)
+        return error(500, "internal error")
+
+
+def _log_internal(request: web.Request, exc: BaseException) -> None:
+    """One line for an unexpected exception: request, type, innermost frame, text."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else "?"
+    log.error("web: %s %s: internal error, %s at %s: %s", _shown(request.method, 20),
+              _shown(request.path, 200), type(exc).__name__, where, _shown(exc))
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Our errors as JSON: a bad argument 400, Redis failing 503."""
+    """Errors as JSON: a bad argument 400, Redis failing 503, aiohttp's own
+    refusals (404, 405, 413...) with their status."""
     try:
         return await handler(request)
     except ConfigError as exc:
-        return web.json_response({"error": str(exc)}, status=400)
+        return error(400, _shown(exc))
     except BrokerError as exc:
-        log.warning("web: %s %s failed: %s", request.method, request.path, exc)
-        return web.json_response({"error": str(exc)}, status=503)
+        log.warning("web: %s %s failed: %s", request.method, _shown(request.path, 200), _shown(exc))
+        return error(503, _shown(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        refusal = error(exc.status, exc.reason)
+        if "Allow" in exc.headers:
+            refusal.headers["Allow"] = exc.headers["Allow"]
+        return refusal
 
 
 # --- page ----------------------------------------------------------------------------
@@ -187,68 +251,78 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     """History first (every queue, HISTORY_S), then the Hub's snapshots."""
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=64 * 1024)
     await ws.prepare(request)
-    source, hub = request.app[_SOURCE], request.app[_HUB]
+    try:
+        await _feed(request.app, ws)
+    except Exception as exc:  # noqa: BLE001 - past prepare() no error response can be sent
+        _log_internal(request, exc)
+        await ws.close(code=WSCloseCode.INTERNAL_ERROR)
+    return ws
+
+
+async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
+    """Send ``ws`` the history, then keep it in the Hub until it leaves."""
+    source, hub = app[_SOURCE], app[_HUB]
     try:
         try:
             history = await source.call(source.histories, HISTORY_S)
-            await ws.send_json({"type": "history", "window_s": HISTORY_S, "queues": history})
+            await ws.send_str(dumps({"type": "history", "window_s": HISTORY_S, "queues": history}))
         except BrokerError as exc:
-            await ws.send_json({"type": "error", "error": str(exc)})
+            await ws.send_str(dumps({"type": "error", "error": _shown(exc)}))
         if hub.latest is not None:
             await ws.send_str(hub.latest)
     except ConnectionError:  # the client left before its first messages
-        return ws
+        return
     hub.add(ws)
     try:
         async for _ in ws:  # the page sends nothing we act on
             pass
     finally:
         hub.discard(ws)
-    return ws
 
 
 # --- JSON API ------------------------------------------------------------------------
 
 
 def _queue(request: web.Request) -> str:
-    return validate_queue_name(request.match_info["queue"], key="queue")
+    """The queue named in the path (ConfigError unless ``queue_name`` accepts it)."""
+    return queue_name(request.match_info["queue"])
 
 
 def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:
+    """The query argument ``name``: ``default`` when absent, else ASCII digits
+    giving 1 to ``high`` (ConfigError otherwise: ``str.isdigit`` alone would
+    let through "²", which ``int`` refuses)."""
     text = request.query.get(name)
     if text is None:
         return default
-    if not text.isdigit() or not 1 <= int(text) <= high:
+    if not (text.isascii() and text.isdigit() and len(text) <= 20 and 1 <= int(text) <= high):
         raise ConfigError(f"{name}: expected an integer from 1 to {high}, got {text[:40]!r}")
     return int(text)
 
 
 async def api_status(request: web.Request) -> web.Response:
     source = request.app[_SOURCE]
-    return web.json_response(await source.call(source.snapshot))
+    return response(await source.call(source.snapshot))
 
 
 async def api_history(request: web.Request) -> web.Response:
     queue, seconds = _queue(request), _int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
     source = request.app[_SOURCE]
     points = await source.call(stats.history, source.broker, queue, seconds)
-    return web.json_response({"queue": queue, "points": points})
+    return response({"queue": queue, "points": points})
 
 
 async def api_dead(request: web.Request) -> web.Response:
     queue, limit = _queue(request), _int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
     source = request.app[_SOURCE]
-    return web.json_response(await source.call(source.dead, queue, limit))
+    return response(await source.call(source.dead, queue, limit))
 
 
 async def _selection(request: web.Request) -> Optional[list[str]]:
     """The message ids a POST names, or None for ``{"all": true}``."""
     if request.content_type != "application/json":
         raise ConfigError("expected a JSON body (Content-Type: application/json)")
-    try:
-        body = await request.json()
-    except ValueError:
-        raise ConfigError("the body is not valid JSON") from None
+    body = _parse_json(await request.read())
     if isinstance(body, dict) and body.get("all") is True and "ids" not in body:
         return None
     ids = body.get("ids") if isinstance(body, dict) else None
@@ -256,6 +330,19 @@ async def _selection(request: web.Request) -> Optional[list[str]]:
             or not all(isinstance(i, str) and i for i in ids)):
         raise ConfigError(f'expected {{"ids": [1 to {IDS_MAX} message ids]}} or {{"all": true}}')
     return ids
+
+
+def _parse_json(data: bytes) -> Any:
+    """The JSON document ``data``: UTF-8, standard JSON (no NaN or Infinity),
+    nested no deeper than the parser copes with; ConfigError otherwise."""
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise ConfigError("the body is not valid JSON (standard JSON in UTF-8)") from None
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not standard JSON")
 
 
 async def api_requeue(request: web.Request) -> web.Response:
@@ -273,9 +360,9 @@ async def _dead_letter_action(request: web.Request, done: str,
     ids = await _selection(request)
     source = request.app[_SOURCE]
     n = await source.call(action, queue, ids)
-    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n,
-             "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), request.remote)
-    return web.json_response({"queue": queue, done: n})
+    chosen = "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n, _shown(chosen, 300), request.remote)
+    return response({"queue": queue, done: n})
 
 
 async def get_metrics(request: web.Request) -> web.Response:

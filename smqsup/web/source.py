@@ -13,7 +13,6 @@ what one does.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +20,12 @@ from typing import Any, Optional, TypeVar
 
 from aiohttp import web
 
-from smqsup import deadletters, stats
+from smqsup import deadletters, safe, stats
 from smqsup.broker import Broker
-from smqsup.errors import SmqsupError
+from smqsup.config import validate_queue_name
+from smqsup.errors import ConfigError, SmqsupError
 from smqsup.message import DeadLetter
+from smqsup.web.jsonout import dumps
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,31 @@ BODY_SHOWN_CHARS = 64 * 1024
 def dead_row(raw: bytes) -> dict[str, Any]:
     """One dead-letter entry as the API lists it: id, attempts, reason,
     dead_at (unix s), created_at, error_type, body (cut past BODY_SHOWN_CHARS,
-    with ``truncated``). A malformed frame has id None and its bytes as body."""
-    d = DeadLetter(raw)
-    msg = d.message()
-    body: Any = msg.body if msg is not None else d.frame.decode("utf-8", "replace")
-    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    with ``truncated``). A malformed frame has id None and its bytes as body;
+    an entry that cannot be read at all (its bytes are anyone's) is shown
+    whole as text, with reason "unreadable"."""
+    try:
+        d = DeadLetter(raw)
+        msg = d.message()
+        row = {"id": msg.id if msg else None, "attempts": msg.attempts if msg else None, "reason": d.reason,
+               "dead_at": d.at, "created_at": msg.created_at if msg else None,
+               "error_type": _optional_text(d.meta.get("error_type"))}
+        return {**row, **_body(msg.body if msg is not None else d.frame.decode("utf-8", "replace"))}
+    except Exception:  # noqa: BLE001 - hostile bytes (deep JSON, huge numbers...) must not fail the listing
+        return {"id": None, "attempts": None, "reason": "unreadable", "dead_at": None, "created_at": None,
+                "error_type": None, **_body(raw.decode("utf-8", "replace"))}
+
+
+def _body(body: Any) -> dict[str, Any]:
+    """``body`` and ``truncated``: a body longer than BODY_SHOWN_CHARS (as
+    JSON text) is sent as its text, cut."""
+    text = body if isinstance(body, str) else dumps(body)
     truncated = len(text) > BODY_SHOWN_CHARS
-    return {"id": msg.id if msg else None, "attempts": msg.attempts if msg else None, "reason": d.reason,
-            "dead_at": d.at, "created_at": msg.created_at if msg else None,
-            "error_type": d.meta.get("error_type"), "body": text[:BODY_SHOWN_CHARS] if truncated else body,
-            "truncated": truncated}
+    return {"body": text[:BODY_SHOWN_CHARS] if truncated else body, "truncated": truncated}
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    return None if value is None else safe.escape(value, 200)
 
 
 class Source:
@@ -68,8 +84,9 @@ class Source:
         self.broker.close()
 
     def queues(self) -> list[str]:
-        """The configured queues and every queue Redis knows of."""
-        return sorted(set(self.configured) | set(self.broker.known_queues()))
+        """The configured queues and every queue Redis knows of whose name is
+        a valid queue name (the set is anyone's to write)."""
+        return sorted(set(self.configured) | {q for q in self.broker.known_queues() if _valid_name(q)})
 
     def snapshot(self) -> dict[str, Any]:
         """``stats.snapshot`` of every queue."""
@@ -92,6 +109,24 @@ class Source:
     def purge(self, queue: str, ids: Optional[Sequence[str]]) -> int:
         """See deadletters.purge."""
         return deadletters.purge(self.broker, queue, ids)
+
+
+def queue_name(name: str) -> str:
+    """``name`` if it is a queue name the web serves, else ConfigError: what
+    validate_queue_name accepts, but never ``.`` or ``..``, which would read
+    as steps of a path."""
+    name = validate_queue_name(name, key="queue")
+    if name in (".", ".."):
+        raise ConfigError(f"queue: not a queue name, got {name!r}", key="queue")
+    return name
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        queue_name(name)
+    except ConfigError:
+        return False
+    return True
 
 
 class Hub:
@@ -130,17 +165,25 @@ class Hub:
             await asyncio.sleep(max(0.05, self.period_s - (loop.time() - started)))
 
     async def _message(self) -> str:
+        """The next message: a snapshot, or an error that clients show (never
+        an exception, which would end the feed for every client)."""
         try:
             snap = await self.source.call(self.source.snapshot)
         except SmqsupError as exc:
-            if not self._failing:
-                log.warning("web: statistics unavailable: %s", exc)
-            self._failing = True
-            return json.dumps({"type": "error", "error": str(exc)})
+            return self._failed(safe.escape(safe.scrub(str(exc))))
+        except Exception as exc:  # noqa: BLE001 - a bug must not stop the feed
+            return self._failed(f"internal error ({type(exc).__name__})")
         if self._failing:
             log.info("web: statistics available again")
         self._failing = False
-        return json.dumps({"type": "snapshot", "snapshot": snap}, separators=(",", ":"))
+        return dumps({"type": "snapshot", "snapshot": snap}, compact=True)
+
+    def _failed(self, text: str) -> str:
+        """The error message for clients; logged once per failing stretch."""
+        if not self._failing:
+            log.warning("web: statistics unavailable: %s", text)
+        self._failing = True
+        return dumps({"type": "error", "error": text})
 
     async def _send(self, ws: web.WebSocketResponse, text: str) -> None:
         try:
