@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from smqsup.broker import Broker
-from smqsup.message import DeadLetter
+from smqsup.message import DeadLetter, too_deep
 
 #: Dead-letter entries read per LRANGE page.
 PAGE = 1000
@@ -32,7 +32,12 @@ def row(raw: bytes) -> dict[str, Any]:
     d = DeadLetter(raw)
     msg = d.message()
     body: Any = msg.body if msg is not None else d.frame.decode("utf-8", "backslashreplace")
-    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    try:
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    except (RecursionError, ValueError):  # decodable yet too deep to encode again
+        text = body = d.frame.partition(b"|")[2].decode("utf-8", "backslashreplace")
+    if not isinstance(body, str) and too_deep(text):
+        body = text  # shown as its text: a listing never nests deeper than a publish may
     truncated = len(text) > BODY_SHOWN_CHARS
     error_type = d.meta.get("error_type")
     created = msg.created_at if msg is not None and math.isfinite(msg.created_at) else None

@@ -27,27 +27,29 @@ _INT_MAX = 2**63 - 1
 class ConsumerInfo:
     """One consumer: who it is, its resources and its counters.
 
-    ``index`` and ``supervisor`` are 0 for a consumer run without a supervisor
-    (``smqsup consume``); ``uss`` is None where it cannot be read.
+    Every field but ``busy`` is None when unknown: a standalone consumer
+    (``smqsup consume``) has no ``index`` or ``supervisor``, ``uss`` cannot
+    always be read, and a registry entry holding garbage yields None rather
+    than a made-up 0.
     """
 
-    pid: int = 0
-    host: str = ""
-    queue: str = ""
-    index: int = 0
-    supervisor: int = 0
-    started_at: float = 0.0  # unix seconds
-    cpu: float = 0.0  # percent of one core
-    rss: int = 0  # bytes
+    pid: Optional[int] = None
+    host: Optional[str] = None
+    queue: Optional[str] = None
+    index: Optional[int] = None  # the "#2" of a supervised consumer
+    supervisor: Optional[int] = None  # its supervisor's pid
+    started_at: Optional[float] = None  # unix seconds
+    cpu: Optional[float] = None  # percent of one core
+    rss: Optional[int] = None  # bytes
     uss: Optional[int] = None  # bytes
     busy: bool = False
-    received: int = 0
-    acked: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    late_acks: int = 0
-    busy_s: float = 0.0  # total time in the handler
-    rate: float = 0.0  # messages per second, smoothed over about 10 s
+    received: Optional[int] = None
+    acked: Optional[int] = None
+    retried: Optional[int] = None
+    dead_lettered: Optional[int] = None
+    late_acks: Optional[int] = None
+    busy_s: Optional[float] = None  # total time in the handler
+    rate: Optional[float] = None  # messages per second, smoothed over about 10 s
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,32 +60,35 @@ class ConsumerInfo:
     @classmethod
     def from_json(cls, raw: "bytes | str") -> "ConsumerInfo":
         """The info ``raw`` holds; fields that are missing, of the wrong type
-        or implausible keep their defaults, and bytes that are not a JSON
-        object give all defaults."""
+        or implausible are None, and bytes that are not a JSON object give an
+        info with every field unknown."""
         try:
             data = json.loads(raw)
         except Exception:  # noqa: BLE001 - hostile bytes: not JSON, too deep, not UTF-8
             return cls()
         if not isinstance(data, dict):
             return cls()
-        kept = {}
-        for f in fields(cls):
-            value = _coerce(data.get(f.name), f.default)
-            if value is not None or f.default is None:
-                kept[f.name] = value
+        kept = {name: _coerce(data.get(name), kind) for name, kind in _KINDS.items()}
+        kept["busy"] = data.get("busy") is True
         return cls(**kept)
 
 
-def _coerce(value: Any, default: Any) -> Any:
-    """``value`` if it fits a field whose default is ``default``, else None."""
-    if default is None or isinstance(default, int) and not isinstance(default, bool):
-        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT_MAX
-        return value if ok else None
-    if isinstance(default, bool):
-        return value if isinstance(value, bool) else None
-    if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return float(value) if ok and abs(value) < 1e15 else None
-    if isinstance(default, str):
-        return value[:_TEXT_CHARS] if isinstance(value, str) else None
-    return None
+#: The type of each field a reader keeps (``busy`` aside).
+_KINDS: dict[str, type] = {
+    "pid": int, "host": str, "queue": str, "index": int, "supervisor": int, "started_at": float, "cpu": float,
+    "rss": int, "uss": int, "received": int, "acked": int, "retried": int, "dead_lettered": int,
+    "late_acks": int, "busy_s": float, "rate": float,
+}
+assert set(_KINDS) | {"busy"} == {f.name for f in fields(ConsumerInfo)}
+
+
+def _coerce(value: Any, kind: type) -> Any:
+    """``value`` if it is a plausible ``kind``, else None."""
+    if isinstance(value, bool):
+        return None
+    if kind is int:
+        return value if isinstance(value, int) and 0 <= value <= _INT_MAX else None
+    if kind is float:
+        ok = isinstance(value, (int, float)) and math.isfinite(value) and abs(value) < 1e15
+        return float(value) if ok else None
+    return value[:_TEXT_CHARS] if isinstance(value, str) else None

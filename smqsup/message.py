@@ -171,10 +171,15 @@ def _encode(value: Any, what: str) -> str:
         raise MessageError(f"{what} is not JSON-serialisable ({exc})") from None
     except RecursionError:
         raise MessageError(f"{what} is nested deeper than {MAX_NESTING} levels") from None
-    # Only text with that many brackets can be that deep: the exact count runs rarely.
-    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
+    if too_deep(text):
         raise MessageError(f"{what} is nested deeper than {MAX_NESTING} levels")
     return text
+
+
+def too_deep(text: str) -> bool:
+    """Whether JSON ``text`` nests lists and objects deeper than MAX_NESTING."""
+    # Only text with that many brackets can be that deep: the exact count runs rarely.
+    return text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

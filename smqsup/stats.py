@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Optional, cast
 
 from smqsup.broker import Broker, wrapped
+from smqsup.info import ConsumerInfo
 
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
@@ -29,10 +30,8 @@ SERIES_POINTS = 900
 COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued")
 #: Queue sizes a point carries.
 SIZES = ("pending", "processing", "delayed", "dead")
-#: Fields of a consumer's, a slot's and a producer's record that hold numbers
-#: (None in a snapshot when Redis holds anything else there).
-_CONSUMER_NUMBERS = ("pid", "index", "supervisor", "started_at", "cpu", "rss", "uss", "received", "acked",
-                     "retried", "dead_lettered", "late_acks", "busy_s", "rate")
+#: Fields of a slot's and a producer's record that hold numbers (None in a
+#: snapshot when Redis holds anything else there; consumers: info.ConsumerInfo).
 _SLOT_NUMBERS = ("supervisor", "index", "restarts", "last_exit_at")
 _PRODUCER_NUMBERS = ("seen_at_ms", "published", "rate")
 
@@ -50,16 +49,16 @@ def sample(broker: Broker, queue: str) -> dict[str, Any]:
         pipe.llen(k.dead)
         pipe.hgetall(k.consumers)
         (secs, usecs), counters, pending, delayed, dead, consumers = pipe.execute()
-        infos = [_json(v) for v in consumers.values()]
+        infos = [ConsumerInfo.from_json(v) for v in consumers.values()]
         pipe = broker.client.pipeline(transaction=False)
         for cid in consumers:
             pipe.llen(k.processing(_text(cid)))
         processing = sum(int(n) for n in pipe.execute()) if consumers else 0
         point: dict[str, Any] = {"t": int(secs) * 1000 + int(usecs) // 1000}
-        point.update({name: int(counters.get(name.encode(), 0)) for name in COUNTERS})
+        point.update({name: _int(counters.get(name.encode())) or 0 for name in COUNTERS})
         point.update(pending=int(pending), processing=processing, delayed=int(delayed), dead=int(dead),
-                     consumers=len(infos), cpu=round(sum(float(i.get("cpu") or 0) for i in infos), 1),
-                     rss=sum(int(i.get("rss") or 0) for i in infos))
+                     consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
+                     rss=sum(i.rss or 0 for i in infos))
         pipe = broker.client.pipeline(transaction=False)
         pipe.lpush(k.series, json.dumps(point, separators=(",", ":")))
         pipe.ltrim(k.series, 0, SERIES_POINTS - 1)
@@ -135,7 +134,7 @@ def _queue_snapshot(broker: Broker, name: str, now_ms: int, window_s: float) -> 
     beat_at = {_text(m): at for m, s in beats if (at := _number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), n in zip(consumers.items(), held):
-        row = {**_record(info, _CONSUMER_NUMBERS), "id": _text(cid), "processing": int(n)}
+        row = {**ConsumerInfo.from_json(info).to_dict(), "id": _text(cid), "processing": int(n)}
         at = beat_at.get(row["id"])
         row["heartbeat_age_s"] = None if at is None else round((now_ms - at) / 1000.0, 3)
         rows.append(row)

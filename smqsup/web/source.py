@@ -24,46 +24,24 @@ from smqsup import deadletters, safe, stats
 from smqsup.broker import Broker
 from smqsup.config import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
-from smqsup.message import DeadLetter
 from smqsup.web.jsonout import dumps
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Dead-letter entries read per round trip when scanning a queue's list.
-#: A dead letter's body longer than this (as JSON text) is cut in listings, in characters.
-BODY_SHOWN_CHARS = 64 * 1024
-
-
 def dead_row(raw: bytes) -> dict[str, Any]:
-    """One dead-letter entry as the API lists it: id, attempts, reason,
-    dead_at (unix s), created_at, error_type, body (cut past BODY_SHOWN_CHARS,
-    with ``truncated``). A malformed frame has id None and its bytes as body;
-    an entry that cannot be read at all (its bytes are anyone's) is shown
-    whole as text, with reason "unreadable"."""
+    """One dead-letter entry as the API lists it: ``deadletters.row``, whose
+    ``id`` names it in a requeue or purge even when its bytes are malformed.
+    Should reading it fail all the same (its bytes are anyone's), it is shown
+    whole as text with reason "unreadable"."""
     try:
-        d = DeadLetter(raw)
-        msg = d.message()
-        row = {"id": msg.id if msg else None, "attempts": msg.attempts if msg else None, "reason": d.reason,
-               "dead_at": d.at, "created_at": msg.created_at if msg else None,
-               "error_type": _optional_text(d.meta.get("error_type"))}
-        return {**row, **_body(msg.body if msg is not None else d.frame.decode("utf-8", "replace"))}
-    except Exception:  # noqa: BLE001 - hostile bytes (deep JSON, huge numbers...) must not fail the listing
+        return deadletters.row(raw)
+    except Exception:  # noqa: BLE001 - hostile bytes must not fail the listing
+        text = raw.decode("utf-8", "replace")
         return {"id": None, "attempts": None, "reason": "unreadable", "dead_at": None, "created_at": None,
-                "error_type": None, **_body(raw.decode("utf-8", "replace"))}
-
-
-def _body(body: Any) -> dict[str, Any]:
-    """``body`` and ``truncated``: a body longer than BODY_SHOWN_CHARS (as
-    JSON text) is sent as its text, cut."""
-    text = body if isinstance(body, str) else dumps(body)
-    truncated = len(text) > BODY_SHOWN_CHARS
-    return {"body": text[:BODY_SHOWN_CHARS] if truncated else body, "truncated": truncated}
-
-
-def _optional_text(value: Any) -> Optional[str]:
-    return None if value is None else safe.escape(value, 200)
+                "error_type": None, "body": text[:deadletters.BODY_SHOWN_CHARS],
+                "truncated": len(text) > deadletters.BODY_SHOWN_CHARS, "malformed": True}
 
 
 class Source:
