@@ -95,9 +95,25 @@ def connect(
         # so a misspelt option is reported here, as a config error.
         pool = client.connection_pool
         pool.connection_class(**pool.connection_kwargs)
+        _check_numbers(pool.connection_kwargs)
     except (TypeError, ValueError, rexc.RedisError) as exc:
         raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
     return client
+
+
+#: Connection options a url may set that are numbers, and their bounds.
+_URL_NUMBERS = {"socket_timeout": (0.0, 86400.0), "socket_connect_timeout": (0.0, 86400.0),
+                 "health_check_interval": (0.0, 86400.0), "db": (0, 2**31 - 1), "max_connections": (1, 2**31 - 1)}
+
+
+def _check_numbers(kwargs: Mapping[str, Any]) -> None:
+    """ValueError for a url option that is a number out of its bounds (NaN,
+    1e999, a negative timeout): the socket layer would raise at the first
+    command, far from the url."""
+    for name, (low, high) in _URL_NUMBERS.items():
+        value = kwargs.get(name)
+        if value is not None and not (isinstance(value, (int, float)) and low <= value <= high):
+            raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")
 
 
 def _url_problem(exc: Exception) -> str:

@@ -172,3 +172,15 @@ def test_a_standalone_consumer_reports_its_counts_like_a_supervised_one(
         assert row["received"] == 5 and row["pid"] == proc.pid
     finally:
         procs.stop(proc)
+
+
+@pytest.mark.parametrize("query", ["socket_connect_timeout=1e999", "socket_timeout=nan", "socket_timeout=-1",
+                                   "socket_timeout=abc", "max_connections=-1", "ssl_cert_reqs=bogus",
+                                   "no_such_option=1"])
+def test_a_bad_url_option_is_one_line_without_the_password(query: str) -> None:
+    """Url options redis-py would choke on later are one-line errors, exit 2, password masked."""
+    scheme = "rediss" if query.startswith("ssl") else "redis"
+    r = procs.run("status", "--url", f"{scheme}://:{PASSWORD}@127.0.0.1:1/0?{query}")
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("Error: redis.url: ") and PASSWORD not in line and ":***@" in line
