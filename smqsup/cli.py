@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="queue sizes, rates, consumers, collector leaders")
     _add_target(p, url=True)
     p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
-    p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", type=_seconds, const=2.0, default=None, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until Ctrl-C")
 
     p = sub.add_parser("web", help="serve the web UI, the JSON API and /metrics")
@@ -93,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these messages (repeatable); default: all")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.1 <= value <= 3600:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.1 to 3600, got {text[:40]!r}")
+    return value
 
 
 def _limit(text: str) -> int:

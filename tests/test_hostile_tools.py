@@ -184,3 +184,13 @@ def test_a_bad_url_option_is_one_line_without_the_password(query: str) -> None:
     assert r.returncode == 2, r.stderr
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("Error: redis.url: ") and PASSWORD not in line and ":***@" in line
+
+
+@pytest.mark.parametrize("args", [["status", "--watch", "nan"], ["status", "--watch", "-1"],
+                                  ["status", "--watch", "1e999"], ["dlq", "list", "q", "--limit", "0"],
+                                  ["dlq", "list", "q", "--limit", "²"], ["dlq", "list", "q", "--limit", "9" * 5000]])
+def test_hostile_numbers_on_the_command_line_are_one_line(args: list[str], redis_url: str) -> None:
+    """Absurd numeric flags are usage errors (exit 2, one line), never a traceback."""
+    r = procs.run(args[0], "--url", redis_url, *args[1:])
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
