@@ -115,6 +115,14 @@ _URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 _APPENDFSYNC = ("always", "everysec", "no")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
 _REDIS_STRING_MAX_BYTES = 512 * 1024**2
+#: Deepest nesting of YAML nodes (a queues.yaml needs 4: file, queues, queue,
+#: value). Also bounds chains of merge keys. PyYAML composes recursively, so
+#: without it a 5,000-deep ``[[[...]]]`` is a RecursionError.
+_MAX_YAML_DEPTH = 20
+#: Most YAML nodes in a file, and most mapping entries built once merge keys
+#: (``<<``) are expanded. A thousand fully spelled-out queues take about
+#: 20,000; the bound keeps what a SIGHUP spends parsing to a second or two.
+_MAX_YAML_NODES = 50_000
 
 
 # --- errors ------------------------------------------------------------------
@@ -152,7 +160,60 @@ def _join(key: str, name: object) -> str:
 
 
 class _Loader(yaml.SafeLoader):  # type: ignore[misc, unused-ignore]
-    """SafeLoader with YAML 1.2 booleans that refuses duplicate keys."""
+    """SafeLoader with YAML 1.2 booleans that refuses duplicate keys, and
+    bounds depth, size and merge-key expansion so any text fails in one line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._merge_depth = 0
+        self._nodes = 0
+        self._entries = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._nodes += 1
+        if self._nodes > _MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {_MAX_YAML_NODES} YAML nodes (not a queues.yaml)",
+                self.peek_event().start_mark)
+        if self._depth >= _MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {_MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Merging copies the source's entries: '<<: [*a, *a, ...]' or a chain of
+        # mappings each merging the previous one builds far more entries than
+        # the file has nodes. PyYAML flattens merge sources recursively.
+        if self._merge_depth >= _MAX_YAML_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) chained more than {_MAX_YAML_DEPTH} deep", node.start_mark)
+        self._merge_depth += 1
+        try:
+            super().flatten_mapping(node)
+        finally:
+            self._merge_depth -= 1
+        self._entries += len(node.value)
+        if self._entries > _MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"more than {_MAX_YAML_NODES} mapping entries once merge keys (<<) are expanded",
+                node.start_mark)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's object for ``node``; a scalar it fails to build (``2001-02-30``,
+        ``!!int foo``, an int of more than 4300 digits) is a YAML error at its mark."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            # Python's own hint ('use sys.set_int_max_str_digits()') is not for users.
+            reason = str(exc).split(";")[0] if isinstance(exc, ValueError) else ""
+            problem = f"invalid {kind} {_show(node.value)}" + (f": {reason}" if reason else "")
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
 
     def construct_mapping(
         self, node: yaml.MappingNode, deep: bool = False

@@ -241,6 +241,65 @@ def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:
         config.load(tmp_path / "queues.yaml")
 
 
+
+def test_deep_nesting_below_the_recursion_limit_is_refused_too() -> None:
+    """Nesting is bounded by a fixed depth, not by where Python's stack happens to end."""
+    message = error_of("x: " + "[" * 21 + "]" * 21 + "\n" + ORDERS)
+    assert message == "queues.yaml: invalid YAML at line 1:23: nested deeper than 20 levels"
+
+
+def test_a_normal_file_is_far_from_the_nesting_limit() -> None:
+    """Anchors, merge keys and flow lists as a real queues.yaml uses them still load."""
+    cfg = loads("""\
+        defaults: &base {retry_delay: 1s, consumers: 2}
+        queues:
+          orders: {<<: *base, handler: 'm:f'}
+          emails: {<<: [*base], handler: 'm:g', consumers: 3}
+        """)
+    assert (cfg.queues["orders"].consumers, cfg.queues["emails"].consumers) == (2, 3)
+
+
+def test_merge_keys_cannot_multiply_a_small_file_into_millions_of_keys() -> None:
+    """A mapping merged thousands of times (an alias bomb through '<<') is refused at once."""
+    big = ", ".join(f"k{i}: {i}" for i in range(1000))
+    text = f"x: &a {{{big}}}\ny: {{<<: [{', '.join(['*a'] * 5000)}]}}\n" + ORDERS
+    assert "mapping entries once merge keys (<<) are expanded" in error_of(text)
+
+
+def test_a_chain_of_merges_is_refused_before_it_grows_quadratically() -> None:
+    """Each mapping merging the previous one copies all its keys: bounded, not a million copies."""
+    chain = "".join(f"a{i}: &a{i} {{<<: *a{i - 1}, k{i}: 1}}\n" for i in range(1, 1500))
+    assert "mapping entries once merge keys (<<) are expanded" in error_of("a0: &a0 {k0: 1}\n" + chain)
+
+
+def test_merges_deferred_through_a_list_cannot_recurse_without_bound() -> None:
+    """Merge sources built inside a list are flattened late, one inside the other: bounded."""
+    items = "".join(f"  - &a{i} {{<<: *a{i - 1}, k{i}: 1}}\n" for i in range(1, 3000))
+    text = "l:\n  - &a0 {k0: 1}\n" + items + "x: {<<: *a2999}\n"
+    assert "merge keys (<<) chained more than 20 deep" in error_of(text)
+
+
+def test_too_many_yaml_nodes_are_refused() -> None:
+    """A list of 100,000 items is not a queues.yaml: refused before it is all parsed."""
+    assert "more than 50000 YAML nodes" in error_of("x: [" + ",".join(["1"] * 100_000) + "]\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("2001-02-30", "invalid timestamp '2001-02-30': day is out of range for month"),
+     ("!!int foo", "invalid int 'foo': invalid literal for int() with base 10: 'foo'"),
+     ("!!float foo", "invalid float 'foo': could not convert string to float: 'foo'"),
+     ("!!bool foo", "invalid bool 'foo'"),
+     ("!!timestamp foo", "invalid timestamp 'foo'"),
+     ("9" * 5000, "invalid int '99999999"),
+     ("0x_", "invalid int '0x_'")],
+)
+def test_scalars_yaml_cannot_build_are_one_line_errors(value: str, problem: str) -> None:
+    """A tagged or implicit scalar PyYAML fails to build is a YAML error with its line and column."""
+    message = error_of(ORDERS + f"    consumers: {value}\n")
+    assert message.startswith("queues.yaml: invalid YAML at line 4:16: ") and problem in message
+    assert len(message) < 300
+
 # --- scalar validators -------------------------------------------------------------
 
 
