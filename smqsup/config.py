@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 # types-PyYAML is optional: without it yaml is Any, with it the ignore is unused.
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
-from smqsup import defaults
+from smqsup import defaults, safe
 from smqsup.errors import ConfigError, HandlerImportError
 
 
@@ -98,6 +98,35 @@ class Config:
     web: WebConfig | None = None
 
 
+# --- bounds: every number in the file has one -----------------------------------
+
+#: Consumers of one queue. The supervisor's slot table (4096 children) holds
+#: four times CONSUMERS_TOTAL_MAX: room for a reload where draining children,
+#: rolled ones and their replacements overlap.
+CONSUMERS_PER_QUEUE_MAX = 1000
+#: Consumers of all queues together.
+CONSUMERS_TOTAL_MAX = 1024
+#: Longest duration anywhere in the file, in seconds (365 days).
+DURATION_MAX_S = 365 * 86400.0
+#: Largest size anywhere in the file, in bytes (1 TiB).
+SIZE_MAX_BYTES = 1024**4
+#: Attempt counts travel in the frame prefix (``<attempts>|``, at most 9
+#: digits): the threshold stays far below 10**9.
+_RETRY_THRESHOLD_MAX = 1_000_000
+#: Messages a consumer handles before it is replaced.
+_MAX_MESSAGES_MAX = 1_000_000_000
+#: retry_backoff: past it the delay reaches retry_delay_max in a few attempts anyway.
+_RETRY_BACKOFF_MAX = 100
+#: heartbeat_interval, in seconds: below the minimum it only costs Redis calls.
+_HEARTBEAT_INTERVAL_MIN_S = 0.01
+_HEARTBEAT_INTERVAL_MAX_S = 3600.0
+#: heartbeat_timeout, in seconds: a dead consumer's messages wait this long.
+_HEARTBEAT_TIMEOUT_MAX_S = 86400.0
+#: Longest bad value or key an error shows, in characters (integers longer
+#: than this are shown by their number of digits).
+_SHOWN_CHARS = 80
+
+
 _T = TypeVar("_T")
 #: A validator takes (value, key path, file path) and returns the coerced value.
 Validator = Callable[[object, str, str], _T]
@@ -132,8 +161,21 @@ def _show(value: object) -> str:
     """A short printable form of a bad value (containers by kind, not content)."""
     if isinstance(value, (dict, list)) and value:
         return "a mapping" if isinstance(value, dict) else "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr() of an int past 4300 digits raises ValueError: count without it.
+        digits = int(value.bit_length() * math.log10(2))
+        while 10**digits <= abs(value):
+            digits += 1
+        if digits > _SHOWN_CHARS:
+            return f"an integer of {digits} digits"
     text = repr(str(value)) if isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _key_text(name: object) -> str:
+    """A key as a key path shows it: one short line, whatever YAML made of it."""
+    shown = _show(name) if isinstance(name, int) else ""
+    return f"<{shown}>" if shown.startswith("an integer of ") else safe.escape(name, _SHOWN_CHARS)
 
 
 def _error(
@@ -153,7 +195,7 @@ def _error(
 
 
 def _join(key: str, name: object) -> str:
-    return f"{key}.{name}" if key else str(name)
+    return f"{key}.{_key_text(name)}" if key else _key_text(name)
 
 
 # --- YAML --------------------------------------------------------------------
@@ -315,7 +357,7 @@ def _mapping(value: object, key: str, path: str, allowed: Collection[str]) -> di
 
 
 def _unknown_key(name: object, key: str, path: str, allowed: Collection[str]) -> ConfigError:
-    close = difflib.get_close_matches(str(name), list(allowed), n=1)
+    close = difflib.get_close_matches(_key_text(name), list(allowed), n=1)
     if close:
         problem = f"unknown key, did you mean {close[0]!r}?"
     else:
@@ -353,27 +395,31 @@ def _as_number(value: object, kind: type[int | float]) -> int | float | None:
         return None
     if kind is int and not isinstance(value, int):
         return None
-    return value if math.isfinite(value) else None
+    # math.isfinite() of an int past 1e308 raises OverflowError; an int is finite.
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _positive_int(value: object, key: str, path: str) -> int:
-    number = _as_number(value, int)
-    if not isinstance(number, int) or number < 1:
-        raise _error("expected a positive integer", value, path=path, key=key)
-    return number
+def _int_range(low: int, high: int, why: str = "") -> Validator[int]:
+    """A validator of ints from ``low`` (0 or 1) to ``high``; ``why`` explains the bound."""
+    kind = "a positive integer" if low == 1 else f"an integer >= {low}"
 
+    def validate(value: object, key: str, path: str) -> int:
+        number = _as_number(value, int)
+        if not isinstance(number, int) or number < low:
+            raise _error(f"expected {kind}", value, path=path, key=key)
+        if number > high:
+            raise _error(f"must be at most {high}{why}", value, path=path, key=key)
+        return number
 
-def _non_negative_int(value: object, key: str, path: str) -> int:
-    number = _as_number(value, int)
-    if not isinstance(number, int) or number < 0:
-        raise _error("expected an integer >= 0", value, path=path, key=key)
-    return number
+    return validate
 
 
 def _multiplier(value: object, key: str, path: str) -> float:
     number = _as_number(value, float)
     if number is None or number < 1.0:
         raise _error("expected a multiplier >= 1.0", value, path=path, key=key)
+    if number > _RETRY_BACKOFF_MAX:
+        raise _error(f"must be at most {_RETRY_BACKOFF_MAX}", value, path=path, key=key)
     return float(number)
 
 
@@ -420,6 +466,8 @@ def parse_duration(value: object, key: str = "", path: str = "") -> float:
         raise _error("expected a duration like 500ms, 5s, 2m or 1h", value, path=path, key=key)
     if seconds < 0:
         raise _error("a duration must not be negative", value, path=path, key=key)
+    if seconds > DURATION_MAX_S:
+        raise _error("a duration must be at most 365d", value, path=path, key=key)
     return seconds
 
 
@@ -433,6 +481,8 @@ def parse_size(value: object, key: str = "", path: str = "") -> int:
         raise _error("expected a size like 100B, 64KB, 512MB or 1GB", value, path=path, key=key)
     if size < 0:
         raise _error("a size must not be negative", value, path=path, key=key)
+    if size > SIZE_MAX_BYTES:
+        raise _error("a size must be at most 1TB", value, path=path, key=key)
     return int(size)
 
 
@@ -440,6 +490,20 @@ def _positive_duration(value: object, key: str, path: str) -> float:
     seconds = parse_duration(value, key, path)
     if seconds <= 0:
         raise _error("expected a duration greater than 0", value, path=path, key=key)
+    return seconds
+
+
+def _heartbeat_interval(value: object, key: str, path: str) -> float:
+    seconds = _positive_duration(value, key, path)
+    if not _HEARTBEAT_INTERVAL_MIN_S <= seconds <= _HEARTBEAT_INTERVAL_MAX_S:
+        raise _error("expected a duration from 10ms to 1h", value, path=path, key=key)
+    return seconds
+
+
+def _heartbeat_timeout(value: object, key: str, path: str) -> float:
+    seconds = parse_duration(value, key, path)
+    if seconds > _HEARTBEAT_TIMEOUT_MAX_S:
+        raise _error("must be at most 1d", value, path=path, key=key)
     return seconds
 
 
@@ -562,13 +626,13 @@ def _redis(value: object, path: str) -> RedisConfig:
 
 #: Queue option in YAML -> (QueueConfig field, validator).
 _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
-    "consumers": ("consumers", _positive_int),
-    "retry_threshold": ("retry_threshold", _non_negative_int),
+    "consumers": ("consumers", _int_range(1, CONSUMERS_PER_QUEUE_MAX, " (consumers per queue)")),
+    "retry_threshold": ("retry_threshold", _int_range(0, _RETRY_THRESHOLD_MAX)),
     "retry_delay": ("retry_delay_s", parse_duration),
     "retry_backoff": ("retry_backoff", _multiplier),
     "retry_delay_max": ("retry_delay_max_s", parse_duration),
     "message_timeout": ("message_timeout_s", parse_duration),
-    "max_messages": ("max_messages", _non_negative_int),
+    "max_messages": ("max_messages", _int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", parse_size),
 }
 
@@ -605,7 +669,12 @@ def _queues(value: object, base: Mapping[str, object], path: str) -> dict[str, Q
     if not isinstance(value, dict) or not value:
         raise _error("expected a non-empty mapping of queue names to their options", value,
                      path=path, key="queues")
-    return {str(name): _queue(name, item, base, path) for name, item in value.items()}
+    queues = [_queue(name, item, base, path) for name, item in value.items()]
+    total = sum(q.consumers for q in queues)
+    if total > CONSUMERS_TOTAL_MAX:
+        raise _error(f"at most {CONSUMERS_TOTAL_MAX} consumers in all queues together", total,
+                     path=path, key="queues")
+    return {q.name: q for q in queues}
 
 
 def _web(value: object, path: str) -> WebConfig | None:
@@ -626,9 +695,9 @@ def _config(data: object, path: str) -> Config:
     if not isinstance(data, dict):
         raise _error("expected a mapping at the top level", data, path=path)
     raw = _mapping(data, "", path, _TOP_KEYS)
-    interval_s = _get(raw, "heartbeat_interval", "", path, _positive_duration,
+    interval_s = _get(raw, "heartbeat_interval", "", path, _heartbeat_interval,
                       defaults.HEARTBEAT_INTERVAL_S)
-    timeout_s = _get(raw, "heartbeat_timeout", "", path, parse_duration,
+    timeout_s = _get(raw, "heartbeat_timeout", "", path, _heartbeat_timeout,
                      defaults.HEARTBEAT_TIMEOUT_S)
     if timeout_s <= interval_s:
         raise _error(f"must be greater than heartbeat_interval ({interval_s:g}s)",

@@ -9,6 +9,7 @@ import pytest
 
 from smqsup import config, defaults
 from smqsup.errors import ConfigError, HandlerImportError
+from smqsup.supervisor.protocol import MAX_SLOTS
 
 CONFIGS = Path(__file__).parent / "configs"
 BAD_FILES = sorted((CONFIGS / "bad").glob("*.yaml"))
@@ -339,6 +340,75 @@ def test_parse_size_rejects(value: object) -> None:
     with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
         config.parse_size(value, "a.b", "f.yaml")
 
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "attribute", "coerced"),
+    [("consumers", "1000", "consumers", 1000),
+     ("retry_threshold", "1000000", "retry_threshold", 1_000_000),
+     ("max_messages", "1000000000", "max_messages", 10**9),
+     ("retry_backoff", "100", "retry_backoff", 100.0),
+     ("retry_delay", "365d", "retry_delay_s", 365 * 86400.0),
+     ("message_timeout", "365d", "message_timeout_s", 365 * 86400.0),
+     ("max_memory", "1TB", "max_memory_bytes", 1024**4)],
+)
+def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
+    """The largest value each bound allows loads as itself."""
+    assert getattr(loads(ORDERS + f"    {option}: {value}\n").queues["orders"], attribute) == coerced
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [("consumers", "1001", "must be at most 1000 (consumers per queue), got 1001"),
+     ("retry_threshold", "1000001", "must be at most 1000000, got 1000001"),
+     ("max_messages", "1000000001", "must be at most 1000000000, got 1000000001"),
+     ("retry_backoff", "100.5", "must be at most 100, got 100.5"),
+     ("retry_delay", "8761h", "a duration must be at most 365d, got '8761h'"),
+     ("max_memory", "1025GB", "a size must be at most 1TB, got '1025GB'"),
+     ("consumers", "0x" + "f" * 4000, "got an integer of 4817 digits"),
+     ("retry_delay", "1" + "0" * 400, "a duration must be at most 365d, got an integer of 401 digits"),
+     ("retry_backoff", "9" * 400, "must be at most 100, got an integer of 400 digits"),
+     ("max_memory", "9" * 400 + "MB", "a size must be at most 1TB, got '99999")],
+)
+def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
+    """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""
+    message = error_of(ORDERS + f"    {option}: {value}\n")
+    assert message.startswith(f"queues.yaml: queues.orders.{option}: ") and problem in message
+    assert len(message) < 200
+
+
+def test_heartbeat_settings_are_bounded() -> None:
+    """heartbeat_interval is 10ms to 1h and heartbeat_timeout at most a day."""
+    cfg = loads("heartbeat_interval: 10ms\nheartbeat_timeout: 1d\n" + ORDERS)
+    assert (cfg.heartbeat_interval_s, cfg.heartbeat_timeout_s) == (0.01, 86400.0)
+    assert error_of("heartbeat_interval: 5ms\n" + ORDERS) == (
+        "queues.yaml: heartbeat_interval: expected a duration from 10ms to 1h, got '5ms'")
+    assert error_of("heartbeat_timeout: 86401\n" + ORDERS) == (
+        "queues.yaml: heartbeat_timeout: must be at most 1d, got 86401")
+
+
+def test_consumers_in_all_queues_together_are_bounded() -> None:
+    """1,024 consumers across queues load; one more is refused at the queues key."""
+    queues = "".join(f"  q{i}:\n    handler: m:f\n    consumers: 256\n" for i in range(4))
+    assert sum(q.consumers for q in loads("queues:\n" + queues).queues.values()) == 1024
+    assert error_of("queues:\n" + queues + "  extra:\n    handler: m:f\n") == (
+        "queues.yaml: queues: at most 1024 consumers in all queues together, got 1025")
+
+
+def test_the_slot_table_holds_every_consumer_four_times_over() -> None:
+    """A reload may overlap old, draining and new children: the slot table leaves room for it."""
+    assert 4 * config.CONSUMERS_TOTAL_MAX <= MAX_SLOTS
+    assert config.CONSUMERS_PER_QUEUE_MAX <= config.CONSUMERS_TOTAL_MAX
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999", "9" * 500])
+def test_non_finite_or_huge_numbers_from_the_environment_are_refused(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inf, NaN and 500-digit numbers from ${ENV} fail in one line for ints, floats and durations."""
+    monkeypatch.setenv("SMQSUP_TEST_NUMBER", value)
+    for option in ("consumers", "retry_backoff", "retry_delay", "max_memory"):
+        message = error_of(ORDERS + f"    {option}: ${{SMQSUP_TEST_NUMBER}}\n")
+        assert f"queues.orders.{option}: " in message and len(message) < 200
 
 @pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio"])
 def test_validate_queue_name_accepts(name: str) -> None:
