@@ -190,8 +190,9 @@ def _error(
     if value is not _MISSING:
         problem = f"{problem}, got {_show(value)}"
     text = ": ".join(part for part in (path, key, problem) if part)
-    # Exception texts quoted in a problem may span lines; the error never does.
-    return cls(re.sub(r"\s*[\r\n]+\s*", " ", text), path=path, key=key)
+    # Exception texts quoted in a problem may span lines; the error never does,
+    # nor does it carry a control character or a lone surrogate to a terminal.
+    return cls(safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text)), path=path, key=key)
 
 
 def _join(key: str, name: object) -> str:
@@ -312,6 +313,7 @@ class _EnvStr(str):
     """A string that ${VAR} expansion produced: it may spell a number or a boolean."""
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _ENV_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 
@@ -353,7 +355,23 @@ def _mapping(value: object, key: str, path: str, allowed: Collection[str]) -> di
     for name in value:
         if not isinstance(name, str) or name not in allowed:
             raise _unknown_key(name, key, path, allowed)
-    return {name: _expand(item, _join(key, name), path) for name, item in value.items()}
+    expanded: dict[str, object] = {}
+    for name, item in value.items():
+        where = _join(key, name)
+        expanded[name] = _text(_expand(item, where, path), where, path)
+    return expanded
+
+
+def _text(value: object, key: str, path: str) -> object:
+    """``value``, unless it is a string no file, log or Redis can hold.
+
+    YAML's ``"\\ud800"`` escape and environment values that were not UTF-8
+    (surrogate-escaped bytes) make lone surrogates: encoding one raises later,
+    far from the config (a data_dir with one fails the supervisor's start).
+    """
+    if isinstance(value, str) and _SURROGATE.search(value):
+        raise _error("not UTF-8 text (it holds a lone surrogate)", value, path=path, key=key)
+    return value
 
 
 def _unknown_key(name: object, key: str, path: str, allowed: Collection[str]) -> ConfigError:

@@ -301,6 +301,35 @@ def test_scalars_yaml_cannot_build_are_one_line_errors(value: str, problem: str)
     assert message.startswith("queues.yaml: invalid YAML at line 4:16: ") and problem in message
     assert len(message) < 300
 
+
+def test_a_lone_surrogate_from_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment value that was not UTF-8 (surrogate-escaped bytes) is not a string we can use."""
+    monkeypatch.setenv("SMQSUP_TEST_TOKEN", "abc\udcff")
+    assert error_of(ORDERS + "web:\n  token: ${SMQSUP_TEST_TOKEN}\n") == (
+        "queues.yaml: web.token: not UTF-8 text (it holds a lone surrogate), got 'abc\\udcff'")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [ORDERS + '    "\\e[2J\\e[31mred\\u2028x": 1\n',
+     ORDERS + '    "\\ud800": 1\n',
+     ORDERS + "    consumers: \"\\x1b]0;title\\x07\\x85\"\n",
+     "namespace: !!binary aGVsbG8=\n" + ORDERS,
+     "queues:\n  ? " + "q" * 5000 + "\n  : {handler: 'm:f'}\n"],
+)
+def test_errors_are_short_printable_lines(text: str) -> None:
+    """Control characters, line separators and lone surrogates in keys or values never reach the error raw."""
+    message = error_of(text)
+    assert message.isprintable() and len(message) < 400
+    message.encode("utf-8")
+
+
+def test_error_names_a_file_path_escaped(tmp_path: Path) -> None:
+    """Even the file name given on the command line is shown as one printable line."""
+    with pytest.raises(ConfigError) as caught:
+        config.load(tmp_path / "a\x1b[2Jb\u2028.yaml")
+    assert str(caught.value).isprintable() and "\\x1b[2Jb\\u2028.yaml: no such file" in str(caught.value)
+
 # --- scalar validators -------------------------------------------------------------
 
 
@@ -456,6 +485,7 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     (tmp_path / "smqt_boom.py").write_text("raise RuntimeError('no database\\nconfigured')\n")
     (tmp_path / "smqt_needs_dep.py").write_text("import smqt_no_such_dependency\n")
+    (tmp_path / "smqt_ansi.py").write_text("raise RuntimeError('\\x1b[2Jscreen\\u2028gone')\n")
     return tmp_path
 
 
@@ -515,3 +545,10 @@ def test_import_handler_tells_a_missing_dependency_from_a_missing_module() -> No
     message = handler_error("smqt_needs_dep:process")
     assert "module 'smqt_needs_dep' raised on import (ModuleNotFoundError: No module named " \
         "'smqt_no_such_dependency')" in message
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_escapes_what_the_module_raised() -> None:
+    """An exception text with terminal sequences or line separators is shown escaped."""
+    message = handler_error("smqt_ansi:process")
+    assert message.isprintable() and "(RuntimeError: \\x1b[2Jscreen\\u2028gone)" in message
