@@ -144,14 +144,21 @@ _URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 _APPENDFSYNC = ("always", "everysec", "no")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
 _REDIS_STRING_MAX_BYTES = 512 * 1024**2
+#: Largest queues.yaml read, in bytes: a real one is a few kilobytes (1,024
+#: queues with every option spelled out take about 230 KiB). PyYAML parses
+#: in pure Python, about a second per 300 KiB of newlines: this and the node
+#: bound below keep what a SIGHUP may stall the supervisor's loop to about a
+#: second, well inside any heartbeat_timeout.
+_FILE_MAX_BYTES = 256 * 1024
+_FILE_TOO_LARGE = "larger than 256KiB (a queues.yaml is a few kilobytes)"
 #: Deepest nesting of YAML nodes (a queues.yaml needs 4: file, queues, queue,
 #: value). Also bounds chains of merge keys. PyYAML composes recursively, so
 #: without it a 5,000-deep ``[[[...]]]`` is a RecursionError.
 _MAX_YAML_DEPTH = 20
 #: Most YAML nodes in a file, and most mapping entries built once merge keys
-#: (``<<``) are expanded. A thousand fully spelled-out queues take about
-#: 20,000; the bound keeps what a SIGHUP spends parsing to a second or two.
-_MAX_YAML_NODES = 50_000
+#: (``<<``) are expanded. 1,024 queues with every option spelled out take
+#: about 20,500 nodes.
+_MAX_YAML_NODES = 25_000
 
 
 # --- errors ------------------------------------------------------------------
@@ -540,7 +547,7 @@ def _string(value: object, key: str, path: str) -> str:
 
 
 def _name(value: object, key: str, path: str) -> str:
-    """A queue name or namespace: 1..128 of [A-Za-z0-9_.-]."""
+    """A queue name or namespace: 1..128 of [A-Za-z0-9_.-], not ``.`` or ``..``."""
     if not isinstance(value, str):
         raise _error("expected a name string (quote it)", value, path=path, key=key)
     if re.search(r"[{}]", value):
@@ -549,6 +556,9 @@ def _name(value: object, key: str, path: str) -> str:
         problem = "a name must not contain ':' (it separates Redis key parts)"
     elif not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", value):
         problem = "a name is 1 to 128 characters of A-Z a-z 0-9 _ . -"
+    elif value in (".", ".."):
+        # A browser resolves them as path segments: /queues/../dead is /dead.
+        problem = "a name must not be '.' or '..' (the web UI's paths could not reach it)"
     else:
         return value
     raise _error(problem, value, path=path, key=key)
@@ -743,6 +753,8 @@ def _config(data: object, path: str) -> Config:
 
 def loads(text: str, path: str = "<string>") -> Config:
     """Parse and validate queues.yaml text; ``path`` names it in errors."""
+    if len(text) > _FILE_MAX_BYTES:  # characters: at most as many as bytes
+        raise _error(_FILE_TOO_LARGE, path=path)
     return _config(_parse_yaml(text, path), path)
 
 
@@ -750,8 +762,11 @@ def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate a whole queues.yaml; any fault is one ConfigError line."""
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as stream:
-            text = stream.read()
+        with open(name, "rb") as stream:
+            data = stream.read(_FILE_MAX_BYTES + 1)
+        if len(data) > _FILE_MAX_BYTES:
+            raise _error(_FILE_TOO_LARGE, path=name)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise _error("no such file", path=name) from None
     except IsADirectoryError:

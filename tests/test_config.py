@@ -282,7 +282,7 @@ def test_merges_deferred_through_a_list_cannot_recurse_without_bound() -> None:
 
 def test_too_many_yaml_nodes_are_refused() -> None:
     """A list of 100,000 items is not a queues.yaml: refused before it is all parsed."""
-    assert "more than 50000 YAML nodes" in error_of("x: [" + ",".join(["1"] * 100_000) + "]\n")
+    assert "more than 25000 YAML nodes" in error_of("x: [" + ",".join(["1"] * 100_000) + "]\n")
 
 
 @pytest.mark.parametrize(
@@ -329,6 +329,33 @@ def test_error_names_a_file_path_escaped(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         config.load(tmp_path / "a\x1b[2Jb\u2028.yaml")
     assert str(caught.value).isprintable() and "\\x1b[2Jb\\u2028.yaml: no such file" in str(caught.value)
+
+
+def test_a_file_over_256_kib_is_refused_unread(tmp_path: Path) -> None:
+    """A huge file is one line at once: a SIGHUP never parses megabytes of YAML."""
+    path = tmp_path / "queues.yaml"
+    path.write_text(ORDERS + "#" * 256 * 1024 + "\n")
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    assert str(caught.value) == f"{path}: larger than 256KiB (a queues.yaml is a few kilobytes)"
+    path.write_text(ORDERS + "#" * (256 * 1024 - len(ORDERS) - 1) + "\n")
+    assert config.load(path).queues["orders"].handler == "myapp.handlers:process_order"
+
+
+def test_the_largest_config_the_bounds_allow_fits_the_file_and_node_limits() -> None:
+    """1,024 queues with every option spelled out load: the YAML limits only stop what no one writes."""
+    options = ("    handler: myapp.handlers:process_order\n    consumers: 1\n    retry_threshold: 1000000\n"
+               "    retry_delay: 10m\n    retry_backoff: 2.5\n    retry_delay_max: 1h\n"
+               "    message_timeout: 90s\n    max_messages: 1000000\n    max_memory: 512MB\n")
+    text = "queues:\n" + "".join(f"  queue-number-{i:04d}:\n{options}" for i in range(1024))
+    assert len(text.encode()) <= 256 * 1024
+    assert len(loads(text).queues) == 1024
+
+
+def test_text_over_256_kib_is_refused() -> None:
+    """loads() bounds its text as load() bounds the file."""
+    assert error_of(ORDERS + "#" * 256 * 1024) == (
+        "queues.yaml: larger than 256KiB (a queues.yaml is a few kilobytes)")
 
 # --- scalar validators -------------------------------------------------------------
 
@@ -439,14 +466,14 @@ def test_non_finite_or_huge_numbers_from_the_environment_are_refused(
         message = error_of(ORDERS + f"    {option}: ${{SMQSUP_TEST_NUMBER}}\n")
         assert f"queues.orders.{option}: " in message and len(message) < 200
 
-@pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio"])
+@pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio", "...", ".a", "a.", "-"])
 def test_validate_queue_name_accepts(name: str) -> None:
     """Queue names are 1..128 of letters, digits, '_', '.' and '-'."""
     assert config.validate_queue_name(name) == name
 
 
 @pytest.mark.parametrize(
-    "name", ["", "x" * 129, "a{b}", "a}", "a:b", "a b", "tab\there", "é", 7, None],
+    "name", ["", "x" * 129, "a{b}", "a}", "a:b", "a b", "tab\there", "é", 7, None, ".", ".."],
 )
 def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
     """Without path and key the error is just the problem and the value, one line."""
