@@ -3,10 +3,18 @@ running supervisor survives it on SIGHUP, keeping its consumers."""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
+from smqsup import config
+from smqsup.supervisor import arbiter as arbiter_mod
+from smqsup.supervisor.arbiter import Arbiter
+from smqsup.supervisor.protocol import MAX_SLOTS
 from tests import procs
 from tests.helpers import wait_for
 from tests.procs import NotifySocket
@@ -45,3 +53,76 @@ def test_sighup_with_deeply_nested_yaml_keeps_the_supervisor_and_its_consumers(
         assert sup.proc.poll() is None, sup.log()
         assert "nested deeper than 20 levels" in _rejected_lines(sup)[-1]
     assert {c.pid for c in sup.children()} == before
+
+
+# --- the arbiter's handlers, on an Arbiter that never runs its loop -------------------
+
+
+@pytest.fixture
+def arbiter(tmp_path: Path, redis_url: str) -> Iterator[Arbiter]:
+    """An Arbiter for two queues (a: 2, b: 1 consumers) whose loop is never started: nothing forks."""
+    path = procs.write_config(tmp_path / "queues.yaml", redis_url,
+                              {"a": {"handler": "tests.handlers:record", "consumers": 2},
+                               "b": {"handler": "tests.handlers:record"}})
+    arb = Arbiter(config.load(path), redis_url, None)
+    yield arb
+    arb.broker.close()
+    os.close(arb._wake_r)
+    os.close(arb._wake_w)
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == arbiter_mod.__name__]
+
+
+@pytest.mark.parametrize("broken", ["load", "plan"])
+def test_an_unexpected_error_in_a_reload_is_one_line_and_keeps_the_old_config(
+        arbiter: Arbiter, broken: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Not a ConfigError but a bug (here a RuntimeError with a newline) while loading or planning: one escaped line."""
+    def boom(*args: object) -> None:
+        raise RuntimeError("bug\nsecond line")
+
+    monkeypatch.setattr(arbiter_mod.config_mod if broken == "load" else arbiter_mod, broken, boom)
+    old = arbiter.cfg
+    caplog.set_level(logging.INFO)
+    arbiter.handle_hup()
+    assert arbiter.cfg is old and {n: q.target for n, q in arbiter.queues.items()} == {"a": 2, "b": 1}
+    assert _messages(caplog) == [
+        "SIGHUP: new config rejected, keeping the old one: unexpected RuntimeError: bug\\nsecond line"]
+
+
+def test_sigttin_stops_at_the_per_queue_and_total_bounds(
+        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGTTIN never raises a queue past 1000 consumers nor all queues past 1024; it says so."""
+    caplog.set_level(logging.INFO)
+    arbiter.queues["a"].target = config.CONSUMERS_PER_QUEUE_MAX
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 2)
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 3)
+    arbiter.queues["b"].target = config.CONSUMERS_TOTAL_MAX - 1000
+    caplog.clear()
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 24)
+    assert _messages(caplog) == [
+        "SIGTTIN: queue a stays at 1000 consumers (at most 1000 per queue, 1024 in all queues)",
+        "SIGTTIN: queue b stays at 24 consumers (at most 1000 per queue, 1024 in all queues)"]
+
+
+def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
+        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
+    """When every child slot is taken, reconcile starts nothing, raises nothing, and logs one line."""
+    taken = 0
+    with pytest.raises(IndexError):
+        while True:
+            arbiter.slots.allocate()
+            taken += 1
+    assert taken == MAX_SLOTS
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        arbiter.reconcile()
+    assert arbiter.children == {}
+    assert _messages(caplog) == [
+        f"queue a: not starting a consumer: all {MAX_SLOTS} child slots are in use (children still stopping?); "
+        "starting it once one is free"]
