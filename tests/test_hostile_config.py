@@ -126,3 +126,24 @@ def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
     assert _messages(caplog) == [
         f"queue a: not starting a consumer: all {MAX_SLOTS} child slots are in use (children still stopping?); "
         "starting it once one is free"]
+
+
+def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
+        arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """fork() failing (a process limit) starts nothing, raises nothing, logs once and gives the slot back."""
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        arbiter.reconcile()
+    assert arbiter.children == {}
+    assert _messages(caplog) == [
+        "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
+    taken = 0
+    with pytest.raises(IndexError):
+        while True:
+            arbiter.slots.allocate()
+            taken += 1
+    assert taken == MAX_SLOTS

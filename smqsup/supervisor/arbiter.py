@@ -81,7 +81,7 @@ class Arbiter:
         self._heartbeat_failing = False
         self.notifier = Notifier()
         self.slots = Slots()
-        self._slots_full = False  # logged once until a slot frees up
+        self._spawn_refused: Optional[str] = None  # why spawn last refused, logged once
         self.children: dict[int, Child] = {}
         self.queues: dict[str, QueueState] = {}
         self.preloaded: dict[str, Callable[..., Any]] = {}
@@ -612,18 +612,19 @@ class Arbiter:
         except IndexError:
             # Only a pile of children still stopping fills the table (the config
             # bounds consumers to a quarter of it): wait for them, keep the rest.
-            if not self._slots_full:
-                log.error("queue %s: not starting a consumer: all %d child slots are in use (children still "
-                          "stopping?); starting it once one is free", name, MAX_SLOTS)
-            self._slots_full = True
-            return None
-        if self._slots_full:
-            log.info("queue %s: a child slot is free again; starting consumers", name)
-            self._slots_full = False
+            return self._refuse_spawn(name, f"all {MAX_SLOTS} child slots are in use (children still "
+                                            "stopping?); starting it once one is free")
         used = {c.index for c in self.children.values() if c.queue == name and not c.stopping}
         index = q.free_index(used)
         token = os.urandom(3).hex()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # EAGAIN: a process limit (ulimit -u) reached
+            self.slots.release(slot)
+            return self._refuse_spawn(name, f"fork failed ({exc.strerror or exc}); trying again each tick")
+        if self._spawn_refused is not None:
+            log.info("queue %s: starting consumers again", name)
+            self._spawn_refused = None
         if pid == 0:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
@@ -634,6 +635,12 @@ class Arbiter:
         del q.starts[:-20]
         log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
         return c
+
+    def _refuse_spawn(self, name: str, why: str) -> None:
+        """Start no child now; say why once, not on every tick that tries again."""
+        if self._spawn_refused != why:
+            log.error("queue %s: not starting a consumer: %s", name, why)
+        self._spawn_refused = why
 
     def _stop_child(self, c: Child, reason: StopReason) -> None:
         """Graceful: SIGTERM now, SIGKILL after shutdown_timeout (no attempt lost)."""
