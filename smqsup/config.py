@@ -198,8 +198,9 @@ def _error(
         problem = f"{problem}, got {_show(value)}"
     text = ": ".join(part for part in (path, key, problem) if part)
     # Exception texts quoted in a problem may span lines; the error never does,
-    # nor does it carry a control character or a lone surrogate to a terminal.
-    return cls(safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text)), path=path, key=key)
+    # nor does it carry a control character, a bidi override or a lone surrogate.
+    text = safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text))
+    return cls("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text), path=path, key=key)
 
 
 def _join(key: str, name: object) -> str:
@@ -576,7 +577,10 @@ def _redis_url(value: object, key: str, path: str) -> str:
     """A redis://, rediss://, unix:// or sentinel:// url (its password never shown)."""
     url = _string(value, key, path)
     shown = re.sub(r"//[^/@]*@", "//***@", url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed '[' of an IPv6 host
+        raise _error(f"invalid url ({exc})", shown, path=path, key=key) from None
     if parts.scheme not in _URL_SCHEMES:
         problem = f"unsupported url scheme {parts.scheme!r} (expected {', '.join(_URL_SCHEMES)})"
         raise _error(problem, shown, path=path, key=key)

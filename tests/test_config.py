@@ -313,6 +313,7 @@ def test_a_lone_surrogate_from_the_environment_is_refused(monkeypatch: pytest.Mo
     "text",
     [ORDERS + '    "\\e[2J\\e[31mred\\u2028x": 1\n',
      ORDERS + '    "\\ud800": 1\n',
+     ORDERS + '    "\\u202eevil\\U0010ffff": 1\n',
      ORDERS + "    consumers: \"\\x1b]0;title\\x07\\x85\"\n",
      "namespace: !!binary aGVsbG8=\n" + ORDERS,
      "queues:\n  ? " + "q" * 5000 + "\n  : {handler: 'm:f'}\n"],
