@@ -20,6 +20,12 @@ Value syntax, the same everywhere in the file:
   (``consumers: ${N}``); a literal string never does.
 - null sections (``redis:``, ``defaults:``, ``web:`` with nothing under them)
   are empty mappings: ``web:`` alone runs the web UI with its defaults.
+- every number has a bound, and past it a one-line error: consumers 1000 per
+  queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
+  1h, heartbeat_timeout 1d), sizes 1TB, retry_threshold 1,000,000,
+  max_messages 10**9, retry_backoff 100. The file itself is at most 256KiB,
+  20 levels deep and 25,000 YAML nodes, so that no file, however built, can
+  stall or crash a supervisor re-reading it on SIGHUP.
 """
 
 from __future__ import annotations
