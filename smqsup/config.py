@@ -20,6 +20,12 @@ Value syntax, the same everywhere in the file:
   (``consumers: ${N}``); a literal string never does.
 - null sections (``redis:``, ``defaults:``, ``web:`` with nothing under them)
   are empty mappings: ``web:`` alone runs the web UI with its defaults.
+- every number has a bound, and past it a one-line error: consumers 1000 per
+  queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
+  1h, heartbeat_timeout 1d), sizes 1TB, retry_threshold 1,000,000,
+  max_messages 10**9, retry_backoff 100. The file itself is at most 256KiB,
+  20 levels deep and 25,000 YAML nodes, so that no file, however built, can
+  stall or crash a supervisor re-reading it on SIGHUP.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from urllib.parse import urlsplit
 # types-PyYAML is optional: without it yaml is Any, with it the ignore is unused.
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
-from smqsup import defaults
+from smqsup import defaults, safe
 from smqsup.errors import ConfigError, HandlerImportError
 
 
@@ -98,6 +104,35 @@ class Config:
     web: WebConfig | None = None
 
 
+# --- bounds: every number in the file has one -----------------------------------
+
+#: Consumers of one queue. The supervisor's slot table (4096 children) holds
+#: four times CONSUMERS_TOTAL_MAX: room for a reload where draining children,
+#: rolled ones and their replacements overlap.
+CONSUMERS_PER_QUEUE_MAX = 1000
+#: Consumers of all queues together.
+CONSUMERS_TOTAL_MAX = 1024
+#: Longest duration anywhere in the file, in seconds (365 days).
+DURATION_MAX_S = 365 * 86400.0
+#: Largest size anywhere in the file, in bytes (1 TiB).
+SIZE_MAX_BYTES = 1024**4
+#: Attempt counts travel in the frame prefix (``<attempts>|``, at most 9
+#: digits): the threshold stays far below 10**9.
+_RETRY_THRESHOLD_MAX = 1_000_000
+#: Messages a consumer handles before it is replaced.
+_MAX_MESSAGES_MAX = 1_000_000_000
+#: retry_backoff: past it the delay reaches retry_delay_max in a few attempts anyway.
+_RETRY_BACKOFF_MAX = 100
+#: heartbeat_interval, in seconds: below the minimum it only costs Redis calls.
+_HEARTBEAT_INTERVAL_MIN_S = 0.01
+_HEARTBEAT_INTERVAL_MAX_S = 3600.0
+#: heartbeat_timeout, in seconds: a dead consumer's messages wait this long.
+_HEARTBEAT_TIMEOUT_MAX_S = 86400.0
+#: Longest bad value or key an error shows, in characters (integers longer
+#: than this are shown by their number of digits).
+_SHOWN_CHARS = 80
+
+
 _T = TypeVar("_T")
 #: A validator takes (value, key path, file path) and returns the coerced value.
 Validator = Callable[[object, str, str], _T]
@@ -115,6 +150,21 @@ _URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 _APPENDFSYNC = ("always", "everysec", "no")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
 _REDIS_STRING_MAX_BYTES = 512 * 1024**2
+#: Largest queues.yaml read, in bytes: a real one is a few kilobytes (1,024
+#: queues with every option spelled out take about 230 KiB). PyYAML parses
+#: in pure Python, about a second per 300 KiB of newlines: this and the node
+#: bound below keep what a SIGHUP may stall the supervisor's loop to about a
+#: second, well inside any heartbeat_timeout.
+_FILE_MAX_BYTES = 256 * 1024
+_FILE_TOO_LARGE = "larger than 256KiB (a queues.yaml is a few kilobytes)"
+#: Deepest nesting of YAML nodes (a queues.yaml needs 4: file, queues, queue,
+#: value). Also bounds chains of merge keys. PyYAML composes recursively, so
+#: without it a 5,000-deep ``[[[...]]]`` is a RecursionError.
+_MAX_YAML_DEPTH = 20
+#: Most YAML nodes in a file, and most mapping entries built once merge keys
+#: (``<<``) are expanded. 1,024 queues with every option spelled out take
+#: about 20,500 nodes.
+_MAX_YAML_NODES = 25_000
 
 
 # --- errors ------------------------------------------------------------------
@@ -124,8 +174,21 @@ def _show(value: object) -> str:
     """A short printable form of a bad value (containers by kind, not content)."""
     if isinstance(value, (dict, list)) and value:
         return "a mapping" if isinstance(value, dict) else "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr() of an int past 4300 digits raises ValueError: count without it.
+        digits = int(value.bit_length() * math.log10(2))
+        while 10**digits <= abs(value):
+            digits += 1
+        if digits > _SHOWN_CHARS:
+            return f"an integer of {digits} digits"
     text = repr(str(value)) if isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _key_text(name: object) -> str:
+    """A key as a key path shows it: one short line, whatever YAML made of it."""
+    shown = _show(name) if isinstance(name, int) else ""
+    return f"<{shown}>" if shown.startswith("an integer of ") else safe.escape(name, _SHOWN_CHARS)
 
 
 def _error(
@@ -140,19 +203,76 @@ def _error(
     if value is not _MISSING:
         problem = f"{problem}, got {_show(value)}"
     text = ": ".join(part for part in (path, key, problem) if part)
-    # Exception texts quoted in a problem may span lines; the error never does.
-    return cls(re.sub(r"\s*[\r\n]+\s*", " ", text), path=path, key=key)
+    # Exception texts quoted in a problem may span lines; the error never does,
+    # nor does it carry a control character, a bidi override or a lone surrogate.
+    text = safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text))
+    return cls("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text), path=path, key=key)
 
 
 def _join(key: str, name: object) -> str:
-    return f"{key}.{name}" if key else str(name)
+    return f"{key}.{_key_text(name)}" if key else _key_text(name)
 
 
 # --- YAML --------------------------------------------------------------------
 
 
 class _Loader(yaml.SafeLoader):  # type: ignore[misc, unused-ignore]
-    """SafeLoader with YAML 1.2 booleans that refuses duplicate keys."""
+    """SafeLoader with YAML 1.2 booleans that refuses duplicate keys, and
+    bounds depth, size and merge-key expansion so any text fails in one line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._merge_depth = 0
+        self._nodes = 0
+        self._entries = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._nodes += 1
+        if self._nodes > _MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {_MAX_YAML_NODES} YAML nodes (not a queues.yaml)",
+                self.peek_event().start_mark)  # type: ignore[no-untyped-call, unused-ignore]
+        if self._depth >= _MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {_MAX_YAML_DEPTH} levels",
+                self.peek_event().start_mark)  # type: ignore[no-untyped-call, unused-ignore]
+        self._depth += 1
+        try:
+            node: yaml.Node = super().compose_node(parent, index)  # type: ignore[arg-type, assignment, unused-ignore]
+            return node
+        finally:
+            self._depth -= 1
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Merging copies the source's entries: '<<: [*a, *a, ...]' or a chain of
+        # mappings each merging the previous one builds far more entries than
+        # the file has nodes. PyYAML flattens merge sources recursively.
+        if self._merge_depth >= _MAX_YAML_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) chained more than {_MAX_YAML_DEPTH} deep", node.start_mark)
+        self._merge_depth += 1
+        try:
+            super().flatten_mapping(node)
+        finally:
+            self._merge_depth -= 1
+        self._entries += len(node.value)
+        if self._entries > _MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"more than {_MAX_YAML_NODES} mapping entries once merge keys (<<) are expanded",
+                node.start_mark)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's object for ``node``; a scalar it fails to build (``2001-02-30``,
+        ``!!int foo``, an int of more than 4300 digits) is a YAML error at its mark."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            # Python's own hint ('use sys.set_int_max_str_digits()') is not for users.
+            reason = str(exc).split(";")[0] if isinstance(exc, ValueError) else ""
+            problem = f"invalid {kind} {_show(node.value)}" + (f": {reason}" if reason else "")
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
 
     def construct_mapping(
         self, node: yaml.MappingNode, deep: bool = False
@@ -209,6 +329,7 @@ class _EnvStr(str):
     """A string that ${VAR} expansion produced: it may spell a number or a boolean."""
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _ENV_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 
@@ -250,11 +371,27 @@ def _mapping(value: object, key: str, path: str, allowed: Collection[str]) -> di
     for name in value:
         if not isinstance(name, str) or name not in allowed:
             raise _unknown_key(name, key, path, allowed)
-    return {name: _expand(item, _join(key, name), path) for name, item in value.items()}
+    expanded: dict[str, object] = {}
+    for name, item in value.items():
+        where = _join(key, name)
+        expanded[name] = _text(_expand(item, where, path), where, path)
+    return expanded
+
+
+def _text(value: object, key: str, path: str) -> object:
+    """``value``, unless it is a string no file, log or Redis can hold.
+
+    YAML's ``"\\ud800"`` escape and environment values that were not UTF-8
+    (surrogate-escaped bytes) make lone surrogates: encoding one raises later,
+    far from the config (a data_dir with one fails the supervisor's start).
+    """
+    if isinstance(value, str) and _SURROGATE.search(value):
+        raise _error("not UTF-8 text (it holds a lone surrogate)", value, path=path, key=key)
+    return value
 
 
 def _unknown_key(name: object, key: str, path: str, allowed: Collection[str]) -> ConfigError:
-    close = difflib.get_close_matches(str(name), list(allowed), n=1)
+    close = difflib.get_close_matches(_key_text(name), list(allowed), n=1)
     if close:
         problem = f"unknown key, did you mean {close[0]!r}?"
     else:
@@ -292,27 +429,31 @@ def _as_number(value: object, kind: type[int | float]) -> int | float | None:
         return None
     if kind is int and not isinstance(value, int):
         return None
-    return value if math.isfinite(value) else None
+    # math.isfinite() of an int past 1e308 raises OverflowError; an int is finite.
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _positive_int(value: object, key: str, path: str) -> int:
-    number = _as_number(value, int)
-    if not isinstance(number, int) or number < 1:
-        raise _error("expected a positive integer", value, path=path, key=key)
-    return number
+def _int_range(low: int, high: int, why: str = "") -> Validator[int]:
+    """A validator of ints from ``low`` (0 or 1) to ``high``; ``why`` explains the bound."""
+    kind = "a positive integer" if low == 1 else f"an integer >= {low}"
 
+    def validate(value: object, key: str, path: str) -> int:
+        number = _as_number(value, int)
+        if not isinstance(number, int) or number < low:
+            raise _error(f"expected {kind}", value, path=path, key=key)
+        if number > high:
+            raise _error(f"must be at most {high}{why}", value, path=path, key=key)
+        return number
 
-def _non_negative_int(value: object, key: str, path: str) -> int:
-    number = _as_number(value, int)
-    if not isinstance(number, int) or number < 0:
-        raise _error("expected an integer >= 0", value, path=path, key=key)
-    return number
+    return validate
 
 
 def _multiplier(value: object, key: str, path: str) -> float:
     number = _as_number(value, float)
     if number is None or number < 1.0:
         raise _error("expected a multiplier >= 1.0", value, path=path, key=key)
+    if number > _RETRY_BACKOFF_MAX:
+        raise _error(f"must be at most {_RETRY_BACKOFF_MAX}", value, path=path, key=key)
     return float(number)
 
 
@@ -359,6 +500,8 @@ def parse_duration(value: object, key: str = "", path: str = "") -> float:
         raise _error("expected a duration like 500ms, 5s, 2m or 1h", value, path=path, key=key)
     if seconds < 0:
         raise _error("a duration must not be negative", value, path=path, key=key)
+    if seconds > DURATION_MAX_S:
+        raise _error("a duration must be at most 365d", value, path=path, key=key)
     return seconds
 
 
@@ -372,6 +515,8 @@ def parse_size(value: object, key: str = "", path: str = "") -> int:
         raise _error("expected a size like 100B, 64KB, 512MB or 1GB", value, path=path, key=key)
     if size < 0:
         raise _error("a size must not be negative", value, path=path, key=key)
+    if size > SIZE_MAX_BYTES:
+        raise _error("a size must be at most 1TB", value, path=path, key=key)
     return int(size)
 
 
@@ -379,6 +524,20 @@ def _positive_duration(value: object, key: str, path: str) -> float:
     seconds = parse_duration(value, key, path)
     if seconds <= 0:
         raise _error("expected a duration greater than 0", value, path=path, key=key)
+    return seconds
+
+
+def _heartbeat_interval(value: object, key: str, path: str) -> float:
+    seconds = _positive_duration(value, key, path)
+    if not _HEARTBEAT_INTERVAL_MIN_S <= seconds <= _HEARTBEAT_INTERVAL_MAX_S:
+        raise _error("expected a duration from 10ms to 1h", value, path=path, key=key)
+    return seconds
+
+
+def _heartbeat_timeout(value: object, key: str, path: str) -> float:
+    seconds = parse_duration(value, key, path)
+    if seconds > _HEARTBEAT_TIMEOUT_MAX_S:
+        raise _error("must be at most 1d", value, path=path, key=key)
     return seconds
 
 
@@ -397,7 +556,7 @@ def _string(value: object, key: str, path: str) -> str:
 
 
 def _name(value: object, key: str, path: str) -> str:
-    """A queue name or namespace: 1..128 of [A-Za-z0-9_.-]."""
+    """A queue name or namespace: 1..128 of [A-Za-z0-9_.-], not ``.`` or ``..``."""
     if not isinstance(value, str):
         raise _error("expected a name string (quote it)", value, path=path, key=key)
     if re.search(r"[{}]", value):
@@ -406,6 +565,9 @@ def _name(value: object, key: str, path: str) -> str:
         problem = "a name must not contain ':' (it separates Redis key parts)"
     elif not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", value):
         problem = "a name is 1 to 128 characters of A-Z a-z 0-9 _ . -"
+    elif value in (".", ".."):
+        # A browser resolves them as path segments: /queues/../dead is /dead.
+        problem = "a name must not be '.' or '..' (the web UI's paths could not reach it)"
     else:
         return value
     raise _error(problem, value, path=path, key=key)
@@ -423,7 +585,10 @@ def _redis_url(value: object, key: str, path: str) -> str:
     """A redis://, rediss://, unix:// or sentinel:// url (its password never shown)."""
     url = _string(value, key, path)
     shown = re.sub(r"//[^/@]*@", "//***@", url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed '[' of an IPv6 host
+        raise _error(f"invalid url ({exc})", shown, path=path, key=key) from None
     if parts.scheme not in _URL_SCHEMES:
         problem = f"unsupported url scheme {parts.scheme!r} (expected {', '.join(_URL_SCHEMES)})"
         raise _error(problem, shown, path=path, key=key)
@@ -501,13 +666,13 @@ def _redis(value: object, path: str) -> RedisConfig:
 
 #: Queue option in YAML -> (QueueConfig field, validator).
 _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
-    "consumers": ("consumers", _positive_int),
-    "retry_threshold": ("retry_threshold", _non_negative_int),
+    "consumers": ("consumers", _int_range(1, CONSUMERS_PER_QUEUE_MAX, " (consumers per queue)")),
+    "retry_threshold": ("retry_threshold", _int_range(0, _RETRY_THRESHOLD_MAX)),
     "retry_delay": ("retry_delay_s", parse_duration),
     "retry_backoff": ("retry_backoff", _multiplier),
     "retry_delay_max": ("retry_delay_max_s", parse_duration),
     "message_timeout": ("message_timeout_s", parse_duration),
-    "max_messages": ("max_messages", _non_negative_int),
+    "max_messages": ("max_messages", _int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", parse_size),
 }
 
@@ -544,7 +709,12 @@ def _queues(value: object, base: Mapping[str, object], path: str) -> dict[str, Q
     if not isinstance(value, dict) or not value:
         raise _error("expected a non-empty mapping of queue names to their options", value,
                      path=path, key="queues")
-    return {str(name): _queue(name, item, base, path) for name, item in value.items()}
+    queues = [_queue(name, item, base, path) for name, item in value.items()]
+    total = sum(q.consumers for q in queues)
+    if total > CONSUMERS_TOTAL_MAX:
+        raise _error(f"at most {CONSUMERS_TOTAL_MAX} consumers in all queues together", total,
+                     path=path, key="queues")
+    return {q.name: q for q in queues}
 
 
 def _web(value: object, path: str) -> WebConfig | None:
@@ -565,9 +735,9 @@ def _config(data: object, path: str) -> Config:
     if not isinstance(data, dict):
         raise _error("expected a mapping at the top level", data, path=path)
     raw = _mapping(data, "", path, _TOP_KEYS)
-    interval_s = _get(raw, "heartbeat_interval", "", path, _positive_duration,
+    interval_s = _get(raw, "heartbeat_interval", "", path, _heartbeat_interval,
                       defaults.HEARTBEAT_INTERVAL_S)
-    timeout_s = _get(raw, "heartbeat_timeout", "", path, parse_duration,
+    timeout_s = _get(raw, "heartbeat_timeout", "", path, _heartbeat_timeout,
                      defaults.HEARTBEAT_TIMEOUT_S)
     if timeout_s <= interval_s:
         raise _error(f"must be greater than heartbeat_interval ({interval_s:g}s)",
@@ -595,6 +765,8 @@ def _config(data: object, path: str) -> Config:
 
 def loads(text: str, path: str = "<string>") -> Config:
     """Parse and validate queues.yaml text; ``path`` names it in errors."""
+    if len(text) > _FILE_MAX_BYTES:  # characters: at most as many as bytes
+        raise _error(_FILE_TOO_LARGE, path=path)
     return _config(_parse_yaml(text, path), path)
 
 
@@ -602,8 +774,11 @@ def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate a whole queues.yaml; any fault is one ConfigError line."""
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as stream:
-            text = stream.read()
+        with open(name, "rb") as stream:
+            data = stream.read(_FILE_MAX_BYTES + 1)
+        if len(data) > _FILE_MAX_BYTES:
+            raise _error(_FILE_TOO_LARGE, path=name)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise _error("no such file", path=name) from None
     except IsADirectoryError:

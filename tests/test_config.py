@@ -9,6 +9,7 @@ import pytest
 
 from smqsup import config, defaults
 from smqsup.errors import ConfigError, HandlerImportError
+from smqsup.supervisor.protocol import MAX_SLOTS
 
 CONFIGS = Path(__file__).parent / "configs"
 BAD_FILES = sorted((CONFIGS / "bad").glob("*.yaml"))
@@ -241,6 +242,122 @@ def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:
         config.load(tmp_path / "queues.yaml")
 
 
+
+def test_deep_nesting_below_the_recursion_limit_is_refused_too() -> None:
+    """Nesting is bounded by a fixed depth, not by where Python's stack happens to end."""
+    message = error_of("x: " + "[" * 21 + "]" * 21 + "\n" + ORDERS)
+    assert message == "queues.yaml: invalid YAML at line 1:23: nested deeper than 20 levels"
+
+
+def test_a_normal_file_is_far_from_the_nesting_limit() -> None:
+    """Anchors, merge keys and flow lists as a real queues.yaml uses them still load."""
+    cfg = loads("""\
+        defaults: &base {retry_delay: 1s, consumers: 2}
+        queues:
+          orders: {<<: *base, handler: 'm:f'}
+          emails: {<<: [*base], handler: 'm:g', consumers: 3}
+        """)
+    assert (cfg.queues["orders"].consumers, cfg.queues["emails"].consumers) == (2, 3)
+
+
+def test_merge_keys_cannot_multiply_a_small_file_into_millions_of_keys() -> None:
+    """A mapping merged thousands of times (an alias bomb through '<<') is refused at once."""
+    big = ", ".join(f"k{i}: {i}" for i in range(1000))
+    text = f"x: &a {{{big}}}\ny: {{<<: [{', '.join(['*a'] * 5000)}]}}\n" + ORDERS
+    assert "mapping entries once merge keys (<<) are expanded" in error_of(text)
+
+
+def test_a_chain_of_merges_is_refused_before_it_grows_quadratically() -> None:
+    """Each mapping merging the previous one copies all its keys: bounded, not a million copies."""
+    chain = "".join(f"a{i}: &a{i} {{<<: *a{i - 1}, k{i}: 1}}\n" for i in range(1, 1500))
+    assert "mapping entries once merge keys (<<) are expanded" in error_of("a0: &a0 {k0: 1}\n" + chain)
+
+
+def test_merges_deferred_through_a_list_cannot_recurse_without_bound() -> None:
+    """Merge sources built inside a list are flattened late, one inside the other: bounded."""
+    items = "".join(f"  - &a{i} {{<<: *a{i - 1}, k{i}: 1}}\n" for i in range(1, 3000))
+    text = "l:\n  - &a0 {k0: 1}\n" + items + "x: {<<: *a2999}\n"
+    assert "merge keys (<<) chained more than 20 deep" in error_of(text)
+
+
+def test_too_many_yaml_nodes_are_refused() -> None:
+    """A list of 100,000 items is not a queues.yaml: refused before it is all parsed."""
+    assert "more than 25000 YAML nodes" in error_of("x: [" + ",".join(["1"] * 100_000) + "]\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("2001-02-30", "invalid timestamp '2001-02-30': day is out of range for month"),
+     ("!!int foo", "invalid int 'foo': invalid literal for int() with base 10: 'foo'"),
+     ("!!float foo", "invalid float 'foo': could not convert string to float: 'foo'"),
+     ("!!bool foo", "invalid bool 'foo'"),
+     ("!!timestamp foo", "invalid timestamp 'foo'"),
+     ("9" * 5000, "invalid int '99999999"),
+     ("0x_", "invalid int '0x_'")],
+)
+def test_scalars_yaml_cannot_build_are_one_line_errors(value: str, problem: str) -> None:
+    """A tagged or implicit scalar PyYAML fails to build is a YAML error with its line and column."""
+    message = error_of(ORDERS + f"    consumers: {value}\n")
+    assert message.startswith("queues.yaml: invalid YAML at line 4:16: ") and problem in message
+    assert len(message) < 300
+
+
+def test_a_lone_surrogate_from_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment value that was not UTF-8 (surrogate-escaped bytes) is not a string we can use."""
+    monkeypatch.setenv("SMQSUP_TEST_TOKEN", "abc\udcff")
+    assert error_of(ORDERS + "web:\n  token: ${SMQSUP_TEST_TOKEN}\n") == (
+        "queues.yaml: web.token: not UTF-8 text (it holds a lone surrogate), got 'abc\\udcff'")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [ORDERS + '    "\\e[2J\\e[31mred\\u2028x": 1\n',
+     ORDERS + '    "\\ud800": 1\n',
+     ORDERS + '    "\\u202eevil\\U0010ffff": 1\n',
+     ORDERS + "    consumers: \"\\x1b]0;title\\x07\\x85\"\n",
+     "namespace: !!binary aGVsbG8=\n" + ORDERS,
+     "queues:\n  ? " + "q" * 5000 + "\n  : {handler: 'm:f'}\n"],
+)
+def test_errors_are_short_printable_lines(text: str) -> None:
+    """Control characters, line separators and lone surrogates in keys or values never reach the error raw."""
+    message = error_of(text)
+    assert message.isprintable() and len(message) < 400
+    message.encode("utf-8")
+
+
+def test_error_names_a_file_path_escaped(tmp_path: Path) -> None:
+    """Even the file name given on the command line is shown as one printable line."""
+    with pytest.raises(ConfigError) as caught:
+        config.load(tmp_path / "a\x1b[2Jb\u2028.yaml")
+    assert str(caught.value).isprintable() and "\\x1b[2Jb\\u2028.yaml: no such file" in str(caught.value)
+
+
+def test_a_file_over_256_kib_is_refused_unread(tmp_path: Path) -> None:
+    """A huge file is one line at once: a SIGHUP never parses megabytes of YAML."""
+    path = tmp_path / "queues.yaml"
+    path.write_text(ORDERS + "#" * 256 * 1024 + "\n")
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    assert str(caught.value) == f"{path}: larger than 256KiB (a queues.yaml is a few kilobytes)"
+    path.write_text(ORDERS + "#" * (256 * 1024 - len(ORDERS) - 1) + "\n")
+    assert config.load(path).queues["orders"].handler == "myapp.handlers:process_order"
+
+
+def test_the_largest_config_the_bounds_allow_fits_the_file_and_node_limits() -> None:
+    """1,024 queues with every option spelled out load: the YAML limits only stop what no one writes."""
+    options = ("    handler: myapp.handlers:process_order\n    consumers: 1\n    retry_threshold: 1000000\n"
+               "    retry_delay: 10m\n    retry_backoff: 2.5\n    retry_delay_max: 1h\n"
+               "    message_timeout: 90s\n    max_messages: 1000000\n    max_memory: 512MB\n")
+    text = "queues:\n" + "".join(f"  queue-number-{i:04d}:\n{options}" for i in range(1024))
+    assert len(text.encode()) <= 256 * 1024
+    assert len(loads(text).queues) == 1024
+
+
+def test_text_over_256_kib_is_refused() -> None:
+    """loads() bounds its text as load() bounds the file."""
+    assert error_of(ORDERS + "#" * 256 * 1024) == (
+        "queues.yaml: larger than 256KiB (a queues.yaml is a few kilobytes)")
+
 # --- scalar validators -------------------------------------------------------------
 
 
@@ -281,14 +398,83 @@ def test_parse_size_rejects(value: object) -> None:
         config.parse_size(value, "a.b", "f.yaml")
 
 
-@pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio"])
+
+@pytest.mark.parametrize(
+    ("option", "value", "attribute", "coerced"),
+    [("consumers", "1000", "consumers", 1000),
+     ("retry_threshold", "1000000", "retry_threshold", 1_000_000),
+     ("max_messages", "1000000000", "max_messages", 10**9),
+     ("retry_backoff", "100", "retry_backoff", 100.0),
+     ("retry_delay", "365d", "retry_delay_s", 365 * 86400.0),
+     ("message_timeout", "365d", "message_timeout_s", 365 * 86400.0),
+     ("max_memory", "1TB", "max_memory_bytes", 1024**4)],
+)
+def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
+    """The largest value each bound allows loads as itself."""
+    assert getattr(loads(ORDERS + f"    {option}: {value}\n").queues["orders"], attribute) == coerced
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [("consumers", "1001", "must be at most 1000 (consumers per queue), got 1001"),
+     ("retry_threshold", "1000001", "must be at most 1000000, got 1000001"),
+     ("max_messages", "1000000001", "must be at most 1000000000, got 1000000001"),
+     ("retry_backoff", "100.5", "must be at most 100, got 100.5"),
+     ("retry_delay", "8761h", "a duration must be at most 365d, got '8761h'"),
+     ("max_memory", "1025GB", "a size must be at most 1TB, got '1025GB'"),
+     ("consumers", "0x" + "f" * 4000, "got an integer of 4817 digits"),
+     ("retry_delay", "1" + "0" * 400, "a duration must be at most 365d, got an integer of 401 digits"),
+     ("retry_backoff", "9" * 400, "must be at most 100, got an integer of 400 digits"),
+     ("max_memory", "9" * 400 + "MB", "a size must be at most 1TB, got '99999")],
+)
+def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
+    """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""
+    message = error_of(ORDERS + f"    {option}: {value}\n")
+    assert message.startswith(f"queues.yaml: queues.orders.{option}: ") and problem in message
+    assert len(message) < 200
+
+
+def test_heartbeat_settings_are_bounded() -> None:
+    """heartbeat_interval is 10ms to 1h and heartbeat_timeout at most a day."""
+    cfg = loads("heartbeat_interval: 10ms\nheartbeat_timeout: 1d\n" + ORDERS)
+    assert (cfg.heartbeat_interval_s, cfg.heartbeat_timeout_s) == (0.01, 86400.0)
+    assert error_of("heartbeat_interval: 5ms\n" + ORDERS) == (
+        "queues.yaml: heartbeat_interval: expected a duration from 10ms to 1h, got '5ms'")
+    assert error_of("heartbeat_timeout: 86401\n" + ORDERS) == (
+        "queues.yaml: heartbeat_timeout: must be at most 1d, got 86401")
+
+
+def test_consumers_in_all_queues_together_are_bounded() -> None:
+    """1,024 consumers across queues load; one more is refused at the queues key."""
+    queues = "".join(f"  q{i}:\n    handler: m:f\n    consumers: 256\n" for i in range(4))
+    assert sum(q.consumers for q in loads("queues:\n" + queues).queues.values()) == 1024
+    assert error_of("queues:\n" + queues + "  extra:\n    handler: m:f\n") == (
+        "queues.yaml: queues: at most 1024 consumers in all queues together, got 1025")
+
+
+def test_the_slot_table_holds_every_consumer_four_times_over() -> None:
+    """A reload may overlap old, draining and new children: the slot table leaves room for it."""
+    assert 4 * config.CONSUMERS_TOTAL_MAX <= MAX_SLOTS
+    assert config.CONSUMERS_PER_QUEUE_MAX <= config.CONSUMERS_TOTAL_MAX
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999", "9" * 500])
+def test_non_finite_or_huge_numbers_from_the_environment_are_refused(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inf, NaN and 500-digit numbers from ${ENV} fail in one line for ints, floats and durations."""
+    monkeypatch.setenv("SMQSUP_TEST_NUMBER", value)
+    for option in ("consumers", "retry_backoff", "retry_delay", "max_memory"):
+        message = error_of(ORDERS + f"    {option}: ${{SMQSUP_TEST_NUMBER}}\n")
+        assert f"queues.orders.{option}: " in message and len(message) < 200
+
+@pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio", "...", ".a", "a.", "-"])
 def test_validate_queue_name_accepts(name: str) -> None:
     """Queue names are 1..128 of letters, digits, '_', '.' and '-'."""
     assert config.validate_queue_name(name) == name
 
 
 @pytest.mark.parametrize(
-    "name", ["", "x" * 129, "a{b}", "a}", "a:b", "a b", "tab\there", "é", 7, None],
+    "name", ["", "x" * 129, "a{b}", "a}", "a:b", "a b", "tab\there", "é", 7, None, ".", ".."],
 )
 def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
     """Without path and key the error is just the problem and the value, one line."""
@@ -327,6 +513,7 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     (tmp_path / "smqt_boom.py").write_text("raise RuntimeError('no database\\nconfigured')\n")
     (tmp_path / "smqt_needs_dep.py").write_text("import smqt_no_such_dependency\n")
+    (tmp_path / "smqt_ansi.py").write_text("raise RuntimeError('\\x1b[2Jscreen\\u2028gone')\n")
     return tmp_path
 
 
@@ -386,3 +573,10 @@ def test_import_handler_tells_a_missing_dependency_from_a_missing_module() -> No
     message = handler_error("smqt_needs_dep:process")
     assert "module 'smqt_needs_dep' raised on import (ModuleNotFoundError: No module named " \
         "'smqt_no_such_dependency')" in message
+
+
+@pytest.mark.usefixtures("modules")
+def test_import_handler_escapes_what_the_module_raised() -> None:
+    """An exception text with terminal sequences or line separators is shown escaped."""
+    message = handler_error("smqt_ansi:process")
+    assert message.isprintable() and "(RuntimeError: \\x1b[2Jscreen\\u2028gone)" in message

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import psutil
 
 from smqsup import config as config_mod
-from smqsup import defaults
+from smqsup import defaults, safe
 from smqsup.broker import Broker
 from smqsup.config import Config
 from smqsup.embedded import ensure_server
@@ -46,7 +46,7 @@ from smqsup.redis_server import RedisServer
 from smqsup.safe import mask_url
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor.plan import effective, generation, plan
-from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_OK, Slots, SlotView, monotonic_us
+from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_OK, MAX_SLOTS, Slots, SlotView, monotonic_us
 from smqsup.supervisor.state import Child, QueueState, StopReason, describe_status
 from smqsup.supervisor.systemd import Notifier
 
@@ -83,6 +83,7 @@ class Arbiter:
         self._heartbeat_failing = False
         self.notifier = Notifier()
         self.slots = Slots()
+        self._spawn_refused: Optional[str] = None  # why spawn last refused, logged once
         self.children: dict[int, Child] = {}
         self.queues: dict[str, QueueState] = {}
         self.preloaded: dict[str, Callable[..., Any]] = {}
@@ -236,17 +237,25 @@ class Arbiter:
             _signal(self.web_pid, signal.SIGKILL)
 
     def handle_hup(self) -> None:
+        # Everything that may fail runs before anything changes: a rejected
+        # file leaves the running config and children exactly as they were.
         try:
             new = config_mod.load(self.cfg.path)
+            p = plan(self.cfg, new)
+            cfg = effective(self.cfg, new)
         except SmqsupError as exc:
-            log.error("SIGHUP: new config rejected, keeping the old one: %s", exc)
+            log.error("SIGHUP: new config rejected, keeping the old one: %s", safe.escape(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop every consumer
+            log.error("SIGHUP: new config rejected, keeping the old one: unexpected %s",
+                      safe.escape(f"{type(exc).__name__}: {exc}"))
+            log.debug("SIGHUP: the rejected reload's traceback", exc_info=True)
             return
         self.notifier.reloading()
-        p = plan(self.cfg, new)
         log.info("SIGHUP: %s", p.describe())
         for key in p.restart_required:
             log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
-        self.cfg = effective(self.cfg, new)
+        self.cfg = cfg
         self.collector.update(self.cfg)
         for name, q in self.cfg.queues.items():
             state = self.queues.get(name)
@@ -267,10 +276,17 @@ class Arbiter:
         self._ready_sent = False
 
     def handle_ttin(self) -> None:
+        total = sum(q.target for q in self.queues.values() if not q.removed)
         for name, q in self.queues.items():
-            if not q.removed:
-                q.target += 1
-                log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
+            if q.removed:
+                continue
+            if q.target >= config_mod.CONSUMERS_PER_QUEUE_MAX or total >= config_mod.CONSUMERS_TOTAL_MAX:
+                log.warning("SIGTTIN: queue %s stays at %d consumers (at most %d per queue, %d in all queues)",
+                            name, q.target, config_mod.CONSUMERS_PER_QUEUE_MAX, config_mod.CONSUMERS_TOTAL_MAX)
+                continue
+            q.target += 1
+            total += 1
+            log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
 
     def handle_ttou(self) -> None:
         for name, q in self.queues.items():
@@ -594,7 +610,10 @@ class Arbiter:
 
     def _scale(self, q: QueueState, current: list[Child], now: float) -> None:
         while len(current) < q.target and now >= q.next_start_at:
-            current.append(self.spawn(q))
+            c = self.spawn(q)
+            if c is None:  # no free slot
+                break
+            current.append(c)
             if q.failures:  # backing off: one attempt at a time
                 break
         if len(current) > q.target:
@@ -618,14 +637,29 @@ class Arbiter:
 
     # --- children ----------------------------------------------------------------
 
-    def spawn(self, q: QueueState) -> Child:
-        """Fork one consumer of queue ``q``."""
+    def spawn(self, q: QueueState) -> Optional[Child]:
+        """Fork one consumer of queue ``q``; None when every child slot is taken."""
         name = q.config.name
+        try:
+            slot = self.slots.allocate()
+        except IndexError:
+            # Only a pile of children still stopping fills the table (the config
+            # bounds consumers to a quarter of it): wait for them, keep the rest.
+            self._refuse_spawn(name, f"all {MAX_SLOTS} child slots are in use (children still "
+                                     "stopping?); starting it once one is free")
+            return None
         used = {c.index for c in self.children.values() if c.queue == name and not c.stopping}
         index = q.free_index(used)
-        slot = self.slots.allocate()
         token = os.urandom(3).hex()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # EAGAIN: a process limit (ulimit -u) reached
+            self.slots.release(slot)
+            self._refuse_spawn(name, f"fork failed ({exc.strerror or exc}); trying again each tick")
+            return None
+        if self._spawn_refused is not None:
+            log.info("queue %s: starting consumers again", name)
+            self._spawn_refused = None
         if pid == 0:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
@@ -636,6 +670,12 @@ class Arbiter:
         del q.starts[:-20]
         log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
         return c
+
+    def _refuse_spawn(self, name: str, why: str) -> None:
+        """Start no child now; say why once, not on every tick that tries again."""
+        if self._spawn_refused != why:
+            log.error("queue %s: not starting a consumer: %s", name, why)
+        self._spawn_refused = why
 
     def _stop_child(self, c: Child, reason: StopReason) -> None:
         """Graceful: SIGTERM now, SIGKILL after shutdown_timeout (no attempt lost)."""

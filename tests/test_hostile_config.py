@@ -1,0 +1,374 @@
+"""Hostile queues.yaml files: whatever a file holds, loading it fails in one line and a
+running supervisor survives it on SIGHUP, keeping its consumers.
+
+The fuzz tests draw from a seeded generator and name the seed when they fail;
+``SMQSUP_FUZZ_SEED=N`` replays a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from smqsup import config
+from smqsup.errors import ConfigError
+from smqsup.supervisor import arbiter as arbiter_mod
+from smqsup.supervisor.arbiter import Arbiter
+from smqsup.supervisor.protocol import MAX_SLOTS
+from tests import procs
+from tests.helpers import wait_for
+from tests.procs import NotifySocket
+
+REJECTED = "SIGHUP: new config rejected, keeping the old one"
+DEEP_LISTS = "[" * 5000 + "]" * 5000 + "\n"
+DEEP_MAPPINGS = "{a: " * 5000 + "1" + "}" * 5000 + "\n"
+
+
+def _rejected_lines(sup: procs.Supervisor) -> list[str]:
+    return [line for line in sup.log().splitlines() if REJECTED in line]
+
+
+# --- hostile documents ---------------------------------------------------------------
+
+BASE = """\
+redis:
+  url: redis://127.0.0.1:6379/0
+namespace: smq
+heartbeat_interval: 1s
+heartbeat_timeout: 10s
+shutdown_timeout: 30s
+defaults: &defaults
+  retry_threshold: 3
+queues:
+  orders:
+    <<: *defaults
+    handler: myapp.handlers:process_order
+    consumers: 4
+    retry_delay: 5s
+    message_timeout: 60s
+    max_messages: 10000
+    max_memory: 512MB
+web:
+  listen: 127.0.0.1:8087
+"""
+#: Scalars that reach the validators: huge, non-finite, malformed, unprintable.
+SCALARS = [
+    "9" * 500, "9" * 5000, "-" + "9" * 500, "0x" + "f" * 4000, "0o" + "7" * 3000, "0b" + "1" * 5000,
+    "1" + "0" * 400 + "s", "9" * 400 + "MB", "9" * 400 + ".5KB", "1e400", "1.0e+400", ".nan", ".inf", "-.inf",
+    "-1", "0", "1000", "1001", "1:30:00", "1_000", "0.0000001", "1" * 20 + "d", "2001-02-30",
+    "2001-12-14t21:59:43.10-05:00", '"\\ud800"', '"\\udfff\\ud800x"', '"\\x00\\x1b[2J"', '"\\u2028\\x85"',
+    "'é中文🙂'", '"\\U0010ffff"', "''", "' '", "'.'", "'..'", "'a:b'", "'{x}'", "~", "true", "yes", "no",
+    "'" + "x" * 5000 + "'", "${SMQSUP_FUZZ_A}", "${SMQSUP_FUZZ_B:-nan}", "${SMQSUP_FUZZ_C}", "'${'", "$${x}",
+    "${1BAD}", "${SMQSUP_FUZZ_UNSET}", "!!int foo", "!!float foo", "!!bool foo", "!!timestamp foo",
+    "!!binary '!!!'", "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!pairs [a: 1]", "!!str [1]",
+    "!custom 1", "!!python/object/apply:os.system [ls]", "[]", "{}", "[1, [2]]", "{a: 1}", "*undefined",
+    "m:f", "'tests.handlers:record'", "redis://h:99999/0", "'[::1]:0'", "16MB", "1.5", "3",
+]
+#: What ${SMQSUP_FUZZ_A}, _B and _C may hold (surrogate-escaped bytes included).
+ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", "", "true", " 3 ", "٣", "-0", "1s",
+              "x\ny"]
+KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
+        "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
+        "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
+        "max_messages", "max_memory", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+
+
+def _with_hostile_values(rng: random.Random) -> str:
+    """BASE with one to three values (or queue names) swapped for hostile scalars."""
+    lines = BASE.splitlines()
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(lines))
+        head, sep, _value = lines[i].partition(": ")
+        value = rng.choice(SCALARS)
+        lines[i] = f"{head}{sep}{value}" if sep else f"  {value}:" if lines[i] == "  orders:" else lines[i]
+    return "\n".join(lines) + "\n"
+
+
+def _tree(rng: random.Random, depth: int = 0) -> str:
+    """A random flow-style value: mappings of known and hostile keys, lists, anchors, aliases, merges."""
+    roll = rng.random()
+    if depth > 5 or roll < 0.45:
+        return rng.choice(SCALARS)
+    if roll < 0.7:
+        items = [f"{rng.choice(KEYS)}: {_tree(rng, depth + 1)}" for _ in range(rng.randint(0, 4))]
+        if rng.random() < 0.2:
+            items.append("<<: *a")
+        return "{" + ", ".join(items) + "}"
+    if roll < 0.9:
+        return "[" + ", ".join(_tree(rng, depth + 1) for _ in range(rng.randint(0, 4))) + "]"
+    return f"&a {_tree(rng, depth + 1)}" if rng.random() < 0.5 else "*a"
+
+
+def _random_tree(rng: random.Random) -> str:
+    return "queues: " + _tree(rng) + "\n" + "\n".join(
+        f"{rng.choice(KEYS)}: {_tree(rng)}" for _ in range(rng.randint(0, 5))) + "\n"
+
+
+def _deep(rng: random.Random) -> str:
+    """Nesting from just past the bound to thousands of levels, in flow and block style."""
+    n = rng.choice([19, 20, 21, 22, 50, 200, 5000])
+    style = rng.randrange(4)
+    if style == 0:
+        return "queues: " + "[" * n + "]" * n + "\n"
+    if style == 1:
+        return "queues: " + "{a: " * n + "1" + "}" * n + "\n"
+    if style == 2:
+        return "".join(" " * i + "a:\n" for i in range(n)) + " " * n + "b: 1\n"
+    return "queues: " + "- " * n + "x\n"
+
+
+def _bomb(rng: random.Random) -> str:
+    """Alias bombs: nested aliases, merge chains, one mapping merged thousands of times."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+        return "\n".join(lines) + "\nqueues: *a8\n"
+    if kind == 1:
+        n = rng.choice([50, 250, 500])
+        return "a0: &a0 {k0: 1}\n" + "".join(f"a{i}: &a{i} {{<<: *a{i - 1}, k{i}: 1}}\n" for i in range(1, n))
+    keys = ", ".join(f"k{i}: {i}" for i in range(rng.choice([10, 300])))
+    return f"x: &a {{{keys}}}\nqueues: {{q: {{<<: [{', '.join(['*a'] * rng.choice([10, 500]))}]}}}}\n"
+
+
+def _garbage(rng: random.Random) -> str:
+    """Random bytes read as UTF-8 (invalid bytes as lone surrogates), or random YAML punctuation."""
+    if rng.random() < 0.5:
+        return bytes(rng.randrange(256) for _ in range(rng.randint(1, 400))).decode("utf-8", "surrogateescape")
+    return "".join(rng.choice("{}[],:-?&*!|>'\"%@`#\n\t ab01.~") for _ in range(rng.randint(1, 400)))
+
+
+def _mangled(rng: random.Random) -> str:
+    """BASE with characters deleted, doubled or replaced by YAML punctuation."""
+    text = list(BASE)
+    for _ in range(rng.randint(1, 8)):
+        i = rng.randrange(len(text))
+        text[i] = rng.choice(["", text[i] * 2, "{", "[", ":", "-", "&", "*", "!", "'", '"', "\t", "\n  "])
+    return "".join(text)
+
+
+#: Each generator, as often as its weight says (bombs and deep nesting are the slow ones).
+GENERATORS: list[Callable[[random.Random], str]] = (
+    [_with_hostile_values] * 6 + [_random_tree] * 5 + [_mangled] * 4 + [_garbage] * 3 + [_deep] * 2 + [_bomb])
+
+
+def _seed() -> int:
+    return int(os.environ.get("SMQSUP_FUZZ_SEED") or random.SystemRandom().randrange(1, 2**32))
+
+
+def _outcome(text: str) -> str:
+    """'loaded', or how it failed ('key error', 'yaml error') with a one-line, printable ConfigError."""
+    try:
+        config.loads(text, "fuzz.yaml")
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith("fuzz.yaml: ") and message.isprintable(), message
+        message.encode("utf-8")
+        return "key error" if exc.key else "yaml error"
+    return "loaded"
+
+
+# --- config.loads, fuzzed ----------------------------------------------------------------
+
+
+def test_loads_survives_thousands_of_hostile_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """3,000 random and adversarial documents: each loads, or fails with a one-line printable ConfigError."""
+    seed = _seed()
+    rng = random.Random(seed)
+    outcomes = {"loaded": 0, "key error": 0, "yaml error": 0}
+    for i in range(3000):
+        for name in ("SMQSUP_FUZZ_A", "SMQSUP_FUZZ_B", "SMQSUP_FUZZ_C"):
+            monkeypatch.setenv(name, rng.choice(ENV_VALUES))
+        text = rng.choice(GENERATORS)(rng)
+        try:
+            outcomes[_outcome(text)] += 1
+        except Exception as exc:  # noqa: BLE001 - any other outcome is the failure reported
+            pytest.fail(f"seed {seed} (replay: SMQSUP_FUZZ_SEED={seed}), document {i}: "
+                        f"{type(exc).__name__}: {str(exc)[:300]} for {text[:300]!r}")
+    # The generator reaches the validators, not only the YAML parser.
+    assert outcomes["loaded"] > 50 and outcomes["key error"] > 500, (seed, outcomes)
+
+
+# --- a real supervisor, on SIGHUP ----------------------------------------------------------
+
+
+def test_check_and_start_refuse_deep_nesting_in_one_line(tmp_path: Path) -> None:
+    """`smqsup check` and `smqsup -c` on 5,000-deep YAML: exit 2, one line, no traceback."""
+    path = tmp_path / "deep.yaml"
+    for text in (DEEP_LISTS, DEEP_MAPPINGS):
+        path.write_text(text)
+        for args in (("check", "-c", str(path)), ("-c", str(path))):
+            r = procs.run(*args, timeout=30)
+            assert r.returncode == 2, r.stderr
+            [line] = r.stderr.strip().splitlines()
+            assert line.startswith(f"Error: {path}: invalid YAML at line 1:") and "nested deeper" in line
+
+
+def test_sighup_with_deeply_nested_yaml_keeps_the_supervisor_and_its_consumers(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket) -> None:
+    """Deep lists, then deep mappings on SIGHUP: one rejection line each, same consumer pids."""
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    notify.wait("READY=1")
+    before = {c.pid for c in sup.children()}
+    for count, text in enumerate((DEEP_LISTS, DEEP_MAPPINGS), 1):
+        sup.cfg.write_text(text)
+        sup.signal(signal.SIGHUP)
+        wait_for(lambda count=count: len(_rejected_lines(sup)) == count or sup.proc.poll() is not None, timeout_s=15)
+        assert sup.proc.poll() is None, sup.log()
+        assert "nested deeper than 20 levels" in _rejected_lines(sup)[-1]
+    assert {c.pid for c in sup.children()} == before
+
+
+def _bad_files(rng: random.Random, queue: str) -> list[bytes]:
+    """One file of each hostile kind, drawn at random, in a random order; each is a rejected config."""
+    def option(line: str) -> bytes:
+        return f"queues:\n  {queue}:\n    handler: tests.handlers:record\n    {line}\n".encode()
+
+    kinds: list[Callable[[], bytes]] = [
+        lambda: _deep(rng).encode(),
+        lambda: option(f"{rng.choice(['consumers', 'max_messages', 'retry_threshold'])}: "
+                       f"{'9' * rng.choice([500, 5000])}"),
+        lambda: option(f"max_memory: {'9' * 400}MB"),
+        lambda: option(f"retry_delay: 1{'0' * 400}s"),
+        lambda: option(f"consumers: {rng.choice(['[1]', '{a: 1}', 'true', '2.5'])}"),
+        lambda: option(f"{rng.choice(['consumerz', 'retry', '9' * 600])}: 1"),
+        lambda: option("#" * 300_000),
+        lambda: bytes(rng.randrange(256) for _ in range(rng.randint(1, 2000))),
+        lambda: f"queues: {rng.choice(['[q]', '7', 'x', '{}'])}\n".encode(),
+        lambda: f"queues:\n  '{rng.choice(['.', '..'])}':\n    handler: tests.handlers:record\n".encode(),
+        lambda: _bomb(rng).encode(),
+    ]
+    rng.shuffle(kinds)
+    files = [kind() for kind in kinds]
+    for data in files:  # each must be refused, or the test would prove nothing
+        with pytest.raises(ConfigError):
+            config.loads(data.decode("utf-8", "replace"), "check.yaml")
+    return files
+
+
+def test_a_supervisor_survives_a_series_of_hostile_reloads_then_applies_a_good_one(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
+    """Random bad files on SIGHUP: one line each, same consumers; the good file after them is applied."""
+    seed = _seed()
+    queues = {"q": {"handler": "tests.handlers:record", "consumers": 2}}
+    sup = supervise(queues, notify)
+    notify.wait("READY=1")
+    before = {c.pid for c in sup.children()}
+    files = _bad_files(random.Random(seed), "q")
+    for count, data in enumerate(files, 1):
+        sup.cfg.write_bytes(data)
+        sup.signal(signal.SIGHUP)
+        wait_for(lambda count=count: len(_rejected_lines(sup)) >= count or sup.proc.poll() is not None, timeout_s=15,
+                 message=f"seed {seed}: no rejection line for file {count}: {data[:200]!r}")
+        assert sup.proc.poll() is None, f"seed {seed}: the supervisor died on {data[:200]!r}\n{sup.log()}"
+    assert len(_rejected_lines(sup)) == len(files), f"seed {seed}"
+    assert "Traceback" not in sup.log() and {c.pid for c in sup.children()} == before, f"seed {seed}"
+
+    queues["q"]["consumers"] = 3
+    procs.write_config(sup.cfg, redis_url, queues)
+    mark = len(notify.poll())
+    sup.signal(signal.SIGHUP)
+    notify.wait("READY=1", notify.wait("RELOADING=1", mark))
+    pids = {c.pid for c in sup.children()}
+    assert len(pids) == 3 and before < pids, f"seed {seed}"
+    assert "SIGHUP: scaled: q 2->3" in sup.log()
+
+
+# --- the arbiter's handlers, on an Arbiter that never runs its loop -------------------
+
+
+@pytest.fixture
+def arbiter(tmp_path: Path, redis_url: str) -> Iterator[Arbiter]:
+    """An Arbiter for two queues (a: 2, b: 1 consumers) whose loop is never started: nothing forks."""
+    path = procs.write_config(tmp_path / "queues.yaml", redis_url,
+                              {"a": {"handler": "tests.handlers:record", "consumers": 2},
+                               "b": {"handler": "tests.handlers:record"}})
+    arb = Arbiter(config.load(path), redis_url, None)
+    yield arb
+    arb.broker.close()
+    os.close(arb._wake_r)
+    os.close(arb._wake_w)
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == arbiter_mod.__name__]
+
+
+@pytest.mark.parametrize("broken", ["load", "plan"])
+def test_an_unexpected_error_in_a_reload_is_one_line_and_keeps_the_old_config(
+        arbiter: Arbiter, broken: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Not a ConfigError but a bug (here a RuntimeError with a newline) while loading or planning: one escaped line."""
+    def boom(*args: object) -> None:
+        raise RuntimeError("bug\nsecond line")
+
+    monkeypatch.setattr(arbiter_mod.config_mod if broken == "load" else arbiter_mod, broken, boom)
+    old = arbiter.cfg
+    caplog.set_level(logging.INFO)
+    arbiter.handle_hup()
+    assert arbiter.cfg is old and {n: q.target for n, q in arbiter.queues.items()} == {"a": 2, "b": 1}
+    assert _messages(caplog) == [
+        "SIGHUP: new config rejected, keeping the old one: unexpected RuntimeError: bug\\nsecond line"]
+
+
+def test_sigttin_stops_at_the_per_queue_and_total_bounds(
+        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGTTIN never raises a queue past 1000 consumers nor all queues past 1024; it says so."""
+    caplog.set_level(logging.INFO)
+    arbiter.queues["a"].target = config.CONSUMERS_PER_QUEUE_MAX
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 2)
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 3)
+    arbiter.queues["b"].target = config.CONSUMERS_TOTAL_MAX - 1000
+    caplog.clear()
+    arbiter.handle_ttin()
+    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 24)
+    assert _messages(caplog) == [
+        "SIGTTIN: queue a stays at 1000 consumers (at most 1000 per queue, 1024 in all queues)",
+        "SIGTTIN: queue b stays at 24 consumers (at most 1000 per queue, 1024 in all queues)"]
+
+
+def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
+        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
+    """When every child slot is taken, reconcile starts nothing, raises nothing, and logs one line."""
+    taken = 0
+    with pytest.raises(IndexError):
+        while True:
+            arbiter.slots.allocate()
+            taken += 1
+    assert taken == MAX_SLOTS
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        arbiter.reconcile()
+    assert arbiter.children == {}
+    assert _messages(caplog) == [
+        f"queue a: not starting a consumer: all {MAX_SLOTS} child slots are in use (children still stopping?); "
+        "starting it once one is free"]
+
+
+def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
+        arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """fork() failing (a process limit) starts nothing, raises nothing, logs once and gives the slot back."""
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        arbiter.reconcile()
+    assert arbiter.children == {}
+    assert _messages(caplog) == [
+        "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
+    taken = 0
+    with pytest.raises(IndexError):
+        while True:
+            arbiter.slots.allocate()
+            taken += 1
+    assert taken == MAX_SLOTS
