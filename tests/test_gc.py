@@ -21,6 +21,7 @@ from smqsup import message
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.gc import Collector
+from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
@@ -336,7 +337,7 @@ def _leading_collector(redis_url: str, connected_for_s: float) -> Collector:
 def test_after_a_redis_outage_the_collector_waits_a_heartbeat_timeout_before_reclaiming(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """Stale-looking heartbeats right after an outage are not trusted until heartbeats had time to resume."""
-    Broker(redis_url).register_consumer("q", "c1", {"pid": 1})
+    Broker(redis_url).register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.zadd(Q.heartbeats, {"c1": 0})  # looks long dead
     redis_client.lpush(Q.processing("c1"), b"0|x")
     c = _leading_collector(redis_url, connected_for_s=0.0)
@@ -355,7 +356,7 @@ def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: st
                                                                     redis_client: "redis.Redis") -> None:
     """A consumer unregistered by a reclaim that still moves a message into its list: the collector returns it, free."""
     broker = Broker(redis_url)
-    broker.register_consumer("q", "c1", {"pid": 1})
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
     broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
     assert redis_client.zscore(Q.retired, "c1") is not None
     redis_client.lpush(Q.processing("c1"), b"2|late")  # its BLMOVE landed after the reclaim
