@@ -24,7 +24,7 @@ from smqsup.config import Config
 from smqsup.consumer import Consumer
 from smqsup.errors import BrokerError
 from smqsup.gc import Collector
-from smqsup.info import ConsumerInfo
+from smqsup.info import ConsumerInfo, RateMeter
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,7 @@ class LivenessThread(threading.Thread):
         self._stop_event = threading.Event()
         self._proc = psutil.Process()
         self._started_at = time.time()
-        self._rate = 0.0
-        self._rate_mark = (0.0, 0)
+        self._meter = RateMeter()
 
     def stop(self) -> None:
         """Stop the thread, release the collector locks, close the connection."""
@@ -78,14 +77,8 @@ class LivenessThread(threading.Thread):
 
     def _info(self) -> ConsumerInfo:
         st = self.consumer.stats
-        now = time.monotonic()
-        then, received = self._rate_mark
-        if then:
-            instant = (st.received - received) / max(now - then, 1e-3)
-            self._rate += (instant - self._rate) * min(1.0, (now - then) / 10.0)  # ~10 s smoothing
-        self._rate_mark = (now, st.received)
         return ConsumerInfo(
             pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.name, started_at=self._started_at,
             cpu=self._proc.cpu_percent(None), rss=self._proc.memory_info().rss, busy=self.consumer.busy,
             received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
-            late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=round(self._rate, 2))
+            late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=self._meter.update(st.received))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
@@ -92,3 +93,22 @@ def _coerce(value: Any, kind: type) -> Any:
         ok = isinstance(value, (int, float)) and math.isfinite(value) and abs(value) < 1e15
         return float(value) if ok else None
     return value[:_TEXT_CHARS] if isinstance(value, str) else None
+
+
+class RateMeter:
+    """Messages per second from a growing count, smoothed over about 10 s
+    (what a heartbeat's ``rate`` says)."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self._mark: tuple[float, int] = (0.0, 0)  # (monotonic time, count) of the last update
+
+    def update(self, count: int) -> float:
+        """Take the count now; return the smoothed rate, rounded for display."""
+        now = time.monotonic()
+        then, seen = self._mark
+        if then:
+            instant = (count - seen) / max(now - then, 1e-3)
+            self.rate += (instant - self.rate) * min(1.0, (now - then) / 10.0)
+        self._mark = (now, count)
+        return round(self.rate, 2)

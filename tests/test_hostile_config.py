@@ -335,15 +335,20 @@ def test_sigttin_stops_at_the_per_queue_and_total_bounds(
         "SIGTTIN: queue b stays at 24 consumers (at most 1000 per queue, 1024 in all queues)"]
 
 
-def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
-        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
-    """When every child slot is taken, reconcile starts nothing, raises nothing, and logs one line."""
+def _take_every_slot(arbiter: Arbiter) -> int:
+    """Allocate child slots until the table is full; how many were free."""
     taken = 0
     with pytest.raises(IndexError):
         while True:
             arbiter.slots.allocate()
             taken += 1
-    assert taken == MAX_SLOTS
+    return taken
+
+
+def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
+        arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
+    """When every child slot is taken, reconcile starts nothing, raises nothing, and logs one line."""
+    assert _take_every_slot(arbiter) == MAX_SLOTS
     caplog.set_level(logging.INFO)
     for _ in range(3):
         arbiter.reconcile()
@@ -366,9 +371,4 @@ def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
     assert arbiter.children == {}
     assert _messages(caplog) == [
         "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
-    taken = 0
-    with pytest.raises(IndexError):
-        while True:
-            arbiter.slots.allocate()
-            taken += 1
-    assert taken == MAX_SLOTS
+    assert _take_every_slot(arbiter) == MAX_SLOTS

@@ -519,17 +519,12 @@ class Arbiter:
         counters (read from its slot: no Redis call in the child for stats)."""
         view = self.slots.read(c.slot)
         now = time.monotonic()
-        then, received = c.rate_mark
-        if then:
-            instant = (view.received - received) / max(now - then, 1e-3)
-            c.rate += (instant - c.rate) * min(1.0, (now - then) / 10.0)  # ~10 s smoothing
-        c.rate_mark = (now, view.received)
         return ConsumerInfo(
             pid=c.pid, host=self.host, queue=c.queue, index=c.index, supervisor=self.pid,
             started_at=round(time.time() - (now - c.started_at), 3), cpu=round(c.cpu_percent, 1),
             rss=c.rss_bytes, uss=c.uss_bytes, busy=view.busy_since_us != 0, received=view.received,
             acked=view.acked, retried=view.retried, dead_lettered=view.dead_lettered, late_acks=view.late_acks,
-            busy_s=round(view.busy_us / 1e6, 3), rate=round(c.rate, 2))
+            busy_s=round(view.busy_us / 1e6, 3), rate=c.meter.update(view.received))
 
     # --- limits ------------------------------------------------------------------
 

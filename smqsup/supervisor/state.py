@@ -10,6 +10,7 @@ from typing import Optional
 
 from smqsup import defaults
 from smqsup.config import QueueConfig
+from smqsup.info import RateMeter
 from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_REDIS
 
 
@@ -45,8 +46,7 @@ class Child:
     uss_bytes: Optional[int] = None
     next_uss: float = 0.0  # monotonic time of the next USS sample
     messages: int = 0
-    rate: float = 0.0  # handled messages per second, smoothed over ~10 s
-    rate_mark: tuple[float, int] = (0.0, 0)  # (monotonic time, received) of the last rate sample
+    meter: RateMeter = field(default_factory=RateMeter)  # handled messages per second
 
     @property
     def stopping(self) -> bool:
