@@ -208,17 +208,17 @@ def _kind(rng: random.Random, poison: dict[str, float]) -> Optional[str]:
 
 
 def time_bound_s(r: ChaosResult, messages: int, rate: float, consumers: int) -> float:
-    """How long the run may take, from its work: publishing at ``rate``; each
-    hanging delivery holds a consumer for message_timeout; each replacement
-    of a consumer (an exit, a timeout kill, a chaos kill) costs one consumer
-    0.2 s; each supervisor or Redis restart 2 s of everything; plus 10 s.
-    A queue stalled in a crash-loop backoff (0.5 s doubling to 30 s) runs
-    past it."""
+    """How long the run may take, from its work: publishing at ``rate``, plus
+    what the consumers must sit through — each hanging delivery holds one for
+    message_timeout, each replacement of a consumer (an exit, a timeout kill, a
+    chaos kill) costs one 50 ms (a fork and an import take about 25) — plus a
+    second per supervisor or Redis restart, plus 5 s. A queue stalled in a
+    crash-loop backoff (0.5 s doubling to 30 s) runs past it."""
     deliveries = POISON_THRESHOLD + 1
     hang_s = r.poison["hang"] * deliveries * POISON_TIMEOUT_S
     replacements = (r.poison["exit"] + r.poison["hang"]) * deliveries + r.consumer_kills
-    return (messages / rate + (hang_s + replacements * 0.2) / consumers
-            + (r.supervisor_kills + r.redis_kills) * 2.0 + 10.0)
+    return (messages / rate + (hang_s + replacements * 0.05) / consumers
+            + (r.supervisor_kills + r.redis_kills) * 1.0 + 5.0)
 
 
 def _drained(server: RedisServer) -> bool:
