@@ -304,12 +304,16 @@ def _read_token_file(path: str) -> str:
     it cannot be read or that line is empty."""
     where = f"smqsup web: --token-file {path!r}"
     try:
-        with open(path, encoding="utf-8") as f:
-            line = f.readline(_TOKEN_FILE_MAX + 1)
+        with config_mod.open_regular_file(path) as f:  # a FIFO must not hang the command
+            raw = f.readline(4 * _TOKEN_FILE_MAX + 1)  # UTF-8: at most 4 bytes a character
     except OSError as exc:
         raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        line = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{where}: not UTF-8 text") from None
+        if len(raw) <= 4 * _TOKEN_FILE_MAX:
+            raise UsageError(f"{where}: not UTF-8 text") from None
+        line = raw.decode("utf-8", "replace")
     if len(line) > _TOKEN_FILE_MAX:
         raise UsageError(f"{where}: the first line is longer than {_TOKEN_FILE_MAX} characters")
     token = line.strip()

@@ -1,0 +1,65 @@
+"""Hostile command lines, files, environments and Producer arguments: each is
+one line naming what is wrong (exit 2), never a hang, a traceback or a secret."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests import procs
+from tests.helpers import wait_for
+
+
+def _one_line_error(r: "subprocess.CompletedProcess[str]", *parts: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    for part in parts:
+        assert part in r.stderr, r.stderr
+
+
+# --- files that are not files ------------------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    """A FIFO nobody writes to: reading it would block for ever."""
+    path = tmp_path / "queues.yaml"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("command", [["check"], ["status"], ["publish", "q", "{}"], ["consume", "q"], []])
+def test_a_fifo_as_config_is_refused_without_hanging(fifo: Path, command: list[str]) -> None:
+    """-c FIFO: one line saying it is not a regular file, for every command and the supervisor."""
+    args = [*command[:1], "-c", str(fifo), *command[1:]]
+    _one_line_error(procs.run(*args, timeout=20), "not a regular file (a FIFO)")
+
+
+def test_a_device_as_config_is_refused() -> None:
+    """-c /dev/zero: not a regular file (a character device), not read at all."""
+    _one_line_error(procs.run("check", "-c", "/dev/zero", timeout=20), "/dev/zero: not a regular file")
+
+
+def test_a_fifo_as_token_file_is_refused_without_hanging(fifo: Path, redis_url: str) -> None:
+    """web --token-file FIFO: one line, before anything listens."""
+    r = procs.run("web", "--url", redis_url, "--listen", "127.0.0.1:0", "--token-file", str(fifo), timeout=20)
+    _one_line_error(r, "--token-file", "not a regular file (a FIFO)")
+
+
+def test_a_supervisor_reloading_a_config_replaced_by_a_fifo_keeps_running(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket) -> None:
+    """SIGHUP after queues.yaml became a FIFO: the reload fails in one log line, the loop goes on."""
+    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify)
+    notify.wait("READY=1")
+    sup.cfg.unlink()
+    os.mkfifo(sup.cfg)
+    sup.signal(signal.SIGHUP)
+    wait_for(lambda: "not a regular file (a FIFO)" in sup.log(), message="reload stuck on the FIFO")
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(30) == 0
