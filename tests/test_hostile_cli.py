@@ -63,3 +63,24 @@ def test_a_supervisor_reloading_a_config_replaced_by_a_fifo_keeps_running(
     wait_for(lambda: "not a regular file (a FIFO)" in sup.log(), message="reload stuck on the FIFO")
     sup.signal(signal.SIGTERM)
     assert sup.proc.wait(30) == 0
+
+
+# --- the embedded server's data directory --------------------------------------------------
+
+
+def _embedded_config(tmp_path: Path, data_dir: str) -> Path:
+    return procs.write_config(tmp_path / "queues.yaml", None, {"q": {"handler": "tests.handlers:record"}},
+                              redis={"data_dir": data_dir})
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "under /proc"])
+@pytest.mark.parametrize("command", [[], ["consume", "q"]])
+def test_an_unusable_data_dir_is_one_line(tmp_path: Path, where: str, command: list[str]) -> None:
+    """redis.data_dir naming a file, a path under a file, or an uncreatable path: one line, exit 2."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    data_dir = {"a file": str(a_file), "under a file": str(a_file / "sub"),
+                "under /proc": "/proc/smqsup-no-such-dir"}[where]
+    cfg = _embedded_config(tmp_path, data_dir)
+    args = [*command[:1], "-c", str(cfg), *command[1:]]
+    _one_line_error(procs.run(*args, timeout=30), data_dir, "cannot use it as the data directory")
