@@ -84,3 +84,17 @@ def test_an_unusable_data_dir_is_one_line(tmp_path: Path, where: str, command: l
     cfg = _embedded_config(tmp_path, data_dir)
     args = [*command[:1], "-c", str(cfg), *command[1:]]
     _one_line_error(procs.run(*args, timeout=30), data_dir, "cannot use it as the data directory")
+
+
+def test_a_second_supervisor_on_one_data_dir_is_refused(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, tmp_path: Path) -> None:
+    """Two supervisors, one embedded data dir: the second refuses to start (the first would stop
+    its Redis under it), and the first keeps running."""
+    data = tmp_path / "data"
+    first = supervise({"q": {"handler": "tests.handlers:record"}}, notify, embedded=True,
+                      redis={"data_dir": str(data)})
+    notify.wait("READY=1")
+    r = procs.run("-c", str(first.cfg), timeout=30)
+    _one_line_error(r, "already run by process", "one supervisor per data dir")
+    assert first.proc.poll() is None
+    assert procs.run("publish", "-c", str(first.cfg), "q", "1").returncode == 0
