@@ -586,7 +586,8 @@ def validate_queue_name(name: object, *, path: str = "", key: str = "") -> str:
 def _redis_url(value: object, key: str, path: str) -> str:
     """A redis://, rediss://, unix:// or sentinel:// url (its password never shown)."""
     url = _string(value, key, path)
-    shown = re.sub(r"//[^/@]*@", "//***@", url)
+    shown = re.sub(r"//[^/?#]*@", "//***@", url)  # the userinfo ends at the last '@'
+    shown = safe.mask_url(shown)  # password= in the query
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed '[' of an IPv6 host

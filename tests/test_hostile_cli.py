@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from smqsup import safe
 from tests import procs
 from tests.helpers import wait_for
 
@@ -98,3 +99,18 @@ def test_a_second_supervisor_on_one_data_dir_is_refused(
     _one_line_error(r, "already run by process", "one supervisor per data dir")
     assert first.proc.poll() is None
     assert procs.run("publish", "-c", str(first.cfg), "q", "1").returncode == 0
+
+
+# --- secrets in urls --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("redis://:p@ssWord99@localhost:0/0", "ssWord99"),
+    ("redis://us@er:Secret99@localhost:0/0", "Secret99"),
+])
+def test_a_password_holding_an_at_sign_is_never_shown(url: str, secret: str) -> None:
+    """A raw '@' in the userinfo: redis-py takes everything to the last '@' as the password; so does the mask."""
+    r = procs.run("publish", "--url", url, "q", "{}")
+    _one_line_error(r, "redis.url")
+    assert secret not in r.stderr
+    assert secret not in safe.mask_url(url) and secret not in safe.mask_url(f"see {url} there")
