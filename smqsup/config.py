@@ -151,7 +151,7 @@ _WEB_KEYS = ("listen", "token")
 _URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 _APPENDFSYNC = ("always", "everysec", "no")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
-_REDIS_STRING_MAX_BYTES = 512 * 1024**2
+REDIS_STRING_MAX_BYTES = 512 * 1024**2
 #: Largest queues.yaml read, in bytes: a real one is a few kilobytes (1,024
 #: queues with every option spelled out take about 230 KiB). PyYAML parses
 #: in pure Python, about a second per 300 KiB of newlines: this and the node
@@ -545,7 +545,7 @@ def _heartbeat_timeout(value: object, key: str, path: str) -> float:
 
 def _message_size(value: object, key: str, path: str) -> int:
     size = parse_size(value, key, path)
-    if not 1 <= size <= _REDIS_STRING_MAX_BYTES:
+    if not 1 <= size <= REDIS_STRING_MAX_BYTES:
         raise _error("expected a size from 1B to 512MB (Redis' largest string)", value,
                      path=path, key=key)
     return size

@@ -6,12 +6,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from smqsup import safe
+from smqsup.errors import ConfigError, MessageError
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
 
@@ -114,3 +119,77 @@ def test_a_password_holding_an_at_sign_is_never_shown(url: str, secret: str) -> 
     _one_line_error(r, "redis.url")
     assert secret not in r.stderr
     assert secret not in safe.mask_url(url) and secret not in safe.mask_url(f"see {url} there")
+
+
+# --- the Python API ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def producer(redis_url: str) -> Iterator[Producer]:
+    with Producer(redis_url) as p:
+        yield p
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+
+@pytest.mark.parametrize("queue", [["q"], {"q": 1}, None, 5, b"q", _Unprintable()])
+def test_a_queue_name_of_any_type_is_a_message_error(producer: Producer, queue: Any) -> None:
+    """publish/publish_many with a list, None, bytes or an unprintable object as queue: MessageError."""
+    with pytest.raises(MessageError, match="expected a name string"):
+        producer.publish(queue, {})
+    with pytest.raises(MessageError, match="expected a name string"):
+        producer.publish_many(queue, [{}])
+
+
+@pytest.mark.parametrize("url", [None, 5, b"redis://localhost"])
+def test_a_url_that_is_not_a_string_is_a_config_error(url: Any) -> None:
+    """Producer(None) or Producer(b'...'): ConfigError, not TypeError/AttributeError."""
+    with pytest.raises(ConfigError, match="redis.url: expected a url string"):
+        Producer(url)
+
+
+@pytest.mark.parametrize("size", ["1MB", -1, 0, True, 2**40, 1.5])
+def test_a_bad_max_message_size_is_a_config_error(redis_url: str, size: Any) -> None:
+    """max_message_size that is no byte count Redis can hold: ConfigError at construction."""
+    with pytest.raises(ConfigError, match="max_message_size"):
+        Producer(redis_url, max_message_size=size)
+
+
+@pytest.mark.parametrize("bodies", [5, "abc", b"abc", {"a": 1}])
+def test_bodies_that_are_not_a_collection_of_bodies_are_refused(producer: Producer, bodies: Any) -> None:
+    """publish_many of an int, a str (one message per letter!) or a dict (one per key): MessageError."""
+    with pytest.raises(MessageError, match="bodies must be an iterable"):
+        producer.publish_many("q", bodies)
+
+
+def test_a_generator_that_raises_midway_sends_nothing_and_says_so(producer: Producer,
+                                                                   redis_client: Any) -> None:
+    """publish_many over a generator that fails at its third body: nothing queued, and the error says so."""
+    def bodies() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise RuntimeError("boom")
+
+    with pytest.raises(MessageError, match="nothing was sent") as caught:
+        producer.publish_many("q", bodies())
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert redis_client.llen(QueueKeys("smq", "q").pending) == 0
+
+
+@pytest.mark.parametrize("path", [None, 5])
+def test_from_config_without_a_path_is_a_config_error(path: Any) -> None:
+    """Producer.from_config(None): ConfigError naming the config path."""
+    with pytest.raises(ConfigError, match="config path"):
+        Producer.from_config(path)
+
+
+def test_from_config_of_a_fifo_does_not_hang(fifo: Path) -> None:
+    """Producer.from_config(FIFO) is refused at once (checked in a child with a deadline)."""
+    code = f"from smqsup.producer import Producer\nProducer.from_config({str(fifo)!r})"
+    r = subprocess.run([sys.executable, "-c", code], env=procs.env(), capture_output=True, text=True, timeout=20)
+    assert "ConfigError" in r.stderr and "not a regular file" in r.stderr, r.stderr
