@@ -106,6 +106,37 @@ def test_a_second_supervisor_on_one_data_dir_is_refused(
     assert procs.run("publish", "-c", str(first.cfg), "q", "1").returncode == 0
 
 
+# --- flags ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--url", "--namespace", "-c"])
+def test_an_empty_option_is_refused_not_taken_for_its_default(flag: str, redis_url: str) -> None:
+    """--namespace '' (or --url '', -c ''): a usage error, never the default namespace or Redis."""
+    target = ["--url", redis_url] if flag == "--namespace" else []
+    r = procs.run("publish", *target, flag, "", "q", "{}")
+    _one_line_error(r, f"{flag}", "empty string")
+
+
+def test_an_empty_token_is_refused(redis_url: str) -> None:
+    """web --token '': a usage error, not a web UI without a token."""
+    r = procs.run("web", "--url", redis_url, "--listen", "127.0.0.1:0", "--token", "", timeout=20)
+    _one_line_error(r, "--token", "empty string")
+
+
+def test_a_5000_digit_limit_is_a_short_usage_error(redis_url: str) -> None:
+    """dlq --limit with 5,000 digits: the usual range message, cut, without Python internals."""
+    r = procs.run("dlq", "--url", redis_url, "list", "q", "--limit", "9" * 5000)
+    _one_line_error(r, "expected an integer from 1 to 100000")
+    assert len(r.stderr) < 300 and "_limit" not in r.stderr
+
+
+def test_a_5000_digit_body_says_nothing_of_python_settings(redis_url: str) -> None:
+    """publish q 999...(5,000 digits): not valid JSON, without the interpreter's set_int_max_str_digits hint."""
+    r = procs.run("publish", "--url", redis_url, "q", "9" * 5000)
+    _one_line_error(r, "not valid JSON")
+    assert "sys.set_int_max_str_digits" not in r.stderr
+
+
 # --- secrets in urls --------------------------------------------------------------------------
 
 
