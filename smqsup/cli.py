@@ -38,17 +38,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_target(p: argparse.ArgumentParser, *, url: bool) -> None:
-    p.add_argument("-c", "--config", metavar="FILE", help="queues.yaml")
+    p.add_argument("-c", "--config", metavar="FILE", type=_nonempty, help="queues.yaml")
     if url:
-        p.add_argument("--url", help="Redis url instead of a config file (default: $SMQSUP_REDIS_URL, which "
+        p.add_argument("--url", type=_nonempty, help="Redis url instead of a config file (default: $SMQSUP_REDIS_URL, which "
                                      "keeps a password off the command line)")
-        p.add_argument("--namespace", default=None, help=f"key namespace (default {defaults.NAMESPACE})")
+        p.add_argument("--namespace", default=None, type=_nonempty, help=f"key namespace (default {defaults.NAMESPACE})")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="smqsup", description="Redis-backed message queue and consumer supervisor")
     parser.add_argument("--version", action="version", version=f"smqsup {__version__}")
-    parser.add_argument("-c", "--config", metavar="FILE", help="queues.yaml (runs the supervisor)")
+    parser.add_argument("-c", "--config", metavar="FILE", type=_nonempty, help="queues.yaml (runs the supervisor)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
@@ -75,14 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("web", help="serve the web UI, the JSON API and /metrics")
     _add_target(p, url=True)
-    p.add_argument("--listen", metavar="HOST:PORT",
+    p.add_argument("--listen", metavar="HOST:PORT", type=_nonempty,
                    help=f"address to listen on (default: web.listen, else {defaults.WEB_LISTEN}; port 0: any free)")
     given = p.add_mutually_exclusive_group()
-    given.add_argument("--token-file", metavar="FILE",
+    given.add_argument("--token-file", metavar="FILE", type=_nonempty,
                        help="read the token every request must carry from the first line of FILE "
                             "(default: $SMQSUP_WEB_TOKEN, else web.token); required to listen on a "
                             "non-loopback address")
-    given.add_argument("--token", help="the token itself: other users see it in ps, prefer --token-file")
+    given.add_argument("--token", type=_nonempty, help="the token itself: other users see it in ps, prefer --token-file")
 
     p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
     _add_target(p, url=True)
@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these messages (repeatable); default: all")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
+
+
+def _nonempty(text: str) -> str:
+    """An option's value, refused when empty: ``--namespace ''`` must not
+    quietly mean the default namespace, nor ``--url ''`` the environment's."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a value, got an empty string")
+    return text
 
 
 def _seconds(text: str) -> float:
@@ -106,7 +114,8 @@ def _seconds(text: str) -> float:
 
 
 def _limit(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 100_000:
+    # At most 6 digits before int(): a 5,000-digit one would raise inside it.
+    if not text.isascii() or not text.isdigit() or len(text) > 6 or not 1 <= int(text) <= 100_000:
         raise argparse.ArgumentTypeError(f"expected an integer from 1 to 100000, got {text[:40]!r}")
     return int(text)
 
@@ -220,7 +229,9 @@ def _json_arg(text: str, where: str) -> Any:
     except RecursionError:
         raise UsageError(f"smqsup publish: {where}: JSON nested too deep, got {text.strip()[:80]!r}") from None
     except ValueError as exc:
-        raise UsageError(f"smqsup publish: {where}: not valid JSON ({exc}), got {text.strip()[:80]!r}") from None
+        # Python's hint for huge integers ('use sys.set_int_max_str_digits()') is not for users.
+        problem = str(exc).split(";")[0]
+        raise UsageError(f"smqsup publish: {where}: not valid JSON ({problem}), got {text.strip()[:80]!r}") from None
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -304,12 +315,16 @@ def _read_token_file(path: str) -> str:
     it cannot be read or that line is empty."""
     where = f"smqsup web: --token-file {path!r}"
     try:
-        with open(path, encoding="utf-8") as f:
-            line = f.readline(_TOKEN_FILE_MAX + 1)
+        with config_mod.open_regular_file(path) as f:  # a FIFO must not hang the command
+            raw = f.readline(4 * _TOKEN_FILE_MAX + 1)  # UTF-8: at most 4 bytes a character
     except OSError as exc:
         raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        line = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{where}: not UTF-8 text") from None
+        if len(raw) <= 4 * _TOKEN_FILE_MAX:
+            raise UsageError(f"{where}: not UTF-8 text") from None
+        line = raw.decode("utf-8", "replace")
     if len(line) > _TOKEN_FILE_MAX:
         raise UsageError(f"{where}: the first line is longer than {_TOKEN_FILE_MAX} characters")
     token = line.strip()

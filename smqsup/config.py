@@ -31,15 +31,17 @@ Value syntax, the same everywhere in the file:
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import ipaddress
 import math
 import os
 import re
+import stat
 from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 # types-PyYAML is optional: without it yaml is Any, with it the ignore is unused.
@@ -149,7 +151,7 @@ _WEB_KEYS = ("listen", "token")
 _URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 _APPENDFSYNC = ("always", "everysec", "no")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
-_REDIS_STRING_MAX_BYTES = 512 * 1024**2
+REDIS_STRING_MAX_BYTES = 512 * 1024**2
 #: Largest queues.yaml read, in bytes: a real one is a few kilobytes (1,024
 #: queues with every option spelled out take about 230 KiB). PyYAML parses
 #: in pure Python, about a second per 300 KiB of newlines: this and the node
@@ -543,7 +545,7 @@ def _heartbeat_timeout(value: object, key: str, path: str) -> float:
 
 def _message_size(value: object, key: str, path: str) -> int:
     size = parse_size(value, key, path)
-    if not 1 <= size <= _REDIS_STRING_MAX_BYTES:
+    if not 1 <= size <= REDIS_STRING_MAX_BYTES:
         raise _error("expected a size from 1B to 512MB (Redis' largest string)", value,
                      path=path, key=key)
     return size
@@ -584,7 +586,8 @@ def validate_queue_name(name: object, *, path: str = "", key: str = "") -> str:
 def _redis_url(value: object, key: str, path: str) -> str:
     """A redis://, rediss://, unix:// or sentinel:// url (its password never shown)."""
     url = _string(value, key, path)
-    shown = re.sub(r"//[^/@]*@", "//***@", url)
+    shown = re.sub(r"//[^/?#]*@", "//***@", url)  # the userinfo ends at the last '@'
+    shown = safe.mask_url(shown)  # password= in the query
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed '[' of an IPv6 host
@@ -770,11 +773,50 @@ def loads(text: str, path: str = "<string>") -> Config:
     return _config(_parse_yaml(text, path), path)
 
 
+class NotRegularFile(OSError):
+    """A path names a FIFO, a socket or a device where a file was expected."""
+
+
+def open_regular_file(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; NotRegularFile
+    (or another OSError) otherwise.
+
+    Opened without blocking: a FIFO with no writer would stall the caller (a
+    supervisor re-reading its config on SIGHUP) for ever, and a device such
+    as /dev/zero is no file anyone means.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file (a {_file_kind(mode)})", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"))
+    return next((kind for test, kind in kinds if test(mode)), "special file")
+
+
+def _config_path(path: object) -> str:
+    """``path`` as a string; ConfigError when it is no path at all (None, 5)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise _error(f"expected a file path, not a value of type {type(path).__name__}", key="config path")
+    return os.fsdecode(path)
+
+
 def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate a whole queues.yaml; any fault is one ConfigError line."""
-    name = os.fspath(path)
+    name = _config_path(path)
     try:
-        with open(name, "rb") as stream:
+        with open_regular_file(name) as stream:
             data = stream.read(_FILE_MAX_BYTES + 1)
         if len(data) > _FILE_MAX_BYTES:
             raise _error(_FILE_TOO_LARGE, path=name)
@@ -785,6 +827,8 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise _error("is a directory, not a file", path=name) from None
     except PermissionError:
         raise _error("permission denied", path=name) from None
+    except NotRegularFile as exc:
+        raise _error(str(exc.strerror), path=name) from None
     except OSError as exc:
         raise _error(f"cannot read the file ({exc.strerror or exc})", path=name) from None
     except UnicodeDecodeError as exc:

@@ -13,6 +13,7 @@ from typing import Optional
 
 import psutil
 
+from smqsup import safe
 from smqsup.config import Config
 from smqsup.errors import SmqsupError
 from smqsup.redis_server import RedisServer, default_data_dir, running_url
@@ -43,16 +44,31 @@ def redis_url(config: Config) -> str:
     return url
 
 
-def ensure_server(config: Config) -> tuple[str, RedisServer | None]:
+class EmbeddedServerInUse(SmqsupError):
+    """A supervisor found the embedded server of its data dir run by another live process."""
+
+    exit_code = 2
+
+
+def ensure_server(config: Config, *, shared: bool = True) -> tuple[str, RedisServer | None]:
     """The url of ``config``'s Redis, starting the embedded server when none
     runs. Returns the server too when this call started it: the caller owns
-    it and stops it last."""
+    it and stops it last.
+
+    ``shared`` False (the supervisor) refuses a server that another live
+    process owns: that owner stops it when it stops, which would leave this
+    caller's queues without Redis for good."""
     if config.redis.url is not None:
         return config.redis.url, None
     url = running_url(data_dir(config))
     if url is not None:
         orphan = _orphan_pid(data_dir(config))
         if orphan is None:
+            if not shared:
+                raise EmbeddedServerInUse(
+                    f"{config.path}: the embedded redis-server of data dir {data_dir(config)} is already "
+                    f"run by {_owner(data_dir(config))}, which stops it when it stops: run one supervisor "
+                    "per data dir (give this one its own redis.data_dir), or share a Redis through redis.url")
             return url, None  # another live smqsup owns it
         log.warning("adopting the embedded redis-server (pid %d) left by a supervisor that died; "
                     "it is stopped when this one stops", orphan)
@@ -73,6 +89,20 @@ def _orphan_pid(directory: Path) -> Optional[int]:
     except (OSError, ValueError, psutil.Error):
         return None
     return pid
+
+
+def _owner(directory: Path) -> str:
+    """Who runs the server of ``directory``, for an error: its parent's pid
+    and name when they can be read (never its command line, which may hold
+    a secret)."""
+    try:
+        pid = int((directory / "redis.pid").read_text().strip())
+        parent = psutil.Process(pid).parent()
+        if parent is not None:
+            return f"process {parent.pid} ({safe.escape(parent.name(), 100)})"
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return "another process"
 
 
 class AdoptedServer(RedisServer):

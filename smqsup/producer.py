@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup import defaults, message
+from smqsup import defaults, message, safe
 from smqsup.broker import Broker, warn_once
-from smqsup.config import validate_queue_name
+from smqsup.config import REDIS_STRING_MAX_BYTES, validate_queue_name
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -34,11 +34,44 @@ from smqsup.errors import (
 log = logging.getLogger(__name__)
 
 
-def _valid_name(name: str, what: str) -> str:
+def _valid_name(name: object, what: str) -> str:
+    """``name`` if it is a valid queue name or namespace; MessageError (one
+    bounded line) for anything else, whatever its type."""
+    if not isinstance(name, str):
+        raise MessageError(f"{what}: expected a name string, got a value of type {type(name).__name__}")
     try:
         return validate_queue_name(name)
     except ConfigError as exc:
-        raise MessageError(f"{what} {name!r}: {str(exc).split(': ', 1)[-1]}") from None
+        raise MessageError(f"{what} {safe.escape(repr(name), 80)}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+def _valid_url(url: object) -> str:
+    """``url`` if it is a string (connect() checks the rest); ConfigError otherwise."""
+    if not isinstance(url, str):
+        raise ConfigError(f"redis.url: expected a url string, got a value of type {type(url).__name__}")
+    return url
+
+
+def _valid_max_size(size: object) -> int:
+    """``size`` if it is a whole number of bytes Redis can hold; ConfigError otherwise."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= REDIS_STRING_MAX_BYTES:
+        shown = safe.escape(size, 40) if isinstance(size, (int, float, str)) else f"a value of type {type(size).__name__}"
+        raise ConfigError(f"max_message_size: expected bytes from 1 to {REDIS_STRING_MAX_BYTES}, got {shown}")
+    return size
+
+
+def _materialise(queue: str, bodies: object) -> list[Any]:
+    """The bodies of a publish_many as a list, read before anything is sent;
+    MessageError when they are not an iterable of bodies, or when reading
+    them raised (then nothing was sent: the error says so)."""
+    if isinstance(bodies, (str, bytes, bytearray, Mapping)) or not isinstance(bodies, Iterable):
+        raise MessageError(f"queue {queue!r}: bodies must be an iterable of message bodies, "
+                           f"not a {type(bodies).__name__} (wrap one body in a list)")
+    try:
+        return list(bodies)
+    except Exception as exc:  # noqa: BLE001 - the caller's iterator failed: say that nothing was sent
+        raise MessageError(f"queue {queue!r}: reading the bodies raised {type(exc).__name__}: "
+                           f"{safe.escape(exc, 200)}; nothing was sent") from exc
 
 
 class Producer:
@@ -55,8 +88,8 @@ class Producer:
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True) -> None:
         self.namespace = _valid_name(namespace, "namespace")
-        self.max_message_size = max_message_size
-        self._broker = Broker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats)
+        self.max_message_size = _valid_max_size(max_message_size)
+        self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats)
         self._registered: set[str] = set()
         self._stats = stats
         #: Messages this producer has published (the statistics read it).
@@ -96,7 +129,7 @@ class Producer:
         reply raises PublishUncertain naming all of them."""
         self._check_queue(queue)
         writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
-        items = list(bodies)
+        items = _materialise(queue, bodies)
         ids = message.new_ids(len(items))
         payload = writer.payload
         frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
@@ -104,7 +137,7 @@ class Producer:
         return ids
 
     def _check_queue(self, queue: str) -> None:
-        if queue not in self._registered:
+        if not isinstance(queue, str) or queue not in self._registered:
             _valid_name(queue, "queue")
 
     def _send(self, queue: str, frames: list[bytes], ids: list[str]) -> None:

@@ -282,9 +282,12 @@ class RedisServer:
         if self.running():
             raise RedisServerError(f"{self.data_dir}: already started (pid {self.pid})")
         binary = self.binary or find_redis_server()
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.socket_path.parent != self.data_dir:
-            _ensure_private_dir(self.socket_path.parent)
+        try:
+            self._prepare_dirs()
+        except OSError as error:
+            reason = "not a directory" if isinstance(error, FileExistsError) else error.strerror or error
+            raise RedisServerError(f"{self.data_dir}: cannot use it as the data directory of the "
+                                   f"embedded redis-server ({reason})") from None
         deadline = time.monotonic() + timeout_s
         # The lock makes "nobody serves data_dir" and "ours now does" one step:
         # without it two starters could both see no server, and the second
@@ -301,6 +304,17 @@ class RedisServer:
         log.info(
             "redis-server pid %d serving %s at %s", self.pid, self.data_dir, self.url
         )
+
+    def _prepare_dirs(self) -> None:
+        """Create the data (and socket) directory, and check that redis-server
+        can write its files there; OSError otherwise (a file in the way, a
+        read-only or unwritable directory)."""
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.socket_path.parent != self.data_dir:
+            _ensure_private_dir(self.socket_path.parent)
+        self._start_lock(0.0).path.touch()
+        with self.log_path.open("ab"):
+            pass
 
     def _start_lock(self, deadline: float) -> _FileLock:
         return _FileLock(self.data_dir / "redis.lock", deadline)

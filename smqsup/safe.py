@@ -32,8 +32,10 @@ _MASK = "***"
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()
 
-# scheme://[user]:password@  (the password is what stands between ':' and '@')
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)(?P<password>[^@\s]*)@")
+# scheme://[user]:password@ as urllib and redis-py read it: the userinfo ends
+# at the LAST '@' before the path ('/', '?', '#'), the user at its first ':';
+# so a password (or a user) may hold a raw '@'.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#\s]*:)(?P<password>[^/?#\s]*)@")
 _QUERY_SECRET = re.compile(r"(?P<head>[?&](?:[a-z_]*password|token)=)(?P<value>[^&#\s]*)", re.IGNORECASE)
 # C0 and C1 controls, line and paragraph separators, and the bidirectional
 # formatting characters (which can make a line read as something else).

@@ -58,7 +58,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal
 
 def run_supervisor(cfg: Config) -> int:
     """Run the supervisor for ``cfg`` until a stop signal; exit status."""
-    url, server = ensure_server(cfg)
+    url, server = ensure_server(cfg, shared=False)
     try:
         return Arbiter(cfg, url, server).run()
     finally:

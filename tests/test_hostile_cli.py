@@ -1,0 +1,226 @@
+"""Hostile command lines, files, environments and Producer arguments: each is
+one line naming what is wrong (exit 2), never a hang, a traceback or a secret."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smqsup import safe
+from smqsup.errors import ConfigError, MessageError
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from tests import procs
+from tests.helpers import wait_for
+
+
+def _one_line_error(r: "subprocess.CompletedProcess[str]", *parts: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    for part in parts:
+        assert part in r.stderr, r.stderr
+
+
+# --- files that are not files ------------------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    """A FIFO nobody writes to: reading it would block for ever."""
+    path = tmp_path / "queues.yaml"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("command", [["check"], ["status"], ["publish", "q", "{}"], ["consume", "q"], []])
+def test_a_fifo_as_config_is_refused_without_hanging(fifo: Path, command: list[str]) -> None:
+    """-c FIFO: one line saying it is not a regular file, for every command and the supervisor."""
+    args = [*command[:1], "-c", str(fifo), *command[1:]]
+    _one_line_error(procs.run(*args, timeout=20), "not a regular file (a FIFO)")
+
+
+def test_a_device_as_config_is_refused() -> None:
+    """-c /dev/zero: not a regular file (a character device), not read at all."""
+    _one_line_error(procs.run("check", "-c", "/dev/zero", timeout=20), "/dev/zero: not a regular file")
+
+
+def test_a_fifo_as_token_file_is_refused_without_hanging(fifo: Path, redis_url: str) -> None:
+    """web --token-file FIFO: one line, before anything listens."""
+    r = procs.run("web", "--url", redis_url, "--listen", "127.0.0.1:0", "--token-file", str(fifo), timeout=20)
+    _one_line_error(r, "--token-file", "not a regular file (a FIFO)")
+
+
+def test_a_supervisor_reloading_a_config_replaced_by_a_fifo_keeps_running(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket) -> None:
+    """SIGHUP after queues.yaml became a FIFO: the reload fails in one log line, the loop goes on."""
+    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify)
+    notify.wait("READY=1")
+    sup.cfg.unlink()
+    os.mkfifo(sup.cfg)
+    sup.signal(signal.SIGHUP)
+    wait_for(lambda: "not a regular file (a FIFO)" in sup.log(), message="reload stuck on the FIFO")
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(30) == 0
+
+
+# --- the embedded server's data directory --------------------------------------------------
+
+
+def _embedded_config(tmp_path: Path, data_dir: str) -> Path:
+    return procs.write_config(tmp_path / "queues.yaml", None, {"q": {"handler": "tests.handlers:record"}},
+                              redis={"data_dir": data_dir})
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "under /proc"])
+@pytest.mark.parametrize("command", [[], ["consume", "q"]])
+def test_an_unusable_data_dir_is_one_line(tmp_path: Path, where: str, command: list[str]) -> None:
+    """redis.data_dir naming a file, a path under a file, or an uncreatable path: one line, exit 2."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    data_dir = {"a file": str(a_file), "under a file": str(a_file / "sub"),
+                "under /proc": "/proc/smqsup-no-such-dir"}[where]
+    cfg = _embedded_config(tmp_path, data_dir)
+    args = [*command[:1], "-c", str(cfg), *command[1:]]
+    _one_line_error(procs.run(*args, timeout=30), data_dir, "cannot use it as the data directory")
+
+
+def test_a_second_supervisor_on_one_data_dir_is_refused(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, tmp_path: Path) -> None:
+    """Two supervisors, one embedded data dir: the second refuses to start (the first would stop
+    its Redis under it), and the first keeps running."""
+    data = tmp_path / "data"
+    first = supervise({"q": {"handler": "tests.handlers:record"}}, notify, embedded=True,
+                      redis={"data_dir": str(data)})
+    notify.wait("READY=1")
+    r = procs.run("-c", str(first.cfg), timeout=30)
+    _one_line_error(r, "already run by process", "one supervisor per data dir")
+    assert first.proc.poll() is None
+    assert procs.run("publish", "-c", str(first.cfg), "q", "1").returncode == 0
+
+
+# --- flags ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--url", "--namespace", "-c"])
+def test_an_empty_option_is_refused_not_taken_for_its_default(flag: str, redis_url: str) -> None:
+    """--namespace '' (or --url '', -c ''): a usage error, never the default namespace or Redis."""
+    target = ["--url", redis_url] if flag == "--namespace" else []
+    r = procs.run("publish", *target, flag, "", "q", "{}")
+    _one_line_error(r, f"{flag}", "empty string")
+
+
+def test_an_empty_token_is_refused(redis_url: str) -> None:
+    """web --token '': a usage error, not a web UI without a token."""
+    r = procs.run("web", "--url", redis_url, "--listen", "127.0.0.1:0", "--token", "", timeout=20)
+    _one_line_error(r, "--token", "empty string")
+
+
+def test_a_5000_digit_limit_is_a_short_usage_error(redis_url: str) -> None:
+    """dlq --limit with 5,000 digits: the usual range message, cut, without Python internals."""
+    r = procs.run("dlq", "--url", redis_url, "list", "q", "--limit", "9" * 5000)
+    _one_line_error(r, "expected an integer from 1 to 100000")
+    assert len(r.stderr) < 300 and "_limit" not in r.stderr
+
+
+def test_a_5000_digit_body_says_nothing_of_python_settings(redis_url: str) -> None:
+    """publish q 999...(5,000 digits): not valid JSON, without the interpreter's set_int_max_str_digits hint."""
+    r = procs.run("publish", "--url", redis_url, "q", "9" * 5000)
+    _one_line_error(r, "not valid JSON")
+    assert "sys.set_int_max_str_digits" not in r.stderr
+
+
+# --- secrets in urls --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("redis://:p@ssWord99@localhost:0/0", "ssWord99"),
+    ("redis://us@er:Secret99@localhost:0/0", "Secret99"),
+])
+def test_a_password_holding_an_at_sign_is_never_shown(url: str, secret: str) -> None:
+    """A raw '@' in the userinfo: redis-py takes everything to the last '@' as the password; so does the mask."""
+    r = procs.run("publish", "--url", url, "q", "{}")
+    _one_line_error(r, "redis.url")
+    assert secret not in r.stderr
+    assert secret not in safe.mask_url(url) and secret not in safe.mask_url(f"see {url} there")
+
+
+# --- the Python API ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def producer(redis_url: str) -> Iterator[Producer]:
+    with Producer(redis_url) as p:
+        yield p
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+
+@pytest.mark.parametrize("queue", [["q"], {"q": 1}, None, 5, b"q", _Unprintable()])
+def test_a_queue_name_of_any_type_is_a_message_error(producer: Producer, queue: Any) -> None:
+    """publish/publish_many with a list, None, bytes or an unprintable object as queue: MessageError."""
+    with pytest.raises(MessageError, match="expected a name string"):
+        producer.publish(queue, {})
+    with pytest.raises(MessageError, match="expected a name string"):
+        producer.publish_many(queue, [{}])
+
+
+@pytest.mark.parametrize("url", [None, 5, b"redis://localhost"])
+def test_a_url_that_is_not_a_string_is_a_config_error(url: Any) -> None:
+    """Producer(None) or Producer(b'...'): ConfigError, not TypeError/AttributeError."""
+    with pytest.raises(ConfigError, match="redis.url: expected a url string"):
+        Producer(url)
+
+
+@pytest.mark.parametrize("size", ["1MB", -1, 0, True, 2**40, 1.5])
+def test_a_bad_max_message_size_is_a_config_error(redis_url: str, size: Any) -> None:
+    """max_message_size that is no byte count Redis can hold: ConfigError at construction."""
+    with pytest.raises(ConfigError, match="max_message_size"):
+        Producer(redis_url, max_message_size=size)
+
+
+@pytest.mark.parametrize("bodies", [5, "abc", b"abc", {"a": 1}])
+def test_bodies_that_are_not_a_collection_of_bodies_are_refused(producer: Producer, bodies: Any) -> None:
+    """publish_many of an int, a str (one message per letter!) or a dict (one per key): MessageError."""
+    with pytest.raises(MessageError, match="bodies must be an iterable"):
+        producer.publish_many("q", bodies)
+
+
+def test_a_generator_that_raises_midway_sends_nothing_and_says_so(producer: Producer,
+                                                                   redis_client: Any) -> None:
+    """publish_many over a generator that fails at its third body: nothing queued, and the error says so."""
+    def bodies() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise RuntimeError("boom")
+
+    with pytest.raises(MessageError, match="nothing was sent") as caught:
+        producer.publish_many("q", bodies())
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert redis_client.llen(QueueKeys("smq", "q").pending) == 0
+
+
+@pytest.mark.parametrize("path", [None, 5])
+def test_from_config_without_a_path_is_a_config_error(path: Any) -> None:
+    """Producer.from_config(None): ConfigError naming the config path."""
+    with pytest.raises(ConfigError, match="config path"):
+        Producer.from_config(path)
+
+
+def test_from_config_of_a_fifo_does_not_hang(fifo: Path) -> None:
+    """Producer.from_config(FIFO) is refused at once (checked in a child with a deadline)."""
+    code = f"from smqsup.producer import Producer\nProducer.from_config({str(fifo)!r})"
+    r = subprocess.run([sys.executable, "-c", code], env=procs.env(), capture_output=True, text=True, timeout=20)
+    assert "ConfigError" in r.stderr and "not a regular file" in r.stderr, r.stderr
