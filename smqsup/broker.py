@@ -477,13 +477,17 @@ class Broker:
             self.client.sadd(queues_set(self.namespace), queue)
             scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, info.to_json())], register=True)
 
-    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]) -> list[tuple[str, str]]:
+    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
+                  ) -> tuple[list[tuple[str, str]], dict[str, str]]:
         """Renew the heartbeats of registered consumers, queue -> [(id, info)],
         all queues in one pipelined round trip. Returns (queue, id) of those no
-        longer registered: declared dead, they must not go on."""
+        longer registered (declared dead, they must not go on), and queue ->
+        error text for the queues whose renewal Redis refused (OOM, a key of
+        the wrong type): one queue's refusal is not the others'. Raises
+        BrokerConnectionError if Redis could not be reached."""
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
-            return []
+            return [], {}
         calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
         for queue, queue_beats in items:
             k = self.keys(queue)
@@ -492,8 +496,10 @@ class Broker:
                 args += [cid, info.to_json()]
             calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
         with wrapped("heartbeat"):
-            replies = self._pipeline(calls)
-        return [(q, _text(cid)) for (q, _), unknown in zip(items, replies) for cid in unknown]
+            replies = self._pipeline(calls, raise_errors=False)
+        refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
+        lost = [(q, _text(cid)) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
+        return lost, refused
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""

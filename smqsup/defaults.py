@@ -74,5 +74,7 @@ WEB_STOP_TIMEOUT_S = 5.0
 RETIRED_WATCH_S = 600.0
 #: How often the collector looks at retired consumers' lists, in seconds.
 RETIRED_SCAN_S = 2.0
-#: How long the collector rests after an unexpected error (not Redis being away), s.
-COLLECTOR_TROUBLE_BACKOFF_S = 10.0
+#: How often the supervisor retries the reclaims of dead children that Redis could not take, in s.
+RECLAIM_RETRY_S = 1.0
+#: How often the collector repeats a step's failure while it lasts (a refusal by Redis, an unexpected error), s.
+COLLECTOR_TROUBLE_REPEAT_S = 60.0

@@ -68,9 +68,12 @@ class LivenessThread(threading.Thread):
         if not c.registered:
             return
         try:
-            lost = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
+            lost, refused = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
         except BrokerError as exc:
             log.debug("heartbeat not sent: %s", exc)
+            return
+        if refused:
+            log.debug("heartbeat not sent: %s", refused[c.name])
             return
         for _, cid in lost:
             c.identity_lost(cid)

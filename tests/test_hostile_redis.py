@@ -4,8 +4,9 @@ queue or take the supervisor down; each failure is a bounded log line."""
 
 from __future__ import annotations
 
-import time
+import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,13 +16,17 @@ from smqsup.broker import Broker
 from smqsup.errors import BrokerError
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
+from tests.handlers import read_events
 from tests.helpers import wait_for
 
 Q = QueueKeys("smq", "q")
 BAD = QueueKeys("smq", "bad")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
+
+
+def _frame(message_id: str) -> bytes:
+    return message.frame(message.encode_payload("q", None, message_id=message_id, max_size_bytes=1 << 20)[1])
 
 
 def _wrong_type(client: "redis.Redis", key: str) -> None:
@@ -82,3 +87,43 @@ def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_refuses_nothing_else(
     with pytest.raises(BrokerError, match="WRONGTYPE"):
         broker.ack("q", "c1", b"0|x", True)
     assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"0|x"]
+
+
+# --- the collector: one queue's garbage never stops another's -------------------
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        redis_url: str, redis_client: "redis.Redis", when: str) -> None:
+    """Queue "bad" with strings for its counters, delayed, heartbeats...: "q" still promotes and reclaims; bounded log."""
+    def spoil() -> None:
+        for key in (BAD.counters, BAD.delayed, BAD.heartbeats, BAD.gc, BAD.series):
+            redis_client.set(key, "junk")
+
+    if when == "before the start":
+        spoil()
+    sup = supervise({"bad": {"handler": "tests.handlers:record"}, "q": {"handler": "tests.handlers:record"}},
+                    notify, shutdown_timeout="1s", **HB)
+    if when == "while running":
+        notify.wait("READY=1")
+        spoil()
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "ghost", ConsumerInfo(pid=1))
+    redis_client.zadd(Q.heartbeats, {"ghost": 0})  # long dead
+    held, due = _frame("held"), _frame("due")
+    redis_client.lpush(Q.processing("ghost"), held)
+    redis_client.zadd(Q.delayed, {due: 0})
+    wait_for(lambda: {e["id"] for e in read_events(str(out_dir))} >= {"held", "due"}, 20,
+             message="q's delayed message or its lost consumer's message never handled")
+    # Let every failing step of "bad" come round several times.
+    wait_for(lambda: redis_client.llen(Q.series) >= 6, 20, message="q's collector stopped sampling")
+    assert sup.proc.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(30) == 0
+    log = sup.log()
+    assert "Traceback" not in log
+    troubles = [line.split(": ", 1)[1] for line in log.splitlines()
+                if "queue bad:" in line and "WARNING" in line and "collector" in line]
+    assert troubles and len(troubles) == len(set(troubles)), troubles  # each cause said once
+
