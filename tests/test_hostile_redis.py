@@ -5,6 +5,7 @@ queue or take the supervisor down; each failure is a bounded log line."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -127,3 +128,39 @@ def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
                 if "queue bad:" in line and "WARNING" in line and "collector" in line]
     assert troubles and len(troubles) == len(set(troubles)), troubles  # each cause said once
 
+
+# --- Redis refusing writes for a while (OOM under noeviction) -------------------
+
+
+def test_a_standalone_consumer_under_oom_is_not_declared_dead_by_its_own_collector(
+        tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis") -> None:
+    """Heartbeats refused for OOM longer than heartbeat_timeout: the message in hand is not reclaimed or redelivered."""
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}}, **HB)
+    p = procs.smqsup("consume", "-c", str(cfg), "q", out_dir=out_dir, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: redis_client.hlen(Q.consumers) == 1, 15, message="consumer never registered")
+        # Its collector leads and has seen Redis answer for longer than heartbeat_timeout.
+        wait_for(lambda: redis_client.llen(Q.series) >= 3, 15, message="the collector never sampled")
+        redis_client.lpush(Q.pending, message.frame(message.encode_payload(
+            "q", {"sleep": 5}, message_id="long", max_size_bytes=1 << 20)[1]))
+        wait_for(lambda: read_events(str(out_dir)), 15, message="handler never started")
+        redis_client.config_set("maxmemory-policy", "noeviction")
+        redis_client.config_set("maxmemory", 1)  # every write that allocates is refused: OOM
+        try:
+            wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "done"], 15,
+                     message="handler never finished")
+        finally:
+            redis_client.config_set("maxmemory", 0)
+        wait_for(lambda: redis_client.llen(Q.processing(_only_consumer(redis_client))) == 0, 10,
+                 message="the ack never landed")
+        assert [e["event"] for e in read_events(str(out_dir))] == ["start", "done"]
+        assert redis_client.hget(Q.counters, "reclaimed") is None and redis_client.llen(Q.pending) == 0
+        assert p.poll() is None
+    finally:
+        procs.stop(p)
+    assert "Traceback" not in p.stderr.read()
+
+
+def _only_consumer(client: "redis.Redis") -> str:
+    ids = client.hkeys(Q.consumers)
+    return ids[0].decode() if len(ids) == 1 else "none"
