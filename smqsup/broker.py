@@ -509,8 +509,14 @@ class Broker:
     # --- leader lock ---------------------------------------------------------
 
     def lock_acquire(self, key: str, token: str, ttl_ms: int) -> bool:
+        """SET NX PX; a key found there with no time to live (nobody's lock:
+        garbage) is given ``ttl_ms`` to live, and said once."""
         with wrapped(f"acquire {key}"):
-            return bool(self.client.set(key, token, nx=True, px=ttl_ms))
+            got = scripts.lock_acquire(self.client, key, token, ttl_ms)
+        if got < 0:
+            log.warning("%s held a value that never expires (not a lock of ours); it now expires in %d ms and "
+                        "the election resumes then", key, ttl_ms)
+        return got > 0
 
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
         with wrapped(f"renew {key}"):

@@ -129,6 +129,25 @@ def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
     assert troubles and len(troubles) == len(set(troubles)), troubles  # each cause said once
 
 
+
+@pytest.mark.parametrize("junk", ["string", "hash"])
+def test_a_collector_lock_that_never_expires_is_given_a_ttl_and_the_queue_gets_a_collector(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        redis_client: "redis.Redis", junk: str) -> None:
+    """A gc lock holding garbage with no TTL: expired after one TTL, then a collector leads and promotes."""
+    if junk == "string":
+        redis_client.set(Q.gc_lock, "\xffgarbage\n")
+    else:
+        redis_client.hset(Q.gc_lock, "junk", "1")
+    redis_client.zadd(Q.delayed, {_frame("due"): 0})
+    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify, **HB)
+    wait_for(lambda: any(e["id"] == "due" for e in read_events(str(out_dir))), 20,
+             message="the delayed message was never promoted: no collector")
+    assert redis_client.pttl(Q.gc_lock) > 0
+    lines = [line for line in sup.log().splitlines() if "never expires" in line]
+    assert len(lines) == 1, lines
+
+
 # --- Redis refusing writes for a while (OOM under noeviction) -------------------
 
 

@@ -67,6 +67,7 @@ _PUBLISH = Script("publish")
 _PRODUCER_STATS = Script("producer_stats")
 _HEARTBEAT = Script("heartbeat")
 _STALE = Script("stale")
+_LOCK_ACQUIRE = Script("lock_acquire")
 _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
@@ -74,7 +75,8 @@ HEARTBEAT = _HEARTBEAT
 PUBLISH = _PUBLISH
 PRODUCER_STATS = _PRODUCER_STATS
 
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_RENEW, _LOCK_RELEASE)
+ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_ACQUIRE,
+       _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -214,6 +216,11 @@ def stale(client: "redis.Redis", keys: QueueKeys, *, timeout_ms: int, limit: int
 
 def _texts(items: Sequence[Any]) -> list[str]:
     return [x.decode() if isinstance(x, bytes) else str(x) for x in items]
+
+
+def lock_acquire(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> int:
+    """1: acquired; 0: held by another; -1: the key never expired, now it does."""
+    return int(_LOCK_ACQUIRE(client, (key,), (token, ttl_ms)))
 
 
 def lock_renew(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> bool:
