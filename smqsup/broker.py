@@ -560,22 +560,26 @@ class Broker:
         with wrapped(f"counters of {queue!r}"):
             self.client.hincrby(self.keys(queue).counters, "late_acks", 1)
 
-    def retired_with_messages(self, queue: str, watch_ms: int) -> list[str]:
+    def retired_with_messages(self, queue: str, watch_ms: int,
+                              most: int = defaults.RETIRED_SWEEP_MAX) -> list[str]:
         """Consumers unregistered less than ``watch_ms`` ago whose processing
-        list is not empty; older retirees are forgotten."""
+        list is not empty, among the ``most`` latest; older retirees are
+        forgotten, and so are entries dated more than ``watch_ms`` ahead (no
+        clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            pipe.zrange(k.retired, 0, -1, withscores=True)
-            (secs, usecs), retired = pipe.execute()
+            secs, usecs = self.client.time()
             now_ms = int(secs) * 1000 + int(usecs) // 1000
             pipe = self.client.pipeline(transaction=False)
-            ids = [_text(cid) for cid, at in retired if at >= now_ms - watch_ms]
+            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
+            pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
+            # The latest first: a late message reaches a list within seconds of its retirement.
+            pipe.zrevrangebyscore(k.retired, now_ms + watch_ms, now_ms - watch_ms, start=0, num=most)
+            ids = [_text(cid) for cid in pipe.execute()[-1]]
+            pipe = self.client.pipeline(transaction=False)
             for cid in ids:
                 pipe.llen(k.processing(cid))
-            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
-            lengths = pipe.execute()[:-1]
+            lengths = pipe.execute() if ids else []
         return [cid for cid, n in zip(ids, lengths) if n]
 
     def consumers(self, queue: str) -> dict[str, ConsumerInfo]:

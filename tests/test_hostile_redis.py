@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import redis
 
 from smqsup import message
 from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerError
+from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from tests import procs
@@ -146,6 +149,31 @@ def test_a_collector_lock_that_never_expires_is_given_a_ttl_and_the_queue_gets_a
     assert redis_client.pttl(Q.gc_lock) > 0
     lines = [line for line in sup.log().splitlines() if "never expires" in line]
     assert len(lines) == 1, lines
+
+
+
+def test_a_retired_set_full_of_junk_costs_one_sweep_and_a_late_message_still_comes_back(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """200,000 retired ids dated +inf (never aged out, each LLEN'ed every sweep) are dropped; the real one is served."""
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    for start in range(0, 200_000, 50_000):
+        redis_client.zadd(Q.retired, {f"junk\n{i}": float("inf") for i in range(start, start + 50_000)})
+    redis_client.lpush(Q.processing("c1"), b"2|late")
+    c = _leading_collector(redis_url)
+    c.tick()
+    assert redis_client.lrange(Q.pending, 0, -1) == [b"2|late"]
+    assert redis_client.zrange(Q.retired, 0, -1) == [b"c1"]
+
+
+def _leading_collector(redis_url: str) -> Collector:
+    """A collector that has seen Redis answer for a minute (so it may reclaim) and leads at its first tick."""
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    c = Collector(Broker(redis_url), cfg, owner="t")
+    c._connected_since = time.monotonic() - 60
+    return c
 
 
 # --- Redis refusing writes for a while (OOM under noeviction) -------------------
