@@ -477,13 +477,17 @@ class Broker:
             self.client.sadd(queues_set(self.namespace), queue)
             scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, info.to_json())], register=True)
 
-    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]) -> list[tuple[str, str]]:
+    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
+                  ) -> tuple[list[tuple[str, str]], dict[str, str]]:
         """Renew the heartbeats of registered consumers, queue -> [(id, info)],
         all queues in one pipelined round trip. Returns (queue, id) of those no
-        longer registered: declared dead, they must not go on."""
+        longer registered (declared dead, they must not go on), and queue ->
+        error text for the queues whose renewal Redis refused (OOM, a key of
+        the wrong type): one queue's refusal is not the others'. Raises
+        BrokerConnectionError if Redis could not be reached."""
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
-            return []
+            return [], {}
         calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
         for queue, queue_beats in items:
             k = self.keys(queue)
@@ -492,8 +496,10 @@ class Broker:
                 args += [cid, info.to_json()]
             calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
         with wrapped("heartbeat"):
-            replies = self._pipeline(calls)
-        return [(q, _text(cid)) for (q, _), unknown in zip(items, replies) for cid in unknown]
+            replies = self._pipeline(calls, raise_errors=False)
+        refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
+        lost = [(q, _text(cid)) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
+        return lost, refused
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
@@ -503,8 +509,14 @@ class Broker:
     # --- leader lock ---------------------------------------------------------
 
     def lock_acquire(self, key: str, token: str, ttl_ms: int) -> bool:
+        """SET NX PX; a key found there with no time to live (nobody's lock:
+        garbage) is given ``ttl_ms`` to live, and said once."""
         with wrapped(f"acquire {key}"):
-            return bool(self.client.set(key, token, nx=True, px=ttl_ms))
+            got = scripts.lock_acquire(self.client, key, token, ttl_ms)
+        if got < 0:
+            log.warning("%s held a value that never expires (not a lock of ours); it now expires in %d ms and "
+                        "the election resumes then", key, ttl_ms)
+        return got > 0
 
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
         with wrapped(f"renew {key}"):
@@ -548,22 +560,26 @@ class Broker:
         with wrapped(f"counters of {queue!r}"):
             self.client.hincrby(self.keys(queue).counters, "late_acks", 1)
 
-    def retired_with_messages(self, queue: str, watch_ms: int) -> list[str]:
+    def retired_with_messages(self, queue: str, watch_ms: int,
+                              most: int = defaults.RETIRED_SWEEP_MAX) -> list[str]:
         """Consumers unregistered less than ``watch_ms`` ago whose processing
-        list is not empty; older retirees are forgotten."""
+        list is not empty, among the ``most`` latest; older retirees are
+        forgotten, and so are entries dated more than ``watch_ms`` ahead (no
+        clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            pipe.zrange(k.retired, 0, -1, withscores=True)
-            (secs, usecs), retired = pipe.execute()
+            secs, usecs = self.client.time()
             now_ms = int(secs) * 1000 + int(usecs) // 1000
             pipe = self.client.pipeline(transaction=False)
-            ids = [_text(cid) for cid, at in retired if at >= now_ms - watch_ms]
+            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
+            pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
+            # The latest first: a late message reaches a list within seconds of its retirement.
+            pipe.zrevrangebyscore(k.retired, now_ms + watch_ms, now_ms - watch_ms, start=0, num=most)
+            ids = [_text(cid) for cid in pipe.execute()[-1]]
+            pipe = self.client.pipeline(transaction=False)
             for cid in ids:
                 pipe.llen(k.processing(cid))
-            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
-            lengths = pipe.execute()[:-1]
+            lengths = pipe.execute() if ids else []
         return [cid for cid, n in zip(ids, lengths) if n]
 
     def consumers(self, queue: str) -> dict[str, ConsumerInfo]:

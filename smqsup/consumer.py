@@ -173,8 +173,7 @@ class Consumer:
         """Register in the queue's consumer registry, waiting for Redis as long
         as it takes (or until a stop is requested). run() calls it if needed."""
         if not self._registered:
-            self._wait_for_redis(self._register)
-            self._registered = True
+            self._registered = self._wait_for_redis(self._register)
 
     def run(self) -> str:
         """Consume until asked to stop; return "stopped" or "max_messages"."""
@@ -360,16 +359,23 @@ class Consumer:
                 break
         self._recover_needed = False
 
-    def _wait_for_redis(self, action: Callable[[], None]) -> None:
+    def _wait_for_redis(self, action: Callable[[], None]) -> bool:
+        """Run ``action`` until Redis takes it (True) or a stop is requested (False)."""
         backoff = defaults.RECONNECT_BACKOFF_MIN_S
         while True:
             try:
                 action()
-                return
-            except BrokerConnectionError as exc:
+                return True
+            except BrokerError as exc:
+                # Unreachable, or refusing for now (OOM, a registry key of the
+                # wrong type): a consumer that gave up here would crash-loop its
+                # queue into FATAL over what an operator fixes in Redis.
                 if self._stop:
-                    raise
-                log.warning("queue %s: Redis unreachable (%s); retrying in %.2fs", self.name, exc, backoff)
+                    log.warning("queue %s: consumer %s stops before it could register: %s",
+                                self.name, self.consumer_id, exc)
+                    return False
+                why = "unreachable" if isinstance(exc, BrokerConnectionError) else "refusing"
+                log.warning("queue %s: Redis %s (%s); retrying in %.2fs", self.name, why, exc, backoff)
                 self._pause(backoff)
                 backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
 
@@ -395,7 +401,7 @@ class Consumer:
             r = self.broker.reclaim(self.name, self.consumer_id, costs_attempt=False,
                                     retry_threshold=self.queue.retry_threshold, reason="consumer stopped",
                                     unregister=self._unregister_on_stop)
-        except BrokerConnectionError as exc:
+        except BrokerError as exc:  # unreachable or refusing: the collector reclaims the list later
             log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
             return
         if r.requeued or r.dead_lettered:

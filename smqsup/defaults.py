@@ -72,7 +72,11 @@ USS_SAMPLE_S = 10.0
 WEB_STOP_TIMEOUT_S = 5.0
 #: How long the collector watches the list of an unregistered consumer, in s.
 RETIRED_WATCH_S = 600.0
+#: Most retired consumers (the latest) whose lists one look examines.
+RETIRED_SWEEP_MAX = 1000
 #: How often the collector looks at retired consumers' lists, in seconds.
 RETIRED_SCAN_S = 2.0
-#: How long the collector rests after an unexpected error (not Redis being away), s.
-COLLECTOR_TROUBLE_BACKOFF_S = 10.0
+#: How often the supervisor retries the reclaims of dead children that Redis could not take, in s.
+RECLAIM_RETRY_S = 1.0
+#: How often the collector repeats a step's failure while it lasts (a refusal by Redis, an unexpected error), s.
+COLLECTOR_TROUBLE_REPEAT_S = 60.0

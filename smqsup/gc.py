@@ -20,6 +20,13 @@ It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
 that changes something checks the lock token in Redis, so a leader that was
 paused past the TTL (SIGSTOP, a VM freeze) and deposed cannot act when it
 resumes: its first refused script makes it step down.
+
+Failures are kept as small as their cause. Redis unreachable stops every
+queue for a second (and delays reclaims, see redis_trouble). Redis refusing
+one step of one queue (a key of the wrong type, OOM, NOPERM), or bytes
+nobody planned for, costs that step of that queue only, until its next turn:
+the other steps and the other queues go on, and the cause is one log line,
+said again at most once every TROUBLE_REPEAT_S while it lasts.
 """
 
 from __future__ import annotations
@@ -28,17 +35,19 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, TypeVar
 
 from smqsup import defaults, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
-from smqsup.errors import BrokerError, NotLeader
+from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
 from smqsup.lock import LeaderLock
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def lock_ttl_ms(cfg: Config) -> int:
@@ -58,6 +67,10 @@ class _QueueGC:
     next_retired: float = 0.0
     reclaimed: int = 0
     lost: list[str] = field(default_factory=list)
+    #: When Redis last refused this process's heartbeats of the queue (monotonic).
+    heartbeats_refused_at: Optional[float] = None
+    #: step -> (what went wrong, monotonic time it was last logged)
+    trouble: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class Collector:
@@ -96,10 +109,16 @@ class Collector:
     def leading(self) -> list[str]:
         return sorted(n for n, s in self._queues.items() if s.lock.still_valid())
 
-    def redis_trouble(self) -> None:
+    def redis_trouble(self, queue: Optional[str] = None) -> None:
         """Another part of this process failed to reach Redis: heartbeats may
-        have lapsed everywhere, so wait a heartbeat_timeout before reclaiming."""
-        self._connected_since = None
+        have lapsed everywhere, so wait a heartbeat_timeout before reclaiming.
+        With ``queue``: Redis refused this process's heartbeats of that queue
+        only (OOM, a key of the wrong type); wait before reclaiming there."""
+        state = self._queues.get(queue) if queue is not None else None
+        if state is not None:
+            state.heartbeats_refused_at = time.monotonic()
+        elif queue is None:
+            self._connected_since = None
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -108,24 +127,19 @@ class Collector:
         try:
             for name, state in self._queues.items():
                 self._tick_queue(name, state, now)
-        except NotLeader:
-            pass  # handled per queue; here for type completeness
-        except BrokerError as exc:
+        except BrokerConnectionError as exc:
             log.warning("collector: Redis unavailable (%s); retrying in 1 s", exc)
             self._backoff_until = now + 1.0
             self._connected_since = None
             return
-        except Exception:  # noqa: BLE001 - no Redis state may take the supervisor down
-            # A bug, or bytes in Redis nobody planned for: the collector waits
-            # and tries again; the consumers and the supervisor go on.
-            log.exception("collector: unexpected error; retrying in %.0f s", defaults.COLLECTOR_TROUBLE_BACKOFF_S)
-            self._backoff_until = now + defaults.COLLECTOR_TROUBLE_BACKOFF_S
-            return
         if self._connected_since is None:
             self._connected_since = now
 
-    def _may_reclaim(self, now: float) -> bool:
-        return self._connected_since is not None and now - self._connected_since >= self.cfg.heartbeat_timeout_s
+    def _may_reclaim(self, now: float, state: _QueueGC) -> bool:
+        timeout = self.cfg.heartbeat_timeout_s
+        refused = state.heartbeats_refused_at
+        return (self._connected_since is not None and now - self._connected_since >= timeout
+                and (refused is None or now - refused >= timeout))
 
     def _tick_queue(self, name: str, state: _QueueGC, now: float) -> None:
         lock = state.lock
@@ -133,7 +147,7 @@ class Collector:
             was = lock.held
             if lock.step() and not was:
                 log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
-                self.broker.gc_fact(name, leader_changes=1)
+                self._fact(name, state, leader_changes=1)
                 state.next_scan = state.next_promote = now
             # Contenders try often so that failover takes about one TTL.
             interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
@@ -142,21 +156,57 @@ class Collector:
         if not lock.still_valid():
             return
         try:
-            if now >= state.next_scan and self._may_reclaim(now):
+            if now >= state.next_scan and self._may_reclaim(now, state):
                 state.next_scan = now + self.cfg.heartbeat_interval_s
-                self._collect(name, state)
-            if now >= state.next_retired and self._may_reclaim(now):
+                self._step(name, state, "reclaim lost consumers", self._collect)
+            if now >= state.next_retired and self._may_reclaim(now, state):
                 state.next_retired = now + defaults.RETIRED_SCAN_S
-                self._sweep_retired(name, state)
+                self._step(name, state, "sweep retired consumers", self._sweep_retired)
             if now >= state.next_promote:
-                state.next_promote = now + self._promote(name, state)
+                state.next_promote = now + defaults.PROMOTE_INTERVAL_S
+                wait_s = self._step(name, state, "promote delayed messages", self._promote)
+                if wait_s is not None:
+                    state.next_promote = now + wait_s
             if self.cfg.stats and now >= state.next_sample:
                 # On the second grid, so points are about 1 s apart.
                 state.next_sample = max(state.next_sample + 1.0, now + 0.5)
-                stats.sample(self.broker, name)
+                self._step(name, state, "sample statistics", lambda n, _: stats.sample(self.broker, n))
         except NotLeader:
             lock.drop()
             log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
+
+    def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
+        """Run one step of one queue's collection. Redis refusing it, or an
+        unexpected error, costs this step until its next turn (None), said in
+        one line; Redis unreachable and a lost lock are the caller's."""
+        try:
+            result = step(name, state)
+        except (BrokerConnectionError, NotLeader):
+            raise
+        except BrokerError as exc:
+            self._trouble(name, state, what, str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - no Redis state may take the supervisor down
+            # A bug, or bytes in Redis nobody planned for.
+            self._trouble(name, state, what, f"unexpected {type(exc).__name__}: {exc}")
+            log.debug("queue %s: collector: %s failed", name, what, exc_info=True)
+            return None
+        if state.trouble.pop(what, None) is not None:
+            log.info("queue %s: collector: %s works again", name, what)
+        return result
+
+    def _trouble(self, name: str, state: _QueueGC, what: str, text: str) -> None:
+        """Log a failed step once, and again only if it changes or lasts TROUBLE_REPEAT_S."""
+        now = time.monotonic()
+        last = state.trouble.get(what)
+        if last is None or last[0] != text or now - last[1] >= defaults.COLLECTOR_TROUBLE_REPEAT_S:
+            state.trouble[what] = (text, now)
+            log.warning("queue %s: collector cannot %s (other queues go on; said again every %.0f s while it "
+                        "lasts): %s", name, what, defaults.COLLECTOR_TROUBLE_REPEAT_S, text)
+
+    def _fact(self, name: str, state: _QueueGC, **increments: int) -> None:
+        """Count collector facts; a refusal costs the count, never the work it counts."""
+        self._step(name, state, "record collector facts", lambda n, _: self.broker.gc_fact(n, **increments))
 
     def _collect(self, name: str, state: _QueueGC) -> None:
         timeout_ms = int(self.cfg.heartbeat_timeout_s * 1000)
@@ -169,7 +219,7 @@ class Collector:
             if r.remaining == -1:
                 continue  # it came back between the two scripts
             moved = r.requeued + r.dead_lettered
-            self.broker.gc_fact(name, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
+            self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
             state.reclaimed += moved
             log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
                         "%d to pending, %d dead-lettered", name, cid, self.cfg.heartbeat_timeout_s, moved,
@@ -184,7 +234,7 @@ class Collector:
             r = self.broker.reclaim(name, cid, costs_attempt=False, retry_threshold=state.queue.retry_threshold,
                                     reason="found in a retired consumer's list", lock=lock, unregister=False)
             if r.requeued or r.dead_lettered:
-                self.broker.gc_fact(name, orphans=1, reclaimed=r.requeued + r.dead_lettered)
+                self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
                             name, r.requeued + r.dead_lettered, cid)
 

@@ -46,6 +46,7 @@ class LivenessThread(threading.Thread):
         self._proc = psutil.Process()
         self._started_at = time.time()
         self._meter = RateMeter()
+        self._failing = False  # the last heartbeat was not sent (said once)
 
     def stop(self) -> None:
         """Stop the thread, release the collector locks, close the connection."""
@@ -68,10 +69,20 @@ class LivenessThread(threading.Thread):
         if not c.registered:
             return
         try:
-            lost = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
+            lost, refused = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
         except BrokerError as exc:
-            log.debug("heartbeat not sent: %s", exc)
+            refused = {c.name: str(exc)}
+        if refused:
+            # Our heartbeat lapses: the collector here must not take that (or
+            # everyone's, under OOM) for a death, while its reads still work.
+            self.collector.redis_trouble()
+            if not self._failing:
+                log.warning("queue %s: heartbeat not sent: %s", c.name, refused[c.name])
+            self._failing = True
             return
+        if self._failing:
+            log.info("queue %s: heartbeats sent again", c.name)
+        self._failing = False
         for _, cid in lost:
             c.identity_lost(cid)
 

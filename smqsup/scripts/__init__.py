@@ -4,12 +4,17 @@ Each wrapper sends one EVALSHA (one round trip), or EVAL once if the server
 does not know the script yet: a NOSCRIPT reply means the script did not run,
 so that one re-send can never apply an operation twice. Errors are left as
 redis-py raises them; broker.py wraps them.
+
+A line ``--- @include "name"`` in a script is replaced by ``includes/name.lua``
+when the script is loaded (bullmq's convention): a helper several scripts
+need is written once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -28,12 +33,22 @@ ScriptClient = Any
 Lock = tuple[str, str]
 
 
+_INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.MULTILINE)
+
+
+def _source(name: str) -> str:
+    """The text of ``name.lua`` with its includes resolved (one level)."""
+    here = resources.files(__name__)
+    text = here.joinpath(f"{name}.lua").read_text("utf-8")
+    return _INCLUDE.sub(lambda m: here.joinpath("includes", f"{m[1]}.lua").read_text("utf-8").rstrip("\n"), text)
+
+
 class Script:
     """One Lua file, called by SHA with a fallback to its text."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.text = resources.files(__name__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.text = _source(name)
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
     def __call__(self, client: ScriptClient, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -52,6 +67,7 @@ _PUBLISH = Script("publish")
 _PRODUCER_STATS = Script("producer_stats")
 _HEARTBEAT = Script("heartbeat")
 _STALE = Script("stale")
+_LOCK_ACQUIRE = Script("lock_acquire")
 _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
@@ -59,7 +75,8 @@ HEARTBEAT = _HEARTBEAT
 PUBLISH = _PUBLISH
 PRODUCER_STATS = _PRODUCER_STATS
 
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_RENEW, _LOCK_RELEASE)
+ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_ACQUIRE,
+       _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -199,6 +216,11 @@ def stale(client: "redis.Redis", keys: QueueKeys, *, timeout_ms: int, limit: int
 
 def _texts(items: Sequence[Any]) -> list[str]:
     return [x.decode() if isinstance(x, bytes) else str(x) for x in items]
+
+
+def lock_acquire(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> int:
+    """1: acquired; 0: held by another; -1: the key never expired, now it does."""
+    return int(_LOCK_ACQUIRE(client, (key,), (token, ttl_ms)))
 
 
 def lock_renew(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> bool:

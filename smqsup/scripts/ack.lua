@@ -21,8 +21,13 @@
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
+-- A key of the wrong type among KEYS[1, 2, 4] is an error reply "WRONGTYPE ..."
+-- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+--- @include "wrong_type"
+local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[4], 'hash'}})
+if refused then return refused end
 local acked = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if acked == 0 then
   redis.pcall('HINCRBY', KEYS[3], 'late_acks', 1)

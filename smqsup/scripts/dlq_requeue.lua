@@ -8,8 +8,13 @@
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
 -- operator requeued or purged it meanwhile) is skipped, so a message is never
 -- requeued twice by two concurrent requeues.
+-- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
+-- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+--- @include "wrong_type"
+local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}})
+if refused then return refused end
 local moved = 0
 for i = 1, #ARGV do
   local entry = ARGV[i]

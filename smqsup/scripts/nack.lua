@@ -26,8 +26,14 @@
 -- The payload bytes after '|' are copied, never decoded or re-encoded. The
 -- attempt count stops at 999999999 (nine digits, what message.split_frame
 -- reads), so a forged prefix cannot turn a frame into a malformed one.
+-- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply "WRONGTYPE ..."
+-- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+--- @include "wrong_type"
+local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'zset'},
+                           {KEYS[4], 'list'}, {KEYS[6], 'hash'}})
+if refused then return refused end
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
 local outcome = 0
 if removed == 0 then

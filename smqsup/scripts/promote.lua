@@ -10,9 +10,14 @@
 -- Returns {moved, wait_ms}: wait_ms is the time until the next delayed message
 -- is due (0 if more are due now, -1 if the set is empty). Error reply
 -- "NOTLEADER" when the token check fails.
+-- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
+-- before anything is written (includes/wrong_type.lua).
 if KEYS[3] and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('NOTLEADER lock is not held by this token')
 end
+--- @include "wrong_type"
+local refused = wrong_type({{KEYS[1], 'zset'}, {KEYS[2], 'list'}})
+if refused then return refused end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[1]))

@@ -33,11 +33,17 @@
 --
 -- Order: frames are taken from the left (newest) and pushed on the right of
 -- pending (its consuming end), so the oldest reclaimed frame is consumed first.
+-- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply "WRONGTYPE ..."
+-- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
 if KEYS[8] and redis.call('GET', KEYS[8]) ~= ARGV[7] then
   return redis.error_reply('NOTLEADER lock is not held by this token')
 end
+--- @include "wrong_type"
+local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'},
+                           {KEYS[5], 'hash'}, {KEYS[6], 'zset'}, {KEYS[7], 'zset'}})
+if refused then return refused end
 local costs = ARGV[1] == '1'
 local threshold = tonumber(ARGV[2])
 local limit = tonumber(ARGV[4])

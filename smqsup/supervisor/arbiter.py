@@ -81,6 +81,7 @@ class Arbiter:
         self.collector = Collector(self.broker, cfg, owner=f"{self.host}:{self.pid}")
         self._next_heartbeat = 0.0
         self._heartbeat_failing = False
+        self._heartbeat_refusals: dict[str, str] = {}  # queue -> why Redis refused its heartbeats
         self.notifier = Notifier()
         self.slots = Slots()
         self._spawn_refused: Optional[str] = None  # why spawn last refused, logged once
@@ -92,6 +93,10 @@ class Arbiter:
         self._stopping = False
         self._ready_sent = False
         self._pending_reclaims: list[tuple[str, str, bool, str, int, int]] = []
+        # (queue, consumer id) -> why its reclaim was last postponed, as logged:
+        # a reclaim retried every tick is logged again only when the cause changes.
+        self._reclaim_trouble: dict[tuple[str, str], str] = {}
+        self._next_reclaim_retry = 0.0
         self._next_sample = 0.0
         self._next_watchdog = 0.0
         self._int_count = 0
@@ -135,6 +140,7 @@ class Arbiter:
             self.collector.tick()
             self._notify()
         self.collector.release_all()
+        self._next_reclaim_retry = 0.0  # a last try, whenever the previous one was
         self._retry_reclaims()
         log.info("supervisor %d stopped", self.pid)
         return 0
@@ -467,7 +473,13 @@ class Arbiter:
         return moved
 
     def _retry_reclaims(self) -> None:
-        """Run queued reclaims; keep the ones Redis could not take (retried next tick)."""
+        """Run queued reclaims; keep the ones Redis could not take (retried
+        about once a second: a refusal, such as a key of the wrong type, may
+        last, and is not worth a round trip per reclaim per tick)."""
+        now = time.monotonic()
+        if not self._pending_reclaims or now < self._next_reclaim_retry:
+            return
+        self._next_reclaim_retry = now + defaults.RECLAIM_RETRY_S
         self._pending_reclaims = [item for item in self._pending_reclaims if self._run_reclaim(item) is None]
 
     def _run_reclaim(self, item: tuple[str, str, bool, str, int, int]) -> Optional[int]:
@@ -476,8 +488,13 @@ class Arbiter:
             r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
                                     stale_after_ms=stale_after_ms)
         except BrokerError as exc:
-            log.warning("queue %s: reclaim of consumer %s postponed: %s", queue, cid, exc)
+            if self._reclaim_trouble.get((queue, cid)) != str(exc):
+                self._reclaim_trouble[(queue, cid)] = str(exc)
+                log.warning("queue %s: reclaim of consumer %s postponed (retried each second, said again if "
+                            "the cause changes): %s", queue, cid, exc)
             return None
+        if self._reclaim_trouble.pop((queue, cid), None) is not None:
+            log.info("queue %s: postponed reclaim of consumer %s done", queue, cid)
         if r.requeued or r.dead_lettered:
             log.info("queue %s: reclaimed %d message(s) of consumer %s (%s): %d to pending, %d dead-lettered",
                      queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
@@ -496,7 +513,7 @@ class Arbiter:
             if c.ready and not _is_stopped(c.pid):
                 beats.setdefault(c.queue, []).append((c.consumer_id, self._beat_info(c)))
         try:
-            lost = self.broker.heartbeat(beats)
+            lost, refused = self.broker.heartbeat(beats)
         except BrokerError as exc:
             if not self._heartbeat_failing:
                 log.warning("heartbeats not sent: %s", exc)
@@ -506,6 +523,11 @@ class Arbiter:
         if self._heartbeat_failing:
             log.info("heartbeats sent again")
         self._heartbeat_failing = False
+        if refused and refused.keys() >= beats.keys():
+            # Refused everywhere (OOM, most likely): other hosts' heartbeats
+            # are refused as well, so reclaim nowhere for a while.
+            self.collector.redis_trouble()
+        self._heartbeats_refused(refused)
         by_id = {c.consumer_id: c for c in self.children.values()}
         for queue, cid in lost:
             dead = by_id.get(cid)
@@ -513,6 +535,17 @@ class Arbiter:
                 log.warning("queue %s: consumer #%d (pid %d) was declared dead by the garbage collector "
                             "(its messages were requeued); replacing it", queue, dead.index, dead.pid)
                 self._stop_child(dead, StopReason.DECLARED_DEAD)
+
+    def _heartbeats_refused(self, refused: dict[str, str]) -> None:
+        """Queues whose heartbeats Redis refused: said once per cause, and no
+        reclaim there by our collector until they have flowed a while again."""
+        for queue, text in refused.items():
+            self.collector.redis_trouble(queue)
+            if self._heartbeat_refusals.get(queue) != text:
+                log.warning("queue %s: heartbeats refused (said again if the cause changes): %s", queue, text)
+        for queue in self._heartbeat_refusals.keys() - refused.keys():
+            log.info("queue %s: heartbeats accepted again", queue)
+        self._heartbeat_refusals = refused
 
     def _beat_info(self, c: Child) -> ConsumerInfo:
         """What a child's heartbeat carries: who it is, its resources, and its

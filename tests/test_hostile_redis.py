@@ -1,0 +1,213 @@
+"""Hostile Redis state against running code: keys of the wrong type, garbage
+members and scores, junk locks. Nothing may lose a message, stop another
+queue or take the supervisor down; each failure is a bounded log line."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from smqsup import message
+from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig
+from smqsup.errors import BrokerError
+from smqsup.gc import Collector
+from smqsup.info import ConsumerInfo
+from smqsup.keys import QueueKeys
+from tests import procs
+from tests.handlers import read_events
+from tests.helpers import wait_for
+
+Q = QueueKeys("smq", "q")
+BAD = QueueKeys("smq", "bad")
+HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
+
+
+def _frame(message_id: str) -> bytes:
+    return message.frame(message.encode_payload("q", None, message_id=message_id, max_size_bytes=1 << 20)[1])
+
+
+def _wrong_type(client: "redis.Redis", key: str) -> None:
+    """Replace ``key`` by a string (no smqsup key but the collector lock is one)."""
+    client.set(key, "junk")
+
+
+# --- scripts: refuse before any write, lose nothing -----------------------------
+
+
+@pytest.mark.parametrize("victim", ["pending", "delayed", "dead"])
+def test_a_nack_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, redis_client: "redis.Redis",
+                                                             victim: str) -> None:
+    """nack.lua refuses before it removes the frame when any list it may write to is not a list (or zset)."""
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.lpush(Q.processing("c1"), b"5|x")
+    _wrong_type(redis_client, getattr(Q, victim))
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        broker.nack("q", "c1", b"5|x", retry_threshold=3, delay_ms=1000, meta='{"reason":"r"}', fetch_next=False)
+    assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"5|x"]
+
+
+@pytest.mark.parametrize("victim", ["pending", "dead", "consumers", "heartbeats", "retired"])
+def test_a_reclaim_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, redis_client: "redis.Redis",
+                                                                victim: str) -> None:
+    """reclaim.lua pops nothing when a key it writes to holds another type."""
+    broker = Broker(redis_url)
+    redis_client.lpush(Q.processing("c1"), b"0|x", b"9|y")
+    _wrong_type(redis_client, getattr(Q, victim))
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r")
+    assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"9|y", b"0|x"]
+
+
+def test_promote_and_dlq_requeue_into_a_pending_of_the_wrong_type_change_nothing(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """A pending key that is not a list: due delayed frames and requeued dead letters stay where they are."""
+    broker = Broker(redis_url)
+    redis_client.zadd(Q.delayed, {b"0|x": 0})
+    redis_client.lpush(Q.dead, b'{"reason":"r"}\n3|y')
+    _wrong_type(redis_client, Q.pending)
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        broker.promote("q")
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        broker.dlq_requeue("q", [b'{"reason":"r"}\n3|y'])
+    assert redis_client.zrange(Q.delayed, 0, -1) == [b"0|x"]
+    assert redis_client.lrange(Q.dead, 0, -1) == [b'{"reason":"r"}\n3|y']
+
+
+def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_refuses_nothing_else(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """ack.lua refuses as a whole (the frame stays held) rather than ack and then fail on the fetch."""
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.lpush(Q.processing("c1"), b"0|x")
+    _wrong_type(redis_client, Q.pending)
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        broker.ack("q", "c1", b"0|x", True)
+    assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"0|x"]
+
+
+# --- the collector: one queue's garbage never stops another's -------------------
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        redis_url: str, redis_client: "redis.Redis", when: str) -> None:
+    """Queue "bad" with strings for its counters, delayed, heartbeats...: "q" still promotes and reclaims; bounded log."""
+    def spoil() -> None:
+        for key in (BAD.counters, BAD.delayed, BAD.heartbeats, BAD.gc, BAD.series):
+            redis_client.set(key, "junk")
+
+    if when == "before the start":
+        spoil()
+    sup = supervise({"bad": {"handler": "tests.handlers:record"}, "q": {"handler": "tests.handlers:record"}},
+                    notify, shutdown_timeout="1s", **HB)
+    if when == "while running":
+        notify.wait("READY=1")
+        spoil()
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "ghost", ConsumerInfo(pid=1))
+    redis_client.zadd(Q.heartbeats, {"ghost": 0})  # long dead
+    held, due = _frame("held"), _frame("due")
+    redis_client.lpush(Q.processing("ghost"), held)
+    redis_client.zadd(Q.delayed, {due: 0})
+    wait_for(lambda: {e["id"] for e in read_events(str(out_dir))} >= {"held", "due"}, 20,
+             message="q's delayed message or its lost consumer's message never handled")
+    # Let every failing step of "bad" come round several times.
+    wait_for(lambda: redis_client.llen(Q.series) >= 6, 20, message="q's collector stopped sampling")
+    assert sup.proc.poll() is None
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(30) == 0
+    log = sup.log()
+    assert "Traceback" not in log
+    troubles = [line.split(": ", 1)[1] for line in log.splitlines()
+                if "queue bad:" in line and "WARNING" in line and "collector" in line]
+    assert troubles and len(troubles) == len(set(troubles)), troubles  # each cause said once
+
+
+
+@pytest.mark.parametrize("junk", ["string", "hash"])
+def test_a_collector_lock_that_never_expires_is_given_a_ttl_and_the_queue_gets_a_collector(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        redis_client: "redis.Redis", junk: str) -> None:
+    """A gc lock holding garbage with no TTL: expired after one TTL, then a collector leads and promotes."""
+    if junk == "string":
+        redis_client.set(Q.gc_lock, "\xffgarbage\n")
+    else:
+        redis_client.hset(Q.gc_lock, "junk", "1")
+    redis_client.zadd(Q.delayed, {_frame("due"): 0})
+    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify, **HB)
+    wait_for(lambda: any(e["id"] == "due" for e in read_events(str(out_dir))), 20,
+             message="the delayed message was never promoted: no collector")
+    assert redis_client.pttl(Q.gc_lock) > 0
+    lines = [line for line in sup.log().splitlines() if "never expires" in line]
+    assert len(lines) == 1, lines
+
+
+
+def test_a_retired_set_full_of_junk_costs_one_sweep_and_a_late_message_still_comes_back(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """200,000 retired ids dated +inf (never aged out, each LLEN'ed every sweep) are dropped; the real one is served."""
+    broker = Broker(redis_url)
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    for start in range(0, 200_000, 50_000):
+        redis_client.zadd(Q.retired, {f"junk\n{i}": float("inf") for i in range(start, start + 50_000)})
+    redis_client.lpush(Q.processing("c1"), b"2|late")
+    c = _leading_collector(redis_url)
+    c.tick()
+    assert redis_client.lrange(Q.pending, 0, -1) == [b"2|late"]
+    assert redis_client.zrange(Q.retired, 0, -1) == [b"c1"]
+
+
+def _leading_collector(redis_url: str) -> Collector:
+    """A collector that has seen Redis answer for a minute (so it may reclaim) and leads at its first tick."""
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    c = Collector(Broker(redis_url), cfg, owner="t")
+    c._connected_since = time.monotonic() - 60
+    return c
+
+
+# --- Redis refusing writes for a while (OOM under noeviction) -------------------
+
+
+def test_a_standalone_consumer_under_oom_is_not_declared_dead_by_its_own_collector(
+        tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis") -> None:
+    """Heartbeats refused for OOM longer than heartbeat_timeout: the message in hand is not reclaimed or redelivered."""
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}}, **HB)
+    p = procs.smqsup("consume", "-c", str(cfg), "q", out_dir=out_dir, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: redis_client.hlen(Q.consumers) == 1, 15, message="consumer never registered")
+        # Its collector leads and has seen Redis answer for longer than heartbeat_timeout.
+        wait_for(lambda: redis_client.llen(Q.series) >= 3, 15, message="the collector never sampled")
+        redis_client.lpush(Q.pending, message.frame(message.encode_payload(
+            "q", {"sleep": 5}, message_id="long", max_size_bytes=1 << 20)[1]))
+        wait_for(lambda: read_events(str(out_dir)), 15, message="handler never started")
+        redis_client.config_set("maxmemory-policy", "noeviction")
+        redis_client.config_set("maxmemory", 1)  # every write that allocates is refused: OOM
+        try:
+            wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "done"], 15,
+                     message="handler never finished")
+        finally:
+            redis_client.config_set("maxmemory", 0)
+        wait_for(lambda: redis_client.llen(Q.processing(_only_consumer(redis_client))) == 0, 10,
+                 message="the ack never landed")
+        assert [e["event"] for e in read_events(str(out_dir))] == ["start", "done"]
+        assert redis_client.hget(Q.counters, "reclaimed") is None and redis_client.llen(Q.pending) == 0
+        assert p.poll() is None
+    finally:
+        procs.stop(p)
+    assert "Traceback" not in p.stderr.read()
+
+
+def _only_consumer(client: "redis.Redis") -> str:
+    ids = client.hkeys(Q.consumers)
+    return ids[0].decode() if len(ids) == 1 else "none"
