@@ -81,16 +81,17 @@ def test_promote_and_dlq_requeue_into_a_pending_of_the_wrong_type_change_nothing
     assert redis_client.lrange(Q.dead, 0, -1) == [b'{"reason":"r"}\n3|y']
 
 
-def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_refuses_nothing_else(
+def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_fetches_nothing(
         redis_url: str, redis_client: "redis.Redis") -> None:
-    """ack.lua refuses as a whole (the frame stays held) rather than ack and then fail on the fetch."""
+    """ack.lua with a pending key that is no list: the ack lands, nothing is fetched, no error."""
     broker = Broker(redis_url)
     broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.lpush(Q.processing("c1"), b"0|x")
     _wrong_type(redis_client, Q.pending)
-    with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.ack("q", "c1", b"0|x", True)
-    assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"0|x"]
+    result = broker.ack("q", "c1", b"0|x", True)
+    assert result.acked and result.next_frame is None and result.registered
+    assert redis_client.llen(Q.processing("c1")) == 0
+    assert redis_client.type(Q.pending) != b"list"
 
 
 # --- the collector: one queue's garbage never stops another's -------------------
