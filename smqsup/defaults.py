@@ -34,6 +34,8 @@ FETCH_BLOCK_S = 1.0
 PROMOTE_INTERVAL_S = 1.0
 #: Most delayed messages promoted by one script call.
 PROMOTE_BATCH = 500
+#: Most promote calls for one queue in one collector tick (the rest waits a tick).
+PROMOTE_BATCHES_PER_TICK = 10
 #: Most messages one reclaim script call moves.
 RECLAIM_BATCH = 1000
 #: Socket timeout for Redis commands, in seconds (must exceed FETCH_BLOCK_S).

@@ -239,18 +239,23 @@ class Collector:
                             name, r.requeued + r.dead_lettered, cid)
 
     def _promote(self, name: str, state: _QueueGC) -> float:
-        """Promote until none is due; return seconds until the next look.
+        """Promote what is due, PROMOTE_BATCHES_PER_TICK batches at most;
+        return seconds until the next look (0 when more are due: the next
+        tick goes on, so a million due messages never hold the supervisor's
+        loop, its reaping and its heartbeats, for more than a few batches).
 
         A retry is at most that late: the look comes at the next known due
         time, and at least every tenth of the queue's retry_delay (0.1 s to
         PROMOTE_INTERVAL_S) for retries delayed since the last look."""
         lock = (state.lock.key, state.lock.token)
-        while True:
+        for _ in range(defaults.PROMOTE_BATCHES_PER_TICK):
             r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
             if r.moved:
                 log.debug("queue %s: %d delayed message(s) due, moved to pending", name, r.moved)
             if r.wait_ms != 0:
                 break
+        else:
+            return 0.0
         delay = state.queue.retry_delay_s
         # retry_delay 0: failures go straight back to pending, nothing is
         # delayed by this queue's consumers; look once a PROMOTE_INTERVAL_S.

@@ -212,3 +212,25 @@ def test_a_standalone_consumer_under_oom_is_not_declared_dead_by_its_own_collect
 def _only_consumer(client: "redis.Redis") -> str:
     ids = client.hkeys(Q.consumers)
     return ids[0].decode() if len(ids) == 1 else "none"
+
+
+def test_a_flood_of_due_messages_is_promoted_a_few_batches_a_tick(redis_url: str,
+                                                                   redis_client: "redis.Redis") -> None:
+    """100,000 due delayed messages: one collector tick moves at most PROMOTE_BATCHES_PER_TICK batches
+    (the supervisor's loop is never held for long); the following ticks move the rest."""
+    from smqsup import defaults
+
+    for start in range(0, 100_000, 10_000):
+        redis_client.zadd(Q.delayed, {f"0|{n}".encode(): 0 for n in range(start, start + 10_000)})
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    collector = Collector(Broker(redis_url), cfg, owner="t")
+    collector.tick()
+    assert redis_client.llen(Q.pending) == defaults.PROMOTE_BATCH * defaults.PROMOTE_BATCHES_PER_TICK
+
+    def drained() -> bool:
+        collector.tick()
+        return redis_client.zcard(Q.delayed) == 0
+
+    wait_for(drained, 30, interval_s=0.1, message="the due messages were not all promoted")
+    assert redis_client.llen(Q.pending) == 100_000
