@@ -207,8 +207,7 @@ def _error(
     text = ": ".join(part for part in (path, key, problem) if part)
     # Exception texts quoted in a problem may span lines; the error never does,
     # nor does it carry a control character, a bidi override or a lone surrogate.
-    text = safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text))
-    return cls("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text), path=path, key=key)
+    return cls(safe.escape(re.sub(r"\s*[\r\n]+\s*", " ", text)), path=path, key=key)
 
 
 def _join(key: str, name: object) -> str:
