@@ -26,7 +26,7 @@ queue for a second (and delays reclaims, see redis_trouble). Redis refusing
 one step of one queue (a key of the wrong type, OOM, NOPERM), or bytes
 nobody planned for, costs that step of that queue only, until its next turn:
 the other steps and the other queues go on, and the cause is one log line,
-said again at most once every TROUBLE_REPEAT_S while it lasts.
+said again at most once every COLLECTOR_TROUBLE_REPEAT_S while it lasts.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
 from smqsup.lock import LeaderLock
+from smqsup.logs import Lasting
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,6 @@ class _QueueGC:
     lost: list[str] = field(default_factory=list)
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
-    #: step -> (what went wrong, monotonic time it was last logged)
-    trouble: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class Collector:
@@ -83,6 +82,7 @@ class Collector:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self._queues: dict[str, _QueueGC] = {}
         self._backoff_until = 0.0
+        self._trouble = Lasting(log, repeat_s=defaults.COLLECTOR_TROUBLE_REPEAT_S)  # failing steps, per queue
         # Reclaim only after Redis has been reachable for a whole
         # heartbeat_timeout: after an outage every heartbeat looks stale until
         # the supervisors have had the time to renew them.
@@ -184,25 +184,19 @@ class Collector:
         except (BrokerConnectionError, NotLeader):
             raise
         except BrokerError as exc:
-            self._trouble(name, state, what, str(exc))
+            self._report(name, what, str(exc))
             return None
         except Exception as exc:  # noqa: BLE001 - no Redis state may take the supervisor down
             # A bug, or bytes in Redis nobody planned for.
-            self._trouble(name, state, what, f"unexpected {type(exc).__name__}: {exc}")
+            self._report(name, what, f"unexpected {type(exc).__name__}: {exc}")
             log.debug("queue %s: collector: %s failed", name, what, exc_info=True)
             return None
-        if state.trouble.pop(what, None) is not None:
-            log.info("queue %s: collector: %s works again", name, what)
+        self._trouble.clear((name, what), "queue %s: collector: %s works again", name, what)
         return result
 
-    def _trouble(self, name: str, state: _QueueGC, what: str, text: str) -> None:
-        """Log a failed step once, and again only if it changes or lasts TROUBLE_REPEAT_S."""
-        now = time.monotonic()
-        last = state.trouble.get(what)
-        if last is None or last[0] != text or now - last[1] >= defaults.COLLECTOR_TROUBLE_REPEAT_S:
-            state.trouble[what] = (text, now)
-            log.warning("queue %s: collector cannot %s (other queues go on; said again every %.0f s while it "
-                        "lasts): %s", name, what, defaults.COLLECTOR_TROUBLE_REPEAT_S, text)
+    def _report(self, name: str, what: str, text: str) -> None:
+        self._trouble.report((name, what), text, "queue %s: collector cannot %s (other queues go on; said again "
+                             "every %.0f s while it lasts): %s", name, what, defaults.COLLECTOR_TROUBLE_REPEAT_S, text)
 
     def _fact(self, name: str, state: _QueueGC, **increments: int) -> None:
         """Count collector facts; a refusal costs the count, never the work it counts."""

@@ -25,6 +25,7 @@ from smqsup.consumer import Consumer
 from smqsup.errors import BrokerError
 from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo, RateMeter
+from smqsup.logs import Lasting
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class LivenessThread(threading.Thread):
         self._proc = psutil.Process()
         self._started_at = time.time()
         self._meter = RateMeter()
-        self._failing = False  # the last heartbeat was not sent (said once)
+        self._trouble = Lasting(log)
 
     def stop(self) -> None:
         """Stop the thread, release the collector locks, close the connection."""
@@ -76,13 +77,9 @@ class LivenessThread(threading.Thread):
             # Our heartbeat lapses: the collector here must not take that (or
             # everyone's, under OOM) for a death, while its reads still work.
             self.collector.redis_trouble()
-            if not self._failing:
-                log.warning("queue %s: heartbeat not sent: %s", c.name, refused[c.name])
-            self._failing = True
+            self._trouble.report("heartbeat", "not sent", "queue %s: heartbeat not sent: %s", c.name, refused[c.name])
             return
-        if self._failing:
-            log.info("queue %s: heartbeats sent again", c.name)
-        self._failing = False
+        self._trouble.clear("heartbeat", "queue %s: heartbeats sent again", c.name)
         for _, cid in lost:
             c.identity_lost(cid)
 

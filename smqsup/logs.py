@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Hashable, Mapping
+from typing import Optional
 
 from smqsup import safe
 
@@ -61,6 +63,37 @@ class JournalFormatter(PlainFormatter):
     def format(self, record: logging.LogRecord) -> str:
         prio = _PRIORITY.get(record.levelno, 6)
         return f"<{prio}>{super().format(record)}"
+
+
+class Lasting:
+    """Conditions that last, each under a key (Redis refusing a step, a
+    postponed reclaim, a fork failing): one line when one begins or its cause
+    changes, again at most every ``repeat_s`` while it lasts (None: not
+    again), and one INFO line when it ends. A loop that retries every tick
+    logs a few lines, not one a tick."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING,
+                 repeat_s: Optional[float] = None) -> None:
+        self._log = logger
+        self._level = level
+        self._repeat_s = repeat_s
+        self._open: dict[Hashable, tuple[str, float]] = {}  # key -> (cause, when last said)
+
+    def report(self, key: Hashable, cause: str, msg: str, *args: object, level: Optional[int] = None) -> None:
+        """The condition ``key`` holds, for ``cause``: log ``msg % args`` (at
+        ``level``, else the instance's) if that is news, or was said
+        ``repeat_s`` ago."""
+        now = time.monotonic()
+        last = self._open.get(key)
+        repeat = self._repeat_s is not None and last is not None and now - last[1] >= self._repeat_s
+        if last is None or last[0] != cause or repeat:
+            self._open[key] = (cause, now)
+            self._log.log(self._level if level is None else level, msg, *args)
+
+    def clear(self, key: Hashable, msg: str, *args: object) -> None:
+        """The condition ``key`` is over: log ``msg % args`` if it held."""
+        if self._open.pop(key, None) is not None:
+            self._log.info(msg, *args)
 
 
 def stderr_is_journal() -> bool:

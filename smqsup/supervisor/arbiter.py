@@ -42,6 +42,7 @@ from smqsup.embedded import ensure_server
 from smqsup.errors import BrokerError, SmqsupError
 from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo
+from smqsup.logs import Lasting
 from smqsup.redis_server import RedisServer
 from smqsup.safe import mask_url
 from smqsup.supervisor import child as child_mod
@@ -80,11 +81,11 @@ class Arbiter:
                              socket_timeout_s=defaults.SUPERVISOR_SOCKET_TIMEOUT_S)
         self.collector = Collector(self.broker, cfg, owner=f"{self.host}:{self.pid}")
         self._next_heartbeat = 0.0
-        self._heartbeat_failing = False
-        self._heartbeat_refusals: dict[str, str] = {}  # queue -> why Redis refused its heartbeats
+        # Redis trouble that lasts (heartbeats refused, reclaims postponed, no
+        # child slot or fork): a line when it starts or changes, one when it ends.
+        self._trouble = Lasting(log)
         self.notifier = Notifier()
         self.slots = Slots()
-        self._spawn_refused: Optional[str] = None  # why spawn last refused, logged once
         self.children: dict[int, Child] = {}
         self.queues: dict[str, QueueState] = {}
         self.preloaded: dict[str, Callable[..., Any]] = {}
@@ -93,9 +94,6 @@ class Arbiter:
         self._stopping = False
         self._ready_sent = False
         self._pending_reclaims: list[tuple[str, str, bool, str, int, int]] = []
-        # (queue, consumer id) -> why its reclaim was last postponed, as logged:
-        # a reclaim retried every tick is logged again only when the cause changes.
-        self._reclaim_trouble: dict[tuple[str, str], str] = {}
         self._next_reclaim_retry = 0.0
         self._next_sample = 0.0
         self._next_watchdog = 0.0
@@ -488,13 +486,10 @@ class Arbiter:
             r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
                                     stale_after_ms=stale_after_ms)
         except BrokerError as exc:
-            if self._reclaim_trouble.get((queue, cid)) != str(exc):
-                self._reclaim_trouble[(queue, cid)] = str(exc)
-                log.warning("queue %s: reclaim of consumer %s postponed (retried each second, said again if "
-                            "the cause changes): %s", queue, cid, exc)
+            self._trouble.report(("reclaim", queue, cid), str(exc), "queue %s: reclaim of consumer %s postponed "
+                                 "(retried each second, said again if the cause changes): %s", queue, cid, exc)
             return None
-        if self._reclaim_trouble.pop((queue, cid), None) is not None:
-            log.info("queue %s: postponed reclaim of consumer %s done", queue, cid)
+        self._trouble.clear(("reclaim", queue, cid), "queue %s: postponed reclaim of consumer %s done", queue, cid)
         if r.requeued or r.dead_lettered:
             log.info("queue %s: reclaimed %d message(s) of consumer %s (%s): %d to pending, %d dead-lettered",
                      queue, r.requeued + r.dead_lettered, cid, reason, r.requeued, r.dead_lettered)
@@ -515,14 +510,10 @@ class Arbiter:
         try:
             lost, refused = self.broker.heartbeat(beats)
         except BrokerError as exc:
-            if not self._heartbeat_failing:
-                log.warning("heartbeats not sent: %s", exc)
-            self._heartbeat_failing = True
+            self._trouble.report("heartbeats", "not sent", "heartbeats not sent: %s", exc)
             self.collector.redis_trouble()
             return
-        if self._heartbeat_failing:
-            log.info("heartbeats sent again")
-        self._heartbeat_failing = False
+        self._trouble.clear("heartbeats", "heartbeats sent again")
         if refused and refused.keys() >= beats.keys():
             # Refused everywhere (OOM, most likely): other hosts' heartbeats
             # are refused as well, so reclaim nowhere for a while.
@@ -541,11 +532,10 @@ class Arbiter:
         reclaim there by our collector until they have flowed a while again."""
         for queue, text in refused.items():
             self.collector.redis_trouble(queue)
-            if self._heartbeat_refusals.get(queue) != text:
-                log.warning("queue %s: heartbeats refused (said again if the cause changes): %s", queue, text)
-        for queue in self._heartbeat_refusals.keys() - refused.keys():
-            log.info("queue %s: heartbeats accepted again", queue)
-        self._heartbeat_refusals = refused
+            self._trouble.report(("refused", queue), text, "queue %s: heartbeats refused (said again if the "
+                                 "cause changes): %s", queue, text)
+        for queue in self.queues.keys() - refused.keys():
+            self._trouble.clear(("refused", queue), "queue %s: heartbeats accepted again", queue)
 
     def _beat_info(self, c: Child) -> ConsumerInfo:
         """What a child's heartbeat carries: who it is, its resources, and its
@@ -685,9 +675,7 @@ class Arbiter:
             self.slots.release(slot)
             self._refuse_spawn(name, f"fork failed ({exc.strerror or exc}); trying again each tick")
             return None
-        if self._spawn_refused is not None:
-            log.info("queue %s: starting consumers again", name)
-            self._spawn_refused = None
+        self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         if pid == 0:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
@@ -701,9 +689,7 @@ class Arbiter:
 
     def _refuse_spawn(self, name: str, why: str) -> None:
         """Start no child now; say why once, not on every tick that tries again."""
-        if self._spawn_refused != why:
-            log.error("queue %s: not starting a consumer: %s", name, why)
-        self._spawn_refused = why
+        self._trouble.report("spawn", why, "queue %s: not starting a consumer: %s", name, why, level=logging.ERROR)
 
     def _stop_child(self, c: Child, reason: StopReason) -> None:
         """Graceful: SIGTERM now, SIGKILL after shutdown_timeout (no attempt lost)."""
