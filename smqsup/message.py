@@ -166,7 +166,10 @@ def _encode(value: Any, what: str) -> str:
     """``value`` as compact JSON text; MessageError for anything the consumer
     side could not decode (not JSON, NaN or Infinity, nested too deep)."""
     try:
-        text = _ENCODER.encode(value if not isinstance(value, Mapping) else dict(value))
+        # A dict is encoded as it is (a copy per body would tax every publish);
+        # only another kind of mapping needs one for the encoder.
+        plain = dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+        text = _ENCODER.encode(plain)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"{what} is not JSON-serialisable ({exc})") from None
     except RecursionError:

@@ -22,8 +22,11 @@ from typing import Any
 
 from aiohttp import web
 
-#: Deepest nesting sent as such; deeper values are replaced by a note.
-MAX_DEPTH = 100
+from smqsup.message import MAX_NESTING
+
+#: Deepest nesting sent as such (what a publish may nest); deeper values are
+#: replaced by a note.
+MAX_DEPTH = MAX_NESTING
 #: Widest integer sent, in bits (about 3000 digits, under Python's 4300-digit limit).
 MAX_INT_BITS = 10_000
 
