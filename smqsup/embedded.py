@@ -78,12 +78,18 @@ def ensure_server(config: Config, *, shared: bool = True) -> tuple[str, RedisSer
     return server.url, server
 
 
+def _server_and_parent(directory: Path) -> tuple[int, Optional[psutil.Process]]:
+    """The pid of the server serving ``directory`` (its pid file) and its
+    parent process; OSError, ValueError or psutil.Error when unreadable."""
+    pid = int((directory / "redis.pid").read_text().strip())
+    return pid, psutil.Process(pid).parent()
+
+
 def _orphan_pid(directory: Path) -> Optional[int]:
     """The pid of the server serving ``directory`` if no live smqsup process is
     its parent any more (its owner was SIGKILLed), else None."""
     try:
-        pid = int((directory / "redis.pid").read_text().strip())
-        parent = psutil.Process(pid).parent()
+        pid, parent = _server_and_parent(directory)
         if parent is not None and parent.pid != 1 and "smqsup" in " ".join(parent.cmdline()):
             return None
     except (OSError, ValueError, psutil.Error):
@@ -96,8 +102,7 @@ def _owner(directory: Path) -> str:
     and name when they can be read (never its command line, which may hold
     a secret)."""
     try:
-        pid = int((directory / "redis.pid").read_text().strip())
-        parent = psutil.Process(pid).parent()
+        _, parent = _server_and_parent(directory)
         if parent is not None:
             return f"process {parent.pid} ({safe.escape(parent.name(), 100)})"
     except (OSError, ValueError, psutil.Error):
