@@ -132,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = args.command or ("run" if args.config else None)
         if command is None:
             raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
-        _set_title(args, command)
+        _title(_command_title(args, command))
         return _COMMANDS[command](args)
     except SmqsupError as exc:
         # One line per problem, secrets masked, nothing a terminal would obey.
@@ -146,17 +146,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_ERROR
 
 
-def _set_title(args: argparse.Namespace, command: str) -> None:
-    """The process title ``ps`` shows: the command and its config file, never
-    a url or a token given as an argument (the supervisor and the consumers
-    set their own)."""
+def _command_title(args: argparse.Namespace, command: str) -> str:
+    """The command and its config file, never a url or a token given as an
+    argument (the supervisor, its consumers and the web set their own)."""
+    where = f" -c {safe.escape(args.config, 200)}" if getattr(args, "config", None) else ""
+    queue = f" {safe.escape(args.queue, 200)}" if getattr(args, "queue", None) else ""
+    return f"smqsup: {command}{queue}{where}"
+
+
+def _title(title: str) -> None:
+    """Set the process title ``ps`` shows in place of the command line."""
     try:
         from setproctitle import setproctitle
     except ImportError:
         return
-    where = f" -c {safe.escape(args.config, 200)}" if getattr(args, "config", None) else ""
-    queue = f" {safe.escape(args.queue, 200)}" if getattr(args, "queue", None) else ""
-    setproctitle(f"smqsup: {command}{queue}{where}")
+    setproctitle(title)
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:
@@ -260,33 +264,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_web(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from smqsup import safe
-
-    # The command line may carry the token and the url's password: out of ps at once.
-    _web_title(args.listen or "")
+    # main() has already put a title without the token or the url in place of
+    # the command line; connect() registers the url's password for scrubbing.
     token = _web_token(args)
     url, namespace, _ = _target(args)
-    safe.register_url(url)
     cfg = config_mod.load(args.config) if args.config else config_mod.from_url(url, namespace)
     web = cfg.web or config_mod.WebConfig()
     web = config_mod.WebConfig(listen=args.listen or web.listen, token=token or web.token)
     from smqsup.web import serve
 
     def ready(address: str) -> None:
-        _web_title(address)
+        _title(f"smqsup: web {safe.escape(address, 100)}")
         print(f"smqsup web: listening on http://{address}/", flush=True)
 
     serve(replace(cfg, web=web), url, ready=ready)
     return EXIT_OK
-
-
-def _web_title(listen: str) -> None:
-    """Name the process ``smqsup: web LISTEN``, hiding its command line."""
-    from setproctitle import setproctitle
-
-    from smqsup import safe
-
-    setproctitle(f"smqsup: web {safe.escape(listen, 100)}".rstrip())
 
 
 #: Longest token --token-file reads, in characters.
@@ -296,8 +288,6 @@ _TOKEN_FILE_MAX = 4096
 def _web_token(args: argparse.Namespace) -> Optional[str]:
     """The token from --token (with a warning: ps shows it), --token-file
     (its first line) or $SMQSUP_WEB_TOKEN; None when none is given."""
-    from smqsup import safe
-
     if args.token:
         log.warning("web: --token on the command line is visible to other users (ps); "
                     "use --token-file FILE or $SMQSUP_WEB_TOKEN instead")
