@@ -34,6 +34,22 @@ def wait_for(
         time.sleep(min(interval_s, remaining))
 
 
+def holds(predicate: Callable[[], object], duration_s: float, interval_s: float = 0.1,
+          message: str = "condition broke before the end of its span") -> None:
+    """Check ``predicate`` every ``interval_s`` for ``duration_s``: for a
+    property that must stay true over a span of time (the span is the
+    behaviour under test). Raises AssertionError(message) the first time it
+    is false."""
+    deadline = time.monotonic() + duration_s
+    while True:
+        if not predicate():
+            raise AssertionError(message)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        time.sleep(min(interval_s, remaining))
+
+
 #: Set by .ci/run: a missing system tool fails its test instead of skipping it.
 STRICT_ENV = "SMQSUP_TEST_REQUIRE_TOOLS"
 
