@@ -49,8 +49,9 @@ def test_publish_refuses_what_a_consumer_could_not_decode(redis_url: str, redis_
             producer.publish_many("q", [1, body])
         with pytest.raises(MessageError, match="lone surrogate"):
             producer.publish("q", 1, headers={"h": "\udcff"})
-        with pytest.raises(MessageError, match="message_id"):
-            producer.publish("q", 1, message_id="x\nforged")
+        for bad_id in ("x\nforged", "", "a" * 129, 5, None.__class__, "id\udcff"):
+            with pytest.raises(MessageError, match="message_id"):
+                producer.publish("q", 1, message_id=bad_id)  # type: ignore[arg-type]
     assert redis_client.llen(Q.pending) == 0
 
 

@@ -194,3 +194,23 @@ def test_hostile_numbers_on_the_command_line_are_one_line(args: list[str], redis
     r = procs.run(args[0], "--url", redis_url, *args[1:])
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_hostile_url_from_the_environment_is_one_line_without_the_password() -> None:
+    """$SMQSUP_REDIS_URL holding an absurd option or no url at all: one line, exit 2, password masked."""
+    for value in (f"redis://:{PASSWORD}@127.0.0.1:1/0?socket_timeout=nan", f"ftp://:{PASSWORD}@h/0", "\x1b[2J"):
+        r = procs.run("status", env=procs.env(SMQSUP_REDIS_URL=value))
+        assert r.returncode == 2, (value, r.stderr)
+        [line] = r.stderr.strip().splitlines()
+        assert PASSWORD not in line and "\x1b" not in line, line
+
+
+def test_dlq_ids_that_name_nothing_act_on_nothing(redis_url: str, redis_client: "redis.Redis") -> None:
+    """--id values that are huge, multi-line or forged raw- references requeue and purge nothing."""
+    for entry in HOSTILE_DEAD:
+        redis_client.lpush(Q.dead, entry)
+    for action in ("requeue", "purge"):
+        r = procs.run("dlq", "--url", redis_url, action, "q", "--id", "x" * 100_000, "--id", "a\nb",
+                      "--id", "raw-0000000000000000")
+        assert r.returncode == 0 and f"{action}d 0" in r.stdout, r.stderr
+    assert redis_client.llen(Q.dead) == len(HOSTILE_DEAD)
