@@ -80,17 +80,16 @@ def _main(spec: ChildSpec) -> int:
                     stats=spec.config.stats)
     if not _wait_for_redis(broker, spec):
         return EXIT_REDIS
-    title = _Title(spec)
+    report = _SlotReport(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
-    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=title.busy,
+    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
                         on_lost="stop", fetch_block_s=fetch_block_s(spec.config), unregister_on_stop=False)
     consumer_box.append(consumer)
-    title.consumer = consumer
+    report.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"
     if _stop_requested:
         return EXIT_OK
-    spec.slots.set_ready(spec.slot)
-    title.update()
+    report.ready()
     consumer.run()
     broker.close()
     return EXIT_OK
@@ -185,10 +184,12 @@ def _wait_for_redis(broker: Broker, spec: ChildSpec) -> bool:
     return True
 
 
-class _Title:
-    """The process title, e.g. ``smqsup: consumer orders #2 [busy 1834 msgs]``,
-    and the shared slot the parent reads; the title is rewritten at most once
-    a second to keep the per-message cost to a few struct writes."""
+class _SlotReport:
+    """What the child tells its parent through its shared slot (protocol.py):
+    ready, each message's start (the parent's message_timeout clock and busy
+    flag) and end (the counters its heartbeats carry). The process title, e.g.
+    ``smqsup: consumer orders #2 [busy 1834 msgs]``, follows at most once a
+    second, to keep the per-message cost to a few struct writes."""
 
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
@@ -203,7 +204,13 @@ class _Title:
             self._set = None
         self.update()
 
-    def busy(self, msg: Optional[Message]) -> None:
+    def ready(self) -> None:
+        """Registered in Redis and about to fetch: the parent may heartbeat it now."""
+        self.spec.slots.set_ready(self.spec.slot)
+        self.update()
+
+    def message(self, msg: Optional[Message]) -> None:
+        """``msg`` started, or (None) the current one settled."""
         if self.consumer is None:
             return
         st = self.consumer.stats
