@@ -312,7 +312,7 @@ def test_an_unexpected_error_in_a_reload_is_one_line_and_keeps_the_old_config(
     old = arbiter.cfg
     caplog.set_level(logging.INFO)
     arbiter.handle_hup()
-    assert arbiter.cfg is old and {n: q.target for n, q in arbiter.queues.items()} == {"a": 2, "b": 1}
+    assert arbiter.cfg is old and {n: q.target for n, q in arbiter.pool.queues.items()} == {"a": 2, "b": 1}
     assert _messages(caplog) == [
         "SIGHUP: new config rejected, keeping the old one: unexpected RuntimeError: bug\\nsecond line"]
 
@@ -321,15 +321,15 @@ def test_sigttin_stops_at_the_per_queue_and_total_bounds(
         arbiter: Arbiter, caplog: pytest.LogCaptureFixture) -> None:
     """SIGTTIN never raises a queue past 1000 consumers nor all queues past 1024; it says so."""
     caplog.set_level(logging.INFO)
-    arbiter.queues["a"].target = config.CONSUMERS_PER_QUEUE_MAX
+    arbiter.pool.queues["a"].target = config.CONSUMERS_PER_QUEUE_MAX
     arbiter.handle_ttin()
-    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 2)
+    assert (arbiter.pool.queues["a"].target, arbiter.pool.queues["b"].target) == (1000, 2)
     arbiter.handle_ttin()
-    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 3)
-    arbiter.queues["b"].target = config.CONSUMERS_TOTAL_MAX - 1000
+    assert (arbiter.pool.queues["a"].target, arbiter.pool.queues["b"].target) == (1000, 3)
+    arbiter.pool.queues["b"].target = config.CONSUMERS_TOTAL_MAX - 1000
     caplog.clear()
     arbiter.handle_ttin()
-    assert (arbiter.queues["a"].target, arbiter.queues["b"].target) == (1000, 24)
+    assert (arbiter.pool.queues["a"].target, arbiter.pool.queues["b"].target) == (1000, 24)
     assert _messages(caplog) == [
         "SIGTTIN: queue a stays at 1000 consumers (at most 1000 per queue, 1024 in all queues)",
         "SIGTTIN: queue b stays at 24 consumers (at most 1000 per queue, 1024 in all queues)"]
@@ -340,7 +340,7 @@ def _take_every_slot(arbiter: Arbiter) -> int:
     taken = 0
     with pytest.raises(IndexError):
         while True:
-            arbiter.slots.allocate()
+            arbiter.pool.slots.allocate()
             taken += 1
     return taken
 
@@ -351,8 +351,8 @@ def test_a_full_slot_table_refuses_to_start_a_child_and_says_so_once(
     assert _take_every_slot(arbiter) == MAX_SLOTS
     caplog.set_level(logging.INFO)
     for _ in range(3):
-        arbiter.reconcile()
-    assert arbiter.children == {}
+        arbiter.pool.reconcile()
+    assert arbiter.pool.children == {}
     assert _messages(caplog) == [
         f"queue a: not starting a consumer: all {MAX_SLOTS} child slots are in use (children still stopping?); "
         "starting it once one is free"]
@@ -367,8 +367,8 @@ def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
     monkeypatch.setattr(os, "fork", no_fork)
     caplog.set_level(logging.INFO)
     for _ in range(3):
-        arbiter.reconcile()
-    assert arbiter.children == {}
+        arbiter.pool.reconcile()
+    assert arbiter.pool.children == {}
     assert _messages(caplog) == [
         "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
     assert _take_every_slot(arbiter) == MAX_SLOTS

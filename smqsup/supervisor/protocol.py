@@ -9,6 +9,7 @@ store and load whole.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 import time
 from typing import NamedTuple
@@ -36,6 +37,14 @@ class SlotView(NamedTuple):
     late_acks: int
     busy_us: int  # total time in the handler
 MAX_SLOTS = 4096
+
+
+def signal_child(pid: int, sig: int) -> None:
+    """Send ``sig`` to a child; one already dead is left to the next reap."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def monotonic_us() -> int:

@@ -1,0 +1,88 @@
+"""Consumer liveness, supervisor side: every heartbeat_interval the parent
+renews the heartbeat of each ready child, all queues in one pipelined call.
+
+A child busy in C code holding the GIL is still alive and renewed; a
+SIGSTOPped one is not, so its heartbeat lapses and the collector reclaims its
+messages; one the collector already declared dead is stopped and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from smqsup.broker import Broker
+from smqsup.errors import BrokerError
+from smqsup.gc import Collector
+from smqsup.info import ConsumerInfo
+from smqsup.logs import Lasting
+from smqsup.supervisor.consumers import Consumers
+from smqsup.supervisor.states import Child, StopReason
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeats:
+    """The parent's heartbeat sender. Not thread-safe."""
+
+    def __init__(self, broker: Broker, pool: Consumers, collector: Collector, trouble: Lasting) -> None:
+        self.broker = broker
+        self.pool = pool
+        self.collector = collector
+        self._trouble = trouble
+        self._next = 0.0
+
+    def tick(self, interval_s: float) -> None:
+        """Renew every ready child's heartbeat once per ``interval_s``."""
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + interval_s
+        beats: dict[str, list[tuple[str, ConsumerInfo]]] = {}
+        for c in self.pool.children.values():
+            if self.pool.reported_ready(c) and not self.pool.sampler.is_stopped(c.pid):
+                beats.setdefault(c.queue, []).append((c.consumer_id, self._info(c)))
+        try:
+            lost, refused = self.broker.heartbeat(beats)
+        except BrokerError as exc:
+            self._trouble.report("heartbeats", "not sent", "heartbeats not sent: %s", exc)
+            self.collector.redis_trouble()
+            return
+        self._trouble.clear("heartbeats", "heartbeats sent again")
+        if refused and refused.keys() >= beats.keys():
+            # Refused everywhere (OOM, most likely): other hosts' heartbeats
+            # are refused as well, so reclaim nowhere for a while.
+            self.collector.redis_trouble()
+        self._refused(refused)
+        self._lost(lost)
+
+    def _lost(self, lost: list[tuple[str, str]]) -> None:
+        by_id = {c.consumer_id: c for c in self.pool.children.values()}
+        for queue, cid in lost:
+            dead = by_id.get(cid)
+            if dead is not None and not dead.stopping:
+                log.warning("queue %s: consumer #%d (pid %d) was declared dead by the garbage collector "
+                            "(its messages were requeued); replacing it", queue, dead.index, dead.pid)
+                self.pool.stop(dead, StopReason.DECLARED_DEAD)
+
+    def _refused(self, refused: dict[str, str]) -> None:
+        """Queues whose heartbeats Redis refused: said once per cause, and no
+        reclaim there by our collector until they have flowed a while again."""
+        for queue, text in refused.items():
+            self.collector.redis_trouble(queue)
+            self._trouble.report(("refused", queue), text, "queue %s: heartbeats refused (said again if the "
+                                 "cause changes): %s", queue, text)
+        for queue in self.pool.queues.keys() - refused.keys():
+            self._trouble.clear(("refused", queue), "queue %s: heartbeats accepted again", queue)
+
+    def _info(self, c: Child) -> ConsumerInfo:
+        """What a child's heartbeat carries: who it is, its resources, and its
+        counters (read from its slot: no Redis call in the child for stats)."""
+        view = self.pool.slots.read(c.slot)
+        now = time.monotonic()
+        return ConsumerInfo(
+            pid=c.pid, host=self.pool.host, queue=c.queue, index=c.index, supervisor=self.pool.pid,
+            started_at=round(time.time() - (now - c.started_at), 3), cpu=round(c.cpu_percent, 1),
+            rss=c.rss_bytes, uss=c.uss_bytes, busy=view.busy_since_us != 0, received=view.received,
+            acked=view.acked, retried=view.retried, dead_lettered=view.dead_lettered, late_acks=view.late_acks,
+            busy_s=round(view.busy_us / 1e6, 3), rate=c.meter.update(view.received))

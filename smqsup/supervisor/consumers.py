@@ -1,0 +1,282 @@
+"""The consumer children of every queue, parent side: fork them, stop and
+kill them, reap them, and keep each queue at its target count and
+generation, carrying out what ``decide`` says.
+
+    reconcile ─▶ decide.queue_actions ─▶ spawn (fork ─▶ child.run) / stop (SIGTERM)
+    limits    ─▶ message_timeout: SIGKILL; max_memory: graceful recycle
+    exited    ─▶ reclaim the dead child's list ─▶ decide.death ─▶ RestartPolicy
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
+
+from smqsup import defaults
+from smqsup.broker import Broker
+from smqsup.config import Config
+from smqsup.errors import BrokerError
+from smqsup.logs import Lasting
+from smqsup.supervisor import child as child_mod
+from smqsup.supervisor import decide
+from smqsup.supervisor.decide import Death, StopChild
+from smqsup.supervisor.plan import ReloadPlan, generation
+from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
+from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
+from smqsup.supervisor.resources import Sampler
+from smqsup.supervisor.states import Child, QueueState, RestartPolicy, State, StopReason, describe_status
+
+log = logging.getLogger(__name__)
+
+
+class Consumers:
+    """Every queue's desired state and every consumer child. Not thread-safe."""
+
+    def __init__(self, cfg: Config, url: str, broker: Broker, reclaims: Reclaims, trouble: Lasting) -> None:
+        self.cfg = cfg
+        self.url = url
+        self.broker = broker
+        self.reclaims = reclaims
+        self._trouble = trouble
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.slots = Slots()
+        self.sampler = Sampler()
+        self.children: dict[int, Child] = {}
+        self.queues: dict[str, QueueState] = {name: self._new_queue(name) for name in cfg.queues}
+        self.preloaded: dict[str, Callable[..., Any]] = {}
+        self._next_sample = 0.0
+
+    def _new_queue(self, name: str) -> QueueState:
+        q = self.cfg.queues[name]
+        return QueueState(q, generation(q, self.cfg), q.consumers)
+
+    def of(self, queue: str) -> list[Child]:
+        return [c for c in self.children.values() if c.queue == queue]
+
+    # --- keeping the target --------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """Start and stop children toward each queue's target count and generation."""
+        now = time.monotonic()
+        for name, q in list(self.queues.items()):
+            mine = self.of(name)
+            for action in decide.queue_actions(q, mine, now, self._busy):
+                if isinstance(action, StopChild):
+                    self.stop(action.child, action.reason)
+                elif self.spawn(q) is None:
+                    break  # no slot or no fork: said once, tried again next tick
+            if q.policy.failures and decide.ran_long_enough(mine, q.generation, now):
+                q.policy.stable()
+
+    def _busy(self, c: Child) -> bool:
+        return self.slots.read(c.slot).busy_since_us != 0
+
+    def spawn(self, q: QueueState) -> Optional[Child]:
+        """Fork one consumer of queue ``q``; None when no slot is free or fork fails."""
+        name = q.config.name
+        try:
+            slot = self.slots.allocate()
+        except IndexError:
+            # Only a pile of children still stopping fills the table (the config
+            # bounds consumers to a quarter of it): wait for them, keep the rest.
+            self._refuse(name, f"all {MAX_SLOTS} child slots are in use (children still stopping?); "
+                               "starting it once one is free")
+            return None
+        index = q.free_index({c.index for c in self.of(name) if c.live})
+        token = os.urandom(3).hex()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # EAGAIN: a process limit (ulimit -u) reached
+            self.slots.release(slot)
+            self._refuse(name, f"fork failed ({exc.strerror or exc}); trying again each tick")
+            return None
+        if pid == 0:
+            child_mod.run(child_mod.ChildSpec(
+                config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
+                index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name)))
+        self._trouble.clear("spawn", "queue %s: starting consumers again", name)
+        c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic())
+        self.children[pid] = c
+        q.starts.append(c.started_at)
+        del q.starts[:-20]
+        log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
+        return c
+
+    def _refuse(self, name: str, why: str) -> None:
+        """Start no child now; say why once, not on every tick that tries again."""
+        self._trouble.report("spawn", why, "queue %s: not starting a consumer: %s", name, why, level=logging.ERROR)
+
+    def stop(self, c: Child, reason: StopReason, deadline: Optional[float] = None) -> None:
+        """Graceful: SIGTERM now, SIGKILL at ``deadline`` (default: shutdown_timeout from now)."""
+        if c.stopping:
+            return
+        c.stopping_for(reason, deadline if deadline is not None else time.monotonic() + self.cfg.shutdown_timeout_s)
+        signal_child(c.pid, signal.SIGTERM)
+
+    def stop_all(self, reason: StopReason) -> None:
+        deadline = time.monotonic() + self.cfg.shutdown_timeout_s
+        for c in self.children.values():
+            self.stop(c, reason, deadline)
+
+    def kill_all(self) -> None:
+        """Stop at once: every child's stop is due now (free of cost all the same)."""
+        self.stop_all(StopReason.SHUTDOWN)
+        for c in self.children.values():
+            assert c.stop is not None
+            c.stop.kill_at = 0.0
+
+    def update_ready(self) -> None:
+        """Children that reported ready in their slot move to RUNNING."""
+        for c in self.children.values():
+            if c.state is State.STARTING and self.slots.read(c.slot).ready_us:
+                c.move(State.RUNNING)
+                log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
+
+    def reported_ready(self, c: Child) -> bool:
+        """Ready by its own slot, whatever our state says (a ready child that is
+        stopping still gets its heartbeats until it exits)."""
+        return self.slots.read(c.slot).ready_us != 0
+
+    # --- limits and deadlines --------------------------------------------------------
+
+    def check_limits(self) -> None:
+        """message_timeout (SIGKILL), max_memory (graceful recycle), resource samples."""
+        now = time.monotonic()
+        now_us = monotonic_us()
+        sample = now >= self._next_sample
+        if sample:
+            self._next_sample = now + self.cfg.heartbeat_interval_s
+        for c in list(self.children.values()):
+            q = self.queues.get(c.queue)
+            if q is None or c.stopping:
+                continue
+            if decide.over_time(self.slots.read(c.slot).busy_since_us, now_us, q.config.message_timeout_s):
+                c.stopping_for(StopReason.TIMEOUT, None)
+                signal_child(c.pid, signal.SIGKILL)
+                continue
+            if sample:
+                self.sampler.sample(c)
+                limit = q.config.max_memory_bytes
+                if limit and c.rss_bytes > limit:
+                    log.warning("queue %s: consumer #%d (pid %d) uses %d MB > max_memory %d MB; recycling it",
+                                c.queue, c.index, c.pid, c.rss_bytes >> 20, limit >> 20)
+                    self.stop(c, StopReason.RECYCLE)
+
+    def enforce_deadlines(self) -> None:
+        """SIGKILL children whose graceful stop overran; their reclaim stays free."""
+        for c in decide.overdue(self.children.values(), time.monotonic()):
+            assert c.stop is not None
+            log.warning("queue %s: consumer #%d (pid %d) did not stop in time; killing it, its message "
+                        "goes back to pending without costing an attempt", c.queue, c.index, c.pid)
+            c.stop.kill_at = None
+            c.stop.killed_by_us = True
+            signal_child(c.pid, signal.SIGKILL)
+
+    # --- reaping -------------------------------------------------------------------------
+
+    def exited(self, c: Child, status: int) -> None:
+        """A reaped child: reclaim its list (free or not, by the cost rule) and
+        decide about its replacement."""
+        del self.children[c.pid]
+        c.move(State.EXITED)
+        view = self.slots.read(c.slot)
+        self.slots.release(c.slot)
+        self.sampler.forget(c.pid)
+        q = self.queues.get(c.queue)
+        threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
+        cause = describe_status(status)
+        self._record_exit(c, cause)
+        costs = decide.costs_attempt(c)
+        if c.stop_reason is StopReason.TIMEOUT:
+            limit = q.config.message_timeout_s if q else 0
+            self._reclaim(c, costs, f"timeout after {limit:g} s", threshold)
+            log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
+                      c.queue, c.index, c.pid, limit)
+        elif c.stop is not None:
+            self._reclaim(c, costs, cause if costs else c.stop.reason.value, threshold)
+            log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
+                     c.stop.reason.value, cause)
+        else:
+            held = self._reclaim(c, costs, cause, threshold)
+            verdict = decide.death(status, view, held, time.monotonic() - c.started_at)
+            _log_death(c, status, cause, verdict)
+            if q is not None:
+                _restart_policy(q.policy, c, verdict)
+        if q is not None and q.removed and not self.of(c.queue):
+            del self.queues[c.queue]
+
+    def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int) -> Optional[int]:
+        kind = Kind.DEAD if costs else Kind.STOPPED
+        return self.reclaims.run(Reclaim(kind, c.queue, c.consumer_id, reason, threshold))
+
+    def _record_exit(self, c: Child, cause: str) -> None:
+        """Restarts and last exit cause of the consumer slot, for the statistics."""
+        q = self.queues.get(c.queue)
+        if q is None:
+            return
+        restarts = q.restarts.get(c.index, 0) + (0 if c.stop is not None else 1)
+        q.restarts[c.index] = restarts
+        reason = cause if c.stop is None else f"{c.stop.reason.value} ({cause})"
+        info = {"host": self.host, "supervisor": self.pid, "index": c.index, "restarts": restarts,
+                "last_exit": reason, "last_exit_at": round(time.time(), 3)}
+        try:
+            self.broker.record_slot(c.queue, f"{self.host}:#{c.index}", info)
+        except BrokerError as exc:
+            log.debug("slot statistics not written: %s", exc)
+
+    # --- scaling and reloading --------------------------------------------------------
+
+    def live_queues(self) -> Iterable[tuple[str, QueueState]]:
+        return ((name, q) for name, q in self.queues.items() if not q.removed)
+
+    def apply(self, plan: ReloadPlan, cfg: Config) -> None:
+        """Carry out a SIGHUP's plan (``cfg`` is the effective new config).
+
+        Every queue in the file gets the file's consumer count back, so a
+        SIGHUP undoes SIGTTIN/SIGTTOU; a rolled or rescaled queue starts its
+        restart policy afresh (FATAL included: the fix may be in the file).
+        """
+        self.cfg = cfg
+        for name in plan.added:  # a queue removed earlier and still draining starts afresh
+            self.queues[name] = self._new_queue(name)
+        for name in plan.removed:
+            self.queues[name].removed, self.queues[name].target = True, 0
+        changed = set(plan.rolled) | set(plan.scaled)
+        for name in plan.rolled + plan.unchanged + tuple(plan.scaled):
+            q, new = self.queues[name], cfg.queues[name]
+            if name in changed:
+                q.policy.reset()
+            q.config, q.generation, q.target = new, generation(new, cfg), new.consumers
+
+
+def _restart_policy(policy: RestartPolicy, c: Child, verdict: Death) -> None:
+    """What an unplanned death does to the queue's restart policy."""
+    if verdict is Death.CANNOT_RUN:
+        policy.give_up("handler cannot be imported")
+        log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)", c.queue, policy.fatal)
+    elif verdict is Death.AT_START:
+        delay = policy.died_at_start(time.monotonic())
+        log.warning("queue %s: consumer died at start (%d in a row); next start in %.1fs",
+                    c.queue, policy.failures, delay)
+        if policy.state is State.FATAL and policy.failures == policy.limit:
+            log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
+                      c.queue, policy.fatal)
+    elif verdict is Death.WORKING:
+        policy.died_working(time.monotonic())
+
+
+def _log_death(c: Child, status: int, cause: str, verdict: Death) -> None:
+    if verdict is Death.CLEAN:
+        log.info("queue %s: consumer #%d (pid %d) exited (max_messages reached or stopped); replacing it",
+                 c.queue, c.index, c.pid)
+    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        log.error("queue %s: consumer #%d (pid %d) %s (out of memory? see dmesg); its message is back "
+                  "in pending", c.queue, c.index, c.pid, cause)
+    else:
+        log.error("queue %s: consumer #%d (pid %d) %s", c.queue, c.index, c.pid, cause)
