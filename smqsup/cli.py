@@ -26,6 +26,7 @@ from typing import Any, Optional
 from smqsup import __version__, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
+from smqsup.yamlfile import open_regular_file
 
 log = logging.getLogger("smqsup")
 
@@ -305,7 +306,7 @@ def _read_token_file(path: str) -> str:
     it cannot be read or that line is empty."""
     where = f"smqsup web: --token-file {path!r}"
     try:
-        with config_mod.open_regular_file(path) as f:  # a FIFO must not hang the command
+        with open_regular_file(path) as f:  # a FIFO must not hang the command
             raw = f.readline(4 * _TOKEN_FILE_MAX + 1)  # UTF-8: at most 4 bytes a character
     except OSError as exc:
         raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
@@ -326,7 +327,7 @@ def _read_token_file(path: str) -> str:
 def cmd_dlq(args: argparse.Namespace) -> int:
     from smqsup import deadletters
     from smqsup.broker import Broker
-    from smqsup.config import validate_queue_name
+    from smqsup.validate import validate_queue_name
 
     url, namespace, _ = _target(args)
     validate_queue_name(args.queue)
