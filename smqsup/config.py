@@ -31,15 +31,14 @@ Value syntax, the same everywhere in the file:
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from smqsup import defaults, validate, yamlfile
-from smqsup.errors import ConfigError, HandlerImportError
+from smqsup.errors import ConfigError
 from smqsup.validate import MISSING, Validator, error, expand_env, join_key, key_text, storable
 
 
@@ -306,56 +305,3 @@ def from_url(url: str, namespace: str = defaults.NAMESPACE) -> Config:
         redis=RedisConfig(url=validate.redis_url(url, "redis.url", "")),
         namespace=validate.queue_or_namespace(namespace, "namespace", ""),
     )
-
-
-# --- handlers ------------------------------------------------------------------------------
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _import_module(module: str, spec: str, path: str, key: str) -> object:
-    def fail(problem: str) -> ConfigError:
-        return error(problem, spec, path=path, key=key, cls=HandlerImportError)
-
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module + ".").startswith(exc.name + "."):
-            raise fail(f"cannot import module {module!r} ({_describe(exc)})") from None
-        # The module exists but something it imports does not.
-        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from exc
-    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: user code stops nothing here
-        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from None
-
-
-def _attribute(target: object, name: str, owner: str, spec: str, path: str, key: str) -> object:
-    """``getattr(target, name)``; ``owner`` names ``target`` in the error."""
-    try:
-        return getattr(target, name)
-    except AttributeError:
-        public = [candidate for candidate in dir(target) if not candidate.startswith("_")]
-        close = difflib.get_close_matches(name, public, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise error(f"{owner} has no attribute {name!r}{hint}", spec,
-                    path=path, key=key, cls=HandlerImportError) from None
-
-
-def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[..., object]:
-    """The callable that ``'module:function'`` (or ``'module:obj.attr'``) names.
-
-    Every failure is a one-line HandlerImportError ending in ``got 'module:function'``.
-    """
-    module, _, attributes = validate.handler_spec(spec, key, path).partition(":")
-    target = _import_module(module, spec, path, key)
-    reached: list[str] = []
-    for name in attributes.split("."):
-        owner = repr(f"{module}:{'.'.join(reached)}") if reached else f"module {module!r}"
-        target = _attribute(target, name, owner, spec, path, key)
-        reached.append(name)
-    if not callable(target):
-        raise error(f"not callable (it is of type {type(target).__name__})", spec,
-                    path=path, key=key, cls=HandlerImportError)
-    return target

@@ -14,9 +14,10 @@ from types import FrameType
 from typing import Optional
 
 from smqsup.broker import Broker
-from smqsup.config import Config, import_handler
+from smqsup.config import Config
 from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.embedded import ensure_server
+from smqsup.handlers import import_handler
 from smqsup.heartbeat import LivenessThread
 
 log = logging.getLogger(__name__)

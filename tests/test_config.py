@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup import config, defaults, validate
+from smqsup import config, defaults, handlers, validate
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
 
@@ -519,7 +519,7 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def handler_error(spec: str) -> str:
     with pytest.raises(HandlerImportError) as caught:
-        config.import_handler(spec, path="queues.yaml", key="queues.orders.handler")
+        handlers.import_handler(spec, path="queues.yaml", key="queues.orders.handler")
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("queues.yaml: queues.orders.handler: ")
@@ -531,8 +531,8 @@ def handler_error(spec: str) -> str:
 @pytest.mark.usefixtures("modules")
 def test_import_handler_returns_the_function() -> None:
     """'module:function' and 'module:Class.attr' give the callables they name."""
-    assert config.import_handler("smqt_good:process").__name__ == "process"
-    assert config.import_handler("smqt_good:Sender.send").__name__ == "send"
+    assert handlers.import_handler("smqt_good:process").__name__ == "process"
+    assert handlers.import_handler("smqt_good:Sender.send").__name__ == "send"
 
 
 def test_import_handler_rejects_a_spec_without_colon() -> None:

@@ -41,6 +41,7 @@ from smqsup.config import Config
 from smqsup.embedded import ensure_server
 from smqsup.errors import BrokerError, SmqsupError
 from smqsup.gc import Collector
+from smqsup.handlers import import_handler
 from smqsup.info import ConsumerInfo
 from smqsup.logs import Lasting
 from smqsup.redis_server import RedisServer
@@ -174,7 +175,7 @@ class Arbiter:
             return
         for name, q in self.queues.items():
             try:
-                self.preloaded[name] = config_mod.import_handler(
+                self.preloaded[name] = import_handler(
                     q.config.handler, path=str(self.cfg.path), key=f"queues.{name}.handler")
             except SmqsupError as exc:
                 q.fatal = "handler cannot be imported"
