@@ -240,7 +240,7 @@ def _web(value: object, path: str) -> WebConfig | None:
     raw = _mapping(value, "web", path, _WEB_KEYS)
     listen = _get(raw, "listen", "web", path, validate.listen, defaults.WEB_LISTEN)
     token = _get(raw, "token", "web", path, validate.token, None)
-    if token is None and not validate.is_loopback(listen):
+    if token is None and not validate.is_loopback(validate.parse_listen(listen)[0]):
         raise error(f"required when web.listen ({listen}) is not a loopback address",
                     path=path, key="web.token")
     return WebConfig(listen=listen, token=token)

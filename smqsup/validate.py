@@ -3,7 +3,8 @@ path) and returns the value coerced, or raises the one-line ConfigError that
 names the file, the key and the bad value.
 
 Also here: the error builder every config error goes through, ``${VAR}``
-expansion (a value from the environment may spell a number or a boolean).
+expansion (a value from the environment may spell a number or a boolean),
+and the listen-address rule the config and ``smqsup web --listen`` share.
 """
 
 from __future__ import annotations
@@ -344,29 +345,54 @@ def data_dir(value: object, key: str, path: str) -> Path:
     return Path(os.path.abspath(Path(path).parent / directory))
 
 
+#: ``HOST:PORT`` or ``[IPV6]:PORT`` (the port's range is checked apart).
 _LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s\[\]:/]+):([0-9]{1,5})")
 
 
-def listen(value: object, key: str, path: str) -> str:
-    """``host:port`` or ``[ipv6]:port`` with a port from 1 to 65535."""
+def parse_listen(value: object, key: str = "web.listen", path: str = "", *,
+                 any_port: bool = False) -> tuple[str, int]:
+    """``(host, port)`` of a listen address, the host without brackets; ConfigError otherwise.
+
+    The one rule for a listen address, wherever it is given: ``HOST:PORT``
+    with HOST a name or an IPv4 address, or ``[IPV6]:PORT``; the port from 1
+    to 65535. ``any_port`` also takes port 0, any free port, as ``smqsup web
+    --listen`` does (it prints the port it bound; the tests start it so).
+    queues.yaml's ``web.listen`` does not: the supervisor restarts its web
+    child, and the UI it runs keeps one address across restarts.
+    """
     match = _LISTEN.fullmatch(value) if isinstance(value, str) else None
     if match is None:
-        raise error("expected host:port (IPv6 in brackets: [::1]:8087)", value,
-                    path=path, key=key)
-    if match[1].startswith("["):
+        raise error("expected host:port (IPv6 in brackets: [::1]:8087)", value, path=path, key=key)
+    host, port, lowest = match[1], int(match[2]), 0 if any_port else 1
+    if host.startswith("["):
+        host = host[1:-1]
         try:
-            ipaddress.IPv6Address(match[1][1:-1])
+            ipaddress.IPv6Address(host)
         except ValueError:
             raise error("invalid IPv6 address", value, path=path, key=key) from None
-    if not 1 <= int(match[2]) <= 65535:
-        raise error("expected a port from 1 to 65535", value, path=path, key=key)
-    return match[0]
+    if not lowest <= port <= 65535:
+        raise error(f"expected a port from {lowest} to 65535", value, path=path, key=key)
+    return host, port
 
 
-def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
+def listen(value: object, key: str, path: str) -> str:
+    """queues.yaml's ``web.listen``: an address parse_listen takes, port 0 excepted."""
+    parse_listen(value, key, path)
+    return str(value)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, the names under it (RFC 6761) and the loopback
+    addresses (127.0.0.0/8, ::1), in any case, brackets or not.
+
+    The one rule for where the web UI may listen without a token (config and
+    ``smqsup web`` alike) and which Host headers it answers without one.
+    """
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
     try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
