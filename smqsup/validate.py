@@ -14,6 +14,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -223,31 +224,46 @@ def _quantity(value: object, units: Mapping[str, float]) -> float | None:
     return float(match[1]) * units[match[2].lower()]
 
 
+@dataclass(frozen=True)
+class _Measure:
+    """A kind of quantity: its units and bound, and the words its errors use."""
+
+    kind: str
+    units: Mapping[str, float]
+    examples: str
+    most: float
+    most_text: str
+
+
+_DURATION = _Measure("duration", _DURATION_UNITS_S, "500ms, 5s, 2m or 1h", DURATION_MAX_S, "365d")
+_SIZE = _Measure("size", _SIZE_UNITS_BYTES, "100B, 64KB, 512MB or 1GB", SIZE_MAX_BYTES, "1TB")
+
+
+def _measured(amount: float | None, measure: _Measure, value: object, key: str, path: str) -> float:
+    """``amount`` (what ``value`` came to, None when it is no quantity) if it is
+    from 0 to the measure's bound; the error naming the measure otherwise."""
+    if amount is None:
+        raise error(f"expected a {measure.kind} like {measure.examples}", value, path=path, key=key)
+    if amount < 0:
+        raise error(f"a {measure.kind} must not be negative", value, path=path, key=key)
+    if amount > measure.most:
+        raise error(f"a {measure.kind} must be at most {measure.most_text}", value, path=path, key=key)
+    return amount
+
+
 def parse_duration(value: object, key: str = "", path: str = "") -> float:
     """Seconds from ``30``, ``1.5``, ``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``."""
-    seconds = _quantity(value, _DURATION_UNITS_S)
-    if seconds is None:
-        raise error("expected a duration like 500ms, 5s, 2m or 1h", value, path=path, key=key)
-    if seconds < 0:
-        raise error("a duration must not be negative", value, path=path, key=key)
-    if seconds > DURATION_MAX_S:
-        raise error("a duration must be at most 365d", value, path=path, key=key)
-    return seconds
+    return _measured(_quantity(value, _DURATION.units), _DURATION, value, key, path)
 
 
 def parse_size(value: object, key: str = "", path: str = "") -> int:
     """Bytes from ``1024``, ``"100B"``, ``"64KB"``, ``"1MiB"``, ``"512MB"``, ``"1GB"``.
 
-    Units are binary whatever their spelling: K, KB and KiB all mean 1024.
+    Units are binary whatever their spelling: K, KB and KiB all mean 1024. A
+    YAML float (``1.5``) is refused; ``"1.5KB"`` is 1536.
     """
-    size = None if isinstance(value, float) else _quantity(value, _SIZE_UNITS_BYTES)
-    if size is None:
-        raise error("expected a size like 100B, 64KB, 512MB or 1GB", value, path=path, key=key)
-    if size < 0:
-        raise error("a size must not be negative", value, path=path, key=key)
-    if size > SIZE_MAX_BYTES:
-        raise error("a size must be at most 1TB", value, path=path, key=key)
-    return int(size)
+    size = None if isinstance(value, float) else _quantity(value, _SIZE.units)
+    return int(_measured(size, _SIZE, value, key, path))
 
 
 def _positive_duration(value: object, key: str, path: str) -> float:
