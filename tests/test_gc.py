@@ -45,6 +45,16 @@ def _ready(s: procs.Supervisor, n: int, client: "redis.Redis", queue: str = "q")
     wait_for(lambda: mine() == n, timeout_s=15, message=f"{s.name}: {mine()} of {n} consumers registered")
 
 
+def _busy(supervise: Supervise, redis_url: str, client: "redis.Redis", n: int) -> tuple[procs.Supervisor, list[str]]:
+    """Supervisor "a" with ``n`` slow consumers, each in the middle of a 30 s message; the messages' ids."""
+    a = supervise({"q": {"handler": "tests.handlers:slow", "consumers": n}}, name="a", **HB)
+    _ready(a, n, client)
+    with Producer(redis_url) as p:
+        ids = p.publish_many("q", [{"sleep": 30}] * n)
+    wait_for(lambda: len(_events(a, event="start")) == n)
+    return a, ids
+
+
 def _leader(client: "redis.Redis", queue: str = "q") -> Optional[int]:
     """Pid of the supervisor holding the queue's collector lock."""
     token = client.get(QueueKeys("smq", queue).gc_lock)
@@ -62,13 +72,8 @@ def _in_queue(client: "redis.Redis", mid: str, attempts: int) -> bool:
 def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """SIGKILL of supervisor A's process group mid-message: B reclaims within heartbeat_timeout + 2 s, none lost."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 2}}
-    a = supervise(queues, name="a", **HB)
-    _ready(a, 2, redis_client)
-    with Producer(redis_url) as p:
-        ids = p.publish_many("q", [{"sleep": 30}] * 2)
-    wait_for(lambda: len(_events(a, event="start")) == 2)
-    b = supervise(queues, name="b", **HB)
+    a, ids = _busy(supervise, redis_url, redis_client, 2)
+    b = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="b", **HB)
     _ready(b, 2, redis_client)
     assert _leader(redis_client) == a.pid  # A leads: B must take over first
     a.kill_group()
@@ -125,12 +130,8 @@ def test_leader_killed_another_leads_within_one_ttl_and_never_two(
 def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Leader SIGSTOPped for 3x the TTL while its consumer dies; B requeues the orphan once; A steps down."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 1}}
-    a = supervise(queues, name="a", **HB)
-    _ready(a, 1, redis_client)
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 30})
-    [start] = wait_for(lambda: _events(a, event="start"))
+    a, [mid] = _busy(supervise, redis_url, redis_client, 1)
+    [start] = _events(a, event="start")
     b = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, name="b", **HB)
     _ready(b, 1, redis_client)
     assert _leader(redis_client) == a.pid
