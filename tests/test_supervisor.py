@@ -140,17 +140,24 @@ def test_invalid_config_on_sighup_keeps_the_old_one_running(
     assert {c.pid for c in sup.children()} == before
 
 
+def _sigterm_mid_message(supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path,
+                         redis_url: str, shutdown_timeout: str, sleep_s: float) -> str:
+    """SIGTERM a supervisor while its one consumer handles a ``sleep_s`` message; it exits 0. The message's id."""
+    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout=shutdown_timeout)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": sleep_s})
+    wait_for(lambda: _events(out_dir, "start"))
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(15) == 0
+    return mid
+
+
 def test_sigterm_lets_a_running_handler_finish_then_exits_0(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """SIGTERM during a 3 s handler: it finishes and acks, the supervisor exits 0, nothing is lost."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout="10s")
-    notify.wait("READY=1")
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 3})
-    wait_for(lambda: _events(out_dir, "start"))
-    sup.signal(signal.SIGTERM)
-    assert sup.proc.wait(15) == 0
+    mid = _sigterm_mid_message(supervise, notify, out_dir, redis_url, shutdown_timeout="10s", sleep_s=3)
     assert [e["id"] for e in _events(out_dir, "done")] == [mid]
     assert notify.wait("STOPPING=1") >= 0
     assert redis_client.llen(Q.pending) == 0 and redis_client.hlen(Q.consumers) == 0
@@ -160,13 +167,7 @@ def test_sigterm_past_shutdown_timeout_returns_the_message_without_costing_an_at
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """shutdown_timeout shorter than the handler: the child is killed, its message back with attempts 0."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout="1s")
-    notify.wait("READY=1")
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 30})
-    wait_for(lambda: _events(out_dir, "start"))
-    sup.signal(signal.SIGTERM)
-    assert sup.proc.wait(15) == 0
+    mid = _sigterm_mid_message(supervise, notify, out_dir, redis_url, shutdown_timeout="1s", sleep_s=30)
     [frame] = redis_client.lrange(Q.pending, 0, -1)
     assert frame.startswith(b"0|") and message.decode(frame).id == mid
     assert not _events(out_dir, "done")
