@@ -26,6 +26,7 @@ from typing import Any, Optional
 from smqsup import __version__, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
+from smqsup.yamlfile import open_regular_file
 
 log = logging.getLogger("smqsup")
 
@@ -51,28 +52,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--config", metavar="FILE", type=_nonempty, help="queues.yaml (runs the supervisor)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    # In the order `smqsup --help` lists them.
+    for add in (_add_run_and_check, _add_publish, _add_consume, _add_status, _add_web, _add_dlq):
+        add(sub)
+    return parser
 
+
+#: What ``add_subparsers`` returns (argparse gives it no public name).
+_Commands = argparse._SubParsersAction
+
+
+def _add_run_and_check(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("run", help="run the supervisor")
     _add_target(p, url=False)
     p = sub.add_parser("check", help="validate the config and import its handlers")
     _add_target(p, url=False)
 
+
+def _add_publish(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("publish", help="publish one message (JSON), or one per stdin line with '-'")
     _add_target(p, url=True)
     p.add_argument("queue")
     p.add_argument("body", metavar="JSON")
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
 
+
+def _add_consume(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("consume", help="run one consumer of QUEUE in the foreground")
     _add_target(p, url=False)
     p.add_argument("queue")
 
+
+def _add_status(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("status", help="queue sizes, rates, consumers, collector leaders")
     _add_target(p, url=True)
     p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
     p.add_argument("--watch", nargs="?", type=_seconds, const=2.0, default=None, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until Ctrl-C")
 
+
+def _add_web(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("web", help="serve the web UI, the JSON API and /metrics")
     _add_target(p, url=True)
     p.add_argument("--listen", metavar="HOST:PORT", type=_nonempty,
@@ -84,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "non-loopback address")
     given.add_argument("--token", type=_nonempty, help="the token itself: other users see it in ps, prefer --token-file")
 
+
+def _add_dlq(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
     _add_target(p, url=True)
     p.add_argument("action", choices=["list", "requeue", "purge"])
@@ -92,7 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
                    help="only these messages (repeatable); default: all")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
-    return parser
 
 
 def _nonempty(text: str) -> str:
@@ -305,7 +325,7 @@ def _read_token_file(path: str) -> str:
     it cannot be read or that line is empty."""
     where = f"smqsup web: --token-file {path!r}"
     try:
-        with config_mod.open_regular_file(path) as f:  # a FIFO must not hang the command
+        with open_regular_file(path) as f:  # a FIFO must not hang the command
             raw = f.readline(4 * _TOKEN_FILE_MAX + 1)  # UTF-8: at most 4 bytes a character
     except OSError as exc:
         raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
@@ -326,7 +346,7 @@ def _read_token_file(path: str) -> str:
 def cmd_dlq(args: argparse.Namespace) -> int:
     from smqsup import deadletters
     from smqsup.broker import Broker
-    from smqsup.config import validate_queue_name
+    from smqsup.validate import validate_queue_name
 
     url, namespace, _ = _target(args)
     validate_queue_name(args.queue)

@@ -1,6 +1,7 @@
-"""``smqsup check``: import every handler of a config in a throwaway process.
+"""Handlers: the callable a ``module:function`` spec names, and ``smqsup
+check``, which imports every handler of a config in a throwaway process.
 
-The importing happens in a child so that the caller (the supervisor parent,
+The checking happens in a child so that the caller (the supervisor parent,
 or the CLI) never runs user code and is not changed by it. The check passes
 only when the child says so after the last import: a module that ends the
 process while it is imported (``os._exit(0)``) fails the check.
@@ -8,14 +9,68 @@ process while it is imported (``os._exit(0)``) fails the check.
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import subprocess
 import sys
+from collections.abc import Callable
 
-from smqsup.config import Config, import_handler, load
-from smqsup.errors import HandlerImportError, SmqsupError
+from smqsup.config import Config, load
+from smqsup.errors import ConfigError, HandlerImportError, SmqsupError
+from smqsup.validate import error, handler_spec
 
 #: What the checking child prints once every handler imported.
 _COMPLETE = "smqsup-check: every handler imported"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _import_module(module: str, spec: str, path: str, key: str) -> object:
+    def fail(problem: str) -> ConfigError:
+        return error(problem, spec, path=path, key=key, cls=HandlerImportError)
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module + ".").startswith(exc.name + "."):
+            raise fail(f"cannot import module {module!r} ({_describe(exc)})") from None
+        # The module exists but something it imports does not.
+        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from exc
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: user code stops nothing here
+        raise fail(f"module {module!r} raised on import ({_describe(exc)})") from None
+
+
+def _attribute(target: object, name: str, owner: str, spec: str, path: str, key: str) -> object:
+    """``getattr(target, name)``; ``owner`` names ``target`` in the error."""
+    try:
+        return getattr(target, name)
+    except AttributeError:
+        public = [candidate for candidate in dir(target) if not candidate.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise error(f"{owner} has no attribute {name!r}{hint}", spec,
+                    path=path, key=key, cls=HandlerImportError) from None
+
+
+def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[..., object]:
+    """The callable that ``'module:function'`` (or ``'module:obj.attr'``) names.
+
+    Every failure is a one-line HandlerImportError ending in ``got 'module:function'``.
+    """
+    module, _, attributes = handler_spec(spec, key, path).partition(":")
+    target = _import_module(module, spec, path, key)
+    reached: list[str] = []
+    for name in attributes.split("."):
+        owner = repr(f"{module}:{'.'.join(reached)}") if reached else f"module {module!r}"
+        target = _attribute(target, name, owner, spec, path, key)
+        reached.append(name)
+    if not callable(target):
+        raise error(f"not callable (it is of type {type(target).__name__})", spec,
+                    path=path, key=key, cls=HandlerImportError)
+    return target
 
 
 def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:

@@ -18,7 +18,6 @@ from typing import Any, Optional
 
 from smqsup import defaults, message, safe
 from smqsup.broker import Broker, warn_once
-from smqsup.config import REDIS_STRING_MAX_BYTES, validate_queue_name
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -30,6 +29,7 @@ from smqsup.errors import (
     PublishUncertain,
     PushRefused,
 )
+from smqsup.validate import REDIS_STRING_MAX_BYTES, validate_queue_name
 
 log = logging.getLogger(__name__)
 

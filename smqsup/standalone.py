@@ -14,9 +14,10 @@ from types import FrameType
 from typing import Optional
 
 from smqsup.broker import Broker
-from smqsup.config import Config, import_handler
+from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.embedded import ensure_server
+from smqsup.handlers import import_handler
 from smqsup.heartbeat import LivenessThread
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,27 @@ def consume(cfg: Config, queue: str) -> int:
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
     consumer = Consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
+    _stop_on_signals(consumer)
+    try:
+        for warning in broker.check_server():
+            log.warning("%s", warning)
+        log.info("queue %s: consumer %s started (%s)", queue, consumer.consumer_id, qcfg.handler)
+        liveness.start()
+        reason = _run(broker, consumer, qcfg)
+        log.info("queue %s: consumer %s %s after %d message(s)", queue, consumer.consumer_id, reason,
+                 consumer.stats.received)
+    finally:
+        if liveness.is_alive():
+            liveness.stop()
+        broker.close()
+        if server is not None:
+            server.stop()
+    return 0
+
+
+def _stop_on_signals(consumer: Consumer) -> None:
+    """SIGTERM or SIGINT: ``consumer`` stops after the message in hand; a
+    second SIGINT raises KeyboardInterrupt in the handler itself."""
     signals = {"count": 0}
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:
@@ -42,24 +64,15 @@ def consume(cfg: Config, queue: str) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+
+def _run(broker: Broker, consumer: Consumer, qcfg: QueueConfig) -> str:
+    """``consumer.run()``'s stop reason; when a second SIGINT interrupted the
+    handler, its message is back in pending without costing an attempt."""
     try:
-        for warning in broker.check_server():
-            log.warning("%s", warning)
-        log.info("queue %s: consumer %s started (%s)", queue, consumer.consumer_id, qcfg.handler)
-        liveness.start()
-        try:
-            reason = consumer.run()
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            r = broker.reclaim(queue, consumer.consumer_id, costs_attempt=False,
-                               retry_threshold=qcfg.retry_threshold, reason="interrupted")
-            log.warning("queue %s: interrupted; %d message(s) returned to pending", queue, r.requeued)
-        log.info("queue %s: consumer %s %s after %d message(s)", queue, consumer.consumer_id, reason,
-                 consumer.stats.received)
-    finally:
-        if liveness.is_alive():
-            liveness.stop()
-        broker.close()
-        if server is not None:
-            server.stop()
-    return 0
+        return consumer.run()
+    except KeyboardInterrupt:
+        r = broker.reclaim(qcfg.name, consumer.consumer_id, costs_attempt=False,
+                           retry_threshold=qcfg.retry_threshold, reason="interrupted")
+        log.warning("queue %s: interrupted; %d message(s) returned to pending", qcfg.name, r.requeued)
+        return "interrupted"

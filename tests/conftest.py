@@ -69,19 +69,26 @@ def out_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callable[..., procs.Supervisor]]:
-    """Start ``smqsup -c queues.yaml`` (written from the arguments); every one started is stopped at teardown.
+    """Start ``smqsup -c FILE`` (FILE written from the arguments); every one started is stopped at teardown.
 
-    ``supervise(queues, notify_socket=None, *, url=None, embedded=False, extra_env=None, journal=False, **top)``:
-    the config points at the test's private redis-server, or at ``url``, or (``embedded``) at no url at all.
+    ``supervise(queues, notify_socket=None, *, url=None, embedded=False, name=None, extra_env=None,
+    journal=False, **top)``: the config points at the test's private redis-server, or at ``url``,
+    or (``embedded``) at no url at all. Without ``name`` the file is queues.yaml and the out dir
+    the ``out_dir`` fixture's; with one (several supervisors on one Redis), ``NAME.yaml`` and a
+    directory NAME of their own.
     """
     started: list[procs.Supervisor] = []
 
     def _start(queues: dict[str, dict[str, Any]], notify_socket: Optional[procs.NotifySocket] = None, *,
-               url: Optional[str] = None, embedded: bool = False, extra_env: Optional[dict[str, str]] = None,
-               journal: bool = False, **top: Any) -> procs.Supervisor:
-        cfg = procs.write_config(tmp_path / "queues.yaml", None if embedded else url or redis_url, queues, **top)
-        s = procs.Supervisor(cfg, out_dir, notify_socket.path if notify_socket else None, extra_env=extra_env,
-                             journal=journal)
+               url: Optional[str] = None, embedded: bool = False, name: Optional[str] = None,
+               extra_env: Optional[dict[str, str]] = None, journal: bool = False, **top: Any) -> procs.Supervisor:
+        cfg, out = tmp_path / "queues.yaml", out_dir
+        if name is not None:
+            cfg, out = tmp_path / f"{name}.yaml", tmp_path / name
+            out.mkdir()
+        procs.write_config(cfg, None if embedded else url or redis_url, queues, **top)
+        s = procs.Supervisor(cfg, out, notify_socket.path if notify_socket else None, extra_env=extra_env,
+                             journal=journal, name=name or "supervisor")
         started.append(s)
         return s
 

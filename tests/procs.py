@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,12 +15,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
+from tests.handlers import read_events
 from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     import psutil
 
 REPO = Path(__file__).resolve().parent.parent
+#: A consumer's process title: ``smqsup: consumer QUEUE #N ...``.
+_CONSUMER_TITLE = re.compile(r"smqsup: consumer (\S+) #\d+")
 
 
 def write_config(path: Path, url: Optional[str], queues: dict[str, dict[str, Any]], **top: Any) -> Path:
@@ -99,16 +103,23 @@ class NotifySocket:
 
 
 class Supervisor:
-    """``smqsup -c FILE`` in a subprocess, its log in a file, optionally with a
+    """``smqsup -c FILE`` in a subprocess, in a process group of its own (so
+    that ``kill_group`` takes it and its children down as one, as a machine
+    crash would), its log in ``out_dir/supervisor.txt``, optionally with a
     NOTIFY_SOCKET the test reads.
 
+    ``out_dir`` is also its $SMQ_TEST_OUT, where its handlers record events:
+    several supervisors on one Redis keep theirs apart by having one each.
     ``extra_env`` is added to its environment; ``journal`` sets JOURNAL_STREAM
     to the device:inode of the log file, as systemd does when stderr is the journal.
     """
 
     def __init__(self, cfg: Path, out_dir: Path, notify_socket: Optional[Path] = None,
-                 extra_env: Optional[dict[str, str]] = None, journal: bool = False) -> None:
+                 extra_env: Optional[dict[str, str]] = None, journal: bool = False,
+                 name: str = "supervisor") -> None:
+        self.name = name
         self.cfg = cfg
+        self.out_dir = out_dir
         self.log_path = out_dir / "supervisor.txt"
         extra = {"NOTIFY_SOCKET": str(notify_socket)} if notify_socket else {}
         extra.update(extra_env or {})
@@ -117,33 +128,69 @@ class Supervisor:
             st = os.fstat(self._log.fileno())
             extra["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
         self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=env(out_dir, **extra),
-                                     stdout=self._log, stderr=subprocess.STDOUT, text=True)
-        self.seen_children: set[int] = set()
+                                     stdout=self._log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        #: Every consumer ``children()`` has listed, by pid: ``stop()`` kills those left behind.
+        self._seen: dict[int, psutil.Process] = {}
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def _live(self) -> list["psutil.Process"]:
+        """Its children that are not zombies, titled yet or not."""
+        import psutil
+
+        try:
+            kids = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        alive = []
+        for k in kids:
+            try:
+                if k.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(k)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
 
     def children(self) -> list["psutil.Process"]:
         """Live consumer processes (direct children titled 'smqsup: consumer')."""
         import psutil
 
         found = []
-        try:
-            kids = psutil.Process(self.pid).children()
-        except psutil.NoSuchProcess:
-            return []
-        for k in kids:
+        for k in self._live():
             try:
-                if k.status() != psutil.STATUS_ZOMBIE and "smqsup: consumer" in " ".join(k.cmdline()):
+                if "smqsup: consumer" in " ".join(k.cmdline()):
                     found.append(k)
-                    self.seen_children.add(k.pid)
+                    self._seen[k.pid] = k
             except psutil.NoSuchProcess:
                 pass
         return found
 
+    def processes(self) -> set[int]:
+        """Pids of every live child (consumers, web UI, redis-server), titled yet or not."""
+        return {k.pid for k in self._live()}
+
+    def consumers_by_queue(self) -> dict[str, set[int]]:
+        """Queue -> pids of its live consumer processes, read from their titles."""
+        import psutil
+
+        found: dict[str, set[int]] = {}
+        for k in self.children():
+            try:
+                m = _CONSUMER_TITLE.search(" ".join(k.cmdline()))
+            except psutil.NoSuchProcess:
+                continue
+            if m:
+                found.setdefault(m.group(1), set()).add(k.pid)
+        return found
+
     def titles(self) -> list[str]:
         return sorted(" ".join(k.cmdline()) for k in self.children())
+
+    def events(self, event: Optional[str] = None) -> list[dict[str, Any]]:
+        """What its handlers recorded (tests.handlers), only ``event`` ones if given."""
+        return [e for e in read_events(str(self.out_dir)) if event is None or e["event"] == event]
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -151,16 +198,33 @@ class Supervisor:
     def signal(self, sig: int) -> None:
         os.kill(self.pid, sig)
 
+    def kill_group(self) -> None:
+        """SIGKILL the supervisor and every process in its group at once."""
+        os.killpg(self.pid, signal.SIGKILL)
+
     def stop(self) -> None:
-        """Stop it (SIGTERM, then SIGKILL) and any consumer it left behind."""
+        """Stop it (SIGCONT in case it is paused, SIGTERM, SIGKILL after 30 s),
+        then kill every child it left behind, paused or not."""
         import psutil
 
-        stop(self.proc, timeout=30)
-        for pid in self.seen_children:
+        left = {k.pid: k for k in self._live()} | self._seen
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)  # a stopped process keeps SIGTERM pending
+            stop(self.proc, timeout=30)
+        for k in left.values():
             try:
-                p = psutil.Process(pid)
-                if "smqsup: consumer" in " ".join(p.cmdline()):
-                    p.kill()
+                k.send_signal(signal.SIGCONT)
+                k.kill()  # psutil checks first that the pid is still that process
             except psutil.NoSuchProcess:
                 pass
         self._log.close()
+
+
+def gone(pid: int) -> bool:
+    """True when process ``pid`` has exited (reaped or a zombie)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup import config, defaults
+from smqsup import config, defaults, handlers, validate
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
 
@@ -368,7 +368,7 @@ def test_text_over_256_kib_is_refused() -> None:
 )
 def test_parse_duration_accepts(value: object, seconds: float) -> None:
     """Durations are numbers of seconds or strings with ms, s, m, h or d."""
-    assert config.parse_duration(value, "k", "f.yaml") == pytest.approx(seconds)
+    assert validate.parse_duration(value, "k", "f.yaml") == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ def test_parse_duration_accepts(value: object, seconds: float) -> None:
 def test_parse_duration_rejects(value: object) -> None:
     """Booleans, negatives and garbage are not durations."""
     with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
-        config.parse_duration(value, "a.b", "f.yaml")
+        validate.parse_duration(value, "a.b", "f.yaml")
 
 
 @pytest.mark.parametrize(
@@ -388,14 +388,14 @@ def test_parse_duration_rejects(value: object) -> None:
 )
 def test_parse_size_accepts_binary_units(value: object, size: int) -> None:
     """K, KB and KiB all mean 1024 bytes; M* 1024**2; G* 1024**3."""
-    assert config.parse_size(value, "k", "f.yaml") == size
+    assert validate.parse_size(value, "k", "f.yaml") == size
 
 
 @pytest.mark.parametrize("value", [True, -1, "-1KB", 1.5, "lots", "5 PB", "MB", None])
 def test_parse_size_rejects(value: object) -> None:
     """Booleans, negatives, floats of bytes and unknown units are not sizes."""
     with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
-        config.parse_size(value, "a.b", "f.yaml")
+        validate.parse_size(value, "a.b", "f.yaml")
 
 
 
@@ -470,7 +470,7 @@ def test_non_finite_or_huge_numbers_from_the_environment_are_refused(
 @pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio", "...", ".a", "a.", "-"])
 def test_validate_queue_name_accepts(name: str) -> None:
     """Queue names are 1..128 of letters, digits, '_', '.' and '-'."""
-    assert config.validate_queue_name(name) == name
+    assert validate.validate_queue_name(name) == name
 
 
 @pytest.mark.parametrize(
@@ -479,7 +479,7 @@ def test_validate_queue_name_accepts(name: str) -> None:
 def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
     """Without path and key the error is just the problem and the value, one line."""
     with pytest.raises(ConfigError) as caught:
-        config.validate_queue_name(name)
+        validate.validate_queue_name(name)
     message = str(caught.value)
     assert "\n" not in message and not message.startswith(":")
     assert ", got " in message
@@ -519,7 +519,7 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def handler_error(spec: str) -> str:
     with pytest.raises(HandlerImportError) as caught:
-        config.import_handler(spec, path="queues.yaml", key="queues.orders.handler")
+        handlers.import_handler(spec, path="queues.yaml", key="queues.orders.handler")
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("queues.yaml: queues.orders.handler: ")
@@ -531,8 +531,8 @@ def handler_error(spec: str) -> str:
 @pytest.mark.usefixtures("modules")
 def test_import_handler_returns_the_function() -> None:
     """'module:function' and 'module:Class.attr' give the callables they name."""
-    assert config.import_handler("smqt_good:process").__name__ == "process"
-    assert config.import_handler("smqt_good:Sender.send").__name__ == "send"
+    assert handlers.import_handler("smqt_good:process").__name__ == "process"
+    assert handlers.import_handler("smqt_good:Sender.send").__name__ == "send"
 
 
 def test_import_handler_rejects_a_spec_without_colon() -> None:

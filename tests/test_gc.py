@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-import psutil
 import pytest
 import redis
 
@@ -25,7 +22,6 @@ from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
-from tests.handlers import read_events
 from tests.helpers import holds, missing_tool, wait_for
 
 Q = QueueKeys("smq", "q")
@@ -33,75 +29,30 @@ HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
 TIMEOUT_S = 2.0
 
 
-class Sup:
-    """One ``smqsup -c`` in its own process group, with its own config, log and out dir."""
-
-    def __init__(self, root: Path, name: str, url: str, queues: dict[str, Any], env: Optional[dict[str, str]] = None,
-                 **top: Any) -> None:
-        self.name = name
-        self.out = root / name
-        self.out.mkdir()
-        self.cfg = procs.write_config(root / f"{name}.yaml", url, queues, **{**HB, **top})
-        self.log_path = self.out / "supervisor.txt"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(self.cfg)],
-                                     env=procs.env(self.out, **(env or {})), stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.pid = self.proc.pid
-
-    def children(self) -> list[psutil.Process]:
-        try:
-            return [k for k in psutil.Process(self.pid).children() if k.status() != psutil.STATUS_ZOMBIE]
-        except psutil.NoSuchProcess:
-            return []
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> None:
-        kids = self.children()
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for k in kids:
-            try:
-                k.send_signal(signal.SIGCONT)
-                k.kill()
-            except psutil.NoSuchProcess:
-                pass
-        self._log.close()
+Supervise = Callable[..., procs.Supervisor]
 
 
-@pytest.fixture
-def sups(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Sup]]:
-    started: list[Sup] = []
-
-    def _start(name: str, queues: dict[str, Any], **kw: Any) -> Sup:
-        s = Sup(tmp_path, name, redis_url, queues, **kw)
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
+def _events(*supervisors: procs.Supervisor, event: Optional[str] = None) -> list[dict[str, Any]]:
+    return [e for s in supervisors for e in s.events(event)]
 
 
-def _events(*supervisors: Sup, event: Optional[str] = None) -> list[dict[str, Any]]:
-    return [e for s in supervisors for e in read_events(str(s.out)) if event is None or e["event"] == event]
-
-
-def _ready(s: Sup, n: int, client: "redis.Redis", queue: str = "q") -> None:
+def _ready(s: procs.Supervisor, n: int, client: "redis.Redis", queue: str = "q") -> None:
     """Wait until ``s`` has ``n`` consumers of ``queue`` registered."""
     def mine() -> int:
         pids = {k.pid for k in s.children()}
         return sum(1 for cid in client.hkeys(QueueKeys("smq", queue).consumers)
                    if int(cid.decode().split(":")[1]) in pids)
     wait_for(lambda: mine() == n, timeout_s=15, message=f"{s.name}: {mine()} of {n} consumers registered")
+
+
+def _busy(supervise: Supervise, redis_url: str, client: "redis.Redis", n: int) -> tuple[procs.Supervisor, list[str]]:
+    """Supervisor "a" with ``n`` slow consumers, each in the middle of a 30 s message; the messages' ids."""
+    a = supervise({"q": {"handler": "tests.handlers:slow", "consumers": n}}, name="a", **HB)
+    _ready(a, n, client)
+    with Producer(redis_url) as p:
+        ids = p.publish_many("q", [{"sleep": 30}] * n)
+    wait_for(lambda: len(_events(a, event="start")) == n)
+    return a, ids
 
 
 def _leader(client: "redis.Redis", queue: str = "q") -> Optional[int]:
@@ -119,18 +70,13 @@ def _in_queue(client: "redis.Redis", mid: str, attempts: int) -> bool:
 
 
 def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """SIGKILL of supervisor A's process group mid-message: B reclaims within heartbeat_timeout + 2 s, none lost."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 2}}
-    a = sups("a", queues)
-    _ready(a, 2, redis_client)
-    with Producer(redis_url) as p:
-        ids = p.publish_many("q", [{"sleep": 30}] * 2)
-    wait_for(lambda: len(_events(a, event="start")) == 2)
-    b = sups("b", queues)
+    a, ids = _busy(supervise, redis_url, redis_client, 2)
+    b = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="b", **HB)
     _ready(b, 2, redis_client)
     assert _leader(redis_client) == a.pid  # A leads: B must take over first
-    os.killpg(a.pid, signal.SIGKILL)
+    a.kill_group()
     killed = time.monotonic()
     wait_for(lambda: all(_in_queue(redis_client, mid, 1) for mid in ids), timeout_s=TIMEOUT_S + 4,
              interval_s=0.02, message="messages of the dead supervisor not reclaimed")
@@ -142,10 +88,10 @@ def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
 
 
 def test_leader_killed_another_leads_within_one_ttl_and_never_two(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """The collector's supervisor killed: another takes over within one lock TTL; at no sample two claim it."""
     queues = {"q": {"handler": "tests.handlers:record"}}
-    group = [sups(n, queues) for n in ("a", "b", "c")]
+    group = [supervise(queues, name=n, **HB) for n in ("a", "b", "c")]
     for s in group:
         _ready(s, 1, redis_client)
     samples: list[tuple[float, Optional[int]]] = []
@@ -161,7 +107,7 @@ def test_leader_killed_another_leads_within_one_ttl_and_never_two(
     try:
         first = wait_for(lambda: _leader(redis_client))
         victim = next(s for s in group if s.pid == first)
-        os.killpg(victim.pid, signal.SIGKILL)
+        victim.kill_group()
         killed = time.monotonic()
         new = wait_for(lambda: (lambda p: p if p not in (None, first) else None)(_leader(redis_client)),
                        timeout_s=TIMEOUT_S + 3, interval_s=0.01)
@@ -182,15 +128,11 @@ def test_leader_killed_another_leads_within_one_ttl_and_never_two(
 
 
 def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Leader SIGSTOPped for 3x the TTL while its consumer dies; B requeues the orphan once; A steps down."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 1}}
-    a = sups("a", queues)
-    _ready(a, 1, redis_client)
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 30})
-    [start] = wait_for(lambda: _events(a, event="start"))
-    b = sups("b", {"q": {"handler": "tests.handlers:record", "consumers": 1}})
+    a, [mid] = _busy(supervise, redis_url, redis_client, 1)
+    [start] = _events(a, event="start")
+    b = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, name="b", **HB)
     _ready(b, 1, redis_client)
     assert _leader(redis_client) == a.pid
     os.kill(a.pid, signal.SIGSTOP)
@@ -245,9 +187,9 @@ def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str
 
 
 def test_a_handler_spinning_the_cpu_is_not_declared_dead(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Pure-Python CPU spin for 3x heartbeat_timeout: the message is not reclaimed and is handled once."""
-    a = sups("a", {"q": {"handler": "tests.handlers:spin"}})
+    a = supervise({"q": {"handler": "tests.handlers:spin"}}, name="a", **HB)
     _ready(a, 1, redis_client)
     with Producer(redis_url) as p:
         mid = p.publish("q", {"seconds": 3 * TIMEOUT_S})
@@ -258,9 +200,9 @@ def test_a_handler_spinning_the_cpu_is_not_declared_dead(
 
 
 def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Consumer SIGSTOPped past heartbeat_timeout: message handled elsewhere; after SIGCONT its ack is a no-op."""
-    a = sups("a", {"q": {"handler": "tests.handlers:slow", "consumers": 2}})
+    a = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="a", **HB)
     _ready(a, 2, redis_client)
     with Producer(redis_url) as p:
         mid = p.publish("q", {"sleep": 1})
@@ -272,17 +214,17 @@ def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
     wait_for(lambda: len(_events(a, event="done")) == 2, timeout_s=10)
     wait_for(lambda: Broker(redis_url).counters("q").get("late_acks") == 1)
     # The paused consumer does not go on under its old identity: it is replaced.
-    wait_for(lambda: not psutil.pid_exists(start["pid"])
-             or psutil.Process(start["pid"]).status() == psutil.STATUS_ZOMBIE, timeout_s=10)
+    wait_for(lambda: procs.gone(start["pid"]), timeout_s=10)
     _ready(a, 2, redis_client)
     assert redis_client.llen(Q.pending) == 0 and redis_client.llen(Q.dead) == 0
     assert sorted(e["attempts"] for e in _events(a, event="done") if e["id"] == mid) == [0, 1]
 
 
 def test_delayed_retries_come_back_on_time_by_the_collector(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis") -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """A retry_delay of 1 s is honoured by the collector's promotion (consumers never promote)."""
-    a = sups("a", {"q": {"handler": "tests.handlers:fail", "retry_threshold": 2, "retry_delay": "1s"}})
+    a = supervise({"q": {"handler": "tests.handlers:fail", "retry_threshold": 2, "retry_delay": "1s"}},
+                  name="a", **HB)
     _ready(a, 1, redis_client)
     with Producer(redis_url) as p:
         p.publish("q", "x")
@@ -295,13 +237,13 @@ def test_delayed_retries_come_back_on_time_by_the_collector(
 
 @pytest.mark.parametrize("skew", ["+30s", "-30s"])
 def test_a_supervisor_with_a_skewed_wall_clock_causes_no_false_death(
-        sups: Callable[..., Sup], redis_url: str, redis_client: "redis.Redis", skew: str) -> None:
+        supervise: Supervise, redis_url: str, redis_client: "redis.Redis", skew: str) -> None:
     """One supervisor's wall clock off by 30 s (libfaketime): no consumer is declared dead, by either side."""
     lib = _libfaketime()
-    a = sups("a", {"q": {"handler": "tests.handlers:record", "consumers": 2}})
+    a = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, name="a", **HB)
     _ready(a, 2, redis_client)
-    b = sups("b", {"q": {"handler": "tests.handlers:record", "consumers": 2}},
-             env={"LD_PRELOAD": lib, "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    b = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, name="b", **HB,
+                  extra_env={"LD_PRELOAD": lib, "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     _ready(b, 2, redis_client)
     # B's clock really is skewed (its children inherit it).
     with Producer(redis_url) as p:

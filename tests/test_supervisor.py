@@ -16,6 +16,7 @@ import redis
 from smqsup import message
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
+from smqsup.redis_server import RedisServer, free_port
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import wait_for
@@ -139,17 +140,24 @@ def test_invalid_config_on_sighup_keeps_the_old_one_running(
     assert {c.pid for c in sup.children()} == before
 
 
+def _sigterm_mid_message(supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path,
+                         redis_url: str, shutdown_timeout: str, sleep_s: float) -> str:
+    """SIGTERM a supervisor while its one consumer handles a ``sleep_s`` message; it exits 0. The message's id."""
+    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout=shutdown_timeout)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": sleep_s})
+    wait_for(lambda: _events(out_dir, "start"))
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(15) == 0
+    return mid
+
+
 def test_sigterm_lets_a_running_handler_finish_then_exits_0(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """SIGTERM during a 3 s handler: it finishes and acks, the supervisor exits 0, nothing is lost."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout="10s")
-    notify.wait("READY=1")
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 3})
-    wait_for(lambda: _events(out_dir, "start"))
-    sup.signal(signal.SIGTERM)
-    assert sup.proc.wait(15) == 0
+    mid = _sigterm_mid_message(supervise, notify, out_dir, redis_url, shutdown_timeout="10s", sleep_s=3)
     assert [e["id"] for e in _events(out_dir, "done")] == [mid]
     assert notify.wait("STOPPING=1") >= 0
     assert redis_client.llen(Q.pending) == 0 and redis_client.hlen(Q.consumers) == 0
@@ -159,13 +167,7 @@ def test_sigterm_past_shutdown_timeout_returns_the_message_without_costing_an_at
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """shutdown_timeout shorter than the handler: the child is killed, its message back with attempts 0."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout="1s")
-    notify.wait("READY=1")
-    with Producer(redis_url) as p:
-        mid = p.publish("q", {"sleep": 30})
-    wait_for(lambda: _events(out_dir, "start"))
-    sup.signal(signal.SIGTERM)
-    assert sup.proc.wait(15) == 0
+    mid = _sigterm_mid_message(supervise, notify, out_dir, redis_url, shutdown_timeout="1s", sleep_s=30)
     [frame] = redis_client.lrange(Q.pending, 0, -1)
     assert frame.startswith(b"0|") and message.decode(frame).id == mid
     assert not _events(out_dir, "done")
@@ -340,3 +342,50 @@ def test_a_handler_exiting_with_status_0_mid_message_still_costs_an_attempt(
         p.publish("q", "poison")
     wait_for(lambda: redis_client.llen(Q.dead) == 1, timeout_s=15)
     assert sorted(e["attempts"] for e in _events(out_dir, "start")) == [0, 1]
+
+
+@pytest.mark.parametrize("preload", [True, False])
+def test_preload_imports_handlers_in_the_supervisor_before_forking(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
+        preload: bool) -> None:
+    """preload: true imports the handler once, in the supervisor; otherwise each consumer imports it."""
+    sup = supervise({"q": {"handler": "tests.import_probe:handle", "consumers": 2}}, notify, preload=preload)
+    notify.wait("READY=1")
+    importers = [int(line) for line in (out_dir / "imported-by.txt").read_text().split()]
+    consumers = sup.processes()
+    if preload:
+        assert importers == [sup.pid]
+    else:
+        assert sorted(importers) == sorted(consumers) and sup.pid not in importers
+    with Producer(redis_url) as p:
+        mid = p.publish("q", "x")
+    [done] = wait_for(lambda: _events(out_dir, "done"))
+    assert done["id"] == mid and done["pid"] in consumers
+
+
+def test_unreachable_redis_at_start_backs_off_until_it_appears(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, tmp_path: Path) -> None:
+    """Redis down at start: the supervisor keeps running, consumers exit 4 and back off; once it is up, READY=1."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify, url=url)
+    wait_for(lambda: "Redis not usable at start" in sup.log())
+    # A consumer waits CHILD_BOOT_REDIS_TIMEOUT_S (10 s) for Redis, then exits 4 and is restarted after a backoff.
+    wait_for(lambda: "exited with status 4 (Redis unreachable at boot)" in sup.log(), timeout_s=15)
+    wait_for(lambda: "next start in" in sup.log())
+    assert sup.proc.poll() is None
+    assert not any("READY=1" in d.split("\n") for d in notify.poll())
+
+    server = RedisServer(tmp_path / "late-redis", port=port)
+    server.start()
+    try:
+        notify.wait("READY=1", timeout_s=10)
+        with Producer(url) as p:
+            mid = p.publish("q", "late")
+        wait_for(lambda: [e for e in _events(out_dir, "done") if e["id"] == mid])
+        assert "FATAL" not in sup.log()
+        sup.stop()  # before its Redis goes away
+        assert sup.proc.returncode == 0
+    finally:
+        sup.stop()
+        server.stop()

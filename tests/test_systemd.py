@@ -1,20 +1,30 @@
-"""sd_notify datagrams, checked on real AF_UNIX sockets (a path and the abstract namespace)."""
+"""systemd: sd_notify datagrams, checked on real AF_UNIX sockets (a path and
+the abstract namespace), and a real supervisor's watchdog pings and journal
+log lines."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from smqsup.producer import Producer
 from smqsup.supervisor.systemd import Notifier, monotonic_usec, unset_environment
+from tests import procs
+from tests.helpers import wait_for
+from tests.procs import NotifySocket
 
 Listener = tuple[socket.socket, str]
+Supervise = Callable[..., procs.Supervisor]
+
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) \[\d+\] ")
 
 
 def _bind(address: str) -> socket.socket:
@@ -204,3 +214,61 @@ def test_unset_environment_removes_notify_variables() -> None:
 def test_monotonic_usec_is_clock_monotonic() -> None:
     """monotonic_usec agrees with time.monotonic (both CLOCK_MONOTONIC on Linux) to a millisecond."""
     assert abs(monotonic_usec() - time.monotonic() * 1_000_000) < 1_000
+
+
+# --- a real supervisor ---------------------------------------------------------
+
+
+def test_watchdog_datagrams_keep_arriving_when_systemd_asks_for_them(
+        supervise: Supervise, notify: NotifySocket) -> None:
+    """WATCHDOG_USEC=300000 (no WATCHDOG_PID) and a NOTIFY_SOCKET: at least 3 WATCHDOG=1 within 2 s."""
+    supervise({"q": {"handler": "tests.handlers:record"}}, notify, extra_env={"WATCHDOG_USEC": "300000"})
+    first = notify.wait("WATCHDOG=1")
+
+    def pings() -> int:
+        return sum("WATCHDOG=1" in d.split("\n") for d in notify.poll()[first + 1:])
+
+    wait_for(lambda: pings() >= 3, timeout_s=2.0, message=f"WATCHDOG=1 stopped: {notify.received[first:]}")
+
+
+def test_journal_stream_gives_priority_prefixes_and_no_timestamps(
+        supervise: Supervise, notify: NotifySocket, redis_url: str) -> None:
+    """stderr is the journal: every log line starts <N> (<6> info, <4> warning, <3> error) with no timestamp."""
+    sup = supervise({"q": {"handler": "tests.handlers:talk"}}, notify, journal=True)
+    notify.wait("READY=1")
+    [child] = sup.children()
+    child.kill()
+    wait_for(lambda: "killed by signal 9" in sup.log())
+    with Producer(redis_url) as p:
+        mid = p.publish("q", "hi")
+    [done] = wait_for(lambda: sup.events("done"))
+
+    lines = [ln for ln in sup.log().splitlines() if not ln.startswith("stdout of the handler")]
+    assert all(re.match(r"<[0-7]>\S", ln) for ln in lines), lines
+    assert not any(_TIMESTAMP.search(ln) or re.search(r"\d\d:\d\d:\d\d", ln) for ln in lines), lines
+    assert any(ln.startswith("<6>") and f"supervisor {sup.pid} started" in ln for ln in lines)
+    assert any(ln.startswith("<3>") and f"(pid {child.pid}) killed by signal 9" in ln for ln in lines)
+    # A consumer logs through the same stream: the journal knows only the supervisor's pid, the line names its own.
+    assert any(ln.startswith("<4>") and f"[{done['pid']}]" in ln and f"handling {mid}" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("stream", ["unset", "another file"])
+def test_without_the_journal_lines_start_with_a_timestamp_and_carry_the_pid(
+        supervise: Supervise, notify: NotifySocket, redis_url: str, tmp_path: Path,
+        stream: str) -> None:
+    """No JOURNAL_STREAM, or one naming another file: timestamped lines; a child's own lines carry its pid."""
+    extra = {}
+    if stream == "another file":
+        st = os.stat(tmp_path)
+        extra["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+    sup = supervise({"q": {"handler": "tests.handlers:talk"}}, notify, extra_env=extra)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        mid = p.publish("q", "hi")
+    [done] = wait_for(lambda: sup.events("done"))
+    wait_for(lambda: f"stdout of the handler for {mid}" in sup.log())
+
+    lines = [ln for ln in sup.log().splitlines() if not ln.startswith("stdout of the handler")]
+    assert lines and all(_TIMESTAMP.match(ln) for ln in lines), lines
+    assert any(f" INFO [{sup.pid}] " in ln and f"supervisor {sup.pid} started" in ln for ln in lines)
+    assert any(f" WARNING [{done['pid']}] tests.handlers: handling {mid}" in ln for ln in lines)

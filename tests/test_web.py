@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
@@ -15,6 +16,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from smqsup import config
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError
 from smqsup.producer import Producer
@@ -26,6 +28,7 @@ from tests.helpers import wait_for
 from tests.webserver import WebServer
 
 TOKEN = "s3cret-token"
+ORDERS = "queues:\n  orders:\n    handler: myapp.handlers:process_order\n"
 
 WebFactory = Callable[..., WebServer]
 
@@ -227,7 +230,7 @@ def test_listen_and_origin_rules() -> None:
     for listen in ("0.0.0.0:8087", "[::]:8087", "example.com:80"):
         with pytest.raises(ConfigError, match="not a loopback address"):
             check_exposure(listen, None)
-    with pytest.raises(ConfigError, match="HOST:PORT"):
+    with pytest.raises(ConfigError, match="web.listen: expected a port from 0 to 65535"):
         check_exposure("127.0.0.1:99999", None)
     assert same_origin("http://127.0.0.1:8087", "127.0.0.1:8087")
     assert same_origin("http://Example.com", "example.com:80")
@@ -235,6 +238,22 @@ def test_listen_and_origin_rules() -> None:
     assert not same_origin("http://127.0.0.1:8088", "127.0.0.1:8087")
     assert not same_origin("http://evil.example", "127.0.0.1:8087")
     assert not same_origin("null", "127.0.0.1:8087")
+
+
+def test_one_listen_rule_for_the_config_and_the_web_command_but_port_0() -> None:
+    """web.listen and `smqsup web --listen` share their form, texts and loopback names; only the command takes port 0."""
+    for listen in ("localhost:8087", "LOCALHOST:8087", "ui.localhost:8087", "127.0.0.2:8087", "[::1]:8087"):
+        assert config.loads(f"{ORDERS}web:\n  listen: '{listen}'\n").web == config.WebConfig(listen)
+        assert check_exposure(listen, None)[1] == 8087
+    for listen, problem in (("127.0.0.1", "expected host:port"), ("[fe::zz]:1", "expected host:port"),
+                            ("[1:2:3]:80", "invalid IPv6 address"), ("127.0.0.1:70000", "expected a port from")):
+        with pytest.raises(ConfigError, match=f"web.listen: {re.escape(problem)}"):
+            config.loads(f"{ORDERS}web:\n  listen: '{listen}'\n")
+        with pytest.raises(ConfigError, match=f"web.listen: {re.escape(problem)}"):
+            check_exposure(listen, None)
+    with pytest.raises(ConfigError, match="web.listen: expected a port from 1 to 65535, got '127.0.0.1:0'"):
+        config.loads(f"{ORDERS}web:\n  listen: '127.0.0.1:0'\n")
+    assert check_exposure("127.0.0.1:0", None) == ("127.0.0.1", 0)
 
 
 def test_non_loopback_listen_without_a_token_exits_2_with_one_line() -> None:

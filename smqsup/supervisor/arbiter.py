@@ -40,6 +40,7 @@ from smqsup.config import Config
 from smqsup.embedded import ensure_server
 from smqsup.errors import BrokerConnectionError, BrokerError, SmqsupError
 from smqsup.gc import Collector
+from smqsup.handlers import import_handler
 from smqsup.logs import Lasting
 from smqsup.redis_server import RedisServer
 from smqsup.safe import mask_url
@@ -176,7 +177,7 @@ class Arbiter:
             return
         for name, q in self.pool.queues.items():
             try:
-                self.pool.preloaded[name] = config_mod.import_handler(
+                self.pool.preloaded[name] = import_handler(
                     q.config.handler, path=str(self.cfg.path), key=f"queues.{name}.handler")
             except SmqsupError as exc:
                 q.policy.give_up("handler cannot be imported")

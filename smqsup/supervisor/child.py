@@ -24,9 +24,10 @@ from typing import NoReturn, Optional
 
 from smqsup import defaults
 from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig, import_handler
+from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
+from smqsup.handlers import import_handler
 from smqsup.message import Message
 from smqsup.supervisor import systemd
 from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_REDIS, Slots

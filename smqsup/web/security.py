@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
-import re
 from collections.abc import Awaitable, Callable
 from typing import Optional
 from urllib.parse import urlsplit
@@ -32,48 +30,21 @@ from aiohttp import web
 
 from smqsup.errors import ConfigError
 from smqsup.safe import escape
+from smqsup.validate import is_loopback, parse_listen
 from smqsup.web.jsonout import error as _error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_LISTEN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s\[\]:/]+):([0-9]{1,5})")
 #: Paths where ``?token=`` is accepted (a browser cannot set a header there).
 _QUERY_TOKEN_PATHS = ("/", "/ws")
 _SAFE_METHODS = ("GET", "HEAD")
 
 
-def parse_listen(listen: str, key: str = "web.listen") -> tuple[str, int]:
-    """``(host, port)`` of ``HOST:PORT`` or ``[IPV6]:PORT`` (host without
-    brackets); port 0 asks for any free port. ConfigError otherwise."""
-    match = _LISTEN.fullmatch(listen)
-    if match is None or int(match[2]) > 65535:
-        raise ConfigError(f"{key}: expected HOST:PORT with a port from 0 to 65535 "
-                          f"(IPv6 in brackets: [::1]:8087), got {listen!r}", key=key)
-    host = match[1]
-    if host.startswith("["):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ConfigError(f"{key}: invalid IPv6 address, got {listen!r}", key=key) from None
-        host = host[1:-1]
-    return host, int(match[2])
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_exposure(listen: str, token: Optional[str]) -> tuple[str, int]:
-    """``parse_listen(listen)``, refusing (ConfigError) a non-loopback address
-    without a token: the UI can requeue and purge messages."""
-    host, port = parse_listen(listen)
+    """``(host, port)`` of ``listen`` as ``smqsup web --listen`` takes it (port
+    0 too: see validate.parse_listen), refusing (ConfigError) a non-loopback
+    address without a token: the UI can requeue and purge messages."""
+    host, port = parse_listen(listen, any_port=True)
     if not token and not is_loopback(host):
         raise ConfigError(f"web.listen: {listen} is not a loopback address: set a token "
                           f"(web.token in the config, or --token) to listen there", key="web.token")

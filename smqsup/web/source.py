@@ -22,8 +22,8 @@ from aiohttp import web
 
 from smqsup import deadletters, safe, stats
 from smqsup.broker import Broker
-from smqsup.config import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
+from smqsup.validate import validate_queue_name
 from smqsup.web.jsonout import dumps
 
 log = logging.getLogger(__name__)
