@@ -280,6 +280,8 @@ class Broker:
         self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
         self._hot = _HotLine(self.client)
         self._keys: dict[str, QueueKeys] = {}
+        #: Most messages one reclaim script call moves (the reclaims loop over batches).
+        self.reclaim_batch = defaults.RECLAIM_BATCH
 
     @property
     def producers_key(self) -> str:
@@ -441,20 +443,64 @@ class Broker:
             return scripts.nack(self._hot, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
 
-    def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
-                lock: Optional[scripts.Lock] = None, stale_after_ms: int = 0, unregister: bool = True,
-                batch: int = defaults.RECLAIM_BATCH, **meta: Any) -> scripts.ReclaimResult:
-        """Return every frame of the consumer's list to the queue (looping
-        over batches); unregister the consumer once its list is empty. With
-        ``stale_after_ms``, do nothing (remaining -1) if its heartbeat is fresh.
+    def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                     reason: str) -> scripts.ReclaimResult:
+        """Return a dead consumer's list to the queue, each message costing an
+        attempt (dead-lettered past ``retry_threshold``); unregister the
+        consumer (registry, heartbeat, dated in retired) once its list is empty."""
+        return self._reclaim_gone(queue, consumer_id, True, retry_threshold, reason)
+
+    def return_stopped(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                       reason: str) -> scripts.ReclaimResult:
+        """Return the list of a consumer whose stop was asked for (or that
+        re-registers under a new id) to the queue, free of cost; unregister it
+        once its list is empty, as reclaim_dead does."""
+        return self._reclaim_gone(queue, consumer_id, False, retry_threshold, reason)
+
+    def _reclaim_gone(self, queue: str, consumer_id: str, costs: bool, retry_threshold: int,
+                      reason: str) -> scripts.ReclaimResult:
+        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.reclaim(
+            self.client, k, consumer_id, costs_attempt=costs, retry_threshold=retry_threshold, meta=meta,
+            batch=self.reclaim_batch))
+
+    def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
+                      stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:
+        """Reclaim as reclaim_dead does, for a consumer whose heartbeat is
+        stale: only if its heartbeat is still missing or older than
+        ``stale_after_ms`` (else nothing is done and ``remaining`` is -1).
         With ``lock``, raise NotLeader unless the lock holds its token."""
-        text = scripts.meta_json(reason, consumer=consumer_id, **meta)
+        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.reclaim_stale(
+            self.client, k, consumer_id, retry_threshold=retry_threshold, meta=meta, batch=self.reclaim_batch,
+            stale_after_ms=stale_after_ms, lock=lock))
+
+    def sweep_retired(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                      lock: scripts.Lock) -> scripts.ReclaimResult:
+        """Return, free of cost, the messages found in a retired consumer's
+        list; the registry is not touched. Raise NotLeader unless the lock
+        holds its token. (``retry_threshold`` plays no part in a free return.)"""
+        return self._drain(queue, consumer_id, "found in a retired consumer's list", lambda k, meta:
+                           scripts.return_free(self.client, k, consumer_id, meta=meta, batch=self.reclaim_batch,
+                                               lock=lock))
+
+    def return_held(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                    reason: str) -> scripts.ReclaimResult:
+        """Return, free of cost, what a supervised consumer still holds as it
+        stops on its own; the registry is not touched (its supervisor
+        unregisters it when it reaps it). (``retry_threshold`` plays no part
+        in a free return.)"""
+        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.return_free(
+            self.client, k, consumer_id, meta=meta, batch=self.reclaim_batch))
+
+    def _drain(self, queue: str, consumer_id: str, reason: str,
+               call: Callable[[QueueKeys, str], scripts.ReclaimResult]) -> scripts.ReclaimResult:
+        """Run a reclaim script batch after batch until the list is empty (or
+        the script did nothing: remaining -1); the sums of what moved."""
+        meta = scripts.meta_json(reason, consumer=consumer_id)
+        k = self.keys(queue)
         requeued = dead = 0
         with wrapped(f"reclaim on {queue!r}"):
             while True:
-                r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
-                                    retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock,
-                                    stale_after_ms=stale_after_ms, unregister=unregister)
+                r = call(k, meta)
                 requeued += r.requeued
                 dead += r.dead_lettered
                 if r.remaining <= 0:

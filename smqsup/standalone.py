@@ -51,8 +51,8 @@ def consume(cfg: Config, queue: str) -> int:
             reason = consumer.run()
         except KeyboardInterrupt:
             reason = "interrupted"
-            r = broker.reclaim(queue, consumer.consumer_id, costs_attempt=False,
-                               retry_threshold=qcfg.retry_threshold, reason="interrupted")
+            r = broker.return_stopped(queue, consumer.consumer_id, retry_threshold=qcfg.retry_threshold,
+                                      reason="interrupted")
             log.warning("queue %s: interrupted; %d message(s) returned to pending", queue, r.requeued)
         log.info("queue %s: consumer %s %s after %d message(s)", queue, consumer.consumer_id, reason,
                  consumer.stats.received)

@@ -252,7 +252,7 @@ def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) 
         p.publish("q", "x")
     frame = broker.fetch("q", "c1", 1)
     assert frame is not None
-    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert (r.requeued, r.dead_lettered) == (1, 0)
     # The reclaimed copy is back in pending with one attempt counted.
     assert redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1) == [b"1" + frame[1:]]
@@ -270,7 +270,8 @@ def test_reclaim_without_cost_keeps_attempts_and_order(redis_url: str, redis_cli
     frames = [b"0|a", b"2|b", b"1|c"]
     redis_client.lpush(k.processing("c1"), *frames)  # c is newest
     redis_client.hset(k.consumers, "c1", "{}")
-    r = broker.reclaim("q", "c1", costs_attempt=False, retry_threshold=0, reason="stopped", batch=2)
+    broker.reclaim_batch = 2
+    r = broker.return_stopped("q", "c1", retry_threshold=0, reason="stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (3, 0, 0)
     # Consumers take from the right: a first.
     assert [redis_client.rpop(k.pending) for _ in range(3)] == frames
@@ -282,7 +283,7 @@ def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")
     redis_client.lpush(k.processing("c1"), b"3|x", b"1|y", b"garbage")
-    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="killed by signal 9")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered) == (1, 2)
     assert redis_client.lrange(k.pending, 0, -1) == [b"2|y"]
     dead = {message.DeadLetter(e).frame: message.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
@@ -298,11 +299,99 @@ def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis
     redis_client.lpush(k.processing("c1"), b"0|x")
     redis_client.set("lock", "other")
     with pytest.raises(NotLeader, match="no longer holds the collector lock"):
-        broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+        broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=("lock", "mine"))
     assert redis_client.llen(k.processing("c1")) == 1
     redis_client.set("lock", "mine")
-    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+    broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=("lock", "mine"))
     assert redis_client.llen(k.pending) == 1
+
+
+def _held_by_c1(broker: Broker, redis_client: redis.Redis, *frames: bytes) -> QueueKeys:
+    """Register consumer c1 (a fresh heartbeat) holding ``frames`` (the last newest)."""
+    from smqsup.info import ConsumerInfo
+
+    k = QueueKeys(NS, "q")
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.lpush(k.processing("c1"), *frames)
+    return k
+
+
+def test_reclaim_dead_costs_an_attempt_and_unregisters_once_empty(redis_url: str,
+                                                                  redis_client: redis.Redis) -> None:
+    """reclaim_dead adds an attempt to each message and retires the consumer when its list is empty."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a", b"1|b")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
+    assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"1|a", b"2|b"]
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is None
+    assert redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_return_stopped_is_free_and_unregisters(redis_url: str, redis_client: redis.Redis) -> None:
+    """return_stopped keeps attempts as they are and unregisters the consumer."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a")
+    r = broker.return_stopped("q", "c1", retry_threshold=3, reason="consumer stopped")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 0, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_reclaim_stale_leaves_a_consumer_with_a_fresh_heartbeat_alone(redis_url: str,
+                                                                      redis_client: redis.Redis) -> None:
+    """reclaim_stale does nothing (remaining -1) while the heartbeat is younger than stale_after_ms."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a")
+    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000)
+    assert (r.requeued, r.dead_lettered, r.remaining) == (0, 0, -1)
+    assert redis_client.lrange(k.processing("c1"), 0, -1) == [b"0|a"]
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
+
+
+def test_reclaim_stale_takes_a_stale_consumers_list_at_a_cost(redis_url: str, redis_client: redis.Redis) -> None:
+    """reclaim_stale on a heartbeat older than stale_after_ms costs an attempt and unregisters."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a", b"0|b")
+    redis_client.zadd(k.heartbeats, {"c1": 1})  # 1970
+    redis_client.set("lock", "mine")
+    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000,
+                             lock=("lock", "mine"))
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"1|b"]
+    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).frame == b"4|a"
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_sweep_retired_is_free_under_the_lock_and_leaves_the_registry_alone(redis_url: str,
+                                                                            redis_client: redis.Redis) -> None:
+    """sweep_retired refuses a wrong lock, then returns the list unchanged without touching the registry."""
+    from smqsup.errors import NotLeader
+
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a", b"garbage")
+    redis_client.set("lock", "other")
+    with pytest.raises(NotLeader):
+        broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+    assert redis_client.llen(k.processing("c1")) == 2
+    redis_client.set("lock", "mine")
+    r = broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
+    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is not None
+    assert redis_client.zscore(k.retired, "c1") is None
+
+
+def test_return_held_is_free_and_leaves_the_registry_alone(redis_url: str, redis_client: redis.Redis) -> None:
+    """return_held (a supervised consumer's own stop) returns its list unchanged and stays registered."""
+    broker = Broker(redis_url, NS)
+    broker.reclaim_batch = 1
+    k = _held_by_c1(broker, redis_client, b"2|a", b"0|b")
+    r = broker.return_held("q", "c1", retry_threshold=0, reason="consumer stopped")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
+    assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"2|a", b"0|b"]
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
 
 
 def test_stop_finishes_the_message_in_hand(start: Callable[..., Running], producer: Producer,

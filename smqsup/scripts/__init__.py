@@ -7,7 +7,9 @@ redis-py raises them; broker.py wraps them.
 
 A line ``--- @include "name"`` in a script is replaced by ``includes/name.lua``
 when the script is loaded (bullmq's convention): a helper several scripts
-need is written once.
+need is written once. Includes may include others; each is inlined once per
+script, where it is first named (a Lua ``local function`` must come before
+its callers).
 """
 
 from __future__ import annotations
@@ -37,10 +39,21 @@ _INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.MULTILINE)
 
 
 def _source(name: str) -> str:
-    """The text of ``name.lua`` with its includes resolved (one level)."""
+    """The text of ``name.lua`` with its includes resolved."""
     here = resources.files(__name__)
-    text = here.joinpath(f"{name}.lua").read_text("utf-8")
-    return _INCLUDE.sub(lambda m: here.joinpath("includes", f"{m[1]}.lua").read_text("utf-8").rstrip("\n"), text)
+    return _resolve(here.joinpath(f"{name}.lua").read_text("utf-8"), set())
+
+
+def _resolve(text: str, seen: set[str]) -> str:
+    """``text`` with each include line replaced by that include (resolved in
+    turn), or by nothing if an earlier line of the script included it."""
+    def inline(match: re.Match[str]) -> str:
+        if match[1] in seen:
+            return ""
+        seen.add(match[1])
+        path = resources.files(__name__).joinpath("includes", f"{match[1]}.lua")
+        return _resolve(path.read_text("utf-8"), seen).rstrip("\n")
+    return _INCLUDE.sub(inline, text)
 
 
 class Script:
@@ -61,6 +74,8 @@ class Script:
 _ACK = Script("ack")
 _NACK = Script("nack")
 _RECLAIM = Script("reclaim")
+_RECLAIM_STALE = Script("reclaim_stale")
+_RETURN_FREE = Script("return_free")
 _PROMOTE = Script("promote")
 _DLQ_REQUEUE = Script("dlq_requeue")
 _PUBLISH = Script("publish")
@@ -75,8 +90,8 @@ HEARTBEAT = _HEARTBEAT
 PUBLISH = _PUBLISH
 PRODUCER_STATS = _PRODUCER_STATS
 
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_ACQUIRE,
-       _LOCK_RENEW, _LOCK_RELEASE)
+ALL = (_ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
+       _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -153,31 +168,50 @@ def nack(
     return NackResult(int(outcome), _frame_or_none(nxt), bool(registered))
 
 
-def reclaim(
-    client: "redis.Redis",
-    keys: QueueKeys,
-    consumer_id: str,
-    *,
-    costs_attempt: bool,
-    retry_threshold: int,
-    meta: str,
-    batch: int,
-    unregister: bool = True,
-    stale_after_ms: int = 0,
-    lock: Optional[Lock] = None,
-) -> ReclaimResult:
-    """Return up to ``batch`` messages of the consumer's list to the queue.
-    With ``stale_after_ms``, only if its heartbeat is still that old
-    (``remaining`` -1 otherwise)."""
-    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
-                keys.heartbeats, keys.retired]
-    args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else "",
-                       stale_after_ms]
+def _registry_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
+    """KEYS[1..7] of reclaim.lua and reclaim_stale.lua."""
+    return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
+            keys.heartbeats, keys.retired]
+
+
+def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
+    requeued, dead, remaining = reply
+    return ReclaimResult(int(requeued), int(dead), int(remaining))
+
+
+def reclaim(client: "redis.Redis", keys: QueueKeys, consumer_id: str, *, costs_attempt: bool,
+            retry_threshold: int, meta: str, batch: int) -> ReclaimResult:
+    """Return up to ``batch`` messages of a consumer that is gone to the
+    queue (each one costing an attempt when ``costs_attempt``); unregister it
+    once its list is empty."""
+    args = (int(costs_attempt), retry_threshold, meta, batch, consumer_id)
+    return _reclaim_result(_RECLAIM(client, _registry_keys(keys, consumer_id), args))
+
+
+def reclaim_stale(client: "redis.Redis", keys: QueueKeys, consumer_id: str, *, retry_threshold: int, meta: str,
+                  batch: int, stale_after_ms: int, lock: Optional[Lock] = None) -> ReclaimResult:
+    """Like a costly reclaim, only if the consumer's heartbeat is missing or
+    older than ``stale_after_ms`` (``remaining`` -1 otherwise) and, with
+    ``lock``, only if the lock holds its token (NOTLEADER otherwise)."""
+    key_list = _registry_keys(keys, consumer_id)
+    args: list[Any] = [retry_threshold, meta, batch, consumer_id, stale_after_ms]
     if lock is not None:
         key_list.append(lock[0])
         args.append(lock[1])
-    requeued, dead, remaining = _RECLAIM(client, key_list, args)
-    return ReclaimResult(int(requeued), int(dead), int(remaining))
+    return _reclaim_result(_RECLAIM_STALE(client, key_list, args))
+
+
+def return_free(client: "redis.Redis", keys: QueueKeys, consumer_id: str, *, meta: str, batch: int,
+                lock: Optional[Lock] = None) -> ReclaimResult:
+    """Return up to ``batch`` messages of the consumer's list to the queue
+    free of cost, registry untouched; with ``lock``, only if the lock holds
+    its token (NOTLEADER otherwise)."""
+    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters]
+    args: list[Any] = [meta, batch]
+    if lock is not None:
+        key_list.append(lock[0])
+        args.append(lock[1])
+    return _reclaim_result(_RETURN_FREE(client, key_list, args))
 
 
 def promote(client: "redis.Redis", keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> PromoteResult:

@@ -483,8 +483,12 @@ class Arbiter:
     def _run_reclaim(self, item: tuple[str, str, bool, str, int, int]) -> Optional[int]:
         queue, cid, costs, reason, threshold, stale_after_ms = item
         try:
-            r = self.broker.reclaim(queue, cid, costs_attempt=costs, retry_threshold=threshold, reason=reason,
-                                    stale_after_ms=stale_after_ms)
+            if stale_after_ms:
+                r = self.broker.reclaim_stale(queue, cid, retry_threshold=threshold, reason=reason,
+                                              stale_after_ms=stale_after_ms)
+            else:
+                give_back = self.broker.reclaim_dead if costs else self.broker.return_stopped
+                r = give_back(queue, cid, retry_threshold=threshold, reason=reason)
         except BrokerError as exc:
             self._trouble.report(("reclaim", queue, cid), str(exc), "queue %s: reclaim of consumer %s postponed "
                                  "(retried each second, said again if the cause changes): %s", queue, cid, exc)
