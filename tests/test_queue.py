@@ -501,3 +501,13 @@ def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: A
     with pytest.raises(PublishNotSent) as caught, Producer(redis_url) as p:
         p.publish("q", "while down")
     assert "not queued" in str(caught.value) and len(caught.value.message_ids) == 1
+
+
+def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
+    """No include line reaches Redis, and a fragment named by two includes is defined once."""
+    from smqsup import scripts
+
+    for script in scripts.ALL:
+        assert "@include" not in script.text, script.name
+        for fragment in ("now_ms", "attempts_of", "not_leader", "wrong_type", "dead_letter"):
+            assert script.text.count(f"local function {fragment}(") <= 1, (script.name, fragment)
