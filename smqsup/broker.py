@@ -27,7 +27,7 @@ from redis.retry import Retry
 from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
 from smqsup.info import ConsumerInfo
-from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
+from smqsup.keys import QueueKeys, producers_hash, queues_set
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,16 @@ def _json(info: Mapping[str, Any]) -> str:
     return json.dumps(dict(info), separators=(",", ":"))
 
 
+def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequence[Any]) -> None:
+    """Raise PushRefused, saying which messages were queued, if Redis refused
+    any of the publish calls (one reply per chunk)."""
+    queued = [not isinstance(reply, Exception) for reply, chunk in zip(replies, chunks) for _ in chunk]
+    refusal = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    if refusal is not None:
+        raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
+                          f"message(s): {refusal}", queued)
+
+
 @contextmanager
 def wrapped(what: str) -> Iterator[None]:
     """Turn redis-py errors raised inside the block into smqsup errors."""
@@ -336,42 +346,27 @@ class Broker:
         """Queue ``frames`` (publish.lua: LPUSH and count, up to PUBLISH_CHUNK
         frames a call) in one round trip, with SADD of the queue name when
         ``register`` and the producer's statistics (id, JSON) when given.
-        Raises BrokerConnectionError if the outcome is unknown."""
-        k = self.keys(queue)
+        Raises PushRefused if Redis refused messages (saying which were
+        queued), BrokerConnectionError if the outcome is unknown."""
+        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
+            self._push_alone(queue, frames)
+            return
+        batch = scripts.Batch(self.client)
+        # What each call that does not queue messages is, for the log.
+        bookkeeping: dict[int, str] = {}
+        if register:
+            bookkeeping[len(batch)] = "queue registry"
+            batch.command("SADD", queues_set(self.namespace), queue)
+        first_chunk = len(batch)
+        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
+        for chunk in chunks:
+            batch.add(scripts.publish(self.keys(queue), chunk, self.stats))
+        if producer is not None:
+            bookkeeping[len(batch)] = "producer statistics"
+            batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
         with wrapped(f"publish to {queue!r}"):
-            if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-                try:
-                    scripts.publish(self._hot, k, frames, self.stats)
-                except rexc.ResponseError as exc:  # refused before it wrote anything
-                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) \
-                        from exc
-                return
-            calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
-            # What each call that does not queue messages is, for the log.
-            bookkeeping: dict[int, str] = {}
-            if register:
-                bookkeeping[len(calls)] = "queue registry"
-                calls.append((None, ("SADD", queues_set(self.namespace), queue)))
-            first_chunk = len(calls)
-            for start in range(0, len(frames), PUBLISH_CHUNK):
-                calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
-                                                *frames[start:start + PUBLISH_CHUNK])))
-            if producer is not None:
-                bookkeeping[len(calls)] = "producer statistics"
-                calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
-                                                       producers_seen(self.namespace), producer[0], producer[1],
-                                                       _PRODUCER_TTL_MS)))
-            results = self._pipeline(calls, raise_errors=False)
-        queued: list[bool] = []
-        refusal: Optional[Exception] = None
-        for n, start in enumerate(range(0, len(frames), PUBLISH_CHUNK)):
-            result = results[first_chunk + n]
-            ok = not isinstance(result, Exception)
-            refusal = refusal or (None if ok else result)
-            queued += [ok] * len(frames[start:start + PUBLISH_CHUNK])
-        if refusal is not None:
-            raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(frames)} "
-                              f"message(s): {refusal}", queued)
+            results = self._send(batch)
+        _check_queued(queue, chunks, results[first_chunk:first_chunk + len(chunks)])
         # The messages are queued: a refused registry entry or statistics flush
         # (OOM, an ACL NOPERM) must not turn that into an error.
         for i, what in bookkeeping.items():
@@ -379,43 +374,31 @@ class Broker:
                 warn_once(f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
                           "(said once; later refusals at debug level): %s", queue, what, results[i])
 
-    def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]], *,
-                  raise_errors: bool = True) -> list[Any]:
-        """Send plain commands and scripts (by SHA) in one round trip. A script
-        the server does not know (NOSCRIPT: it did not run) is sent again alone
-        by its text; nothing that ran is ever sent twice. Other error replies
-        are raised, or left in the results when ``raise_errors`` is false.
-        Raises _NotSent if Redis could not be reached (or the TLS handshake
-        failed) before anything was sent."""
-        pipe = self.client.pipeline(transaction=False)
-        for script, args in calls:
-            if script is None:
-                pipe.execute_command(*args)  # type: ignore[no-untyped-call]
-            else:
-                pipe.evalsha(script.sha, *args)
+    def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
+        """push() of one chunk and nothing else: one script call on the held connection."""
+        with wrapped(f"publish to {queue!r}"):
+            try:
+                scripts.publish(self.keys(queue), frames, self.stats).run(self._hot)
+            except rexc.ResponseError as exc:  # refused before it wrote anything
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
+
+    def _send(self, batch: scripts.Batch) -> list[Any]:
+        """Send ``batch`` in one round trip; its replies, error replies left
+        in place. Raises _NotSent if Redis could not be reached (or the TLS
+        handshake failed) before anything was sent."""
         try:
             # The pool connects (and replaces a connection the server closed)
             # before handing it out: a failure here certainly sent nothing.
-            # execute() uses it and returns it to the pool.
-            pipe.connection = self.client.connection_pool.get_connection()
+            # The batch's pipeline returns it to the pool.
+            connection = self.client.connection_pool.get_connection()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise _NotSent(str(exc)) from exc
-        results: list[Any] = pipe.execute(raise_on_error=False)
-        for i, ((script, args), result) in enumerate(zip(calls, results)):
-            if isinstance(result, rexc.NoScriptError) and script is not None:
-                try:
-                    results[i] = self.client.eval(script.text, *args)
-                except rexc.ResponseError as exc:
-                    results[i] = exc
-            if raise_errors and isinstance(results[i], Exception):
-                raise results[i]
-        return results
+        return batch.execute(connection)
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
         with wrapped("producer statistics"):
-            scripts.PRODUCER_STATS(self.client, (producers_hash(self.namespace), producers_seen(self.namespace)),
-                                   (producer_id, info, _PRODUCER_TTL_MS))
+            scripts.producer_stats(self.namespace, producer_id, info, _PRODUCER_TTL_MS).run(self.client)
 
     # --- consuming -----------------------------------------------------------
 
@@ -435,13 +418,13 @@ class Broker:
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self._hot, self.keys(queue), consumer_id, frame, fetch_next, self.stats)
+            return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats).run(self._hot)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
              meta: str, fetch_next: bool) -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
-            return scripts.nack(self._hot, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
-                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
+            return scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next).run(self._hot)
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
                      reason: str) -> scripts.ReclaimResult:
@@ -459,9 +442,9 @@ class Broker:
 
     def _reclaim_gone(self, queue: str, consumer_id: str, costs: bool, retry_threshold: int,
                       reason: str) -> scripts.ReclaimResult:
-        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.reclaim(
-            self.client, k, consumer_id, costs_attempt=costs, retry_threshold=retry_threshold, meta=meta,
-            batch=self.reclaim_batch))
+        return self._drain(queue, reason, scripts.reclaim(
+            self.keys(queue), consumer_id, costs_attempt=costs, retry_threshold=retry_threshold,
+            meta=scripts.meta_json(reason, consumer=consumer_id), batch=self.reclaim_batch))
 
     def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
                       stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:
@@ -469,8 +452,9 @@ class Broker:
         stale: only if its heartbeat is still missing or older than
         ``stale_after_ms`` (else nothing is done and ``remaining`` is -1).
         With ``lock``, raise NotLeader unless the lock holds its token."""
-        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.reclaim_stale(
-            self.client, k, consumer_id, retry_threshold=retry_threshold, meta=meta, batch=self.reclaim_batch,
+        return self._drain(queue, reason, scripts.reclaim_stale(
+            self.keys(queue), consumer_id, retry_threshold=retry_threshold,
+            meta=scripts.meta_json(reason, consumer=consumer_id), batch=self.reclaim_batch,
             stale_after_ms=stale_after_ms, lock=lock))
 
     def sweep_retired(self, queue: str, consumer_id: str, *, retry_threshold: int,
@@ -478,9 +462,10 @@ class Broker:
         """Return, free of cost, the messages found in a retired consumer's
         list; the registry is not touched. Raise NotLeader unless the lock
         holds its token. (``retry_threshold`` plays no part in a free return.)"""
-        return self._drain(queue, consumer_id, "found in a retired consumer's list", lambda k, meta:
-                           scripts.return_free(self.client, k, consumer_id, meta=meta, batch=self.reclaim_batch,
-                                               lock=lock))
+        reason = "found in a retired consumer's list"
+        return self._drain(queue, reason, scripts.return_free(
+            self.keys(queue), consumer_id, meta=scripts.meta_json(reason, consumer=consumer_id),
+            batch=self.reclaim_batch, lock=lock))
 
     def return_held(self, queue: str, consumer_id: str, *, retry_threshold: int,
                     reason: str) -> scripts.ReclaimResult:
@@ -488,19 +473,17 @@ class Broker:
         stops on its own; the registry is not touched (its supervisor
         unregisters it when it reaps it). (``retry_threshold`` plays no part
         in a free return.)"""
-        return self._drain(queue, consumer_id, reason, lambda k, meta: scripts.return_free(
-            self.client, k, consumer_id, meta=meta, batch=self.reclaim_batch))
+        return self._drain(queue, reason, scripts.return_free(
+            self.keys(queue), consumer_id, meta=scripts.meta_json(reason, consumer=consumer_id),
+            batch=self.reclaim_batch))
 
-    def _drain(self, queue: str, consumer_id: str, reason: str,
-               call: Callable[[QueueKeys, str], scripts.ReclaimResult]) -> scripts.ReclaimResult:
-        """Run a reclaim script batch after batch until the list is empty (or
-        the script did nothing: remaining -1); the sums of what moved."""
-        meta = scripts.meta_json(reason, consumer=consumer_id)
-        k = self.keys(queue)
+    def _drain(self, queue: str, reason: str, call: scripts.Call[scripts.ReclaimResult]) -> scripts.ReclaimResult:
+        """Run a reclaim script call batch after batch until the list is empty
+        (or the script did nothing: remaining -1); the sums of what moved."""
         requeued = dead = 0
         with wrapped(f"reclaim on {queue!r}"):
             while True:
-                r = call(k, meta)
+                r = call.run(self.client)
                 requeued += r.requeued
                 dead += r.dead_lettered
                 if r.remaining <= 0:
@@ -509,7 +492,7 @@ class Broker:
     def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
                 batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
         with wrapped(f"promote on {queue!r}"):
-            return scripts.promote(self.client, self.keys(queue), batch=batch, lock=lock)
+            return scripts.promote(self.keys(queue), batch=batch, lock=lock).run(self.client)
 
     def processing(self, queue: str, consumer_id: str) -> list[bytes]:
         """The frames in the consumer's list, oldest first."""
@@ -521,7 +504,7 @@ class Broker:
         """Enter the consumer in the registry with a first heartbeat."""
         with wrapped(f"register consumer on {queue!r}"):
             self.client.sadd(queues_set(self.namespace), queue)
-            scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, info.to_json())], register=True)
+            scripts.heartbeat(self.keys(queue), [(consumer_id, info.to_json())], register=True).run(self.client)
 
     def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
                   ) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -534,23 +517,20 @@ class Broker:
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
             return [], {}
-        calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
+        batch = scripts.Batch(self.client)
         for queue, queue_beats in items:
-            k = self.keys(queue)
-            args: list[Any] = [0]
-            for cid, info in queue_beats:
-                args += [cid, info.to_json()]
-            calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
+            batch.add(scripts.heartbeat(self.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
+                                        register=False))
         with wrapped("heartbeat"):
-            replies = self._pipeline(calls, raise_errors=False)
+            replies = self._send(batch)
         refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
-        lost = [(q, _text(cid)) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
+        lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
         return lost, refused
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
         with wrapped(f"find stale consumers of {queue!r}"):
-            return scripts.stale(self.client, self.keys(queue), timeout_ms=timeout_ms, limit=limit)
+            return scripts.stale(self.keys(queue), timeout_ms=timeout_ms, limit=limit).run(self.client)
 
     # --- leader lock ---------------------------------------------------------
 
@@ -558,7 +538,7 @@ class Broker:
         """SET NX PX; a key found there with no time to live (nobody's lock:
         garbage) is given ``ttl_ms`` to live, and said once."""
         with wrapped(f"acquire {key}"):
-            got = scripts.lock_acquire(self.client, key, token, ttl_ms)
+            got = scripts.lock_acquire(key, token, ttl_ms).run(self.client)
         if got < 0:
             log.warning("%s held a value that never expires (not a lock of ours); it now expires in %d ms and "
                         "the election resumes then", key, ttl_ms)
@@ -566,11 +546,11 @@ class Broker:
 
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
         with wrapped(f"renew {key}"):
-            return scripts.lock_renew(self.client, key, token, ttl_ms)
+            return scripts.lock_renew(key, token, ttl_ms).run(self.client)
 
     def lock_release(self, key: str, token: str) -> bool:
         with wrapped(f"release {key}"):
-            return scripts.lock_release(self.client, key, token)
+            return scripts.lock_release(key, token).run(self.client)
 
     def lock_holder(self, key: str) -> Optional[str]:
         with wrapped(f"read {key}"):
@@ -668,8 +648,10 @@ class Broker:
         return cast(list[bytes], entries)
 
     def dlq_requeue(self, queue: str, entries: Sequence[bytes]) -> int:
+        if not entries:
+            return 0
         with wrapped(f"requeue dead letters of {queue!r}"):
-            return scripts.dlq_requeue(self.client, self.keys(queue), entries)
+            return scripts.dlq_requeue(self.keys(queue), entries).run(self.client)
 
     def dlq_remove(self, queue: str, entries: Sequence[bytes]) -> int:
         """Delete the given dead-letter entries; returns how many were there."""

@@ -511,3 +511,28 @@ def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
         assert "@include" not in script.text, script.name
         for fragment in ("now_ms", "attempts_of", "not_leader", "wrong_type", "dead_letter"):
             assert script.text.count(f"local function {fragment}(") <= 1, (script.name, fragment)
+
+
+def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    """After SCRIPT FLUSH (a restarted Redis), a publish, a pipelined push and heartbeat still run, each once."""
+    from smqsup import broker as broker_mod
+    from smqsup.info import ConsumerInfo
+
+    broker = Broker(redis_url, NS)
+    k = QueueKeys(NS, "q")
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.script_flush()
+    broker.push("q", [b"0|a"], register=False)  # alone, on the held connection
+    redis_client.script_flush()
+    frames = [b"0|%d" % i for i in range(broker_mod.PUBLISH_CHUNK + 5)]
+    broker.push("q", frames, register=True, producer=("p1", '{"published":1}'))  # one pipeline, three scripts
+    assert redis_client.llen(k.pending) == 1 + len(frames)
+    assert int(redis_client.hget(k.counters, "published") or 0) == 1 + len(frames)
+    assert redis_client.hlen(broker.producers_key) == 1
+    redis_client.script_flush()
+    assert broker.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
+        [("q", "gone")], {})
+    # Each script call that NOSCRIPT refused went again by EVAL, once: the first registration (a new
+    # server), the publish, two publish chunks and the producer statistics, the heartbeat.
+    assert redis_client.info("commandstats")["cmdstat_eval"]["calls"] == 6
