@@ -21,7 +21,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional, cast
 
-from smqsup.broker import Broker, wrapped
+from smqsup.broker import Broker
+from smqsup.connection import wrapped
 from smqsup.info import ConsumerInfo
 
 #: Points kept per queue: one a second, 15 minutes.
