@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 import redis.exceptions as rexc
 
 from smqsup import defaults, scripts
-from smqsup.connection import HotLine, NotSent, connect, wrapped
+from smqsup.connection import HotLine, check_server, connect, send, wrapped
 from smqsup.errors import BrokerError, PushRefused
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, producers_hash, queues_set
@@ -26,14 +27,6 @@ log = logging.getLogger(__name__)
 PUBLISH_CHUNK = 1000
 #: Producers silent this long drop out of the statistics, in ms.
 _PRODUCER_TTL_MS = 600_000
-
-#: Lowest Redis version with BLMOVE/LMOVE.
-MIN_REDIS_VERSION = (6, 2, 0)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """``"7.0.15"`` as ``(7, 0, 15)``; parts that are not numbers count as 0."""
-    return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
 def _text(value: "bytes | str") -> str:
@@ -52,10 +45,6 @@ def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:
     return out
 
 
-def _json(info: Mapping[str, Any]) -> str:
-    return json.dumps(dict(info), separators=(",", ":"))
-
-
 def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequence[Any]) -> None:
     """Raise PushRefused, saying which messages were queued, if Redis refused
     any of the publish calls (one reply per chunk)."""
@@ -65,6 +54,62 @@ def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequen
         raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
                           f"message(s): {refusal}", queued)
 
+
+def _ms(time_reply: Sequence[Any]) -> int:
+    """TIME's (seconds, microseconds) as whole ms."""
+    secs, usecs = time_reply
+    return int(secs) * 1000 + int(usecs) // 1000
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """One queue as the statistics read it: sizes counted, the rest as stored
+    (anyone with access may write anything there: stats.py trusts none of it)."""
+
+    sizes: dict[str, int]  # pending, processing, delayed, dead
+    held: list[int]  # the processing list length of each registered consumer, in the order of ``consumers``
+    counters: dict[bytes, bytes]
+    consumers: dict[bytes, bytes]  # consumer id -> what its last heartbeat said (JSON)
+    heartbeats: list[tuple[bytes, float]]  # consumer id, ms (Redis clock)
+    leader: Optional[bytes]  # the collector lock's token
+    gc: dict[bytes, bytes]  # collector facts
+    slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
+    recent: list[bytes]  # the latest history points (JSON), newest first
+
+
+def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
+    """Queue the three size reads (pending, delayed, dead) for _sizes: every size reader goes here."""
+    pipe.llen(k.pending)
+    pipe.zcard(k.delayed)
+    pipe.llen(k.dead)
+
+
+def _sizes(replies: Sequence[Any]) -> dict[str, int]:
+    pending, delayed, dead = replies
+    return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
+
+
+def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
+    """Queue the reads of a QueueReading but its consumers' list lengths
+    (nine replies, ten with ``recent`` points, read by _reading)."""
+    _ask_sizes(pipe, k)
+    for key in (k.counters, k.consumers):
+        pipe.hgetall(key)
+    pipe.zrange(k.heartbeats, 0, -1, withscores=True)
+    pipe.get(k.gc_lock)
+    for key in (k.gc, k.slots):
+        pipe.hgetall(key)
+    if recent > 0:
+        pipe.lrange(k.series, 0, recent - 1)
+
+
+def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
+    """A QueueReading from _ask_reading's replies, its consumers' list
+    lengths taken from ``held`` in the order of its consumers."""
+    counters, consumers, beats, leader, gc, slots, *recent = replies[3:]
+    lengths = [int(next(held)) for _ in consumers]
+    return QueueReading({**_sizes(replies[:3]), "processing": sum(lengths)}, lengths, counters, consumers, beats,
+                        leader, gc, slots, recent[0] if recent else [])
 
 
 class Broker:
@@ -83,10 +128,6 @@ class Broker:
         #: Most messages one reclaim script call moves (the reclaims loop over batches).
         self.reclaim_batch = defaults.RECLAIM_BATCH
 
-    @property
-    def producers_key(self) -> str:
-        return producers_hash(self.namespace)
-
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
         if k is None:
@@ -104,30 +145,13 @@ class Broker:
             self.client.ping()
 
     def check_server(self) -> list[str]:
-        """Raise BrokerError if Redis is too old; return warnings for people:
-        a maxmemory-policy that may evict messages, or a check that could not
-        be made because Redis refused INFO or CONFIG GET (an ACL user without
-        them, a managed Redis): smqsup works without either."""
-        warnings: list[str] = []
-        with wrapped("check the Redis server"):
-            try:
-                version_text: Optional[str] = str(self.client.info("server")["redis_version"])
-            except rexc.ResponseError as exc:
-                version_text = None
-                warnings.append(f"Redis refused INFO ({exc}): cannot check the Redis version; smqsup needs "
-                                f"Redis >= 6.2 (BLMOVE), and consumers say so if BLMOVE is missing")
-            try:
-                policy: Optional[str] = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
-            except rexc.ResponseError as exc:
-                policy = None
-                warnings.append(f"Redis refused CONFIG GET ({exc}): cannot check maxmemory-policy; it must be "
-                                f"'noeviction' or Redis may evict queued messages")
-        if version_text is not None and _version(version_text) < MIN_REDIS_VERSION:
-            raise BrokerError(f"Redis {version_text} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
-        if policy not in (None, "noeviction"):
-            warnings.append(f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; "
-                            f"set it to 'noeviction'")
-        return warnings
+        """connection.check_server() on this broker's Redis."""
+        return check_server(self.client)
+
+    def shutdown_server(self) -> None:
+        """SHUTDOWN the Redis server (an embedded one, at its owner's stop)."""
+        with wrapped("SHUTDOWN"):
+            self.client.shutdown()
 
     # --- producing -----------------------------------------------------------
 
@@ -155,7 +179,7 @@ class Broker:
             bookkeeping[len(batch)] = "producer statistics"
             batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
         with wrapped(f"publish to {queue!r}"):
-            results = self._send(batch)
+            results = send(self.client, batch)
         _check_queued(queue, chunks, results[first_chunk:first_chunk + len(chunks)])
         # The messages are queued: a refused registry entry or statistics flush
         # (OOM, an ACL NOPERM) must not turn that into an error.
@@ -171,19 +195,6 @@ class Broker:
                 scripts.publish(self.keys(queue), frames, self.stats).run(self._hot)
             except rexc.ResponseError as exc:  # refused before it wrote anything
                 raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
-
-    def _send(self, batch: scripts.Batch) -> list[Any]:
-        """Send ``batch`` in one round trip; its replies, error replies left
-        in place. Raises NotSent if Redis could not be reached (or the TLS
-        handshake failed) before anything was sent."""
-        try:
-            # The pool connects (and replaces a connection the server closed)
-            # before handing it out: a failure here certainly sent nothing.
-            # The batch's pipeline returns it to the pool.
-            connection = self.client.connection_pool.get_connection()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise NotSent(str(exc)) from exc
-        return batch.execute(connection)
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
@@ -221,20 +232,18 @@ class Broker:
         """Return a dead consumer's list to the queue, each message costing an
         attempt (dead-lettered past ``retry_threshold``); unregister the
         consumer (registry, heartbeat, dated in retired) once its list is empty."""
-        return self._reclaim_gone(queue, consumer_id, True, retry_threshold, reason)
+        return self._drain(queue, scripts.reclaim(self.keys(queue), consumer_id, costs_attempt=True,
+                                                  retry_threshold=retry_threshold, reason=reason,
+                                                  batch=self.reclaim_batch))
 
     def return_stopped(self, queue: str, consumer_id: str, *, retry_threshold: int,
                        reason: str) -> scripts.ReclaimResult:
         """Return the list of a consumer whose stop was asked for (or that
         re-registers under a new id) to the queue, free of cost; unregister it
         once its list is empty, as reclaim_dead does."""
-        return self._reclaim_gone(queue, consumer_id, False, retry_threshold, reason)
-
-    def _reclaim_gone(self, queue: str, consumer_id: str, costs: bool, retry_threshold: int,
-                      reason: str) -> scripts.ReclaimResult:
-        return self._drain(queue, reason, scripts.reclaim(
-            self.keys(queue), consumer_id, costs_attempt=costs, retry_threshold=retry_threshold,
-            meta=scripts.meta_json(reason, consumer=consumer_id), batch=self.reclaim_batch))
+        return self._drain(queue, scripts.reclaim(self.keys(queue), consumer_id, costs_attempt=False,
+                                                  retry_threshold=retry_threshold, reason=reason,
+                                                  batch=self.reclaim_batch))
 
     def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
                       stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:
@@ -242,20 +251,18 @@ class Broker:
         stale: only if its heartbeat is still missing or older than
         ``stale_after_ms`` (else nothing is done and ``remaining`` is -1).
         With ``lock``, raise NotLeader unless the lock holds its token."""
-        return self._drain(queue, reason, scripts.reclaim_stale(
-            self.keys(queue), consumer_id, retry_threshold=retry_threshold,
-            meta=scripts.meta_json(reason, consumer=consumer_id), batch=self.reclaim_batch,
-            stale_after_ms=stale_after_ms, lock=lock))
+        return self._drain(queue, scripts.reclaim_stale(self.keys(queue), consumer_id, retry_threshold=retry_threshold,
+                                                        reason=reason, batch=self.reclaim_batch,
+                                                        stale_after_ms=stale_after_ms, lock=lock))
 
     def sweep_retired(self, queue: str, consumer_id: str, *, retry_threshold: int,
                       lock: scripts.Lock) -> scripts.ReclaimResult:
         """Return, free of cost, the messages found in a retired consumer's
         list; the registry is not touched. Raise NotLeader unless the lock
         holds its token. (``retry_threshold`` plays no part in a free return.)"""
-        reason = "found in a retired consumer's list"
-        return self._drain(queue, reason, scripts.return_free(
-            self.keys(queue), consumer_id, meta=scripts.meta_json(reason, consumer=consumer_id),
-            batch=self.reclaim_batch, lock=lock))
+        return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id,
+                                                      reason="found in a retired consumer's list",
+                                                      batch=self.reclaim_batch, lock=lock))
 
     def return_held(self, queue: str, consumer_id: str, *, retry_threshold: int,
                     reason: str) -> scripts.ReclaimResult:
@@ -263,11 +270,10 @@ class Broker:
         stops on its own; the registry is not touched (its supervisor
         unregisters it when it reaps it). (``retry_threshold`` plays no part
         in a free return.)"""
-        return self._drain(queue, reason, scripts.return_free(
-            self.keys(queue), consumer_id, meta=scripts.meta_json(reason, consumer=consumer_id),
-            batch=self.reclaim_batch))
+        return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id, reason=reason,
+                                                      batch=self.reclaim_batch))
 
-    def _drain(self, queue: str, reason: str, call: scripts.Call[scripts.ReclaimResult]) -> scripts.ReclaimResult:
+    def _drain(self, queue: str, call: scripts.Call[scripts.ReclaimResult]) -> scripts.ReclaimResult:
         """Run a reclaim script call batch after batch until the list is empty
         (or the script did nothing: remaining -1); the sums of what moved."""
         requeued = dead = 0
@@ -312,7 +318,7 @@ class Broker:
             batch.add(scripts.heartbeat(self.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
                                         register=False))
         with wrapped("heartbeat"):
-            replies = self._send(batch)
+            replies = send(self.client, batch)
         refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
         lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
         return lost, refused
@@ -350,7 +356,7 @@ class Broker:
     def record_slot(self, queue: str, slot: str, info: Mapping[str, Any]) -> None:
         """Restarts and last exit of a consumer slot (its supervisor writes)."""
         with wrapped(f"slot statistics of {queue!r}"):
-            self.client.hset(self.keys(queue).slots, slot, _json(info))
+            self.client.hset(self.keys(queue).slots, slot, json.dumps(dict(info), separators=(",", ":")))
 
     def gc_fact(self, queue: str, **increments: int) -> None:
         """Add to the queue's collector facts (reclaims, orphans, ...)."""
@@ -363,8 +369,7 @@ class Broker:
 
     def gc_facts(self, queue: str) -> dict[str, int]:
         with wrapped(f"collector facts of {queue!r}"):
-            raw = self.client.hgetall(self.keys(queue).gc)
-        return _int_fields(raw)
+            return _int_fields(self.client.hgetall(self.keys(queue).gc))
 
     def is_registered(self, queue: str, consumer_id: str) -> bool:
         """Whether the consumer is still in the registry (not declared dead)."""
@@ -384,8 +389,7 @@ class Broker:
         clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            secs, usecs = self.client.time()
-            now_ms = int(secs) * 1000 + int(usecs) // 1000
+            now_ms = _ms(self.client.time())
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
             pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
@@ -409,19 +413,52 @@ class Broker:
 
     def sizes(self, queue: str) -> dict[str, int]:
         """Pending, delayed and dead-letter counts of the queue, one round trip."""
-        k = self.keys(queue)
         with wrapped(f"sizes of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.llen(k.pending)
-            pipe.zcard(k.delayed)
-            pipe.llen(k.dead)
-            pending, delayed, dead = pipe.execute()
-        return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
+            _ask_sizes(pipe, self.keys(queue))
+            return _sizes(pipe.execute())
+
+    def read_queues(self, queues: Sequence[str], *, recent: int = 0) -> tuple[int, dict[str, QueueReading]]:
+        """The Redis clock (ms) and, for each queue, what the statistics read
+        of it, with its ``recent`` latest history points: all queues in two
+        round trips (the second reads the registered consumers' lists)."""
+        asked = 9 + (recent > 0)
+        with wrapped("read queue statistics"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for queue in queues:
+                _ask_reading(pipe, self.keys(queue), recent)
+            now, *replies = pipe.execute()
+            per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
+            pipe = self.client.pipeline(transaction=False)
+            for queue, r in zip(queues, per_queue):
+                for cid in r[4]:
+                    pipe.llen(self.keys(queue).processing(cid.decode("utf-8", "replace")))
+            held = iter(pipe.execute())
+        return _ms(now), {queue: _reading(r, held) for queue, r in zip(queues, per_queue)}
+
+    def append_point(self, queue: str, point: str, keep: int) -> None:
+        """Add one point (JSON) to the queue's history, keeping the ``keep`` latest."""
+        k = self.keys(queue)
+        with wrapped(f"history of {queue!r}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(k.series, point)
+            pipe.ltrim(k.series, 0, keep - 1)
+            pipe.execute()
+
+    def series(self, queue: str, points: int) -> list[bytes]:
+        """The queue's ``points`` latest history points (JSON), newest first."""
+        with wrapped(f"history of {queue!r}"):
+            return cast(list[bytes], self.client.lrange(self.keys(queue).series, 0, max(0, points - 1)))
+
+    def producers(self) -> dict[bytes, bytes]:
+        """Every producer's statistics as stored: id -> JSON."""
+        with wrapped("producers"):
+            return cast(dict[bytes, bytes], self.client.hgetall(producers_hash(self.namespace)))
 
     def counters(self, queue: str) -> dict[str, int]:
         with wrapped(f"counters of {queue!r}"):
-            raw = self.client.hgetall(self.keys(queue).counters)
-        return _int_fields(raw)
+            return _int_fields(self.client.hgetall(self.keys(queue).counters))
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -434,8 +471,7 @@ class Broker:
     def dead_letters(self, queue: str, start: int = 0, count: int = 100) -> list[bytes]:
         """Dead-letter entries, newest first."""
         with wrapped(f"read dead letters of {queue!r}"):
-            entries = self.client.lrange(self.keys(queue).dead, start, start + count - 1)
-        return cast(list[bytes], entries)
+            return cast(list[bytes], self.client.lrange(self.keys(queue).dead, start, start + count - 1))
 
     def dlq_requeue(self, queue: str, entries: Sequence[bytes]) -> int:
         if not entries:

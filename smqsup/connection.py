@@ -1,6 +1,6 @@
-"""Connections to Redis: the configured redis-py client, the connection held
-per thread for the hot path, and the boundary where redis-py errors become
-smqsup errors.
+"""Connections to Redis: the configured redis-py client, the check of the
+server it reaches, the connection held per thread for the hot path, and the
+boundary where redis-py errors become smqsup errors.
 
 Client configuration (DESIGN section 8): redis-py retries commands after a
 connection error by default. A silent re-send of BLMOVE, an ack script or a
@@ -24,11 +24,14 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup import defaults, safe
+from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.logs import warn_once
 
 log = logging.getLogger(__name__)
+
+#: Lowest Redis version with BLMOVE/LMOVE.
+MIN_REDIS_VERSION = (6, 2, 0)
 
 
 def connect(
@@ -140,6 +143,38 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
     return cast("redis.Redis", master)
 
 
+def check_server(client: "redis.Redis") -> list[str]:
+    """Raise BrokerError if Redis is too old; return warnings for people:
+    a maxmemory-policy that may evict messages, or a check that could not
+    be made because Redis refused INFO or CONFIG GET (an ACL user without
+    them, a managed Redis): smqsup works without either."""
+    warnings: list[str] = []
+    with wrapped("check the Redis server"):
+        try:
+            version_text: Optional[str] = str(client.info("server")["redis_version"])
+        except rexc.ResponseError as exc:
+            version_text = None
+            warnings.append(f"Redis refused INFO ({exc}): cannot check the Redis version; smqsup needs "
+                            f"Redis >= 6.2 (BLMOVE), and consumers say so if BLMOVE is missing")
+        try:
+            policy: Optional[str] = client.config_get("maxmemory-policy").get("maxmemory-policy")
+        except rexc.ResponseError as exc:
+            policy = None
+            warnings.append(f"Redis refused CONFIG GET ({exc}): cannot check maxmemory-policy; it must be "
+                            f"'noeviction' or Redis may evict queued messages")
+    if version_text is not None and _version(version_text) < MIN_REDIS_VERSION:
+        raise BrokerError(f"Redis {version_text} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
+    if policy not in (None, "noeviction"):
+        warnings.append(f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; "
+                        f"set it to 'noeviction'")
+    return warnings
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` as ``(7, 0, 15)``; parts that are not numbers count as 0."""
+    return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
+
+
 @contextmanager
 def wrapped(what: str) -> Iterator[None]:
     """Turn redis-py errors raised inside the block into smqsup errors."""
@@ -155,6 +190,20 @@ def wrapped(what: str) -> Iterator[None]:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
     except rexc.RedisError as exc:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
+
+
+def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
+    """Send ``batch`` in one round trip on a connection of ``client``'s pool;
+    its replies, error replies left in place. Raises NotSent if Redis could
+    not be reached (or the TLS handshake failed) before anything was sent."""
+    try:
+        # The pool connects (and replaces a connection the server closed)
+        # before handing it out: a failure here certainly sent nothing. The
+        # batch's pipeline returns it to the pool.
+        connection = client.connection_pool.get_connection()
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        raise NotSent(str(exc)) from exc
+    return batch.execute(connection)
 
 
 class NotSent(rexc.ConnectionError):

@@ -529,10 +529,31 @@ def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
     broker.push("q", frames, register=True, producer=("p1", '{"published":1}'))  # one pipeline, three scripts
     assert redis_client.llen(k.pending) == 1 + len(frames)
     assert int(redis_client.hget(k.counters, "published") or 0) == 1 + len(frames)
-    assert redis_client.hlen(broker.producers_key) == 1
+    assert list(broker.producers()) == [b"p1"]
     redis_client.script_flush()
     assert broker.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
         [("q", "gone")], {})
     # Each script call that NOSCRIPT refused went again by EVAL, once: the first registration (a new
     # server), the publish, two publish chunks and the producer statistics, the heartbeat.
     assert redis_client.info("commandstats")["cmdstat_eval"]["calls"] == 6
+
+
+def test_read_queues_reads_sizes_and_registry_of_every_queue(redis_url: str, redis_client: redis.Redis) -> None:
+    """read_queues: the Redis clock, then per queue its sizes (processing summed over registered consumers),
+    each consumer's list length, the stored hashes and the latest history points, newest first."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a", b"0|b")
+    redis_client.lpush(k.pending, b"0|c")
+    redis_client.lpush(k.dead, b"{}\n0|d")
+    redis_client.set(k.gc_lock, "token")
+    for t in (1, 2, 3):
+        broker.append_point("q", json.dumps({"t": t}), keep=2)
+    now_ms, readings = broker.read_queues(["q", "empty"], recent=5)
+    assert abs(now_ms - time.time() * 1000) < 60_000
+    q, empty = readings["q"], readings["empty"]
+    assert q.sizes == {"pending": 1, "delayed": 0, "dead": 1, "processing": 2}
+    assert list(q.consumers) == [b"c1"] and q.held == [2] and [m for m, _ in q.heartbeats] == [b"c1"]
+    assert q.leader == b"token" and q.recent == [b'{"t": 3}', b'{"t": 2}']
+    assert broker.series("q", 1) == [b'{"t": 3}']
+    assert empty.sizes == {"pending": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
+    assert broker.read_queues(["q"])[1]["q"].recent == []  # no points asked for

@@ -232,34 +232,36 @@ def _with_lock(keys: list[str], args: list[Any], lock: Optional[Lock]) -> tuple[
     return (keys, args) if lock is None else ([*keys, lock[0]], [*args, lock[1]])
 
 
-def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, meta: str,
+def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
             batch: int) -> Call[ReclaimResult]:
     """Return up to ``batch`` messages of a consumer that is gone to the
     queue (each one costing an attempt when ``costs_attempt``); unregister it
-    once its list is empty."""
+    once its list is empty. ``reason`` goes with any dead letter."""
     return Call(_RECLAIM, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
                            keys.heartbeats, keys.retired),
-                (int(costs_attempt), retry_threshold, meta, batch, consumer_id), _reclaim_result)
+                (int(costs_attempt), retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id),
+                _reclaim_result)
 
 
-def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, meta: str, batch: int,
+def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, reason: str, batch: int,
                   stale_after_ms: int, lock: Optional[Lock] = None) -> Call[ReclaimResult]:
     """Like a costly reclaim, only if the consumer's heartbeat is missing or
     older than ``stale_after_ms`` (``remaining`` -1 otherwise) and, with
     ``lock``, only if the lock holds its token (NOTLEADER otherwise)."""
     key_list, args = _with_lock(
         [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-         keys.retired], [retry_threshold, meta, batch, consumer_id, stale_after_ms], lock)
+         keys.retired], [retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id, stale_after_ms],
+        lock)
     return Call(_RECLAIM_STALE, key_list, args, _reclaim_result)
 
 
-def return_free(keys: QueueKeys, consumer_id: str, *, meta: str, batch: int,
+def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
                 lock: Optional[Lock] = None) -> Call[ReclaimResult]:
     """Return up to ``batch`` messages of the consumer's list to the queue
     free of cost, registry untouched; with ``lock``, only if the lock holds
     its token (NOTLEADER otherwise)."""
     key_list, args = _with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters],
-                                [meta, batch], lock)
+                                [meta_json(reason, consumer=consumer_id), batch], lock)
     return Call(_RETURN_FREE, key_list, args, _reclaim_result)
 
 
