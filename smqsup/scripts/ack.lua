@@ -30,13 +30,8 @@
 -- that holds garbage costs its statistics, never the ack.
 -- Runs once a message: no Redis call beyond LREM, HINCRBY, HEXISTS and LMOVE
 -- (an include is inlined text).
-local processing = KEYS[1]
-local pending = KEYS[2]
-local counters = KEYS[3]
-local consumers = KEYS[4]
-local frame = ARGV[1]
-local wanted = ARGV[2] == '1'
-local consumer_id = ARGV[3]
+local processing, pending, counters, consumers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local frame, wanted, consumer_id = ARGV[1], ARGV[2] == '1', ARGV[3]
 local count = ARGV[4] == '1'
 --- @include "fetch_next"
 

@@ -12,9 +12,7 @@
 -- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
-local dead = KEYS[1]
-local pending = KEYS[2]
-local counters = KEYS[3]
+local dead, pending, counters = KEYS[1], KEYS[2], KEYS[3]
 --- @include "wrong_type"
 --- @include "attempts"
 

@@ -11,8 +11,7 @@
 -- supervisor replaces it; a standalone consumer re-registers under a new id).
 -- Renewing never re-creates a reclaimed consumer, so a paused process cannot
 -- come back to life under an identity whose messages were already requeued.
-local consumers = KEYS[1]
-local heartbeats = KEYS[2]
+local consumers, heartbeats = KEYS[1], KEYS[2]
 local register = ARGV[1] == '1'
 --- @include "now_ms"
 

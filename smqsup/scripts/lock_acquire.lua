@@ -10,8 +10,7 @@
 -- every process from leading for ever, so it is given ARGV[2] ms to live and
 -- the election resumes when it expires.
 local lock_key = KEYS[1]
-local token = ARGV[1]
-local ttl_ms = ARGV[2]
+local token, ttl_ms = ARGV[1], ARGV[2]
 
 if redis.call('SET', lock_key, token, 'NX', 'PX', ttl_ms) then
   return 1

@@ -7,8 +7,7 @@
 -- Returns 1 if renewed, 0 if the lock is gone or held by another token (the
 -- caller is no longer the leader and must stop acting at once).
 local lock_key = KEYS[1]
-local token = ARGV[1]
-local ttl_ms = ARGV[2]
+local token, ttl_ms = ARGV[1], ARGV[2]
 
 if redis.call('GET', lock_key) == token then
   redis.call('PEXPIRE', lock_key, ttl_ms)

@@ -29,18 +29,10 @@
 -- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
-local processing = KEYS[1]
-local pending = KEYS[2]
-local delayed = KEYS[3]
-local dead = KEYS[4]
-local counters = KEYS[5]
-local consumers = KEYS[6]
-local fetched = ARGV[1]
-local threshold = tonumber(ARGV[2])
-local delay_ms = tonumber(ARGV[3])
-local meta = ARGV[4]
-local wanted = ARGV[5] == '1'
-local consumer_id = ARGV[6]
+local processing, pending, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local counters, consumers = KEYS[5], KEYS[6]
+local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local meta, wanted, consumer_id = ARGV[4], ARGV[5] == '1', ARGV[6]
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "attempts"

@@ -8,11 +8,8 @@
 --
 -- Returns the number of producers forgotten. (Not tagged by queue: these keys
 -- are namespace-wide; on Redis Cluster both share the tag {namespace}.)
-local producers = KEYS[1]
-local seen = KEYS[2]
-local producer_id = ARGV[1]
-local stats = ARGV[2]
-local forget_after_ms = tonumber(ARGV[3])
+local producers, seen = KEYS[1], KEYS[2]
+local producer_id, stats, forget_after_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 --- @include "now_ms"
 
 local at_ms = now_ms()

@@ -12,20 +12,13 @@
 -- "NOTLEADER" when the token check fails.
 -- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
 -- before anything is written (includes/wrong_type.lua).
-local delayed = KEYS[1]
-local pending = KEYS[2]
-local lock_key = KEYS[3]
-local limit = tonumber(ARGV[1])
-local token = ARGV[2]
+local delayed, pending, lock_key = KEYS[1], KEYS[2], KEYS[3]
+local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 
-if lock_key then
-  local refused = not_leader(lock_key, token)
-  if refused then return refused end
-end
-local refused = wrong_type({{delayed, 'zset'}, {pending, 'list'}})
+local refused = not_leader(lock_key, token) or wrong_type({{delayed, 'zset'}, {pending, 'list'}})
 if refused then return refused end
 local at_ms = now_ms()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'LIMIT', 0, limit)

@@ -9,8 +9,7 @@
 -- count can never disagree with what was queued.
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
-local pending = KEYS[1]
-local counters = KEYS[2]
+local pending, counters = KEYS[1], KEYS[2]
 local count = ARGV[1] == '1'
 -- The frames are ARGV[2..n], pushed in slices of 1000: unpack() is bounded
 -- by the Lua C stack (8000 values).

@@ -22,18 +22,10 @@
 -- (Redis gone between two calls) is found again.
 -- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
-local processing = KEYS[1]
-local pending = KEYS[2]
-local dead = KEYS[3]
-local counters = KEYS[4]
-local consumers = KEYS[5]
-local heartbeats = KEYS[6]
-local retired = KEYS[7]
-local costs = ARGV[1] == '1'
-local threshold = tonumber(ARGV[2])
-local meta = ARGV[3]
-local limit = tonumber(ARGV[4])
-local consumer_id = ARGV[5]
+local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
+local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
+local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
@@ -45,7 +37,5 @@ if refused then return refused end
 local at_ms = now_ms()
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, costs, threshold,
                                                        meta, limit, at_ms)
-if remaining == 0 then
-  unregister(consumers, heartbeats, retired, consumer_id, at_ms)
-end
+if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
 return {requeued, dead_lettered, remaining}

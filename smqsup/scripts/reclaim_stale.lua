@@ -26,32 +26,19 @@
 -- With KEYS[8] given and the token not matching, an error reply "NOTLEADER".
 -- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
-local processing = KEYS[1]
-local pending = KEYS[2]
-local dead = KEYS[3]
-local counters = KEYS[4]
-local consumers = KEYS[5]
-local heartbeats = KEYS[6]
-local retired = KEYS[7]
-local lock_key = KEYS[8]
-local threshold = tonumber(ARGV[1])
-local meta = ARGV[2]
-local limit = tonumber(ARGV[3])
-local consumer_id = ARGV[4]
-local stale_after_ms = tonumber(ARGV[5])
-local token = ARGV[6]
+local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local threshold, meta, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
 --- @include "unregister"
 
-if lock_key then
-  local refused = not_leader(lock_key, token)
-  if refused then return refused end
-end
-local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'},
-                           {consumers, 'hash'}, {heartbeats, 'zset'}, {retired, 'zset'}})
+local refused = not_leader(lock_key, token)
+  or wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'},
+                 {consumers, 'hash'}, {heartbeats, 'zset'}, {retired, 'zset'}})
 if refused then return refused end
 local at_ms = now_ms()
 local beat = redis.call('ZSCORE', heartbeats, consumer_id)
@@ -60,7 +47,5 @@ if beat and tonumber(beat) >= at_ms - stale_after_ms then
 end
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, true, threshold,
                                                        meta, limit, at_ms)
-if remaining == 0 then
-  unregister(consumers, heartbeats, retired, consumer_id, at_ms)
-end
+if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
 return {requeued, dead_lettered, remaining}

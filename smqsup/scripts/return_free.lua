@@ -20,24 +20,16 @@
 -- "NOTLEADER".
 -- A key of the wrong type among KEYS[1, 2, 3] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
-local processing = KEYS[1]
-local pending = KEYS[2]
-local dead = KEYS[3]
-local counters = KEYS[4]
+local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lock_key = KEYS[5]
-local meta = ARGV[1]
-local limit = tonumber(ARGV[2])
-local token = ARGV[3]
+local meta, limit, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
 
-if lock_key then
-  local refused = not_leader(lock_key, token)
-  if refused then return refused end
-end
-local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'}})
+local refused = not_leader(lock_key, token)
+  or wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'}})
 if refused then return refused end
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, false, 0,
                                                        meta, limit, now_ms())

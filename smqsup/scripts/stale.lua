@@ -8,10 +8,8 @@
 -- Returns {stale, orphans}: ids whose heartbeat is older than the timeout,
 -- and registered ids with no heartbeat at all. Reads only; the reclaim that
 -- follows re-checks staleness and the lock token atomically.
-local heartbeats = KEYS[1]
-local consumers = KEYS[2]
-local timeout_ms = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+local heartbeats, consumers = KEYS[1], KEYS[2]
+local timeout_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 --- @include "now_ms"
 
 local stale = redis.call('ZRANGEBYSCORE', heartbeats, '-inf', '(' .. (now_ms() - timeout_ms), 'LIMIT', 0, limit)
