@@ -1,33 +1,24 @@
-"""Thin adapter between smqsup and Redis: one configured client, typed calls,
-and the boundary where redis-py errors become smqsup errors.
-
-Client configuration (DESIGN section 8): redis-py retries commands after a
-connection error by default. A silent re-send of BLMOVE, an ack script or a
-publish can strand or duplicate a message, so every client made here has
-retries switched off; callers find out what happened from Redis state instead.
+"""Thin adapter between smqsup and Redis: typed calls for each operation,
+every one wrapped so that redis-py errors become smqsup errors; the
+connection itself is connection.py's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional, cast
-from urllib.parse import parse_qs, unquote, urlsplit
 
-import redis
 import redis.exceptions as rexc
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from smqsup import defaults, safe, scripts
-from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader, PushRefused
+from smqsup import defaults, scripts
+from smqsup.connection import HotLine, check_server, connect, send, wrapped
+from smqsup.errors import BrokerError, PushRefused
 from smqsup.info import ConsumerInfo
-from smqsup.keys import QueueKeys, producers_hash, producers_seen, queues_set
+from smqsup.keys import QueueKeys, producers_hash, queues_set
+from smqsup.logs import warn_once
 
 log = logging.getLogger(__name__)
 
@@ -36,134 +27,6 @@ log = logging.getLogger(__name__)
 PUBLISH_CHUNK = 1000
 #: Producers silent this long drop out of the statistics, in ms.
 _PRODUCER_TTL_MS = 600_000
-
-#: Lowest Redis version with BLMOVE/LMOVE.
-MIN_REDIS_VERSION = (6, 2, 0)
-
-
-#: Keys of the warnings already given in this process (and, through fork, its children).
-_warned: set[str] = set()
-
-
-def warn_once(key: str, text: str, *args: Any) -> None:
-    """Log ``text % args`` as a warning the first time ``key`` comes up in this
-    process, at debug level after that: for conditions that do not go away
-    (a permission the Redis user lacks) and must not flood the log."""
-    level = logging.DEBUG if key in _warned else logging.WARNING
-    _warned.add(key)
-    log.log(level, text, *args)
-
-
-def _no_retry() -> Retry:
-    return Retry(NoBackoff(), 0)
-
-
-def connect(
-    url: str,
-    *,
-    socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
-    connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S,
-    client_name: Optional[str] = None,
-) -> "redis.Redis":
-    """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://)
-    with automatic retries disabled. Connects lazily.
-
-    ``client_name`` is set with CLIENT SETNAME on each new connection where
-    Redis allows it; a refusal (an ACL user without CLIENT) is warned about
-    once and the connection is used unnamed.
-
-    The url's password is registered with ``safe``, so that it is scrubbed
-    from any later text; a bad url (a malformed value, an option redis-py
-    does not know) is a ConfigError that shows the url masked."""
-    safe.register_url(url)
-    options: dict[str, Any] = {
-        "retry": _no_retry(),
-        "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": connect_timeout_s,
-        "health_check_interval": 0,
-    }
-    if client_name:
-        options["redis_connect_func"] = _handshake(client_name)
-    try:
-        if url.startswith("sentinel://"):
-            return _connect_sentinel(url, options)
-        if not url.startswith("unix://"):
-            options["socket_keepalive"] = True  # TCP only: notice a dead peer
-        client = redis.Redis.from_url(url, **options)
-        # redis-py takes any query argument as a connection option and would
-        # only fail at the first command; make one connection object (no I/O)
-        # so a misspelt option is reported here, as a config error.
-        pool = client.connection_pool
-        pool.connection_class(**pool.connection_kwargs)
-        _check_numbers(pool.connection_kwargs)
-    except (TypeError, ValueError, rexc.RedisError) as exc:
-        raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
-    return client
-
-
-#: Connection options a url may set that are numbers, and their bounds.
-_URL_NUMBERS = {"socket_timeout": (0.0, 86400.0), "socket_connect_timeout": (0.0, 86400.0),
-                 "health_check_interval": (0.0, 86400.0), "db": (0, 2**31 - 1), "max_connections": (1, 2**31 - 1)}
-
-
-def _check_numbers(kwargs: Mapping[str, Any]) -> None:
-    """ValueError for a url option that is a number out of its bounds (NaN,
-    1e999, a negative timeout): the socket layer would raise at the first
-    command, far from the url."""
-    for name, (low, high) in _URL_NUMBERS.items():
-        value = kwargs.get(name)
-        if value is not None and not (isinstance(value, (int, float)) and low <= value <= high):
-            raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")
-
-
-def _url_problem(exc: Exception) -> str:
-    """What is wrong with a url, from what redis-py raised."""
-    text = str(exc)
-    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
-    if isinstance(exc, TypeError) and unknown:
-        return f"unknown option {unknown[1]!r}"
-    return text
-
-
-def _handshake(client_name: str) -> Callable[[Any], None]:
-    """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT),
-    then CLIENT SETNAME, which only labels the connection in CLIENT LIST and
-    so is skipped when Redis refuses it."""
-    def on_connect(conn: Any) -> None:
-        conn.on_connect()
-        try:
-            conn.send_command("CLIENT", "SETNAME", client_name)
-            conn.read_response()
-        except rexc.ResponseError as exc:  # NOPERM, or CLIENT renamed away
-            warn_once("refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
-                      "(grant +client|setname to name them)", exc)
-    return on_connect
-
-
-def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
-    """``sentinel://[:password@]host:port[,host:port...]/service[/db]``."""
-    from redis.sentinel import Sentinel
-
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    password = unquote(parts.password) if parts.password else None
-    hosts = []
-    for item in netloc.split(","):
-        host, _, port = item.rpartition(":")
-        hosts.append((host or item, int(port) if port.isdigit() else 26379))
-    path = [p for p in parts.path.split("/") if p]
-    if not path:
-        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.mask_url(url)!r}")
-    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)
-    master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]
-    return cast("redis.Redis", master)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """``"7.0.15"`` as ``(7, 0, 15)``; parts that are not numbers count as 0."""
-    return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
 def _text(value: "bytes | str") -> str:
@@ -182,89 +45,71 @@ def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:
     return out
 
 
-def _json(info: Mapping[str, Any]) -> str:
-    return json.dumps(dict(info), separators=(",", ":"))
+def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequence[Any]) -> None:
+    """Raise PushRefused, saying which messages were queued, if Redis refused
+    any of the publish calls (one reply per chunk)."""
+    queued = [not isinstance(reply, Exception) for reply, chunk in zip(replies, chunks) for _ in chunk]
+    refusal = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    if refusal is not None:
+        raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
+                          f"message(s): {refusal}", queued)
 
 
-@contextmanager
-def wrapped(what: str) -> Iterator[None]:
-    """Turn redis-py errors raised inside the block into smqsup errors."""
-    try:
-        yield
-    except _NotSent as exc:
-        raise BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}") from exc
-    except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
-    except rexc.ResponseError as exc:
-        if str(exc).startswith("NOTLEADER"):
-            raise NotLeader(f"{what}: refused, this process no longer holds the collector lock") from exc
-        raise BrokerError(f"{what}: Redis error: {exc}") from exc
-    except rexc.RedisError as exc:
-        raise BrokerError(f"{what}: Redis error: {exc}") from exc
+def _ms(time_reply: Sequence[Any]) -> int:
+    """TIME's (seconds, microseconds) as whole ms."""
+    secs, usecs = time_reply
+    return int(secs) * 1000 + int(usecs) // 1000
 
 
-class _NotSent(rexc.ConnectionError):
-    """Raised by _HotLine when the command never left this process."""
+@dataclass(frozen=True)
+class QueueReading:
+    """One queue as the statistics read it: sizes counted, the rest as stored
+    (anyone with access may write anything there: stats.py trusts none of it)."""
+
+    sizes: dict[str, int]  # pending, processing, delayed, dead
+    held: list[int]  # the processing list length of each registered consumer, in the order of ``consumers``
+    counters: dict[bytes, bytes]
+    consumers: dict[bytes, bytes]  # consumer id -> what its last heartbeat said (JSON)
+    heartbeats: list[tuple[bytes, float]]  # consumer id, ms (Redis clock)
+    leader: Optional[bytes]  # the collector lock's token
+    gc: dict[bytes, bytes]  # collector facts
+    slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
+    recent: list[bytes]  # the latest history points (JSON), newest first
 
 
-def _closed(conn: Any) -> bool:
-    """Whether an idle connection has anything to read: with no request in
-    flight that can only be the server's close (or an error)."""
-    try:
-        return bool(conn.can_read(0))
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError):
-        return True
+def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
+    """Queue the three size reads (pending, delayed, dead) for _sizes: every size reader goes here."""
+    pipe.llen(k.pending)
+    pipe.zcard(k.delayed)
+    pipe.llen(k.dead)
 
 
-class _HotLine:
-    """A connection held per thread for the per-message commands (BLMOVE, the
-    ack/nack scripts, a single publish). It bypasses the pool checkout and
-    redis-py's command machinery on every call, which cost more CPU than
-    Redis itself here, and like every client made here it never retries.
-    redis-py disconnects it on any error; the next call connects again. Each
-    thread gets its own (thread-safe without a lock); never used across fork."""
+def _sizes(replies: Sequence[Any]) -> dict[str, int]:
+    pending, delayed, dead = replies
+    return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
 
-    def __init__(self, client: "redis.Redis") -> None:
-        self._pool = client.connection_pool
-        self._local = threading.local()
 
-    def execute(self, *args: Any) -> Any:
-        """Send one command and read its reply. Raises _NotSent if Redis could
-        not be reached before sending (the command certainly did not run)."""
-        local = self._local
-        conn: Any = None
-        try:
-            conn = getattr(local, "conn", None)
-            if conn is None or local.pid != os.getpid():
-                conn = local.conn = self._pool.get_connection()
-                local.pid = os.getpid()
-            elif _closed(conn):
-                # The server closed this idle connection (a restart): reconnect
-                # now rather than send into it and be left not knowing whether
-                # the command ran.
-                conn.disconnect()
-            conn.connect()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            if conn is not None:
-                conn.disconnect()
-            raise _NotSent(str(exc)) from exc
-        conn.send_command(*args)
-        return conn.read_response()
+def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
+    """Queue the reads of a QueueReading but its consumers' list lengths
+    (nine replies, ten with ``recent`` points, read by _reading)."""
+    _ask_sizes(pipe, k)
+    for key in (k.counters, k.consumers):
+        pipe.hgetall(key)
+    pipe.zrange(k.heartbeats, 0, -1, withscores=True)
+    pipe.get(k.gc_lock)
+    for key in (k.gc, k.slots):
+        pipe.hgetall(key)
+    if recent > 0:
+        pipe.lrange(k.series, 0, recent - 1)
 
-    # The two methods scripts.Script calls.
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
 
-    def eval(self, text: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVAL", text, numkeys, *keys_and_args)
-
-    def close(self) -> None:
-        """Return this thread's connection (client.close() closes the others)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.pid == os.getpid():
-            conn.disconnect()
-            self._pool.release(conn)
-        self._local.conn = None
+def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
+    """A QueueReading from _ask_reading's replies, its consumers' list
+    lengths taken from ``held`` in the order of its consumers."""
+    counters, consumers, beats, leader, gc, slots, *recent = replies[3:]
+    lengths = [int(next(held)) for _ in consumers]
+    return QueueReading({**_sizes(replies[:3]), "processing": sum(lengths)}, lengths, counters, consumers, beats,
+                        leader, gc, slots, recent[0] if recent else [])
 
 
 class Broker:
@@ -278,12 +123,10 @@ class Broker:
         #: Count published and acked messages in the queue counters (scripts).
         self.stats = stats
         self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
-        self._hot = _HotLine(self.client)
+        self._hot = HotLine(self.client)
         self._keys: dict[str, QueueKeys] = {}
-
-    @property
-    def producers_key(self) -> str:
-        return producers_hash(self.namespace)
+        #: Most messages one reclaim script call moves (the reclaims loop over batches).
+        self.reclaim_batch = defaults.RECLAIM_BATCH
 
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
@@ -302,30 +145,13 @@ class Broker:
             self.client.ping()
 
     def check_server(self) -> list[str]:
-        """Raise BrokerError if Redis is too old; return warnings for people:
-        a maxmemory-policy that may evict messages, or a check that could not
-        be made because Redis refused INFO or CONFIG GET (an ACL user without
-        them, a managed Redis): smqsup works without either."""
-        warnings: list[str] = []
-        with wrapped("check the Redis server"):
-            try:
-                version_text: Optional[str] = str(self.client.info("server")["redis_version"])
-            except rexc.ResponseError as exc:
-                version_text = None
-                warnings.append(f"Redis refused INFO ({exc}): cannot check the Redis version; smqsup needs "
-                                f"Redis >= 6.2 (BLMOVE), and consumers say so if BLMOVE is missing")
-            try:
-                policy: Optional[str] = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
-            except rexc.ResponseError as exc:
-                policy = None
-                warnings.append(f"Redis refused CONFIG GET ({exc}): cannot check maxmemory-policy; it must be "
-                                f"'noeviction' or Redis may evict queued messages")
-        if version_text is not None and _version(version_text) < MIN_REDIS_VERSION:
-            raise BrokerError(f"Redis {version_text} is too old: smqsup needs Redis >= 6.2 (BLMOVE)")
-        if policy not in (None, "noeviction"):
-            warnings.append(f"Redis maxmemory-policy is {policy!r}: Redis may evict queued messages; "
-                            f"set it to 'noeviction'")
-        return warnings
+        """connection.check_server() on this broker's Redis."""
+        return check_server(self.client)
+
+    def shutdown_server(self) -> None:
+        """SHUTDOWN the Redis server (an embedded one, at its owner's stop)."""
+        with wrapped("SHUTDOWN"):
+            self.client.shutdown()
 
     # --- producing -----------------------------------------------------------
 
@@ -334,86 +160,46 @@ class Broker:
         """Queue ``frames`` (publish.lua: LPUSH and count, up to PUBLISH_CHUNK
         frames a call) in one round trip, with SADD of the queue name when
         ``register`` and the producer's statistics (id, JSON) when given.
-        Raises BrokerConnectionError if the outcome is unknown."""
-        k = self.keys(queue)
+        Raises PushRefused if Redis refused messages (saying which were
+        queued), BrokerConnectionError if the outcome is unknown."""
+        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
+            self._push_alone(queue, frames)
+            return
+        batch = scripts.Batch(self.client)
+        # What each call that does not queue messages is, for the log.
+        bookkeeping: dict[int, str] = {}
+        if register:
+            bookkeeping[len(batch)] = "queue registry"
+            batch.command("SADD", queues_set(self.namespace), queue)
+        first_chunk = len(batch)
+        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
+        for chunk in chunks:
+            batch.add(scripts.publish(self.keys(queue), chunk, self.stats))
+        if producer is not None:
+            bookkeeping[len(batch)] = "producer statistics"
+            batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
         with wrapped(f"publish to {queue!r}"):
-            if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-                try:
-                    scripts.publish(self._hot, k, frames, self.stats)
-                except rexc.ResponseError as exc:  # refused before it wrote anything
-                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) \
-                        from exc
-                return
-            calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
-            # What each call that does not queue messages is, for the log.
-            bookkeeping: dict[int, str] = {}
-            if register:
-                bookkeeping[len(calls)] = "queue registry"
-                calls.append((None, ("SADD", queues_set(self.namespace), queue)))
-            first_chunk = len(calls)
-            for start in range(0, len(frames), PUBLISH_CHUNK):
-                calls.append((scripts.PUBLISH, (2, k.pending, k.counters, int(self.stats),
-                                                *frames[start:start + PUBLISH_CHUNK])))
-            if producer is not None:
-                bookkeeping[len(calls)] = "producer statistics"
-                calls.append((scripts.PRODUCER_STATS, (2, producers_hash(self.namespace),
-                                                       producers_seen(self.namespace), producer[0], producer[1],
-                                                       _PRODUCER_TTL_MS)))
-            results = self._pipeline(calls, raise_errors=False)
-        queued: list[bool] = []
-        refusal: Optional[Exception] = None
-        for n, start in enumerate(range(0, len(frames), PUBLISH_CHUNK)):
-            result = results[first_chunk + n]
-            ok = not isinstance(result, Exception)
-            refusal = refusal or (None if ok else result)
-            queued += [ok] * len(frames[start:start + PUBLISH_CHUNK])
-        if refusal is not None:
-            raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(frames)} "
-                              f"message(s): {refusal}", queued)
+            results = send(self.client, batch)
+        _check_queued(queue, chunks, results[first_chunk:first_chunk + len(chunks)])
         # The messages are queued: a refused registry entry or statistics flush
         # (OOM, an ACL NOPERM) must not turn that into an error.
         for i, what in bookkeeping.items():
             if isinstance(results[i], Exception):
-                warn_once(f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
                           "(said once; later refusals at debug level): %s", queue, what, results[i])
 
-    def _pipeline(self, calls: Sequence[tuple[Optional[scripts.Script], tuple[Any, ...]]], *,
-                  raise_errors: bool = True) -> list[Any]:
-        """Send plain commands and scripts (by SHA) in one round trip. A script
-        the server does not know (NOSCRIPT: it did not run) is sent again alone
-        by its text; nothing that ran is ever sent twice. Other error replies
-        are raised, or left in the results when ``raise_errors`` is false.
-        Raises _NotSent if Redis could not be reached (or the TLS handshake
-        failed) before anything was sent."""
-        pipe = self.client.pipeline(transaction=False)
-        for script, args in calls:
-            if script is None:
-                pipe.execute_command(*args)  # type: ignore[no-untyped-call]
-            else:
-                pipe.evalsha(script.sha, *args)
-        try:
-            # The pool connects (and replaces a connection the server closed)
-            # before handing it out: a failure here certainly sent nothing.
-            # execute() uses it and returns it to the pool.
-            pipe.connection = self.client.connection_pool.get_connection()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise _NotSent(str(exc)) from exc
-        results: list[Any] = pipe.execute(raise_on_error=False)
-        for i, ((script, args), result) in enumerate(zip(calls, results)):
-            if isinstance(result, rexc.NoScriptError) and script is not None:
-                try:
-                    results[i] = self.client.eval(script.text, *args)
-                except rexc.ResponseError as exc:
-                    results[i] = exc
-            if raise_errors and isinstance(results[i], Exception):
-                raise results[i]
-        return results
+    def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
+        """push() of one chunk and nothing else: one script call on the held connection."""
+        with wrapped(f"publish to {queue!r}"):
+            try:
+                scripts.publish(self.keys(queue), frames, self.stats).run(self._hot)
+            except rexc.ResponseError as exc:  # refused before it wrote anything
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
         with wrapped("producer statistics"):
-            scripts.PRODUCER_STATS(self.client, (producers_hash(self.namespace), producers_seen(self.namespace)),
-                                   (producer_id, info, _PRODUCER_TTL_MS))
+            scripts.producer_stats(self.namespace, producer_id, info, _PRODUCER_TTL_MS).run(self.client)
 
     # --- consuming -----------------------------------------------------------
 
@@ -433,28 +219,67 @@ class Broker:
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self._hot, self.keys(queue), consumer_id, frame, fetch_next, self.stats)
+            return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats).run(self._hot)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
              meta: str, fetch_next: bool) -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
-            return scripts.nack(self._hot, self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
-                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next)
+            return scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next).run(self._hot)
 
-    def reclaim(self, queue: str, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
-                lock: Optional[scripts.Lock] = None, stale_after_ms: int = 0, unregister: bool = True,
-                batch: int = defaults.RECLAIM_BATCH, **meta: Any) -> scripts.ReclaimResult:
-        """Return every frame of the consumer's list to the queue (looping
-        over batches); unregister the consumer once its list is empty. With
-        ``stale_after_ms``, do nothing (remaining -1) if its heartbeat is fresh.
+    def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                     reason: str) -> scripts.ReclaimResult:
+        """Return a dead consumer's list to the queue, each message costing an
+        attempt (dead-lettered past ``retry_threshold``); unregister the
+        consumer (registry, heartbeat, dated in retired) once its list is empty."""
+        return self._drain(queue, scripts.reclaim(self.keys(queue), consumer_id, costs_attempt=True,
+                                                  retry_threshold=retry_threshold, reason=reason,
+                                                  batch=self.reclaim_batch))
+
+    def return_stopped(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                       reason: str) -> scripts.ReclaimResult:
+        """Return the list of a consumer whose stop was asked for (or that
+        re-registers under a new id) to the queue, free of cost; unregister it
+        once its list is empty, as reclaim_dead does."""
+        return self._drain(queue, scripts.reclaim(self.keys(queue), consumer_id, costs_attempt=False,
+                                                  retry_threshold=retry_threshold, reason=reason,
+                                                  batch=self.reclaim_batch))
+
+    def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
+                      stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:
+        """Reclaim as reclaim_dead does, for a consumer whose heartbeat is
+        stale: only if its heartbeat is still missing or older than
+        ``stale_after_ms`` (else nothing is done and ``remaining`` is -1).
         With ``lock``, raise NotLeader unless the lock holds its token."""
-        text = scripts.meta_json(reason, consumer=consumer_id, **meta)
+        return self._drain(queue, scripts.reclaim_stale(self.keys(queue), consumer_id, retry_threshold=retry_threshold,
+                                                        reason=reason, batch=self.reclaim_batch,
+                                                        stale_after_ms=stale_after_ms, lock=lock))
+
+    def sweep_retired(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                      lock: scripts.Lock) -> scripts.ReclaimResult:
+        """Return, free of cost, the messages found in a retired consumer's
+        list; the registry is not touched. Raise NotLeader unless the lock
+        holds its token. (``retry_threshold`` plays no part in a free return.)"""
+        return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id,
+                                                      reason="found in a retired consumer's list",
+                                                      batch=self.reclaim_batch, lock=lock))
+
+    def return_held(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                    reason: str) -> scripts.ReclaimResult:
+        """Return, free of cost, what a supervised consumer still holds as it
+        stops on its own; the registry is not touched (its supervisor
+        unregisters it when it reaps it). (``retry_threshold`` plays no part
+        in a free return.)"""
+        return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id, reason=reason,
+                                                      batch=self.reclaim_batch))
+
+    def _drain(self, queue: str, call: scripts.Call[scripts.ReclaimResult]) -> scripts.ReclaimResult:
+        """Run a reclaim script call batch after batch until the list is empty
+        (or the script did nothing: remaining -1); the sums of what moved."""
         requeued = dead = 0
         with wrapped(f"reclaim on {queue!r}"):
             while True:
-                r = scripts.reclaim(self.client, self.keys(queue), consumer_id, costs_attempt=costs_attempt,
-                                    retry_threshold=retry_threshold, meta=text, batch=batch, lock=lock,
-                                    stale_after_ms=stale_after_ms, unregister=unregister)
+                r = call.run(self.client)
                 requeued += r.requeued
                 dead += r.dead_lettered
                 if r.remaining <= 0:
@@ -463,7 +288,7 @@ class Broker:
     def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
                 batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
         with wrapped(f"promote on {queue!r}"):
-            return scripts.promote(self.client, self.keys(queue), batch=batch, lock=lock)
+            return scripts.promote(self.keys(queue), batch=batch, lock=lock).run(self.client)
 
     def processing(self, queue: str, consumer_id: str) -> list[bytes]:
         """The frames in the consumer's list, oldest first."""
@@ -475,7 +300,7 @@ class Broker:
         """Enter the consumer in the registry with a first heartbeat."""
         with wrapped(f"register consumer on {queue!r}"):
             self.client.sadd(queues_set(self.namespace), queue)
-            scripts.heartbeat(self.client, self.keys(queue), [(consumer_id, info.to_json())], register=True)
+            scripts.heartbeat(self.keys(queue), [(consumer_id, info.to_json())], register=True).run(self.client)
 
     def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
                   ) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -488,23 +313,20 @@ class Broker:
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
             return [], {}
-        calls: list[tuple[Optional[scripts.Script], tuple[Any, ...]]] = []
+        batch = scripts.Batch(self.client)
         for queue, queue_beats in items:
-            k = self.keys(queue)
-            args: list[Any] = [0]
-            for cid, info in queue_beats:
-                args += [cid, info.to_json()]
-            calls.append((scripts.HEARTBEAT, (2, k.consumers, k.heartbeats, *args)))
+            batch.add(scripts.heartbeat(self.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
+                                        register=False))
         with wrapped("heartbeat"):
-            replies = self._pipeline(calls, raise_errors=False)
+            replies = send(self.client, batch)
         refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
-        lost = [(q, _text(cid)) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
+        lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
         return lost, refused
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
         with wrapped(f"find stale consumers of {queue!r}"):
-            return scripts.stale(self.client, self.keys(queue), timeout_ms=timeout_ms, limit=limit)
+            return scripts.stale(self.keys(queue), timeout_ms=timeout_ms, limit=limit).run(self.client)
 
     # --- leader lock ---------------------------------------------------------
 
@@ -512,7 +334,7 @@ class Broker:
         """SET NX PX; a key found there with no time to live (nobody's lock:
         garbage) is given ``ttl_ms`` to live, and said once."""
         with wrapped(f"acquire {key}"):
-            got = scripts.lock_acquire(self.client, key, token, ttl_ms)
+            got = scripts.lock_acquire(key, token, ttl_ms).run(self.client)
         if got < 0:
             log.warning("%s held a value that never expires (not a lock of ours); it now expires in %d ms and "
                         "the election resumes then", key, ttl_ms)
@@ -520,11 +342,11 @@ class Broker:
 
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
         with wrapped(f"renew {key}"):
-            return scripts.lock_renew(self.client, key, token, ttl_ms)
+            return scripts.lock_renew(key, token, ttl_ms).run(self.client)
 
     def lock_release(self, key: str, token: str) -> bool:
         with wrapped(f"release {key}"):
-            return scripts.lock_release(self.client, key, token)
+            return scripts.lock_release(key, token).run(self.client)
 
     def lock_holder(self, key: str) -> Optional[str]:
         with wrapped(f"read {key}"):
@@ -534,7 +356,7 @@ class Broker:
     def record_slot(self, queue: str, slot: str, info: Mapping[str, Any]) -> None:
         """Restarts and last exit of a consumer slot (its supervisor writes)."""
         with wrapped(f"slot statistics of {queue!r}"):
-            self.client.hset(self.keys(queue).slots, slot, _json(info))
+            self.client.hset(self.keys(queue).slots, slot, json.dumps(dict(info), separators=(",", ":")))
 
     def gc_fact(self, queue: str, **increments: int) -> None:
         """Add to the queue's collector facts (reclaims, orphans, ...)."""
@@ -547,8 +369,7 @@ class Broker:
 
     def gc_facts(self, queue: str) -> dict[str, int]:
         with wrapped(f"collector facts of {queue!r}"):
-            raw = self.client.hgetall(self.keys(queue).gc)
-        return _int_fields(raw)
+            return _int_fields(self.client.hgetall(self.keys(queue).gc))
 
     def is_registered(self, queue: str, consumer_id: str) -> bool:
         """Whether the consumer is still in the registry (not declared dead)."""
@@ -568,8 +389,7 @@ class Broker:
         clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            secs, usecs = self.client.time()
-            now_ms = int(secs) * 1000 + int(usecs) // 1000
+            now_ms = _ms(self.client.time())
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
             pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
@@ -593,19 +413,52 @@ class Broker:
 
     def sizes(self, queue: str) -> dict[str, int]:
         """Pending, delayed and dead-letter counts of the queue, one round trip."""
-        k = self.keys(queue)
         with wrapped(f"sizes of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.llen(k.pending)
-            pipe.zcard(k.delayed)
-            pipe.llen(k.dead)
-            pending, delayed, dead = pipe.execute()
-        return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
+            _ask_sizes(pipe, self.keys(queue))
+            return _sizes(pipe.execute())
+
+    def read_queues(self, queues: Sequence[str], *, recent: int = 0) -> tuple[int, dict[str, QueueReading]]:
+        """The Redis clock (ms) and, for each queue, what the statistics read
+        of it, with its ``recent`` latest history points: all queues in two
+        round trips (the second reads the registered consumers' lists)."""
+        asked = 9 + (recent > 0)
+        with wrapped("read queue statistics"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for queue in queues:
+                _ask_reading(pipe, self.keys(queue), recent)
+            now, *replies = pipe.execute()
+            per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
+            pipe = self.client.pipeline(transaction=False)
+            for queue, r in zip(queues, per_queue):
+                for cid in r[4]:
+                    pipe.llen(self.keys(queue).processing(cid.decode("utf-8", "replace")))
+            held = iter(pipe.execute())
+        return _ms(now), {queue: _reading(r, held) for queue, r in zip(queues, per_queue)}
+
+    def append_point(self, queue: str, point: str, keep: int) -> None:
+        """Add one point (JSON) to the queue's history, keeping the ``keep`` latest."""
+        k = self.keys(queue)
+        with wrapped(f"history of {queue!r}"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(k.series, point)
+            pipe.ltrim(k.series, 0, keep - 1)
+            pipe.execute()
+
+    def series(self, queue: str, points: int) -> list[bytes]:
+        """The queue's ``points`` latest history points (JSON), newest first."""
+        with wrapped(f"history of {queue!r}"):
+            return cast(list[bytes], self.client.lrange(self.keys(queue).series, 0, max(0, points - 1)))
+
+    def producers(self) -> dict[bytes, bytes]:
+        """Every producer's statistics as stored: id -> JSON."""
+        with wrapped("producers"):
+            return cast(dict[bytes, bytes], self.client.hgetall(producers_hash(self.namespace)))
 
     def counters(self, queue: str) -> dict[str, int]:
         with wrapped(f"counters of {queue!r}"):
-            raw = self.client.hgetall(self.keys(queue).counters)
-        return _int_fields(raw)
+            return _int_fields(self.client.hgetall(self.keys(queue).counters))
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -618,12 +471,13 @@ class Broker:
     def dead_letters(self, queue: str, start: int = 0, count: int = 100) -> list[bytes]:
         """Dead-letter entries, newest first."""
         with wrapped(f"read dead letters of {queue!r}"):
-            entries = self.client.lrange(self.keys(queue).dead, start, start + count - 1)
-        return cast(list[bytes], entries)
+            return cast(list[bytes], self.client.lrange(self.keys(queue).dead, start, start + count - 1))
 
     def dlq_requeue(self, queue: str, entries: Sequence[bytes]) -> int:
+        if not entries:
+            return 0
         with wrapped(f"requeue dead letters of {queue!r}"):
-            return scripts.dlq_requeue(self.client, self.keys(queue), entries)
+            return scripts.dlq_requeue(self.keys(queue), entries).run(self.client)
 
     def dlq_remove(self, queue: str, entries: Sequence[bytes]) -> int:
         """Delete the given dead-letter entries; returns how many were there."""

@@ -237,8 +237,8 @@ class Consumer:
         self.start()
         # Anything moved into the old list after the collector emptied it goes
         # back, free: those messages were never handed to a handler.
-        self.broker.reclaim(self.name, old, costs_attempt=False, retry_threshold=self.queue.retry_threshold,
-                            reason="consumer re-registered")
+        self.broker.return_stopped(self.name, old, retry_threshold=self.queue.retry_threshold,
+                                   reason="consumer re-registered")
         log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
         return None
 
@@ -398,9 +398,9 @@ class Consumer:
             # Under a supervisor the parent unregisters us when it reaps us, so
             # that its heartbeat never sees a consumer that merely stopped as
             # one declared dead.
-            r = self.broker.reclaim(self.name, self.consumer_id, costs_attempt=False,
-                                    retry_threshold=self.queue.retry_threshold, reason="consumer stopped",
-                                    unregister=self._unregister_on_stop)
+            give_back = self.broker.return_stopped if self._unregister_on_stop else self.broker.return_held
+            r = give_back(self.name, self.consumer_id, retry_threshold=self.queue.retry_threshold,
+                          reason="consumer stopped")
         except BrokerError as exc:  # unreachable or refusing: the collector reclaims the list later
             log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
             return

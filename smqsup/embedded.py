@@ -128,7 +128,7 @@ class AdoptedServer(RedisServer):
 
         broker = Broker(self._adopted_url, client_name="smqsup-shutdown")
         try:
-            broker.client.shutdown()
+            broker.shutdown_server()
         except Exception as exc:  # noqa: BLE001 - the connection drops as the server exits
             log.debug("SHUTDOWN of the adopted redis-server: %s", exc)
         try:

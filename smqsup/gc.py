@@ -8,9 +8,11 @@ delayed messages to pending.
             stale.lua            consumers whose heartbeat is older than
                                  heartbeat_timeout (Redis clock), and
                                  registered consumers with no heartbeat
-            reclaim.lua          each one's list back to pending (one attempt,
+            reclaim_stale.lua    each one's list back to pending (one attempt,
                                  reason "consumer lost"), re-checking both the
                                  staleness and the lock token inside the script
+            return_free.lua      messages found in retired consumers' lists,
+                                 back free of cost (sweep_retired)
             promote.lua          due delayed messages, in batches until none
                                  is due
             stats.sample         once a second, one point of the queue's
@@ -207,9 +209,8 @@ class Collector:
         stale, orphans = self.broker.stale_consumers(name, timeout_ms)
         for cid in stale + orphans:
             reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
-            r = self.broker.reclaim(name, cid, costs_attempt=True, retry_threshold=state.queue.retry_threshold,
-                                    reason=reason, lock=(state.lock.key, state.lock.token),
-                                    stale_after_ms=timeout_ms)
+            r = self.broker.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold, reason=reason,
+                                          stale_after_ms=timeout_ms, lock=(state.lock.key, state.lock.token))
             if r.remaining == -1:
                 continue  # it came back between the two scripts
             moved = r.requeued + r.dead_lettered
@@ -225,8 +226,7 @@ class Collector:
         it had been declared dead, then died): nobody else watches that list."""
         lock = (state.lock.key, state.lock.token)
         for cid in self.broker.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
-            r = self.broker.reclaim(name, cid, costs_attempt=False, retry_threshold=state.queue.retry_threshold,
-                                    reason="found in a retired consumer's list", lock=lock, unregister=False)
+            r = self.broker.sweep_retired(name, cid, retry_threshold=state.queue.retry_threshold, lock=lock)
             if r.requeued or r.dead_lettered:
                 self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",

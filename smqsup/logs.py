@@ -120,3 +120,17 @@ def setup(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+#: Keys of the warnings already given in this process (and, through fork, its children).
+_warned: set[str] = set()
+
+
+def warn_once(log: logging.Logger, key: str, text: str, *args: object) -> None:
+    """Log ``text % args`` on ``log`` as a warning the first time ``key``
+    comes up in this process, at debug level after that: for conditions that
+    do not go away (a permission the Redis user lacks) and must not flood
+    the log."""
+    level = logging.DEBUG if key in _warned else logging.WARNING
+    _warned.add(key)
+    log.log(level, text, *args)

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message, safe
-from smqsup.broker import Broker, warn_once
+from smqsup.broker import Broker
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -29,6 +29,7 @@ from smqsup.errors import (
     PublishUncertain,
     PushRefused,
 )
+from smqsup.logs import warn_once
 from smqsup.validate import REDIS_STRING_MAX_BYTES, validate_queue_name
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class Producer:
             except BrokerConnectionError as exc:
                 log.debug("producer %s: statistics not flushed at close: %s", self.id, exc)
             except BrokerError as exc:
-                warn_once("refused:producer statistics", "producer %s: Redis refused the producer statistics "
+                warn_once(log, "refused:producer statistics", "producer %s: Redis refused the producer statistics "
                           "(said once; later refusals at debug level): %s", self.id, exc)
         self._broker.close()
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
-from smqsup.broker import Broker, wrapped
+from smqsup.broker import Broker, QueueReading
 from smqsup.info import ConsumerInfo
 
 #: Points kept per queue: one a second, 15 minutes.
@@ -39,38 +39,20 @@ _PRODUCER_NUMBERS = ("seen_at_ms", "published", "rate")
 def sample(broker: Broker, queue: str) -> dict[str, Any]:
     """Append one point to the queue's history (the collector calls this once a
     second) and return it."""
-    k = broker.keys(queue)
-    with wrapped(f"sample {queue!r}"):
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.time()
-        pipe.hgetall(k.counters)
-        pipe.llen(k.pending)
-        pipe.zcard(k.delayed)
-        pipe.llen(k.dead)
-        pipe.hgetall(k.consumers)
-        (secs, usecs), counters, pending, delayed, dead, consumers = pipe.execute()
-        infos = [ConsumerInfo.from_json(v) for v in consumers.values()]
-        pipe = broker.client.pipeline(transaction=False)
-        for cid in consumers:
-            pipe.llen(k.processing(_text(cid)))
-        processing = sum(int(n) for n in pipe.execute()) if consumers else 0
-        point: dict[str, Any] = {"t": int(secs) * 1000 + int(usecs) // 1000}
-        point.update({name: _int(counters.get(name.encode())) or 0 for name in COUNTERS})
-        point.update(pending=int(pending), processing=processing, delayed=int(delayed), dead=int(dead),
-                     consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
-                     rss=sum(i.rss or 0 for i in infos))
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.lpush(k.series, json.dumps(point, separators=(",", ":")))
-        pipe.ltrim(k.series, 0, SERIES_POINTS - 1)
-        pipe.execute()
+    now_ms, readings = broker.read_queues([queue])
+    r = readings[queue]
+    infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
+    point: dict[str, Any] = {"t": now_ms}
+    point.update({name: _int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
+    point.update({name: r.sizes[name] for name in SIZES}, consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
+                 rss=sum(i.rss or 0 for i in infos))
+    broker.append_point(queue, json.dumps(point, separators=(",", ":")), SERIES_POINTS)
     return point
 
 
 def history(broker: Broker, queue: str, seconds: int = SERIES_POINTS) -> list[dict[str, Any]]:
     """The queue's points of the last ``seconds``, oldest first."""
-    with wrapped(f"history of {queue!r}"):
-        raw = broker.client.lrange(broker.keys(queue).series, 0, max(0, seconds - 1))
-    return _points(cast(list[bytes], raw))
+    return _points(broker.series(queue, seconds))
 
 
 def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str, Optional[float]]:
@@ -92,12 +74,11 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     consumers (with CPU, memory, heartbeat age), collector leader and facts,
     consumer slots (restarts, last exit), producers, and totals."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
-    with wrapped("status"):
-        secs, usecs = broker.client.time()
-    now_ms = int(secs) * 1000 + int(usecs) // 1000
+    # The points of the last window_s and one before it, for rates().
+    now_ms, readings = broker.read_queues(queues, recent=int(window_s) + 2)
     out["t"] = now_ms
     for name in queues:
-        out["queues"][name] = _queue_snapshot(broker, name, now_ms, window_s)
+        out["queues"][name] = _queue_snapshot(readings[name], now_ms, window_s)
     totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers")}
     total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}
     for q in out["queues"].values():
@@ -112,50 +93,29 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     return out
 
 
-def _queue_snapshot(broker: Broker, name: str, now_ms: int, window_s: float) -> dict[str, Any]:
-    k = broker.keys(name)
-    with wrapped(f"status of {name!r}"):
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.hgetall(k.counters)
-        pipe.llen(k.pending)
-        pipe.zcard(k.delayed)
-        pipe.llen(k.dead)
-        pipe.hgetall(k.consumers)
-        pipe.zrange(k.heartbeats, 0, -1, withscores=True)
-        pipe.get(k.gc_lock)
-        pipe.hgetall(k.gc)
-        pipe.hgetall(k.slots)
-        pipe.lrange(k.series, 0, int(window_s) + 1)
-        counters, pending, delayed, dead, consumers, beats, leader, gc, slots, recent = pipe.execute()
-        pipe = broker.client.pipeline(transaction=False)
-        for cid in consumers:
-            pipe.llen(k.processing(_text(cid)))
-        held = pipe.execute() if consumers else []
-    beat_at = {_text(m): at for m, s in beats if (at := _number(float(s))) is not None}  # ZADD takes +inf
+def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, Any]:
+    beat_at = {_text(m): at for m, s in r.heartbeats if (at := _number(float(s))) is not None}  # ZADD takes +inf
     rows = []
-    for (cid, info), n in zip(consumers.items(), held):
-        row = {**ConsumerInfo.from_json(info).to_dict(), "id": _text(cid), "processing": int(n)}
+    for (cid, info), held in zip(r.consumers.items(), r.held):
+        row = {**ConsumerInfo.from_json(info).to_dict(), "id": _text(cid), "processing": held}
         at = beat_at.get(row["id"])
         row["heartbeat_age_s"] = None if at is None else round((now_ms - at) / 1000.0, 3)
         rows.append(row)
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
-        "sizes": {"pending": int(pending), "processing": sum(int(n) for n in held), "delayed": int(delayed),
-                  "dead": int(dead)},
-        "counters": {c: _int(counters.get(c.encode())) or 0 for c in COUNTERS},
-        "rates": rates(_points(recent), window_s),
+        "sizes": {name: r.sizes[name] for name in SIZES},
+        "counters": {c: _int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
+        "rates": rates(_points(r.recent), window_s),
         "consumers": rows,
-        "leader": None if leader is None else _text(leader),
-        "gc": {_text(f): n for f, v in gc.items() if (n := _int(v)) is not None},
-        "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in slots.items()},
+        "leader": None if r.leader is None else _text(r.leader),
+        "gc": {_text(f): n for f, v in r.gc.items() if (n := _int(v)) is not None},
+        "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in r.slots.items()},
     }
 
 
 def producers(broker: Broker) -> list[dict[str, Any]]:
     """Producers seen in the last 10 minutes, with their published counts."""
-    with wrapped("producers"):
-        raw = broker.client.hgetall(broker.producers_key)
-    rows = [{**_record(v, _PRODUCER_NUMBERS), "id": _text(k)} for k, v in raw.items()]
+    rows = [{**_record(v, _PRODUCER_NUMBERS), "id": _text(k)} for k, v in broker.producers().items()]
     return sorted(rows, key=lambda r: str(r["id"]))
 
 

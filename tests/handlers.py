@@ -44,12 +44,16 @@ def fail(msg: Any) -> None:
 
 
 def read_events(out_dir: str) -> list[dict[str, Any]]:
-    """Every event recorded under ``out_dir``, in no particular order."""
+    """Every event recorded under ``out_dir``, in no particular order.
+
+    Only whole lines count: a line without its newline is one a handler is
+    writing right now (or was writing when it was killed), not an event yet.
+    """
     events = []
     for name in os.listdir(out_dir):
         if name.endswith(".log"):
             with open(os.path.join(out_dir, name)) as f:
-                events.extend(json.loads(line) for line in f if line.strip())
+                events.extend(json.loads(line) for line in f if line.endswith("\n") and line.strip())
     return events
 
 

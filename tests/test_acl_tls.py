@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import broker as broker_mod
-from smqsup import keys, message
+from smqsup import keys, logs, message
 from smqsup.broker import Broker
 from smqsup.errors import BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
@@ -61,7 +60,7 @@ def admin(server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget the once-per-process warnings given by earlier tests in this process."""
-    monkeypatch.setattr(broker_mod, "_warned", set(), raising=False)
+    monkeypatch.setattr(logs, "_warned", set())
 
 
 @pytest.fixture
@@ -235,7 +234,7 @@ def test_a_bad_url_is_one_line_with_exit_2_and_the_password_masked(url: str, pro
 def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
     """After connect(url), safe.scrub removes the url's password from free text (a library's message)."""
     from smqsup import safe
-    from smqsup.broker import connect
+    from smqsup.connection import connect
 
     password = "Scrub-Me-Later-91c2"
     connect(f"redis://smqsup:{password}@127.0.0.1:1/0").close()

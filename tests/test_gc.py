@@ -297,7 +297,7 @@ def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: st
     """A consumer unregistered by a reclaim that still moves a message into its list: the collector returns it, free."""
     broker = Broker(redis_url)
     broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
-    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert redis_client.zscore(Q.retired, "c1") is not None
     redis_client.lpush(Q.processing("c1"), b"2|late")  # its BLMOVE landed after the reclaim
     c = _leading_collector(redis_url, connected_for_s=60)

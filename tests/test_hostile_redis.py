@@ -62,7 +62,7 @@ def test_a_reclaim_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, 
     redis_client.lpush(Q.processing("c1"), b"0|x", b"9|y")
     _wrong_type(redis_client, getattr(Q, victim))
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r")
+        broker.reclaim_dead("q", "c1", retry_threshold=3, reason="r")
     assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"9|y", b"0|x"]
 
 
@@ -158,7 +158,7 @@ def test_a_retired_set_full_of_junk_costs_one_sweep_and_a_late_message_still_com
     """200,000 retired ids dated +inf (never aged out, each LLEN'ed every sweep) are dropped; the real one is served."""
     broker = Broker(redis_url)
     broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
-    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     for start in range(0, 200_000, 50_000):
         redis_client.zadd(Q.retired, {f"junk\n{i}": float("inf") for i in range(start, start + 50_000)})
     redis_client.lpush(Q.processing("c1"), b"2|late")

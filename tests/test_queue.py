@@ -252,7 +252,7 @@ def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) 
         p.publish("q", "x")
     frame = broker.fetch("q", "c1", 1)
     assert frame is not None
-    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="consumer lost")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert (r.requeued, r.dead_lettered) == (1, 0)
     # The reclaimed copy is back in pending with one attempt counted.
     assert redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1) == [b"1" + frame[1:]]
@@ -270,7 +270,8 @@ def test_reclaim_without_cost_keeps_attempts_and_order(redis_url: str, redis_cli
     frames = [b"0|a", b"2|b", b"1|c"]
     redis_client.lpush(k.processing("c1"), *frames)  # c is newest
     redis_client.hset(k.consumers, "c1", "{}")
-    r = broker.reclaim("q", "c1", costs_attempt=False, retry_threshold=0, reason="stopped", batch=2)
+    broker.reclaim_batch = 2
+    r = broker.return_stopped("q", "c1", retry_threshold=0, reason="stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (3, 0, 0)
     # Consumers take from the right: a first.
     assert [redis_client.rpop(k.pending) for _ in range(3)] == frames
@@ -282,7 +283,7 @@ def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")
     redis_client.lpush(k.processing("c1"), b"3|x", b"1|y", b"garbage")
-    r = broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="killed by signal 9")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered) == (1, 2)
     assert redis_client.lrange(k.pending, 0, -1) == [b"2|y"]
     dead = {message.DeadLetter(e).frame: message.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
@@ -298,11 +299,99 @@ def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis
     redis_client.lpush(k.processing("c1"), b"0|x")
     redis_client.set("lock", "other")
     with pytest.raises(NotLeader, match="no longer holds the collector lock"):
-        broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+        broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=("lock", "mine"))
     assert redis_client.llen(k.processing("c1")) == 1
     redis_client.set("lock", "mine")
-    broker.reclaim("q", "c1", costs_attempt=True, retry_threshold=3, reason="r", lock=("lock", "mine"))
+    broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=("lock", "mine"))
     assert redis_client.llen(k.pending) == 1
+
+
+def _held_by_c1(broker: Broker, redis_client: redis.Redis, *frames: bytes) -> QueueKeys:
+    """Register consumer c1 (a fresh heartbeat) holding ``frames`` (the last newest)."""
+    from smqsup.info import ConsumerInfo
+
+    k = QueueKeys(NS, "q")
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.lpush(k.processing("c1"), *frames)
+    return k
+
+
+def test_reclaim_dead_costs_an_attempt_and_unregisters_once_empty(redis_url: str,
+                                                                  redis_client: redis.Redis) -> None:
+    """reclaim_dead adds an attempt to each message and retires the consumer when its list is empty."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a", b"1|b")
+    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
+    assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"1|a", b"2|b"]
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is None
+    assert redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_return_stopped_is_free_and_unregisters(redis_url: str, redis_client: redis.Redis) -> None:
+    """return_stopped keeps attempts as they are and unregisters the consumer."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a")
+    r = broker.return_stopped("q", "c1", retry_threshold=3, reason="consumer stopped")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 0, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_reclaim_stale_leaves_a_consumer_with_a_fresh_heartbeat_alone(redis_url: str,
+                                                                      redis_client: redis.Redis) -> None:
+    """reclaim_stale does nothing (remaining -1) while the heartbeat is younger than stale_after_ms."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a")
+    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000)
+    assert (r.requeued, r.dead_lettered, r.remaining) == (0, 0, -1)
+    assert redis_client.lrange(k.processing("c1"), 0, -1) == [b"0|a"]
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
+
+
+def test_reclaim_stale_takes_a_stale_consumers_list_at_a_cost(redis_url: str, redis_client: redis.Redis) -> None:
+    """reclaim_stale on a heartbeat older than stale_after_ms costs an attempt and unregisters."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a", b"0|b")
+    redis_client.zadd(k.heartbeats, {"c1": 1})  # 1970
+    redis_client.set("lock", "mine")
+    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000,
+                             lock=("lock", "mine"))
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"1|b"]
+    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).frame == b"4|a"
+    assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
+
+
+def test_sweep_retired_is_free_under_the_lock_and_leaves_the_registry_alone(redis_url: str,
+                                                                            redis_client: redis.Redis) -> None:
+    """sweep_retired refuses a wrong lock, then returns the list unchanged without touching the registry."""
+    from smqsup.errors import NotLeader
+
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"3|a", b"garbage")
+    redis_client.set("lock", "other")
+    with pytest.raises(NotLeader):
+        broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+    assert redis_client.llen(k.processing("c1")) == 2
+    redis_client.set("lock", "mine")
+    r = broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+    assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
+    assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
+    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is not None
+    assert redis_client.zscore(k.retired, "c1") is None
+
+
+def test_return_held_is_free_and_leaves_the_registry_alone(redis_url: str, redis_client: redis.Redis) -> None:
+    """return_held (a supervised consumer's own stop) returns its list unchanged and stays registered."""
+    broker = Broker(redis_url, NS)
+    broker.reclaim_batch = 1
+    k = _held_by_c1(broker, redis_client, b"2|a", b"0|b")
+    r = broker.return_held("q", "c1", retry_threshold=0, reason="consumer stopped")
+    assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
+    assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"2|a", b"0|b"]
+    assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
 
 
 def test_stop_finishes_the_message_in_hand(start: Callable[..., Running], producer: Producer,
@@ -412,3 +501,59 @@ def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: A
     with pytest.raises(PublishNotSent) as caught, Producer(redis_url) as p:
         p.publish("q", "while down")
     assert "not queued" in str(caught.value) and len(caught.value.message_ids) == 1
+
+
+def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
+    """No include line reaches Redis, and a fragment named by two includes is defined once."""
+    from smqsup import scripts
+
+    for script in scripts.ALL:
+        assert "@include" not in script.text, script.name
+        for fragment in ("now_ms", "attempts_of", "not_leader", "wrong_type", "dead_letter"):
+            assert script.text.count(f"local function {fragment}(") <= 1, (script.name, fragment)
+
+
+def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    """After SCRIPT FLUSH (a restarted Redis), a publish, a pipelined push and heartbeat still run, each once."""
+    from smqsup import broker as broker_mod
+    from smqsup.info import ConsumerInfo
+
+    broker = Broker(redis_url, NS)
+    k = QueueKeys(NS, "q")
+    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.script_flush()
+    broker.push("q", [b"0|a"], register=False)  # alone, on the held connection
+    redis_client.script_flush()
+    frames = [b"0|%d" % i for i in range(broker_mod.PUBLISH_CHUNK + 5)]
+    broker.push("q", frames, register=True, producer=("p1", '{"published":1}'))  # one pipeline, three scripts
+    assert redis_client.llen(k.pending) == 1 + len(frames)
+    assert int(redis_client.hget(k.counters, "published") or 0) == 1 + len(frames)
+    assert list(broker.producers()) == [b"p1"]
+    redis_client.script_flush()
+    assert broker.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
+        [("q", "gone")], {})
+    # Each script call that NOSCRIPT refused went again by EVAL, once: the first registration (a new
+    # server), the publish, two publish chunks and the producer statistics, the heartbeat.
+    assert redis_client.info("commandstats")["cmdstat_eval"]["calls"] == 6
+
+
+def test_read_queues_reads_sizes_and_registry_of_every_queue(redis_url: str, redis_client: redis.Redis) -> None:
+    """read_queues: the Redis clock, then per queue its sizes (processing summed over registered consumers),
+    each consumer's list length, the stored hashes and the latest history points, newest first."""
+    broker = Broker(redis_url, NS)
+    k = _held_by_c1(broker, redis_client, b"0|a", b"0|b")
+    redis_client.lpush(k.pending, b"0|c")
+    redis_client.lpush(k.dead, b"{}\n0|d")
+    redis_client.set(k.gc_lock, "token")
+    for t in (1, 2, 3):
+        broker.append_point("q", json.dumps({"t": t}), keep=2)
+    now_ms, readings = broker.read_queues(["q", "empty"], recent=5)
+    assert abs(now_ms - time.time() * 1000) < 60_000
+    q, empty = readings["q"], readings["empty"]
+    assert q.sizes == {"pending": 1, "delayed": 0, "dead": 1, "processing": 2}
+    assert list(q.consumers) == [b"c1"] and q.held == [2] and [m for m, _ in q.heartbeats] == [b"c1"]
+    assert q.leader == b"token" and q.recent == [b'{"t": 3}', b'{"t": 2}']
+    assert broker.series("q", 1) == [b'{"t": 3}']
+    assert empty.sizes == {"pending": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
+    assert broker.read_queues(["q"])[1]["q"].recent == []  # no points asked for

@@ -1,13 +1,20 @@
 """Typed Python wrappers of the Lua scripts beside this file, one per operation.
 
-Each wrapper sends one EVALSHA (one round trip), or EVAL once if the server
-does not know the script yet: a NOSCRIPT reply means the script did not run,
-so that one re-send can never apply an operation twice. Errors are left as
-redis-py raises them; broker.py wraps them.
+Each wrapper returns a ``Call``: the script, its KEYS and ARGV in the order
+the script's header gives (written here once), and the reader of its reply.
+``call.run(client)`` sends it alone; ``Batch`` sends several calls and plain
+commands in one pipelined round trip, each reply read by its call's reader.
+
+A call goes by EVALSHA, and by EVAL once if the server does not know the
+script yet: a NOSCRIPT reply means the script did not run, so that one
+re-send can never apply an operation twice. Errors are left as redis-py
+raises them; broker.py wraps them.
 
 A line ``--- @include "name"`` in a script is replaced by ``includes/name.lua``
 when the script is loaded (bullmq's convention): a helper several scripts
-need is written once.
+need is written once. Includes may include others; each is inlined once per
+script, where it is first named (a Lua ``local function`` must come before
+its callers).
 """
 
 from __future__ import annotations
@@ -15,32 +22,43 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Optional, Union
+from typing import Any, Generic, Optional, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
-from smqsup.keys import QueueKeys
+from smqsup.keys import QueueKeys, producers_hash, producers_seen
 
-Client = Union["redis.Redis", "redis.client.Pipeline"]
 #: What a script is sent through: a redis-py client, or anything with the same
 #: evalsha() and eval() (the broker's held connection for the hot path).
 ScriptClient = Any
 #: (lock key, owner token) of the garbage-collector lock a script must check.
 Lock = tuple[str, str]
+T = TypeVar("T")
 
 
 _INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.MULTILINE)
 
 
 def _source(name: str) -> str:
-    """The text of ``name.lua`` with its includes resolved (one level)."""
+    """The text of ``name.lua`` with its includes resolved."""
     here = resources.files(__name__)
-    text = here.joinpath(f"{name}.lua").read_text("utf-8")
-    return _INCLUDE.sub(lambda m: here.joinpath("includes", f"{m[1]}.lua").read_text("utf-8").rstrip("\n"), text)
+    return _resolve(here.joinpath(f"{name}.lua").read_text("utf-8"), set())
+
+
+def _resolve(text: str, seen: set[str]) -> str:
+    """``text`` with each include line replaced by that include (resolved in
+    turn), or by nothing if an earlier line of the script included it."""
+    def inline(match: re.Match[str]) -> str:
+        if match[1] in seen:
+            return ""
+        seen.add(match[1])
+        path = resources.files(__name__).joinpath("includes", f"{match[1]}.lua")
+        return _resolve(path.read_text("utf-8"), seen).rstrip("\n")
+    return _INCLUDE.sub(inline, text)
 
 
 class Script:
@@ -51,16 +69,74 @@ class Script:
         self.text = _source(name)
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
-    def __call__(self, client: ScriptClient, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def __call__(self, client: ScriptClient, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return client.eval(self.text, len(keys), *keys, *args)
 
 
+class Call(Generic[T]):
+    """One call of a script: its KEYS and ARGV, and the reader of its reply."""
+
+    __slots__ = ("script", "keys", "args", "read")
+
+    def __init__(self, script: Script, keys: Sequence[Any], args: Sequence[Any], read: Callable[[Any], T]) -> None:
+        self.script = script
+        self.keys = keys
+        self.args = args
+        self.read = read
+
+    def run(self, client: ScriptClient) -> T:
+        """Send the call alone (one round trip) and read its reply."""
+        return self.read(self.script(client, self.keys, self.args))
+
+
+class Batch:
+    """Script calls and plain commands sent in one round trip (a pipeline, no
+    transaction). A script the server does not know (NOSCRIPT: it did not
+    run) is sent again alone by its text after the round trip; nothing that
+    ran is ever sent twice. Replies come back in order, each script's read by
+    its call; an error reply is left in its place as the exception."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self._client = client
+        self._pipe = client.pipeline(transaction=False)
+        self._calls: list[Optional[Call[Any]]] = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def command(self, *args: Any) -> None:
+        self._pipe.execute_command(*args)  # type: ignore[no-untyped-call]
+        self._calls.append(None)
+
+    def add(self, call: Call[Any]) -> None:
+        self._pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        self._calls.append(call)
+
+    def execute(self, connection: Any) -> list[Any]:
+        """Send everything on ``connection`` (taken from the client's pool by
+        the caller, which so learns whether anything could be sent; it goes
+        back to the pool after) and return the replies."""
+        self._pipe.connection = connection
+        replies: list[Any] = self._pipe.execute(raise_on_error=False)
+        return [reply if call is None else self._read(call, reply) for call, reply in zip(self._calls, replies)]
+
+    def _read(self, call: Call[Any], reply: Any) -> Any:
+        if isinstance(reply, NoScriptError):
+            try:
+                reply = self._client.eval(call.script.text, len(call.keys), *call.keys, *call.args)
+            except ResponseError as exc:
+                return exc
+        return reply if isinstance(reply, Exception) else call.read(reply)
+
+
 _ACK = Script("ack")
 _NACK = Script("nack")
 _RECLAIM = Script("reclaim")
+_RECLAIM_STALE = Script("reclaim_stale")
+_RETURN_FREE = Script("return_free")
 _PROMOTE = Script("promote")
 _DLQ_REQUEUE = Script("dlq_requeue")
 _PUBLISH = Script("publish")
@@ -71,12 +147,8 @@ _LOCK_ACQUIRE = Script("lock_acquire")
 _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
-HEARTBEAT = _HEARTBEAT
-PUBLISH = _PUBLISH
-PRODUCER_STATS = _PRODUCER_STATS
-
-ALL = (_ACK, _NACK, _RECLAIM, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS, _HEARTBEAT, _STALE, _LOCK_ACQUIRE,
-       _LOCK_RENEW, _LOCK_RELEASE)
+ALL = (_ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
+       _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -125,92 +197,107 @@ def meta_json(reason: str, **fields: Any) -> str:
     return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
-def ack(client: ScriptClient, keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool,
-        count: bool = True) -> AckResult:
-    """Remove ``frame`` from the consumer's list; take the next one if asked."""
-    acked, nxt, registered = _ACK(client, (keys.processing(consumer_id), keys.pending, keys.counters,
-                                            keys.consumers), (frame, int(fetch_next), consumer_id, int(count)))
+def _ack_result(reply: Sequence[Any]) -> AckResult:
+    acked, nxt, registered = reply
     return AckResult(bool(acked), _frame_or_none(nxt), bool(registered))
 
 
-def nack(
-    client: ScriptClient,
-    keys: QueueKeys,
-    consumer_id: str,
-    frame: bytes,
-    *,
-    retry_threshold: int,
-    delay_ms: int,
-    meta: str,
-    fetch_next: bool,
-) -> NackResult:
-    """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
-    outcome, nxt, registered = _NACK(
-        client,
-        (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters, keys.consumers),
-        (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id),
-    )
+def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True) -> Call[AckResult]:
+    """Remove ``frame`` from the consumer's list; take the next one if asked."""
+    return Call(_ACK, (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers),
+                (frame, int(fetch_next), consumer_id, int(count)), _ack_result)
+
+
+def _nack_result(reply: Sequence[Any]) -> NackResult:
+    outcome, nxt, registered = reply
     return NackResult(int(outcome), _frame_or_none(nxt), bool(registered))
 
 
-def reclaim(
-    client: "redis.Redis",
-    keys: QueueKeys,
-    consumer_id: str,
-    *,
-    costs_attempt: bool,
-    retry_threshold: int,
-    meta: str,
-    batch: int,
-    unregister: bool = True,
-    stale_after_ms: int = 0,
-    lock: Optional[Lock] = None,
-) -> ReclaimResult:
-    """Return up to ``batch`` messages of the consumer's list to the queue.
-    With ``stale_after_ms``, only if its heartbeat is still that old
-    (``remaining`` -1 otherwise)."""
-    key_list = [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
-                keys.heartbeats, keys.retired]
-    args: list[Any] = [int(costs_attempt), retry_threshold, meta, batch, consumer_id if unregister else "",
-                       stale_after_ms]
-    if lock is not None:
-        key_list.append(lock[0])
-        args.append(lock[1])
-    requeued, dead, remaining = _RECLAIM(client, key_list, args)
+def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,
+         fetch_next: bool) -> Call[NackResult]:
+    """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
+    return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
+                        keys.consumers),
+                (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id), _nack_result)
+
+
+def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
+    requeued, dead, remaining = reply
     return ReclaimResult(int(requeued), int(dead), int(remaining))
 
 
-def promote(client: "redis.Redis", keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> PromoteResult:
-    """Move due delayed messages to pending, at most ``batch`` of them."""
-    key_list = [keys.delayed, keys.pending]
-    args: list[Any] = [batch]
-    if lock is not None:
-        key_list.append(lock[0])
-        args.append(lock[1])
-    moved, wait_ms = _PROMOTE(client, key_list, args)
+def _with_lock(keys: list[str], args: list[Any], lock: Optional[Lock]) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of a script whose last key and argument are an optional
+    lock and its token."""
+    return (keys, args) if lock is None else ([*keys, lock[0]], [*args, lock[1]])
+
+
+def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
+            batch: int) -> Call[ReclaimResult]:
+    """Return up to ``batch`` messages of a consumer that is gone to the
+    queue (each one costing an attempt when ``costs_attempt``); unregister it
+    once its list is empty. ``reason`` goes with any dead letter."""
+    return Call(_RECLAIM, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
+                           keys.heartbeats, keys.retired),
+                (int(costs_attempt), retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id),
+                _reclaim_result)
+
+
+def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, reason: str, batch: int,
+                  stale_after_ms: int, lock: Optional[Lock] = None) -> Call[ReclaimResult]:
+    """Like a costly reclaim, only if the consumer's heartbeat is missing or
+    older than ``stale_after_ms`` (``remaining`` -1 otherwise) and, with
+    ``lock``, only if the lock holds its token (NOTLEADER otherwise)."""
+    key_list, args = _with_lock(
+        [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
+         keys.retired], [retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id, stale_after_ms],
+        lock)
+    return Call(_RECLAIM_STALE, key_list, args, _reclaim_result)
+
+
+def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
+                lock: Optional[Lock] = None) -> Call[ReclaimResult]:
+    """Return up to ``batch`` messages of the consumer's list to the queue
+    free of cost, registry untouched; with ``lock``, only if the lock holds
+    its token (NOTLEADER otherwise)."""
+    key_list, args = _with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters],
+                                [meta_json(reason, consumer=consumer_id), batch], lock)
+    return Call(_RETURN_FREE, key_list, args, _reclaim_result)
+
+
+def _promote_result(reply: Sequence[Any]) -> PromoteResult:
+    moved, wait_ms = reply
     return PromoteResult(int(moved), int(wait_ms))
 
 
-def dlq_requeue(client: "redis.Redis", keys: QueueKeys, entries: Sequence[bytes]) -> int:
-    """Move the given dead-letter entries back to pending, attempts reset."""
-    if not entries:
-        return 0
-    return int(_DLQ_REQUEUE(client, (keys.dead, keys.pending, keys.counters), entries))
+def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
+    """Move due delayed messages to pending, at most ``batch`` of them."""
+    key_list, args = _with_lock([keys.delayed, keys.pending], [batch], lock)
+    return Call(_PROMOTE, key_list, args, _promote_result)
 
 
-def heartbeat(client: "redis.Redis", keys: QueueKeys, beats: Sequence[tuple[str, str]], *,
-              register: bool) -> list[str]:
-    """Register or renew consumers (id, info JSON); return the ids that are no
+def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
+    """Move the given dead-letter entries back to pending, attempts reset
+    (call with at least one entry)."""
+    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters), entries, int)
+
+
+def heartbeat(keys: QueueKeys, beats: Sequence[tuple[str, str]], *, register: bool) -> Call[list[str]]:
+    """Register or renew consumers (id, info JSON); the ids that are no
     longer registered (declared dead)."""
     args: list[Any] = [int(register)]
     for cid, info in beats:
         args += [cid, info]
-    return _texts(_HEARTBEAT(client, (keys.consumers, keys.heartbeats), args))
+    return Call(_HEARTBEAT, (keys.consumers, keys.heartbeats), args, _escaped_texts)
 
 
-def stale(client: "redis.Redis", keys: QueueKeys, *, timeout_ms: int, limit: int) -> tuple[list[str], list[str]]:
+def stale(keys: QueueKeys, *, timeout_ms: int, limit: int) -> Call[tuple[list[str], list[str]]]:
     """(stale ids, orphan ids) of a queue's consumers, by the Redis clock."""
-    stale_ids, orphans = _STALE(client, (keys.heartbeats, keys.consumers), (timeout_ms, limit))
+    return Call(_STALE, (keys.heartbeats, keys.consumers), (timeout_ms, limit), _stale_result)
+
+
+def _stale_result(reply: Sequence[Any]) -> tuple[list[str], list[str]]:
+    stale_ids, orphans = reply
     return _texts(stale_ids), _texts(orphans)
 
 
@@ -218,19 +305,31 @@ def _texts(items: Sequence[Any]) -> list[str]:
     return [x.decode() if isinstance(x, bytes) else str(x) for x in items]
 
 
-def lock_acquire(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> int:
+def _escaped_texts(items: Sequence[Any]) -> list[str]:
+    """Texts, bytes that are not UTF-8 kept as escapes."""
+    return [x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else str(x) for x in items]
+
+
+def lock_acquire(key: str, token: str, ttl_ms: int) -> Call[int]:
     """1: acquired; 0: held by another; -1: the key never expired, now it does."""
-    return int(_LOCK_ACQUIRE(client, (key,), (token, ttl_ms)))
+    return Call(_LOCK_ACQUIRE, (key,), (token, ttl_ms), int)
 
 
-def lock_renew(client: "redis.Redis", key: str, token: str, ttl_ms: int) -> bool:
-    return bool(_LOCK_RENEW(client, (key,), (token, ttl_ms)))
+def lock_renew(key: str, token: str, ttl_ms: int) -> Call[bool]:
+    return Call(_LOCK_RENEW, (key,), (token, ttl_ms), bool)
 
 
-def lock_release(client: "redis.Redis", key: str, token: str) -> bool:
-    return bool(_LOCK_RELEASE(client, (key,), (token,)))
+def lock_release(key: str, token: str) -> Call[bool]:
+    return Call(_LOCK_RELEASE, (key,), (token,), bool)
 
 
-def publish(client: ScriptClient, keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> int:
+def publish(keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> Call[int]:
     """LPUSH ``frames`` (oldest first) and count them; the pending length after."""
-    return int(_PUBLISH(client, (keys.pending, keys.counters), (int(count), *frames)))
+    return Call(_PUBLISH, (keys.pending, keys.counters), (int(count), *frames), int)
+
+
+def producer_stats(namespace: str, producer_id: str, info: str, forget_after_ms: int) -> Call[int]:
+    """Record one producer's statistics (JSON); forget producers silent for
+    ``forget_after_ms``; how many were forgotten."""
+    return Call(_PRODUCER_STATS, (producers_hash(namespace), producers_seen(namespace)),
+                (producer_id, info, forget_after_ms), int)

@@ -28,16 +28,18 @@
 -- only means nothing is fetched (LMOVE by redis.pcall: the consumer's next
 -- BLMOVE reports the key). Counters use redis.pcall as well: a counters hash
 -- that holds garbage costs its statistics, never the ack.
-local acked = redis.call('LREM', KEYS[1], 1, ARGV[1])
+-- Runs once a message: no Redis call beyond LREM, HINCRBY, HEXISTS and LMOVE
+-- (an include is inlined text).
+local processing, pending, counters, consumers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local frame, wanted, consumer_id = ARGV[1], ARGV[2] == '1', ARGV[3]
+local count = ARGV[4] == '1'
+--- @include "fetch_next"
+
+local acked = redis.call('LREM', processing, 1, frame)
 if acked == 0 then
-  redis.pcall('HINCRBY', KEYS[3], 'late_acks', 1)
-elseif ARGV[4] == '1' then
-  redis.pcall('HINCRBY', KEYS[3], 'acked', 1)
+  redis.pcall('HINCRBY', counters, 'late_acks', 1)
+elseif count then
+  redis.pcall('HINCRBY', counters, 'acked', 1)
 end
-local registered = redis.call('HEXISTS', KEYS[4], ARGV[3])
-local nxt = false
-if ARGV[2] == '1' and registered == 1 then
-  nxt = redis.pcall('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT')
-  if type(nxt) == 'table' and nxt.err then nxt = false end
-end
+local registered, nxt = fetch_next(redis.pcall, processing, pending, consumers, consumer_id, wanted)
 return {acked, nxt, registered}

@@ -12,25 +12,26 @@
 -- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+local dead, pending, counters = KEYS[1], KEYS[2], KEYS[3]
 --- @include "wrong_type"
-local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}})
+--- @include "attempts"
+
+local refused = wrong_type({{dead, 'list'}, {pending, 'list'}})
 if refused then return refused end
 local moved = 0
-for i = 1, #ARGV do
-  local entry = ARGV[i]
-  if redis.call('LREM', KEYS[1], 1, entry) == 1 then
+for _, entry in ipairs(ARGV) do
+  if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
-    local sep = string.find(frame, '|', 1, true)
-    local head = sep and string.sub(frame, 1, sep - 1)
-    if head and #head <= 9 and string.match(head, '^%d+$') then
+    local attempts, sep = attempts_of(frame)
+    if attempts then
       frame = '0' .. string.sub(frame, sep)
     end
-    redis.call('LPUSH', KEYS[2], frame)
+    redis.call('LPUSH', pending, frame)
     moved = moved + 1
   end
 end
 if moved > 0 then
-  redis.pcall('HINCRBY', KEYS[3], 'dlq_requeued', moved)
+  redis.pcall('HINCRBY', counters, 'dlq_requeued', moved)
 end
 return moved

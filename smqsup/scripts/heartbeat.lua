@@ -11,17 +11,19 @@
 -- supervisor replaces it; a standalone consumer re-registers under a new id).
 -- Renewing never re-creates a reclaimed consumer, so a paused process cannot
 -- come back to life under an identity whose messages were already requeued.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local consumers, heartbeats = KEYS[1], KEYS[2]
 local register = ARGV[1] == '1'
+--- @include "now_ms"
+
+local at_ms = now_ms()
 local unknown = {}
 for i = 2, #ARGV - 1, 2 do
-  local cid = ARGV[i]
-  if register or redis.call('HEXISTS', KEYS[1], cid) == 1 then
-    redis.call('HSET', KEYS[1], cid, ARGV[i + 1])
-    redis.call('ZADD', KEYS[2], now_ms, cid)
+  local consumer_id = ARGV[i]
+  if register or redis.call('HEXISTS', consumers, consumer_id) == 1 then
+    redis.call('HSET', consumers, consumer_id, ARGV[i + 1])
+    redis.call('ZADD', heartbeats, at_ms, consumer_id)
   else
-    unknown[#unknown + 1] = cid
+    unknown[#unknown + 1] = consumer_id
   end
 end
 return unknown

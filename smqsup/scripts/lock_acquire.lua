@@ -9,11 +9,14 @@
 -- hand, of any type): no holder ever leaves such a key, and it would keep
 -- every process from leading for ever, so it is given ARGV[2] ms to live and
 -- the election resumes when it expires.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local lock_key = KEYS[1]
+local token, ttl_ms = ARGV[1], ARGV[2]
+
+if redis.call('SET', lock_key, token, 'NX', 'PX', ttl_ms) then
   return 1
 end
-if redis.call('PTTL', KEYS[1]) == -1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('PTTL', lock_key) == -1 then
+  redis.call('PEXPIRE', lock_key, ttl_ms)
   return -1
 end
 return 0

@@ -4,7 +4,10 @@
 -- ARGV[1]  the caller's owner token
 --
 -- Returns 1 if released, 0 if it was not the caller's to release.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+local lock_key = KEYS[1]
+local token = ARGV[1]
+
+if redis.call('GET', lock_key) == token then
+  return redis.call('DEL', lock_key)
 end
 return 0

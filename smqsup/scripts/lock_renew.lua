@@ -6,8 +6,11 @@
 --
 -- Returns 1 if renewed, 0 if the lock is gone or held by another token (the
 -- caller is no longer the leader and must stop acting at once).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local lock_key = KEYS[1]
+local token, ttl_ms = ARGV[1], ARGV[2]
+
+if redis.call('GET', lock_key) == token then
+  redis.call('PEXPIRE', lock_key, ttl_ms)
   return 1
 end
 return 0

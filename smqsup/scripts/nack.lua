@@ -23,58 +23,57 @@
 --   next     the frame taken for the consumer, or false
 --   registered  0 if the consumer is no longer in KEYS[6] (see ack.lua)
 --
--- The payload bytes after '|' are copied, never decoded or re-encoded. The
--- attempt count stops at 999999999 (nine digits, what message.split_frame
--- reads), so a forged prefix cannot turn a frame into a malformed one.
+-- Attempts are read and counted as includes/attempts.lua says (the payload
+-- is copied, never decoded; the count stops at nine digits).
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply "WRONGTYPE ..."
 -- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+local processing, pending, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local counters, consumers = KEYS[5], KEYS[6]
+local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local meta, wanted, consumer_id = ARGV[4], ARGV[5] == '1', ARGV[6]
 --- @include "wrong_type"
-local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'zset'},
-                           {KEYS[4], 'list'}, {KEYS[6], 'hash'}})
-if refused then return refused end
-local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
-local outcome = 0
-if removed == 0 then
-  redis.pcall('HINCRBY', KEYS[5], 'late_acks', 1)
-else
-  local frame = ARGV[1]
-  local sep = string.find(frame, '|', 1, true)
-  -- The prefix is 1 to 9 decimal digits, as message.split_frame() requires.
-  local head = sep and string.sub(frame, 1, sep - 1)
-  local attempts = head and #head <= 9 and string.match(head, '^%d+$') and tonumber(head) or nil
-  local threshold = tonumber(ARGV[2])
-  local t = redis.call('TIME')
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "now_ms"
+--- @include "attempts"
+--- @include "dead_letter"
+--- @include "fetch_next"
+
+-- One more attempt for the frame in hand, pushed back to pending (1) or
+-- delayed (2), or to be dead-lettered (3); returns the outcome and the frame
+-- as it now reads.
+local function retry(frame, at_ms)
+  local attempts, sep = attempts_of(frame)
   if attempts == nil then
-    -- Not a frame at all: dead-letter the bytes as they are.
-    outcome = 3
-  else
-    attempts = math.min(attempts + 1, 999999999)
-    frame = string.format('%d', attempts) .. string.sub(frame, sep)
-    if threshold < 0 or attempts > threshold then
-      outcome = 3
-    elseif tonumber(ARGV[3]) > 0 then
-      outcome = 2
-      redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), frame)
-    else
-      outcome = 1
-      redis.call('LPUSH', KEYS[2], frame)
-    end
-    if outcome ~= 3 then
-      redis.pcall('HINCRBY', KEYS[5], 'retried', 1)
-    end
+    return 3, frame  -- not a frame at all: dead-letter the bytes as they are
   end
+  attempts, frame = add_attempt(frame, attempts, sep)
+  if threshold < 0 or attempts > threshold then
+    return 3, frame
+  elseif delay_ms > 0 then
+    redis.call('ZADD', delayed, at_ms + delay_ms, frame)
+    return 2, frame
+  end
+  redis.call('LPUSH', pending, frame)
+  return 1, frame
+end
+
+local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {delayed, 'zset'},
+                           {dead, 'list'}, {consumers, 'hash'}})
+if refused then return refused end
+local outcome = 0
+if redis.call('LREM', processing, 1, fetched) == 0 then
+  redis.pcall('HINCRBY', counters, 'late_acks', 1)
+else
+  local at_ms = now_ms()
+  local frame
+  outcome, frame = retry(fetched, at_ms)
   if outcome == 3 then
-    local meta = '{"at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[4], 2)
-    redis.call('LPUSH', KEYS[4], meta .. '\n' .. frame)
-    redis.pcall('HINCRBY', KEYS[5], 'dead_lettered', 1)
+    dead_letter(dead, meta, at_ms, frame)
+    redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
+  else
+    redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end
-local registered = redis.call('HEXISTS', KEYS[6], ARGV[6])
-local nxt = false
-if ARGV[5] == '1' and registered == 1 then
-  nxt = redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT')
-end
+local registered, nxt = fetch_next(redis.call, processing, pending, consumers, consumer_id, wanted)
 return {outcome, nxt, registered}

@@ -8,13 +8,17 @@
 --
 -- Returns the number of producers forgotten. (Not tagged by queue: these keys
 -- are namespace-wide; on Redis Cluster both share the tag {namespace}.)
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], ARGV[1], '{"seen_at_ms":' .. string.format('%d', now_ms) .. ',' .. string.sub(ARGV[2], 2))
-redis.call('ZADD', KEYS[2], now_ms, ARGV[1])
-local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms - tonumber(ARGV[3]))
+local producers, seen = KEYS[1], KEYS[2]
+local producer_id, stats, forget_after_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+--- @include "now_ms"
+
+local at_ms = now_ms()
+local stamped = '{"seen_at_ms":' .. string.format('%d', at_ms) .. ',' .. string.sub(stats, 2)
+redis.call('HSET', producers, producer_id, stamped)
+redis.call('ZADD', seen, at_ms, producer_id)
+local old = redis.call('ZRANGEBYSCORE', seen, '-inf', at_ms - forget_after_ms)
 for _, id in ipairs(old) do
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', producers, id)
+  redis.call('ZREM', seen, id)
 end
 return #old

@@ -12,22 +12,23 @@
 -- "NOTLEADER" when the token check fails.
 -- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
 -- before anything is written (includes/wrong_type.lua).
-if KEYS[3] and redis.call('GET', KEYS[3]) ~= ARGV[2] then
-  return redis.error_reply('NOTLEADER lock is not held by this token')
-end
+local delayed, pending, lock_key = KEYS[1], KEYS[2], KEYS[3]
+local limit, token = tonumber(ARGV[1]), ARGV[2]
+--- @include "lock"
 --- @include "wrong_type"
-local refused = wrong_type({{KEYS[1], 'zset'}, {KEYS[2], 'list'}})
+--- @include "now_ms"
+
+local refused = not_leader(lock_key, token) or wrong_type({{delayed, 'zset'}, {pending, 'list'}})
 if refused then return refused end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[1]))
+local at_ms = now_ms()
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'LIMIT', 0, limit)
 for _, frame in ipairs(due) do
-  redis.call('ZREM', KEYS[1], frame)
-  redis.call('LPUSH', KEYS[2], frame)
+  redis.call('ZREM', delayed, frame)
+  redis.call('LPUSH', pending, frame)
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 local wait_ms = -1
 if head[2] then
-  wait_ms = math.max(0, tonumber(head[2]) - now_ms)
+  wait_ms = math.max(0, tonumber(head[2]) - at_ms)
 end
 return {#due, wait_ms}

@@ -9,11 +9,16 @@
 -- count can never disagree with what was queued.
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
+local pending, counters = KEYS[1], KEYS[2]
+local count = ARGV[1] == '1'
+-- The frames are ARGV[2..n], pushed in slices of 1000: unpack() is bounded
+-- by the Lua C stack (8000 values).
+
 local n = #ARGV - 1
 for i = 2, #ARGV, 1000 do
-  redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  redis.call('LPUSH', pending, unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-if ARGV[1] == '1' then
-  redis.pcall('HINCRBY', KEYS[2], 'published', n)
+if count then
+  redis.pcall('HINCRBY', counters, 'published', n)
 end
 return n

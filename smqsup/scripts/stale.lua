@@ -8,16 +8,16 @@
 -- Returns {stale, orphans}: ids whose heartbeat is older than the timeout,
 -- and registered ids with no heartbeat at all. Reads only; the reclaim that
 -- follows re-checks staleness and the lock token atomically.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[2])
-local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now_ms - tonumber(ARGV[1])), 'LIMIT', 0, limit)
+local heartbeats, consumers = KEYS[1], KEYS[2]
+local timeout_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+--- @include "now_ms"
+
+local stale = redis.call('ZRANGEBYSCORE', heartbeats, '-inf', '(' .. (now_ms() - timeout_ms), 'LIMIT', 0, limit)
 local orphans = {}
-local ids = redis.call('HKEYS', KEYS[2])
-for _, cid in ipairs(ids) do
+for _, consumer_id in ipairs(redis.call('HKEYS', consumers)) do
   if #orphans >= limit then break end
-  if not redis.call('ZSCORE', KEYS[1], cid) then
-    orphans[#orphans + 1] = cid
+  if not redis.call('ZSCORE', heartbeats, consumer_id) then
+    orphans[#orphans + 1] = consumer_id
   end
 end
 return {stale, orphans}

@@ -37,9 +37,14 @@ class Reclaim:
     stale_after_ms: int = 0  # ORPHAN only
 
     def run(self, broker: Broker) -> ReclaimResult:
-        return broker.reclaim(self.queue, self.consumer_id, costs_attempt=self.kind is not Kind.STOPPED,
-                              retry_threshold=self.retry_threshold, reason=self.reason,
-                              stale_after_ms=self.stale_after_ms)
+        if self.kind is Kind.DEAD:
+            return broker.reclaim_dead(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
+                                       reason=self.reason)
+        if self.kind is Kind.STOPPED:
+            return broker.return_stopped(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
+                                         reason=self.reason)
+        return broker.reclaim_stale(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
+                                    reason=self.reason, stale_after_ms=self.stale_after_ms)
 
 
 class Reclaims:

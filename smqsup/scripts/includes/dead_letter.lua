@@ -1,0 +1,10 @@
+-- dead_letter(dead, meta, at_ms, frame): LPUSH the dead-letter entry
+-- "<meta with at_ms first>\n<frame>" on the list ``dead``.
+--
+-- meta  a JSON object text with at least "reason" and no raw newline
+--       (scripts.meta_json), so the first '\n' of an entry ends its metadata
+-- at_ms when it was dead-lettered, ms, Redis clock
+local function dead_letter(dead, meta, at_ms, frame)
+  local stamped = '{"at_ms":' .. string.format('%d', at_ms) .. ',' .. string.sub(meta, 2)
+  redis.call('LPUSH', dead, stamped .. '\n' .. frame)
+end

@@ -1,0 +1,50 @@
+--- @include "attempts"
+--- @include "dead_letter"
+-- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms):
+-- return up to ``limit`` frames of a consumer's processing list to its queue.
+--
+-- list      the consumer's processing list
+-- pending   the queue's pending list
+-- dead      the queue's dead-letter list
+-- counters  the queue's counters hash ("reclaimed", "dead_lettered")
+-- costs     true: each frame gets one more attempt, and one past ``threshold``
+--           is dead-lettered; false: frames go back unchanged
+-- threshold retry_threshold of the queue (used only when ``costs``)
+-- meta      dead-letter metadata (a JSON object text with "reason")
+-- limit     most frames to move (integer > 0)
+-- at_ms     the time to date dead letters with, ms, Redis clock
+--
+-- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
+-- Bytes that are not a frame are dead-lettered as they are, cost or not.
+--
+-- Order: frames are taken from the left (newest) and pushed on the right of
+-- pending (its consuming end), so the oldest reclaimed frame is consumed first.
+-- The caller has checked the types of list, pending and dead (wrong_type):
+-- a frame popped is always pushed somewhere. Counters use redis.pcall: a
+-- counters hash that holds garbage costs its statistics, never a message.
+local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms)
+  local requeued, dead_lettered = 0, 0
+  for _ = 1, limit do
+    local frame = redis.call('LPOP', list)
+    if not frame then break end
+    local attempts, sep = attempts_of(frame)
+    local to_dead = attempts == nil
+    if attempts ~= nil and costs then
+      attempts, frame = add_attempt(frame, attempts, sep)
+      to_dead = attempts > threshold
+    end
+    if to_dead then
+      dead_letter(dead, meta, at_ms, frame)
+      dead_lettered = dead_lettered + 1
+    else
+      redis.call('RPUSH', pending, frame)
+      requeued = requeued + 1
+    end
+  end
+  local remaining = redis.call('LLEN', list)
+  if requeued + dead_lettered > 0 then
+    redis.pcall('HINCRBY', counters, 'reclaimed', requeued + dead_lettered)
+    if dead_lettered > 0 then redis.pcall('HINCRBY', counters, 'dead_lettered', dead_lettered) end
+  end
+  return requeued, dead_lettered, remaining
+end

@@ -1,0 +1,6 @@
+-- now_ms(): the Redis server's clock in whole milliseconds (TIME), the one
+-- clock every score and age in these keys is measured by.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end

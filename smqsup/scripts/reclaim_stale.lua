@@ -1,0 +1,51 @@
+-- Reclaim the messages of a consumer whose heartbeat is stale (the
+-- collector's path, and a supervisor's for its own host's orphans at start):
+-- each message costs an attempt; the consumer is unregistered once its list
+-- is empty. Nothing is done if the heartbeat came back meanwhile.
+--
+-- KEYS[1]  processing list of the consumer
+-- KEYS[2]  pending list of the queue
+-- KEYS[3]  dead-letter list of the queue
+-- KEYS[4]  counters hash of the queue ("reclaimed", "dead_lettered")
+-- KEYS[5]  consumers registry hash of the queue
+-- KEYS[6]  heartbeats sorted set of the queue (score: ms, Redis clock)
+-- KEYS[7]  retired consumers sorted set (score: ms when unregistered, Redis clock)
+-- KEYS[8]  (optional) garbage-collector lock key
+-- ARGV[1]  retry_threshold: past it a message is dead-lettered
+-- ARGV[2]  dead-letter metadata: a JSON object text with at least "reason"
+-- ARGV[3]  most messages to move in this call (integer > 0)
+-- ARGV[4]  the consumer's id
+-- ARGV[5]  stale_after in ms: act only if the consumer's heartbeat in KEYS[6]
+--          is missing or older than this (it may have come back since the
+--          caller listed it as stale)
+-- ARGV[6]  (with KEYS[8]) the caller's lock token: the script refuses to act
+--          unless KEYS[8] holds exactly this token
+--
+-- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
+-- again; remaining -1 means the consumer is alive after all (nothing done).
+-- With KEYS[8] given and the token not matching, an error reply "NOTLEADER".
+-- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply
+-- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
+local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local threshold, meta, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+--- @include "lock"
+--- @include "wrong_type"
+--- @include "now_ms"
+--- @include "move_frames"
+--- @include "unregister"
+
+local refused = not_leader(lock_key, token)
+  or wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'},
+                 {consumers, 'hash'}, {heartbeats, 'zset'}, {retired, 'zset'}})
+if refused then return refused end
+local at_ms = now_ms()
+local beat = redis.call('ZSCORE', heartbeats, consumer_id)
+if beat and tonumber(beat) >= at_ms - stale_after_ms then
+  return {0, 0, -1}
+end
+local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, true, threshold,
+                                                       meta, limit, at_ms)
+if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
+return {requeued, dead_lettered, remaining}
