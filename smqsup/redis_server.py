@@ -20,7 +20,6 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
 from smqsup import defaults
@@ -423,12 +422,7 @@ class RedisServer:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -460,12 +454,7 @@ class _FileLock:
                 self._file = file
                 return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._file is not None:
             self._file.close()  # closing releases the flock
             self._file = None

@@ -86,7 +86,7 @@ class Arbiter:
         self.reclaims = Reclaims(self.broker, self._trouble)
         self.pool = Consumers(cfg, url, self.broker, self.reclaims, self._trouble)
         self.collector = Collector(self.broker, cfg, owner=f"{self.pool.host}:{self.pid}")
-        self.heartbeats = Heartbeats(self.broker, self.pool, self.collector, self._trouble)
+        self.heartbeats = Heartbeats(self.pool, self.collector, self._trouble)
         self.web = WebChild(url, self.pid)
         self.notifier = Notifier()
         self._signals: list[int] = []

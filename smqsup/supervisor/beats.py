@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-from smqsup.broker import Broker
 from smqsup.errors import BrokerError
 from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo
@@ -25,8 +24,8 @@ log = logging.getLogger(__name__)
 class Heartbeats:
     """The parent's heartbeat sender. Not thread-safe."""
 
-    def __init__(self, broker: Broker, pool: Consumers, collector: Collector, trouble: Lasting) -> None:
-        self.broker = broker
+    def __init__(self, pool: Consumers, collector: Collector, trouble: Lasting) -> None:
+        self.broker = pool.broker
         self.pool = pool
         self.collector = collector
         self._trouble = trouble
