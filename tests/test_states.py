@@ -102,7 +102,7 @@ def test_fatal_is_left_only_by_a_reset_and_keeps_its_first_reason() -> None:
     p.died_at_start(now=0.0)
     p.give_up("something else")
     p.stable()
-    assert (p.state, p.fatal) == (State.FATAL, "handler cannot be imported")
+    assert (p.state, p.fatal, p.failures) == (State.FATAL, "handler cannot be imported", 1)
     p.reset()
     assert (p.state, p.fatal, p.failures, p.next_start_at, p.backoff_s) == (State.RUNNING, None, 0, 0.0, MIN)
 

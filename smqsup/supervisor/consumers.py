@@ -64,8 +64,11 @@ class Consumers:
     def reconcile(self) -> None:
         """Start and stop children toward each queue's target count and generation."""
         now = time.monotonic()
+        by_queue: dict[str, list[Child]] = {name: [] for name in self.queues}
+        for c in self.children.values():
+            by_queue.setdefault(c.queue, []).append(c)
         for name, q in list(self.queues.items()):
-            mine = self.of(name)
+            mine = by_queue[name]
             for action in decide.queue_actions(q, mine, now, self._busy):
                 if isinstance(action, StopChild):
                     self.stop(action.child, action.reason)
@@ -183,6 +186,7 @@ class Consumers:
     def exited(self, c: Child, status: int) -> None:
         """A reaped child: reclaim its list (free or not, by the cost rule) and
         decide about its replacement."""
+        now = time.monotonic()  # before the reclaim, which may wait on Redis
         del self.children[c.pid]
         c.move(State.EXITED)
         view = self.slots.read(c.slot)
@@ -204,10 +208,10 @@ class Consumers:
                      c.stop.reason.value, cause)
         else:
             held = self._reclaim(c, costs, cause, threshold)
-            verdict = decide.death(status, view, held, time.monotonic() - c.started_at)
+            verdict = decide.death(status, view, held, now - c.started_at)
             _log_death(c, status, cause, verdict)
             if q is not None:
-                _restart_policy(q.policy, c, verdict)
+                _restart_policy(q.policy, c, verdict, now)
         if q is not None and q.removed and not self.of(c.queue):
             del self.queues[c.queue]
 
@@ -255,20 +259,20 @@ class Consumers:
             q.config, q.generation, q.target = new, generation(new, cfg), new.consumers
 
 
-def _restart_policy(policy: RestartPolicy, c: Child, verdict: Death) -> None:
+def _restart_policy(policy: RestartPolicy, c: Child, verdict: Death, now: float) -> None:
     """What an unplanned death does to the queue's restart policy."""
     if verdict is Death.CANNOT_RUN:
         policy.give_up("handler cannot be imported")
         log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)", c.queue, policy.fatal)
     elif verdict is Death.AT_START:
-        delay = policy.died_at_start(time.monotonic())
+        delay = policy.died_at_start(now)
         log.warning("queue %s: consumer died at start (%d in a row); next start in %.1fs",
                     c.queue, policy.failures, delay)
         if policy.state is State.FATAL and policy.failures == policy.limit:
             log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
                       c.queue, policy.fatal)
     elif verdict is Death.WORKING:
-        policy.died_working(time.monotonic())
+        policy.died_working(now)
 
 
 def _log_death(c: Child, status: int, cause: str, verdict: Death) -> None:

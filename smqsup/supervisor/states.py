@@ -189,13 +189,17 @@ class RestartPolicy:
             self.fatal = why
 
     def stable(self) -> None:
-        """A process ran RESTART_BACKOFF_RESET_S: forget the failures."""
+        """A process ran RESTART_BACKOFF_RESET_S: forget the failures (not
+        while FATAL: only a reset leaves it)."""
+        if self.state is State.FATAL:
+            return
         if self.state is State.BACKOFF:
             self._move(State.RUNNING)
         self.failures, self.backoff_s = 0, defaults.RESTART_BACKOFF_MIN_S
 
     def reset(self) -> None:
-        """SIGHUP: start afresh, FATAL included."""
+        """SIGHUP: start afresh, FATAL included, without waiting out a backoff
+        (the reload is taken to bring the fix)."""
         if self.state is not State.RUNNING:
             self._move(State.RUNNING)
         self.failures, self.backoff_s, self.next_start_at, self.fatal = 0, defaults.RESTART_BACKOFF_MIN_S, 0.0, None
