@@ -66,6 +66,47 @@ def test_a_reclaim_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, 
     assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"9|y", b"0|x"]
 
 
+
+_LOCK = ("lock", "mine")
+_RECLAIMS: dict[str, Callable[[Broker], object]] = {
+    "reclaim_dead": lambda b: b.reclaim_dead("q", "c1", retry_threshold=3, reason="r"),
+    "return_stopped": lambda b: b.return_stopped("q", "c1", retry_threshold=3, reason="r"),
+    "return_held": lambda b: b.return_held("q", "c1", retry_threshold=3, reason="r"),
+    "reclaim_stale": lambda b: b.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000,
+                                               lock=_LOCK),
+    "sweep_retired": lambda b: b.sweep_retired("q", "c1", retry_threshold=3, lock=_LOCK),
+}
+
+
+@pytest.mark.parametrize("victim", ["pending", "dead"])
+@pytest.mark.parametrize("intent", sorted(_RECLAIMS))
+def test_every_reclaim_into_a_list_of_the_wrong_type_changes_nothing(
+        redis_url: str, redis_client: "redis.Redis", intent: str, victim: str) -> None:
+    """Each reclaim by intent refuses before it pops when pending or the dead letters are not lists."""
+    redis_client.set(*_LOCK)
+    redis_client.lpush(Q.processing("c1"), b"0|x", b"9|y")
+    _wrong_type(redis_client, getattr(Q, victim))
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        _RECLAIMS[intent](Broker(redis_url))
+    assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"9|y", b"0|x"]
+
+
+@pytest.mark.parametrize("intent", sorted(_RECLAIMS))
+def test_every_reclaim_dead_letters_junk_frames_and_returns_the_rest(
+        redis_url: str, redis_client: "redis.Redis", intent: str) -> None:
+    """Frames another program left (no prefix, a 10-digit or signed prefix, empty, not UTF-8) become dead
+    letters whatever the reclaim; good frames go back to pending; nothing is lost."""
+    junk = [b"", b"no separator", b"|x", b"-1|x", b"1234567890|x", b"1e3|x", b"\xff\xfe|\x00"]
+    good = [b"0|good"]
+    redis_client.set(*_LOCK)
+    redis_client.rpush(Q.processing("c1"), *junk, *good)
+    _RECLAIMS[intent](Broker(redis_url))
+    pending = redis_client.lrange(Q.pending, 0, -1)
+    dead = redis_client.lrange(Q.dead, 0, -1)
+    assert len(pending) == 1 and pending[0].endswith(b"|good")
+    assert sorted(entry.split(b"\n", 1)[1] for entry in dead) == sorted(junk)
+    assert redis_client.llen(Q.processing("c1")) == 0
+
 def test_promote_and_dlq_requeue_into_a_pending_of_the_wrong_type_change_nothing(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """A pending key that is not a list: due delayed frames and requeued dead letters stay where they are."""
