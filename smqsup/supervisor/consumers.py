@@ -141,11 +141,6 @@ class Consumers:
                 c.move(State.RUNNING)
                 log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
 
-    def reported_ready(self, c: Child) -> bool:
-        """Ready by its own slot, whatever our state says (a ready child that is
-        stopping still gets its heartbeats until it exits)."""
-        return self.slots.read(c.slot).ready_us != 0
-
     # --- limits and deadlines --------------------------------------------------------
 
     def check_limits(self) -> None:
