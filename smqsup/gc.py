@@ -116,11 +116,10 @@ class Collector:
         have lapsed everywhere, so wait a heartbeat_timeout before reclaiming.
         With ``queue``: Redis refused this process's heartbeats of that queue
         only (OOM, a key of the wrong type); wait before reclaiming there."""
-        state = self._queues.get(queue) if queue is not None else None
-        if state is not None:
-            state.heartbeats_refused_at = time.monotonic()
-        elif queue is None:
+        if queue is None:
             self._connected_since = None
+        elif queue in self._queues:
+            self._queues[queue].heartbeats_refused_at = time.monotonic()
 
     def tick(self) -> None:
         now = time.monotonic()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 #: Longest text field kept when reading (host names, queue names).
@@ -53,7 +53,9 @@ class ConsumerInfo:
     rate: Optional[float] = None  # messages per second, smoothed over about 10 s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every field is a scalar: a plain copy does (asdict deep-copies each
+        # value, most of the cost of a heartbeat's JSON).
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -311,7 +311,10 @@ class Arbiter:
     # --- systemd -------------------------------------------------------------------------
 
     def _notify(self) -> None:
-        if not self._stopping:
+        # The status line serves systemd's STATUS= and the one "all consumers
+        # ready" line: with no systemd listening, it is not made every tick
+        # once that line is said.
+        if not self._stopping and (self.notifier.enabled or not self._ready_sent):
             line = decide.status_line(self.pool.queues, self.pool.children.values())
             self.notifier.status(line)
             if not self._ready_sent and decide.converged(self.pool.queues, self.pool.children.values()):

@@ -16,6 +16,7 @@ from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo
 from smqsup.logs import Lasting
 from smqsup.supervisor.consumers import Consumers
+from smqsup.supervisor.protocol import SlotView
 from smqsup.supervisor.states import Child, StopReason
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,11 @@ class Heartbeats:
         self._next = now + interval_s
         beats: dict[str, list[tuple[str, ConsumerInfo]]] = {}
         for c in self.pool.children.values():
-            if self.pool.reported_ready(c) and not self.pool.sampler.is_stopped(c.pid):
-                beats.setdefault(c.queue, []).append((c.consumer_id, self._info(c)))
+            # Ready by its own slot, whatever our state says: a ready child
+            # that is stopping still gets its heartbeats until it exits.
+            view = self.pool.slots.read(c.slot)
+            if view.ready_us and not self.pool.sampler.is_stopped(c.pid):
+                beats.setdefault(c.queue, []).append((c.consumer_id, self._info(c, view)))
         try:
             lost, refused = self.broker.heartbeat(beats)
         except BrokerError as exc:
@@ -74,10 +78,9 @@ class Heartbeats:
         for queue in self.pool.queues.keys() - refused.keys():
             self._trouble.clear(("refused", queue), "queue %s: heartbeats accepted again", queue)
 
-    def _info(self, c: Child) -> ConsumerInfo:
+    def _info(self, c: Child, view: SlotView) -> ConsumerInfo:
         """What a child's heartbeat carries: who it is, its resources, and its
-        counters (read from its slot: no Redis call in the child for stats)."""
-        view = self.pool.slots.read(c.slot)
+        counters (``view``, its slot: no Redis call in the child for stats)."""
         now = time.monotonic()
         return ConsumerInfo(
             pid=c.pid, host=self.pool.host, queue=c.queue, index=c.index, supervisor=self.pool.pid,

@@ -141,11 +141,6 @@ class Consumers:
                 c.move(State.RUNNING)
                 log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
 
-    def reported_ready(self, c: Child) -> bool:
-        """Ready by its own slot, whatever our state says (a ready child that is
-        stopping still gets its heartbeats until it exits)."""
-        return self.slots.read(c.slot).ready_us != 0
-
     # --- limits and deadlines --------------------------------------------------------
 
     def check_limits(self) -> None:
@@ -155,11 +150,12 @@ class Consumers:
         sample = now >= self._next_sample
         if sample:
             self._next_sample = now + self.cfg.heartbeat_interval_s
-        for c in list(self.children.values()):
+        for c in self.children.values():  # nothing below adds or removes a child
             q = self.queues.get(c.queue)
             if q is None or c.stopping:
                 continue
-            if decide.over_time(self.slots.read(c.slot).busy_since_us, now_us, q.config.message_timeout_s):
+            timeout_s = q.config.message_timeout_s  # 0 (the default): no limit, no slot to read
+            if timeout_s and decide.over_time(self.slots.read(c.slot).busy_since_us, now_us, timeout_s):
                 c.stopping_for(StopReason.TIMEOUT, None)
                 signal_child(c.pid, signal.SIGKILL)
                 continue
