@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from smqsup.broker import Broker, QueueReading
+from smqsup.broker import Broker, QueueReading, redis_int
 from smqsup.info import ConsumerInfo
 
 #: Points kept per queue: one a second, 15 minutes.
@@ -43,7 +43,7 @@ def sample(broker: Broker, queue: str) -> dict[str, Any]:
     r = readings[queue]
     infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
     point: dict[str, Any] = {"t": now_ms}
-    point.update({name: _int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
+    point.update({name: redis_int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
     point.update({name: r.sizes[name] for name in SIZES}, consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
                  rss=sum(i.rss or 0 for i in infos))
     broker.append_point(queue, json.dumps(point, separators=(",", ":")), SERIES_POINTS)
@@ -104,11 +104,11 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
-        "counters": {c: _int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
+        "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
         "rates": rates(_points(r.recent), window_s),
         "consumers": rows,
         "leader": None if r.leader is None else _text(r.leader),
-        "gc": {_text(f): n for f, v in r.gc.items() if (n := _int(v)) is not None},
+        "gc": {_text(f): n for f, v in r.gc.items() if (n := redis_int(v)) is not None},
         "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in r.slots.items()},
     }
 
@@ -134,13 +134,6 @@ def _json(value: "bytes | str") -> dict[str, Any]:
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _int(value: "bytes | str | None") -> Optional[int]:
-    """A Redis integer (HINCRBY's text), or None for anything else."""
-    text = _text(value or b"").strip()
-    digits = text[1:] if text[:1] == "-" else text
-    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
 
 
 def _number(value: Any) -> Optional[float]:
