@@ -94,7 +94,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
 
 
 def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, Any]:
-    beat_at = {_text(m): at for m, s in r.heartbeats if (at := _number(float(s))) is not None}  # ZADD takes +inf
+    beat_at = {_text(m): at for m, s in r.heartbeats if (at := finite_number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), held in zip(r.consumers.items(), r.held):
         row = {**ConsumerInfo.from_json(info).to_dict(), "id": _text(cid), "processing": held}
@@ -136,7 +136,7 @@ def _json(value: "bytes | str") -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _number(value: Any) -> Optional[float]:
+def finite_number(value: Any) -> Optional[float]:
     """A JSON number that is finite and within 64 bits, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -152,7 +152,7 @@ def _record(value: "bytes | str", numbers: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in _json(value).items():
         if isinstance(item, (int, float)) and not isinstance(item, bool):
-            out[key] = _number(item)
+            out[key] = finite_number(item)
         elif isinstance(item, (str, bool)) or item is None:
             out[key] = None if key in numbers else item
     return out
@@ -163,7 +163,7 @@ def _points(raw: Sequence[bytes]) -> list[dict[str, Any]]:
     number ``t``, each keeping only its fields that are numbers."""
     points = []
     for r in reversed(raw):
-        point = {k: n for k, v in _json(r).items() if (n := _number(v)) is not None}
+        point = {k: n for k, v in _json(r).items() if (n := finite_number(v)) is not None}
         if "t" in point:
             points.append(point)
     return points
