@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from smqsup.errors import MalformedMessage, MessageError
 
@@ -289,14 +289,19 @@ def peek_id(data: bytes) -> Optional[str]:
     return match[1].decode() if match else None
 
 
+#: DeadLetter's message before it is first asked for.
+_UNREAD = object()
+
+
 class DeadLetter:
     """One dead-letter entry: the metadata the scripts wrote (reason, at_ms,
     error type, traceback...) and the frame as it was when it died."""
 
-    __slots__ = ("raw", "meta", "frame")
+    __slots__ = ("raw", "meta", "frame", "_message")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
+        self._message: "Message | None | object" = _UNREAD
         head, sep, rest = raw.partition(b"\n")
         meta: Any = None
         if sep:
@@ -326,11 +331,14 @@ class DeadLetter:
         return at_ms / 1000.0
 
     def message(self) -> Optional[Message]:
-        """The message, or None when its bytes were malformed."""
-        try:
-            return decode(self.frame)
-        except MalformedMessage:
-            return None
+        """The message, or None when its bytes were malformed (decoded once:
+        a listing asks for it and for ``ref``)."""
+        if self._message is _UNREAD:
+            try:
+                self._message = decode(self.frame)
+            except MalformedMessage:
+                self._message = None
+        return cast(Optional[Message], self._message)
 
     @property
     def ref(self) -> str:
