@@ -142,13 +142,15 @@ class EnvelopeWriter:
         except UnicodeEncodeError:
             raise MessageError(f"queue {queue!r}: headers hold a lone surrogate "
                                "(text that is not valid Unicode)") from None
+        #: What a body's errors name: formed once per writer, not once per message.
+        self._body_what = f"queue {queue!r}: message body"
         self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
         self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
     def payload(self, message_id: str, body: Any) -> bytes:
         """The payload bytes of one message; MessageError if the body is not
         JSON-serialisable or the payload exceeds the size limit."""
-        body_json = _encode(body, f"queue {self.queue!r}: message body")
+        body_json = _encode(body, self._body_what)
         try:
             payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
         except UnicodeEncodeError:
