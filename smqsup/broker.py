@@ -34,15 +34,17 @@ def _text(value: "bytes | str") -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
+def redis_int(value: "bytes | str | None") -> Optional[int]:
+    """A Redis integer (HINCRBY's text), or None for anything else: anyone
+    with access may have written anything in a counters hash."""
+    text = (value.decode("utf-8", "replace") if isinstance(value, bytes) else value or "").strip()
+    digits = text[1:] if text[:1] == "-" else text
+    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
+
+
 def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:
     """A hash of counters as ints; a field that holds no integer is left out."""
-    out = {}
-    for field, value in raw.items():
-        try:
-            out[_text(field)] = int(value)
-        except ValueError:
-            continue
-    return out
+    return {_text(field): n for field, value in raw.items() if (n := redis_int(value)) is not None}
 
 
 def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequence[Any]) -> None:

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from smqsup.errors import MalformedMessage, MessageError
 
@@ -142,13 +142,15 @@ class EnvelopeWriter:
         except UnicodeEncodeError:
             raise MessageError(f"queue {queue!r}: headers hold a lone surrogate "
                                "(text that is not valid Unicode)") from None
+        #: What a body's errors name: formed once per writer, not once per message.
+        self._body_what = f"queue {queue!r}: message body"
         self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
         self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
     def payload(self, message_id: str, body: Any) -> bytes:
         """The payload bytes of one message; MessageError if the body is not
         JSON-serialisable or the payload exceeds the size limit."""
-        body_json = _encode(body, f"queue {self.queue!r}: message body")
+        body_json = _encode(body, self._body_what)
         try:
             payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
         except UnicodeEncodeError:
@@ -289,14 +291,19 @@ def peek_id(data: bytes) -> Optional[str]:
     return match[1].decode() if match else None
 
 
+#: DeadLetter's message before it is first asked for.
+_UNREAD = object()
+
+
 class DeadLetter:
     """One dead-letter entry: the metadata the scripts wrote (reason, at_ms,
     error type, traceback...) and the frame as it was when it died."""
 
-    __slots__ = ("raw", "meta", "frame")
+    __slots__ = ("raw", "meta", "frame", "_message")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
+        self._message: "Message | None | object" = _UNREAD
         head, sep, rest = raw.partition(b"\n")
         meta: Any = None
         if sep:
@@ -326,11 +333,14 @@ class DeadLetter:
         return at_ms / 1000.0
 
     def message(self) -> Optional[Message]:
-        """The message, or None when its bytes were malformed."""
-        try:
-            return decode(self.frame)
-        except MalformedMessage:
-            return None
+        """The message, or None when its bytes were malformed (decoded once:
+        a listing asks for it and for ``ref``)."""
+        if self._message is _UNREAD:
+            try:
+                self._message = decode(self.frame)
+            except MalformedMessage:
+                self._message = None
+        return cast(Optional[Message], self._message)
 
     @property
     def ref(self) -> str:

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from smqsup.broker import Broker, QueueReading
+from smqsup.broker import Broker, QueueReading, redis_int
 from smqsup.info import ConsumerInfo
 
 #: Points kept per queue: one a second, 15 minutes.
@@ -43,7 +43,7 @@ def sample(broker: Broker, queue: str) -> dict[str, Any]:
     r = readings[queue]
     infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
     point: dict[str, Any] = {"t": now_ms}
-    point.update({name: _int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
+    point.update({name: redis_int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
     point.update({name: r.sizes[name] for name in SIZES}, consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
                  rss=sum(i.rss or 0 for i in infos))
     broker.append_point(queue, json.dumps(point, separators=(",", ":")), SERIES_POINTS)
@@ -94,7 +94,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
 
 
 def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, Any]:
-    beat_at = {_text(m): at for m, s in r.heartbeats if (at := _number(float(s))) is not None}  # ZADD takes +inf
+    beat_at = {_text(m): at for m, s in r.heartbeats if (at := finite_number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), held in zip(r.consumers.items(), r.held):
         row = {**ConsumerInfo.from_json(info).to_dict(), "id": _text(cid), "processing": held}
@@ -104,11 +104,11 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
-        "counters": {c: _int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
+        "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
         "rates": rates(_points(r.recent), window_s),
         "consumers": rows,
         "leader": None if r.leader is None else _text(r.leader),
-        "gc": {_text(f): n for f, v in r.gc.items() if (n := _int(v)) is not None},
+        "gc": {_text(f): n for f, v in r.gc.items() if (n := redis_int(v)) is not None},
         "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in r.slots.items()},
     }
 
@@ -136,14 +136,7 @@ def _json(value: "bytes | str") -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _int(value: "bytes | str | None") -> Optional[int]:
-    """A Redis integer (HINCRBY's text), or None for anything else."""
-    text = _text(value or b"").strip()
-    digits = text[1:] if text[:1] == "-" else text
-    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
-
-
-def _number(value: Any) -> Optional[float]:
+def finite_number(value: Any) -> Optional[float]:
     """A JSON number that is finite and within 64 bits, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -159,7 +152,7 @@ def _record(value: "bytes | str", numbers: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in _json(value).items():
         if isinstance(item, (int, float)) and not isinstance(item, bool):
-            out[key] = _number(item)
+            out[key] = finite_number(item)
         elif isinstance(item, (str, bool)) or item is None:
             out[key] = None if key in numbers else item
     return out
@@ -170,7 +163,7 @@ def _points(raw: Sequence[bytes]) -> list[dict[str, Any]]:
     number ``t``, each keeping only its fields that are numbers."""
     points = []
     for r in reversed(raw):
-        point = {k: n for k, v in _json(r).items() if (n := _number(v)) is not None}
+        point = {k: n for k, v in _json(r).items() if (n := finite_number(v)) is not None}
         if "t" in point:
             points.append(point)
     return points

@@ -15,20 +15,13 @@ from smqsup.broker import Broker
 _CELL_CHARS = 60
 
 
-def _number(value: Any) -> Optional[float]:
-    """``value`` if it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return float(value) if abs(value) != float("inf") else None
-
-
 def _num(value: Any, digits: int = 1) -> str:
-    number = _number(value)
+    number = stats.finite_number(value)
     return "-" if number is None else f"{number:.{digits}f}"
 
 
 def _mb(value: Any) -> str:
-    number = _number(value)
+    number = stats.finite_number(value)
     return "-" if not number else f"{number / 1048576:.1f}"
 
 
@@ -63,7 +56,7 @@ def render(snap: dict[str, Any]) -> str:
                          _num(c.get("cpu")), _mb(c.get("rss")), _mb(c.get("uss")),
                          f"{_num(c.get('heartbeat_age_s'))}s ago"))
         out.append(_table(crow))
-        restarted = {k: v for k, v in q["slots"].items() if _number(v.get("restarts"))}
+        restarted = {k: v for k, v in q["slots"].items() if stats.finite_number(v.get("restarts"))}
         if restarted:
             out.append("\n".join(f"  {_cell(name)} {_cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
                                  f"last exit: {_cell(v.get('last_exit', '?'))}"
@@ -71,7 +64,7 @@ def render(snap: dict[str, Any]) -> str:
     if snap["producers"]:
         prow = [("producer", "published", "msg/s", "seen")]
         for p in snap["producers"]:
-            seen = _number(p.get("seen_at_ms"))
+            seen = stats.finite_number(p.get("seen_at_ms"))
             age = "-" if seen is None else f"{(snap['t'] - seen) / 1000.0:.0f}s ago"
             prow.append((_cell(p.get("id")), _num(p.get("published"), 0), _num(p.get("rate")), age))
         out.append(_table(prow))

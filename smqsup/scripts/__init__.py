@@ -232,13 +232,19 @@ def _with_lock(keys: list[str], args: list[Any], lock: Optional[Lock]) -> tuple[
     return (keys, args) if lock is None else ([*keys, lock[0]], [*args, lock[1]])
 
 
+def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
+    """KEYS[1..7] of reclaim.lua and reclaim_stale.lua: the consumer's list,
+    pending, dead, counters, the registry, heartbeats and retired."""
+    return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
+            keys.retired]
+
+
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
             batch: int) -> Call[ReclaimResult]:
     """Return up to ``batch`` messages of a consumer that is gone to the
     queue (each one costing an attempt when ``costs_attempt``); unregister it
     once its list is empty. ``reason`` goes with any dead letter."""
-    return Call(_RECLAIM, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers,
-                           keys.heartbeats, keys.retired),
+    return Call(_RECLAIM, _reclaim_keys(keys, consumer_id),
                 (int(costs_attempt), retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id),
                 _reclaim_result)
 
@@ -249,9 +255,8 @@ def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, re
     older than ``stale_after_ms`` (``remaining`` -1 otherwise) and, with
     ``lock``, only if the lock holds its token (NOTLEADER otherwise)."""
     key_list, args = _with_lock(
-        [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-         keys.retired], [retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id, stale_after_ms],
-        lock)
+        _reclaim_keys(keys, consumer_id),
+        [retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id, stale_after_ms], lock)
     return Call(_RECLAIM_STALE, key_list, args, _reclaim_result)
 
 
