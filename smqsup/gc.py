@@ -38,7 +38,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, TypeVar
 
 from smqsup import defaults, stats
@@ -68,8 +68,6 @@ class _QueueGC:
     next_promote: float = 0.0
     next_sample: float = 0.0
     next_retired: float = 0.0
-    reclaimed: int = 0
-    lost: list[str] = field(default_factory=list)
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
 
@@ -214,7 +212,6 @@ class Collector:
                 continue  # it came back between the two scripts
             moved = r.requeued + r.dead_lettered
             self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
-            state.reclaimed += moved
             log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
                         "%d to pending, %d dead-lettered", name, cid, self.cfg.heartbeat_timeout_s, moved,
                         r.requeued, r.dead_lettered)

@@ -106,8 +106,6 @@ class Consumers:
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic())
         self.children[pid] = c
-        q.starts.append(c.started_at)
-        del q.starts[:-20]
         log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
         return c
 

@@ -214,7 +214,6 @@ class QueueState:
     target: int
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     removed: bool = False
-    starts: list[float] = field(default_factory=list)  # monotonic times, for status
     restarts: dict[int, int] = field(default_factory=dict)  # slot index -> unplanned exits
 
     @property
