@@ -238,13 +238,12 @@ class Broker:
                                                   retry_threshold=retry_threshold, reason=reason,
                                                   batch=self.reclaim_batch))
 
-    def return_stopped(self, queue: str, consumer_id: str, *, retry_threshold: int,
-                       reason: str) -> scripts.ReclaimResult:
+    def return_stopped(self, queue: str, consumer_id: str, *, reason: str) -> scripts.ReclaimResult:
         """Return the list of a consumer whose stop was asked for (or that
         re-registers under a new id) to the queue, free of cost; unregister it
         once its list is empty, as reclaim_dead does."""
         return self._drain(queue, scripts.reclaim(self.keys(queue), consumer_id, costs_attempt=False,
-                                                  retry_threshold=retry_threshold, reason=reason,
+                                                  retry_threshold=0, reason=reason,
                                                   batch=self.reclaim_batch))
 
     def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
@@ -257,21 +256,18 @@ class Broker:
                                                         reason=reason, batch=self.reclaim_batch,
                                                         stale_after_ms=stale_after_ms, lock=lock))
 
-    def sweep_retired(self, queue: str, consumer_id: str, *, retry_threshold: int,
-                      lock: scripts.Lock) -> scripts.ReclaimResult:
+    def sweep_retired(self, queue: str, consumer_id: str, *, lock: scripts.Lock) -> scripts.ReclaimResult:
         """Return, free of cost, the messages found in a retired consumer's
         list; the registry is not touched. Raise NotLeader unless the lock
-        holds its token. (``retry_threshold`` plays no part in a free return.)"""
+        holds its token."""
         return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id,
                                                       reason="found in a retired consumer's list",
                                                       batch=self.reclaim_batch, lock=lock))
 
-    def return_held(self, queue: str, consumer_id: str, *, retry_threshold: int,
-                    reason: str) -> scripts.ReclaimResult:
+    def return_held(self, queue: str, consumer_id: str, *, reason: str) -> scripts.ReclaimResult:
         """Return, free of cost, what a supervised consumer still holds as it
         stops on its own; the registry is not touched (its supervisor
-        unregisters it when it reaps it). (``retry_threshold`` plays no part
-        in a free return.)"""
+        unregisters it when it reaps it)."""
         return self._drain(queue, scripts.return_free(self.keys(queue), consumer_id, reason=reason,
                                                       batch=self.reclaim_batch))
 

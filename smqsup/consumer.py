@@ -237,8 +237,7 @@ class Consumer:
         self.start()
         # Anything moved into the old list after the collector emptied it goes
         # back, free: those messages were never handed to a handler.
-        self.broker.return_stopped(self.name, old, retry_threshold=self.queue.retry_threshold,
-                                   reason="consumer re-registered")
+        self.broker.return_stopped(self.name, old, reason="consumer re-registered")
         log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
         return None
 
@@ -399,8 +398,7 @@ class Consumer:
             # that its heartbeat never sees a consumer that merely stopped as
             # one declared dead.
             give_back = self.broker.return_stopped if self._unregister_on_stop else self.broker.return_held
-            r = give_back(self.name, self.consumer_id, retry_threshold=self.queue.retry_threshold,
-                          reason="consumer stopped")
+            r = give_back(self.name, self.consumer_id, reason="consumer stopped")
         except BrokerError as exc:  # unreachable or refusing: the collector reclaims the list later
             log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
             return

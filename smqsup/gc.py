@@ -222,7 +222,7 @@ class Collector:
         it had been declared dead, then died): nobody else watches that list."""
         lock = (state.lock.key, state.lock.token)
         for cid in self.broker.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
-            r = self.broker.sweep_retired(name, cid, retry_threshold=state.queue.retry_threshold, lock=lock)
+            r = self.broker.sweep_retired(name, cid, lock=lock)
             if r.requeued or r.dead_lettered:
                 self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",

@@ -72,7 +72,6 @@ def _run(broker: Broker, consumer: Consumer, qcfg: QueueConfig) -> str:
     try:
         return consumer.run()
     except KeyboardInterrupt:
-        r = broker.return_stopped(qcfg.name, consumer.consumer_id, retry_threshold=qcfg.retry_threshold,
-                                  reason="interrupted")
+        r = broker.return_stopped(qcfg.name, consumer.consumer_id, reason="interrupted")
         log.warning("queue %s: interrupted; %d message(s) returned to pending", qcfg.name, r.requeued)
         return "interrupted"

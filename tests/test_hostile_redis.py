@@ -70,11 +70,11 @@ def test_a_reclaim_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, 
 _LOCK = ("lock", "mine")
 _RECLAIMS: dict[str, Callable[[Broker], object]] = {
     "reclaim_dead": lambda b: b.reclaim_dead("q", "c1", retry_threshold=3, reason="r"),
-    "return_stopped": lambda b: b.return_stopped("q", "c1", retry_threshold=3, reason="r"),
-    "return_held": lambda b: b.return_held("q", "c1", retry_threshold=3, reason="r"),
+    "return_stopped": lambda b: b.return_stopped("q", "c1", reason="r"),
+    "return_held": lambda b: b.return_held("q", "c1", reason="r"),
     "reclaim_stale": lambda b: b.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000,
                                                lock=_LOCK),
-    "sweep_retired": lambda b: b.sweep_retired("q", "c1", retry_threshold=3, lock=_LOCK),
+    "sweep_retired": lambda b: b.sweep_retired("q", "c1", lock=_LOCK),
 }
 
 

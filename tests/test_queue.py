@@ -271,7 +271,7 @@ def test_reclaim_without_cost_keeps_attempts_and_order(redis_url: str, redis_cli
     redis_client.lpush(k.processing("c1"), *frames)  # c is newest
     redis_client.hset(k.consumers, "c1", "{}")
     broker.reclaim_batch = 2
-    r = broker.return_stopped("q", "c1", retry_threshold=0, reason="stopped")
+    r = broker.return_stopped("q", "c1", reason="stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (3, 0, 0)
     # Consumers take from the right: a first.
     assert [redis_client.rpop(k.pending) for _ in range(3)] == frames
@@ -332,7 +332,7 @@ def test_return_stopped_is_free_and_unregisters(redis_url: str, redis_client: re
     """return_stopped keeps attempts as they are and unregisters the consumer."""
     broker = Broker(redis_url, NS)
     k = _held_by_c1(broker, redis_client, b"3|a")
-    r = broker.return_stopped("q", "c1", retry_threshold=3, reason="consumer stopped")
+    r = broker.return_stopped("q", "c1", reason="consumer stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 0, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
     assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
@@ -372,10 +372,10 @@ def test_sweep_retired_is_free_under_the_lock_and_leaves_the_registry_alone(redi
     k = _held_by_c1(broker, redis_client, b"3|a", b"garbage")
     redis_client.set("lock", "other")
     with pytest.raises(NotLeader):
-        broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+        broker.sweep_retired("q", "c1", lock=("lock", "mine"))
     assert redis_client.llen(k.processing("c1")) == 2
     redis_client.set("lock", "mine")
-    r = broker.sweep_retired("q", "c1", retry_threshold=3, lock=("lock", "mine"))
+    r = broker.sweep_retired("q", "c1", lock=("lock", "mine"))
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
     assert message.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
@@ -388,7 +388,7 @@ def test_return_held_is_free_and_leaves_the_registry_alone(redis_url: str, redis
     broker = Broker(redis_url, NS)
     broker.reclaim_batch = 1
     k = _held_by_c1(broker, redis_client, b"2|a", b"0|b")
-    r = broker.return_held("q", "c1", retry_threshold=0, reason="consumer stopped")
+    r = broker.return_held("q", "c1", reason="consumer stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
     assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"2|a", b"0|b"]
     assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None

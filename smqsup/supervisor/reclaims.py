@@ -41,8 +41,7 @@ class Reclaim:
             return broker.reclaim_dead(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
                                        reason=self.reason)
         if self.kind is Kind.STOPPED:
-            return broker.return_stopped(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
-                                         reason=self.reason)
+            return broker.return_stopped(self.queue, self.consumer_id, reason=self.reason)
         return broker.reclaim_stale(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
                                     reason=self.reason, stale_after_ms=self.stale_after_ms)
 
