@@ -36,15 +36,20 @@ _secrets: tuple[str, ...] = ()
 
 # scheme://[user]:password@ as urllib and redis-py read it: the userinfo ends
 # at the LAST '@' before the path ('/', '?', '#'), the user at its first ':';
-# so a password (or a user) may hold a raw '@'.
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#\s]*:)(?P<password>[^/?#\s]*)@")
+# so a password (or a user) may hold a raw '@'. A match is tried only where a
+# run of scheme characters begins (the lookbehind; ``head`` keeps any digits
+# before the scheme's first letter): tried at every letter, a long run such
+# as 'xxxx...' cost time quadratic in its length, on every log line.
+_USERINFO = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9+.-])[0-9+.-]*[A-Za-z][A-Za-z0-9+.-]*://[^:/?#\s]*:)(?P<password>[^/?#\s]*)@")
 _QUERY_SECRET = re.compile(r"(?P<head>[?&](?:[a-z_]*password|token)=)(?P<value>[^&#\s]*)", re.IGNORECASE)
 
 
 def mask_url(url: str) -> str:
     """``url`` with its password (and ``password=``/``token=`` query values) as ``***``."""
-    masked = _USERINFO.sub(lambda m: m["head"] + (_MASK if m["password"] else "") + "@", url)
-    return _QUERY_SECRET.sub(lambda m: m["head"] + _MASK, masked)
+    if "://" in url:  # most log lines hold no url: skip the pattern's scan
+        url = _USERINFO.sub(lambda m: m["head"] + (_MASK if m["password"] else "") + "@", url)
+    return _QUERY_SECRET.sub(lambda m: m["head"] + _MASK, url)
 
 
 def register_secret(secret: str | None) -> None:
