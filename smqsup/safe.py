@@ -1,5 +1,6 @@
 """Making text safe to show: credentials masked, control characters escaped,
 length capped. Every log line, error, page and process title goes through here.
+``shown(value)`` does all three for a text a person reads.
 
 Two kinds of help:
 
@@ -26,6 +27,8 @@ from urllib.parse import unquote
 
 #: Longest untrusted value put in one log line, in characters.
 LOG_VALUE_CHARS = 2000
+#: Longest error text a web client is sent, by default, in characters.
+ERROR_CHARS = 500
 #: Secrets shorter than this are not scrubbed from free text (a one-letter
 #: password would blank out every such letter); mask_url still hides them.
 _SCRUB_MIN_CHARS = 4
@@ -95,3 +98,11 @@ def escape(value: object, limit: int = LOG_VALUE_CHARS) -> str:
     if not text.isprintable():  # the common case costs one scan in C
         text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
     return f"{text}...(+{cut} chars)" if cut > 0 else text
+
+
+def shown(value: object, limit: int = ERROR_CHARS) -> str:
+    """``value`` as one line for a person (an error, a log line, a web
+    reply): secrets masked, as ``escape`` makes it, at most about ``limit``
+    characters. Scrubbed before the cut, so no secret's head survives it, and
+    after a first cut at ``10 * limit``, so that a huge text costs a bounded scrub."""
+    return escape(scrub(escape(value, 10 * limit)), limit)

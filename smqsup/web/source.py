@@ -148,7 +148,7 @@ class Hub:
         try:
             snap = await self.source.call(self.source.snapshot)
         except SmqsupError as exc:
-            return self._failed(safe.escape(safe.scrub(str(exc))))
+            return self._failed(safe.shown(exc, safe.LOG_VALUE_CHARS))
         except Exception as exc:  # noqa: BLE001 - a bug must not stop the feed
             return self._failed(f"internal error ({type(exc).__name__})")
         if self._failing:
