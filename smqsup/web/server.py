@@ -32,10 +32,11 @@ from smqsup import safe, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
+from smqsup.validate import validate_queue_name
 from smqsup.web import metrics
 from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
-from smqsup.web.source import Hub, Source, queue_name
+from smqsup.web.source import Hub, Source
 
 log = logging.getLogger(__name__)
 
@@ -278,8 +279,9 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
 
 
 def _queue(request: web.Request) -> str:
-    """The queue named in the path (ConfigError unless ``queue_name`` accepts it)."""
-    return queue_name(request.match_info["queue"])
+    """The queue named in the path (ConfigError unless it is a valid queue name:
+    never ``.`` or ``..``, which would read as steps of a path)."""
+    return validate_queue_name(request.match_info["queue"], key="queue")
 
 
 def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:

@@ -89,19 +89,9 @@ class Source:
         return deadletters.purge(self.broker, queue, ids)
 
 
-def queue_name(name: str) -> str:
-    """``name`` if it is a queue name the web serves, else ConfigError: what
-    validate_queue_name accepts, but never ``.`` or ``..``, which would read
-    as steps of a path."""
-    name = validate_queue_name(name, key="queue")
-    if name in (".", ".."):
-        raise ConfigError(f"queue: not a queue name, got {name!r}", key="queue")
-    return name
-
-
 def _valid_name(name: str) -> bool:
     try:
-        queue_name(name)
+        validate_queue_name(name)
     except ConfigError:
         return False
     return True
