@@ -23,6 +23,7 @@ from aiohttp import web
 from smqsup import deadletters, safe, stats
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError, SmqsupError
+from smqsup.logs import Lasting
 from smqsup.validate import validate_queue_name
 from smqsup.web.jsonout import dumps
 
@@ -111,7 +112,7 @@ class Hub:
         #: The last message sent (a snapshot or an error), for clients joining.
         self.latest: Optional[str] = None
         self._wake = asyncio.Event()
-        self._failing = False
+        self._trouble = Lasting(log)
 
     def add(self, ws: web.WebSocketResponse) -> None:
         self.clients.add(ws)
@@ -141,16 +142,12 @@ class Hub:
             return self._failed(safe.shown(exc, safe.LOG_VALUE_CHARS))
         except Exception as exc:  # noqa: BLE001 - a bug must not stop the feed
             return self._failed(f"internal error ({type(exc).__name__})")
-        if self._failing:
-            log.info("web: statistics available again")
-        self._failing = False
+        self._trouble.clear("statistics", "web: statistics available again")
         return dumps({"type": "snapshot", "snapshot": snap}, compact=True)
 
     def _failed(self, text: str) -> str:
         """The error message for clients; logged once per failing stretch."""
-        if not self._failing:
-            log.warning("web: statistics unavailable: %s", text)
-        self._failing = True
+        self._trouble.report("statistics", "", "web: statistics unavailable: %s", text)
         return dumps({"type": "error", "error": text})
 
     async def _send(self, ws: web.WebSocketResponse, text: str) -> None:
