@@ -157,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SmqsupError as exc:
         # One line per problem, secrets masked, nothing a terminal would obey.
         lines = str(exc).splitlines() or [type(exc).__name__]
-        print("\n".join(f"Error: {safe.scrub(safe.escape(line))}" for line in lines), file=sys.stderr)
+        print("\n".join(f"Error: {safe.shown(line, safe.LOG_VALUE_CHARS)}" for line in lines), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

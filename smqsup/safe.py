@@ -1,5 +1,6 @@
 """Making text safe to show: credentials masked, control characters escaped,
 length capped. Every log line, error, page and process title goes through here.
+``shown(value)`` does all three for a text a person reads.
 
 Two kinds of help:
 
@@ -26,6 +27,8 @@ from urllib.parse import unquote
 
 #: Longest untrusted value put in one log line, in characters.
 LOG_VALUE_CHARS = 2000
+#: Longest error text a web client is sent, by default, in characters.
+ERROR_CHARS = 500
 #: Secrets shorter than this are not scrubbed from free text (a one-letter
 #: password would blank out every such letter); mask_url still hides them.
 _SCRUB_MIN_CHARS = 4
@@ -36,15 +39,20 @@ _secrets: tuple[str, ...] = ()
 
 # scheme://[user]:password@ as urllib and redis-py read it: the userinfo ends
 # at the LAST '@' before the path ('/', '?', '#'), the user at its first ':';
-# so a password (or a user) may hold a raw '@'.
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#\s]*:)(?P<password>[^/?#\s]*)@")
+# so a password (or a user) may hold a raw '@'. A match is tried only where a
+# run of scheme characters begins (the lookbehind; ``head`` keeps any digits
+# before the scheme's first letter): tried at every letter, a long run such
+# as 'xxxx...' cost time quadratic in its length, on every log line.
+_USERINFO = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9+.-])[0-9+.-]*[A-Za-z][A-Za-z0-9+.-]*://[^:/?#\s]*:)(?P<password>[^/?#\s]*)@")
 _QUERY_SECRET = re.compile(r"(?P<head>[?&](?:[a-z_]*password|token)=)(?P<value>[^&#\s]*)", re.IGNORECASE)
 
 
 def mask_url(url: str) -> str:
     """``url`` with its password (and ``password=``/``token=`` query values) as ``***``."""
-    masked = _USERINFO.sub(lambda m: m["head"] + (_MASK if m["password"] else "") + "@", url)
-    return _QUERY_SECRET.sub(lambda m: m["head"] + _MASK, masked)
+    if "://" in url:  # most log lines hold no url: skip the pattern's scan
+        url = _USERINFO.sub(lambda m: m["head"] + (_MASK if m["password"] else "") + "@", url)
+    return _QUERY_SECRET.sub(lambda m: m["head"] + _MASK, url)
 
 
 def register_secret(secret: str | None) -> None:
@@ -90,3 +98,11 @@ def escape(value: object, limit: int = LOG_VALUE_CHARS) -> str:
     if not text.isprintable():  # the common case costs one scan in C
         text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
     return f"{text}...(+{cut} chars)" if cut > 0 else text
+
+
+def shown(value: object, limit: int = ERROR_CHARS) -> str:
+    """``value`` as one line for a person (an error, a log line, a web
+    reply): secrets masked, as ``escape`` makes it, at most about ``limit``
+    characters. Scrubbed before the cut, so no secret's head survives it, and
+    after a first cut at ``10 * limit``, so that a huge text costs a bounded scrub."""
+    return escape(scrub(escape(value, 10 * limit)), limit)

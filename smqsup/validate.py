@@ -350,6 +350,10 @@ def redis_url(value: object, key: str, path: str) -> str:
             raise error("invalid port in url", shown, path=path, key=key)
         if not parts.hostname:
             raise error("the url has no host", shown, path=path, key=key)
+        try:  # as connecting does first: else a UnicodeError there, not a connection error
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            raise error("invalid host name in url", shown, path=path, key=key) from None
     if parts.scheme == "sentinel" and not parts.netloc:
         raise error("a sentinel:// url needs the sentinels' host:port", shown, path=path, key=key)
     return url
@@ -386,6 +390,14 @@ def parse_listen(value: object, key: str = "web.listen", path: str = "", *,
             ipaddress.IPv6Address(host)
         except ValueError:
             raise error("invalid IPv6 address", value, path=path, key=key) from None
+    else:
+        # What binding does first: a name IDNA cannot encode (a label over 63
+        # characters, an empty one, a lone surrogate from undecodable argv
+        # bytes) would fail there with a UnicodeError, not an OSError.
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            raise error("invalid host name", value, path=path, key=key) from None
     if not lowest <= port <= 65535:
         raise error(f"expected a port from {lowest} to 65535", value, path=path, key=key)
     return host, port

@@ -224,3 +224,56 @@ def test_from_config_of_a_fifo_does_not_hang(fifo: Path) -> None:
     code = f"from smqsup.producer import Producer\nProducer.from_config({str(fifo)!r})"
     r = subprocess.run([sys.executable, "-c", code], env=procs.env(), capture_output=True, text=True, timeout=20)
     assert "ConfigError" in r.stderr and "not a regular file" in r.stderr, r.stderr
+
+
+# --- the listen address, the token file, the url from the environment -------------------------
+
+
+@pytest.mark.parametrize("listen, problem", [
+    ("\udcff:8087", "invalid host name"),  # bytes that are not UTF-8 on the command line
+    ("a" * 300 + ":8087", "invalid host name"),  # a label IDNA refuses (over 63 characters)
+    ("a..b:8087", "invalid host name"),
+    ("x" * 100_000 + ":8087", "invalid host name"),
+    ("localhost:" + "9" * 5000, "expected host:port"),
+    ("localhost:99999", "expected a port from 0 to 65535"),
+    ("localhost:-1", "expected host:port"),
+    ("localhost:nan", "expected host:port"),
+    ("[::1:8087", "expected host:port"),
+    ("localhost", "expected host:port"),
+    ("", "empty string"),
+])
+def test_a_hostile_listen_address_is_one_line(listen: str, problem: str) -> None:
+    """web --listen undecodable, too long, out of range, NaN or empty: one line, exit 2, nothing bound."""
+    r = procs.run("web", "--url", "redis://127.0.0.1:1", "--listen", listen, timeout=20)
+    _one_line_error(r, problem)
+    assert len(r.stderr) < 400, r.stderr
+
+
+def test_a_hostile_token_file_is_one_line(tmp_path: Path) -> None:
+    """--token-file that is a directory, an undecodable name, a huge line or a lone surrogate: one line each."""
+    long_line, huge, surrogate = tmp_path / "long", tmp_path / "huge", tmp_path / "surrogate"
+    long_line.write_text("t" * 5000 + "\n")
+    huge.write_bytes(b"x" * 10_000_000)  # no newline at all
+    surrogate.write_bytes(b"tok\xed\xa0\x80en\n")  # U+D800 encoded as if it were UTF-8
+    for path, problem in ((str(tmp_path), "cannot read it"), (str(tmp_path / "\udcff"), "cannot read it"),
+                          (str(long_line), "longer than 4096"), (str(huge), "longer than 4096"),
+                          (str(surrogate), "not UTF-8")):
+        r = procs.run("web", "--url", "redis://127.0.0.1:1", "--listen", "127.0.0.1:0", "--token-file", path,
+                      timeout=20)
+        _one_line_error(r, "--token-file", problem)
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("", "-c FILE is required"),
+    ("redis://" + "h" * 300 + ":1/0", "invalid host name in url"),
+    ("redis://\udcff:1/0", "invalid host name in url"),
+    ("redis://127.0.0.1:" + "9" * 5000 + "/0", "invalid port in url"),
+    ("redis://127.0.0.1:-1/0", "invalid port in url"),
+    ("redis://127.0.0.1:nan/0", "invalid port in url"),
+    ("x" * 100_000, "unsupported url scheme"),
+])
+def test_a_hostile_url_from_the_environment_is_one_line(value: str, problem: str) -> None:
+    """$SMQSUP_REDIS_URL empty, undecodable, with a host IDNA refuses, a NaN or huge port, or very long: one line."""
+    r = procs.run("status", env=procs.env(SMQSUP_REDIS_URL=value), timeout=30)
+    _one_line_error(r, problem)
+    assert len(r.stderr) < 400, r.stderr

@@ -372,3 +372,30 @@ def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
     assert _messages(caplog) == [
         "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
     assert _take_every_slot(arbiter) == MAX_SLOTS
+
+
+# --- web.listen ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("listen, problem", [
+    ("'" + "a" * 300 + ":8087'", "invalid host name"),
+    ("'" + "x" * 100_000 + ":8087'", "invalid host name"),
+    ('"\\ud800:8087"', "not UTF-8 text"),
+    ("${SMQSUP_HOSTILE_LISTEN}", "not UTF-8 text"),  # undecodable bytes from the environment
+    ("'localhost:" + "9" * 5000 + "'", "expected host:port"),
+    ("'localhost:-1'", "expected host:port"),
+    ("'localhost:.nan'", "expected host:port"),
+    ("'localhost:0'", "expected a port from 1 to 65535"),
+    ("''", "expected host:port"),
+    ("", "a value is required"),
+    ("[1, 2]", "expected host:port"),
+])
+def test_a_hostile_web_listen_is_one_line(listen: str, problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """web.listen undecodable, too long, out of range, NaN, empty or not a string: one short ConfigError line."""
+    monkeypatch.setenv("SMQSUP_HOSTILE_LISTEN", "\udcff:8087")
+    text = f"queues:\n  q:\n    handler: m:f\nweb:\n  listen: {listen}\n  token: t\n"
+    with pytest.raises(ConfigError) as caught:
+        config.loads(text, "queues.yaml")
+    message = str(caught.value)
+    assert message.startswith("queues.yaml: web.listen: ") and problem in message, message
+    assert message.isprintable() and len(message) < 300, message

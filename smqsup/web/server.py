@@ -32,10 +32,11 @@ from smqsup import safe, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
+from smqsup.validate import validate_queue_name
 from smqsup.web import metrics
 from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
-from smqsup.web.source import Hub, Source, queue_name
+from smqsup.web.source import Hub, Source
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class _OneLine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         text = record.getMessage() if exc is None else f"{record.getMessage()}: {type(exc).__name__}: {exc}"
-        record.msg, record.args = "%s", (_shown(text),)
+        record.msg, record.args = "%s", (safe.shown(text),)
         record.exc_info, record.exc_text, record.stack_info = None, None, None
         if isinstance(exc, HttpProcessingError):
             record.levelno, record.levelname = logging.INFO, "INFO"
@@ -168,12 +169,6 @@ async def _close_clients(app: web.Application) -> None:
     await app[_HUB].close_all()
 
 
-def _shown(value: object, limit: int = 500) -> str:
-    """``value`` as one line for a log or an error text: secrets masked,
-    control characters escaped, about ``limit`` characters at most."""
-    return safe.escape(safe.scrub(safe.escape(value, 10 * limit)), limit)
-
-
 @web.middleware
 async def _last_resort(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Outermost: any exception nothing else handled becomes a 500
@@ -193,8 +188,8 @@ def _log_internal(request: web.Request, exc: BaseException) -> None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else "?"
-    log.error("web: %s %s: internal error, %s at %s: %s", _shown(request.method, 20),
-              _shown(request.path, 200), type(exc).__name__, where, _shown(exc))
+    log.error("web: %s %s: internal error, %s at %s: %s", safe.shown(request.method, 20),
+              safe.shown(request.path, 200), type(exc).__name__, where, safe.shown(exc))
 
 
 @web.middleware
@@ -204,10 +199,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ConfigError as exc:
-        return error(400, _shown(exc))
+        return error(400, safe.shown(exc))
     except BrokerError as exc:
-        log.warning("web: %s %s failed: %s", request.method, _shown(request.path, 200), _shown(exc))
-        return error(503, _shown(exc))
+        log.warning("web: %s %s failed: %s", request.method, safe.shown(request.path, 200), safe.shown(exc))
+        return error(503, safe.shown(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -267,7 +262,7 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
             history = await source.call(source.histories, HISTORY_S)
             await ws.send_str(dumps({"type": "history", "window_s": HISTORY_S, "queues": history}))
         except BrokerError as exc:
-            await ws.send_str(dumps({"type": "error", "error": _shown(exc)}))
+            await ws.send_str(dumps({"type": "error", "error": safe.shown(exc)}))
         if hub.latest is not None:
             await ws.send_str(hub.latest)
     except ConnectionError:  # the client left before its first messages
@@ -284,8 +279,9 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
 
 
 def _queue(request: web.Request) -> str:
-    """The queue named in the path (ConfigError unless ``queue_name`` accepts it)."""
-    return queue_name(request.match_info["queue"])
+    """The queue named in the path (ConfigError unless it is a valid queue name:
+    never ``.`` or ``..``, which would read as steps of a path)."""
+    return validate_queue_name(request.match_info["queue"], key="queue")
 
 
 def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:
@@ -361,7 +357,7 @@ async def _dead_letter_action(request: web.Request, done: str,
     source = request.app[_SOURCE]
     n = await source.call(action, queue, ids)
     chosen = "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n, _shown(chosen, 300), request.remote)
+    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n, safe.shown(chosen, 300), request.remote)
     return response({"queue": queue, done: n})
 
 

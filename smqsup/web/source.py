@@ -23,6 +23,7 @@ from aiohttp import web
 from smqsup import deadletters, safe, stats
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError, SmqsupError
+from smqsup.logs import Lasting
 from smqsup.validate import validate_queue_name
 from smqsup.web.jsonout import dumps
 
@@ -89,19 +90,9 @@ class Source:
         return deadletters.purge(self.broker, queue, ids)
 
 
-def queue_name(name: str) -> str:
-    """``name`` if it is a queue name the web serves, else ConfigError: what
-    validate_queue_name accepts, but never ``.`` or ``..``, which would read
-    as steps of a path."""
-    name = validate_queue_name(name, key="queue")
-    if name in (".", ".."):
-        raise ConfigError(f"queue: not a queue name, got {name!r}", key="queue")
-    return name
-
-
 def _valid_name(name: str) -> bool:
     try:
-        queue_name(name)
+        validate_queue_name(name)
     except ConfigError:
         return False
     return True
@@ -121,7 +112,7 @@ class Hub:
         #: The last message sent (a snapshot or an error), for clients joining.
         self.latest: Optional[str] = None
         self._wake = asyncio.Event()
-        self._failing = False
+        self._trouble = Lasting(log)
 
     def add(self, ws: web.WebSocketResponse) -> None:
         self.clients.add(ws)
@@ -148,19 +139,15 @@ class Hub:
         try:
             snap = await self.source.call(self.source.snapshot)
         except SmqsupError as exc:
-            return self._failed(safe.escape(safe.scrub(str(exc))))
+            return self._failed(safe.shown(exc, safe.LOG_VALUE_CHARS))
         except Exception as exc:  # noqa: BLE001 - a bug must not stop the feed
             return self._failed(f"internal error ({type(exc).__name__})")
-        if self._failing:
-            log.info("web: statistics available again")
-        self._failing = False
+        self._trouble.clear("statistics", "web: statistics available again")
         return dumps({"type": "snapshot", "snapshot": snap}, compact=True)
 
     def _failed(self, text: str) -> str:
         """The error message for clients; logged once per failing stretch."""
-        if not self._failing:
-            log.warning("web: statistics unavailable: %s", text)
-        self._failing = True
+        self._trouble.report("statistics", "", "web: statistics unavailable: %s", text)
         return dumps({"type": "error", "error": text})
 
     async def _send(self, ws: web.WebSocketResponse, text: str) -> None:
