@@ -152,7 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = args.command or ("run" if args.config else None)
         if command is None:
             raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
-        _title(_command_title(args, command))
+        safe.set_title(_command_title(args, command))
         return _COMMANDS[command](args)
     except SmqsupError as exc:
         # One line per problem, secrets masked, nothing a terminal would obey.
@@ -172,15 +172,6 @@ def _command_title(args: argparse.Namespace, command: str) -> str:
     where = f" -c {safe.escape(args.config, 200)}" if getattr(args, "config", None) else ""
     queue = f" {safe.escape(args.queue, 200)}" if getattr(args, "queue", None) else ""
     return f"smqsup: {command}{queue}{where}"
-
-
-def _title(title: str) -> None:
-    """Set the process title ``ps`` shows in place of the command line."""
-    try:
-        from setproctitle import setproctitle
-    except ImportError:
-        return
-    setproctitle(title)
 
 
 def _config(args: argparse.Namespace) -> config_mod.Config:
@@ -294,7 +285,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     from smqsup.web import serve
 
     def ready(address: str) -> None:
-        _title(f"smqsup: web {safe.escape(address, 100)}")
+        safe.set_title(f"smqsup: web {safe.escape(address, 100)}")
         print(f"smqsup web: listening on http://{address}/", flush=True)
 
     serve(replace(cfg, web=web), url, ready=ready)

@@ -106,3 +106,14 @@ def shown(value: object, limit: int = ERROR_CHARS) -> str:
     characters. Scrubbed before the cut, so no secret's head survives it, and
     after a first cut at ``10 * limit``, so that a huge text costs a bounded scrub."""
     return escape(scrub(escape(value, 10 * limit)), limit)
+
+
+def set_title(title: str) -> None:
+    """Set the process title ``ps`` shows in place of the command line (left
+    alone where setproctitle is missing). ``title`` must already be safe to
+    show: a queue name, a config path, never a url or a token."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    setproctitle(title)

@@ -99,7 +99,7 @@ class Arbiter:
 
     def run(self) -> int:
         self._install_signals()
-        _set_title(f"smqsup: supervisor -c {self.cfg.path}")
+        safe.set_title(f"smqsup: supervisor -c {self.cfg.path}")
         self._check_redis()
         self._preload()
         log.info("supervisor %d started: %s (%d consumer(s)), Redis %s", self.pid, self.cfg.path,
@@ -325,11 +325,3 @@ class Arbiter:
         if interval is not None and time.monotonic() >= self._next_watchdog:
             self._next_watchdog = time.monotonic() + interval
             self.notifier.watchdog()
-
-
-def _set_title(title: str) -> None:
-    try:
-        from setproctitle import setproctitle
-    except ImportError:
-        return
-    setproctitle(title)

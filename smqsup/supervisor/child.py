@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import NoReturn, Optional
 
-from smqsup import defaults
+from smqsup import defaults, safe
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer, fetch_block_s
@@ -140,12 +140,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
         if os.getppid() != parent_pid:
             os._exit(EXIT_OK)
         systemd.unset_environment(os.environ)
-        try:
-            from setproctitle import setproctitle
-
-            setproctitle(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
-        except ImportError:
-            pass
+        safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
         from smqsup.web.server import serve
 
         serve(cfg, url)
@@ -197,12 +192,6 @@ class _SlotReport:
         self.consumer: Optional[Consumer] = None
         self._next_title = 0.0
         self._busy = False
-        try:
-            from setproctitle import setproctitle
-
-            self._set: Optional[Callable[[str], None]] = setproctitle
-        except ImportError:
-            self._set = None
         self.update()
 
     def ready(self) -> None:
@@ -227,8 +216,6 @@ class _SlotReport:
             self.update()
 
     def update(self) -> None:
-        if self._set is None:
-            return
         n = self.consumer.stats.received if self.consumer else 0
         state = "busy" if self._busy else ("idle" if self.consumer else "starting")
-        self._set(f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]")
+        safe.set_title(f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]")
