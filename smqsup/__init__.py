@@ -59,7 +59,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Producer", "Message", "__version__"]
+__all__ = ["Producer", "Message", "Reject", "Retry", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -72,4 +72,8 @@ def __getattr__(name: str) -> Any:
         from smqsup.message import Message
 
         return Message
+    if name in ("Reject", "Retry"):
+        from smqsup import verdicts
+
+        return getattr(verdicts, name)
     raise AttributeError(name)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, cast
 
 import redis.exceptions as rexc
@@ -19,6 +19,7 @@ from smqsup.errors import BrokerError, PushRefused
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, producers_hash, queues_set
 from smqsup.logs import warn_once
+from smqsup.readings import ask_sizes, ms_of, sizes_of
 
 log = logging.getLogger(__name__)
 
@@ -47,71 +48,14 @@ def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:
     return {_text(field): n for field, value in raw.items() if (n := redis_int(value)) is not None}
 
 
-def _check_queued(queue: str, chunks: Sequence[Sequence[bytes]], replies: Sequence[Any]) -> None:
+def _check_queued(queue: str, sizes: Sequence[int], replies: Sequence[Any]) -> None:
     """Raise PushRefused, saying which messages were queued, if Redis refused
-    any of the publish calls (one reply per chunk)."""
-    queued = [not isinstance(reply, Exception) for reply, chunk in zip(replies, chunks) for _ in chunk]
+    any of the publish calls (one reply per call of ``sizes`` messages)."""
+    queued = [not isinstance(reply, Exception) for reply, n in zip(replies, sizes) for _ in range(n)]
     refusal = next((reply for reply in replies if isinstance(reply, Exception)), None)
     if refusal is not None:
         raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
                           f"message(s): {refusal}", queued)
-
-
-def _ms(time_reply: Sequence[Any]) -> int:
-    """TIME's (seconds, microseconds) as whole ms."""
-    secs, usecs = time_reply
-    return int(secs) * 1000 + int(usecs) // 1000
-
-
-@dataclass(frozen=True)
-class QueueReading:
-    """One queue as the statistics read it: sizes counted, the rest as stored
-    (anyone with access may write anything there: stats.py trusts none of it)."""
-
-    sizes: dict[str, int]  # pending, processing, delayed, dead
-    held: list[int]  # the processing list length of each registered consumer, in the order of ``consumers``
-    counters: dict[bytes, bytes]
-    consumers: dict[bytes, bytes]  # consumer id -> what its last heartbeat said (JSON)
-    heartbeats: list[tuple[bytes, float]]  # consumer id, ms (Redis clock)
-    leader: Optional[bytes]  # the collector lock's token
-    gc: dict[bytes, bytes]  # collector facts
-    slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
-    recent: list[bytes]  # the latest history points (JSON), newest first
-
-
-def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
-    """Queue the three size reads (pending, delayed, dead) for _sizes: every size reader goes here."""
-    pipe.llen(k.pending)
-    pipe.zcard(k.delayed)
-    pipe.llen(k.dead)
-
-
-def _sizes(replies: Sequence[Any]) -> dict[str, int]:
-    pending, delayed, dead = replies
-    return {"pending": int(pending), "delayed": int(delayed), "dead": int(dead)}
-
-
-def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
-    """Queue the reads of a QueueReading but its consumers' list lengths
-    (nine replies, ten with ``recent`` points, read by _reading)."""
-    _ask_sizes(pipe, k)
-    for key in (k.counters, k.consumers):
-        pipe.hgetall(key)
-    pipe.zrange(k.heartbeats, 0, -1, withscores=True)
-    pipe.get(k.gc_lock)
-    for key in (k.gc, k.slots):
-        pipe.hgetall(key)
-    if recent > 0:
-        pipe.lrange(k.series, 0, recent - 1)
-
-
-def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
-    """A QueueReading from _ask_reading's replies, its consumers' list
-    lengths taken from ``held`` in the order of its consumers."""
-    counters, consumers, beats, leader, gc, slots, *recent = replies[3:]
-    lengths = [int(next(held)) for _ in consumers]
-    return QueueReading({**_sizes(replies[:3]), "processing": sum(lengths)}, lengths, counters, consumers, beats,
-                        leader, gc, slots, recent[0] if recent else [])
 
 
 class Broker:
@@ -167,28 +111,9 @@ class Broker:
         if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
             self._push_alone(queue, frames)
             return
-        batch = scripts.Batch(self.client)
-        # What each call that does not queue messages is, for the log.
-        bookkeeping: dict[int, str] = {}
-        if register:
-            bookkeeping[len(batch)] = "queue registry"
-            batch.command("SADD", queues_set(self.namespace), queue)
-        first_chunk = len(batch)
         chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
-        for chunk in chunks:
-            batch.add(scripts.publish(self.keys(queue), chunk, self.stats))
-        if producer is not None:
-            bookkeeping[len(batch)] = "producer statistics"
-            batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
-        with wrapped(f"publish to {queue!r}"):
-            results = send(self.client, batch)
-        _check_queued(queue, chunks, results[first_chunk:first_chunk + len(chunks)])
-        # The messages are queued: a refused registry entry or statistics flush
-        # (OOM, an ACL NOPERM) must not turn that into an error.
-        for i, what in bookkeeping.items():
-            if isinstance(results[i], Exception):
-                warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
-                          "(said once; later refusals at debug level): %s", queue, what, results[i])
+        self._publish([scripts.publish(self.keys(queue), chunk, self.stats) for chunk in chunks],
+                      [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
 
     def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
         """push() of one chunk and nothing else: one script call on the held connection."""
@@ -198,6 +123,49 @@ class Broker:
             except rexc.ResponseError as exc:  # refused before it wrote anything
                 raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
 
+    def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
+                  *, register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
+        """Publish (id, payload, dedup key or None) items with ``options``
+        (publish_options.lua, up to PUBLISH_CHUNK items a call) in one round
+        trip, with the registry and statistics as push() sends them. Per
+        item: (its id, True) when queued, (the id holding its dedup key,
+        False) when not. Raises PushRefused and BrokerConnectionError as
+        push() does."""
+        chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
+        replies = self._publish([scripts.publish_options(self.keys(queue), chunk, options, self.stats)
+                                 for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+                                register=register, producer=producer)
+        return [pair for reply in replies for pair in reply]
+
+    def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *, register: bool,
+                 producer: Optional[tuple[str, str]]) -> list[Any]:
+        """Send publish script ``calls`` (of ``sizes`` messages) in one round
+        trip with the registry and statistics push() describes; their replies.
+        PushRefused if Redis refused any call, saying which messages were queued."""
+        batch = scripts.Batch(self.client)
+        # What each call that does not queue messages is, for the log.
+        bookkeeping: dict[int, str] = {}
+        if register:
+            bookkeeping[len(batch)] = "queue registry"
+            batch.command("SADD", queues_set(self.namespace), queue)
+        first = len(batch)
+        for call in calls:
+            batch.add(call)
+        if producer is not None:
+            bookkeeping[len(batch)] = "producer statistics"
+            batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
+        with wrapped(f"publish to {queue!r}"):
+            results = send(self.client, batch)
+        replies = results[first:first + len(calls)]
+        _check_queued(queue, sizes, replies)
+        # The messages are queued: a refused registry entry or statistics flush
+        # (OOM, an ACL NOPERM) must not turn that into an error.
+        for i, what in bookkeeping.items():
+            if isinstance(results[i], Exception):
+                warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                          "(said once; later refusals at debug level): %s", queue, what, results[i])
+        return replies
+
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
         with wrapped("producer statistics"):
@@ -205,19 +173,35 @@ class Broker:
 
     # --- consuming -----------------------------------------------------------
 
-    def fetch(self, queue: str, consumer_id: str, block_s: float) -> Optional[bytes]:
-        """BLMOVE the oldest pending frame into the consumer's list; None on timeout."""
+    def fetch(self, queue: str, consumer_id: str, block_s: float) -> tuple[Optional[bytes], bool]:
+        """BLMOVE the oldest pending frame into the consumer's list (None on
+        timeout), and whether the queue was paused right after (same round
+        trip: the flag is read after the move, so a frame taken after a
+        pause is known as such; Consumer hands it back with screen())."""
         k = self.keys(queue)
         with wrapped(f"fetch from {queue!r}"):
             try:
-                frame = self._hot.execute("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s)
+                frame, paused = self._hot.execute_many(
+                    ("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s), ("EXISTS", k.paused))
             except rexc.ResponseError as exc:
                 if "unknown command" not in str(exc).lower():
                     raise
                 # INFO may have been refused at start, so nobody has checked the version.
                 raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({exc}): smqsup needs "
                                   f"Redis >= 6.2") from exc
-        return cast(Optional[bytes], frame)
+        return cast(Optional[bytes], frame), bool(paused)
+
+    def take(self, queue: str, consumer_id: str) -> scripts.TakeResult:
+        """Take the next ready frame (priorities first) without blocking,
+        checking the consumer's registration and the paused flag."""
+        with wrapped(f"fetch from {queue!r}"):
+            return scripts.take(self.keys(queue), consumer_id).run(self._hot)
+
+    def screen(self, queue: str, consumer_id: str, frame: bytes) -> int:
+        """scripts.HANDLE, GIVEN_BACK (paused), EXPIRED or GONE for a frame
+        fetch() just moved into the consumer's list."""
+        with wrapped(f"fetch from {queue!r}"):
+            return scripts.screen(self.keys(queue), consumer_id, frame).run(self._hot)
 
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
@@ -387,7 +371,7 @@ class Broker:
         clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            now_ms = _ms(self.client.time())
+            now_ms = ms_of(self.client.time())
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
             pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
@@ -407,33 +391,33 @@ class Broker:
             raw = self.client.hgetall(self.keys(queue).consumers)
         return {_text(k): ConsumerInfo.from_json(v) for k, v in raw.items()}
 
+    # --- pausing --------------------------------------------------------------
+
+    def pause(self, queue: str, by: str) -> bool:
+        """Pause the queue (its consumers on every host take nothing until
+        resume()); True if it was not paused. The flag lives in Redis, so it
+        outlasts every supervisor's restart."""
+        k = self.keys(queue)
+        with wrapped(f"pause {queue!r}"):
+            now_ms = ms_of(self.client.time())
+            info = json.dumps({"at_ms": now_ms, "by": by}, separators=(",", ":"))
+            return bool(self.client.set(k.paused, info, nx=True))
+
+    def resume(self, queue: str) -> bool:
+        """Let the queue's consumers take messages again; True if it was paused."""
+        with wrapped(f"resume {queue!r}"):
+            return bool(self.client.delete(self.keys(queue).paused))
+
     # --- inspecting ----------------------------------------------------------
 
     def sizes(self, queue: str) -> dict[str, int]:
-        """Pending, delayed and dead-letter counts of the queue, one round trip."""
+        """Pending (ready, of any priority), scheduled, delayed (retries
+        waiting) and dead-letter counts of the queue, and ``paused`` (1 or
+        0), one round trip."""
         with wrapped(f"sizes of {queue!r}"):
             pipe = self.client.pipeline(transaction=False)
-            _ask_sizes(pipe, self.keys(queue))
-            return _sizes(pipe.execute())
-
-    def read_queues(self, queues: Sequence[str], *, recent: int = 0) -> tuple[int, dict[str, QueueReading]]:
-        """The Redis clock (ms) and, for each queue, what the statistics read
-        of it, with its ``recent`` latest history points: all queues in two
-        round trips (the second reads the registered consumers' lists)."""
-        asked = 9 + (recent > 0)
-        with wrapped("read queue statistics"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            for queue in queues:
-                _ask_reading(pipe, self.keys(queue), recent)
-            now, *replies = pipe.execute()
-            per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
-            pipe = self.client.pipeline(transaction=False)
-            for queue, r in zip(queues, per_queue):
-                for cid in r[4]:
-                    pipe.llen(self.keys(queue).processing(cid.decode("utf-8", "replace")))
-            held = iter(pipe.execute())
-        return _ms(now), {queue: _reading(r, held) for queue, r in zip(queues, per_queue)}
+            ask_sizes(pipe, self.keys(queue))
+            return sizes_of(pipe.execute())
 
     def append_point(self, queue: str, point: str, keep: int) -> None:
         """Add one point (JSON) to the queue's history, keeping the ``keep`` latest."""
@@ -477,21 +461,42 @@ class Broker:
         with wrapped(f"requeue dead letters of {queue!r}"):
             return scripts.dlq_requeue(self.keys(queue), entries).run(self.client)
 
-    def dlq_remove(self, queue: str, entries: Sequence[bytes]) -> int:
-        """Delete the given dead-letter entries; returns how many were there."""
+    def dlq_delete(self, queue: str, entries: Sequence[tuple[bytes, str, Optional[str]]],
+                   dead_key: Optional[str] = None) -> int:
+        """Delete (entry, message id, dedup key or None) dead letters from the
+        queue's dead-letter list (or ``dead_key``, a list set aside by
+        dlq_set_aside), freeing the dedup keys that still name their
+        messages; returns how many entries were there."""
         k = self.keys(queue)
         with wrapped(f"purge dead letters of {queue!r}"):
-            pipe = self.client.pipeline(transaction=True)
-            for e in entries:
-                pipe.lrem(k.dead, 1, e)  # type: ignore[arg-type]
-            return sum(int(n) for n in pipe.execute())
+            return sum(scripts.dlq_purge(k, dead_key or k.dead, entries[i:i + PUBLISH_CHUNK]).run(self.client)
+                       for i in range(0, len(entries), PUBLISH_CHUNK))
 
-    def dlq_purge(self, queue: str) -> int:
-        """Delete the whole dead-letter list; returns how many entries it held."""
+    def dlq_set_aside(self, queue: str) -> tuple[str, int]:
+        """Move the whole dead-letter list, atomically, to a new key of its
+        own (expiring in an hour, in case the caller dies before deleting it)
+        and return that key and how many entries it holds: a whole purge
+        reads it at leisure while new dead letters start a new list, and no
+        entry it holds can be requeued meanwhile."""
         k = self.keys(queue)
+        aside = f"{k.dead}:purging:{os.urandom(6).hex()}"
         with wrapped(f"purge dead letters of {queue!r}"):
+            found = self.client.type(k.dead)
+            if found not in (b"list", b"none"):
+                raise BrokerError(f"purge dead letters of {queue!r}: WRONGTYPE {k.dead} holds a "
+                                  f"{_text(found)}, not a list: nothing done")
             pipe = self.client.pipeline(transaction=True)
             pipe.llen(k.dead)
-            pipe.delete(k.dead)
-            n, _ = pipe.execute()
-        return int(n)
+            pipe.renamenx(k.dead, aside)
+            pipe.pexpire(aside, 3_600_000)
+            n, _, _ = pipe.execute(raise_on_error=False)
+        return aside, int(n) if isinstance(n, int) else 0
+
+    def list_page(self, key: str, start: int, count: int) -> list[bytes]:
+        """``count`` entries of a list from ``start`` (LRANGE)."""
+        with wrapped(f"read {key}"):
+            return cast(list[bytes], self.client.lrange(key, start, start + count - 1))
+
+    def delete(self, key: str) -> None:
+        with wrapped(f"delete {key}"):
+            self.client.delete(key)

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -235,6 +235,29 @@ class HotLine:
     def execute(self, *args: Any) -> Any:
         """Send one command and read its reply. Raises NotSent if Redis could
         not be reached before sending (the command certainly did not run)."""
+        conn = self._connection()
+        conn.send_command(*args)
+        return conn.read_response()
+
+    def execute_many(self, *commands: Sequence[Any]) -> list[Any]:
+        """Send several commands in one write and read every reply. The
+        connection stays in step when one is an error reply: all replies are
+        read, then the first error is raised. NotSent as execute() says."""
+        conn = self._connection()
+        conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except rexc.ResponseError as exc:
+                replies.append(exc)
+        error = next((r for r in replies if isinstance(r, rexc.ResponseError)), None)
+        if error is not None:
+            raise error
+        return replies
+
+    def _connection(self) -> Any:
+        """This thread's connection, connected; NotSent if it cannot be."""
         local = self._local
         conn: Any = None
         try:
@@ -252,8 +275,7 @@ class HotLine:
             if conn is not None:
                 conn.disconnect()
             raise NotSent(str(exc)) from exc
-        conn.send_command(*args)
-        return conn.read_response()
+        return conn
 
     # The two methods scripts.Script calls.
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:

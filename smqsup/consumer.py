@@ -49,6 +49,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 from smqsup.info import ConsumerInfo
+from smqsup.verdicts import Reject, Retry
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,8 @@ class ConsumerStats:
     dead_lettered: int = 0
     malformed: int = 0
     late_acks: int = 0  # settled after the message had been reclaimed
+    expired: int = 0  # taken by a blocking fetch past their ttl: dead-lettered unhandled
+    rejected: int = 0  # handlers raised Reject
     busy_s: float = 0.0  # total time spent in the handler
 
 
@@ -84,6 +87,14 @@ class _Outcome:
     meta: str = ""  # dead-letter metadata (failures only)
     threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
     delay_ms: int = 0
+
+
+def _text_of(exc: BaseException) -> str:
+    """An exception's text, bounded; never raises."""
+    try:
+        return str(exc)[:_ERROR_CHARS]
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 def fetch_block_s(cfg: Config) -> float:
@@ -136,6 +147,7 @@ class Consumer:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._registered = False
         self._busy = False
+        self._paused = False
 
     # --- control -------------------------------------------------------------
 
@@ -211,14 +223,47 @@ class Consumer:
         return "max_messages" if self._limit_reached() and not self._stop else "stopped"
 
     def _fetch(self) -> Optional[bytes]:
-        # Never BLMOVE into a list the collector no longer watches. The ack or
-        # nack script just before has checked our registration in the same
-        # round trip; otherwise (after a fetch timeout, a reconnect) ask.
+        """The next frame for this consumer, or None (nothing came within the
+        block time, the queue is paused, or we were declared dead)."""
+        # Never BLMOVE into a list the collector no longer watches, nor while
+        # a ready message may wait in the priority set: the ack or nack script
+        # just before has checked both in the same round trip; otherwise (after
+        # a fetch timeout, a reconnect, while paused) take.lua asks.
         checked, self._registration_checked = self._registration_checked, False
-        if not checked and not self.broker.is_registered(self.name, self.consumer_id):
-            self._lost = True
-            return None
-        return self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
+        if self._paused or not checked:
+            if self._paused:
+                self._pause(defaults.PAUSED_POLL_S)
+            took = self.broker.take(self.name, self.consumer_id)
+            if not took.registered:
+                self._lost = True
+                return None
+            self._note_paused(took.paused)
+            if took.paused or took.next_frame is not None:
+                return took.next_frame
+        frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
+        if frame is not None and (paused or message.has_expiry(frame)):
+            return self._screen(frame)
+        return frame
+
+    def _screen(self, frame: bytes) -> Optional[bytes]:
+        """A frame a blocking fetch took, when the queue turned out paused or
+        the frame carries an expiry: the frame to handle, or None (given back
+        to a paused queue, expired, or reclaimed meanwhile)."""
+        verdict = self.broker.screen(self.name, self.consumer_id, frame)
+        if verdict == scripts.GIVEN_BACK:
+            self._note_paused(True)
+        elif verdict == scripts.EXPIRED:
+            self.stats.expired += 1
+            log.info("queue %s: message %s expired before a handler took it; dead-lettered",
+                     self.name, message.peek_id(frame))
+        return frame if verdict == scripts.HANDLE else None
+
+    def _note_paused(self, paused: bool) -> None:
+        """Follow the queue's paused flag, saying each change once."""
+        if paused != self._paused:
+            log.info("queue %s: consumer %s %s", self.name, self.consumer_id,
+                     "waits: the queue is paused" if paused else "goes on: the queue was resumed")
+            self._paused = paused
 
     def _handle_lost(self, frame: Optional[bytes]) -> Optional[bytes]:
         """Declared dead: stop, or go on under a new id. A frame in hand (taken
@@ -272,6 +317,8 @@ class Consumer:
             result = self.handler(msg)
             if inspect.isawaitable(result):
                 self._event_loop().run_until_complete(result)
+        except Reject as exc:
+            return self._rejected(msg, exc)
         except Exception as exc:  # noqa: BLE001 - any handler failure is an unack
             return self._failure(msg, exc)
         finally:
@@ -279,12 +326,18 @@ class Consumer:
             self.stats.busy_s += time.perf_counter() - started
         return _Outcome(True)
 
+    def _rejected(self, msg: message.Message, exc: Reject) -> _Outcome:
+        """Reject: dead-letter now, whatever the attempts."""
+        self.stats.rejected += 1
+        reason = _text_of(exc)
+        log.warning("queue %s: message %s rejected by its handler: %s", self.name, msg.id, reason)
+        meta = scripts.meta_json(f"rejected: {reason}", error_type="Reject", error=reason, message_id=msg.id,
+                                 consumer=self.consumer_id)
+        return _Outcome(False, meta, threshold=-1)
+
     def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
         kind = type(exc).__name__
-        try:
-            text = str(exc)[:_ERROR_CHARS]
-        except Exception:  # noqa: BLE001 - an exception whose __str__ fails
-            text = f"<{kind}: str() failed>"
+        text = _text_of(exc)
         log.warning("queue %s: message %s failed on attempt %d: %s: %s",
                     self.name, msg.id, msg.attempts + 1, kind, text)
         try:
@@ -294,10 +347,13 @@ class Consumer:
         meta = scripts.meta_json(f"{kind}: {text}", error_type=kind, error=text, message_id=msg.id,
                                  consumer=self.consumer_id, traceback=tb)
         q = self.queue
-        try:
-            delay_s = min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s)
-        except OverflowError:
-            delay_s = q.retry_delay_max_s
+        if isinstance(exc, Retry):
+            delay_s = exc.delay_s  # the handler's own delay, instead of the queue's
+        else:
+            try:
+                delay_s = min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s)
+            except OverflowError:
+                delay_s = q.retry_delay_max_s
         return _Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
 
     def _settle(self, frame: bytes, outcome: _Outcome, fetch: bool) -> Optional[bytes]:
@@ -310,12 +366,14 @@ class Consumer:
             if not ack.registered:
                 self._lost = True
             self._registration_checked = ack.registered
+            self._note_paused(ack.paused)
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
                                 delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch)
         if not nack.registered:
             self._lost = True
         self._registration_checked = nack.registered
+        self._note_paused(nack.paused)
         if nack.outcome == scripts.LATE:
             self._late(frame)
         elif nack.outcome == scripts.DEAD:
@@ -349,11 +407,14 @@ class Consumer:
                 self._lost = True
             # (Else our own settle ran before the connection broke.)
             self._unsettled = None
-        for frame in held:
-            # Delivered to us but never handled (its BLMOVE reply was lost).
-            log.info("queue %s: consumer %s handles message %s found in its list",
-                     self.name, self.consumer_id, message.peek_id(frame))
-            self._process(frame, fetch_next=False)
+        for found in held:
+            # Delivered to us but never handled (its BLMOVE reply was lost):
+            # screened first, as the fetch would have (paused, expired).
+            taken = self._screen(found)
+            if taken is not None:
+                log.info("queue %s: consumer %s handles message %s found in its list",
+                         self.name, self.consumer_id, message.peek_id(taken))
+                self._process(taken, fetch_next=False)
             if self._stop:
                 break
         self._recover_needed = False

@@ -83,8 +83,37 @@ def requeue(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     return moved
 
 
+def _with_keys(entries: Sequence[bytes]) -> list[tuple[bytes, str, Optional[str]]]:
+    """(entry, message id, dedup key or None) of each entry, for dlq_delete."""
+    out = []
+    for raw in entries:
+        d = DeadLetter(raw)
+        msg = d.message()
+        out.append((raw, d.ref, msg.dedup_key if msg is not None else None))
+    return out
+
+
 def purge(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
-    """Delete the dead letters with these message ids (None: all); returns how many."""
-    if ids is None:
-        return broker.dlq_purge(queue)
-    return broker.dlq_remove(queue, select(broker, queue, set(ids)))
+    """Delete the dead letters with these message ids (None: all); returns
+    how many. The dedup key of a purged message is freed (when it still
+    names that message), so the key can be used again at once.
+
+    A whole purge sets the list aside in one step (Broker.dlq_set_aside),
+    then frees the dedup keys of what it held, page by page, and deletes it:
+    an entry requeued meanwhile by another operator was requeued before the
+    purge took the list, and keeps its key."""
+    if ids is not None:
+        return broker.dlq_delete(queue, _with_keys(select(broker, queue, set(ids))))
+    aside, count = broker.dlq_set_aside(queue)
+    start = 0
+    while start < count:
+        page = broker.list_page(aside, start, PAGE)
+        if not page:
+            break
+        held = [entry for entry in _with_keys(page) if entry[2] is not None]
+        if held:
+            # Deleting these shifts the rest of the list back.
+            start -= broker.dlq_delete(queue, held, dead_key=aside)
+        start += len(page)
+    broker.delete(aside)
+    return count

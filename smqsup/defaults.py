@@ -30,8 +30,8 @@ MAX_MESSAGES = 0
 MAX_MEMORY_BYTES = 0
 #: How long one blocking fetch (BLMOVE) waits before the loop looks around, in s.
 FETCH_BLOCK_S = 1.0
-#: Longest the collector waits between looks for due delayed messages, in s.
-PROMOTE_INTERVAL_S = 1.0
+#: Longest the collector waits between looks for due delayed or scheduled messages, in s.
+PROMOTE_POLL_S = 0.1
 #: Most delayed messages promoted by one script call.
 PROMOTE_BATCH = 500
 #: Most promote calls for one queue in one collector tick (the rest waits a tick).
@@ -82,3 +82,7 @@ RETIRED_SCAN_S = 2.0
 RECLAIM_RETRY_S = 1.0
 #: How often the collector repeats a step's failure while it lasts (a refusal by Redis, an unexpected error), s.
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
+#: How long a dedup key holds when neither the publish nor the queue gives a dedup_ttl, in s.
+DEDUP_TTL_S = 86400.0
+#: How often a consumer of a paused queue looks whether it was resumed, in s.
+PAUSED_POLL_S = 0.25

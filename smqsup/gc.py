@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: When a promote step failed (Redis refusing it), the next try, in s.
+_FAILED_PROMOTE_RETRY_S = 1.0
+
 
 def lock_ttl_ms(cfg: Config) -> int:
     """The collector lock's TTL: heartbeat_timeout, so that a dead leader is
@@ -105,6 +108,13 @@ class Collector:
             else:
                 state.queue = q
                 state.lock.ttl_ms = ttl
+
+    def wake_in(self, longest_s: float) -> float:
+        """Seconds until a queue this process leads is due for a look at its
+        delayed and scheduled messages, at most ``longest_s``."""
+        now = time.monotonic()
+        due = [s.next_promote for s in self._queues.values() if s.lock.still_valid()]
+        return max(0.0, min([longest_s, *(at - now for at in due)]))
 
     def leading(self) -> list[str]:
         return sorted(n for n, s in self._queues.items() if s.lock.still_valid())
@@ -162,7 +172,7 @@ class Collector:
                 state.next_retired = now + defaults.RETIRED_SCAN_S
                 self._step(name, state, "sweep retired consumers", self._sweep_retired)
             if now >= state.next_promote:
-                state.next_promote = now + defaults.PROMOTE_INTERVAL_S
+                state.next_promote = now + _FAILED_PROMOTE_RETRY_S
                 wait_s = self._step(name, state, "promote delayed messages", self._promote)
                 if wait_s is not None:
                     state.next_promote = now + wait_s
@@ -234,24 +244,23 @@ class Collector:
         tick goes on, so a million due messages never hold the supervisor's
         loop, its reaping and its heartbeats, for more than a few batches).
 
-        A retry is at most that late: the look comes at the next known due
-        time, and at least every tenth of the queue's retry_delay (0.1 s to
-        PROMOTE_INTERVAL_S) for retries delayed since the last look."""
+        A due message is at most that late: the look comes at the next known
+        due time (the supervisor's loop wakes for it: wake_in), and at least
+        every PROMOTE_POLL_S for messages published or retried since the
+        last look with an earlier due time."""
         lock = (state.lock.key, state.lock.token)
         for _ in range(defaults.PROMOTE_BATCHES_PER_TICK):
             r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
             if r.moved:
-                log.debug("queue %s: %d delayed message(s) due, moved to pending", name, r.moved)
+                log.debug("queue %s: %d delayed or scheduled message(s) due, now ready", name, r.moved)
+            if r.expired:
+                log.info("queue %s: %d scheduled or delayed message(s) expired before they were due; "
+                         "dead-lettered", name, r.expired)
             if r.wait_ms != 0:
                 break
         else:
             return 0.0
-        delay = state.queue.retry_delay_s
-        # retry_delay 0: failures go straight back to pending, nothing is
-        # delayed by this queue's consumers; look once a PROMOTE_INTERVAL_S.
-        cadence = defaults.PROMOTE_INTERVAL_S if delay <= 0 else min(max(delay / 10.0, 0.1),
-                                                                     defaults.PROMOTE_INTERVAL_S)
-        return cadence if r.wait_ms < 0 else min(cadence, r.wait_ms / 1000.0)
+        return defaults.PROMOTE_POLL_S if r.wait_ms < 0 else min(defaults.PROMOTE_POLL_S, r.wait_ms / 1000.0)
 
     def release_all(self) -> None:
         """Give up every lock held (at a clean stop), so others take over at once."""

@@ -8,9 +8,21 @@ live in one Redis Cluster slot::
 
     ns:{Q}:pending           LIST  frames waiting; producers LPUSH, consumers
                                    take from the right (oldest first)
+    ns:{Q}:priority          ZSET  ready frames of priority 1-9 (when the pending
+                                   list is not empty); score = (9 - priority)
+                                   * 2^44 + a sequence number: the lowest score
+                                   is the highest priority, oldest first
+    ns:{Q}:priority:seq      STR   INCR counter giving that sequence number
     ns:{Q}:processing:CID    LIST  frames held by consumer CID (0 or 1 normally)
+    ns:{Q}:scheduled         ZSET  frames published with a delay or a due time;
+                                   score = due time in ms since the epoch,
+                                   Redis clock
     ns:{Q}:delayed           ZSET  frames waiting to be retried; score = due
                                    time in ms since the epoch, Redis clock
+    ns:{Q}:paused            STR   present while the queue is paused: JSON
+                                   {"at_ms", "by"}; consumers take nothing
+    ns:{Q}:dedup:KEY         STR   id of the message published with dedup key
+                                   KEY; expires after the queue's dedup_ttl
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:consumers         HASH  consumer id -> registration JSON (pid, host,
@@ -38,9 +50,11 @@ live in one Redis Cluster slot::
     ns:{ns}:producers:seen   ZSET  producer id, score = last flush in ms; entries
                                    older than 10 minutes are dropped
 
-A frame is ``b"<attempts>|" + payload``: the attempt count travels beside the
-payload bytes and scripts rewrite only that prefix, never the payload
-(DESIGN section 8: no JSON re-encoding inside Lua).
+A frame is ``head + b"|" + payload``, the head ``<attempts>`` or
+``<attempts>:<priority>:<expires_ms>`` (message.py): the attempt count and
+what the scripts route by travel beside the payload bytes, and scripts
+rewrite only the head, never the payload (DESIGN section 8: no JSON
+re-encoding inside Lua).
 """
 
 from __future__ import annotations
@@ -66,6 +80,27 @@ class QueueKeys:
     @property
     def delayed(self) -> str:
         return f"{self._prefix}:delayed"
+
+    @property
+    def scheduled(self) -> str:
+        return f"{self._prefix}:scheduled"
+
+    @property
+    def priority(self) -> str:
+        return f"{self._prefix}:priority"
+
+    @property
+    def priority_seq(self) -> str:
+        return f"{self._prefix}:priority:seq"
+
+    @property
+    def paused(self) -> str:
+        return f"{self._prefix}:paused"
+
+    def dedup(self, dedup_key: str) -> str:
+        """The key holding the id of the message published with ``dedup_key``
+        (any text: it follows the hash tag, so it cannot change the slot)."""
+        return f"{self._prefix}:dedup:{dedup_key}"
 
     @property
     def dead(self) -> str:

@@ -1,9 +1,18 @@
 """The message envelope, its frame on the wire, and message ids.
 
-Payload: compact JSON ``{"id", "queue", "body", "created_at", "headers"}``,
-written once by the producer and never re-encoded afterwards. Frame (what the
-Redis lists hold): ``b"<attempts>|" + payload``. Acks remove by value (LREM), so
-whoever fetched a frame keeps its exact bytes.
+Payload: compact JSON ``{"id", "queue", "body", "created_at", "headers"}``
+(and ``"dedup_key"`` when one was given), written once by the producer and
+never re-encoded afterwards. Frame (what the Redis lists and sets hold):
+``head + b"|" + payload``. The head is what the scripts may read and rewrite
+without touching the payload (DESIGN section 8):
+
+    A        attempts (1 to 9 digits): priority 0, no expiry. Every plain
+             publish, and every frame written before priorities existed.
+    A:P:E    attempts, priority (one digit, 0-9), expiry in ms since the
+             epoch by the Redis clock (1 to 15 digits, 0: none). Written by
+             publish_options.lua for a message with a priority or a ttl.
+
+Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
 
 from __future__ import annotations
@@ -16,12 +25,11 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Optional, cast
+from typing import Any, NamedTuple, Optional, cast
 
 from smqsup.errors import MalformedMessage, MessageError
 
 _SEP = b"|"
-_MAX_ATTEMPTS_DIGITS = 9
 #: Deepest nesting of lists and objects a body or headers may have. The
 #: consumer decodes with Python's recursive JSON parser, which gives up
 #: somewhere near 1,000 levels depending on its own stack: a publish refuses
@@ -33,10 +41,11 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 class Message:
     """What a handler receives: ``body``, ``id``, ``queue``, ``headers``,
-    ``created_at`` (unix seconds) and ``attempts`` (failed attempts before this
-    one: 0 on the first delivery)."""
+    ``created_at`` (unix seconds), ``attempts`` (failed attempts before this
+    one: 0 on the first delivery), ``priority`` (0-9) and ``dedup_key`` (the
+    key it was published with, or None)."""
 
-    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts")
+    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key")
 
     def __init__(
         self,
@@ -46,6 +55,8 @@ class Message:
         headers: dict[str, Any],
         created_at: float,
         attempts: int,
+        priority: int = 0,
+        dedup_key: Optional[str] = None,
     ) -> None:
         self.id = id
         self.queue = queue
@@ -53,6 +64,8 @@ class Message:
         self.headers = headers
         self.created_at = created_at
         self.attempts = attempts
+        self.priority = priority
+        self.dedup_key = dedup_key
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
@@ -147,12 +160,15 @@ class EnvelopeWriter:
         self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
         self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
-    def payload(self, message_id: str, body: Any) -> bytes:
+    def payload(self, message_id: str, body: Any, dedup_key: Optional[str] = None) -> bytes:
         """The payload bytes of one message; MessageError if the body is not
         JSON-serialisable or the payload exceeds the size limit."""
         body_json = _encode(body, self._body_what)
+        head = '{"id":' + _ENCODER.encode(message_id)
+        if dedup_key is not None:
+            head += ',"dedup_key":' + _ENCODER.encode(dedup_key)
         try:
-            payload = ('{"id":' + _ENCODER.encode(message_id) + self._middle + body_json + self._tail).encode()
+            payload = (head + self._middle + body_json + self._tail).encode()
         except UnicodeEncodeError:
             raise MessageError(f"queue {self.queue!r}: message body holds a lone surrogate "
                                "(text that is not valid Unicode)") from None
@@ -234,12 +250,46 @@ def frame(payload: bytes, attempts: int = 0) -> bytes:
     return b"%d|%b" % (attempts, payload)
 
 
+#: A frame head: ``A`` or ``A:P:E`` (module docstring). The scripts'
+#: includes/attempts.lua reads the same grammar.
+_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15}))?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 bytes.
+_HEAD_MAX = 27
+
+
+class FrameHead(NamedTuple):
+    """What a frame's head says, and its payload."""
+
+    attempts: int
+    priority: int
+    expires_ms: Optional[int]  # ms since the epoch, Redis clock; None: never
+    payload: bytes
+
+
+def frame_head(data: bytes) -> FrameHead:
+    """The head of a frame; MalformedMessage if the bytes are not a frame."""
+    head, sep, payload = data[:_HEAD_MAX + 1].partition(_SEP)
+    match = _HEAD.fullmatch(head) if sep else None
+    if match is None:
+        raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
+    attempts, priority, expires = match.groups()
+    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:])
+
+
 def split_frame(data: bytes) -> tuple[int, bytes]:
     """``(attempts, payload)`` of a frame; MalformedMessage if it is not one."""
-    head, sep, payload = data.partition(_SEP)
-    if not sep or not head.isdigit() or len(head) > _MAX_ATTEMPTS_DIGITS:
-        raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
-    return int(head), payload
+    head = frame_head(data)
+    return head.attempts, head.payload
+
+
+def has_expiry(data: bytes) -> bool:
+    """Whether a frame's head carries an expiry (cheap: no payload is read)."""
+    if b":" not in data[:_HEAD_MAX + 1].partition(_SEP)[0]:
+        return False
+    try:
+        return frame_head(data).expires_ms is not None
+    except MalformedMessage:
+        return False
 
 
 def _refuse_constant(name: str) -> Any:
@@ -263,7 +313,7 @@ def _loads(payload: bytes) -> Any:
 def decode(data: bytes) -> Message:
     """The Message held by a frame; MalformedMessage (and nothing else) if
     the bytes are not one, whatever they hold."""
-    attempts, payload = split_frame(data)
+    attempts, priority, _, payload = frame_head(data)
     env = _loads(payload)
     if not isinstance(env, dict):
         raise MalformedMessage("payload is not a JSON object")
@@ -276,12 +326,14 @@ def decode(data: bytes) -> Message:
         raise MalformedMessage("envelope fields have the wrong types")
     if not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
         raise MalformedMessage("envelope created_at is not a number")
-    return Message(mid, queue, env.get("body"), headers, float(created_at), attempts)
+    dedup_key = env.get("dedup_key")
+    return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
+                   dedup_key if isinstance(dedup_key, str) else None)
 
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15})?\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 
 def peek_id(data: bytes) -> Optional[str]:

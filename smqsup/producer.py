@@ -3,6 +3,10 @@
     from smqsup import Producer
     producer = Producer("redis://127.0.0.1:6379/0")
     message_id = producer.publish("orders", {"order": 42})
+    producer.publish("orders", {"order": 43}, delay=30, priority=9, dedup_key="order-43", ttl=600)
+
+A publish without options is one LPUSH script (publish.lua); one with any
+option goes through publish_options.lua (options.py checks them).
 """
 
 from __future__ import annotations
@@ -12,11 +16,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup import defaults, message, safe
+from smqsup import defaults, message, options, safe, scripts
 from smqsup.broker import Broker
 from smqsup.errors import (
     BrokerConnectionError,
@@ -75,6 +79,19 @@ def _materialise(queue: str, bodies: object) -> list[Any]:
                            f"{safe.escape(exc, 200)}; nothing was sent") from exc
 
 
+def _dedup_keys(dedup_key: object, count: int) -> list[Optional[str]]:
+    """publish_many's dedup keys, one per body: one key for all, or a
+    sequence of keys (None: none) as long as the bodies."""
+    if dedup_key is None or isinstance(dedup_key, str):
+        return [None if dedup_key is None else options.dedup_key(dedup_key)] * count
+    if not isinstance(dedup_key, Sequence) or isinstance(dedup_key, (bytes, bytearray)):
+        raise MessageError(f"dedup_key: expected a string or a sequence of strings (one per body), "
+                           f"got a value of type {type(dedup_key).__name__}")
+    if len(dedup_key) != count:
+        raise MessageError(f"dedup_key: {len(dedup_key)} keys for {count} bodies (give one per body)")
+    return [None if k is None else options.dedup_key(k) for k in dedup_key]
+
+
 class Producer:
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
@@ -87,8 +104,14 @@ class Producer:
     """
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
-                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True) -> None:
+                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
+                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None) -> None:
+        """``dedup_ttl``: how long a dedup key holds when a publish gives
+        none; ``dedup_ttls``: the same per queue (from_config passes each
+        queue's ``dedup_ttl``)."""
         self.namespace = _valid_name(namespace, "namespace")
+        self.dedup_ttl_s = options.seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
+        self._dedup_ttls = dict(dedup_ttls or {})
         self.max_message_size = _valid_max_size(max_message_size)
         self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats)
         self._registered: set[str] = set()
@@ -108,47 +131,100 @@ class Producer:
         from smqsup.embedded import redis_url
 
         cfg = config_mod.load(path)
-        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats)
+        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
+                   dedup_ttls={name: getattr(q, "dedup_ttl_s", defaults.DEDUP_TTL_S) for name, q in cfg.queues.items()})
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
-                message_id: Optional[str] = None) -> str:
+                delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
+                dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None) -> str:
         """Queue one message in one round trip; return its id.
 
-        Raises MessageError (bad queue name, not JSON, over max_message_size)
-        before anything is sent, PublishUncertain if the reply was lost.
+        ``delay`` (seconds or a timedelta, from when Redis receives it) or
+        ``at`` (an aware datetime or epoch seconds, by the Redis clock): not
+        handed to a consumer before then. ``priority`` 0-9: consumers take
+        the highest ready priority first, FIFO within one. ``dedup_key``:
+        while a message published with the same key on this queue less than
+        ``dedup_ttl`` ago holds it, nothing is queued and that message's id
+        is returned (so publishing again after PublishUncertain is safe).
+        ``ttl``: not handed to a handler within ttl of its publish, it is
+        dead-lettered as "expired".
+
+        Raises MessageError (bad queue name, not JSON, over max_message_size,
+        a bad option) before anything is sent, PublishUncertain if the reply
+        was lost.
         """
         self._check_queue(queue)
-        mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
-                                              max_size_bytes=self.max_message_size)
-        self._send(queue, [message.frame(payload)], [mid])
-        return mid
+        if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+            mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
+                                                  max_size_bytes=self.max_message_size)
+            self._send(queue, [message.frame(payload)], [mid])
+            return mid
+        keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
+        mid = message.check_message_id(message_id) if message_id is not None else message.new_id()
+        return self._send_with(queue, [body], [mid], headers, keys, self._options(queue, delay, at, priority, ttl,
+                                                                                   dedup_key, dedup_ttl))[0]
 
-    def publish_many(self, queue: str, bodies: Iterable[Any],
-                     headers: Optional[Mapping[str, Any]] = None) -> list[str]:
+    def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
+                     delay: Any = None, at: Any = None, priority: int = 0,
+                     dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
+                     ttl: Any = None) -> list[str]:
         """Queue many messages in one round trip; return their ids in order.
         Every body is encoded and checked before anything is sent; a lost
-        reply raises PublishUncertain naming all of them."""
+        reply raises PublishUncertain naming all of them.
+
+        The options are publish()'s, applied to every message. ``dedup_key``
+        is one key for all (so only the first message is queued, and every
+        id returned is its id) or a sequence of keys, one per body (None:
+        that body has none)."""
         self._check_queue(queue)
-        writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
         items = _materialise(queue, bodies)
-        ids = message.new_ids(len(items))
-        payload = writer.payload
-        frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
-        self._send(queue, frames, ids)
-        return ids
+        if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+            writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
+            ids = message.new_ids(len(items))
+            payload = writer.payload
+            frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
+            self._send(queue, frames, ids)
+            return ids
+        keys = _dedup_keys(dedup_key, len(items))
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl)
+        return self._send_with(queue, items, message.new_ids(len(items)), headers, keys, opts)
+
+    def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
+                 dedup_ttl: Any) -> scripts.Options:
+        if dedup_ttl is not None and dedup_key is None:
+            raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
+        return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
+                             default_dedup_ttl_s=self._dedup_ttls.get(queue, self.dedup_ttl_s))
+
+    def _send_with(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
+                   keys: list[Optional[str]], opts: scripts.Options) -> list[str]:
+        """Encode and publish through publish_options.lua; the ids returned
+        (a deduplicated message's is the id holding its key)."""
+        writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
+        items = [(mid, writer.payload(mid, body, key), key) for mid, body, key in zip(ids, bodies, keys)]
+        pairs = self._send(queue, items, ids, opts)
+        return [mid for mid, _ in pairs]
 
     def _check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self._registered:
             _valid_name(queue, "queue")
 
-    def _send(self, queue: str, frames: list[bytes], ids: list[str]) -> None:
+    def _send(self, queue: str, frames: "list[bytes] | list[tuple[str, bytes, Optional[str]]]", ids: list[str],
+              opts: Optional[scripts.Options] = None) -> list[tuple[str, bool]]:
+        """Publish plain ``frames``, or (id, payload, dedup key) items with
+        ``opts``; for items, what push_with() returns."""
         register = queue not in self._registered
         now = time.monotonic()
         # About once a second the producer's statistics ride along (same round trip).
         flush = self._stats and now >= self._next_flush
         stats = (self.id, self._stats_json(now, len(frames))) if flush else None
+        pairs: list[tuple[str, bool]] = []
         try:
-            self._broker.push(queue, frames, register=register, producer=stats)
+            if opts is None:
+                self._broker.push(queue, frames, register=register, producer=stats)  # type: ignore[arg-type]
+            else:
+                pairs = self._broker.push_with(queue, frames, opts, register=register,  # type: ignore[arg-type]
+                                               producer=stats)
         except BrokerNotSent as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
         except PushRefused as exc:
@@ -159,9 +235,10 @@ class Producer:
             raise PublishUncertain(
                 f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc
         self._registered.add(queue)
-        self.published += len(frames)
+        self.published += len(frames) if opts is None else sum(queued for _, queued in pairs)
         if flush:
             self._next_flush = now + 1.0
+        return pairs
 
     def _stats_json(self, now: float, sending: int) -> str:
         then, count = self._flushed

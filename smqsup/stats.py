@@ -21,15 +21,17 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from smqsup.broker import Broker, QueueReading, redis_int
+from smqsup.broker import Broker, redis_int
 from smqsup.info import ConsumerInfo
+from smqsup.readings import QueueReading, read_queues
 
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
 #: Queue counters a point carries (cumulative; rates are their differences).
-COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued")
+COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued", "expired",
+            "deduplicated", "removed")
 #: Queue sizes a point carries.
-SIZES = ("pending", "processing", "delayed", "dead")
+SIZES = ("pending", "processing", "scheduled", "delayed", "dead")
 #: Fields of a slot's and a producer's record that hold numbers (None in a
 #: snapshot when Redis holds anything else there; consumers: info.ConsumerInfo).
 _SLOT_NUMBERS = ("supervisor", "index", "restarts", "last_exit_at")
@@ -39,7 +41,7 @@ _PRODUCER_NUMBERS = ("seen_at_ms", "published", "rate")
 def sample(broker: Broker, queue: str) -> dict[str, Any]:
     """Append one point to the queue's history (the collector calls this once a
     second) and return it."""
-    now_ms, readings = broker.read_queues([queue])
+    now_ms, readings = read_queues(broker, [queue])
     r = readings[queue]
     infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
     point: dict[str, Any] = {"t": now_ms}
@@ -75,7 +77,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     consumer slots (restarts, last exit), producers, and totals."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
-    now_ms, readings = broker.read_queues(queues, recent=int(window_s) + 2)
+    now_ms, readings = read_queues(broker, queues, recent=int(window_s) + 2)
     out["t"] = now_ms
     for name in queues:
         out["queues"][name] = _queue_snapshot(readings[name], now_ms, window_s)
@@ -104,6 +106,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
+        "paused": r.paused,
         "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
         "rates": rates(_points(r.recent), window_s),
         "consumers": rows,

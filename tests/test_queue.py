@@ -17,6 +17,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer
 from smqsup.errors import MessageError
+from smqsup.readings import read_queues
 from smqsup.gc import Collector
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
@@ -110,7 +111,7 @@ def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
     assert "Traceback" in dead.meta["traceback"]
     dead_msg = dead.message()
     assert dead_msg is not None and dead_msg.id == mid and dead_msg.attempts == 4
-    assert broker.sizes("q") == {"pending": 0, "delayed": 0, "dead": 1}
+    assert broker.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 1}
 
 
 def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running], producer: Producer,
@@ -250,14 +251,14 @@ def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) 
     broker = Broker(redis_url, NS)
     with Producer(redis_url) as p:
         p.publish("q", "x")
-    frame = broker.fetch("q", "c1", 1)
+    frame, _ = broker.fetch("q", "c1", 1)
     assert frame is not None
     r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert (r.requeued, r.dead_lettered) == (1, 0)
     # The reclaimed copy is back in pending with one attempt counted.
     assert redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1) == [b"1" + frame[1:]]
     # Another consumer takes it; the first one's late ack must not touch it.
-    assert broker.fetch("q", "c2", 1) == b"1" + frame[1:]
+    assert broker.fetch("q", "c2", 1) == (b"1" + frame[1:], False)
     assert broker.ack("q", "c1", frame, False).acked is False
     assert broker.counters("q")["late_acks"] == 1
     assert redis_client.llen(QueueKeys(NS, "q").processing("c2")) == 1
@@ -548,12 +549,12 @@ def test_read_queues_reads_sizes_and_registry_of_every_queue(redis_url: str, red
     redis_client.set(k.gc_lock, "token")
     for t in (1, 2, 3):
         broker.append_point("q", json.dumps({"t": t}), keep=2)
-    now_ms, readings = broker.read_queues(["q", "empty"], recent=5)
+    now_ms, readings = read_queues(broker, ["q", "empty"], recent=5)
     assert abs(now_ms - time.time() * 1000) < 60_000
     q, empty = readings["q"], readings["empty"]
-    assert q.sizes == {"pending": 1, "delayed": 0, "dead": 1, "processing": 2}
+    assert q.sizes == {"pending": 1, "scheduled": 0, "delayed": 0, "dead": 1, "processing": 2}
     assert list(q.consumers) == [b"c1"] and q.held == [2] and [m for m, _ in q.heartbeats] == [b"c1"]
     assert q.leader == b"token" and q.recent == [b'{"t": 3}', b'{"t": 2}']
     assert broker.series("q", 1) == [b'{"t": 3}']
-    assert empty.sizes == {"pending": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
-    assert broker.read_queues(["q"])[1]["q"].recent == []  # no points asked for
+    assert empty.sizes == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
+    assert read_queues(broker, ["q"])[1]["q"].recent == []  # no points asked for

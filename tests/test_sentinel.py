@@ -49,10 +49,10 @@ def test_publish_and_consume_through_sentinel(sentinel: str) -> None:
     with Producer(sentinel) as p:
         mid = p.publish("q", {"via": "sentinel"})
     broker = Broker(sentinel)
-    frame = broker.fetch("q", "c1", 1)
+    frame, _ = broker.fetch("q", "c1", 1)
     assert frame is not None and mid.encode() in frame
     assert broker.ack("q", "c1", frame, False).acked
-    assert broker.sizes("q") == {"pending": 0, "delayed": 0, "dead": 0}
+    assert broker.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0}
     assert broker.counters("q")["published"] == 1
 
 

@@ -117,9 +117,9 @@ def test_metrics_escape_label_values() -> None:
     host = 'we"ird\\host\nname'
     consumer = {"id": "c1", "host": host, "pid": 7, "cpu": 12.5, "rss": 1024, "received": 3}
     snap = {"t": 0, "producers": [], "queues": {"q": {
-        "sizes": {"pending": 0, "processing": 0, "delayed": 0, "dead": 0},
+        "sizes": {"pending": 0, "processing": 0, "scheduled": 0, "delayed": 0, "dead": 0},
         "counters": {"published": 0, "acked": 0, "retried": 0, "dead_lettered": 0, "reclaimed": 0, "late_acks": 0,
-                     "dlq_requeued": 0},
+                     "dlq_requeued": 0, "expired": 0, "deduplicated": 0, "removed": 0},
         "consumers": [consumer], "leader": None, "slots": {f"{host}:#1": {"restarts": 2}}}}}
     samples = _samples(metrics.render(snap))
     labels = frozenset({("queue", "q"), ("consumer", "c1"), ("host", host), ("pid", "7")})
@@ -169,7 +169,7 @@ def test_requeue_needs_the_token_and_the_same_origin(
     status, _, body = server.request("POST", path, {"ids": [mid]}, bearer, origin=True)
     assert status == 200 and json.loads(body) == {"queue": "bad", "requeued": 1}
     snap = server.json("/api/status", **bearer)
-    assert snap["queues"]["bad"]["sizes"] == {"pending": 1, "processing": 0, "delayed": 0, "dead": 0}
+    assert snap["queues"]["bad"]["sizes"] == {"pending": 1, "processing": 0, "scheduled": 0, "delayed": 0, "dead": 0}
 
 
 def test_purge_by_id_and_all(supervise: Callable[..., procs.Supervisor], redis_url: str, web: WebFactory) -> None:

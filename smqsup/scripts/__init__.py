@@ -140,6 +140,11 @@ _RETURN_FREE = Script("return_free")
 _PROMOTE = Script("promote")
 _DLQ_REQUEUE = Script("dlq_requeue")
 _PUBLISH = Script("publish")
+_PUBLISH_OPTIONS = Script("publish_options")
+_TAKE = Script("take")
+_SCREEN = Script("screen")
+_REMOVE = Script("remove")
+_DLQ_PURGE = Script("dlq_purge")
 _PRODUCER_STATS = Script("producer_stats")
 _HEARTBEAT = Script("heartbeat")
 _STALE = Script("stale")
@@ -148,10 +153,13 @@ _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
 ALL = (_ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
-       _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE)
+       _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE, _PUBLISH_OPTIONS, _TAKE, _SCREEN, _REMOVE,
+       _DLQ_PURGE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
+#: screen outcomes, as the script returns them.
+HANDLE, GIVEN_BACK, EXPIRED, GONE = 0, 1, 2, -1
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,7 @@ class AckResult:
     acked: bool  # False: a late ack, the message had been reclaimed
     next_frame: Optional[bytes]
     registered: bool = True  # False: declared dead; stop using this identity
+    paused: bool = False  # the queue is paused: nothing was taken
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,14 @@ class NackResult:
     outcome: int  # LATE, RETRIED, DELAYED or DEAD
     next_frame: Optional[bytes]
     registered: bool = True
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class TakeResult:
+    registered: bool
+    next_frame: Optional[bytes]
+    paused: bool
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,8 @@ class ReclaimResult:
 @dataclass(frozen=True)
 class PromoteResult:
     moved: int
-    wait_ms: int  # until the next delayed message is due; -1: none delayed
+    wait_ms: int  # until the next delayed or scheduled message is due; -1: none
+    expired: int = 0  # due, but past their ttl: dead-lettered
 
 
 def _frame_or_none(reply: Any) -> Optional[bytes]:
@@ -198,26 +216,48 @@ def meta_json(reason: str, **fields: Any) -> str:
 
 
 def _ack_result(reply: Sequence[Any]) -> AckResult:
-    acked, nxt, registered = reply
-    return AckResult(bool(acked), _frame_or_none(nxt), bool(registered))
+    acked, nxt, registered, paused = reply
+    return AckResult(bool(acked), _frame_or_none(nxt), bool(registered), bool(paused))
+
+
+def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
+    """KEYS[1..7] of ack.lua and take.lua: what includes/fetch_next.lua needs."""
+    return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
+            keys.dead)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True) -> Call[AckResult]:
     """Remove ``frame`` from the consumer's list; take the next one if asked."""
-    return Call(_ACK, (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers),
-                (frame, int(fetch_next), consumer_id, int(count)), _ack_result)
+    return Call(_ACK, _fetch_keys(keys, consumer_id), (frame, int(fetch_next), consumer_id, int(count)), _ack_result)
+
+
+def _take_result(reply: Sequence[Any]) -> TakeResult:
+    registered, nxt, paused = reply
+    return TakeResult(bool(registered), _frame_or_none(nxt), bool(paused))
+
+
+def take(keys: QueueKeys, consumer_id: str) -> Call[TakeResult]:
+    """Take the next ready frame into the consumer's list without blocking."""
+    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id,), _take_result)
+
+
+def screen(keys: QueueKeys, consumer_id: str, frame: bytes) -> Call[int]:
+    """HANDLE, GIVEN_BACK (queue paused), EXPIRED or GONE for a frame a
+    blocking fetch just moved into the consumer's list."""
+    return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused),
+                (frame,), int)
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
-    outcome, nxt, registered = reply
-    return NackResult(int(outcome), _frame_or_none(nxt), bool(registered))
+    outcome, nxt, registered, paused = reply
+    return NackResult(int(outcome), _frame_or_none(nxt), bool(registered), bool(paused))
 
 
 def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,
          fetch_next: bool) -> Call[NackResult]:
     """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
-                        keys.consumers),
+                        keys.consumers, keys.priority, keys.priority_seq, keys.paused),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id), _nack_result)
 
 
@@ -271,14 +311,71 @@ def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
 
 
 def _promote_result(reply: Sequence[Any]) -> PromoteResult:
-    moved, wait_ms = reply
-    return PromoteResult(int(moved), int(wait_ms))
+    moved, wait_ms, expired = reply
+    return PromoteResult(int(moved), int(wait_ms), int(expired))
 
 
 def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
-    """Move due delayed messages to pending, at most ``batch`` of them."""
-    key_list, args = _with_lock([keys.delayed, keys.pending], [batch], lock)
+    """Make due retries and scheduled messages ready, at most ``batch`` of them."""
+    key_list, args = _with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
+                                 keys.dead, keys.counters], [batch], lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What publish_options.lua applies to every message of one call, in ms."""
+
+    priority: int = 0
+    delay_ms: int = -1  # -1: none
+    at_ms: int = -1  # -1: none
+    ttl_ms: int = 0  # 0: none
+    dedup_ttl_ms: int = 86_400_000
+
+
+def _dedup_index(key_list: list[str], keys: QueueKeys, dedup_key: Optional[str]) -> int:
+    """The 1-based KEYS index of ``dedup_key``'s key, appended to ``key_list``
+    (0 for none)."""
+    if dedup_key is None:
+        return 0
+    key_list.append(keys.dedup(dedup_key))
+    return len(key_list)
+
+
+def _id_pairs(reply: Sequence[Any]) -> list[tuple[str, bool]]:
+    return [(_escaped_texts([reply[i]])[0], bool(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def publish_options(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[str]]], options: Options,
+                    count: bool = True) -> Call[list[tuple[str, bool]]]:
+    """Publish (id, payload, dedup key or None) items with ``options``;
+    per item (the id queued, True) or (the id holding its dedup key, False)."""
+    key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled]
+    args: list[Any] = [int(count), options.priority, options.delay_ms, options.at_ms, options.ttl_ms,
+                       options.dedup_ttl_ms]
+    for mid, payload, dedup_key in items:
+        args += [mid, _dedup_index(key_list, keys, dedup_key), payload]
+    return Call(_PUBLISH_OPTIONS, key_list, args, _id_pairs)
+
+
+def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str]]]) -> Call[list[bool]]:
+    """Remove (where, frame, id, dedup key or None) waiting messages; per
+    message whether it was still there."""
+    key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters]
+    args: list[Any] = []
+    for where, frame, mid, dedup_key in chosen:
+        args += [where, frame, mid, _dedup_index(key_list, keys, dedup_key)]
+    return Call(_REMOVE, key_list, args, lambda reply: [bool(n) for n in reply])
+
+
+def dlq_purge(keys: QueueKeys, dead_key: str, entries: Sequence[tuple[bytes, str, Optional[str]]]) -> Call[int]:
+    """Delete (entry, message id, dedup key or None) dead letters from
+    ``dead_key``, freeing their dedup keys; how many were there."""
+    key_list = [dead_key]
+    args: list[Any] = []
+    for entry, mid, dedup_key in entries:
+        args += [entry, mid, _dedup_index(key_list, keys, dedup_key)]
+    return Call(_DLQ_PURGE, key_list, args, int)
 
 
 def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:

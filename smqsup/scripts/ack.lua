@@ -4,12 +4,15 @@
 -- KEYS[2]  pending list of the queue
 -- KEYS[3]  counters hash of the queue
 -- KEYS[4]  consumers registry hash of the queue
+-- KEYS[5]  priority set of the queue (ready frames of priority 1-9)
+-- KEYS[6]  paused flag of the queue
+-- KEYS[7]  dead-letter list of the queue (expired frames)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
--- ARGV[2]  "1": also move the oldest pending frame into KEYS[1]; "0": do not
+-- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
 -- ARGV[4]  "1": count the ack in KEYS[3] "acked" (statistics on)
 --
--- Returns {acked, next, registered}
+-- Returns {acked, next, registered, paused}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
 --          there (a late ack: the message was reclaimed, and is counted in
 --          KEYS[3] "late_acks"; nothing else is touched, so another copy of
@@ -18,19 +21,22 @@
 --   registered  0 if the consumer is no longer in KEYS[4] (declared dead and
 --          reclaimed): then nothing is fetched into a list no collector
 --          watches, and the consumer must stop using this identity
+--   paused 1 if the queue is paused (nothing is taken)
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
 -- Keys of the wrong type lose nothing here, so this hot path pays no TYPE
 -- check (unlike the scripts that move a message between keys): LREM is the
 -- only write that matters and fails by itself on a KEYS[1] that is no list;
--- once it has run the message is acked, and a pending list that is no list
--- only means nothing is fetched (LMOVE by redis.pcall: the consumer's next
--- BLMOVE reports the key). Counters use redis.pcall as well: a counters hash
--- that holds garbage costs its statistics, never the ack.
--- Runs once a message: no Redis call beyond LREM, HINCRBY, HEXISTS and LMOVE
--- (an include is inlined text).
+-- once it has run the message is acked, and a pending list or priority set
+-- that is garbage only means nothing is fetched (redis.pcall: the consumer's
+-- next BLMOVE reports the key). Counters use redis.pcall as well: a counters
+-- hash that holds garbage costs its statistics, never the ack.
+-- Runs once a message: with no priority set and no paused flag, no Redis
+-- call beyond LREM, HINCRBY, HEXISTS, EXISTS, ZRANGE and LMOVE.
 local processing, pending, counters, consumers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
+           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local frame, wanted, consumer_id = ARGV[1], ARGV[2] == '1', ARGV[3]
 local count = ARGV[4] == '1'
 --- @include "fetch_next"
@@ -41,5 +47,5 @@ if acked == 0 then
 elseif count then
   redis.pcall('HINCRBY', counters, 'acked', 1)
 end
-local registered, nxt = fetch_next(redis.pcall, processing, pending, consumers, consumer_id, wanted)
-return {acked, nxt, registered}
+local registered, nxt, paused = fetch_next(redis.pcall, q, consumer_id, wanted)
+return {acked, nxt, registered, paused}

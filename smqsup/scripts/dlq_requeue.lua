@@ -1,4 +1,6 @@
--- Move chosen dead letters back to pending with their attempts reset to 0.
+-- Move chosen dead letters back to pending with their attempts reset to 0
+-- and their expiry dropped (an expired message requeued by an operator is
+-- meant to run); the priority stays.
 --
 -- KEYS[1]  dead-letter list of the queue
 -- KEYS[2]  pending list of the queue
@@ -23,9 +25,12 @@ for _, entry in ipairs(ARGV) do
   if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
-    local attempts, sep = attempts_of(frame)
+    local attempts, priority = head_of(frame)
     if attempts then
-      frame = '0' .. string.sub(frame, sep)
+      local bar = string.find(frame, '|', 1, true)
+      local head = '0'
+      if priority > 0 then head = '0:' .. string.format('%d', priority) .. ':0' end
+      frame = head .. string.sub(frame, bar)
     end
     redis.call('LPUSH', pending, frame)
     moved = moved + 1

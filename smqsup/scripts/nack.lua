@@ -7,41 +7,45 @@
 -- KEYS[4]  dead-letter list of the queue
 -- KEYS[5]  counters hash of the queue
 -- KEYS[6]  consumers registry hash of the queue
+-- KEYS[7]  priority set of the queue (a retry of priority > 0 may go there)
+-- KEYS[8]  priority sequence counter of the queue
+-- KEYS[9]  paused flag of the queue
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
--- ARGV[3]  retry delay in ms (integer, >= 0; 0 = back to pending at once)
+-- ARGV[3]  retry delay in ms (integer, >= 0; 0 = ready again at once: the
+--          pending list, or the priority set, as includes/ready.lua says)
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[5]  "1": also move the oldest pending frame into KEYS[1]
 -- ARGV[6]  the consumer's id
 --
 -- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
 -- "late_acks".
--- Returns {outcome, next, registered}
+-- Returns {outcome, next, registered, paused}
 --   outcome  0 late (the frame was not in KEYS[1]: reclaimed; nothing done),
---            1 back in pending, 2 delayed, 3 dead-lettered
+--            1 ready again, 2 delayed, 3 dead-lettered
 --   next     the frame taken for the consumer, or false
 --   registered  0 if the consumer is no longer in KEYS[6] (see ack.lua)
+--   paused   1 if the queue is paused (nothing is taken)
 --
 -- Attempts are read and counted as includes/attempts.lua says (the payload
 -- is copied, never decoded; the count stops at nine digits).
--- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply "WRONGTYPE ..."
--- before anything is written (includes/wrong_type.lua).
+-- A key of the wrong type among KEYS[1, 2, 3, 4, 6, 7] is an error reply
+-- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
 local processing, pending, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local counters, consumers = KEYS[5], KEYS[6]
+local counters, consumers, prio_set, prio_seq, paused = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
+           priority = prio_set, paused = paused, dead = dead}
 local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta, wanted, consumer_id = ARGV[4], ARGV[5] == '1', ARGV[6]
 --- @include "wrong_type"
---- @include "now_ms"
---- @include "attempts"
---- @include "dead_letter"
 --- @include "fetch_next"
 
--- One more attempt for the frame in hand, pushed back to pending (1) or
--- delayed (2), or to be dead-lettered (3); returns the outcome and the frame
--- as it now reads.
+-- One more attempt for the frame in hand, ready again (1) or delayed (2),
+-- or to be dead-lettered (3); returns the outcome and the frame as it now
+-- reads.
 local function retry(frame, at_ms)
   local attempts, sep = attempts_of(frame)
   if attempts == nil then
@@ -54,12 +58,12 @@ local function retry(frame, at_ms)
     redis.call('ZADD', delayed, at_ms + delay_ms, frame)
     return 2, frame
   end
-  redis.call('LPUSH', pending, frame)
+  make_ready(pending, prio_set, prio_seq, frame)
   return 1, frame
 end
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {delayed, 'zset'},
-                           {dead, 'list'}, {consumers, 'hash'}})
+                           {dead, 'list'}, {consumers, 'hash'}, {prio_set, 'zset'}})
 if refused then return refused end
 local outcome = 0
 if redis.call('LREM', processing, 1, fetched) == 0 then
@@ -75,5 +79,5 @@ else
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end
-local registered, nxt = fetch_next(redis.call, processing, pending, consumers, consumer_id, wanted)
-return {outcome, nxt, registered}
+local registered, nxt, is_paused = fetch_next(redis.call, q, consumer_id, wanted)
+return {outcome, nxt, registered, is_paused}

@@ -1,34 +1,71 @@
--- Move delayed messages whose due time has come to the pending list.
+-- Make due messages ready: retries whose delay is over and messages
+-- published for later whose time has come, in due order.
 --
--- KEYS[1]  delayed sorted set of the queue (score: due time, ms, Redis clock)
--- KEYS[2]  pending list of the queue
--- KEYS[3]  (optional) garbage-collector lock key
+-- KEYS[1]  delayed set of the queue: retries (score: due time, ms, Redis clock)
+-- KEYS[2]  scheduled set of the queue: published with a delay or a due time
+-- KEYS[3]  pending list of the queue
+-- KEYS[4]  priority set of the queue
+-- KEYS[5]  priority sequence counter of the queue
+-- KEYS[6]  dead-letter list of the queue (messages whose expiry has passed)
+-- KEYS[7]  counters hash of the queue ("expired", "dead_lettered")
+-- KEYS[8]  (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  (with KEYS[3]) the caller's lock token; the script refuses to act
---          unless KEYS[3] holds exactly this token
+-- ARGV[2]  (with KEYS[8]) the caller's lock token; the script refuses to act
+--          unless KEYS[8] holds exactly this token
 --
--- Returns {moved, wait_ms}: wait_ms is the time until the next delayed message
--- is due (0 if more are due now, -1 if the set is empty). Error reply
--- "NOTLEADER" when the token check fails.
--- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
--- before anything is written (includes/wrong_type.lua).
-local delayed, pending, lock_key = KEYS[1], KEYS[2], KEYS[3]
+-- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
+-- message of either set is due (0 if more are due now, -1 if both are
+-- empty); expired counts the due messages dead-lettered as "expired"
+-- instead (their ttl passed while they waited). Error reply "NOTLEADER" when
+-- the token check fails.
+-- Order: the due messages of both sets are merged by due time (ties: retries
+-- first), and each is made ready in that order (includes/ready.lua), so due
+-- messages of one priority come out in due order.
+-- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
+-- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
+local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
+--- @include "ready"
+--- @include "dead_letter"
 
-local refused = not_leader(lock_key, token) or wrong_type({{delayed, 'zset'}, {pending, 'list'}})
+local refused = not_leader(lock_key, token)
+  or wrong_type({{delayed, 'zset'}, {scheduled, 'zset'}, {pending, 'list'}, {prio_set, 'zset'}, {dead, 'list'}})
 if refused then return refused end
 local at_ms = now_ms()
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'LIMIT', 0, limit)
-for _, frame in ipairs(due) do
-  redis.call('ZREM', delayed, frame)
-  redis.call('LPUSH', pending, frame)
+local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local r, p, moved, expired = 1, 1, 0, 0
+while moved + expired < limit and (retries[r] or planned[p]) do
+  local set, frame
+  if planned[p] == nil or (retries[r] and tonumber(retries[r + 1]) <= tonumber(planned[p + 1])) then
+    set, frame, r = delayed, retries[r], r + 2
+  else
+    set, frame, p = scheduled, planned[p], p + 2
+  end
+  redis.call('ZREM', set, frame)
+  local _, _, expires = head_of(frame)
+  if expires and expires > 0 and expires <= at_ms then
+    dead_letter(dead, '{"reason":"expired"}', at_ms, frame)
+    expired = expired + 1
+  else
+    make_ready(pending, prio_set, prio_seq, frame)
+    moved = moved + 1
+  end
 end
-local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+if expired > 0 then
+  redis.pcall('HINCRBY', counters, 'expired', expired)
+  redis.pcall('HINCRBY', counters, 'dead_lettered', expired)
+end
 local wait_ms = -1
-if head[2] then
-  wait_ms = math.max(0, tonumber(head[2]) - at_ms)
+for _, set in ipairs({delayed, scheduled}) do
+  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local wait = math.max(0, tonumber(head[2]) - at_ms)
+    if wait_ms < 0 or wait < wait_ms then wait_ms = wait end
+  end
 end
-return {#due, wait_ms}
+return {moved, wait_ms, expired}

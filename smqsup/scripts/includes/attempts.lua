@@ -1,18 +1,31 @@
--- attempts_of(frame): the attempt count of a frame "<attempts>|payload" and
--- the position of its '|'; nil when the bytes are not a frame. The prefix is
--- 1 to 9 decimal digits, as message.split_frame() requires.
+-- head_of(frame): what the head of a frame says (message.py has the
+-- grammar: "A" or "A:P:E", then '|'): attempts, priority, expires_ms (0:
+-- never), and the position where the attempts digits end; nil when the
+-- bytes are not a frame.
+--
+-- attempts_of(frame): attempts and that position (nil when not a frame).
 --
 -- add_attempt(frame, attempts, sep): one more attempt, as (count, frame).
 -- The count stops at 999999999 (nine digits), so a forged prefix cannot turn
--- a frame into a malformed one. The payload bytes after '|' are copied, never
--- decoded or re-encoded.
-local function attempts_of(frame)
-  local sep = string.find(frame, '|', 1, true)
-  local head = sep and string.sub(frame, 1, sep - 1)
-  if head and #head <= 9 and string.match(head, '^%d+$') then
-    return tonumber(head), sep
+-- a frame into a malformed one. The rest of the head and the payload bytes
+-- are copied, never decoded or re-encoded.
+local function head_of(frame)
+  local bar = string.find(frame, '|', 1, true)
+  if not bar or bar > 28 then return nil end
+  local head = string.sub(frame, 1, bar - 1)
+  local a = string.match(head, '^%d+$')
+  if a then
+    if #a > 9 then return nil end
+    return tonumber(a), 0, 0, bar
   end
-  return nil
+  local a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
+  if not a2 or #a2 > 9 or #e > 15 then return nil end
+  return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1
+end
+
+local function attempts_of(frame)
+  local attempts, _, _, sep = head_of(frame)
+  return attempts, sep
 end
 
 local function add_attempt(frame, attempts, sep)

@@ -1,21 +1,44 @@
--- fetch_next(call, processing, pending, consumers, consumer_id, wanted): the
--- tail of an ack or a nack: whether the consumer is still registered, and
--- the next frame for it.
+--- @include "ready"
+--- @include "now_ms"
+--- @include "dead_letter"
+-- fetch_next(call, q, consumer_id, wanted): the tail of an ack, a nack or a
+-- take: whether the consumer is still registered, the next frame for it, and
+-- whether the queue is paused.
 --
--- call         redis.pcall: a failing LMOVE means nothing fetched (ack.lua
---              pays no type check; the consumer's next BLMOVE reports the
---              key); redis.call: it is the caller's error reply (nack.lua)
--- wanted       true: move the oldest frame of ``pending`` into ``processing``
+-- call         redis.pcall: a failing read or move means nothing fetched
+--              (ack.lua pays no type check; the consumer's next BLMOVE
+--              reports the key); redis.call: it is the caller's error reply
+-- q            the queue's keys: processing, pending, priority, paused,
+--              dead, counters, consumers
+-- wanted       true: take the next ready frame (take_ready) into processing
 --
--- Returns registered (1 or 0), next (a frame or false). A consumer no longer
--- in ``consumers`` (declared dead and reclaimed) gets nothing: a frame moved
--- into a list no collector watches would wait there for ever.
-local function fetch_next(call, processing, pending, consumers, consumer_id, wanted)
-  local registered = redis.call('HEXISTS', consumers, consumer_id)
-  local nxt = false
-  if wanted and registered == 1 then
-    nxt = call('LMOVE', pending, processing, 'RIGHT', 'LEFT')
-    if type(nxt) == 'table' and nxt.err then nxt = false end
+-- Returns registered (1 or 0), next (a frame or false), paused (1 or 0). A
+-- consumer no longer in ``consumers`` (declared dead and reclaimed) gets
+-- nothing: a frame moved into a list no collector watches would wait there
+-- for ever. A paused queue gives nothing. A frame whose expiry has passed is
+-- dead-lettered ("expired", counted) and the next one taken, up to
+-- EXPIRED_PER_FETCH of them: an expired message never reaches a handler.
+local EXPIRED_PER_FETCH = 100
+
+local function fetch_next(call, q, consumer_id, wanted)
+  local registered = redis.call('HEXISTS', q.consumers, consumer_id)
+  if registered == 0 then return 0, false, 0 end
+  if redis.call('EXISTS', q.paused) == 1 then return 1, false, 1 end
+  if not wanted then return 1, false, 0 end
+  local at_ms = nil
+  for _ = 1, EXPIRED_PER_FETCH do
+    local nxt = take_ready(call, q.processing, q.pending, q.priority)
+    if not nxt then return 1, false, 0 end
+    local _, _, expires = head_of(nxt)
+    if not expires or expires == 0 then return 1, nxt, 0 end
+    at_ms = at_ms or now_ms()
+    if expires > at_ms then return 1, nxt, 0 end
+    -- Dead-lettered before it leaves the list: a dead-letter list of the
+    -- wrong type fails the script with the frame still in ours (handled).
+    dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt)
+    redis.call('LREM', q.processing, 1, nxt)
+    redis.pcall('HINCRBY', q.counters, 'expired', 1)
+    redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
   end
-  return registered, nxt
+  return 1, false, 0
 end

@@ -1,0 +1,108 @@
+"""What the statistics read of a queue in Redis, in as few round trips as
+possible: its sizes by state, counters, registry, heartbeats, leader and
+history (stats.py makes sense of it, trusting none of it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from smqsup.connection import wrapped
+from smqsup.keys import QueueKeys
+
+if TYPE_CHECKING:
+    from smqsup.broker import Broker
+
+
+def ms_of(time_reply: Sequence[Any]) -> int:
+    """TIME's (seconds, microseconds) as whole ms."""
+    secs, usecs = time_reply
+    return int(secs) * 1000 + int(usecs) // 1000
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """One queue as the statistics read it: sizes counted, the rest as stored
+    (anyone with access may write anything there: stats.py trusts none of it)."""
+
+    sizes: dict[str, int]  # pending, processing, scheduled, delayed, dead
+    paused: bool
+    held: list[int]  # the processing list length of each registered consumer, in the order of ``consumers``
+    counters: dict[bytes, bytes]
+    consumers: dict[bytes, bytes]  # consumer id -> what its last heartbeat said (JSON)
+    heartbeats: list[tuple[bytes, float]]  # consumer id, ms (Redis clock)
+    leader: Optional[bytes]  # the collector lock's token
+    gc: dict[bytes, bytes]  # collector facts
+    slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
+    recent: list[bytes]  # the latest history points (JSON), newest first
+
+
+#: Replies of ask_sizes.
+_SIZE_READS = 5
+#: Replies of _ask_reading beyond the sizes (without the history points).
+_OTHER_READS = 7
+
+
+def ask_sizes(pipe: Any, k: QueueKeys) -> None:
+    """Queue the size reads for sizes_of (pending: the list and the priority
+    set; scheduled; delayed: retries waiting; dead): every size reader goes
+    here."""
+    pipe.llen(k.pending)
+    pipe.zcard(k.priority)
+    pipe.zcard(k.scheduled)
+    pipe.zcard(k.delayed)
+    pipe.llen(k.dead)
+
+
+def sizes_of(replies: Sequence[Any]) -> dict[str, int]:
+    """Sizes by state."""
+    pending, ready, scheduled, delayed, dead = replies
+    return {"pending": int(pending) + int(ready), "scheduled": int(scheduled), "delayed": int(delayed),
+            "dead": int(dead)}
+
+
+def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
+    """Queue the reads of a QueueReading but its consumers' list lengths
+    (_SIZE_READS + _OTHER_READS replies, one more with ``recent`` points,
+    read by _reading)."""
+    ask_sizes(pipe, k)
+    pipe.exists(k.paused)
+    for key in (k.counters, k.consumers):
+        pipe.hgetall(key)
+    pipe.zrange(k.heartbeats, 0, -1, withscores=True)
+    pipe.get(k.gc_lock)
+    for key in (k.gc, k.slots):
+        pipe.hgetall(key)
+    if recent > 0:
+        pipe.lrange(k.series, 0, recent - 1)
+
+
+def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
+    """A QueueReading from _ask_reading's replies, its consumers' list
+    lengths taken from ``held`` in the order of its consumers."""
+    paused, counters, consumers, beats, leader, gc, slots, *recent = replies[_SIZE_READS:]
+    lengths = [int(next(held)) for _ in consumers]
+    return QueueReading({**sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
+                        counters, consumers, beats, leader, gc, slots, recent[0] if recent else [])
+
+
+def read_queues(broker: "Broker", queues: Sequence[str], *, recent: int = 0) -> tuple[int, dict[str, QueueReading]]:
+    """The Redis clock (ms) and, for each queue, what the statistics read
+    of it, with its ``recent`` latest history points: all queues in two
+    round trips (the second reads the registered consumers' lists)."""
+    asked = _SIZE_READS + _OTHER_READS + (recent > 0)
+    with wrapped("read queue statistics"):
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.time()
+        for queue in queues:
+            _ask_reading(pipe, broker.keys(queue), recent)
+        now, *replies = pipe.execute()
+        per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
+        pipe = broker.client.pipeline(transaction=False)
+        for queue, r in zip(queues, per_queue):
+            for cid in r[_SIZE_READS + 2]:
+                pipe.llen(broker.keys(queue).processing(cid.decode("utf-8", "replace")))
+        held = iter(pipe.execute())
+    return ms_of(now), {queue: _reading(r, held) for queue, r in zip(queues, per_queue)}
+

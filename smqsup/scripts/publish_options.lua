@@ -1,0 +1,76 @@
+-- Publish messages with options: a delay or a due time, a priority, a ttl,
+-- dedup keys. (Plain messages go through publish.lua, the fast path.)
+--
+-- KEYS[1]  pending list of the queue
+-- KEYS[2]  counters hash of the queue ("published", "deduplicated")
+-- KEYS[3]  priority set of the queue
+-- KEYS[4]  priority sequence counter of the queue
+-- KEYS[5]  scheduled set of the queue (score: due time, ms, Redis clock)
+-- KEYS[6..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
+-- ARGV[1]  "1": count in KEYS[2] (statistics on)
+-- ARGV[2]  priority, 0-9
+-- ARGV[3]  delay in ms from now (integer >= 0), or -1: none
+-- ARGV[4]  due time in ms since the epoch (Redis clock), or -1: none; a
+--          due time not after now means at once
+-- ARGV[5]  ttl in ms (integer > 0), or 0: none. A message not taken by a
+--          consumer within ttl of now is dead-lettered as "expired"
+-- ARGV[6]  dedup ttl in ms (integer > 0)
+-- ARGV[7..]  three per message, oldest first: its id, the index in KEYS of
+--          its dedup key (0: none), its payload
+--
+-- Returns {id1, queued1, id2, queued2, ...}: per message, 1 and its own id
+-- when queued; 0 and the id of the message holding its dedup key when that
+-- key was taken (published less than the dedup ttl ago; nothing queued).
+-- Check and set of a dedup key are one step here, so of any number of
+-- publishers racing on a key exactly one queues a message.
+-- A key of the wrong type among KEYS (a dedup key that is not a string)
+-- is an error reply "WRONGTYPE ..." before anything is written.
+local pending, counters, prio_set, prio_seq, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local count, priority = ARGV[1] == '1', tonumber(ARGV[2])
+local delay_ms, due_at_ms, ttl_ms, dedup_ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+                                                  tonumber(ARGV[6])
+--- @include "wrong_type"
+--- @include "now_ms"
+--- @include "ready"
+
+local expected = {{pending, 'list'}, {prio_set, 'zset'}, {scheduled, 'zset'}}
+for i = 6, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
+local refused = wrong_type(expected)
+if refused then return refused end
+
+local at_ms = now_ms()
+local due = -1
+if delay_ms >= 0 then due = at_ms + delay_ms elseif due_at_ms >= 0 then due = due_at_ms end
+local expires = 0
+if ttl_ms > 0 then expires = at_ms + ttl_ms end
+local head = '0|'
+if priority > 0 or expires > 0 then
+  head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. '|'
+end
+
+local out, queued, deduplicated = {}, 0, 0
+for i = 7, #ARGV - 2, 3 do
+  local id, dk, payload = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local holder = nil
+  if dk > 0 and not redis.call('SET', KEYS[dk], id, 'NX', 'PX', dedup_ttl_ms) then
+    holder = redis.call('GET', KEYS[dk])
+  end
+  if holder then
+    out[#out + 1] = holder
+    out[#out + 1] = 0
+    deduplicated = deduplicated + 1
+  else
+    local frame = head .. payload
+    if due > at_ms then
+      redis.call('ZADD', scheduled, due, frame)
+    else
+      make_ready(pending, prio_set, prio_seq, frame)
+    end
+    out[#out + 1] = id
+    out[#out + 1] = 1
+    queued = queued + 1
+  end
+end
+if count and queued > 0 then redis.pcall('HINCRBY', counters, 'published', queued) end
+if deduplicated > 0 then redis.pcall('HINCRBY', counters, 'deduplicated', deduplicated) end
+return out

@@ -1,0 +1,35 @@
+-- Remove waiting messages chosen by an operator (smqsup remove, the web UI).
+--
+-- KEYS[1]  pending list of the queue
+-- KEYS[2]  priority set of the queue
+-- KEYS[3]  scheduled set of the queue
+-- KEYS[4]  delayed set of the queue (retries)
+-- KEYS[5]  counters hash of the queue ("removed")
+-- KEYS[6..]  dedup keys of the chosen messages that have one
+-- ARGV[1..]  four per message: where it was seen ("pending", "priority",
+--          "scheduled" or "delayed"), its frame (the exact bytes read there),
+--          its id, the index in KEYS of its dedup key (0: none)
+--
+-- Returns one integer per message: 1 removed; 0 it was not there any more
+-- (taken by a consumer, promoted, or removed by someone else meanwhile), so
+-- a message in flight is never touched. A removed message's dedup key is
+-- freed if it still names that message (includes/release.lua).
+local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
+local counters = KEYS[5]
+--- @include "release"
+
+local out, removed = {}, 0
+for i = 1, #ARGV - 3, 4 do
+  local key, frame, id, dk = where[ARGV[i]], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local n = 0
+  if key == KEYS[1] then
+    n = redis.call('LREM', key, 1, frame)
+  elseif key then
+    n = redis.call('ZREM', key, frame)
+  end
+  if n > 0 and dk > 0 then release(KEYS[dk], id) end
+  removed = removed + n
+  out[#out + 1] = n
+end
+if removed > 0 then redis.pcall('HINCRBY', counters, 'removed', removed) end
+return out

@@ -1,0 +1,28 @@
+-- Take the next ready frame for a consumer that holds none, without
+-- blocking: after a blocking fetch timed out, at start, after a reconnect,
+-- while the queue is paused. The consumer blocks (BLMOVE on KEYS[2]) only
+-- after this found nothing (includes/ready.lua says why that is safe).
+--
+-- KEYS[1]  processing list of the consumer
+-- KEYS[2]  pending list of the queue
+-- KEYS[3]  counters hash of the queue ("expired", "dead_lettered")
+-- KEYS[4]  consumers registry hash of the queue
+-- KEYS[5]  priority set of the queue
+-- KEYS[6]  paused flag of the queue
+-- KEYS[7]  dead-letter list of the queue (expired frames)
+-- ARGV[1]  the consumer's id
+--
+-- Returns {registered, next, paused} as ack.lua does.
+-- A key of the wrong type among KEYS[1, 2, 4, 5, 7] is an error reply
+-- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
+local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
+           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
+local consumer_id = ARGV[1]
+--- @include "wrong_type"
+--- @include "fetch_next"
+
+local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
+                           {q.priority, 'zset'}, {q.dead, 'list'}})
+if refused then return refused end
+local registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
+return {registered, nxt, paused}
