@@ -2,7 +2,9 @@
 
     smqsup -c FILE                      run the supervisor (also: smqsup run -c FILE)
     smqsup check -c FILE                validate FILE and import its handlers
-    smqsup publish (-c FILE | --url URL) QUEUE JSON
+    smqsup publish (-c FILE | --url URL) QUEUE (JSON | -) [--header KEY=VALUE]
+                   [--delay DURATION | --at WHEN] [--priority 0-9]
+                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
@@ -215,8 +217,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    options = cli_publish.publish_options(args)  # its usage errors come before the config's
     url, namespace, max_size = _target(args)
-    return cli_publish.publish(args, url, namespace, max_size)
+    return cli_publish.publish(args, options, url, namespace, max_size)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
