@@ -14,6 +14,8 @@ RETRY_DELAY_S = 0.0
 RETRY_BACKOFF = 1.0
 #: Upper bound of a backed-off retry delay, in seconds.
 RETRY_DELAY_MAX_S = 3600.0
+#: How long a published dedup key keeps refusing its duplicates, in seconds (24 h).
+DEDUP_TTL_S = 86400.0
 #: Consumers per queue the supervisor starts.
 CONSUMERS = 1
 #: A consumer's heartbeat period, in seconds.
