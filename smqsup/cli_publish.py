@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dedup-ttl", type=parse_positive_duration, metavar="DURATION",
                    help="how long KEY is held (default: the queue's dedup_ttl with -c FILE, else 24h)")
     p.add_argument("--ttl", type=parse_positive_duration, metavar="DURATION",
-                   help="drop the message if not delivered within DURATION")
+                   help="dead-letter it as expired if no handler takes it within DURATION of its publish")
 
 
 # --- the flags' parsers -------------------------------------------------------------------

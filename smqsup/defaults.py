@@ -84,7 +84,5 @@ RETIRED_SCAN_S = 2.0
 RECLAIM_RETRY_S = 1.0
 #: How often the collector repeats a step's failure while it lasts (a refusal by Redis, an unexpected error), s.
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
-#: How long a dedup key holds when neither the publish nor the queue gives a dedup_ttl, in s.
-DEDUP_TTL_S = 86400.0
 #: How often a consumer of a paused queue looks whether it was resumed, in s.
 PAUSED_POLL_S = 0.25
