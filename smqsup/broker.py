@@ -479,7 +479,7 @@ class Broker:
         reads it at leisure while new dead letters start a new list, and no
         entry it holds can be requeued meanwhile."""
         k = self.keys(queue)
-        aside = f"{k.dead}:purging:{os.urandom(6).hex()}"
+        aside = k.dead_aside(os.urandom(6).hex())
         with wrapped(f"purge dead letters of {queue!r}"):
             found = self.client.type(k.dead)
             if found not in (b"list", b"none"):

@@ -2,8 +2,9 @@
 (``smqsup messages``, the web UI) and removed by id while they wait
 (``smqsup remove``). One implementation for the CLI and the web UI.
 
-    pending     ready to be taken: the priority set (highest first), then the
-                pending list from its consuming end
+    pending     ready to be taken, in the order consumers take them
+                (includes/ready.lua: the priority set and the pending list
+                merged by priority, the list first on a tie)
     scheduled   published for later, and retries waiting (``retry`` true),
                 soonest first
     processing  held by a consumer (the consumer's id in ``consumer``)
@@ -30,6 +31,8 @@ STATES = ("pending", "scheduled", "processing", "dead")
 PAGE = 1000
 #: Characters of a body shown in a listing.
 PREVIEW_CHARS = 200
+#: Sequence numbers per priority in the priority set's scores (includes/ready.lua).
+_PRIORITY_SPAN = 2 ** 44
 
 
 def ref(frame: bytes) -> str:
@@ -92,10 +95,10 @@ def _rows(broker: Broker, queue: str, state: str, limit: int) -> Iterator[dict[s
     with wrapped(f"list messages of {queue!r}"):
         client: Any = broker.client  # replies are bytes (decode_responses is off)
         if state == "pending":
-            for frame in client.zrange(k.priority, 0, limit - 1):
-                yield row(frame, state, "priority")
-            for frame in reversed(client.lrange(k.pending, -limit, -1)):
-                yield row(frame, state, "pending")
+            best = list(client.zrange(k.priority, 0, limit - 1, withscores=True))
+            ready = list(reversed(client.lrange(k.pending, -limit, -1)))
+            for where, frame in _take_order(best, ready, limit):
+                yield row(frame, state, where)
         elif state == "scheduled":
             found = [(due, frame, where) for where, key in (("scheduled", k.scheduled), ("delayed", k.delayed))
                      for frame, due in client.zrange(key, 0, limit - 1, withscores=True)]
@@ -108,6 +111,27 @@ def _rows(broker: Broker, queue: str, state: str, limit: int) -> Iterator[dict[s
                     yield row(frame, state, "processing", consumer=consumer)
         else:
             raise ValueError(f"state: expected one of {', '.join(STATES)}, got {safe.escape(state, 40)}")
+
+
+def _take_order(best: list[tuple[bytes, float]], ready: list[bytes], limit: int) -> Iterator[tuple[str, bytes]]:
+    """The first ``limit`` (where, frame) in the order take_ready hands them
+    out: ``best`` the priority set's members and scores (lowest first),
+    ``ready`` the pending list from its consuming end."""
+    b = r = 0
+    for _ in range(limit):
+        if b < len(best) and (r >= len(ready) or _priority(ready[r]) < 9 - int(best[b][1] // _PRIORITY_SPAN)):
+            yield "priority", best[b][0]
+            b += 1
+        elif r < len(ready):
+            yield "pending", ready[r]
+            r += 1
+
+
+def _priority(frame: bytes) -> int:
+    try:
+        return message.frame_head(frame).priority
+    except MalformedMessage:
+        return 0
 
 
 def remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:

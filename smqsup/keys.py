@@ -25,6 +25,9 @@ live in one Redis Cluster slot::
                                    KEY; expires after the queue's dedup_ttl
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
+    ns:{Q}:dead:purging:TOK  LIST  a whole dead-letter list set aside by a purge
+                                   while it frees the dedup keys of its
+                                   messages; deleted after, expires in an hour
     ns:{Q}:consumers         HASH  consumer id -> registration JSON (pid, host,
                                    started_at, cpu, memory); how a collector
                                    finds processing lists without scanning keys
@@ -96,6 +99,10 @@ class QueueKeys:
     @property
     def paused(self) -> str:
         return f"{self._prefix}:paused"
+
+    def dead_aside(self, token: str) -> str:
+        """Where a whole purge sets the dead-letter list aside."""
+        return f"{self._prefix}:dead:purging:{token}"
 
     def dedup(self, dedup_key: str) -> str:
         """The key holding the id of the message published with ``dedup_key``

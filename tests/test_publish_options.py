@@ -260,3 +260,17 @@ def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], pr
     assert broker.resume("q") and not broker.resume("q")
     wait_for(lambda: len(seen) == 6, timeout_s=5)
     assert seen == ["before", 0, 1, 2, 3, 4]
+
+
+def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer, redis_client: redis.Redis) -> None:
+    """browse.listing('pending') gives exactly the order take.lua hands the messages out."""
+    from smqsup import browse
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    for body, prio in [("a9", 9), ("b5", 5), ("c0", 0), ("d9", 9), ("e0", 0), ("f5", 5)]:
+        producer.publish("q", body, priority=prio)
+    listed = [r["preview"] for r in browse.listing(broker, "q", "pending", 100)]
+    taken = []
+    while (frame := broker.take("q", "c").next_frame) is not None:
+        taken.append(message.decode(frame).body)
+    assert listed == taken == ["a9", "d9", "b5", "f5", "c0", "e0"]
