@@ -59,7 +59,7 @@ def add_messages(sub: _Commands[_Parser]) -> None:
     _add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--state", type=_state, default="pending",
-                   help="pending (ready, highest priority first; the default), scheduled (published for later, "
+                   help="pending (ready to be taken; the default), scheduled (published for later, "
                         "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
     p.add_argument("--limit", type=_limit, default=100, help="most messages to list (1 to 100000, default 100)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
