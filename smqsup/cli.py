@@ -7,6 +7,9 @@
                    [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
+    smqsup pause|resume (-c FILE | --url URL) QUEUE
+    smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
+    smqsup remove (-c FILE | --url URL) QUEUE ID...   (exit 1 if some id was not removed)
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
     smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
 
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import __version__, cli_publish, defaults, logs, safe
+from smqsup import __version__, cli_publish, cli_queue, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
 from smqsup.yamlfile import open_regular_file
@@ -55,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     # In the order `smqsup --help` lists them.
-    for add in (_add_run_and_check, _add_publish, _add_consume, _add_status, _add_web, _add_dlq):
+    for add in (_add_run_and_check, _add_publish, _add_consume, _add_status, _add_web, _add_dlq,
+                cli_queue.add_pause_resume, cli_queue.add_messages, cli_queue.add_remove):
         add(sub)
     return parser
 
@@ -352,4 +356,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dlq": cmd_dlq,
     "status": cmd_status,
     "web": cmd_web,
+    "pause": cli_queue.cmd_pause,
+    "resume": cli_queue.cmd_resume,
+    "messages": cli_queue.cmd_messages,
+    "remove": cli_queue.cmd_remove,
 }
