@@ -63,7 +63,8 @@ _MAX_BODY = 1024 * 1024
 REDIS_TIMEOUT_S = 5.0
 
 #: The page's files, served from memory: name -> content type.
-_STATIC = {"app.js": "text/javascript", "app.css": "text/css", "favicon.svg": "image/svg+xml"}
+_STATIC = {"ui.js": "text/javascript", "messages.js": "text/javascript", "app.js": "text/javascript",
+           "app.css": "text/css", "favicon.svg": "image/svg+xml"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' {ws}; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
