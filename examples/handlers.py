@@ -2,6 +2,8 @@
 
 A handler takes one message and returns to ack it or raises to unack it
 (the message is then retried, and dead-lettered past retry_threshold).
+``raise Reject(why)`` dead-letters it at once; ``raise Retry(delay=s)``
+retries it after that delay instead of the queue's retry_delay.
 """
 
 from __future__ import annotations
@@ -10,18 +12,19 @@ import asyncio
 import logging
 import random
 
-from smqsup import Message
+from smqsup import Message, Reject, Retry
 
 log = logging.getLogger(__name__)
 
 
 def process_order(message: Message) -> None:
-    """Ack every order; an order without an "id" is an error (dead-lettered after retries)."""
+    """Ack every order; an order without an "id" can never succeed: rejected
+    (dead-lettered at once, no retries)."""
     order = message.body
     if not isinstance(order, dict) or "id" not in order:
-        raise ValueError(f"order without an id: {order!r}")
-    log.info("order %s: %s x %s (message %s, attempt %d)", order["id"], order.get("qty", 1),
-             order.get("item", "?"), message.id, message.attempts + 1)
+        raise Reject(f"order without an id: {order!r}")
+    log.info("order %s: %s x %s (message %s, attempt %d, priority %d)", order["id"], order.get("qty", 1),
+             order.get("item", "?"), message.id, message.attempts + 1, message.priority)
 
 
 async def send_email(message: Message) -> None:
@@ -31,7 +34,11 @@ async def send_email(message: Message) -> None:
 
 
 def flaky(message: Message) -> None:
-    """Fails one time in three: shows retries, retry_delay and the dead-letter list."""
-    if random.random() < 1 / 3:
+    """Fails one time in three: shows retries, retry_delay and the dead-letter
+    list; one time in ten the upstream says when to come back (Retry)."""
+    roll = random.random()
+    if roll < 0.1:
+        raise Retry(delay=2.0, reason="upstream busy: come back in 2 s")
+    if roll < 1 / 3:
         raise ConnectionError("upstream timed out")
     log.info("flaky job %s done on attempt %d", message.id, message.attempts + 1)

@@ -31,7 +31,15 @@ def main() -> int:
         for n in range(args.emails):
             producer.publish("emails", {"to": f"user{n}@example.com"}, headers={"template": "welcome"})
         producer.publish_many("flaky", range(args.flaky))
-    print(f"published {len(ids) + 1} orders, {args.emails} emails, {args.flaky} flaky jobs", file=sys.stderr)
+        # Options: an order handled in 5 s, an urgent one ahead of the queue, one
+        # published twice under a dedup key (queued once), an email that is
+        # dead-lettered as "expired" unless a consumer takes it within 10 minutes.
+        producer.publish("orders", {"id": "later", "item": "gift"}, delay=5)
+        producer.publish("orders", {"id": "urgent", "item": "spare part"}, priority=9)
+        for _ in range(2):
+            producer.publish("orders", {"id": "once", "item": "ticket"}, dedup_key="order-once")
+        producer.publish("emails", {"to": "soon@example.com"}, ttl=600)
+    print(f"published {len(ids) + 4} orders, {args.emails + 1} emails, {args.flaky} flaky jobs", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,9 @@
 
     smqsup -c FILE                      run the supervisor (also: smqsup run -c FILE)
     smqsup check -c FILE                validate FILE and import its handlers
-    smqsup publish (-c FILE | --url URL) QUEUE JSON
+    smqsup publish (-c FILE | --url URL) QUEUE (JSON | -) [--header KEY=VALUE]
+                   [--delay DURATION | --at WHEN] [--priority 0-9]
+                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import __version__, defaults, logs, safe
+from smqsup import __version__, cli_publish, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
 from smqsup.yamlfile import open_regular_file
@@ -72,9 +74,7 @@ def _add_run_and_check(sub: _Commands[_Parser]) -> None:
 def _add_publish(sub: _Commands[_Parser]) -> None:
     p = sub.add_parser("publish", help="publish one message (JSON), or one per stdin line with '-'")
     _add_target(p, url=True)
-    p.add_argument("queue")
-    p.add_argument("body", metavar="JSON")
-    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    cli_publish.add_arguments(p)
 
 
 def _add_consume(sub: _Commands[_Parser]) -> None:
@@ -217,36 +217,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from smqsup.producer import Producer
-
+    options = cli_publish.publish_options(args)  # its usage errors come before the config's
     url, namespace, max_size = _target(args)
-    headers = dict(_header(h) for h in args.header)
-    with Producer(url, namespace, max_message_size=max_size) as producer:
-        if args.body == "-":
-            bodies = [_json_arg(line, f"stdin line {n}") for n, line in enumerate(sys.stdin, 1) if line.strip()]
-            for mid in producer.publish_many(args.queue, bodies, headers=headers or None):
-                print(mid)
-        else:
-            print(producer.publish(args.queue, _json_arg(args.body, "JSON"), headers=headers or None))
-    return EXIT_OK
-
-
-def _header(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise UsageError(f"smqsup publish: --header: expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def _json_arg(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise UsageError(f"smqsup publish: {where}: JSON nested too deep, got {text.strip()[:80]!r}") from None
-    except ValueError as exc:
-        # Python's hint for huge integers ('use sys.set_int_max_str_digits()') is not for users.
-        problem = str(exc).split(";")[0]
-        raise UsageError(f"smqsup publish: {where}: not valid JSON ({problem}), got {text.strip()[:80]!r}") from None
+    return cli_publish.publish(args, options, url, namespace, max_size)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:

@@ -22,10 +22,10 @@ Value syntax, the same everywhere in the file:
   are empty mappings: ``web:`` alone runs the web UI with its defaults.
 - every number has a bound, and past it a one-line error: consumers 1000 per
   queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
-  1h, heartbeat_timeout 1d), sizes 1TB, retry_threshold 1,000,000,
-  max_messages 10**9, retry_backoff 100. The file itself is at most 256KiB,
-  20 levels deep and 25,000 YAML nodes, so that no file, however built, can
-  stall or crash a supervisor re-reading it on SIGHUP.
+  1h, heartbeat_timeout 1d, dedup_ttl 3650d), sizes 1TB, retry_threshold
+  1,000,000, max_messages 10**9, retry_backoff 100. The file itself is at
+  most 256KiB, 20 levels deep and 25,000 YAML nodes, so that no file, however
+  built, can stall or crash a supervisor re-reading it on SIGHUP.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class QueueConfig:
     message_timeout_s: float = defaults.MESSAGE_TIMEOUT_S
     max_messages: int = defaults.MAX_MESSAGES
     max_memory_bytes: int = defaults.MAX_MEMORY_BYTES
+    #: How long a dedup key refuses duplicates; read by producers only.
+    dedup_ttl_s: float = defaults.DEDUP_TTL_S
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "message_timeout": ("message_timeout_s", validate.parse_duration),
     "max_messages": ("max_messages", validate.int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", validate.parse_size),
+    "dedup_ttl": ("dedup_ttl_s", validate.positive_long_duration),
 }
 
 

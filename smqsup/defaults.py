@@ -14,6 +14,8 @@ RETRY_DELAY_S = 0.0
 RETRY_BACKOFF = 1.0
 #: Upper bound of a backed-off retry delay, in seconds.
 RETRY_DELAY_MAX_S = 3600.0
+#: How long a published dedup key keeps refusing its duplicates, in seconds (24 h).
+DEDUP_TTL_S = 86400.0
 #: Consumers per queue the supervisor starts.
 CONSUMERS = 1
 #: A consumer's heartbeat period, in seconds.
@@ -82,7 +84,5 @@ RETIRED_SCAN_S = 2.0
 RECLAIM_RETRY_S = 1.0
 #: How often the collector repeats a step's failure while it lasts (a refusal by Redis, an unexpected error), s.
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
-#: How long a dedup key holds when neither the publish nor the queue gives a dedup_ttl, in s.
-DEDUP_TTL_S = 86400.0
 #: How often a consumer of a paused queue looks whether it was resumed, in s.
 PAUSED_POLL_S = 0.25

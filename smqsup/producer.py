@@ -132,7 +132,7 @@ class Producer:
 
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
-                   dedup_ttls={name: getattr(q, "dedup_ttl_s", defaults.DEDUP_TTL_S) for name, q in cfg.queues.items()})
+                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()})
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,

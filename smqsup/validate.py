@@ -24,8 +24,11 @@ from smqsup.errors import ConfigError, HandlerImportError
 
 # --- bounds ------------------------------------------------------------------
 
-#: Longest duration anywhere in the file, in seconds (365 days).
+#: Longest duration anywhere in the file, in seconds (365 days), dedup_ttl excepted.
 DURATION_MAX_S = 365 * 86400.0
+#: Longest time a message may wait or live, or a dedup key be kept, in seconds
+#: (3650 days: ten years, whatever a queue is kept for, stays far below it).
+LONG_DURATION_MAX_S = 3650 * 86400.0
 #: Largest size anywhere in the file, in bytes (1 TiB).
 SIZE_MAX_BYTES = 1024**4
 #: retry_backoff: past it the delay reaches retry_delay_max in a few attempts anyway.
@@ -236,6 +239,7 @@ class _Measure:
 
 
 _DURATION = _Measure("duration", _DURATION_UNITS_S, "500ms, 5s, 2m or 1h", DURATION_MAX_S, "365d")
+_LONG_DURATION = _Measure("duration", _DURATION_UNITS_S, "500ms, 5s, 2m or 1h", LONG_DURATION_MAX_S, "3650d")
 _SIZE = _Measure("size", _SIZE_UNITS_BYTES, "100B, 64KB, 512MB or 1GB", SIZE_MAX_BYTES, "1TB")
 
 
@@ -254,6 +258,20 @@ def _measured(amount: float | None, measure: _Measure, value: object, key: str, 
 def parse_duration(value: object, key: str = "", path: str = "") -> float:
     """Seconds from ``30``, ``1.5``, ``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``."""
     return _measured(_quantity(value, _DURATION.units), _DURATION, value, key, path)
+
+
+def long_duration(value: object, key: str = "", path: str = "") -> float:
+    """Seconds, as parse_duration reads them, up to 3650d: a message's delay or
+    time to live, or how long its dedup key is kept."""
+    return _measured(_quantity(value, _LONG_DURATION.units), _LONG_DURATION, value, key, path)
+
+
+def positive_long_duration(value: object, key: str = "", path: str = "") -> float:
+    """A long_duration greater than 0 (``dedup_ttl``, a message's ``ttl``)."""
+    seconds = long_duration(value, key, path)
+    if seconds <= 0:
+        raise error("expected a duration greater than 0", value, path=path, key=key)
+    return seconds
 
 
 def parse_size(value: object, key: str = "", path: str = "") -> int:

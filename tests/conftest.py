@@ -10,9 +10,11 @@ from typing import Any, Optional
 import pytest
 import redis
 
+from smqsup.config import QueueConfig
 from smqsup.errors import RedisServerError
+from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server
-from tests import procs
+from tests import inproc, procs
 
 
 @pytest.fixture
@@ -95,3 +97,27 @@ def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callabl
     yield _start
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def start(redis_url: str) -> Iterator[Callable[..., inproc.Running]]:
+    """Start a consumer (handler, QueueConfig fields) and a collector in threads of the test process."""
+    running: list[inproc.Running] = []
+
+    def _start(handler: Callable[[Any], Any], **options: Any) -> inproc.Running:
+        options.setdefault("name", "q")
+        options.setdefault("handler", "tests.handlers:record")
+        r = inproc.Running(redis_url, QueueConfig(**options), handler)
+        running.append(r)
+        return r
+
+    yield _start
+    for r in running:
+        r.stop()
+
+
+@pytest.fixture
+def producer(redis_url: str) -> Iterator[Producer]:
+    """A Producer on the test's Redis."""
+    with Producer(redis_url) as p:
+        yield p

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from smqsup import cli
+from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
 from smqsup.redis_server import running_url
 from tests import procs
 from tests.helpers import wait_for
@@ -33,6 +39,125 @@ def test_publish_from_stdin_lines(redis_url: str, redis_client: "redis.Redis") -
     r = procs.run("publish", "--url", redis_url, "q", "-", input='1\n"two"\n[3]\n')
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.split()) == 3 and redis_client.llen(K.pending) == 3
+
+
+# --- publish flags ------------------------------------------------------------------------
+
+
+class RecordingProducer:
+    """Stands in for Producer: records each publish call and returns made-up ids."""
+
+    calls: list[tuple[str, Any, dict[str, Any]]] = []
+
+    def __init__(self, url: str, namespace: str, *, max_message_size: int) -> None:
+        pass
+
+    def __enter__(self) -> "RecordingProducer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def publish(self, queue: str, body: Any, headers: Any = None, **options: Any) -> str:
+        self.calls.append(("publish", body, {"headers": headers, **options}))
+        return f"id{len(self.calls)}"
+
+    def publish_many(self, queue: str, bodies: list[Any], headers: Any = None, **options: Any) -> list[str]:
+        self.calls.append(("publish_many", bodies, {"headers": headers, **options}))
+        return [f"id{n}" for n, _ in enumerate(bodies)]
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, Any]]]:
+    monkeypatch.setattr("smqsup.producer.Producer", RecordingProducer)
+    monkeypatch.setattr(RecordingProducer, "calls", [])
+    return RecordingProducer.calls
+
+
+def publish_with(*argv: str) -> int:
+    """`smqsup publish ARGV` run in this process, up to the (recording) producer."""
+    return cli.cmd_publish(cli.build_parser().parse_args(["publish", *argv]))
+
+
+def test_publish_flags_become_producer_keywords(recorded: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """Each flag reaches Producer.publish coerced: seconds, an aware datetime, an int, the key."""
+    assert publish_with("--url", "redis://h", "q", '{"a": 1}', "--delay", "1.5m", "--priority", "7",
+                        "--dedup", "order-7", "--dedup-ttl", "2h", "--ttl", "500ms") == 0
+    assert recorded == [("publish", {"a": 1}, {"headers": None, "delay": 90.0, "priority": 7,
+                                               "dedup_key": "order-7", "dedup_ttl": 7200.0, "ttl": 0.5})]
+    assert capsys.readouterr().out == "id1\n"
+    publish_with("--url", "redis://h", "q", "1", "--at", "2026-12-24T19:00:00+01:00")
+    publish_with("--url", "redis://h", "q", "1", "--at", "1798135200.25")
+    [at_iso, at_epoch] = [options["at"] for _, _, options in recorded[1:]]
+    assert at_iso == datetime(2026, 12, 24, 18, tzinfo=timezone.utc) and at_iso.utcoffset() == timedelta(hours=1)
+    assert at_epoch == 1798135200.25
+
+
+def test_publish_without_flags_passes_no_new_keyword(recorded: list[Any]) -> None:
+    """A plain publish calls Producer.publish exactly as before the flags existed."""
+    publish_with("--url", "redis://h", "q", "1", "--header", "k=v")
+    assert recorded == [("publish", 1, {"headers": {"k": "v"}})]
+
+
+def test_stdin_lines_all_get_the_flags(recorded: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With '-', publish_many gets every line and the same keywords for all of them."""
+    monkeypatch.setattr("sys.stdin", io.StringIO('1\n\n"two"\n'))
+    publish_with("--url", "redis://h", "q", "-", "--priority", "0", "--delay", "0")
+    assert recorded == [("publish_many", [1, "two"], {"headers": None, "priority": 0, "delay": 0.0})]
+
+
+def test_dedup_ttl_comes_from_the_queue_in_the_config(tmp_path: Path, recorded: list[Any]) -> None:
+    """With -c FILE, --dedup without --dedup-ttl holds the key for the queue's dedup_ttl; --dedup-ttl wins."""
+    cfg = procs.write_config(tmp_path / "q.yaml", "redis://h", {"q": {"handler": "m:f", "dedup_ttl": "1h"}},
+                             defaults={"dedup_ttl": "3d"})
+    publish_with("-c", str(cfg), "q", "1", "--dedup", "k")
+    publish_with("-c", str(cfg), "q", "1", "--dedup", "k", "--dedup-ttl", "5s")
+    publish_with("-c", str(cfg), "other", "1", "--dedup", "k")  # not in the file: the Producer's default
+    publish_with("-c", str(cfg), "q", "1")
+    assert [options.get("dedup_ttl") for _, _, options in recorded] == [3600.0, 5.0, None, None]
+
+
+def test_dedup_ttl_without_dedup_is_a_usage_error(recorded: list[Any]) -> None:
+    """--dedup-ttl alone is refused before anything is read or sent."""
+    with pytest.raises(UsageError, match=r"^smqsup publish: --dedup-ttl needs --dedup KEY$"):
+        publish_with("-c", "/nonexistent/queues.yaml", "q", "1", "--dedup-ttl", "1h")
+    assert recorded == []
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--delay", "5x"], "argument --delay: expected a duration like 500ms, 5s, 2m or 1h, got '5x'"),
+    (["--delay=-5s"], "argument --delay: a duration must not be negative, got '-5s'"),
+    (["--at", "2026-12-24T18:00:00"], "argument --at: give a timezone (Z or +HH:MM), got '2026-12-24T18:00:00'"),
+    (["--delay", "1s", "--at", "1798135200"], "argument --at: not allowed with argument --delay"),
+    (["--priority", "10"], "argument --priority: expected an integer from 0 to 9, got '10'"),
+    (["--dedup", ""], "argument --dedup: expected a key, got an empty string"),
+    (["--dedup", "k", "--dedup-ttl", "0"], "argument --dedup-ttl: expected a duration greater than 0, got '0'"),
+    (["--ttl", "nan"], "argument --ttl: expected a duration like 500ms, 5s, 2m or 1h, got 'nan'"),
+    (["--dedup-ttl", "1h"], "smqsup publish: --dedup-ttl needs --dedup KEY"),
+])
+def test_a_bad_publish_flag_is_one_line_with_exit_2(args: list[str], expect: str) -> None:
+    """The real command: a bad flag value is one line naming the flag and the value, exit 2."""
+    r = procs.run("publish", "--url", "redis://127.0.0.1:1", "q", "1", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [f"Error: smqsup publish: {expect}" if "argument" in expect
+                                     else f"Error: {expect}"]
+
+
+def test_publish_flags_end_to_end(redis_url: str, redis_client: "redis.Redis") -> None:
+    """--delay lands in scheduled, --priority in the priority set, a repeated --dedup queues one message."""
+    def publish(*args: str, **kw: Any) -> str:
+        r = procs.run("publish", "--url", redis_url, "q", *args, **kw)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    publish("1", "--delay", "1h")
+    assert redis_client.zcard(K.scheduled) == 1
+    publish("-", "--priority", "5", input="1\n2\n")
+    # The first found nothing else ready: it went to the pending list (so a blocked consumer wakes).
+    assert redis_client.llen(K.pending) == 1 and redis_client.zcard(K.priority) == 1
+    first = publish("1", "--dedup", "order-7")
+    assert publish("1", "--dedup", "order-7", "--ttl", "1h") == first
+    assert redis_client.llen(K.pending) == 2
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -71,7 +196,6 @@ def test_consume_bad_handler_is_one_line(tmp_path: Path, redis_url: str) -> None
 def test_dlq_list_requeue_purge(tmp_path: Path, redis_url: str, redis_client: "redis.Redis") -> None:
     """Dead letters are listed with reason, requeued (attempts reset) by id, and purged."""
     from smqsup.broker import Broker
-    from smqsup.producer import Producer
 
     with Producer(redis_url) as p:
         ids = p.publish_many("q", ["a", "b", "<img src=x onerror=alert(1)>"])

@@ -62,6 +62,7 @@ def test_good_file_loads_with_coerced_values() -> None:
         name="orders", handler="myapp.handlers:process_order", consumers=4,
         retry_threshold=3, retry_delay_s=5.0, retry_backoff=2.0, retry_delay_max_s=3600.0,
         message_timeout_s=60.0, max_messages=10000, max_memory_bytes=512 * 1024**2,
+        dedup_ttl_s=5400.0,
     )
     assert cfg.web == config.WebConfig(listen="0.0.0.0:8087", token="s3cret")
 
@@ -75,6 +76,7 @@ def test_defaults_section_applies_where_a_queue_is_silent() -> None:
         retry_threshold=5, retry_delay_s=2.0, retry_backoff=2.0,
         retry_delay_max_s=defaults.RETRY_DELAY_MAX_S, message_timeout_s=1.5,
         max_messages=defaults.MAX_MESSAGES, max_memory_bytes=256 * 1024**2,
+        dedup_ttl_s=7 * 86400.0,
     )
 
 
@@ -98,6 +100,7 @@ def test_minimal_file_gets_every_default() -> None:
     assert cfg.queues == {
         "orders": config.QueueConfig(name="orders", handler="myapp.handlers:process_order")
     }
+    assert cfg.queues["orders"].dedup_ttl_s == defaults.DEDUP_TTL_S == 24 * 3600.0
 
 
 def test_load_does_not_import_handlers() -> None:
@@ -407,7 +410,9 @@ def test_parse_size_rejects(value: object) -> None:
      ("retry_backoff", "100", "retry_backoff", 100.0),
      ("retry_delay", "365d", "retry_delay_s", 365 * 86400.0),
      ("message_timeout", "365d", "message_timeout_s", 365 * 86400.0),
-     ("max_memory", "1TB", "max_memory_bytes", 1024**4)],
+     ("max_memory", "1TB", "max_memory_bytes", 1024**4),
+     ("dedup_ttl", "3650d", "dedup_ttl_s", 3650 * 86400.0),
+     ("dedup_ttl", "1ms", "dedup_ttl_s", 0.001)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -422,6 +427,8 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("retry_backoff", "100.5", "must be at most 100, got 100.5"),
      ("retry_delay", "8761h", "a duration must be at most 365d, got '8761h'"),
      ("max_memory", "1025GB", "a size must be at most 1TB, got '1025GB'"),
+     ("dedup_ttl", "87601h", "a duration must be at most 3650d, got '87601h'"),
+     ("dedup_ttl", "0s", "expected a duration greater than 0, got '0s'"),
      ("consumers", "0x" + "f" * 4000, "got an integer of 4817 digits"),
      ("retry_delay", "1" + "0" * 400, "a duration must be at most 365d, got an integer of 401 digits"),
      ("retry_backoff", "9" * 400, "must be at most 100, got an integer of 400 digits"),

@@ -3,17 +3,19 @@ one line naming what is wrong (exit 2), never a hang, a traceback or a secret.""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from smqsup import safe
+from smqsup import cli_publish, safe
 from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
@@ -277,3 +279,77 @@ def test_a_hostile_url_from_the_environment_is_one_line(value: str, problem: str
     r = procs.run("status", env=procs.env(SMQSUP_REDIS_URL=value), timeout=30)
     _one_line_error(r, problem)
     assert len(r.stderr) < 400, r.stderr
+
+
+# --- publish flags ----------------------------------------------------------------------------
+
+def _flag_case(value: object) -> str:
+    """A short test id: a parser by its name, a value by the start of its repr."""
+    return getattr(value, "__name__", None) or repr(value)[:24]
+
+
+DURATION = "expected a duration like 500ms, 5s, 2m or 1h"
+AT = "expected an ISO 8601 time with its zone (2026-12-24T18:00:00Z) or epoch seconds"
+PRIORITY = "expected an integer from 0 to 9"
+HUGE = "9" * 400
+
+
+@pytest.mark.parametrize("parse, text, problem", [
+    *[(parse, text, problem) for parse in (cli_publish.parse_delay, cli_publish.parse_positive_duration)
+      for text, problem in [
+          (HUGE, "a duration must be at most 3650d"), (HUGE + "s", "a duration must be at most 3650d"),
+          ("1e400", DURATION), ("nan", DURATION), ("inf", DURATION), ("-inf", DURATION),
+          ("-1s", "a duration must not be negative"), ("", DURATION), ("5x", DURATION), ("5 s s", DURATION),
+          ("\udcff", DURATION), ("5\udcffs", DURATION), ("٣s", DURATION), ("3651d", "a duration must be at most 3650d"),
+          ("1:30", DURATION), ("0x10", DURATION), ("true", DURATION)]],
+    (cli_publish.parse_positive_duration, "0", "expected a duration greater than 0"),
+    (cli_publish.parse_positive_duration, "0ms", "expected a duration greater than 0"),
+    (cli_publish.parse_at, "2026-12-24T18:00:00", "give a timezone (Z or +HH:MM)"),
+    (cli_publish.parse_at, "2026-12-24", "give a timezone (Z or +HH:MM)"),
+    (cli_publish.parse_at, "99999-12-24T18:00:00Z", AT),
+    (cli_publish.parse_at, "2026-12-24T18:00:00+24:00", AT),
+    (cli_publish.parse_at, "2026-02-30T18:00:00Z", AT),
+    (cli_publish.parse_at, "２０２６-12-24T18:00:00Z", AT),
+    (cli_publish.parse_at, "2026-12-24T18:00:00\udcffZ", AT),
+    (cli_publish.parse_at, HUGE, "epoch seconds must be before the year 10000"),
+    (cli_publish.parse_at, "1798135200000", "epoch seconds must be before the year 10000 (milliseconds given?)"),
+    (cli_publish.parse_at, "-1", AT), (cli_publish.parse_at, "nan", AT), (cli_publish.parse_at, "inf", AT),
+    (cli_publish.parse_at, "1e9", AT), (cli_publish.parse_at, "", AT), (cli_publish.parse_at, "5x", AT),
+    *[(cli_publish.parse_priority, text, PRIORITY)
+      for text in ["10", "-1", "1.5", "true", "", " 5", "٣", "05", "\udcff", HUGE, "nan", "5x"]],
+    (cli_publish.parse_dedup_key, "", "expected a key, got an empty string"),
+    (cli_publish.parse_dedup_key, "k\udcff", "expected UTF-8 text"),
+    (cli_publish.parse_dedup_key, "é" * 257, "a key is at most 512 UTF-8 bytes, not 514"),
+    (cli_publish.parse_dedup_key, "x" * 100_000, "a key is at most 512 UTF-8 bytes, not 100000"),
+], ids=_flag_case)
+def test_a_hostile_publish_flag_value_is_refused_in_a_short_line(
+        parse: Callable[[str], object], text: str, problem: str) -> None:
+    """Huge, non-finite, negative, empty, undecodable, zoneless or out-of-range: the problem and the value, cut and escaped."""
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse(text)
+    message = str(caught.value)
+    assert message.startswith(problem) and message.isprintable() and len(message) < 200, message
+    if text:
+        assert message.endswith(f", got '{safe.escape(text, 40)}'"), message
+
+
+@pytest.mark.parametrize("parse, text, value", [
+    (cli_publish.parse_delay, "0", 0.0), (cli_publish.parse_delay, "500ms", 0.5),
+    (cli_publish.parse_delay, "2m", 120.0), (cli_publish.parse_delay, " 1.5h ", 5400.0),
+    (cli_publish.parse_delay, "3650d", 3650 * 86400.0), (cli_publish.parse_positive_duration, "1ms", 0.001),
+    (cli_publish.parse_at, "0", 0.0), (cli_publish.parse_at, "253402300799", 253402300799.0),
+    (cli_publish.parse_at, "9999-12-31T23:59:59Z", datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)),
+    (cli_publish.parse_priority, "0", 0), (cli_publish.parse_priority, "9", 9),
+    (cli_publish.parse_dedup_key, "é" * 256, "é" * 256), (cli_publish.parse_dedup_key, " ", " "),
+], ids=_flag_case)
+def test_publish_flag_values_at_their_bounds_are_taken(parse: Callable[[str], object], text: str,
+                                                       value: object) -> None:
+    """Each bound is inclusive: 0 and 3650d, epoch 0 and the end of 9999, priority 0 and 9, 512 bytes."""
+    assert parse(text) == value
+
+
+def test_an_undecodable_publish_flag_is_one_escaped_line() -> None:
+    """argv bytes that are not UTF-8 (surrogate-escaped) in --dedup, --delay, --at: one line, escaped, exit 2."""
+    for flag in ("--dedup", "--delay", "--at", "--priority"):
+        r = procs.run("publish", "--url", "redis://127.0.0.1:1", "q", "1", flag, "a\udcff\x1b[2J")
+        _one_line_error(r, f"argument {flag}: ", "got 'a\\udcff\\x1b[2J'")

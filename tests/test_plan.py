@@ -68,6 +68,14 @@ def test_option_changed_rolls_the_queue() -> None:
     assert result == ReloadPlan(rolled=("orders",), unchanged=("emails",))
 
 
+def test_dedup_ttl_changed_rolls_nothing() -> None:
+    """A new dedup_ttl (read by producers only) rolls no consumer, and the applied config holds it."""
+    old, new = config("base"), config("dedup_ttl_changed")
+    assert plan(old, new) == ReloadPlan(unchanged=("orders", "emails"))
+    applied = effective(old, new)
+    assert (applied.queues["orders"].dedup_ttl_s, applied.queues["emails"].dedup_ttl_s) == (3600.0, 7 * 86400.0)
+
+
 def test_added_queue() -> None:
     """A queue only in the new file is started."""
     result = plan_from_base("added_queue")
@@ -164,22 +172,23 @@ def test_describe_lists_every_part_in_order() -> None:
     )
 
 
-def test_generation_ignores_consumers_and_name() -> None:
-    """A queue's generation is unaffected by its consumer count and its name."""
+def test_generation_ignores_consumers_name_and_dedup_ttl() -> None:
+    """A queue's generation is unaffected by its consumer count, its name and its dedup_ttl."""
     queue = config("base").queues["orders"]
     assert generation(dataclasses.replace(queue, consumers=7)) == generation(queue)
     assert generation(dataclasses.replace(queue, name="other")) == generation(queue)
+    assert generation(dataclasses.replace(queue, dedup_ttl_s=60.0)) == generation(queue)
 
 
 def test_generation_covers_every_other_field() -> None:
-    """Changing any queue field other than consumers and name changes the generation."""
+    """Changing any queue field other than consumers, name and dedup_ttl changes the generation."""
     queue = QueueConfig(name="q", handler="examples.handlers:flaky")
     changed: dict[str, Any] = {
         "handler": "examples.handlers:send_email", "retry_threshold": 9, "retry_delay_s": 2.5,
         "retry_backoff": 3.0, "retry_delay_max_s": 10.0, "message_timeout_s": 4.0,
         "max_messages": 5, "max_memory_bytes": 1024,
     }
-    covered = {f.name for f in dataclasses.fields(QueueConfig)} - {"name", "consumers"}
+    covered = {f.name for f in dataclasses.fields(QueueConfig)} - {"name", "consumers", "dedup_ttl_s"}
     assert set(changed) == covered, "a new QueueConfig field needs a case here"
     for field_name, value in changed.items():
         assert generation(dataclasses.replace(queue, **{field_name: value})) != generation(queue), field_name

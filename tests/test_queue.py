@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,64 +13,12 @@ import redis
 
 from smqsup import message
 from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
-from smqsup.consumer import Consumer
 from smqsup.errors import MessageError
-from smqsup.readings import read_queues
-from smqsup.gc import Collector
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
+from smqsup.readings import read_queues
 from tests.helpers import wait_for
-
-NS = "smq"
-
-
-class Running:
-    """A Consumer running in a thread of the test process, with a garbage
-    collector (which promotes delayed retries) in another."""
-
-    def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
-        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
-        self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
-        self._stop = threading.Event()
-        self.threads = [threading.Thread(target=self.consumer.run, daemon=True),
-                        threading.Thread(target=self._collect, daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    def _collect(self) -> None:
-        while not self._stop.wait(0.02):
-            self.collector.tick()
-        self.collector.release_all()
-
-    def stop(self) -> None:
-        self.consumer.request_stop()
-        self._stop.set()
-        for t in self.threads:
-            t.join(10)
-            assert not t.is_alive(), "consumer did not stop"
-
-
-@pytest.fixture
-def start(redis_url: str) -> Iterator[Callable[..., Running]]:
-    running: list[Running] = []
-
-    def _start(handler: Callable[[Any], Any], **options: Any) -> Running:
-        options.setdefault("name", "q")
-        options.setdefault("handler", "tests.handlers:record")
-        r = Running(redis_url, QueueConfig(**options), handler)
-        running.append(r)
-        return r
-
-    yield _start
-    for r in running:
-        r.stop()
-
-
-@pytest.fixture
-def producer(redis_url: str) -> Iterator[Producer]:
-    with Producer(redis_url) as p:
-        yield p
+from tests.inproc import NS, Running
 
 
 def test_publish_consume_ack_in_fifo_order(start: Callable[..., Running], producer: Producer,

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from smqsup.config import Config, QueueConfig
 
 #: QueueConfig fields that are not part of a queue's generation: the name is
-#: the queue's identity, and a consumer count is applied by scaling in place.
-_NOT_GENERATION = frozenset({"name", "consumers"})
+#: the queue's identity, a consumer count is applied by scaling in place, and
+#: dedup_ttl is read by producers only (each reads the file when it starts),
+#: so no consumer is rolled for it.
+_NOT_GENERATION = frozenset({"name", "consumers", "dedup_ttl_s"})
 
 #: Config fields every child holds from its start, so a change rolls every
 #: queue (Config field -> its name in queues.yaml and in the plan).
@@ -55,8 +57,8 @@ def _canonical(value: object) -> object:
 def generation(q: QueueConfig, config: Config | None = None) -> str:
     """A short stable hash of everything about a queue that its running consumers depend on.
 
-    Covers every QueueConfig field except ``consumers`` and ``name`` (new
-    fields are covered without a change here). With ``config`` it also covers
+    Covers every QueueConfig field except ``consumers``, ``name`` and the
+    producers' ``dedup_ttl_s`` (new fields are covered without a change here). With ``config`` it also covers
     the top-level settings a child holds from its start (max_message_size,
     heartbeat_interval, heartbeat_timeout), so that comparing the generation a
     child was started under with the current one tells whether it must be

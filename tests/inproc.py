@@ -1,0 +1,42 @@
+"""A consumer and a collector running in threads of the test process, and
+the fixtures that start them: the queue core tested without a supervisor."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from smqsup.broker import Broker
+from smqsup.config import Config, QueueConfig
+from smqsup.consumer import Consumer
+from smqsup.gc import Collector
+
+NS = "smq"
+
+
+class Running:
+    """A Consumer running in a thread of the test process, with a garbage
+    collector (which promotes delayed retries) in another."""
+
+    def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
+        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
+        self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self.consumer.run, daemon=True),
+                        threading.Thread(target=self._collect, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _collect(self) -> None:
+        while not self._stop.wait(0.02):
+            self.collector.tick()
+        self.collector.release_all()
+
+    def stop(self) -> None:
+        self.consumer.request_stop()
+        self._stop.set()
+        for t in self.threads:
+            t.join(10)
+            assert not t.is_alive(), "consumer did not stop"

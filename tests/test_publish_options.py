@@ -1,0 +1,262 @@
+"""Publish options and handler verdicts in one process, against a real
+redis-server: delay and at, priority, dedup keys, ttl, Reject and Retry, and
+pause as a consumer sees it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from smqsup import Reject, Retry, message
+from smqsup.broker import Broker
+from smqsup.info import ConsumerInfo
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from tests.helpers import holds, wait_for
+from tests.inproc import NS, Running
+
+K = QueueKeys(NS, "q")
+
+
+def redis_ms(client: redis.Redis) -> int:
+    secs, usecs = client.time()
+    return int(secs) * 1000 + int(usecs) // 1000
+
+
+def recorder(seen: list[tuple[Any, int]], client: redis.Redis) -> Callable[[Any], None]:
+    """A handler recording (body, Redis time in ms at its start)."""
+    lock = threading.Lock()
+
+    def handle(msg: Any) -> None:
+        with lock:
+            seen.append((msg.body, redis_ms(client)))
+    return handle
+
+
+def test_a_delayed_message_is_not_handled_before_it_is_due(start: Callable[..., Running], producer: Producer,
+                                                          redis_client: redis.Redis) -> None:
+    """delay=0.6: nothing before the Redis clock says it is due, then handled soon after."""
+    seen: list[tuple[Any, int]] = []
+    start(recorder(seen, redis_client))
+    before = redis_ms(redis_client)
+    producer.publish("q", "later", delay=0.6)
+    assert redis_client.zcard(K.scheduled) == 1
+    wait_for(lambda: seen, timeout_s=5)
+    assert seen[0][1] >= before + 600
+    assert seen[0][1] <= before + 600 + 1000
+
+
+def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """Published in reverse due order, handled in due order; an `at` in the past goes straight to pending."""
+    now_s = redis_ms(redis_client) / 1000
+    for i, d in enumerate([0.9, 0.6, 0.3]):
+        producer.publish("q", f"d{i}", at=dt.datetime.fromtimestamp(now_s + d, dt.timezone.utc))
+    producer.publish("q", "past", at=now_s - 60)
+    producer.publish("q", "epoch", at=0)
+    assert redis_client.llen(K.pending) == 2 and redis_client.zcard(K.scheduled) == 3
+    seen: list[tuple[Any, int]] = []
+    start(recorder(seen, redis_client))
+    wait_for(lambda: len(seen) == 5, timeout_s=5)
+    assert [b for b, _ in seen] == ["past", "epoch", "d2", "d1", "d0"]
+
+
+def test_the_highest_priority_ready_message_goes_first_fifo_within_a_level(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """1,000 of priority 0 waiting, then 100 of priority 9 and 10 of 5: 9s, then 5s, then 0s, each in order."""
+    producer.publish_many("q", [("p0", i) for i in range(1000)])
+    for i in range(100):
+        producer.publish("q", ("p9", i), priority=9)
+    producer.publish_many("q", [("p5", i) for i in range(10)], priority=5)
+    seen: list[tuple[Any, int]] = []
+    start(recorder(seen, redis_client))
+    wait_for(lambda: len(seen) == 1110, timeout_s=30)
+    bodies = [tuple(b) for b, _ in seen]
+    assert bodies == [("p9", i) for i in range(100)] + [("p5", i) for i in range(10)] + \
+        [("p0", i) for i in range(1000)]
+
+
+def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once."""
+    seen: list[tuple[Any, int]] = []
+    start(recorder(seen, redis_client))
+    wait_for(lambda: redis_client.info("clients")["blocked_clients"] >= 1, timeout_s=5)
+    before = redis_ms(redis_client)
+    producer.publish("q", "urgent", priority=7)
+    wait_for(lambda: seen, timeout_s=5)
+    assert seen[0][0] == "urgent" and seen[0][1] - before < 150  # not a BLMOVE timeout later
+
+
+def test_a_retried_priority_message_keeps_its_priority(start: Callable[..., Running], producer: Producer,
+                                                       redis_client: redis.Redis) -> None:
+    """A priority-9 message that fails once is retried ahead of the priority-0 backlog."""
+    producer.publish_many("q", [("p0", i) for i in range(200)])
+    producer.publish("q", "flaky", priority=9)
+    seen: list[Any] = []
+
+    def handle(msg: Any) -> None:
+        seen.append(msg.body)
+        if msg.body == "flaky" and msg.attempts == 0:
+            raise ValueError("once")
+    start(handle, retry_delay_s=0)
+    wait_for(lambda: len(seen) == 202, timeout_s=20)
+    assert seen[:2] == ["flaky", "flaky"]
+
+
+def test_a_delayed_retry_becomes_due_with_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
+    """A priority-9 frame retried with a delay keeps its head, and the promotion puts it before the backlog."""
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    producer.publish("q", "urgent", priority=9)
+    took = broker.take("q", "c")
+    assert took.next_frame is not None and took.next_frame.startswith(b"0:9:0|")
+    producer.publish_many("q", ["a", "b"])
+    broker.nack("q", "c", took.next_frame, retry_threshold=3, delay_ms=1, meta='{"reason":"x"}', fetch_next=False)
+    assert redis_client.zrange(K.delayed, 0, -1)[0].startswith(b"1:9:0|")
+    wait_for(lambda: broker.promote("q").moved == 1, timeout_s=5)
+    assert message.decode(broker.take("q", "c").next_frame or b"").body == "urgent"
+
+
+def test_a_dedup_key_queues_one_message_and_returns_its_id(producer: Producer, redis_client: redis.Redis) -> None:
+    """The same key twice: one message, both calls return its id; another key queues another."""
+    first = producer.publish("q", {"n": 1}, dedup_key="order-42")
+    again = producer.publish("q", {"n": 2}, dedup_key="order-42")
+    other = producer.publish("q", {"n": 3}, dedup_key="order-43")
+    assert again == first and other != first
+    assert redis_client.llen(K.pending) == 2
+    assert redis_client.hget(K.counters, "deduplicated") == b"1"
+    assert 0 < redis_client.pttl(K.dedup("order-42")) <= 86_400_000
+
+
+def test_publish_many_dedup_keys_one_per_body_or_one_for_all(producer: Producer, redis_client: redis.Redis) -> None:
+    """A list of keys dedups body by body; one key for all queues only the first body."""
+    ids = producer.publish_many("q", ["a", "b", "c", "d"], dedup_key=["k1", "k2", "k1", None])
+    assert ids[2] == ids[0] and len(set(ids)) == 3
+    same = producer.publish_many("q", ["x", "y"], dedup_key="k9")
+    assert same[0] == same[1]
+    assert redis_client.llen(K.pending) == 4
+
+
+def test_a_dedup_key_is_free_again_after_its_ttl(producer: Producer, redis_client: redis.Redis) -> None:
+    """dedup_ttl=0.3: once it has passed, the key queues a new message."""
+    first = producer.publish("q", 1, dedup_key="k", dedup_ttl=0.3)
+    wait_for(lambda: not redis_client.exists(K.dedup("k")), timeout_s=5)
+    assert producer.publish("q", 2, dedup_key="k") != first
+    assert redis_client.llen(K.pending) == 2
+
+
+def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """Acked or dead-lettered, the key still holds; purging the dead letter frees it."""
+    def handle(msg: Any) -> None:
+        if msg.body == "bad":
+            raise Reject("no")
+    start(handle)
+    ok = producer.publish("q", "good", dedup_key="g")
+    bad = producer.publish("q", "bad", dedup_key="b")
+    wait_for(lambda: redis_client.hget(K.counters, "acked") == b"1" and redis_client.llen(K.dead) == 1, timeout_s=5)
+    assert producer.publish("q", "good", dedup_key="g") == ok
+    assert producer.publish("q", "bad", dedup_key="b") == bad
+    from smqsup import deadletters
+    assert deadletters.purge(Broker(producer._broker.url), "q", [bad]) == 1
+    assert producer.publish("q", "bad", dedup_key="b") != bad
+    assert producer.publish("q", "good", dedup_key="g") == ok
+
+
+def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(producer: Producer, redis_client: redis.Redis) -> None:
+    """Purging every dead letter frees each one's key, and leaves another message's key alone."""
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    ids = producer.publish_many("q", list(range(2500)), dedup_key=[f"k{i}" for i in range(2500)])
+    for _ in ids:
+        took = broker.take("q", "c")
+        assert took.next_frame is not None
+        broker.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}',
+                    fetch_next=False)
+    kept = producer.publish("q", "waiting", dedup_key="kept")
+    from smqsup import deadletters
+    assert deadletters.purge(broker, "q", None) == 2500
+    assert redis_client.llen(K.dead) == 0 and not redis_client.exists(K.dedup("k7"), K.dedup("k2499"))
+    assert redis_client.get(K.dedup("kept")) == kept.encode()
+    assert not [k for k in redis_client.scan_iter(f"{K.dead}:purging:*")]
+
+
+def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """ttl passes while the queue is paused: at resume it is dead-lettered 'expired', the handler never sees it."""
+    broker = Broker(producer._broker.url)
+    broker.pause("q", "test")
+    seen: list[Any] = []
+    start(lambda m: seen.append(m.body))
+    producer.publish("q", "stale", ttl=0.2)
+    producer.publish("q", "fresh", ttl=60)
+    deadline = redis_ms(redis_client) + 250
+    wait_for(lambda: redis_ms(redis_client) > deadline, timeout_s=5)
+    broker.resume("q")
+    wait_for(lambda: seen == ["fresh"], timeout_s=5)
+    [entry] = broker.dead_letters("q")
+    d = message.DeadLetter(entry)
+    assert d.reason == "expired" and d.message() is not None and d.message().body == "stale"  # type: ignore[union-attr]
+    assert redis_client.hget(K.counters, "expired") == b"1"
+
+
+def test_a_scheduled_message_whose_ttl_passes_before_it_is_due_is_expired(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """delay 0.5 s with ttl 0.1 s: dead-lettered as expired when due, never handled."""
+    seen: list[Any] = []
+    start(lambda m: seen.append(m.body))
+    producer.publish("q", "never", delay=0.5, ttl=0.1)
+    wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=5)
+    assert seen == [] and message.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "expired"
+
+
+def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., Running], producer: Producer,
+                                                           redis_client: redis.Redis) -> None:
+    """raise Reject: one delivery, a dead letter 'rejected: <reason>'."""
+    deliveries: list[int] = []
+
+    def handle(msg: Any) -> None:
+        deliveries.append(msg.attempts)
+        raise Reject("no such customer")
+    start(handle, retry_threshold=5)
+    producer.publish("q", 1)
+    wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=5)
+    holds(lambda: deliveries == [0], 0.3)
+    assert message.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "rejected: no such customer"
+
+
+def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., Running], producer: Producer,
+                                                          redis_client: redis.Redis) -> None:
+    """Retry(delay=0.3) with retry_threshold 2: three deliveries, each >= 0.3 s apart, then dead-lettered."""
+    times: list[int] = []
+
+    def handle(msg: Any) -> None:
+        times.append(redis_ms(redis_client))
+        raise Retry(delay=dt.timedelta(milliseconds=300))
+    start(handle, retry_threshold=2, retry_delay_s=3600)
+    producer.publish("q", 1)
+    wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=10)
+    assert len(times) == 3 and all(b - a >= 300 for a, b in zip(times, times[1:]))
+    assert message.DeadLetter(redis_client.lindex(K.dead, 0)).reason.startswith("Retry: ")
+
+
+def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], producer: Producer,
+                                               redis_client: redis.Redis) -> None:
+    """Paused: published messages wait, none is handled; resumed: all are handled."""
+    broker = Broker(producer._broker.url)
+    seen: list[Any] = []
+    start(lambda m: seen.append(m.body))
+    producer.publish("q", "before")
+    wait_for(lambda: seen == ["before"], timeout_s=5)
+    assert broker.pause("q", "test") and not broker.pause("q", "test")
+    for i in range(5):
+        producer.publish("q", i)
+    holds(lambda: seen == ["before"] and redis_client.llen(K.pending) == 5, 1.0)
+    assert broker.resume("q") and not broker.resume("q")
+    wait_for(lambda: len(seen) == 6, timeout_s=5)
+    assert seen == ["before", 0, 1, 2, 3, 4]
