@@ -57,8 +57,8 @@ The modules:
   ``smqsup status``; deadletters.py: the dead-letter rows and actions of
   ``smqsup dlq`` and the web UI; browse.py: listing and removing waiting
   messages (``smqsup messages`` / ``remove``, the web UI).
-- web/: the web UI, JSON API and /metrics (server.py, source.py, security.py,
-  metrics.py, jsonout.py).
+- web/: the web UI, JSON API and /metrics (server.py, args.py, source.py,
+  security.py, metrics.py, jsonout.py; the page in static/).
 - embedded.py and redis_server.py: the embedded redis-server; cli.py: the
   ``smqsup`` command; errors.py: the exception tree; safe.py and logs.py:
   text made safe to show, and log setup.

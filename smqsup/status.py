@@ -30,37 +30,22 @@ def _cell(value: Any) -> str:
     return safe.escape("-" if value is None else value, _CELL_CHARS)
 
 
+#: Size columns of the queue table: (snapshot key, heading). "delayed" holds
+#: retries waiting, hence its heading.
+_SIZE_COLUMNS = (("pending", "pending"), ("processing", "processing"), ("scheduled", "scheduled"),
+                 ("delayed", "retrying"), ("dead", "dead"))
+#: Counters shown under the queue table when not zero.
+_EVENT_NOTES = ("expired", "deduplicated", "removed")
+
+
 def render(snap: dict[str, Any]) -> str:
     """The snapshot as aligned text tables."""
-    rows = [("queue", "pending", "processing", "delayed", "dead", "published/s", "acked/s", "retried/s",
-             "dead/s", "consumers", "collector")]
+    out = [_queue_table(snap)]
+    notes = _event_notes(snap)
+    if notes:
+        out.append(notes)
     for name, q in sorted(snap["queues"].items()):
-        s, r = q["sizes"], q["rates"]
-        rows.append((_cell(name), str(s["pending"]), str(s["processing"]), str(s["delayed"]), str(s["dead"]),
-                     _num(r["published"]), _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]),
-                     str(len(q["consumers"])), _cell((q["leader"] or "-").rsplit(":", 1)[0])))
-    t = snap["totals"]
-    rows.append(("TOTAL", str(t["pending"]), str(t["processing"]), str(t["delayed"]), str(t["dead"]),
-                 _num(t["rates"]["published"]), _num(t["rates"]["acked"]), _num(t["rates"]["retried"]),
-                 _num(t["rates"]["dead_lettered"]), str(t["consumers"]), ""))
-    out = [_table(rows)]
-    for name, q in sorted(snap["queues"].items()):
-        if not q["consumers"]:
-            continue
-        crow = [("consumer", "host", "pid", "#", "state", "msgs", "acked", "msg/s", "cpu%", "rss MB", "uss MB",
-                 "heartbeat")]
-        for c in q["consumers"]:
-            crow.append((_cell(f"{name} #{c.get('index', '?')}"), _cell(c.get("host")), _cell(c.get("pid")),
-                         _cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
-                         _num(c.get("received"), 0), _num(c.get("acked"), 0), _num(c.get("rate")),
-                         _num(c.get("cpu")), _mb(c.get("rss")), _mb(c.get("uss")),
-                         f"{_num(c.get('heartbeat_age_s'))}s ago"))
-        out.append(_table(crow))
-        restarted = {k: v for k, v in q["slots"].items() if stats.finite_number(v.get("restarts"))}
-        if restarted:
-            out.append("\n".join(f"  {_cell(name)} {_cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
-                                 f"last exit: {_cell(v.get('last_exit', '?'))}"
-                                 for slot, v in sorted(restarted.items())))
+        out += _consumer_tables(name, q)
     if snap["producers"]:
         prow = [("producer", "published", "msg/s", "seen")]
         for p in snap["producers"]:
@@ -69,6 +54,55 @@ def render(snap: dict[str, Any]) -> str:
             prow.append((_cell(p.get("id")), _num(p.get("published"), 0), _num(p.get("rate")), age))
         out.append(_table(prow))
     return "\n\n".join(out)
+
+
+def _queue_table(snap: dict[str, Any]) -> str:
+    """One row per queue (its name marked ``(paused)`` while paused), then the totals."""
+    rows = [("queue", *(heading for _, heading in _SIZE_COLUMNS), "published/s", "acked/s", "retried/s", "dead/s",
+             "consumers", "collector")]
+    for name, q in sorted(snap["queues"].items()):
+        s, r = q["sizes"], q["rates"]
+        label = _cell(name) + (" (paused)" if q.get("paused") else "")
+        rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(r["published"]),
+                     _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]), str(len(q["consumers"])),
+                     _cell((q["leader"] or "-").rsplit(":", 1)[0])))
+    t = snap["totals"]
+    rows.append(("TOTAL", *(str(t.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(t["rates"]["published"]),
+                 _num(t["rates"]["acked"]), _num(t["rates"]["retried"]), _num(t["rates"]["dead_lettered"]),
+                 str(t["consumers"]), ""))
+    return _table(rows)
+
+
+def _event_notes(snap: dict[str, Any]) -> str:
+    """A line per queue that has expired, deduplicated or removed messages
+    (counts since the queue was created)."""
+    lines = []
+    for name, q in sorted(snap["queues"].items()):
+        counts = [f"{n} {event}" for event in _EVENT_NOTES if (n := q["counters"].get(event, 0))]
+        if counts:
+            lines.append(f"  {_cell(name)}: " + ", ".join(counts) + " (since the queue was created)")
+    return "\n".join(lines)
+
+
+def _consumer_tables(name: str, q: dict[str, Any]) -> list[str]:
+    """The queue's consumers as a table, then its restarted slots; nothing without consumers."""
+    if not q["consumers"]:
+        return []
+    crow = [("consumer", "host", "pid", "#", "state", "msgs", "acked", "msg/s", "cpu%", "rss MB", "uss MB",
+             "heartbeat")]
+    for c in q["consumers"]:
+        crow.append((_cell(f"{name} #{c.get('index', '?')}"), _cell(c.get("host")), _cell(c.get("pid")),
+                     _cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
+                     _num(c.get("received"), 0), _num(c.get("acked"), 0), _num(c.get("rate")),
+                     _num(c.get("cpu")), _mb(c.get("rss")), _mb(c.get("uss")),
+                     f"{_num(c.get('heartbeat_age_s'))}s ago"))
+    out = [_table(crow)]
+    restarted = {k: v for k, v in q["slots"].items() if stats.finite_number(v.get("restarts"))}
+    if restarted:
+        out.append("\n".join(f"  {_cell(name)} {_cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
+                             f"last exit: {_cell(v.get('last_exit', '?'))}"
+                             for slot, v in sorted(restarted.items())))
+    return out
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,50 @@ def test_page_shows_live_charts_consumers_and_dead_letters_safely(
 
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "web.png"), full_page=True)
+        page.close()
+        assert problems == []
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_pause_button_and_message_browser(browser: Any, redis_url: str, redis_client: Any, tmp_path: Path) -> None:
+    """Pause marks the queue paused (Redis flag set); the browser lists a scheduled message as text and removes it."""
+    with Producer(redis_url) as producer:
+        later = producer.publish("later", XSS, delay=3600)
+        producer.publish("later", {"n": 1})
+    server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", log_dir=tmp_path)
+    problems: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.on("console", lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None)
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(f"{server.url}/")
+        row = "[data-testid=queue-row][data-queue=later]"
+        _wait(page, f"() => document.querySelector('{row} [data-testid=pause]')", "the Pause button of 'later'")
+
+        page.click(f"{row} [data-testid=pause]")
+        _wait(page, f"() => document.querySelector('{row}').dataset.paused === 'true' && "
+                    f"document.querySelector('{row} [data-testid=paused]')", "the queue row marked paused")
+        assert redis_client.exists("smq:{later}:paused") == 1
+        assert page.inner_text(f"{row} [data-testid=pause]") == "Resume"
+        assert page.is_visible("[data-testid=browse-paused]")  # 'later' is the browser's only, chosen, queue
+
+        page.click("[data-testid=browse-tab][data-state=scheduled]")
+        item = f"[data-testid=browse-row][data-id='{later}']"
+        _wait(page, f"() => document.querySelector(\"{item}\")", "the scheduled message in the browser")
+        assert page.inner_text(f"{item} [data-testid=browse-body]") == XSS
+        assert re.search(r"\(in (59|60) min\)$", page.inner_text(f"{item} [data-testid=due]"))
+        assert _count(page, "[data-testid=browse-table] img") == 0 and page.evaluate("window.__xss") is None
+
+        page.click(f"{item} [data-testid=browse-remove]")
+        _wait(page, f"() => !document.querySelector(\"{item}\")", "the removed message leaving the list")
+        assert f"Removed message {later} of later" in page.inner_text("[data-testid=toast]")
+        assert redis_client.zcard("smq:{later}:scheduled") == 0
+
+        page.click(f"{row} [data-testid=pause]")
+        _wait(page, f"() => document.querySelector('{row}').dataset.paused === 'false'", "the queue row resumed")
+        assert redis_client.exists("smq:{later}:paused") == 0
         page.close()
         assert problems == []
     finally:

@@ -9,6 +9,8 @@ from typing import Any
 
 import redis
 
+from smqsup import browse
+from smqsup.broker import Broker
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
@@ -74,9 +76,9 @@ def test_status_table_for_people(supervise: Callable[..., procs.Supervisor], not
     r = procs.run("status", "-c", str(sup.cfg))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].split()[:5] == ["queue", "pending", "processing", "delayed", "dead"]
+    assert lines[0].split()[:6] == ["queue", "pending", "processing", "scheduled", "retrying", "dead"]
     [bad] = [ln for ln in lines if ln.split()[:1] == ["bad"] and ln.split()[1].isdigit()]
-    assert bad.split()[4] == "1"
+    assert bad.split()[5] == "1"
     assert sum(1 for ln in lines if ln.startswith("q #")) == 2, r.stdout
     assert "rss MB" in r.stdout and "heartbeat" in r.stdout
     assert any(ln.startswith("TOTAL") for ln in lines)
@@ -91,3 +93,31 @@ def test_status_from_a_url_without_a_config(redis_url: str) -> None:
     snap = json.loads(r.stdout)
     assert snap["queues"]["elsewhere"]["sizes"]["pending"] == 3
     assert snap["queues"]["elsewhere"]["counters"]["published"] == 3
+
+
+def test_status_shows_scheduled_paused_and_the_new_events(redis_url: str) -> None:
+    """Table: a scheduled column, "(paused)" after a paused queue's name, expired/deduplicated/removed; JSON too."""
+    with Producer(redis_url) as p:
+        later = p.publish("mail", "hi", delay=600, dedup_key="k")
+        p.publish("mail", "again", dedup_key="k")  # deduplicated
+        p.publish("mail", "soon", delay=600)
+        p.publish_many("mail", [1, 2])
+    broker = Broker(redis_url)
+    try:
+        assert broker.pause("mail", by="test") is True
+        assert browse.remove(broker, "mail", [later]) == {later: True}
+    finally:
+        broker.close()
+    r = procs.run("status", "--url", redis_url)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = lines[0].split()
+    [row] = [ln for ln in lines if ln.startswith("mail (paused) ")]
+    cells = dict(zip(header[1:6], row[len("mail (paused)"):].split()[:5]))
+    assert cells == {"pending": "2", "processing": "0", "scheduled": "1", "retrying": "0", "dead": "0"}
+    assert "  mail: 1 deduplicated, 1 removed (since the queue was created)" in lines
+
+    snap = json.loads(procs.run("status", "--url", redis_url, "--json").stdout)
+    mail = snap["queues"]["mail"]
+    assert mail["paused"] is True and mail["sizes"]["scheduled"] == 1 and snap["totals"]["scheduled"] == 1
+    assert (mail["counters"]["deduplicated"], mail["counters"]["removed"], mail["counters"]["expired"]) == (1, 1, 0)

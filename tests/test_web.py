@@ -19,12 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from smqsup import config
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError
+from smqsup.info import ConsumerInfo
+from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs
-from tests.helpers import wait_for
+from tests.helpers import holds, wait_for
 from tests.webserver import WebServer
 
 TOKEN = "s3cret-token"
@@ -318,3 +320,106 @@ def test_an_unreadable_or_empty_token_file_exits_2_naming_it(tmp_path: Path) -> 
         assert result.returncode == 2 and len(lines) == 1, result.stderr
         assert lines[0].startswith("Error: smqsup web: --token-file") and str(path) in lines[0], lines[0]
         assert problem in lines[0], lines[0]
+
+
+# --- pausing and the message browser ---------------------------------------------------
+
+
+def test_pause_and_resume_through_the_api_set_and_clear_the_flag_consumers_obey(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis,
+        web: WebFactory) -> None:
+    """POST pause sets the Redis flag (by web@address), consumers take nothing; resume clears it and they go on."""
+    supervise({"orders": {"handler": "tests.handlers:record"}})
+    server = web("--token", TOKEN)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    k = QueueKeys("smq", "orders")
+    flag = k.paused
+    with Producer(redis_url) as p:
+        p.publish("orders", "before")
+    wait_for(lambda: server.json("/api/status", **bearer)["queues"]["orders"]["counters"]["acked"] == 1, 30)
+    assert server.request("POST", "/api/queues/orders/pause", {}, origin=True)[0] == 401
+    assert server.request("POST", "/api/queues/orders/pause", {}, bearer)[0] == 403  # no Origin
+
+    status, _, body = server.request("POST", "/api/queues/orders/pause", {}, bearer, origin=True)
+    assert status == 200 and json.loads(body) == {"queue": "orders", "paused": True, "changed": True}
+    info = json.loads(redis_client.get(flag))
+    assert info["by"] == "web@127.0.0.1" and info["at_ms"] > 0
+    again = json.loads(server.request("POST", "/api/queues/orders/pause", {}, bearer, origin=True)[2])
+    assert again == {"queue": "orders", "paused": True, "changed": False}
+    snap = server.json("/api/status", **bearer)
+    assert snap["queues"]["orders"]["paused"] is True
+    samples = _samples(server.request("GET", "/metrics", headers=bearer)[2].decode())
+    assert samples[("smqsup_queue_paused", frozenset({("queue", "orders")}))] == 1
+    with Producer(redis_url) as p:
+        p.publish("orders", "while paused")
+    holds(lambda: redis_client.hget(k.counters, "acked") == b"1", 2.0, message="a paused queue's message was handled")
+    wait_for(lambda: redis_client.llen(k.pending) == 1, 10)  # a consumer that took it gave it back
+
+    status, _, body = server.request("POST", "/api/queues/orders/resume", None,  # an empty body does too
+                                     {**bearer, "Content-Type": "application/json"}, origin=True)
+    assert status == 200 and json.loads(body) == {"queue": "orders", "paused": False, "changed": True}
+    assert redis_client.exists(flag) == 0
+    wait_for(lambda: server.json("/api/status", **bearer)["queues"]["orders"]["counters"]["acked"] == 2, 30)
+    samples = _samples(server.request("GET", "/metrics", headers=bearer)[2].decode())
+    assert samples[("smqsup_queue_paused", frozenset({("queue", "orders")}))] == 0
+
+
+def test_messages_lists_each_state_and_remove_deletes_waiting_ones(
+        redis_url: str, redis_client: redis.Redis, web: WebFactory) -> None:
+    """GET messages lists every state with its own fields; POST remove deletes waiting ones by id, freeing dedup keys."""
+    with Producer(redis_url) as p:
+        plain = p.publish("jobs", {"n": 1})
+        urgent = p.publish("jobs", {"n": 2}, priority=7)
+        later = p.publish("jobs", "<b>later</b>", delay=3600, dedup_key="once")
+        held = p.publish("jobs", {"n": 3})
+    broker = Broker(redis_url)
+    try:
+        broker.register_consumer("jobs", "c1", ConsumerInfo(pid=1, host="h"))
+        frame, _ = broker.fetch("jobs", "c1", 1)  # takes the oldest pending: plain
+        assert frame is not None
+    finally:
+        broker.close()
+    redis_client.lpush(QueueKeys("smq", "jobs").dead, b'{"reason":"handler failed","at_ms":1000}\n' + frame)
+    server = web()
+
+    pending = server.json("/api/queues/jobs/messages")
+    assert pending["state"] == "pending" and pending["total"] == 2
+    assert [m["id"] for m in pending["messages"]] == [urgent, held]
+    assert pending["messages"][0]["priority"] == 7 and pending["messages"][0]["preview"] == '{"n":2}'
+    scheduled = server.json("/api/queues/jobs/messages?state=scheduled&limit=10")
+    [row] = scheduled["messages"]
+    assert row["id"] == later and row["retry"] is False and row["preview"] == "<b>later</b>"
+    assert row["due_at"] - row["created_at"] == pytest.approx(3600, abs=5) and scheduled["total"] == 1
+    [busy] = server.json("/api/queues/jobs/messages?state=processing")["messages"]
+    assert busy["id"] == plain and busy["consumer"] == "c1"
+    [dead] = server.json("/api/queues/jobs/messages?state=dead")["messages"]
+    assert dead["id"] == plain and dead["reason"] == "handler failed"
+
+    status, _, body = server.request("POST", "/api/queues/jobs/remove", {"ids": [later, plain, "no-such-id"]},
+                                     origin=True)
+    assert status == 200, body
+    assert json.loads(body) == {"queue": "jobs", "removed": 1, "ids": {later: True, plain: False,
+                                                                        "no-such-id": False}}
+    assert server.json("/api/queues/jobs/messages?state=scheduled") == {"queue": "jobs", "state": "scheduled",
+                                                                        "total": 0, "messages": []}
+    assert redis_client.exists(QueueKeys("smq", "jobs").dedup("once")) == 0
+    assert server.json("/api/status")["queues"]["jobs"]["counters"]["removed"] == 1
+    assert "web removed 1 of 3 message(s)" in server.log()
+
+
+def test_metrics_show_scheduled_and_the_new_events(redis_url: str, web: WebFactory) -> None:
+    """/metrics: state="scheduled", and deduplicated among the events, whose HELP names every event."""
+    with Producer(redis_url) as p:
+        p.publish("later", 1, delay=600, dedup_key="k")
+        p.publish("later", 2, dedup_key="k")
+    server = web()
+    text = server.request("GET", "/metrics")[2].decode()
+    samples = _samples(text)
+    assert samples[("smqsup_queue_messages", frozenset({("queue", "later"), ("state", "scheduled")}))] == 1
+    assert samples[("smqsup_queue_messages", frozenset({("queue", "later"), ("state", "pending")}))] == 0
+    assert samples[("smqsup_messages_total", frozenset({("queue", "later"), ("event", "deduplicated")}))] == 1
+    for event in ("expired", "removed"):
+        assert samples[("smqsup_messages_total", frozenset({("queue", "later"), ("event", event)}))] == 0
+    [help_line] = [ln for ln in text.splitlines() if ln.startswith("# HELP smqsup_messages_total ")]
+    assert all(event in help_line for event in ("expired", "deduplicated", "removed"))
+    assert samples[("smqsup_queue_paused", frozenset({("queue", "later")}))] == 0

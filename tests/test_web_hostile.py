@@ -22,7 +22,7 @@ import redis
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from smqsup import safe, stats
+from smqsup import browse, safe, stats
 from smqsup.broker import Broker
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
@@ -74,6 +74,12 @@ def seed_hostile(client: redis.Redis, queue: str = "q") -> None:
     client.hset("smq:{smq}:producers", mapping={"p1": b"garbage", "p2": b'{"published":"x","id":[1]}',
                                             b"\xff": b'{"published":NaN,"seen_at_ms":1e999}', "p3": DEEP})
     client.set(f"{k}:gc:lock", b"\xff\xfe leader")
+    nan_frame = b'1|{"id":"n","queue":"q","body":NaN,"created_at":1e999,"headers":{}}'
+    client.rpush(f"{k}:pending", b"garbage", b"\xff\xfe", DEEP, nan_frame, b"9:9:" + b"9" * 400 + b"|{}")
+    client.zadd(f"{k}:priority", {b"\xff": 1, DEEP: 2, b"3:7:0|" + FAIRLY_DEEP: -1})
+    client.zadd(f"{k}:scheduled", {b"\xff": float("inf"), nan_frame: float("-inf"), b"1|{}": 1e300})
+    client.zadd(f"{k}:delayed", {b"x|" + DEEP: 5, b"": 1})
+    client.rpush(f"{k}:processing:c1", b"\xff", DEEP, nan_frame)
 
 
 @pytest.fixture
@@ -228,12 +234,19 @@ def test_hostile_bytes_in_redis_still_give_200_and_valid_output(redis_client: re
     """Over garbage in every key it reads, each endpoint and the WebSocket answer 200 with strict JSON or metrics."""
     seed_hostile(redis_client)
     server = web()
-    for path in ("/api/status", "/api/queues/q/history", "/api/queues/q/dead?limit=1000"):
+    for path in ("/api/status", "/api/queues/q/history", "/api/queues/q/dead?limit=1000",
+                 *(f"/api/queues/q/messages?state={state}&limit=1000" for state in browse.STATES)):
         status, _, body = server.request("GET", path)
         assert status == 200, (path, body[:300])
         strict_json(body)
     listing = strict_json(server.request("GET", "/api/queues/q/dead")[2])
     assert listing["total"] == len(listing["entries"]) == 8
+    counts = {state: len(strict_json(server.request("GET", f"/api/queues/q/messages?state={state}")[2])["messages"])
+              for state in browse.STATES}
+    assert counts == {"pending": 8, "scheduled": 5, "processing": 3, "dead": 8}
+    garbage = browse.ref(b"\xff\xfe")
+    status, _, reply = server.request("POST", "/api/queues/q/remove", {"ids": [garbage]}, origin=True)
+    assert status == 200 and strict_json(reply)["ids"] == {garbage: True}, reply
     status, _, body = server.request("GET", "/metrics")
     assert status == 200, body[:300]
     assert any(f.name == "smqsup_queue_messages" for f in text_string_to_metric_families(body.decode()))
@@ -281,12 +294,13 @@ def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> No
         assert 400 <= status < 500 and reply_headers["content-type"].startswith("application/json"), target
 
 
-@pytest.mark.parametrize("path, name", [("/api/queues/q/history", "seconds"), ("/api/queues/q/dead", "limit")])
+@pytest.mark.parametrize("path, name", [("/api/queues/q/history", "seconds"), ("/api/queues/q/dead", "limit"),
+                                        ("/api/queues/q/messages", "limit")])
 def test_hostile_query_numbers_get_a_400_naming_the_argument(web: WebFactory, path: str, name: str) -> None:
     """seconds / limit negative, zero, NaN, empty, huge, non-UTF-8, a lone surrogate or very long: 400, one line."""
     server = web()
     for value in ("-1", "0", "NaN", "nan", "inf", "", "1e3", "0x10", "+5", "%EF%BC%91", "9" * 5000, "%ff",
-                  "%ED%A0%80", "%00", "1%0a2", "x" * 8000, "99999999999999999999999"):
+                  "%ED%A0%80", "%00", "1%0a2", "x" * 8000, "99999999999999999999999", "1" + "0" * 400):
         target = f"{path}?{name}={value}"
         status, headers, reply = raw_request(server.address, request_bytes("GET", target, server.address))
         check_reply(status, headers, reply, target[:80])
@@ -300,6 +314,92 @@ def test_hostile_query_numbers_get_a_400_naming_the_argument(web: WebFactory, pa
     check_log(server, ())
 
 
+def _refusal(server: WebServer, method: str, target: str, body: bytes = b"",
+             content_type: bytes = b"application/json") -> tuple[int, str]:
+    """Send one request with the server's own Origin; check the reply is a one-line JSON
+    error and return (status, error text)."""
+    headers = {"Origin": f"http://{server.address}".encode(), "Content-Type": content_type}
+    status, reply_headers, reply = raw_request(server.address, request_bytes(method, target, server.address,
+                                                                              headers, body))
+    where = f"{method} {target[:80]} {body[:80]!r}"
+    check_reply(status, reply_headers, reply, where)
+    assert 400 <= status < 500 and reply_headers["content-type"].startswith("application/json"), (where, status)
+    problem = strict_json(reply)["error"]
+    assert problem.isprintable() and len(problem) < 300, (where, problem)
+    return status, problem
+
+
+#: Queue names for the path that are no queue name: braces, colons, dots, undecodable, too long.
+_BAD_QUEUES = ("a%7Bb%7D", "%7Bq%7D", "a:b", "%2e", "%2e%2e", "%ff", "%ED%A0%80", "%00", "a%20b", "x" * 300)
+
+
+def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(
+        redis_client: redis.Redis, web: WebFactory) -> None:
+    """state, limit, ids, the queue in the path, the body and the method of the new endpoints: a JSON 4xx naming it."""
+    redis_client.sadd("smq:queues", "q")
+    server = web()
+    for state in ("bogus", "", "PENDING", "dead%00", "%ff", "%ED%A0%80", "pending%20", "x" * 8000):
+        status, problem = _refusal(server, "GET", f"/api/queues/q/messages?state={state}")
+        assert status == 400 and problem.startswith("state: expected one of pending, scheduled, processing, dead"), \
+            problem
+    for method, path, body in (("GET", "messages", b""), ("POST", "remove", b'{"ids": ["x"]}'),
+                               ("POST", "pause", b"{}"), ("POST", "resume", b"{}")):
+        status, problem = _refusal(server, method, f"/api/queues/nosuch/{path}", body)
+        assert status == 404 and problem.startswith("queue: no queue named 'nosuch'"), problem
+        for name in _BAD_QUEUES:
+            status, problem = _refusal(server, method, f"/api/queues/{name}/{path}", body)
+            assert status == 400 and problem.startswith("queue: a name "), (name, problem)
+    lone = b'{"ids": ["\\udcff"]}'
+    for body in (b'{"ids": []}', b'{"ids": "x"}', b'{"ids": [1]}', b'{"ids": [null]}', b'{"ids": ["a b"]}',
+                 b'{"ids": ["' + b"x" * 129 + b'"]}', lone, b'{"ids": ["\\u0000"]}', b'{"all": true}', b"{}",
+                 b'{"ids": [' + b'"x",' * 9_999 + b'"y"]}', b'{"ids": {"a": 1}}'):
+        status, problem = _refusal(server, "POST", "/api/queues/q/remove", body)
+        assert status == 400 and problem.startswith("ids: expected "), (body[:60], problem)
+    for body, content_type, expected in (
+            (b"", b"application/json", "the body is not valid JSON"), (b"[]", b"application/json", "expected a JSON "
+            "object"), (b'{"ids": [NaN]}', b"application/json", "the body is not valid JSON"),
+            (b'{"ids": ["\xff"]}', b"application/json", "the body is not valid JSON"),
+            (DEEP, b"application/json", "the body is not valid JSON"),
+            (b'{"ids": ["x"]}', b"text/plain", "expected a JSON body")):
+        status, problem = _refusal(server, "POST", "/api/queues/q/remove", body, content_type)
+        assert status == 400 and problem.startswith(expected), (body[:60], problem)
+    for path in ("pause", "resume"):
+        assert _refusal(server, "POST", f"/api/queues/q/{path}", b'{"by": "me"}')[1].startswith("body: ")
+        assert _refusal(server, "POST", f"/api/queues/q/{path}", b"", b"text/plain")[1].startswith("expected a JSON")
+    huge = b'{"ids": ["' + b"x" * (2 << 20) + b'"]}'
+    for path in ("remove", "pause"):
+        assert _refusal(server, "POST", f"/api/queues/q/{path}", huge) == (
+            413, "body: larger than the 1024 KiB a request may carry")
+    for method, path in (("GET", "pause"), ("GET", "resume"), ("GET", "remove"), ("POST", "messages"),
+                         ("PUT", "pause"), ("DELETE", "remove"), ("PATCH", "messages")):
+        status, problem = _refusal(server, method, f"/api/queues/q/{path}", b"{}")
+        assert status == 405 and problem.startswith(f"method: {method} is not allowed here (allowed: "), problem
+    assert redis_client.exists("smq:{q}:paused") == 0
+    check_log(server, ())
+
+
+def test_the_new_endpoints_need_the_token_when_listening_beyond_loopback(
+        redis_client: redis.Redis, web: WebFactory) -> None:
+    """Listening on 0.0.0.0 with a token: messages, remove, pause, resume refuse a missing or wrong token (401)
+    and a POST without Origin (403); with both, pause works."""
+    redis_client.sadd("smq:queues", "q")
+    server = web("--token", TOKEN, "--listen", "0.0.0.0:0")
+    assert server.address.startswith("0.0.0.0:")
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for method, path, body in (("GET", "messages?state=dead", None), ("POST", "remove", {"ids": ["x"]}),
+                               ("POST", "pause", {}), ("POST", "resume", {})):
+        target = f"/api/queues/q/{path}"
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer"}):
+            status, reply_headers, reply = server.request(method, target, body, headers, origin=True)
+            check_reply(status, reply_headers, reply, target)
+            assert status == 401 and strict_json(reply)["error"].startswith("token required"), (target, headers)
+        if method == "POST":
+            assert server.request(method, target, body, bearer)[0] == 403, target
+    assert server.request("POST", "/api/queues/q/pause", {}, bearer, origin=True)[0] == 200
+    assert redis_client.exists("smq:{q}:paused") == 1
+    check_log(server)
+
+
 # --- fuzzing ---------------------------------------------------------------------------
 
 #: Requests sent to each server, at most, and the time allowed for them in seconds.
@@ -309,15 +409,17 @@ FUZZ_SECONDS = 20.0
 _NAMES = ["q", ".", "..", "%2e", "%2E%2e", "é", "%C3%A9", "日本", "%ff", "%00", "a:b", "%7Bq%7D", "x" * 300, "",
           "%ED%A0%80", "%c0%ae", "q%2F..", "%", "%zz", "~", "q;x", "a b", "%0d%0aX:%20y"]
 _VALUES = ["1", "0", "-1", "²", "9" * 5000, "1e3", "%ff", "１２", "", "NaN", "0x10", "+5", "1000", "1001", "%00",
-           "900", TOKEN, "%ED%A0%80", "1" * 30]
-_KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit"]
+           "900", TOKEN, "%ED%A0%80", "1" * 30, "pending", "scheduled", "processing", "dead", "bogus"]
+_KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit", "state", "state"]
 _PATHS = ["/", "/ws", "/api/status", "/metrics", "/static/app.js", "/static/{n}", "/api/queues/{n}/history",
           "/api/queues/{n}/dead", "/api/queues/{n}/dead/requeue", "/api/queues/{n}/dead/purge", "/api/queues/{n}",
-          "/api/queues/{n}/dead/../../status", "//", "/%ff", "/api/../api/status", "*", "/favicon.ico"]
+          "/api/queues/{n}/dead/../../status", "//", "/%ff", "/api/../api/status", "*", "/favicon.ico",
+          "/api/queues/{n}/messages", "/api/queues/{n}/remove", "/api/queues/{n}/pause", "/api/queues/{n}/resume"]
 _METHODS = ["GET"] * 6 + ["POST"] * 4 + ["HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "FOO"]
 _BODIES = [b"", b'{"ids": ["zz"]}', b'{"ids": []}', b'{"ids": "x"}', b'{"all": "yes"}', b"null", b"[]", b"NaN",
            b'{"ids": [NaN]}', DEEP, b"\xff\xfe", b'{"ids": ["\\udcff"]}', b'{"ids": ["\xff"]}', b"{" * 5000,
-           b'{"ids": [' + b'"x",' * 10_001 + b'"y"]}', b'{"ids": [1e999]}', b'{"ids": ["a"], "all": true}']
+           b'{"ids": [' + b'"x",' * 10_001 + b'"y"]}', b'{"ids": [1e999]}', b'{"ids": ["a"], "all": true}', b"{}",
+           b'{"ids": ["n", "raw-0123456789abcdef"]}']
 _GARBAGE = [b"\xff\xfe\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost\r\n\r\n", b"GET / HTTP/1.1\r\nX: " + b"a" * 10_000 + b"\r\n\r\n",
             b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET http://evil/api/status HTTP/1.1\r\nHost: x\r\n\r\n",

@@ -93,11 +93,13 @@ def render(snap: Mapping[str, Any]) -> str:
     queues: Mapping[str, Any] = dict(sorted(snap["queues"].items()))
     lines: list[str] = []
     lines += family("smqsup_queue_messages", "gauge",
-                    "Messages in the queue by state (pending, processing, delayed, dead).",
+                    "Messages in the queue by state: pending (ready), processing (held by a consumer), "
+                    "scheduled (published for later), delayed (retries waiting), dead (dead letters).",
                     [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
+    lines += family("smqsup_queue_paused", "gauge", "1 while the queue is paused (its consumers take nothing), "
+                    "else 0.", [({"queue": n}, 1 if q.get("paused") else 0) for n, q in queues.items()])
     lines += family("smqsup_messages", "counter",
-                    "Queue events since the queue was created (published, acked, retried, dead_lettered, "
-                    "reclaimed, late_acks, dlq_requeued).",
+                    f"Queue events since the queue was created, by event ({', '.join(COUNTERS)}).",
                     [({"queue": n, "event": e}, q["counters"][e]) for n, q in queues.items() for e in COUNTERS])
     lines += family("smqsup_consumers", "gauge", "Registered consumers of the queue.",
                     [({"queue": n}, len(q["consumers"])) for n, q in queues.items()])

@@ -8,9 +8,18 @@
     GET  /api/queues/{queue}/dead           ?limit=N (default 100, at most 1000)
     POST /api/queues/{queue}/dead/requeue   {"ids": [...]} or {"all": true}
     POST /api/queues/{queue}/dead/purge     {"ids": [...]} or {"all": true}
+    GET  /api/queues/{queue}/messages       ?state=pending|scheduled|processing|dead&limit=N (browse.listing)
+    POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
+    POST /api/queues/{queue}/pause          {} (Broker.pause)
+    POST /api/queues/{queue}/resume         {} (Broker.resume)
     GET  /metrics                           Prometheus text format 0.0.4
 
-Access rules are in ``security``; Redis is read in a thread pool (``source``).
+Every POST carries a JSON body (``Content-Type: application/json``: a page on
+another site cannot send one without the browser asking first); the queue in
+the path of the last four must be configured or known to Redis (404).
+
+Access rules are in ``security``; what a request asks is read and checked in
+``args``; Redis is read in a thread pool (``source``).
 """
 
 from __future__ import annotations
@@ -18,22 +27,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.resources
-import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from smqsup import safe, stats
+from smqsup import browse, safe, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
-from smqsup.validate import validate_queue_name
-from smqsup.web import metrics
+from smqsup.web import args, metrics
 from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure
 from smqsup.web.source import Hub, Source
@@ -46,13 +53,24 @@ HISTORY_S = 600
 DEAD_LIMIT_MAX = 1000
 #: Most message ids one requeue or purge names.
 IDS_MAX = 10_000
+#: Most messages one listing returns.
+MESSAGES_LIMIT_MAX = 1000
+#: Most message ids one remove names (a listing shows at most MESSAGES_LIMIT_MAX).
+REMOVE_IDS_MAX = 1000
+#: Largest request body, in bytes (aiohttp answers 413 past it).
+_MAX_BODY = 1024 * 1024
 #: Socket timeout of the web server's Redis client, in seconds.
 REDIS_TIMEOUT_S = 5.0
 
 #: The page's files, served from memory: name -> content type.
-_STATIC = {"app.js": "text/javascript", "app.css": "text/css", "favicon.svg": "image/svg+xml"}
+_STATIC = {"ui.js": "text/javascript", "messages.js": "text/javascript", "app.js": "text/javascript",
+           "app.css": "text/css", "favicon.svg": "image/svg+xml"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' {ws}; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+#: The path prefix of a queue's endpoints; any segment matches, so that a bad
+#: name (braces included) gets the validator's one-line answer, not a bare 404.
+_QUEUE = "/api/queues/{queue:[^/]+}"
 
 _SOURCE = web.AppKey("source", Source)
 _HUB = web.AppKey("hub", Hub)
@@ -135,7 +153,7 @@ def _address(sockname: Any) -> str:
 def build_app(source: Source, token: Optional[str]) -> web.Application:
     """The aiohttp application over ``source`` (its routes are listed above)."""
     guard = Guard(token)
-    app = web.Application(middlewares=[_last_resort, guard.middleware, _errors], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[_last_resort, guard.middleware, _errors], client_max_size=_MAX_BODY)
     app[_SOURCE] = source
     app[_HUB] = Hub(source)
     app[_GUARD] = guard
@@ -146,10 +164,14 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
         web.get("/static/{name}", static),
         web.get("/ws", websocket),
         web.get("/api/status", api_status),
-        web.get("/api/queues/{queue}/history", api_history),
-        web.get("/api/queues/{queue}/dead", api_dead),
-        web.post("/api/queues/{queue}/dead/requeue", api_requeue),
-        web.post("/api/queues/{queue}/dead/purge", api_purge),
+        web.get(f"{_QUEUE}/history", api_history),
+        web.get(f"{_QUEUE}/dead", api_dead),
+        web.post(f"{_QUEUE}/dead/requeue", api_requeue),
+        web.post(f"{_QUEUE}/dead/purge", api_purge),
+        web.get(f"{_QUEUE}/messages", api_messages),
+        web.post(f"{_QUEUE}/remove", api_remove),
+        web.post(f"{_QUEUE}/pause", api_pause),
+        web.post(f"{_QUEUE}/resume", api_resume),
         web.get("/metrics", get_metrics),
     ])
     app.cleanup_ctx.append(_hub_task)
@@ -192,12 +214,17 @@ def _log_internal(request: web.Request, exc: BaseException) -> None:
               safe.shown(request.path, 200), type(exc).__name__, where, safe.shown(exc))
 
 
+_TOO_LARGE = f"body: larger than the {_MAX_BODY // 1024} KiB a request may carry"
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors as JSON: a bad argument 400, Redis failing 503, aiohttp's own
     refusals (404, 405, 413...) with their status."""
     try:
         return await handler(request)
+    except args.NotFound as exc:
+        return error(404, safe.shown(exc))
     except ConfigError as exc:
         return error(400, safe.shown(exc))
     except BrokerError as exc:
@@ -206,10 +233,20 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        refusal = error(exc.status, exc.reason)
-        if "Allow" in exc.headers:
-            refusal.headers["Allow"] = exc.headers["Allow"]
+        allow = exc.headers.get("Allow")
+        refusal = error(exc.status, _refusal_text(request, exc.status, exc.reason, allow))
+        if allow is not None:
+            refusal.headers["Allow"] = allow
         return refusal
+
+
+def _refusal_text(request: web.Request, status: int, reason: str, allow: Optional[str]) -> str:
+    """The one line for aiohttp's own refusals, naming what was wrong where it can."""
+    if status == 413:
+        return _TOO_LARGE
+    if status == 405 and allow is not None:
+        return f"method: {safe.shown(request.method, 20)} is not allowed here (allowed: {safe.shown(allow, 60)})"
+    return reason
 
 
 # --- page ----------------------------------------------------------------------------
@@ -278,67 +315,22 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
 # --- JSON API ------------------------------------------------------------------------
 
 
-def _queue(request: web.Request) -> str:
-    """The queue named in the path (ConfigError unless it is a valid queue name:
-    never ``.`` or ``..``, which would read as steps of a path)."""
-    return validate_queue_name(request.match_info["queue"], key="queue")
-
-
-def _int_arg(request: web.Request, name: str, default: int, high: int) -> int:
-    """The query argument ``name``: ``default`` when absent, else ASCII digits
-    giving 1 to ``high`` (ConfigError otherwise: ``str.isdigit`` alone would
-    let through "²", which ``int`` refuses)."""
-    text = request.query.get(name)
-    if text is None:
-        return default
-    if not (text.isascii() and text.isdigit() and len(text) <= 20 and 1 <= int(text) <= high):
-        raise ConfigError(f"{name}: expected an integer from 1 to {high}, got {text[:40]!r}")
-    return int(text)
-
-
 async def api_status(request: web.Request) -> web.Response:
     source = request.app[_SOURCE]
     return response(await source.call(source.snapshot))
 
 
 async def api_history(request: web.Request) -> web.Response:
-    queue, seconds = _queue(request), _int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
+    queue, seconds = args.queue(request), args.int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
     source = request.app[_SOURCE]
     points = await source.call(stats.history, source.broker, queue, seconds)
     return response({"queue": queue, "points": points})
 
 
 async def api_dead(request: web.Request) -> web.Response:
-    queue, limit = _queue(request), _int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
+    queue, limit = args.queue(request), args.int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
     source = request.app[_SOURCE]
     return response(await source.call(source.dead, queue, limit))
-
-
-async def _selection(request: web.Request) -> Optional[list[str]]:
-    """The message ids a POST names, or None for ``{"all": true}``."""
-    if request.content_type != "application/json":
-        raise ConfigError("expected a JSON body (Content-Type: application/json)")
-    body = _parse_json(await request.read())
-    if isinstance(body, dict) and body.get("all") is True and "ids" not in body:
-        return None
-    ids = body.get("ids") if isinstance(body, dict) else None
-    if (not isinstance(ids, list) or not 1 <= len(ids) <= IDS_MAX
-            or not all(isinstance(i, str) and i for i in ids)):
-        raise ConfigError(f'expected {{"ids": [1 to {IDS_MAX} message ids]}} or {{"all": true}}')
-    return ids
-
-
-def _parse_json(data: bytes) -> Any:
-    """The JSON document ``data``: UTF-8, standard JSON (no NaN or Infinity),
-    nested no deeper than the parser copes with; ConfigError otherwise."""
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise ConfigError("the body is not valid JSON (standard JSON in UTF-8)") from None
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not standard JSON")
 
 
 async def api_requeue(request: web.Request) -> web.Response:
@@ -352,13 +344,70 @@ async def api_purge(request: web.Request) -> web.Response:
 async def _dead_letter_action(request: web.Request, done: str,
                               action: Callable[[str, Optional[list[str]]], int]) -> web.Response:
     """Requeue or purge the selected dead letters of the queue in the path."""
-    queue = _queue(request)
-    ids = await _selection(request)
+    queue = args.queue(request)
+    ids = await args.selection(request, IDS_MAX)
     source = request.app[_SOURCE]
     n = await source.call(action, queue, ids)
     chosen = "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
     log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n, safe.shown(chosen, 300), request.remote)
     return response({"queue": queue, done: n})
+
+
+# --- messages and pausing ---------------------------------------------------------------
+
+
+async def _known_queue(request: web.Request) -> str:
+    """The queue in the path, which must be configured or known to Redis (NotFound)."""
+    queue = args.queue(request)
+    source = request.app[_SOURCE]
+    if queue not in await source.call(source.queues):
+        raise args.NotFound(f"queue: no queue named {queue!r} (neither configured nor known to Redis)")
+    return queue
+
+
+async def api_messages(request: web.Request) -> web.Response:
+    """Up to ``limit`` messages of the queue in ``state`` (rows of browse.listing)."""
+    state, limit = args.state_arg(request), args.int_arg(request, "limit", 100, MESSAGES_LIMIT_MAX)
+    queue = await _known_queue(request)
+    source = request.app[_SOURCE]
+    return response(await source.call(source.messages, queue, state, limit))
+
+
+async def api_remove(request: web.Request) -> web.Response:
+    """Delete waiting messages (pending, scheduled, retries waiting) by id."""
+    queue = await _known_queue(request)
+    ids = args.message_ids(await args.json_object(request), REMOVE_IDS_MAX)
+    source = request.app[_SOURCE]
+    done = await source.call(browse.remove, source.broker, queue, ids)
+    n = sum(done.values())
+    log.info("queue %s: web removed %d of %d message(s) (%s) for %s", queue, n, len(ids),
+             safe.shown(", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), 300), safe.shown(request.remote))
+    return response({"queue": queue, "removed": n, "ids": done})
+
+
+async def api_pause(request: web.Request) -> web.Response:
+    """Pause the queue: its consumers on every host take nothing until resumed."""
+    return await _pause_action(request, pause=True)
+
+
+async def api_resume(request: web.Request) -> web.Response:
+    """Let the queue's consumers take messages again."""
+    return await _pause_action(request, pause=False)
+
+
+async def _pause_action(request: web.Request, *, pause: bool) -> web.Response:
+    queue = await _known_queue(request)
+    if await args.json_object(request, empty_ok=True):
+        raise ConfigError("body: pause and resume take no parameters (send {} or nothing)")
+    source = request.app[_SOURCE]
+    by = f"web@{request.remote or '?'}"
+    if pause:
+        changed = await source.call(source.broker.pause, queue, by)
+    else:
+        changed = await source.call(source.broker.resume, queue)
+    if changed:
+        log.info("queue %s: %s from the web UI by %s", queue, "paused" if pause else "resumed", safe.shown(by))
+    return response({"queue": queue, "paused": pause, "changed": changed})
 
 
 async def get_metrics(request: web.Request) -> web.Response:

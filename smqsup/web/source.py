@@ -20,7 +20,7 @@ from typing import Any, Optional, TypeVar
 
 from aiohttp import web
 
-from smqsup import deadletters, safe, stats
+from smqsup import browse, deadletters, safe, stats
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
@@ -80,6 +80,16 @@ class Source:
         entries = self.broker.dead_letters(queue, 0, limit)
         total = self.broker.sizes(queue)["dead"]
         return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
+
+    def messages(self, queue: str, state: str, limit: int) -> dict[str, Any]:
+        """Up to ``limit`` rows of ``browse.listing`` and how many messages
+        are in ``state`` (``total``; None for processing when ``limit`` rows
+        came back: the processing lists are not counted in one read)."""
+        rows = browse.listing(self.broker, queue, state, limit)
+        sizes = self.broker.sizes(queue)
+        totals = {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"],
+                  "dead": sizes["dead"], "processing": len(rows) if len(rows) < limit else None}
+        return {"queue": queue, "state": state, "total": totals[state], "messages": rows}
 
     def requeue(self, queue: str, ids: Optional[Sequence[str]]) -> int:
         """See deadletters.requeue."""

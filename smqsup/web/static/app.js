@@ -1,5 +1,6 @@
 /* smqsup web UI: the WebSocket client, small canvas line charts, the tables
-   and the dead-letter actions.
+   and the dead-letter actions (helpers: ui.js; message browser and pausing:
+   messages.js).
 
    Data flow: the server sends {"type": "history"} once per connection (every
    queue's per-second points of the last 10 minutes), then {"type": "snapshot"}
@@ -13,48 +14,22 @@
   const GAP_MS = 15000; // a longer silence breaks a line
   const EVENTS = [["published", "published"], ["acked", "acked"], ["retried", "retried"],
     ["dead_lettered", "dead-lettered"]];
-  const SIZES = ["pending", "processing", "delayed", "dead"];
+  const SIZES = ["pending", "processing", "scheduled", "delayed", "dead"];
+  /** How the page names a size: "delayed" holds retries waiting. */
+  const SIZE_LABELS = {delayed: "retrying"};
+  const sizeLabel = (key) => SIZE_LABELS[key] || key;
+  /** Counters shown as totals only (no chart). */
+  const MORE_COUNTERS = ["expired", "deduplicated", "removed"];
   const COLORS = {published: "#2f6fde", acked: "#2c8a4b", retried: "#b7791f", dead_lettered: "#c73a3a",
-    pending: "#2f6fde", processing: "#7b4fd6", delayed: "#b7791f", dead: "#c73a3a"};
+    pending: "#2f6fde", processing: "#7b4fd6", scheduled: "#0f8a8a", delayed: "#b7791f", dead: "#c73a3a"};
   const PALETTE = ["#2f6fde", "#2c8a4b", "#c73a3a", "#b7791f", "#7b4fd6", "#0f8a8a", "#d1497b", "#5b6b7f",
     "#8a6d0f", "#3d9be9"];
   const DEAD_LIMIT = 100;
   const BODY_CHARS = 2000;
 
-  // --- DOM and formatting ---------------------------------------------------
+  const {el, cell, $, isNum, fmtInt, fmtRate, fmtPct, fmtMiB, fmtTime, fmtDate, apiPath, getJSON, postJSON,
+    toast} = window.SMQ;
 
-  function el(tag, props, children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props || {})) {
-      if (v === undefined || v === null) continue;
-      if (k === "text") node.textContent = String(v);
-      else if (k === "className") node.className = v;
-      else if (k === "dataset") Object.assign(node.dataset, v);
-      else if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
-      else node.setAttribute(k, String(v));
-    }
-    for (const c of children || []) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-    return node;
-  }
-  const $ = (id) => document.getElementById(id);
-  const pad = (n) => String(n).padStart(2, "0");
-  const isNum = (v) => typeof v === "number" && Number.isFinite(v);
-
-  function fmtInt(v) { return isNum(v) ? Math.round(v).toLocaleString("en-US") : "–"; }
-  function fmtRate(v) {
-    if (!isNum(v)) return "–";
-    return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
-  }
-  function fmtPct(v) { return isNum(v) ? v.toFixed(1) : "–"; }
-  function fmtMiB(bytes) { return isNum(bytes) && bytes > 0 ? (bytes / 1048576).toFixed(1) + " MiB" : "–"; }
-  function fmtTime(ms, seconds) {
-    const d = new Date(ms);
-    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (seconds === false ? "" : ":" + pad(d.getSeconds()));
-  }
-  function fmtDate(ms) {
-    const d = new Date(ms);
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + fmtTime(ms);
-  }
   function collector(token) {
     // Owner tokens are host:pid:random; people want host:pid.
     return token ? token.split(":").slice(0, -1).join(":") || token : "–";
@@ -308,6 +283,7 @@
     renderConsumers(snap);
     renderProducers(snap);
     checkDead(snap);
+    window.SMQ.messages.update(snap);
     scheduleDraw();
   }
 
@@ -349,7 +325,7 @@
     const totalRates = EVENTS.map(([key, label]) => ({name: label, color: COLORS[key],
       points: sumSeries(queues.map((q) => rateSeries(q.points, key)))}));
     charts.totalRates.set(totalRates);
-    charts.totalSizes.set(SIZES.map((key) => ({name: key, color: COLORS[key],
+    charts.totalSizes.set(SIZES.map((key) => ({name: sizeLabel(key), color: COLORS[key],
       points: sumSeries(queues.map((q) => valueSeries(q.points, key)))})));
     const consumers = [...S.consumers.values()].sort((a, b) => a.label.localeCompare(b.label));
     charts.cpu.set(consumers.map((c) => ({name: c.label, color: c.color, points: c.cpu})));
@@ -359,7 +335,8 @@
       if (!q.charts) continue;
       q.charts.rates.set(EVENTS.map(([key, label]) => ({name: label, color: COLORS[key],
         points: rateSeries(q.points, key)})));
-      q.charts.sizes.set(SIZES.map((key) => ({name: key, color: COLORS[key], points: valueSeries(q.points, key)})));
+      q.charts.sizes.set(SIZES.map((key) => ({name: sizeLabel(key), color: COLORS[key],
+        points: valueSeries(q.points, key)})));
       q.charts.rates.draw(S.now);
       q.charts.sizes.draw(S.now);
     }
@@ -373,8 +350,9 @@
     const rateOf = Object.fromEntries(EVENTS.map(([key], i) => [key, lastOf(totalRates[i].points)]));
     const tiles = [
       ...EVENTS.map(([key, label]) => [key, label, t[key], rateOf[key]]),
-      ...SIZES.map((key) => [key, key, t[key], undefined]),
+      ...SIZES.map((key) => [key, sizeLabel(key), t[key], undefined]),
       ["consumers", "consumers", t.consumers, undefined],
+      ...MORE_COUNTERS.map((key) => [key, key, t[key], undefined]),
     ];
     $("tiles").replaceChildren(...tiles.map(([key, label, value, rate]) =>
       el("div", {className: "tile"}, [
@@ -384,25 +362,25 @@
       ])));
   }
 
-  function cell(text, props) { return el("td", Object.assign({text: text}, props || {})); }
-
   function renderQueues(snap) {
     S.lastSnap = snap;
     const rows = Object.entries(snap.queues).sort(([a], [b]) => a.localeCompare(b)).map(([name, q]) => {
       const pts = S.queues.get(name).points;
       const rate = (key) => isNum(q.rates[key]) ? q.rates[key] : lastOf(rateSeries(pts.slice(-11), key));
       const restarts = Object.values(q.slots || {}).reduce((n, s) => n + (s.restarts || 0), 0);
-      return el("tr", {dataset: {testid: "queue-row", queue: name}}, [
-        cell(name), ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
+      return el("tr", {dataset: {testid: "queue-row", queue: name, paused: q.paused ? "true" : "false"}}, [
+        el("td", {}, [name, q.paused ? el("span", {className: "badge", text: "paused",
+          dataset: {testid: "paused"}}) : ""]),
+        ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
         ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
         cell(String(q.consumers.length)), cell(collector(q.leader), {dataset: {testid: "leader"}}),
-        cell(String(restarts)),
+        cell(String(restarts)), el("td", {}, [window.SMQ.messages.pauseButton(name, q.paused)]),
       ]);
     });
     const t = snap.totals;
     rows.push(el("tr", {}, [cell("total", {className: "total"}), ...SIZES.map((k) => cell(fmtInt(t[k]), {className: "total"})),
       ...EVENTS.map(([k]) => cell(fmtRate(t.rates[k]), {className: "total"})), cell(String(t.consumers), {className: "total"}),
-      cell(""), cell("")]));
+      cell(""), cell(""), cell("")]));
     $("queue-rows").replaceChildren(...rows);
   }
 
@@ -445,17 +423,12 @@
     }
   }
 
-  function apiPath(name, rest) { return "api/queues/" + encodeURIComponent(name) + "/" + rest; }
-
   async function loadDead(name) {
     const seq = (S.deadSeq.get(name) || 0) + 1;
     S.deadSeq.set(name, seq);
     let data;
     try {
-      const res = await fetch(apiPath(name, "dead?limit=" + DEAD_LIMIT),
-        {credentials: "same-origin", headers: {Accept: "application/json"}});
-      data = await res.json();
-      if (!res.ok) throw new Error(data.error || "HTTP " + res.status);
+      data = await getJSON(apiPath(name, "dead?limit=" + DEAD_LIMIT));
     } catch (err) {
       S.deadKeys.delete(name); // try again with the next snapshot
       return toast("Could not read the dead letters of " + name + ": " + err.message, true);
@@ -511,27 +484,13 @@
   async function act(name, action, payload, question) {
     if (question && !window.confirm(question)) return;
     try {
-      const res = await fetch(apiPath(name, "dead/" + action), {method: "POST", credentials: "same-origin",
-        headers: {"Content-Type": "application/json", Accept: "application/json"}, body: JSON.stringify(payload)});
-      let data = {};
-      try { data = await res.json(); } catch (err) { /* not JSON: the status says it */ }
-      if (!res.ok) throw new Error(data.error || "HTTP " + res.status);
+      const data = await postJSON(apiPath(name, "dead/" + action), payload);
       const n = action === "requeue" ? data.requeued : data.purged;
       toast((action === "requeue" ? "Requeued " : "Purged ") + n + " dead letter(s) of " + name + ".");
     } catch (err) {
       toast(action + " failed: " + err.message, true);
     }
     loadDead(name);
-  }
-
-  let toastTimer = 0;
-  function toast(text, isError) {
-    const box = $("toast");
-    box.textContent = text;
-    box.className = isError ? "toast error" : "toast";
-    box.hidden = false;
-    clearTimeout(toastTimer);
-    toastTimer = setTimeout(() => { box.hidden = true; }, 8000);
   }
 
   function banner(text) {

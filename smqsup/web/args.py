@@ -1,0 +1,100 @@
+"""What a request of the JSON API asks, read and checked: the queue in the
+path, query arguments, the JSON body and the message ids it names. Each
+reader returns the value or raises ConfigError (a 400) or NotFound (a 404)
+with one line naming the argument."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn, Optional
+
+from aiohttp import web
+
+from smqsup import browse, message, safe
+from smqsup.errors import ConfigError, MessageError
+from smqsup.validate import validate_queue_name
+
+
+class NotFound(Exception):
+    """A 404: what the request names does not exist (one line, for people)."""
+
+
+def queue(request: web.Request) -> str:
+    """The queue named in the path (ConfigError unless it is a valid queue name:
+    never ``.`` or ``..``, which would read as steps of a path)."""
+    return validate_queue_name(request.match_info["queue"], key="queue")
+
+
+def int_arg(request: web.Request, name: str, default: int, high: int) -> int:
+    """The query argument ``name``: ``default`` when absent, else ASCII digits
+    giving 1 to ``high`` (ConfigError otherwise: ``str.isdigit`` alone would
+    let through "²", which ``int`` refuses)."""
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 20 and 1 <= int(text) <= high):
+        raise ConfigError(f"{name}: expected an integer from 1 to {high}, got {text[:40]!r}")
+    return int(text)
+
+
+def state_arg(request: web.Request) -> str:
+    """The query argument ``state``: one of browse.STATES, pending when absent."""
+    text = request.query.get("state", "pending")
+    if text not in browse.STATES:
+        raise ConfigError(f"state: expected one of {', '.join(browse.STATES)}, got {text[:40]!r}")
+    return text
+
+
+async def selection(request: web.Request, high: int) -> Optional[list[str]]:
+    """The 1 to ``high`` message ids a POST names, or None for ``{"all": true}``."""
+    if request.content_type != "application/json":
+        raise ConfigError("expected a JSON body (Content-Type: application/json)")
+    body = parse_json(await request.read())
+    if isinstance(body, dict) and body.get("all") is True and "ids" not in body:
+        return None
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if (not isinstance(ids, list) or not 1 <= len(ids) <= high
+            or not all(isinstance(i, str) and i for i in ids)):
+        raise ConfigError(f'expected {{"ids": [1 to {high} message ids]}} or {{"all": true}}')
+    return ids
+
+
+def parse_json(data: bytes) -> Any:
+    """The JSON document ``data``: UTF-8, standard JSON (no NaN or Infinity),
+    nested no deeper than the parser copes with; ConfigError otherwise."""
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise ConfigError("the body is not valid JSON (standard JSON in UTF-8)") from None
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+async def json_object(request: web.Request, *, empty_ok: bool = False) -> dict[str, Any]:
+    """The POST's JSON object (``{}`` for an empty body when ``empty_ok``)."""
+    if request.content_type != "application/json":
+        raise ConfigError("expected a JSON body (Content-Type: application/json)")
+    data = await request.read()
+    if empty_ok and not data.strip():
+        return {}
+    body = parse_json(data)
+    if not isinstance(body, dict):
+        raise ConfigError("expected a JSON object as the body")
+    return body
+
+
+def message_ids(body: dict[str, Any], high: int) -> list[str]:
+    """``body["ids"]``: 1 to ``high`` message ids (or ``raw-...`` references)."""
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not 1 <= len(ids) <= high:
+        got = f"{len(ids)} ids" if isinstance(ids, list) else "nothing" if ids is None else type(ids).__name__
+        raise ConfigError(f"ids: expected a list of 1 to {high} message ids, got {got}")
+    for mid in ids:
+        try:
+            message.check_message_id(mid)
+        except MessageError:
+            raise ConfigError(f"ids: expected message ids (1 to 128 of A-Z a-z 0-9 _ . : -), "
+                              f"got {safe.escape(repr(mid), 60)}") from None
+    return ids
