@@ -208,10 +208,11 @@ class Broker:
             return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats).run(self._hot)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
-             meta: str, fetch_next: bool) -> scripts.NackResult:
+             meta: str, fetch_next: bool, dead_event: str = "") -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
             return scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
-                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next).run(self._hot)
+                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
+                                dead_event=dead_event).run(self._hot)
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
                      reason: str) -> scripts.ReclaimResult:

@@ -87,6 +87,7 @@ class _Outcome:
     meta: str = ""  # dead-letter metadata (failures only)
     threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
     delay_ms: int = 0
+    dead_event: str = ""  # a counter to add 1 to when dead-lettered ("rejected")
 
 
 def _text_of(exc: BaseException) -> str:
@@ -333,7 +334,7 @@ class Consumer:
         log.warning("queue %s: message %s rejected by its handler: %s", self.name, msg.id, reason)
         meta = scripts.meta_json(f"rejected: {reason}", error_type="Reject", error=reason, message_id=msg.id,
                                  consumer=self.consumer_id)
-        return _Outcome(False, meta, threshold=-1)
+        return _Outcome(False, meta, threshold=-1, dead_event="rejected")
 
     def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
         kind = type(exc).__name__
@@ -369,7 +370,8 @@ class Consumer:
             self._note_paused(ack.paused)
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
-                                delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch)
+                                delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch,
+                                dead_event=outcome.dead_event)
         if not nack.registered:
             self._lost = True
         self._registration_checked = nack.registered

@@ -29,7 +29,7 @@ from smqsup.readings import QueueReading, read_queues
 SERIES_POINTS = 900
 #: Queue counters a point carries (cumulative; rates are their differences).
 COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late_acks", "dlq_requeued", "expired",
-            "deduplicated", "removed")
+            "deduplicated", "removed", "rejected")
 #: Queue sizes a point carries.
 SIZES = ("pending", "processing", "scheduled", "delayed", "dead")
 #: Fields of a slot's and a producer's record that hold numbers (None in a

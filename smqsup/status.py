@@ -35,7 +35,7 @@ def _cell(value: Any) -> str:
 _SIZE_COLUMNS = (("pending", "pending"), ("processing", "processing"), ("scheduled", "scheduled"),
                  ("delayed", "retrying"), ("dead", "dead"))
 #: Counters shown under the queue table when not zero.
-_EVENT_NOTES = ("expired", "deduplicated", "removed")
+_EVENT_NOTES = ("expired", "deduplicated", "rejected", "removed")
 
 
 def render(snap: dict[str, Any]) -> str:
@@ -74,7 +74,7 @@ def _queue_table(snap: dict[str, Any]) -> str:
 
 
 def _event_notes(snap: dict[str, Any]) -> str:
-    """A line per queue that has expired, deduplicated or removed messages
+    """A line per queue that has expired, deduplicated, rejected or removed messages
     (counts since the queue was created)."""
     lines = []
     for name, q in sorted(snap["queues"].items()):

@@ -228,6 +228,7 @@ def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., 
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=5)
     holds(lambda: deliveries == [0], 0.3)
     assert message.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "rejected: no such customer"
+    assert redis_client.hget(K.counters, "rejected") == b"1"
 
 
 def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., Running], producer: Producer,

@@ -121,7 +121,7 @@ def test_metrics_escape_label_values() -> None:
     snap = {"t": 0, "producers": [], "queues": {"q": {
         "sizes": {"pending": 0, "processing": 0, "scheduled": 0, "delayed": 0, "dead": 0},
         "counters": {"published": 0, "acked": 0, "retried": 0, "dead_lettered": 0, "reclaimed": 0, "late_acks": 0,
-                     "dlq_requeued": 0, "expired": 0, "deduplicated": 0, "removed": 0},
+                     "dlq_requeued": 0, "expired": 0, "deduplicated": 0, "removed": 0, "rejected": 0},
         "consumers": [consumer], "leader": None, "slots": {f"{host}:#1": {"restarts": 2}}}}}
     samples = _samples(metrics.render(snap))
     labels = frozenset({("queue", "q"), ("consumer", "c1"), ("host", host), ("pid", "7")})

@@ -254,11 +254,13 @@ def _nack_result(reply: Sequence[Any]) -> NackResult:
 
 
 def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,
-         fetch_next: bool) -> Call[NackResult]:
-    """Count a failed attempt of ``frame``: retry, delay or dead-letter it."""
+         fetch_next: bool, dead_event: str = "") -> Call[NackResult]:
+    """Count a failed attempt of ``frame``: retry, delay or dead-letter it
+    (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused),
-                (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id), _nack_result)
+                (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event),
+                _nack_result)
 
 
 def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:

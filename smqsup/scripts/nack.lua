@@ -18,6 +18,8 @@
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[5]  "1": also move the oldest pending frame into KEYS[1]
 -- ARGV[6]  the consumer's id
+-- ARGV[7]  (optional) one more counter of KEYS[5] to add 1 to when the frame
+--          is dead-lettered: "rejected" for a handler's Reject
 --
 -- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
 -- "late_acks".
@@ -39,7 +41,7 @@ local counters, consumers, prio_set, prio_seq, paused = KEYS[5], KEYS[6], KEYS[7
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead}
 local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local meta, wanted, consumer_id = ARGV[4], ARGV[5] == '1', ARGV[6]
+local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], ARGV[7]
 --- @include "wrong_type"
 --- @include "fetch_next"
 
@@ -75,6 +77,7 @@ else
   if outcome == 3 then
     dead_letter(dead, meta, at_ms, frame)
     redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
+    if dead_event and dead_event ~= '' then redis.pcall('HINCRBY', counters, dead_event, 1) end
   else
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end

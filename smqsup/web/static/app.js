@@ -19,7 +19,7 @@
   const SIZE_LABELS = {delayed: "retrying"};
   const sizeLabel = (key) => SIZE_LABELS[key] || key;
   /** Counters shown as totals only (no chart). */
-  const MORE_COUNTERS = ["expired", "deduplicated", "removed"];
+  const MORE_COUNTERS = ["expired", "deduplicated", "rejected", "removed"];
   const COLORS = {published: "#2f6fde", acked: "#2c8a4b", retried: "#b7791f", dead_lettered: "#c73a3a",
     pending: "#2f6fde", processing: "#7b4fd6", scheduled: "#0f8a8a", delayed: "#b7791f", dead: "#c73a3a"};
   const PALETTE = ["#2f6fde", "#2c8a4b", "#c73a3a", "#b7791f", "#7b4fd6", "#0f8a8a", "#d1497b", "#5b6b7f",
