@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 
-def _record(event: str, msg: Any) -> None:
+def _record(event: str, msg: Any, **extra: Any) -> None:
     out = os.environ["SMQ_TEST_OUT"]
     line = json.dumps({"event": event, "id": msg.id, "attempts": msg.attempts, "pid": os.getpid(),
-                       "body": msg.body, "t": time.monotonic()}) + "\n"
+                       "body": msg.body, "t": time.monotonic(), **extra}) + "\n"
     fd = os.open(os.path.join(out, f"{os.getpid()}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -106,3 +106,35 @@ def chaos(msg: Any) -> None:
         os._exit(139)
     if kind == "hang":
         time.sleep(3600)
+
+
+def timed(msg: Any) -> None:
+    """Ack every message, recording it with the wall clock (``wall``, unix s),
+    to compare with due times on the Redis clock of the same host."""
+    _record("done", msg, wall=time.time())
+
+
+def reject(msg: Any) -> None:
+    """Record each delivery, then raise Reject("bad")."""
+    from smqsup import Reject
+
+    _record("attempt", msg)
+    raise Reject("bad")
+
+
+def retry_always(msg: Any) -> None:
+    """Record each delivery, then raise Retry(delay=0.5)."""
+    from smqsup import Retry
+
+    _record("attempt", msg)
+    raise Retry(delay=0.5)
+
+
+def retry_once(msg: Any) -> None:
+    """Record each delivery; raise Retry(delay=0.2) on the first, ack the next."""
+    from smqsup import Retry
+
+    _record("attempt", msg)
+    if msg.attempts == 0:
+        raise Retry(delay=0.2)
+    _record("done", msg)

@@ -20,6 +20,7 @@ from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     import psutil
+    import redis
 
 REPO = Path(__file__).resolve().parent.parent
 #: A consumer's process title: ``smqsup: consumer QUEUE #N ...``.
@@ -218,6 +219,18 @@ class Supervisor:
             except psutil.NoSuchProcess:
                 pass
         self._log.close()
+
+
+def wait_registered(s: Supervisor, n: int, client: "redis.Redis", queue: str = "q", namespace: str = "smq") -> None:
+    """Wait until ``s`` has ``n`` consumers of ``queue`` registered in Redis
+    (the registry's ids carry the consumer's pid)."""
+    from smqsup.keys import QueueKeys
+
+    def mine() -> int:
+        pids = {k.pid for k in s.children()}
+        return sum(1 for cid in client.hkeys(QueueKeys(namespace, queue).consumers)
+                   if int(cid.decode().split(":")[1]) in pids)
+    wait_for(lambda: mine() == n, timeout_s=15, message=f"{s.name}: {mine()} of {n} consumers registered")
 
 
 def gone(pid: int) -> bool:
