@@ -216,8 +216,6 @@ def test_reject_and_retry_give_exact_delivery_counts(
     assert counters["acked"] == 1 and counters["retried"] == 1 and redis_client.llen(QueueKeys("smq", "once").dead) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: nothing increments 'rejected' in ns:{Q}:counters, which "
-                   "CONTRACT.md lists among the new counters (nack.lua counts only dead_lettered)")
 def test_a_rejected_message_is_counted_as_rejected(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """A handler's Reject adds one to the queue's "rejected" counter."""
