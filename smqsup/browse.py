@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
@@ -119,12 +120,20 @@ def _take_order(best: list[tuple[bytes, float]], ready: list[bytes], limit: int)
     ``ready`` the pending list from its consuming end."""
     b = r = 0
     for _ in range(limit):
-        if b < len(best) and (r >= len(ready) or _priority(ready[r]) < 9 - int(best[b][1] // _PRIORITY_SPAN)):
+        if b < len(best) and (r >= len(ready) or _priority(ready[r]) < _set_priority(best[b][1])):
             yield "priority", best[b][0]
             b += 1
         elif r < len(ready):
             yield "pending", ready[r]
             r += 1
+
+
+def _set_priority(score: float) -> int:
+    """A priority set score's priority, as take_ready reads it (a score no
+    script wrote, +inf or -inf included, counts as 0 to 9)."""
+    if not math.isfinite(score):
+        return 9 if score < 0 else 0
+    return min(9, max(0, 9 - int(score // _PRIORITY_SPAN)))
 
 
 def _priority(frame: bytes) -> int:

@@ -366,7 +366,9 @@ class Consumer:
                 self._late(frame)
             if not ack.registered:
                 self._lost = True
-            self._registration_checked = ack.registered
+            # Only a script that looked for the next frame has checked the
+            # priority set too; otherwise _fetch asks take.lua first.
+            self._registration_checked = ack.registered and fetch
             self._note_paused(ack.paused)
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
@@ -374,7 +376,7 @@ class Consumer:
                                 dead_event=outcome.dead_event)
         if not nack.registered:
             self._lost = True
-        self._registration_checked = nack.registered
+        self._registration_checked = nack.registered and fetch
         self._note_paused(nack.paused)
         if nack.outcome == scripts.LATE:
             self._late(frame)

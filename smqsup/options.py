@@ -15,7 +15,7 @@ from typing import Any
 from smqsup import safe, scripts
 from smqsup.errors import MessageError
 
-#: Longest delay, ttl or dedup_ttl, and the furthest due time: ten years, in s.
+#: Longest delay, ttl or dedup_ttl: ten years, in s (``at`` goes to the year 9999).
 MAX_SPAN_S = 3650 * 86400.0
 #: Longest dedup key, in UTF-8 bytes (it is part of a Redis key name).
 MAX_DEDUP_KEY_BYTES = 512
@@ -68,7 +68,7 @@ def priority(value: object) -> int:
     """An int 0-9 (no bool)."""
     if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
         raise MessageError(f"priority: expected an integer from 0 to 9, got {_shown(value)}")
-    return value
+    return int(value)  # an IntEnum member, say, as the plain int the script is sent
 
 
 def dedup_key(value: object) -> str:

@@ -134,3 +134,28 @@ def test_a_huge_dedup_key_and_an_odd_one_are_keys_like_any_other(producer: Produ
         assert producer.publish("q", key, dedup_key=key) == first
         assert redis_client.get(K.dedup(key)) == first.encode()
     assert redis_client.llen(K.pending) == 5
+
+
+@pytest.mark.parametrize("score", ["+inf", "-inf", str(10 * 2 ** 44), "-1e300"])
+def test_a_priority_member_with_a_score_no_script_wrote_is_still_taken_and_listed(
+        producer: Producer, redis_client: redis.Redis, score: str) -> None:
+    """Anyone's ZADD with +inf or a huge score: the member is listed and taken, never stuck."""
+    from smqsup import browse
+    producer.publish("q", "plain")
+    redis_client.zadd(K.priority, {b'0:5:0|{"id":"odd","queue":"q","body":"odd","created_at":0}': float(score)})
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    assert {r["id"] for r in browse.listing(broker, "q", "pending", 10)} >= {"odd"}
+    taken = [broker.take("q", "c").next_frame for _ in range(3)]
+    assert taken[2] is None and sorted(message.decode(f).body for f in taken[:2] if f) == ["odd", "plain"]
+
+
+def test_an_int_enum_priority_is_a_plain_int() -> None:
+    """priority=IntEnum member: accepted as its int value, never a driver error."""
+    import enum
+
+    from smqsup import options
+
+    class P(enum.IntEnum):
+        HIGH = 7
+    assert options.priority(P.HIGH) == 7 and type(options.priority(P.HIGH)) is int

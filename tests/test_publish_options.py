@@ -275,3 +275,44 @@ def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer
     while (frame := broker.take("q", "c").next_frame) is not None:
         taken.append(message.decode(frame).body)
     assert listed == taken == ["a9", "d9", "b5", "f5", "c0", "e0"]
+
+
+def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_consumer(
+        redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
+    """Four idle consumers, four priority-5 messages in one call: all four start at once, not one by one."""
+    from smqsup.config import QueueConfig
+    started: list[int] = []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def handle(msg: Any) -> None:
+        with lock:
+            started.append(redis_ms(redis_client))
+        release.wait(5)
+    runs = [Running(redis_url, QueueConfig(name="q", handler="x:y"), handle) for _ in range(4)]
+    try:
+        wait_for(lambda: redis_client.info("clients")["blocked_clients"] >= 4, timeout_s=5)
+        producer.publish_many("q", [1, 2, 3, 4], priority=5)
+        wait_for(lambda: len(started) == 4, timeout_s=0.5, message="a consumer waited for its fetch to time out")
+    finally:
+        release.set()
+        for r in runs:
+            r.stop()
+
+
+def test_a_requeued_dead_letter_keeps_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
+    """A priority-9 dead letter requeued behind a priority-0 backlog is taken first."""
+    from smqsup import deadletters
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    producer.publish("q", "urgent", priority=9)
+    took = broker.take("q", "c")
+    assert took.next_frame is not None
+    broker.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}', fetch_next=False)
+    producer.publish_many("q", ["low0", "low1"])
+    producer.publish("q", "p5", priority=5)
+    assert deadletters.requeue(broker, "q", None) == 1
+    taken = []
+    while (frame := broker.take("q", "c").next_frame) is not None:
+        taken.append(message.decode(frame).body)
+    assert taken == ["urgent", "p5", "low0", "low1"]

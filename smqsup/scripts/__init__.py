@@ -383,7 +383,8 @@ def dlq_purge(keys: QueueKeys, dead_key: str, entries: Sequence[tuple[bytes, str
 def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
     """Move the given dead-letter entries back to pending, attempts reset
     (call with at least one entry)."""
-    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters), entries, int)
+    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq), entries,
+                int)
 
 
 def heartbeat(keys: QueueKeys, beats: Sequence[tuple[str, str]], *, register: bool) -> Call[list[str]]:

@@ -5,22 +5,25 @@
 -- KEYS[1]  dead-letter list of the queue
 -- KEYS[2]  pending list of the queue
 -- KEYS[3]  counters hash of the queue ("dlq_requeued" counts the moves)
+-- KEYS[4]  priority set of the queue (a requeued priority message is made
+--          ready as includes/ready.lua says)
+-- KEYS[5]  priority sequence counter of the queue
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
 -- operator requeued or purged it meanwhile) is skipped, so a message is never
 -- requeued twice by two concurrent requeues.
--- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
+-- A key of the wrong type among KEYS[1, 2, 4] is an error reply "WRONGTYPE ..."
 -- before anything is written (includes/wrong_type.lua).
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
-local dead, pending, counters = KEYS[1], KEYS[2], KEYS[3]
+local dead, pending, counters, prio_set, prio_seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 --- @include "wrong_type"
---- @include "attempts"
+--- @include "ready"
 
-local refused = wrong_type({{dead, 'list'}, {pending, 'list'}})
+local refused = wrong_type({{dead, 'list'}, {pending, 'list'}, {prio_set, 'zset'}})
 if refused then return refused end
-local moved = 0
+local moved, ready = 0, {}
 for _, entry in ipairs(ARGV) do
   if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
@@ -32,10 +35,11 @@ for _, entry in ipairs(ARGV) do
       if priority > 0 then head = '0:' .. string.format('%d', priority) .. ':0' end
       frame = head .. string.sub(frame, bar)
     end
-    redis.call('LPUSH', pending, frame)
+    ready[#ready + 1] = frame
     moved = moved + 1
   end
 end
+make_ready_all(pending, prio_set, prio_seq, ready)
 if moved > 0 then
   redis.pcall('HINCRBY', counters, 'dlq_requeued', moved)
 end

@@ -19,8 +19,8 @@
 -- instead (their ttl passed while they waited). Error reply "NOTLEADER" when
 -- the token check fails.
 -- Order: the due messages of both sets are merged by due time (ties: retries
--- first), and each is made ready in that order (includes/ready.lua), so due
--- messages of one priority come out in due order.
+-- first), and made ready in that order (includes/ready.lua, make_ready_all),
+-- so due messages of one priority come out in due order.
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -38,8 +38,8 @@ if refused then return refused end
 local at_ms = now_ms()
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local r, p, moved, expired = 1, 1, 0, 0
-while moved + expired < limit and (retries[r] or planned[p]) do
+local r, p, expired, ready = 1, 1, 0, {}
+while #ready + expired < limit and (retries[r] or planned[p]) do
   local set, frame
   if planned[p] == nil or (retries[r] and tonumber(retries[r + 1]) <= tonumber(planned[p + 1])) then
     set, frame, r = delayed, retries[r], r + 2
@@ -52,10 +52,10 @@ while moved + expired < limit and (retries[r] or planned[p]) do
     dead_letter(dead, '{"reason":"expired"}', at_ms, frame)
     expired = expired + 1
   else
-    make_ready(pending, prio_set, prio_seq, frame)
-    moved = moved + 1
+    ready[#ready + 1] = frame
   end
 end
+make_ready_all(pending, prio_set, prio_seq, ready)
 if expired > 0 then
   redis.pcall('HINCRBY', counters, 'expired', expired)
   redis.pcall('HINCRBY', counters, 'dead_lettered', expired)
@@ -68,4 +68,4 @@ for _, set in ipairs({delayed, scheduled}) do
     if wait_ms < 0 or wait < wait_ms then wait_ms = wait end
   end
 end
-return {moved, wait_ms, expired}
+return {#ready, wait_ms, expired}

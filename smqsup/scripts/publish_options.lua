@@ -48,7 +48,7 @@ if priority > 0 or expires > 0 then
   head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. '|'
 end
 
-local out, queued, deduplicated = {}, 0, 0
+local out, queued, deduplicated, ready = {}, 0, 0, {}
 for i = 7, #ARGV - 2, 3 do
   local id, dk, payload = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local holder = nil
@@ -64,13 +64,14 @@ for i = 7, #ARGV - 2, 3 do
     if due > at_ms then
       redis.call('ZADD', scheduled, due, frame)
     else
-      make_ready(pending, prio_set, prio_seq, frame)
+      ready[#ready + 1] = frame
     end
     out[#out + 1] = id
     out[#out + 1] = 1
     queued = queued + 1
   end
 end
+make_ready_all(pending, prio_set, prio_seq, ready)
 if count and queued > 0 then redis.pcall('HINCRBY', counters, 'published', queued) end
 if deduplicated > 0 then redis.pcall('HINCRBY', counters, 'deduplicated', deduplicated) end
 return out

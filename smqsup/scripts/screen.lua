@@ -13,8 +13,9 @@
 -- consuming end of pending, free of cost (it never reached a handler);
 -- 2: its expiry had passed, it is dead-lettered as "expired"; -1: it is not
 -- in KEYS[1] any more (reclaimed meanwhile), nothing done.
--- A key of the wrong type among KEYS[1, 2, 3] is an error reply
--- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
+-- A key of the wrong type among KEYS[1, 2] (and KEYS[3] for an expired
+-- frame) is an error reply "WRONGTYPE ..." before anything is written
+-- (includes/wrong_type.lua).
 local processing, pending, dead, counters, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local frame = ARGV[1]
 --- @include "wrong_type"
@@ -22,7 +23,7 @@ local frame = ARGV[1]
 --- @include "attempts"
 --- @include "dead_letter"
 
-local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'}})
+local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
 if redis.call('EXISTS', paused) == 1 then
   if redis.call('LREM', processing, 1, frame) == 0 then return -1 end
@@ -32,6 +33,8 @@ end
 local _, _, expires = head_of(frame)
 local at_ms = now_ms()
 if not expires or expires == 0 or expires > at_ms then return 0 end
+refused = wrong_type({{dead, 'list'}})
+if refused then return refused end
 if redis.call('LREM', processing, 1, frame) == 0 then return -1 end
 dead_letter(dead, '{"reason":"expired"}', at_ms, frame)
 redis.pcall('HINCRBY', counters, 'expired', 1)

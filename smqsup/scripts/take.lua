@@ -13,8 +13,11 @@
 -- ARGV[1]  the consumer's id
 --
 -- Returns {registered, next, paused} as ack.lua does.
--- A key of the wrong type among KEYS[1, 2, 4, 5, 7] is an error reply
--- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
+-- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
+-- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua). A
+-- dead-letter list of the wrong type matters only to an expired frame: the
+-- script then fails with that frame still in KEYS[1] (the consumer's
+-- recovery finds it there), so consumption of the others goes on meanwhile.
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
@@ -22,7 +25,7 @@ local consumer_id = ARGV[1]
 --- @include "fetch_next"
 
 local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
-                           {q.priority, 'zset'}, {q.dead, 'list'}})
+                           {q.priority, 'zset'}})
 if refused then return refused end
 local registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
 return {registered, nxt, paused}

@@ -18,16 +18,19 @@
 -- for ever. A paused queue gives nothing. A frame whose expiry has passed is
 -- dead-lettered ("expired", counted) and the next one taken, up to
 -- EXPIRED_PER_FETCH of them: an expired message never reaches a handler.
-local EXPIRED_PER_FETCH = 100
+-- Cost on a queue with no paused flag and no priority set: one EXISTS of
+-- both keys, then LMOVE.
+local EXPIRED_PER_FETCH = 1000
 
 local function fetch_next(call, q, consumer_id, wanted)
   local registered = redis.call('HEXISTS', q.consumers, consumer_id)
   if registered == 0 then return 0, false, 0 end
-  if redis.call('EXISTS', q.paused) == 1 then return 1, false, 1 end
+  local either = redis.call('EXISTS', q.paused, q.priority) > 0
+  if either and redis.call('EXISTS', q.paused) == 1 then return 1, false, 1 end
   if not wanted then return 1, false, 0 end
   local at_ms = nil
   for _ = 1, EXPIRED_PER_FETCH do
-    local nxt = take_ready(call, q.processing, q.pending, q.priority)
+    local nxt = take_ready(call, q.processing, q.pending, q.priority, either)
     if not nxt then return 1, false, 0 end
     local _, _, expires = head_of(nxt)
     if not expires or expires == 0 then return 1, nxt, 0 end
