@@ -90,8 +90,9 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     """The checked options of one publish call, in the script's units."""
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
-    delay_ms = -1 if delay is None else int(seconds(delay, "delay", zero_ok=True) * 1000)
-    at_ms = -1 if at is None else int(due_time(at) * 1000)
+    # Rounded up: a message is never handed out before the time asked for.
+    delay_ms = -1 if delay is None else math.ceil(seconds(delay, "delay", zero_ok=True) * 1000)
+    at_ms = -1 if at is None else math.ceil(due_time(at) * 1000)
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
     return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)))

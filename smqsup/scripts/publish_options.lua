@@ -39,8 +39,10 @@ local refused = wrong_type(expected)
 if refused then return refused end
 
 local at_ms = now_ms()
+-- A due time rounds up, so that no message is handed out before now + delay
+-- (the collector promotes when the clock, in whole ms, reaches it).
 local due = -1
-if delay_ms >= 0 then due = at_ms + delay_ms elseif due_at_ms >= 0 then due = due_at_ms end
+if delay_ms >= 0 then due = now_ms_up() + delay_ms elseif due_at_ms >= 0 then due = due_at_ms end
 local expires = 0
 if ttl_ms > 0 then expires = at_ms + ttl_ms end
 local head = '0|'
