@@ -21,7 +21,11 @@ delay, a priority or a ttl against a plain publish of the same run.
    fresh; the same list again (every key held: nothing queued); ``priority=5``;
    ``delay=60``. The queues are emptied between repeats.
 
-Ratios are time / the plain publish's time of the same run (above 1: slower).
+Ratios are time / the plain publish's time of the same run (above 1: slower);
+the single publishes also print the time added to a plain publish (+us), the
+steadier figure: on a 2-core VM one round trip takes ~50 us or ~110 us from run
+to run (where the scheduler puts this process and redis-server), the added
+time much less so.
 A private redis-server (unix socket, appendfsync everysec) in a temp dir is
 started and stopped by this script; Ctrl-C stops everything it started.
 """
@@ -126,9 +130,9 @@ def many(producer: Producer, client: "redis.Redis[bytes]", n: int, repeats: int)
 def report(one: dict[str, tuple[float, float]], bulk: dict[str, float], args: argparse.Namespace) -> None:
     plain_us = one["plain"][0]
     print(f"Single publish, median of {args.single} each (interleaved); ratio = time / plain's")
-    print(f"{'':16} | {'us':>7} | {'ratio':>5} | Redis commands/publish")
+    print(f"{'':16} | {'us':>7} | {'+us':>6} | {'ratio':>5} | Redis commands/publish")
     for kind, (us, cmds) in one.items():
-        print(f"{kind:16} | {us:7.1f} | {us / plain_us:5.2f} | {cmds:.2f}")
+        print(f"{kind:16} | {us:7.1f} | {us - plain_us:+6.1f} | {us / plain_us:5.2f} | {cmds:.2f}")
     plain_s = bulk["plain"]
     print(f"\npublish_many of {args.many}, median of {args.repeats}; ratio = time / plain's")
     print(f"{'':16} | {'ms':>7} | {'msg/s':>9} | {'ratio':>5}")
