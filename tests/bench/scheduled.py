@@ -26,6 +26,10 @@ the collector promotes under a steady flow rather than one burst, while new
 messages with earlier due times keep arriving during the first second (the
 collector's poll, PROMOTE_POLL_S, bounds their lateness). ``--rate 100``
 spreads the same messages over 5 s instead (due times triangular over 10 s).
+The worst case is a sparse one, e.g. ``--rate 20 --max-delay-ms 50``: the
+scheduled set is mostly empty, so the collector looks only every
+PROMOTE_POLL_S (100 ms), and a message due before that look waits for it
+(lateness about uniform over 0-100 ms minus its delay).
 
 The due time of a message is the score publish_options.lua gives it:
 floor(Redis TIME in ms) + delay_ms, where delay_ms is what options.build makes
