@@ -127,7 +127,7 @@ class Bench:
             for _ in range(n_consumers):
                 self.children.start(WORKERS[kind], self.url, queue, out, profile_path)
             common.wait_ready(self.client, keys.consumers, n_consumers, children=self.children)
-            self.stage(kind, stage)
+            moves = self.stage(kind, stage, keys)
             lists = [keys.processing(cid.decode()) for cid in self.client.hkeys(keys.consumers)]
             poll_keys = [keys.pending, *lists]
 
@@ -142,7 +142,7 @@ class Bench:
             sleep_s = self.args.poll_ms / 1000.0
             before = common.command_calls(self.client)
             t0 = time.perf_counter()
-            self.release(kind, stage, keys)  # wakes the blocked consumers
+            self.release(moves)  # wakes the blocked consumers
             while True:
                 time.sleep(sleep_s)
                 if not remaining():
@@ -164,32 +164,34 @@ class Bench:
         self.cmds[(kind, n_consumers)] = {k: v / n for k, v in delta.items()}
         return n / elapsed
 
-    def stage(self, kind: str, stage: QueueKeys) -> None:
+    def stage(self, kind: str, stage: QueueKeys, keys: QueueKeys) -> list[tuple[str, str]]:
         """Publish the run's messages to the staging queue: all at priority 0,
-        or (kind "prio") one publish_many per priority 0-9."""
+        or (kind "prio") one publish_many per priority 0-9; the RENAMEs
+        (staged key, consumed key) that release them, the pending list last."""
         n = self.args.messages
         if kind != "prio":
             self.producer.publish_many(stage.queue, self.bodies)
             if self.client.llen(stage.pending) != n:
                 raise RuntimeError("staging list does not hold every message")
-            return
+            return [(stage.pending, keys.pending)]
         per = -(-n // LEVELS)
         for p in range(LEVELS):
             if self.bodies[p * per:(p + 1) * per]:
                 self.producer.publish_many(stage.queue, self.bodies[p * per:(p + 1) * per], priority=p)
         if self.client.llen(stage.pending) + self.client.zcard(stage.priority) != n:
             raise RuntimeError("staging list and priority set do not hold every message")
+        moves = [(stage.priority, keys.priority), (stage.priority_seq, keys.priority_seq)]
+        return [(src, dst) for src, dst in moves if self.client.exists(src)] + [(stage.pending, keys.pending)]
 
-    def release(self, kind: str, stage: QueueKeys, keys: QueueKeys) -> None:
+    def release(self, moves: list[tuple[str, str]]) -> None:
         """Move the staged messages into the consumed queue at once (RENAME
-        wakes the consumers blocked in BLMOVE on its pending list)."""
-        if kind != "prio":
-            self.client.rename(stage.pending, keys.pending)
+        of the pending list wakes the consumers blocked in BLMOVE on it)."""
+        if len(moves) == 1:
+            self.client.rename(*moves[0])
             return
         pipe = self.client.pipeline(transaction=True)  # one MULTI: no consumer sees half of it
-        pipe.rename(stage.priority, keys.priority)
-        pipe.rename(stage.priority_seq, keys.priority_seq)
-        pipe.rename(stage.pending, keys.pending)
+        for src, dst in moves:
+            pipe.rename(src, dst)
         pipe.execute()
 
     # --- publishing ---------------------------------------------------------------
