@@ -22,3 +22,14 @@ def victim(msg: Any) -> None:
     finally:
         os.close(fd)
     time.sleep(60 if msg.attempts == 0 else 0.3)
+
+
+def stamp(msg: Any) -> None:
+    """Record ``<time.time_ns()> <id>`` to $SMQ_BENCH_OUT/stamps first thing (the host
+    clock, the one Redis TIME reads too), then ack."""
+    line = f"{time.time_ns()} {msg.id}\n"
+    fd = os.open(os.path.join(os.environ["SMQ_BENCH_OUT"], "stamps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
