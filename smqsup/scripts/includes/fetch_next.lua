@@ -31,7 +31,7 @@ local function fetch_next(call, q, consumer_id, wanted)
   local at_ms = nil
   for _ = 1, EXPIRED_PER_FETCH do
     local nxt = take_ready(call, q.processing, q.pending, q.priority, either)
-    if not nxt then return 1, false, 0 end
+    if not nxt or plain(nxt) then return 1, nxt, 0 end
     local _, _, expires = head_of(nxt)
     if not expires or expires == 0 then return 1, nxt, 0 end
     at_ms = at_ms or now_ms()
