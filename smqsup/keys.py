@@ -63,40 +63,43 @@ re-encoding inside Lua).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
 class QueueKeys:
-    """The keys of one queue in one namespace."""
+    """The keys of one queue in one namespace. Each name is formed once per
+    instance (cached_property: the consumer's hot path asks for several per
+    message); the Broker keeps one instance per queue."""
 
     namespace: str
     queue: str
 
-    @property
+    @cached_property
     def _prefix(self) -> str:
         return f"{self.namespace}:{{{self.queue}}}"
 
-    @property
+    @cached_property
     def pending(self) -> str:
         return f"{self._prefix}:pending"
 
-    @property
+    @cached_property
     def delayed(self) -> str:
         return f"{self._prefix}:delayed"
 
-    @property
+    @cached_property
     def scheduled(self) -> str:
         return f"{self._prefix}:scheduled"
 
-    @property
+    @cached_property
     def priority(self) -> str:
         return f"{self._prefix}:priority"
 
-    @property
+    @cached_property
     def priority_seq(self) -> str:
         return f"{self._prefix}:priority:seq"
 
-    @property
+    @cached_property
     def paused(self) -> str:
         return f"{self._prefix}:paused"
 
@@ -109,39 +112,39 @@ class QueueKeys:
         (any text: it follows the hash tag, so it cannot change the slot)."""
         return f"{self._prefix}:dedup:{dedup_key}"
 
-    @property
+    @cached_property
     def dead(self) -> str:
         return f"{self._prefix}:dead"
 
-    @property
+    @cached_property
     def consumers(self) -> str:
         return f"{self._prefix}:consumers"
 
-    @property
+    @cached_property
     def heartbeats(self) -> str:
         return f"{self._prefix}:heartbeats"
 
-    @property
+    @cached_property
     def retired(self) -> str:
         return f"{self._prefix}:retired"
 
-    @property
+    @cached_property
     def gc_lock(self) -> str:
         return f"{self._prefix}:gc:lock"
 
-    @property
+    @cached_property
     def gc(self) -> str:
         return f"{self._prefix}:gc"
 
-    @property
+    @cached_property
     def counters(self) -> str:
         return f"{self._prefix}:counters"
 
-    @property
+    @cached_property
     def series(self) -> str:
         return f"{self._prefix}:series"
 
-    @property
+    @cached_property
     def slots(self) -> str:
         return f"{self._prefix}:slots"
 

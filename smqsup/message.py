@@ -268,8 +268,11 @@ class FrameHead(NamedTuple):
 
 def frame_head(data: bytes) -> FrameHead:
     """The head of a frame; MalformedMessage if the bytes are not a frame."""
-    head, sep, payload = data[:_HEAD_MAX + 1].partition(_SEP)
-    match = _HEAD.fullmatch(head) if sep else None
+    bar = data.find(_SEP, 0, _HEAD_MAX + 1)
+    head = data[:bar]
+    if 0 < bar <= 9 and head.isdigit():  # "A|": the plain head, every message without options
+        return FrameHead(int(head), 0, None, data[bar + 1:])
+    match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
     attempts, priority, expires = match.groups()

@@ -19,6 +19,7 @@ its callers).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -220,8 +221,10 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
     return AckResult(bool(acked), _frame_or_none(nxt), bool(registered), bool(paused))
 
 
+@functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..7] of ack.lua and take.lua: what includes/fetch_next.lua needs."""
+    """KEYS[1..7] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
             keys.dead)
 
