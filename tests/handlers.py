@@ -46,14 +46,24 @@ def fail(msg: Any) -> None:
 def read_events(out_dir: str) -> list[dict[str, Any]]:
     """Every event recorded under ``out_dir``, in no particular order.
 
-    Only whole lines count: a line without its newline is one a handler is
-    writing right now (or was writing when it was killed), not an event yet.
+    Only whole lines count: a line without its newline, or one that does not
+    decode yet, is one a handler is writing right now (or was writing when it
+    was killed), not an event yet. (An O_APPEND write is atomic against other
+    writers, not against a reader: a read racing it can see the new bytes
+    before they are all copied.) A skipped line is read again by the next
+    call; a line that never decodes leaves its event missing, which fails the
+    waiting test rather than passing it.
     """
     events = []
     for name in os.listdir(out_dir):
         if name.endswith(".log"):
-            with open(os.path.join(out_dir, name)) as f:
-                events.extend(json.loads(line) for line in f if line.endswith("\n") and line.strip())
+            with open(os.path.join(out_dir, name), errors="replace") as f:
+                for line in f:
+                    if line.endswith("\n") and line.strip():
+                        try:
+                            events.append(json.loads(line))
+                        except ValueError:
+                            continue
     return events
 
 
