@@ -131,6 +131,14 @@ class Broker:
         item: (its id, True) when queued, (the id holding its dedup key,
         False) when not. Raises PushRefused and BrokerConnectionError as
         push() does."""
+        if not register and producer is None and len(items) <= PUBLISH_CHUNK:
+            # One script and nothing else: on the held connection, as _push_alone.
+            with wrapped(f"publish to {queue!r}"):
+                try:
+                    return scripts.publish_options(self.keys(queue), items, options, self.stats).run(self._hot)
+                except rexc.ResponseError as exc:  # refused before it wrote anything
+                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
+                                      [False] * len(items)) from exc
         chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
         replies = self._publish([scripts.publish_options(self.keys(queue), chunk, options, self.stats)
                                  for chunk in chunks], [len(chunk) for chunk in chunks], queue,
