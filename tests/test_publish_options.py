@@ -205,6 +205,32 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
     assert redis_client.hget(K.counters, "expired") == b"1"
 
 
+def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(
+        producer: Producer, redis_client: redis.Redis) -> None:
+    """ack.lua's hot path hands a frame that is not plain (here: with an expiry) to fetch_next: expired ones
+    are dead-lettered, the next live frame is returned with its head intact, an ack past the last fetches
+    nothing."""
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    producer.publish("q", "first")
+    took = broker.take("q", "c")
+    assert took.next_frame is not None
+    producer.publish("q", "stale-1", ttl=0.05)
+    producer.publish("q", "stale-2", ttl=0.05)
+    producer.publish("q", "live", ttl=60)
+    assert not redis_client.exists(K.priority, K.paused)  # the hot path's condition
+    deadline = redis_ms(redis_client) + 100
+    wait_for(lambda: redis_ms(redis_client) > deadline, timeout_s=5)
+    acked = broker.ack("q", "c", took.next_frame, fetch_next=True)
+    assert acked.acked and acked.next_frame is not None and acked.next_frame.startswith(b"0:0:")
+    assert message.decode(acked.next_frame).body == "live"
+    assert [message.DeadLetter(e).reason for e in broker.dead_letters("q")] == ["expired", "expired"]
+    assert redis_client.lrange(K.processing("c"), 0, -1) == [acked.next_frame]
+    last = broker.ack("q", "c", acked.next_frame, fetch_next=True)
+    assert last.acked and last.next_frame is None and last.registered and not last.paused
+    assert redis_client.hget(K.counters, "expired") == b"2"
+
+
 def test_a_scheduled_message_whose_ttl_passes_before_it_is_due_is_expired(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """delay 0.5 s with ttl 0.1 s: dead-lettered as expired when due, never handled."""

@@ -1,3 +1,4 @@
+--- @include "plain"
 -- head_of(frame): what the head of a frame says (message.py has the
 -- grammar: "A" or "A:P:E", then '|'): attempts, priority, expires_ms (0:
 -- never), and the position where the attempts digits end; nil when the
@@ -21,17 +22,6 @@ local function head_of(frame)
   local a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
   if not a2 or #a2 > 9 or #e > 15 then return nil end
   return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1
-end
-
--- plain(frame): true when the head is attempts alone ("A|": priority 0, no
--- expiry), read byte by byte without copying: the hot path's question.
-local function plain(frame)
-  for i = 1, 10 do
-    local b = string.byte(frame, i)
-    if b == 124 then return i > 1 end  -- '|'
-    if not b or b < 48 or b > 57 then return false end
-  end
-  return false
 end
 
 local function attempts_of(frame)

@@ -1,9 +1,10 @@
+--- @include "plain"
 --- @include "ready"
 --- @include "now_ms"
 --- @include "dead_letter"
--- fetch_next(call, q, consumer_id, wanted): the tail of an ack, a nack or a
--- take: whether the consumer is still registered, the next frame for it, and
--- whether the queue is paused.
+-- fetch_next(call, q, consumer_id, wanted, taken): the tail of an ack, a
+-- nack or a take: whether the consumer is still registered, the next frame
+-- for it, and whether the queue is paused.
 --
 -- call         redis.pcall: a failing read or move means nothing fetched
 --              (ack.lua pays no type check; the consumer's next BLMOVE
@@ -11,6 +12,10 @@
 -- q            the queue's keys: processing, pending, priority, paused,
 --              dead, counters, consumers
 -- wanted       true: take the next ready frame (take_ready) into processing
+-- taken        nil, or a frame the caller already moved from pending into
+--              processing (ack.lua's hot path), on a queue with neither a
+--              paused flag nor a priority set: it is screened for expiry
+--              like a frame taken here
 --
 -- Returns registered (1 or 0), next (a frame or false), paused (1 or 0). A
 -- consumer no longer in ``consumers`` (declared dead and reclaimed) gets
@@ -19,18 +24,24 @@
 -- dead-lettered ("expired", counted) and the next one taken, up to
 -- EXPIRED_PER_FETCH of them: an expired message never reaches a handler.
 -- Cost on a queue with no paused flag and no priority set: one EXISTS of
--- both keys, then LMOVE.
+-- both keys, then LMOVE (ack.lua runs that much itself, before this
+-- include's helpers exist, and calls here only for a frame that is not
+-- plain).
 local EXPIRED_PER_FETCH = 1000
 
-local function fetch_next(call, q, consumer_id, wanted)
-  local registered = redis.call('HEXISTS', q.consumers, consumer_id)
-  if registered == 0 then return 0, false, 0 end
-  local either = redis.call('EXISTS', q.paused, q.priority) > 0
-  if either and redis.call('EXISTS', q.paused) == 1 then return 1, false, 1 end
-  if not wanted then return 1, false, 0 end
+local function fetch_next(call, q, consumer_id, wanted, taken)
+  local either = false
+  if not taken then
+    local registered = redis.call('HEXISTS', q.consumers, consumer_id)
+    if registered == 0 then return 0, false, 0 end
+    either = redis.call('EXISTS', q.paused, q.priority) > 0
+    if either and redis.call('EXISTS', q.paused) == 1 then return 1, false, 1 end
+    if not wanted then return 1, false, 0 end
+  end
   local at_ms = nil
   for _ = 1, EXPIRED_PER_FETCH do
-    local nxt = take_ready(call, q.processing, q.pending, q.priority, either)
+    local nxt = taken or take_ready(call, q.processing, q.pending, q.priority, either)
+    taken = nil
     if not nxt or plain(nxt) then return 1, nxt, 0 end
     local _, _, expires = head_of(nxt)
     if not expires or expires == 0 then return 1, nxt, 0 end
