@@ -199,11 +199,30 @@ class Broker:
                                   f"Redis >= 6.2") from exc
         return cast(Optional[bytes], frame), bool(paused)
 
-    def take(self, queue: str, consumer_id: str) -> scripts.TakeResult:
-        """Take the next ready frame (priorities first) without blocking,
-        checking the consumer's registration and the paused flag."""
+    def take(self, queue: str, consumer_id: str, count: int = 1) -> scripts.TakeResult:
+        """Take up to ``count`` ready frames (priorities first) without
+        blocking, checking the consumer's registration and the paused flag."""
         with wrapped(f"fetch from {queue!r}"):
-            return scripts.take(self.keys(queue), consumer_id).run(self._hot)
+            return scripts.take(self.keys(queue), consumer_id, count).run(self._hot)
+
+    def exchange(self, queue: str, calls: Sequence[scripts.Call[Any]]) -> list[Any]:
+        """Run ``calls`` (acks, nacks, a take: a concurrent consumer's settles
+        and fetches) in one round trip on the held connection; their results
+        in order. A script the server does not know (NOSCRIPT: it did not run)
+        is sent again alone by its text. An error reply raises BrokerError
+        once every reply is read: which calls ran is then known only from
+        Redis (the consumer's recovery reads its own list)."""
+        with wrapped(f"ack and fetch on {queue!r}"):
+            replies = self._hot.execute_many(
+                *(("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args) for c in calls), raise_error=False)
+            results = []
+            for call, reply in zip(calls, replies):
+                if isinstance(reply, rexc.NoScriptError):
+                    reply = call.script(self._hot, call.keys, call.args)
+                elif isinstance(reply, Exception):
+                    raise reply
+                results.append(call.read(reply))
+            return results
 
     def screen(self, queue: str, consumer_id: str, frame: bytes) -> int:
         """scripts.HANDLE, GIVEN_BACK (paused), EXPIRED or GONE for a frame

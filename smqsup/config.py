@@ -23,7 +23,7 @@ Value syntax, the same everywhere in the file:
 - every number has a bound, and past it a one-line error: consumers 1000 per
   queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
   1h, heartbeat_timeout 1d, dedup_ttl 3650d), sizes 1TB, retry_threshold
-  1,000,000, max_messages 10**9, retry_backoff 100. The file itself is at
+  1,000,000, max_messages 10**9, retry_backoff 100, concurrency 1000. The file itself is at
   most 256KiB, 20 levels deep and 25,000 YAML nodes, so that no file, however
   built, can stall or crash a supervisor re-reading it on SIGHUP.
 """
@@ -71,6 +71,9 @@ class QueueConfig:
     message_timeout_s: float = defaults.MESSAGE_TIMEOUT_S
     max_messages: int = defaults.MAX_MESSAGES
     max_memory_bytes: int = defaults.MAX_MEMORY_BYTES
+    #: Messages one consumer process runs at once: tasks of an async handler,
+    #: threads of a plain one (1: one at a time, the sequential loop).
+    concurrency: int = defaults.CONCURRENCY
     #: How long a dedup key refuses duplicates; read by producers only.
     dedup_ttl_s: float = defaults.DEDUP_TTL_S
 
@@ -110,6 +113,8 @@ CONSUMERS_TOTAL_MAX = 1024
 #: Attempt counts travel in the frame prefix (``<attempts>|``, at most 9
 #: digits): the threshold stays far below 10**9.
 _RETRY_THRESHOLD_MAX = 1_000_000
+#: Messages one consumer runs at once.
+CONCURRENCY_MAX = 1000
 #: Messages a consumer handles before it is replaced.
 _MAX_MESSAGES_MAX = 1_000_000_000
 
@@ -193,6 +198,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "message_timeout": ("message_timeout_s", validate.parse_duration),
     "max_messages": ("max_messages", validate.int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", validate.parse_size),
+    "concurrency": ("concurrency", validate.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
     "dedup_ttl": ("dedup_ttl_s", validate.positive_long_duration),
 }
 

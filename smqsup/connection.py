@@ -239,10 +239,11 @@ class HotLine:
         conn.send_command(*args)
         return conn.read_response()
 
-    def execute_many(self, *commands: Sequence[Any]) -> list[Any]:
+    def execute_many(self, *commands: Sequence[Any], raise_error: bool = True) -> list[Any]:
         """Send several commands in one write and read every reply. The
         connection stays in step when one is an error reply: all replies are
-        read, then the first error is raised. NotSent as execute() says."""
+        read, then the first error is raised (``raise_error``) or every error
+        reply is left in its place. NotSent as execute() says."""
         conn = self._connection()
         conn.send_packed_command(conn.pack_commands(commands))
         replies: list[Any] = []
@@ -252,7 +253,7 @@ class HotLine:
             except rexc.ResponseError as exc:
                 replies.append(exc)
         error = next((r for r in replies if isinstance(r, rexc.ResponseError)), None)
-        if error is not None:
+        if error is not None and raise_error:
             raise error
         return replies
 

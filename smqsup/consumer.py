@@ -166,6 +166,16 @@ class Consumer:
         return self._busy
 
     @property
+    def concurrency(self) -> int:
+        """Messages this consumer runs at once (1: one after another)."""
+        return 1
+
+    def flight(self) -> tuple[int, int]:
+        """(messages in flight, monotonic µs since the oldest of them started,
+        0 meaning "just now"): what the busy hook reports."""
+        return (1 if self._busy else 0), 0
+
+    @property
     def registered(self) -> bool:
         """Whether the consumer has entered the registry (its heartbeats may flow)."""
         return self._registered
@@ -271,11 +281,17 @@ class Consumer:
         before we knew) is handled first: it is in our list, so its ack works."""
         if frame is not None:
             self._process(frame, fetch_next=False)
+        self._renew_identity()
+        return None
+
+    def _renew_identity(self) -> None:
+        """Declared dead, nothing in hand: stop (``on_lost="stop"``) or go on
+        under a new id."""
         log.warning("queue %s: consumer %s was declared dead by the garbage collector (paused past "
                     "heartbeat_timeout); its messages were requeued", self.name, self.consumer_id)
         if self._on_lost == "stop":
             self._stop = True
-            return None
+            return
         old = self.consumer_id
         self.consumer_id = new_consumer_id(self.name)
         self._registered = False
@@ -285,7 +301,6 @@ class Consumer:
         # back, free: those messages were never handed to a handler.
         self.broker.return_stopped(self.name, old, reason="consumer re-registered")
         log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
-        return None
 
     def _process(self, frame: bytes, *, fetch_next: bool) -> Optional[bytes]:
         """Handle one frame and record the outcome; return the next frame when
@@ -302,14 +317,21 @@ class Consumer:
         self._unsettled = None
         return nxt
 
-    def _run_handler(self, frame: bytes) -> _Outcome:
+    def _decode(self, frame: bytes) -> "message.Message | _Outcome":
+        """The message a frame holds, or the outcome of a frame that holds
+        none (dead-lettered "malformed" at once)."""
         try:
-            msg = message.decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
+            return message.decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
         except MalformedMessage as exc:
             self.stats.malformed += 1
             log.error("queue %s: malformed message dead-lettered (%s)", self.name, exc)
             meta = scripts.meta_json("malformed", error=str(exc), consumer=self.consumer_id)
             return _Outcome(False, meta, threshold=-1)
+
+    def _run_handler(self, frame: bytes) -> _Outcome:
+        msg = self._decode(frame)
+        if isinstance(msg, _Outcome):
+            return msg
         if self._on_busy is not None:
             self._on_busy(msg)
         started = time.perf_counter()

@@ -28,6 +28,12 @@ SHUTDOWN_TIMEOUT_S = 30.0
 MESSAGE_TIMEOUT_S = 0.0
 #: Messages a consumer handles before it is replaced (0: no limit).
 MAX_MESSAGES = 0
+#: Messages one consumer runs at once (queues.<name>.concurrency).
+CONCURRENCY = 1
+#: A consumer that runs messages concurrently cancels each one past
+#: message_timeout itself; its supervisor kills it only when the oldest is
+#: this much later still (its event loop is stuck).
+STUCK_LOOP_GRACE_S = 2.0
 #: Resident memory above which a consumer is replaced, in bytes (0: no limit).
 MAX_MEMORY_BYTES = 0
 #: How long one blocking fetch (BLMOVE) waits before the loop looks around, in s.

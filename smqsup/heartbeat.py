@@ -88,5 +88,5 @@ class LivenessThread(threading.Thread):
         return ConsumerInfo(
             pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.name, started_at=self._started_at,
             cpu=self._proc.cpu_percent(None), rss=self._proc.memory_info().rss, busy=self.consumer.busy,
-            received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
+            in_flight=self.consumer.flight()[0], concurrency=self.consumer.concurrency, received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
             late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=self._meter.update(st.received))

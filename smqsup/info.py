@@ -44,6 +44,8 @@ class ConsumerInfo:
     rss: Optional[int] = None  # bytes
     uss: Optional[int] = None  # bytes
     busy: bool = False
+    in_flight: Optional[int] = None  # messages its handlers run now
+    concurrency: Optional[int] = None  # the most it runs at once (the queue's concurrency)
     received: Optional[int] = None
     acked: Optional[int] = None
     retried: Optional[int] = None
@@ -79,7 +81,7 @@ class ConsumerInfo:
 #: The type of each field a reader keeps (``busy`` aside).
 _KINDS: dict[str, type] = {
     "pid": int, "host": str, "queue": str, "index": int, "supervisor": int, "started_at": float, "cpu": float,
-    "rss": int, "uss": int, "received": int, "acked": int, "retried": int, "dead_lettered": int,
+    "rss": int, "uss": int, "in_flight": int, "concurrency": int, "received": int, "acked": int, "retried": int, "dead_lettered": int,
     "late_acks": int, "busy_s": float, "rate": float,
 }
 assert set(_KINDS) | {"busy"} == {f.name for f in fields(ConsumerInfo)}

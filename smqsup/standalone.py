@@ -17,6 +17,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.embedded import ensure_server
+from smqsup.flight import make_consumer
 from smqsup.handlers import import_handler
 from smqsup.heartbeat import LivenessThread
 
@@ -29,7 +30,7 @@ def consume(cfg: Config, queue: str) -> int:
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
-    consumer = Consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
+    consumer = make_consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
     _stop_on_signals(consumer)
     try:

@@ -10,18 +10,19 @@ from typing import Any
 
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
-from smqsup.consumer import Consumer
+from smqsup.flight import make_consumer
 from smqsup.gc import Collector
 
 NS = "smq"
 
 
 class Running:
-    """A Consumer running in a thread of the test process, with a garbage
-    collector (which promotes delayed retries) in another."""
+    """A consumer (sequential, or concurrent when ``qcfg.concurrency`` > 1)
+    running in a thread of the test process, with a garbage collector (which
+    promotes delayed retries) in another."""
 
     def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
-        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
+        self.consumer = make_consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
         self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
         self._stop = threading.Event()
         self.threads = [threading.Thread(target=self.consumer.run, daemon=True),

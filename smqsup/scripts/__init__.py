@@ -182,8 +182,12 @@ class NackResult:
 @dataclass(frozen=True)
 class TakeResult:
     registered: bool
-    next_frame: Optional[bytes]
+    frames: tuple[bytes, ...]  # taken, in the order they must be handled
     paused: bool
+
+    @property
+    def next_frame(self) -> Optional[bytes]:
+        return self.frames[0] if self.frames else None
 
 
 @dataclass(frozen=True)
@@ -235,13 +239,18 @@ def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count
 
 
 def _take_result(reply: Sequence[Any]) -> TakeResult:
-    registered, nxt, paused = reply
-    return TakeResult(bool(registered), _frame_or_none(nxt), bool(paused))
+    registered, paused, *frames = reply
+    return TakeResult(bool(registered), tuple(bytes(f) for f in frames), bool(paused))
 
 
-def take(keys: QueueKeys, consumer_id: str) -> Call[TakeResult]:
-    """Take the next ready frame into the consumer's list without blocking."""
-    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id,), _take_result)
+#: Most frames one take call moves (take.lua caps ARGV[2] there too).
+TAKE_MAX = 1000
+
+
+def take(keys: QueueKeys, consumer_id: str, count: int = 1) -> Call[TakeResult]:
+    """Take up to ``count`` ready frames (1 to TAKE_MAX) into the consumer's
+    list without blocking, in the order they must be handled."""
+    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id, max(1, min(count, TAKE_MAX))), _take_result)
 
 
 def screen(keys: QueueKeys, consumer_id: str, frame: bytes) -> Call[int]:

@@ -1,6 +1,6 @@
--- Take the next ready frame for a consumer that holds none, without
--- blocking: after a blocking fetch timed out, at start, after a reconnect,
--- while the queue is paused. The consumer blocks (BLMOVE on KEYS[2]) only
+-- Take the next ready frames for a consumer, without blocking: after a
+-- blocking fetch timed out, at start, after a reconnect, while the queue is
+-- paused, and to fill a concurrent consumer up to its concurrency. The consumer blocks (BLMOVE on KEYS[2]) only
 -- after this found nothing (includes/ready.lua says why that is safe).
 --
 -- KEYS[1]  processing list of the consumer
@@ -11,8 +11,11 @@
 -- KEYS[6]  paused flag of the queue
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- ARGV[1]  the consumer's id
+-- ARGV[2]  (optional) most frames to take, 1 to 1000 (default 1)
 --
--- Returns {registered, next, paused} as ack.lua does.
+-- Returns {registered, paused, frame...}: registered and paused as ack.lua
+-- says, then the frames taken, in the order they must be handled (none when
+-- the queue had none, is paused, or the consumer is not registered).
 -- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua). A
 -- dead-letter list of the wrong type matters only to an expired frame: the
@@ -21,6 +24,7 @@
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
+local most = math.max(1, math.min(tonumber(ARGV[2] or '1') or 1, 1000))
 --- @include "wrong_type"
 --- @include "fetch_next"
 
@@ -28,4 +32,10 @@ local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.cons
                            {q.priority, 'zset'}})
 if refused then return refused end
 local registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
-return {registered, nxt, paused}
+local reply = {registered, paused}
+while nxt do
+  reply[#reply + 1] = nxt
+  if #reply - 2 >= most then break end
+  registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
+end
+return reply

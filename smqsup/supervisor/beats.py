@@ -85,6 +85,7 @@ class Heartbeats:
         return ConsumerInfo(
             pid=c.pid, host=self.pool.host, queue=c.queue, index=c.index, supervisor=self.pool.pid,
             started_at=round(time.time() - (now - c.started_at), 3), cpu=round(c.cpu_percent, 1),
-            rss=c.rss_bytes, uss=c.uss_bytes, busy=view.busy_since_us != 0, received=view.received,
+            rss=c.rss_bytes, uss=c.uss_bytes, busy=view.busy_since_us != 0, in_flight=view.in_flight,
+            concurrency=c.concurrency, received=view.received,
             acked=view.acked, retried=view.retried, dead_lettered=view.dead_lettered, late_acks=view.late_acks,
             busy_s=round(view.busy_us / 1e6, 3), rate=c.meter.update(view.received))

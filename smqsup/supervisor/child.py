@@ -27,6 +27,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.consumer import Consumer, fetch_block_s
 from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
+from smqsup.flight import make_consumer
 from smqsup.handlers import import_handler
 from smqsup.message import Message
 from smqsup.supervisor import systemd
@@ -83,8 +84,8 @@ def _main(spec: ChildSpec) -> int:
         return EXIT_REDIS
     report = _SlotReport(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
-    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
-                        on_lost="stop", fetch_block_s=fetch_block_s(spec.config), unregister_on_stop=False)
+    consumer = make_consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
+                             on_lost="stop", fetch_block_s=fetch_block_s(spec.config), unregister_on_stop=False)
     consumer_box.append(consumer)
     report.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"
@@ -182,16 +183,17 @@ def _wait_for_redis(broker: Broker, spec: ChildSpec) -> bool:
 
 class _SlotReport:
     """What the child tells its parent through its shared slot (protocol.py):
-    ready, each message's start (the parent's message_timeout clock and busy
-    flag) and end (the counters its heartbeats carry). The process title, e.g.
-    ``smqsup: consumer orders #2 [busy 1834 msgs]``, follows at most once a
-    second, to keep the per-message cost to a few struct writes."""
+    ready, each message's start (the parent's message_timeout clock, busy
+    flag and messages in flight) and end (the counters its heartbeats carry).
+    The process title, e.g. ``smqsup: consumer orders #2 [busy 1834 msgs]``
+    or, with concurrency 50, ``[busy 37/50 1834 msgs]``, follows at most once
+    a second, to keep the per-message cost to a few struct writes."""
 
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
         self.consumer: Optional[Consumer] = None
         self._next_title = 0.0
-        self._busy = False
+        self._in_flight = 0
         self.update()
 
     def ready(self) -> None:
@@ -204,12 +206,14 @@ class _SlotReport:
         if self.consumer is None:
             return
         st = self.consumer.stats
+        in_flight, since_us = self.consumer.flight()
         if msg is not None:
-            self.spec.slots.set_busy(self.spec.slot, st.received)
+            in_flight = max(in_flight, 1)
+            self.spec.slots.set_busy(self.spec.slot, st.received, in_flight, since_us)
         else:
             self.spec.slots.set_idle(self.spec.slot, st.received, st.acked, st.retried, st.dead_lettered,
-                                     st.late_acks, int(st.busy_s * 1e6))
-        self._busy = msg is not None
+                                     st.late_acks, int(st.busy_s * 1e6), in_flight, since_us)
+        self._in_flight = in_flight
         now = time.monotonic()
         if now >= self._next_title:
             self._next_title = now + 1.0
@@ -217,5 +221,8 @@ class _SlotReport:
 
     def update(self) -> None:
         n = self.consumer.stats.received if self.consumer else 0
-        state = "busy" if self._busy else ("idle" if self.consumer else "starting")
+        state = "busy" if self._in_flight else ("idle" if self.consumer else "starting")
+        size = self.consumer.concurrency if self.consumer else 1
+        if size > 1 and self.consumer:
+            state = f"{state} {self._in_flight}/{size}"
         safe.set_title(f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]")

@@ -104,7 +104,8 @@ class Consumers:
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
                 index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name)))
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
-        c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic())
+        c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic(),
+                  concurrency=q.config.concurrency)
         self.children[pid] = c
         log.info("queue %s: consumer #%d started (pid %d)", name, index, pid)
         return c
@@ -153,7 +154,8 @@ class Consumers:
             if q is None or c.stopping:
                 continue
             timeout_s = q.config.message_timeout_s  # 0 (the default): no limit, no slot to read
-            if timeout_s and decide.over_time(self.slots.read(c.slot).busy_since_us, now_us, timeout_s):
+            if timeout_s and decide.over_time(self.slots.read(c.slot).busy_since_us, now_us,
+                                              decide.kill_after_s(timeout_s, c.concurrency)):
                 c.stopping_for(StopReason.TIMEOUT, None)
                 signal_child(c.pid, signal.SIGKILL)
                 continue

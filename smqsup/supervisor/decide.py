@@ -153,6 +153,17 @@ def overdue(children: Iterable[Child], now: float) -> list[Child]:
     return [c for c in children if c.stop is not None and c.stop.kill_at is not None and now >= c.stop.kill_at]
 
 
+def kill_after_s(message_timeout_s: float, concurrency: int) -> float:
+    """How long a consumer's oldest message may run before the supervisor
+    kills the process: message_timeout for a sequential consumer (nothing
+    else stops its handler); later for a concurrent one, which cancels a
+    message past message_timeout itself, so that only a stuck event loop is
+    killed, never a loop about to cancel."""
+    if not message_timeout_s or concurrency <= 1:
+        return message_timeout_s
+    return message_timeout_s + defaults.STUCK_LOOP_GRACE_S
+
+
 def over_time(busy_since_us: int, now_us: int, message_timeout_s: float) -> bool:
     """The current message has run past message_timeout (0: no limit)."""
     return bool(message_timeout_s) and busy_since_us != 0 and now_us - busy_since_us > message_timeout_s * 1e6

@@ -20,22 +20,26 @@ EXIT_ERROR = 1
 EXIT_IMPORT = 3  # the handler cannot be imported: the queue goes FATAL
 EXIT_REDIS = 4  # Redis unreachable at boot: backoff, then FATAL if it persists
 
-_FIELDS = struct.Struct("<qqqqqqqq")  # see SlotView, in order
+_FIELDS = struct.Struct("<qqqqqqqqq")  # see SlotView, in order
 _COUNTERS = struct.Struct("<qqqqqq")  # received .. busy_us
-SLOT_BYTES = 64  # one cache line per slot: children never share a line
+_FLIGHT = struct.Struct("<qq")  # busy_since_us, received
+SLOT_BYTES = 128  # two cache lines per slot: children never share a line
 
 
 class SlotView(NamedTuple):
     """What a child has told its parent (0: not yet / idle)."""
 
     ready_us: int  # monotonic µs when it became ready
-    busy_since_us: int  # monotonic µs when its current message started; 0 idle
+    busy_since_us: int  # monotonic µs when its oldest message in flight started; 0 idle
     received: int
     acked: int
     retried: int
     dead_lettered: int
     late_acks: int
     busy_us: int  # total time in the handler
+    in_flight: int = 0  # messages its handlers are running now (up to the queue's concurrency)
+
+
 MAX_SLOTS = 4096
 
 
@@ -65,7 +69,7 @@ class Slots:
     def allocate(self) -> int:
         """A zeroed slot index for a new child (IndexError when all are used)."""
         index = self._free.pop()
-        _FIELDS.pack_into(self._map, index * SLOT_BYTES, 0, 0, 0, 0, 0, 0, 0, 0)
+        _FIELDS.pack_into(self._map, index * SLOT_BYTES, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return index
 
     def release(self, index: int) -> None:
@@ -79,13 +83,18 @@ class Slots:
     def set_ready(self, index: int) -> None:
         struct.pack_into("<q", self._map, index * SLOT_BYTES, monotonic_us())
 
-    def set_busy(self, index: int, received: int) -> None:
-        """Mark a message started (and count it)."""
-        struct.pack_into("<qq", self._map, index * SLOT_BYTES + 8, monotonic_us(), received)
+    def set_busy(self, index: int, received: int, in_flight: int = 1, since_us: int = 0) -> None:
+        """Mark a message started (and count it): ``in_flight`` now run, the
+        oldest of them since ``since_us`` (0: now, the one just started)."""
+        base = index * SLOT_BYTES
+        struct.pack_into("<q", self._map, base + 64, in_flight)
+        _FLIGHT.pack_into(self._map, base + 8, since_us or monotonic_us(), received)
 
     def set_idle(self, index: int, received: int, acked: int, retried: int, dead_lettered: int, late_acks: int,
-                 busy_us: int) -> None:
-        """Mark the message settled and publish the counters."""
+                 busy_us: int, in_flight: int = 0, since_us: int = 0) -> None:
+        """Mark a message settled and publish the counters: ``in_flight``
+        still run, the oldest since ``since_us`` (0 when none is)."""
         base = index * SLOT_BYTES
         _COUNTERS.pack_into(self._map, base + 16, received, acked, retried, dead_lettered, late_acks, busy_us)
-        struct.pack_into("<q", self._map, base + 8, 0)
+        struct.pack_into("<q", self._map, base + 64, in_flight)
+        struct.pack_into("<q", self._map, base + 8, since_us if in_flight else 0)

@@ -105,6 +105,7 @@ class Child:
     generation: str
     slot: int
     started_at: float  # time.monotonic()
+    concurrency: int = 1  # messages it may run at once (its queue's concurrency when forked)
     state: State = State.STARTING
     stop: Optional[Stop] = None  # set exactly while STOPPING
     cpu_percent: float = 0.0

@@ -1,0 +1,580 @@
+"""Many messages at once in one consumer process (``concurrency: N``).
+
+    event loop (the main thread)
+      one round trip ─▶ ack.lua / nack.lua for each finished message, each
+                        folding the fetch of its successor; take.lua for the
+                        room left while the queue had work
+      a message     ─▶ a task (async def handler) or one of N threads (def)
+      nothing to do ─▶ a blocking fetch (BLMOVE) on the fetch thread, while
+                        the loop waits for it, a handler or a stop
+
+The RedisSMQ guarantees are those of the sequential Consumer: every message
+in flight sits in this consumer's own processing list from its fetch to its
+ack or nack (LREM by its exact bytes), so a SIGKILL returns every one of them
+(each costing an attempt), and a late ack is a counted no-op. A stop (or
+``max_messages``, or an identity declared dead) takes nothing more and lets
+every message in flight finish; the supervisor's shutdown_timeout bounds it.
+
+Blocking: the queue is waited on (BLMOVE) only after a script found it empty
+(and checked the registration, the priority set and the paused flag, as
+includes/ready.lua requires), and never while a batch of settles is due. A
+busy queue costs one round trip per batch of finished messages; an empty one
+costs one BLMOVE per ``fetch_block_s`` and no polling.
+
+message_timeout: an async task past it is cancelled and its message costs an
+attempt (reason "timeout"). A thread cannot be cancelled: its message is
+nacked the same way at once, the thread is left to finish alone (anything it
+returns later is ignored) and a fresh thread takes its place; once the stuck
+threads number ``concurrency`` the consumer stops, to be replaced. A loop
+that cannot cancel (a handler blocking it) is killed by the supervisor
+(``decide.kill_after_s``): then every message in flight costs an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import inspect
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from smqsup import defaults, message, scripts
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.consumer import BusyHook, Consumer, Handler, _Outcome
+from smqsup.errors import BrokerError
+from smqsup.verdicts import Reject
+
+log = logging.getLogger(__name__)
+
+
+def monotonic_us() -> int:
+    """CLOCK_MONOTONIC in µs: the clock the supervisor's slot reader uses."""
+    return time.monotonic_ns() // 1000
+
+#: Longest the loop waits without looking at its flags (a stop requested by
+#: a signal handler that could not wake it, a heartbeat's lost identity).
+_TICK_S = 1.0
+
+
+def is_async_handler(handler: Handler) -> bool:
+    """Whether ``handler`` is an ``async def`` function, or an object whose
+    ``__call__`` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        inspect.getattr_static(type(handler), "__call__", None))
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One message from its fetch to its settle."""
+
+    frame: bytes
+    msg: Optional[message.Message]  # None: the frame is malformed (never run)
+    since_us: int  # monotonic µs at its start: the supervisor's stuck-loop clock
+    started: float  # perf_counter at its start: busy_s
+    outcome: Optional[_Outcome] = None
+    timed_out: bool = False
+    runner: Any = None  # its asyncio task, or the future of its thread
+    timer: Optional[asyncio.TimerHandle] = None
+
+
+class _Threads:
+    """Daemon threads running plain handlers. A thread stuck in a handler
+    past message_timeout is abandoned and replaced (``replace_one``): a
+    daemon thread never holds the process up at exit."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._jobs: queue_mod.SimpleQueue[Optional[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]] = (
+            queue_mod.SimpleQueue())
+        self._name = name
+        self._started = 0
+        self._alive = 0
+        for _ in range(size):
+            self._start()
+
+    def _start(self) -> None:
+        self._started += 1
+        self._alive += 1
+        threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((future, fn))
+        return future
+
+    def replace_one(self) -> None:
+        """A thread is stuck in its job: start another in its place."""
+        self._start()
+
+    def close(self) -> None:
+        """Ask every idle thread to end (a stuck one ends with the process)."""
+        for _ in range(self._alive):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which decides
+                future.set_exception(exc)
+
+
+@dataclass
+class _Round:
+    """What one exchange with Redis asked for and got."""
+
+    settled: list[_Flight] = field(default_factory=list)
+    frames: list[bytes] = field(default_factory=list)
+    registered: bool = True
+    paused: Optional[bool] = None  # None: no script looked
+    empty: bool = False  # a fetch came back with nothing: the queue is empty
+
+
+class ConcurrentConsumer(Consumer):
+    """Consumes one queue running up to ``queue.concurrency`` messages at
+    once; the same contract as Consumer (``run()``, ``request_stop()``,
+    ``identity_lost()``, ``stats``)."""
+
+    def __init__(self, broker: Broker, queue: QueueConfig, handler: Handler, *,
+                 consumer_id: Optional[str] = None, fetch_block_s: float = defaults.FETCH_BLOCK_S,
+                 on_busy: Optional[BusyHook] = None, on_lost: str = "renew",
+                 unregister_on_stop: bool = True) -> None:
+        super().__init__(broker, queue, handler, consumer_id=consumer_id, fetch_block_s=fetch_block_s,
+                         on_busy=on_busy, on_lost=on_lost, unregister_on_stop=unregister_on_stop)
+        self._size = queue.concurrency
+        self._async = is_async_handler(handler)
+        self._flights: dict[int, _Flight] = {}  # by id(); in start order, the oldest first
+        self._finished: list[_Flight] = []  # outcomes not yet recorded in Redis
+        self._fetching: Optional[asyncio.Future[tuple[Optional[bytes], bool]]] = None
+        self._checked = False  # the last fetch script found nothing: a BLMOVE may follow
+        self._wake: Optional[asyncio.Event] = None
+        self._threads: Optional[_Threads] = None
+        self._stuck = 0  # threads abandoned past message_timeout
+        self._fetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None  # runs the blocking fetch
+
+    # --- what the supervisor and the heartbeats read -------------------------
+
+    @property
+    def concurrency(self) -> int:
+        return self._size
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._flights)
+
+    def flight(self) -> tuple[int, int]:
+        flights = self._flights
+        if not flights:
+            return 0, 0
+        return len(flights), next(iter(flights.values())).since_us
+
+    def request_stop(self) -> None:
+        """Take nothing more; let what is in flight finish (signal-safe)."""
+        self._stop = True
+        self._poke()
+
+    def identity_lost(self, consumer_id: str) -> None:
+        super().identity_lost(consumer_id)
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the loop from a signal handler or another thread."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the loop is closed: nothing to wake
+                pass
+
+    # --- main loop -----------------------------------------------------------
+
+    def run(self) -> str:
+        self.start()
+        loop = self._event_loop()
+        if not self._async:
+            self._threads = _Threads(self._size, f"smqsup-{self.name}")
+        try:
+            loop.run_until_complete(self._run())
+        finally:
+            if self._threads is not None:
+                self._threads.close()
+            if self._fetcher is not None:
+                self._fetcher.shutdown(wait=False)
+        self._finish()
+        if self._lost and self._on_lost == "stop":
+            return "declared dead"
+        return "max_messages" if self._limit_reached() and not self._stop else "stopped"
+
+    def _taking(self) -> bool:
+        return not (self._stop or self._lost or self._limit_reached() or self._stuck >= self._size)
+
+    async def _run(self) -> None:
+        self._wake = asyncio.Event()
+        backoff = defaults.RECONNECT_BACKOFF_MIN_S
+        while True:
+            if not (self._taking() or self._flights or self._finished or self._fetching is not None):
+                if not self._lost or self._stop:
+                    return
+                self._renew_identity()  # nothing in hand any more: stop, or go on under a new id
+                continue
+            try:
+                if self._recover_needed:
+                    if self._fetching is not None:
+                        await asyncio.wait([self._fetching])  # its BLMOVE ends within fetch_block_s
+                    self._recover_flights()
+                    backoff = defaults.RECONNECT_BACKOFF_MIN_S
+                    continue
+                self._launch_all(self._exchange())
+                self._maybe_block()
+                await self._wait()
+            except BrokerError as exc:
+                self._recover_needed = True
+                self._checked = False
+                log.warning("queue %s: consumer %s: %s; retrying in %.2fs",
+                            self.name, self.consumer_id, exc, backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
+
+    def _room(self) -> int:
+        """Messages we may take now."""
+        if not self._taking():
+            return 0
+        room = self._size - len(self._flights) - (1 if self._fetching is not None else 0)
+        limit = self.queue.max_messages
+        if limit:
+            room = min(room, limit - self.stats.received - (1 if self._fetching is not None else 0))
+        return max(room, 0)
+
+    def _exchange(self) -> list[bytes]:
+        """Record every finished outcome and take what there is room for, in
+        one round trip; the frames taken."""
+        room = self._room()
+        paused = self._paused
+        calls: list[scripts.Call[Any]] = []
+        fetches: list[bool] = []
+        keys, cid = self.broker.keys(self.name), self.consumer_id
+        for fl in self._finished:
+            fetch = room > 0 and not paused
+            room -= fetch
+            fetches.append(fetch)
+            calls.append(self._settle_call(keys, cid, fl, fetch))
+        # Fill the rest while the queue had work (the last fetch came back
+        # full), or when no script has looked since the last blocking fetch;
+        # while paused, only as the paused poll (_wait) allows.
+        take = room if room > 0 and not self._checked and not paused else 0
+        if take:
+            calls.append(scripts.take(keys, cid, take))
+        if not calls:
+            return []
+        results = self.broker.exchange(self.name, calls)
+        return self._read_round(results, fetches, bool(take))
+
+    def _settle_call(self, keys: Any, cid: str, fl: _Flight, fetch: bool) -> scripts.Call[Any]:
+        outcome = fl.outcome
+        assert outcome is not None
+        if outcome.ok:
+            return scripts.ack(keys, cid, fl.frame, fetch, self.broker.stats)
+        return scripts.nack(keys, cid, fl.frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
+                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event)
+
+    def _read_round(self, results: list[Any], fetches: list[bool], took: bool) -> list[bytes]:
+        """Count and note what the scripts said; the frames they took."""
+        frames: list[bytes] = []
+        settled, self._finished = self._finished, []
+        looked = False  # a script looked for work (checked registration, priorities, paused)
+        empty = False
+        for fl, fetched, result in zip(settled, fetches, results):
+            if isinstance(result, scripts.AckResult):
+                if result.acked:
+                    self.stats.acked += 1
+                else:
+                    self._late(fl.frame)
+            elif result.outcome == scripts.LATE:
+                self._late(fl.frame)
+            elif result.outcome == scripts.DEAD:
+                self.stats.dead_lettered += 1
+            else:
+                self.stats.retried += 1
+            if not result.registered:
+                self._lost = True
+            self._note_paused(result.paused)
+            if result.next_frame is not None:
+                frames.append(result.next_frame)
+            if fetched:
+                looked = True
+                empty = result.next_frame is None
+        if took:
+            take: scripts.TakeResult = results[-1]
+            if not take.registered:
+                self._lost = True
+            self._note_paused(take.paused)
+            frames.extend(take.frames)
+            looked = True
+            empty = not take.frames
+        if looked:
+            # Only a script that looked for work and found none makes a BLMOVE
+            # safe next (includes/ready.lua); one that found work says the
+            # queue may have more, so the next round takes again.
+            self._checked = empty and not self._lost and not self._paused
+        self._report()
+        return frames
+
+    # --- starting and finishing messages -------------------------------------
+
+    def _launch_all(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            self._launch(frame)
+
+    def _launch(self, frame: bytes) -> None:
+        """Start a frame just taken: its handler runs as a task or in a thread."""
+        self.stats.received += 1
+        msg = self._decode(frame)
+        if isinstance(msg, _Outcome):  # malformed: dead-lettered without a handler
+            self._finished.append(_Flight(frame, None, 0, 0.0, outcome=msg))
+            return
+        fl = _Flight(frame, msg, monotonic_us(), time.perf_counter())
+        self._flights[id(fl)] = fl
+        loop = self._loop
+        assert loop is not None
+        if self._async:
+            fl.runner = loop.create_task(self._run_task(msg))
+            fl.runner.add_done_callback(lambda _task, fl=fl: self._landed(fl))
+        else:
+            assert self._threads is not None
+            fl.runner = self._threads.submit(lambda: self._run_thread(msg, loop))
+            fl.runner.add_done_callback(lambda _future, fl=fl: _call_in(loop, self._landed, fl))
+        timeout_s = self.queue.message_timeout_s
+        if timeout_s:
+            fl.timer = loop.call_later(timeout_s, self._time_out, fl)
+        if self._on_busy is not None:
+            self._on_busy(msg)
+
+    async def _run_task(self, msg: message.Message) -> None:
+        result = self.handler(msg)
+        if inspect.isawaitable(result):
+            await result
+
+    def _run_thread(self, msg: message.Message, loop: asyncio.AbstractEventLoop) -> None:
+        result = self.handler(msg)
+        if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
+            asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+
+    def _landed(self, fl: _Flight) -> None:
+        """A handler is done (called in the loop): its outcome is due. The
+        verdict is drawn here, in the loop, from how the task or thread ended."""
+        if self._flights.pop(id(fl), None) is None:
+            return  # a thread abandoned past message_timeout: settled already
+        if fl.timer is not None:
+            fl.timer.cancel()
+        self.stats.busy_s += time.perf_counter() - fl.started
+        runner = fl.runner
+        exc = None if runner.cancelled() else runner.exception()
+        assert fl.msg is not None
+        if fl.timed_out:
+            fl.outcome = self._timeout_outcome(fl.msg)  # whatever the cancelled task did after
+        elif runner.cancelled():
+            fl.outcome = self._failure(fl.msg, RuntimeError("the handler's task was cancelled"))
+        elif exc is None:
+            fl.outcome = _Outcome(True)
+        elif isinstance(exc, Reject):
+            fl.outcome = self._rejected(fl.msg, exc)
+        elif isinstance(exc, Exception):
+            fl.outcome = self._failure(fl.msg, exc)
+        else:
+            raise exc  # SystemExit, KeyboardInterrupt in a handler thread: as in the sequential loop
+        self._finished.append(fl)
+        assert self._wake is not None
+        self._wake.set()
+
+    def _time_out(self, fl: _Flight) -> None:
+        """message_timeout passed for ``fl`` (called in the loop)."""
+        if id(fl) not in self._flights:
+            return
+        fl.timed_out = True
+        assert fl.msg is not None
+        log.warning("queue %s: message %s ran past message_timeout %gs; %s", self.name, fl.msg.id,
+                    self.queue.message_timeout_s,
+                    "cancelling it" if self._async else "its thread is left behind, a new one replaces it")
+        if self._async:
+            fl.runner.cancel()  # _landed records the timeout when the task has ended
+            return
+        assert self._threads is not None and self._wake is not None
+        del self._flights[id(fl)]
+        self.stats.busy_s += time.perf_counter() - fl.started
+        fl.outcome = self._timeout_outcome(fl.msg)
+        self._finished.append(fl)
+        self._stuck += 1
+        if self._stuck >= self._size:
+            log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes "
+                      "nothing more and ends once the others finish", self.name, self.consumer_id, self._stuck)
+        else:
+            self._threads.replace_one()
+        self._wake.set()
+
+    def _timeout_outcome(self, msg: message.Message) -> _Outcome:
+        """A message past message_timeout: a failed attempt, reason "timeout"."""
+        text = f"message_timeout {self.queue.message_timeout_s:g}s passed"
+        failed = self._failure(msg, TimeoutError(text))
+        meta = scripts.meta_json("timeout", error_type="TimeoutError", error=text, message_id=msg.id,
+                                 consumer=self.consumer_id)
+        return _Outcome(False, meta, threshold=failed.threshold, delay_ms=failed.delay_ms)
+
+    def _report(self) -> None:
+        if self._on_busy is not None:
+            self._on_busy(None)
+
+    # --- waiting -------------------------------------------------------------
+
+    def _maybe_block(self) -> None:
+        """Start the blocking fetch when a script just found the queue empty
+        and there is room: the fetch thread waits on the queue for us."""
+        if self._fetching is not None or not self._checked or self._finished or self._room() <= 0:
+            return
+        loop = self._loop
+        assert loop is not None
+        if self._fetcher is None:
+            self._fetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"smqsup-fetch-{self.name}")
+        self._fetching = loop.run_in_executor(self._fetcher, self.broker.fetch, self.name, self.consumer_id,
+                                              self._fetch_block_s)
+        assert self._wake is not None
+        self._fetching.add_done_callback(lambda _f: self._wake.set() if self._wake else None)
+
+    async def _wait(self) -> None:
+        """Until a handler finishes, the blocking fetch returns, a stop or a
+        lost identity is told, or (paused) the next look at the flag."""
+        assert self._wake is not None
+        fetched = self._fetching
+        if fetched is not None and fetched.done():
+            self._fetching = None
+            self._fetched(fetched)
+            return
+        if self._finished or (self._room() > 0 and not self._checked and self._fetching is None
+                              and not self._paused):
+            return  # something to do now
+        timeout = defaults.PAUSED_POLL_S if self._paused and self._taking() else _TICK_S
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except asyncio.TimeoutError:
+            if self._paused:
+                self._checked = False
+                self._paused_poll()
+        self._wake.clear()
+        fetched = self._fetching
+        if fetched is not None and fetched.done():
+            self._fetching = None
+            self._fetched(fetched)
+
+    def _paused_poll(self) -> None:
+        """While paused, take.lua looks again (it sees the resume)."""
+        room = self._room()
+        if room <= 0 or self._finished:
+            return
+        took = self.broker.take(self.name, self.consumer_id, room)
+        if not took.registered:
+            self._lost = True
+        self._note_paused(took.paused)
+        self._checked = not took.frames and took.registered and not took.paused
+        self._launch_all(list(took.frames))
+
+    def _fetched(self, fetched: "asyncio.Future[tuple[Optional[bytes], bool]]") -> None:
+        """The blocking fetch returned: its frame, screened as the sequential
+        loop screens one (paused, expiring), starts."""
+        try:
+            frame, paused = fetched.result()
+        except BrokerError:
+            self._recover_needed = True  # its BLMOVE may have moved a frame whose reply was lost
+            raise
+        # A timeout leaves no script's look behind: take.lua looks first.
+        self._checked = False
+        if frame is None or not self._taking():
+            return  # (taken during a stop: it stays in our list, given back free at the end)
+        if paused or message.has_expiry(frame):
+            taken = self._screen(frame)
+            if taken is None:
+                return
+            frame = taken
+        self._launch(frame)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds`` (handlers run meanwhile), less on a stop."""
+        assert self._wake is not None
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    # --- recovery ------------------------------------------------------------
+
+    def _recover_flights(self) -> None:
+        """After a failed round trip: record what was not recorded, handle
+        what our list holds that nobody runs (a fetch whose reply was lost)."""
+        if self._fetching is not None and not self._fetching.done():
+            return  # its BLMOVE times out by itself; recover once it has
+        if self._fetching is not None:
+            fetched, self._fetching = self._fetching, None
+            try:
+                self._fetched(fetched)
+            except BrokerError:
+                pass  # its frame, if any, is in our list: found below
+        self.broker.ping()
+        held = collections.Counter(self.broker.processing(self.name, self.consumer_id))
+        for fl in self._flights.values():
+            held[fl.frame] -= 1
+        unsettled, self._finished = self._finished, []
+        registered: Optional[bool] = None
+        for fl in unsettled:
+            if held[fl.frame] > 0:
+                held[fl.frame] -= 1
+                self._finished.append(fl)  # not recorded: the next round records it
+                continue
+            if registered is None:
+                registered = self.broker.is_registered(self.name, self.consumer_id)
+            if not registered:
+                # Reclaimed by the collector while Redis was away from us.
+                self.broker.count_late_ack(self.name)
+                self._late(fl.frame)
+                self._lost = True
+            # (Else its settle ran before the connection broke.)
+        self._recover_needed = False
+        self._checked = False
+        for frame, count in held.items():
+            for _ in range(count):
+                taken = self._screen(frame)
+                if taken is not None:
+                    log.info("queue %s: consumer %s handles message %s found in its list",
+                             self.name, self.consumer_id, message.peek_id(taken))
+                    self._launch(taken)
+
+
+def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[[_Flight], None], fl: _Flight) -> None:
+    """Call ``fn(fl)`` in ``loop`` from a handler thread."""
+    try:
+        loop.call_soon_threadsafe(fn, fl)
+    except RuntimeError:  # the loop is closed: a thread abandoned past message_timeout ended late
+        pass
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def make_consumer(broker: Broker, queue: QueueConfig, handler: Handler, **options: Any) -> Consumer:
+    """The consumer ``queue.concurrency`` asks for: the sequential loop for 1,
+    ConcurrentConsumer above it."""
+    if queue.concurrency > 1:
+        return ConcurrentConsumer(broker, queue, handler, **options)
+    return Consumer(broker, queue, handler, **options)
