@@ -7,6 +7,7 @@ process was killed (lines are written with O_APPEND before returning).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -35,6 +36,37 @@ def slow(msg: Any) -> None:
     _record("start", msg)
     time.sleep(float(msg.body.get("sleep", 0)) if isinstance(msg.body, dict) else 0)
     _record("done", msg)
+
+
+def _pause_of(msg: Any) -> float:
+    """body["sleep"] on the first delivery, body["then"] (default 0) on any later one."""
+    body = msg.body if isinstance(msg.body, dict) else {}
+    return float(body.get("sleep", 0) if msg.attempts == 0 else body.get("then", 0))
+
+
+async def pause_async(msg: Any) -> None:
+    """async def: record the start, await asyncio.sleep (``_pause_of``), record the end."""
+    _record("start", msg)
+    await asyncio.sleep(_pause_of(msg))
+    _record("done", msg)
+
+
+def pause_thread(msg: Any) -> None:
+    """The same as a plain def (a thread of a concurrent consumer): time.sleep instead."""
+    _record("start", msg)
+    time.sleep(_pause_of(msg))
+    _record("done", msg)
+
+
+def max_overlap(events: list[dict[str, Any]]) -> int:
+    """Most messages between their "start" and "done" at one moment, over
+    every process (their ``t`` is CLOCK_MONOTONIC, one clock per machine)."""
+    edges = sorted((e["t"], 1 if e["event"] == "start" else -1) for e in events if e["event"] in ("start", "done"))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def fail(msg: Any) -> None:

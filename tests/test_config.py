@@ -412,7 +412,9 @@ def test_parse_size_rejects(value: object) -> None:
      ("message_timeout", "365d", "message_timeout_s", 365 * 86400.0),
      ("max_memory", "1TB", "max_memory_bytes", 1024**4),
      ("dedup_ttl", "3650d", "dedup_ttl_s", 3650 * 86400.0),
-     ("dedup_ttl", "1ms", "dedup_ttl_s", 0.001)],
+     ("dedup_ttl", "1ms", "dedup_ttl_s", 0.001),
+     ("concurrency", "1000", "concurrency", 1000),
+     ("concurrency", "1", "concurrency", 1)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -432,7 +434,16 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("consumers", "0x" + "f" * 4000, "got an integer of 4817 digits"),
      ("retry_delay", "1" + "0" * 400, "a duration must be at most 365d, got an integer of 401 digits"),
      ("retry_backoff", "9" * 400, "must be at most 100, got an integer of 400 digits"),
-     ("max_memory", "9" * 400 + "MB", "a size must be at most 1TB, got '99999")],
+     ("max_memory", "9" * 400 + "MB", "a size must be at most 1TB, got '99999"),
+     ("concurrency", "1001", "must be at most 1000 (messages at once per consumer), got 1001"),
+     ("concurrency", "0", "expected a positive integer, got 0"),
+     ("concurrency", "-5", "expected a positive integer, got -5"),
+     ("concurrency", "2.5", "expected a positive integer, got 2.5"),
+     ("concurrency", ".nan", "expected a positive integer, got nan"),
+     ("concurrency", "true", "expected a positive integer, got True"),
+     ("concurrency", "'ten'", "expected a positive integer, got 'ten'"),
+     ("concurrency", "[4]", "expected a positive integer, got a list"),
+     ("concurrency", "9" * 400, "must be at most 1000 (messages at once per consumer), got an integer of 400 digits")],
 )
 def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
     """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""

@@ -77,7 +77,7 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
 def _with_hostile_values(rng: random.Random) -> str:
@@ -233,7 +233,7 @@ def _bad_files(rng: random.Random, queue: str) -> list[bytes]:
 
     kinds: list[Callable[[], bytes]] = [
         lambda: _deep(rng).encode(),
-        lambda: option(f"{rng.choice(['consumers', 'max_messages', 'retry_threshold'])}: "
+        lambda: option(f"{rng.choice(['consumers', 'max_messages', 'retry_threshold', 'concurrency'])}: "
                        f"{'9' * rng.choice([500, 5000])}"),
         lambda: option(f"max_memory: {'9' * 400}MB"),
         lambda: option(f"retry_delay: 1{'0' * 400}s"),
