@@ -163,6 +163,7 @@ class ConcurrentConsumer(Consumer):
         self._threads: Optional[_Threads] = None
         self._stuck = 0  # threads abandoned past message_timeout
         self._fetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None  # runs the blocking fetch
+        self._unsettled_left = False  # stopped with outcomes Redis never took: leave the list for reclaim
 
     # --- what the supervisor and the heartbeats read -------------------------
 
@@ -176,9 +177,11 @@ class ConcurrentConsumer(Consumer):
 
     def flight(self) -> tuple[int, int]:
         flights = self._flights
-        if not flights:
-            return 0, 0
-        return len(flights), next(iter(flights.values())).since_us
+        try:
+            oldest = next(iter(flights.values()), None)
+        except RuntimeError:  # changed under a reader in another thread (the standalone heartbeat)
+            return len(flights), 0
+        return (0, 0) if oldest is None else (len(flights), oldest.since_us)
 
     def request_stop(self) -> None:
         """Take nothing more; let what is in flight finish (signal-safe)."""
@@ -212,7 +215,11 @@ class ConcurrentConsumer(Consumer):
                 self._threads.close()
             if self._fetcher is not None:
                 self._fetcher.shutdown(wait=False)
-        self._finish()
+        if self._unsettled_left:  # (logged): nothing is given back, the reclaim decides
+            loop.close()
+            self._loop = None
+        else:
+            self._finish()
         if self._lost and self._on_lost == "stop":
             return "declared dead"
         return "max_messages" if self._limit_reached() and not self._stop else "stopped"
@@ -242,6 +249,16 @@ class ConcurrentConsumer(Consumer):
             except BrokerError as exc:
                 self._recover_needed = True
                 self._checked = False
+                if self._stop and not self._flights:
+                    # Stopping with outcomes Redis has not taken: they stay in
+                    # our list, where the reclaim finds them (as the sequential
+                    # consumer leaves its one unsettled message).
+                    log.error("queue %s: consumer %s stops with %d outcome(s) unrecorded (%s); their messages "
+                              "stay in its processing list for reclaim", self.name, self.consumer_id,
+                              len(self._finished), exc)
+                    self._finished.clear()
+                    self._unsettled_left = True
+                    return
                 log.warning("queue %s: consumer %s: %s; retrying in %.2fs",
                             self.name, self.consumer_id, exc, backoff)
                 await self._sleep(backoff)

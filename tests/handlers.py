@@ -45,8 +45,12 @@ def _pause_of(msg: Any) -> float:
 
 
 async def pause_async(msg: Any) -> None:
-    """async def: record the start, await asyncio.sleep (``_pause_of``), record the end."""
+    """async def: record the start, await asyncio.sleep (``_pause_of``), record the end. A body
+    ``{"block": S}`` blocks the event loop itself for S seconds on the first delivery (time.sleep)."""
     _record("start", msg)
+    body = msg.body if isinstance(msg.body, dict) else {}
+    if body.get("block") and msg.attempts == 0:
+        time.sleep(float(body["block"]))
     await asyncio.sleep(_pause_of(msg))
     _record("done", msg)
 

@@ -122,3 +122,37 @@ def test_a_thread_past_message_timeout_is_left_behind_and_its_siblings_go_on(
     assert sup.consumers_by_queue()["q"] == {pid}
     per_attempts = collections.Counter(e["attempts"] for e in sup.events("done"))
     assert per_attempts == {0: 8}
+
+
+def test_messages_still_running_at_shutdown_timeout_go_back_free(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
+    """SIGTERM with 5 tasks that outlast shutdown_timeout: the supervisor kills the consumer at the deadline
+    and all 5 go back to pending without costing an attempt."""
+    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 5}}, shutdown_timeout="1s")
+    wait_for(lambda: redis_client.hlen(K.consumers) == 1)
+    with Producer(redis_url) as p:
+        ids = p.publish_many("q", [{"sleep": 60}] * 5)
+    wait_for(lambda: len(sup.events("start")) == 5)
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(20) == 0
+    back = [message.split_frame(f) for f in redis_client.lrange(K.pending, 0, -1)]
+    assert sorted(message.decode(b"%d|%b" % (a, p)).id for a, p in back) == sorted(ids)
+    assert {a for a, _ in back} == {0}
+    assert not sup.events("done")
+
+
+def test_a_handler_blocking_the_event_loop_gets_the_process_killed_and_every_message_in_flight_retried(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
+    """A task that blocks the loop (time.sleep) can't be cancelled: past message_timeout plus the grace the
+    supervisor kills the process; the blocker and its 3 siblings in flight each cost one attempt."""
+    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 4, "message_timeout": "1s"}})
+    wait_for(lambda: redis_client.hlen(K.consumers) == 1)
+    [pid] = sup.consumers_by_queue()["q"]
+    with Producer(redis_url) as p:
+        ids = p.publish_many("q", [{"sleep": 0.5, "then": 0}] * 3)
+        blocker = p.publish("q", {"block": 60})
+    wait_for(lambda: len(sup.events("done")) == 4, timeout_s=20)
+    done = {e["id"]: e["attempts"] for e in sup.events("done")}
+    assert done == {**{i: 1 for i in ids}, blocker: 1}
+    assert pid not in sup.consumers_by_queue()["q"]
+    assert "message_timeout" in sup.log()
