@@ -28,7 +28,8 @@ def process_order(message: Message) -> None:
 
 
 async def send_email(message: Message) -> None:
-    """An async handler: awaited on the consumer's event loop."""
+    """An async handler: a task on the consumer's event loop, up to the queue's
+    concurrency at once (examples/queues.yaml runs 20)."""
     await asyncio.sleep(0.01)  # stands for an HTTP call to a mail service
     log.info("email to %s sent (message %s)", message.body.get("to"), message.id)
 
