@@ -28,6 +28,12 @@ from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.logs import warn_once
 
+_pack_one: Optional[Callable[[tuple[Any, ...]], bytes]]
+try:
+    from hiredis import pack_command as _pack_one
+except ImportError:  # hiredis is a dependency; a build without it still works, slower
+    _pack_one = None
+
 log = logging.getLogger(__name__)
 
 #: Lowest Redis version with BLMOVE/LMOVE.
@@ -236,7 +242,12 @@ class HotLine:
         """Send one command and read its reply. Raises NotSent if Redis could
         not be reached before sending (the command certainly did not run)."""
         conn = self._connection()
-        conn.send_command(*args)
+        if _pack_one is None:
+            conn.send_command(*args)
+        else:
+            # hiredis packs our arguments (str, bytes, int) as redis-py would,
+            # without its per-argument Python pass: the hot path's largest cost.
+            conn.send_packed_command([_pack_one(args)])
         return conn.read_response()
 
     def execute_many(self, *commands: Sequence[Any], raise_error: bool = True) -> list[Any]:
@@ -245,7 +256,10 @@ class HotLine:
         read, then the first error is raised (``raise_error``) or every error
         reply is left in its place. NotSent as execute() says."""
         conn = self._connection()
-        conn.send_packed_command(conn.pack_commands(commands))
+        if _pack_one is None:
+            conn.send_packed_command(conn.pack_commands(commands))
+        else:
+            conn.send_packed_command([b"".join([_pack_one(tuple(c)) for c in commands])])
         replies: list[Any] = []
         for _ in commands:
             try:

@@ -41,7 +41,7 @@ import queue as queue_mod
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from smqsup import defaults, message, scripts
@@ -52,6 +52,8 @@ from smqsup.errors import BrokerError
 from smqsup.verdicts import Reject
 
 log = logging.getLogger(__name__)
+
+_OK = _Outcome(True)
 
 
 def monotonic_us() -> int:
@@ -80,66 +82,44 @@ class _Flight:
     started: float  # perf_counter at its start: busy_s
     outcome: Optional[_Outcome] = None
     timed_out: bool = False
-    runner: Any = None  # its asyncio task, or the future of its thread
+    error: Optional[BaseException] = None  # what its handler raised
+    task: Optional["asyncio.Task[None]"] = None  # an async handler's task
     timer: Optional[asyncio.TimerHandle] = None
 
 
 class _Threads:
-    """Daemon threads running plain handlers. A thread stuck in a handler
-    past message_timeout is abandoned and replaced (``replace_one``): a
-    daemon thread never holds the process up at exit."""
+    """Daemon threads running plain handlers: ``run(fl)`` runs one message
+    on the first free thread, which then calls ``work(fl)``'s end itself. A
+    thread stuck in a handler past message_timeout is abandoned and replaced
+    (``replace_one``): a daemon thread never holds the process up at exit."""
 
-    def __init__(self, size: int, name: str) -> None:
-        self._jobs: queue_mod.SimpleQueue[Optional[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]] = (
-            queue_mod.SimpleQueue())
+    def __init__(self, size: int, name: str, work: Callable[[_Flight], None]) -> None:
+        self._jobs: queue_mod.SimpleQueue[Optional[_Flight]] = queue_mod.SimpleQueue()
         self._name = name
+        self._work_one = work
         self._started = 0
-        self._alive = 0
         for _ in range(size):
-            self._start()
+            self.replace_one()
 
-    def _start(self) -> None:
-        self._started += 1
-        self._alive += 1
-        threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
-
-    def submit(self, fn: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((future, fn))
-        return future
+    def run(self, fl: _Flight) -> None:
+        self._jobs.put(fl)
 
     def replace_one(self) -> None:
-        """A thread is stuck in its job: start another in its place."""
-        self._start()
+        """Start a thread (one more, or in place of a stuck one)."""
+        self._started += 1
+        threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
 
     def close(self) -> None:
         """Ask every idle thread to end (a stuck one ends with the process)."""
-        for _ in range(self._alive):
+        for _ in range(self._started):
             self._jobs.put(None)
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
+            fl = self._jobs.get()
+            if fl is None:
                 return
-            future, fn = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which decides
-                future.set_exception(exc)
-
-
-@dataclass
-class _Round:
-    """What one exchange with Redis asked for and got."""
-
-    settled: list[_Flight] = field(default_factory=list)
-    frames: list[bytes] = field(default_factory=list)
-    registered: bool = True
-    paused: Optional[bool] = None  # None: no script looked
-    empty: bool = False  # a fetch came back with nothing: the queue is empty
+            self._work_one(fl)
 
 
 class ConcurrentConsumer(Consumer):
@@ -159,8 +139,10 @@ class ConcurrentConsumer(Consumer):
         self._finished: list[_Flight] = []  # outcomes not yet recorded in Redis
         self._fetching: Optional[asyncio.Future[tuple[Optional[bytes], bool]]] = None
         self._checked = False  # the last fetch script found nothing: a BLMOVE may follow
-        self._wake: Optional[asyncio.Event] = None
+        self._waiter: Optional[asyncio.Future[None]] = None  # what _wait awaits; set by _wake
         self._threads: Optional[_Threads] = None
+        self._landed_q: collections.deque[_Flight] = collections.deque()  # ended in handler threads
+        self._poked = False  # a drain of _landed_q is scheduled in the loop
         self._stuck = 0  # threads abandoned past message_timeout
         self._fetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None  # runs the blocking fetch
         self._unsettled_left = False  # stopped with outcomes Redis never took: leave the list for reclaim
@@ -194,12 +176,18 @@ class ConcurrentConsumer(Consumer):
 
     def _poke(self) -> None:
         """Wake the loop from a signal handler or another thread."""
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None:
+        loop = self._loop
+        if loop is not None:
             try:
-                loop.call_soon_threadsafe(wake.set)
+                loop.call_soon_threadsafe(self._wake)
             except RuntimeError:  # the loop is closed: nothing to wake
                 pass
+
+    def _wake(self) -> None:
+        """End the current _wait (in the loop)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     # --- main loop -----------------------------------------------------------
 
@@ -207,7 +195,7 @@ class ConcurrentConsumer(Consumer):
         self.start()
         loop = self._event_loop()
         if not self._async:
-            self._threads = _Threads(self._size, f"smqsup-{self.name}")
+            self._threads = _Threads(self._size, f"smqsup-{self.name}", self._run_thread)
         try:
             loop.run_until_complete(self._run())
         finally:
@@ -228,7 +216,6 @@ class ConcurrentConsumer(Consumer):
         return not (self._stop or self._lost or self._limit_reached() or self._stuck >= self._size)
 
     async def _run(self) -> None:
-        self._wake = asyncio.Event()
         backoff = defaults.RECONNECT_BACKOFF_MIN_S
         while True:
             if not (self._taking() or self._flights or self._finished or self._fetching is not None):
@@ -366,45 +353,70 @@ class ConcurrentConsumer(Consumer):
         loop = self._loop
         assert loop is not None
         if self._async:
-            fl.runner = loop.create_task(self._run_task(msg))
-            fl.runner.add_done_callback(lambda _task, fl=fl: self._landed(fl))
+            fl.task = loop.create_task(self._run_task(fl))
         else:
             assert self._threads is not None
-            fl.runner = self._threads.submit(lambda: self._run_thread(msg, loop))
-            fl.runner.add_done_callback(lambda _future, fl=fl: _call_in(loop, self._landed, fl))
+            self._threads.run(fl)
         timeout_s = self.queue.message_timeout_s
         if timeout_s:
             fl.timer = loop.call_later(timeout_s, self._time_out, fl)
         if self._on_busy is not None:
             self._on_busy(msg)
 
-    async def _run_task(self, msg: message.Message) -> None:
-        result = self.handler(msg)
-        if inspect.isawaitable(result):
-            await result
+    async def _run_task(self, fl: _Flight) -> None:
+        """An async handler's task: runs it, then lands its outcome (in the
+        task itself: no callback, no extra turn of the loop per message)."""
+        assert fl.msg is not None
+        try:
+            result = self.handler(fl.msg)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError as exc:
+            if not fl.timed_out:
+                raise
+            fl.error = exc
+        except Exception as exc:  # noqa: BLE001 - judged by _landed
+            fl.error = exc
+        self._landed(fl)
 
-    def _run_thread(self, msg: message.Message, loop: asyncio.AbstractEventLoop) -> None:
-        result = self.handler(msg)
-        if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
-            asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+    def _run_thread(self, fl: _Flight) -> None:
+        """A plain handler, in a handler thread; its end is handed to the loop
+        in batches (one wake-up of the loop for all that ended meanwhile)."""
+        assert fl.msg is not None and self._loop is not None
+        try:
+            result = self.handler(fl.msg)
+            if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
+                asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
+        except BaseException as exc:  # noqa: BLE001 - judged by _landed, in the loop
+            fl.error = exc
+        self._landed_q.append(fl)
+        if not self._poked:
+            # A race here costs one wake-up too many, never one too few: the
+            # drain clears the flag before it empties the deque.
+            self._poked = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain_threads)
+            except RuntimeError:  # the loop is closed: a thread abandoned past message_timeout ended late
+                pass
+
+    def _drain_threads(self) -> None:
+        self._poked = False
+        while self._landed_q:
+            self._landed(self._landed_q.popleft())
 
     def _landed(self, fl: _Flight) -> None:
-        """A handler is done (called in the loop): its outcome is due. The
-        verdict is drawn here, in the loop, from how the task or thread ended."""
+        """A handler is done (in the loop): its outcome is due."""
         if self._flights.pop(id(fl), None) is None:
             return  # a thread abandoned past message_timeout: settled already
         if fl.timer is not None:
             fl.timer.cancel()
         self.stats.busy_s += time.perf_counter() - fl.started
-        runner = fl.runner
-        exc = None if runner.cancelled() else runner.exception()
         assert fl.msg is not None
+        exc = fl.error
         if fl.timed_out:
             fl.outcome = self._timeout_outcome(fl.msg)  # whatever the cancelled task did after
-        elif runner.cancelled():
-            fl.outcome = self._failure(fl.msg, RuntimeError("the handler's task was cancelled"))
         elif exc is None:
-            fl.outcome = _Outcome(True)
+            fl.outcome = _OK
         elif isinstance(exc, Reject):
             fl.outcome = self._rejected(fl.msg, exc)
         elif isinstance(exc, Exception):
@@ -412,8 +424,7 @@ class ConcurrentConsumer(Consumer):
         else:
             raise exc  # SystemExit, KeyboardInterrupt in a handler thread: as in the sequential loop
         self._finished.append(fl)
-        assert self._wake is not None
-        self._wake.set()
+        self._wake()
 
     def _time_out(self, fl: _Flight) -> None:
         """message_timeout passed for ``fl`` (called in the loop)."""
@@ -424,10 +435,10 @@ class ConcurrentConsumer(Consumer):
         log.warning("queue %s: message %s ran past message_timeout %gs; %s", self.name, fl.msg.id,
                     self.queue.message_timeout_s,
                     "cancelling it" if self._async else "its thread is left behind, a new one replaces it")
-        if self._async:
-            fl.runner.cancel()  # _landed records the timeout when the task has ended
+        if fl.task is not None:
+            fl.task.cancel()  # _run_task lands the timeout once the task has ended
             return
-        assert self._threads is not None and self._wake is not None
+        assert self._threads is not None
         del self._flights[id(fl)]
         self.stats.busy_s += time.perf_counter() - fl.started
         fl.outcome = self._timeout_outcome(fl.msg)
@@ -438,7 +449,7 @@ class ConcurrentConsumer(Consumer):
                       "nothing more and ends once the others finish", self.name, self.consumer_id, self._stuck)
         else:
             self._threads.replace_one()
-        self._wake.set()
+        self._wake()
 
     def _timeout_outcome(self, msg: message.Message) -> _Outcome:
         """A message past message_timeout: a failed attempt, reason "timeout"."""
@@ -465,33 +476,31 @@ class ConcurrentConsumer(Consumer):
             self._fetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"smqsup-fetch-{self.name}")
         self._fetching = loop.run_in_executor(self._fetcher, self.broker.fetch, self.name, self.consumer_id,
                                               self._fetch_block_s)
-        assert self._wake is not None
-        self._fetching.add_done_callback(lambda _f: self._wake.set() if self._wake else None)
+        self._fetching.add_done_callback(lambda _f: self._wake())
 
     async def _wait(self) -> None:
         """Until a handler finishes, the blocking fetch returns, a stop or a
         lost identity is told, or (paused) the next look at the flag."""
-        assert self._wake is not None
-        fetched = self._fetching
-        if fetched is not None and fetched.done():
-            self._fetching = None
-            self._fetched(fetched)
+        if self._fetch_done():
             return
         if self._finished or (self._room() > 0 and not self._checked and self._fetching is None
                               and not self._paused):
             return  # something to do now
-        timeout = defaults.PAUSED_POLL_S if self._paused and self._taking() else _TICK_S
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except asyncio.TimeoutError:
-            if self._paused:
-                self._checked = False
-                self._paused_poll()
-        self._wake.clear()
+        polling = self._paused and self._taking()
+        await self._sleep(defaults.PAUSED_POLL_S if polling else _TICK_S)
+        if polling and not self._finished and self._fetching is None:
+            self._checked = False
+            self._paused_poll()
+        self._fetch_done()
+
+    def _fetch_done(self) -> bool:
+        """If the blocking fetch has returned, take its frame (True)."""
         fetched = self._fetching
-        if fetched is not None and fetched.done():
-            self._fetching = None
-            self._fetched(fetched)
+        if fetched is None or not fetched.done():
+            return False
+        self._fetching = None
+        self._fetched(fetched)
+        return True
 
     def _paused_poll(self) -> None:
         """While paused, take.lua looks again (it sees the resume)."""
@@ -525,14 +534,16 @@ class ConcurrentConsumer(Consumer):
         self._launch(frame)
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep up to ``seconds`` (handlers run meanwhile), less on a stop."""
-        assert self._wake is not None
-        self._wake.clear()
+        """Sleep up to ``seconds`` (handlers run meanwhile), less on a wake."""
+        loop = self._loop
+        assert loop is not None
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(seconds, self._wake)
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
-        self._wake.clear()
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     # --- recovery ------------------------------------------------------------
 
@@ -575,14 +586,6 @@ class ConcurrentConsumer(Consumer):
                     log.info("queue %s: consumer %s handles message %s found in its list",
                              self.name, self.consumer_id, message.peek_id(taken))
                     self._launch(taken)
-
-
-def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[[_Flight], None], fl: _Flight) -> None:
-    """Call ``fn(fl)`` in ``loop`` from a handler thread."""
-    try:
-        loop.call_soon_threadsafe(fn, fl)
-    except RuntimeError:  # the loop is closed: a thread abandoned past message_timeout ended late
-        pass
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
