@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
+from smqsup.config import CONCURRENCY_MAX
+
 #: Longest text field kept when reading (host names, queue names).
 _TEXT_CHARS = 256
 #: Largest integer kept when reading (counters, bytes, pids).
@@ -74,6 +76,9 @@ class ConsumerInfo:
         if not isinstance(data, dict):
             return cls()
         kept = {name: _coerce(data.get(name), kind) for name, kind in _KINDS.items()}
+        for name, (low, high) in _RANGES.items():
+            if kept[name] is not None and not low <= kept[name] <= high:
+                kept[name] = None
         kept["busy"] = data.get("busy") is True
         return cls(**kept)
 
@@ -85,6 +90,9 @@ _KINDS: dict[str, type] = {
     "late_acks": int, "busy_s": float, "rate": float,
 }
 assert set(_KINDS) | {"busy"} == {f.name for f in fields(ConsumerInfo)}
+#: Integer fields whose plausible values are narrower than 0..2**63-1: no
+#: consumer runs more messages at once than a queue's concurrency may be.
+_RANGES: dict[str, tuple[int, int]] = {"in_flight": (0, CONCURRENCY_MAX), "concurrency": (1, CONCURRENCY_MAX)}
 
 
 def _coerce(value: Any, kind: type) -> Any:

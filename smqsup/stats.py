@@ -32,6 +32,8 @@ COUNTERS = ("published", "acked", "retried", "dead_lettered", "reclaimed", "late
             "deduplicated", "removed", "rejected")
 #: Queue sizes a point carries.
 SIZES = ("pending", "processing", "scheduled", "delayed", "dead")
+#: What a queue's consumers run (sums of theirs, in a snapshot's queue and totals).
+FLIGHT = ("in_flight", "concurrency")
 #: Fields of a slot's and a producer's record that hold numbers (None in a
 #: snapshot when Redis holds anything else there; consumers: info.ConsumerInfo).
 _SLOT_NUMBERS = ("supervisor", "index", "restarts", "last_exit_at")
@@ -73,26 +75,46 @@ def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str,
 
 def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -> dict[str, Any]:
     """Everything an operator looks at, for ``queues``: sizes, counters, rates,
-    consumers (with CPU, memory, heartbeat age), collector leader and facts,
-    consumer slots (restarts, last exit), producers, and totals."""
+    consumers (with CPU, memory, messages in flight, heartbeat age) and the
+    messages in flight and concurrency summed over them (``flight``),
+    collector leader and facts, consumer slots (restarts, last exit),
+    producers, and totals."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
     now_ms, readings = read_queues(broker, queues, recent=int(window_s) + 2)
     out["t"] = now_ms
     for name in queues:
         out["queues"][name] = _queue_snapshot(readings[name], now_ms, window_s)
-    totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers")}
+    totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers", *FLIGHT)}
     total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}
     for q in out["queues"].values():
         for key in totals:
-            totals[key] += q["sizes"].get(key, 0) if key in SIZES else (
-                len(q["consumers"]) if key == "consumers" else q["counters"].get(key, 0))
+            totals[key] += _total_part(q, key)
         for name, value in q["rates"].items():
             if value is not None:
                 total_rates[name] = round((total_rates[name] or 0) + value, 2)
     totals["rates"] = total_rates
     out["totals"] = totals
     return out
+
+
+def _total_part(q: dict[str, Any], key: str) -> int:
+    """What the queue snapshot ``q`` adds to the total ``key``."""
+    if key in SIZES:
+        return int(q["sizes"].get(key, 0))
+    if key == "consumers":
+        return len(q["consumers"])
+    if key in FLIGHT:
+        return int(q[key])
+    return int(q["counters"].get(key, 0))
+
+
+def flight(consumers: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Messages the ``consumers`` (snapshot rows) run now (``in_flight``) and
+    the most they may run at once (``concurrency``): each the sum over the
+    consumers that report it; an entry that does not (written before
+    consumers reported it, or unreadable) adds nothing."""
+    return {key: sum(c.get(key) or 0 for c in consumers) for key in FLIGHT}
 
 
 def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, Any]:
@@ -110,6 +132,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
         "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
         "rates": rates(_points(r.recent), window_s),
         "consumers": rows,
+        **flight(rows),
         "leader": None if r.leader is None else _text(r.leader),
         "gc": {_text(f): n for f, v in r.gc.items() if (n := redis_int(v)) is not None},
         "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in r.slots.items()},

@@ -25,6 +25,20 @@ def _mb(value: Any) -> str:
     return "-" if not number else f"{number / 1048576:.1f}"
 
 
+def _flight(in_flight: Any, concurrency: Any) -> str:
+    """Messages in flight of the most at once, as ``37/50``; ``-`` for an
+    unknown part, and for both."""
+    if in_flight is None and concurrency is None:
+        return "-"
+    return f"{_num(in_flight, 0)}/{_num(concurrency, 0)}"
+
+
+def _summed_flight(part: dict[str, Any]) -> str:
+    """A queue's or the totals' ``_flight``; ``-`` when no consumer reports its
+    concurrency (none registered, or only entries that predate it)."""
+    return _flight(part.get("in_flight"), part["concurrency"]) if part.get("concurrency") else "-"
+
+
 def _cell(value: Any) -> str:
     """Text from Redis as one printable table cell."""
     return safe.escape("-" if value is None else value, _CELL_CHARS)
@@ -57,19 +71,21 @@ def render(snap: dict[str, Any]) -> str:
 
 
 def _queue_table(snap: dict[str, Any]) -> str:
-    """One row per queue (its name marked ``(paused)`` while paused), then the totals."""
+    """One row per queue (its name marked ``(paused)`` while paused), then the
+    totals; "in flight" is the messages its consumers run now of the most they
+    may run at once."""
     rows = [("queue", *(heading for _, heading in _SIZE_COLUMNS), "published/s", "acked/s", "retried/s", "dead/s",
-             "consumers", "collector")]
+             "consumers", "in flight", "collector")]
     for name, q in sorted(snap["queues"].items()):
         s, r = q["sizes"], q["rates"]
         label = _cell(name) + (" (paused)" if q.get("paused") else "")
         rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(r["published"]),
                      _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]), str(len(q["consumers"])),
-                     _cell((q["leader"] or "-").rsplit(":", 1)[0])))
+                     _summed_flight(q), _cell((q["leader"] or "-").rsplit(":", 1)[0])))
     t = snap["totals"]
     rows.append(("TOTAL", *(str(t.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(t["rates"]["published"]),
                  _num(t["rates"]["acked"]), _num(t["rates"]["retried"]), _num(t["rates"]["dead_lettered"]),
-                 str(t["consumers"]), ""))
+                 str(t["consumers"]), _summed_flight(t), ""))
     return _table(rows)
 
 
@@ -88,13 +104,14 @@ def _consumer_tables(name: str, q: dict[str, Any]) -> list[str]:
     """The queue's consumers as a table, then its restarted slots; nothing without consumers."""
     if not q["consumers"]:
         return []
-    crow = [("consumer", "host", "pid", "#", "state", "msgs", "acked", "msg/s", "cpu%", "rss MB", "uss MB",
-             "heartbeat")]
+    crow = [("consumer", "host", "pid", "#", "state", "in flight", "msgs", "acked", "msg/s", "cpu%", "rss MB",
+             "uss MB", "heartbeat")]
     for c in q["consumers"]:
         crow.append((_cell(f"{name} #{c.get('index', '?')}"), _cell(c.get("host")), _cell(c.get("pid")),
                      _cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
-                     _num(c.get("received"), 0), _num(c.get("acked"), 0), _num(c.get("rate")),
-                     _num(c.get("cpu")), _mb(c.get("rss")), _mb(c.get("uss")),
+                     _flight(c.get("in_flight"), c.get("concurrency")), _num(c.get("received"), 0),
+                     _num(c.get("acked"), 0), _num(c.get("rate")), _num(c.get("cpu")), _mb(c.get("rss")),
+                     _mb(c.get("uss")),
                      f"{_num(c.get('heartbeat_age_s'))}s ago"))
     out = [_table(crow)]
     restarted = {k: v for k, v in q["slots"].items() if stats.finite_number(v.get("restarts"))}

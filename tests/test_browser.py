@@ -92,6 +92,11 @@ def test_page_shows_live_charts_consumers_and_dead_letters_safely(
             rss = page.locator("[data-testid=consumer-row] [data-testid=rss]").all_inner_texts()
             assert all(float(c) >= 0 for c in cpu) and all(r.endswith(" MiB") and float(r[:-4]) > 1 for r in rss)
             assert _count(page, "[data-testid=consumer-row][data-queue=work]") == 2
+            # Messages in flight of the most at once: concurrency 1 each, so 2 for 'work'.
+            flights = page.locator("[data-testid=consumer-row] [data-testid=in-flight]").all_inner_texts()
+            assert len(flights) == 3 and all(re.fullmatch(r"[01]/1", f) for f in flights), flights
+            work = page.inner_text("[data-testid=queue-row][data-queue=work] [data-testid=in-flight]")
+            assert re.fullmatch(r"[0-2]/2", work), work
 
             # Counters and charts follow what is published while the page is open.
             acked = int(page.get_attribute("[data-testid=total-acked]", "data-value"))

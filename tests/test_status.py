@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ import redis
 
 from smqsup import browse
 from smqsup.broker import Broker
+from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
@@ -121,3 +123,80 @@ def test_status_shows_scheduled_paused_and_the_new_events(redis_url: str) -> Non
     mail = snap["queues"]["mail"]
     assert mail["paused"] is True and mail["sizes"]["scheduled"] == 1 and snap["totals"]["scheduled"] == 1
     assert (mail["counters"]["deduplicated"], mail["counters"]["removed"], mail["counters"]["expired"]) == (1, 1, 0)
+
+
+def _table_rows(text: str, heading: str) -> dict[str, dict[str, str]]:
+    """The rows of every table in ``text`` whose header starts with ``heading``, by first cell, as
+    {column: cell} (cells are apart by two spaces or more, a heading or a cell holds single spaces)."""
+    rows: dict[str, dict[str, str]] = {}
+    for table in text.split("\n\n"):
+        header, *lines = table.splitlines()
+        if header.startswith(heading + " "):
+            columns = re.split(r" {2,}", header)[1:]
+            rows.update((cells[0], dict(zip(columns, cells[1:]))) for cells in (re.split(r" {2,}", ln) for ln in lines))
+    return rows
+
+
+def test_status_shows_messages_in_flight_per_consumer_and_per_queue(redis_url: str) -> None:
+    """Each consumer's messages in flight of its concurrency ("37/50"), each queue's and the total's sums; JSON too."""
+    broker = Broker(redis_url)
+    try:
+        for queue, cid, info in [
+                ("orders", "c1", ConsumerInfo(pid=11, host="h", index=1, busy=True, in_flight=37, concurrency=50)),
+                ("orders", "c2", ConsumerInfo(pid=12, host="h", index=2, in_flight=0, concurrency=50)),
+                ("orders", "old", ConsumerInfo(pid=13, host="h", index=3, busy=True)),  # written before in_flight
+                ("mail", "c3", ConsumerInfo(pid=21, host="h", index=1, busy=True, in_flight=1, concurrency=1))]:
+            broker.register_consumer(queue, cid, info)
+    finally:
+        broker.close()
+    with Producer(redis_url) as p:
+        p.publish("idle", "nobody takes me")
+
+    snap = json.loads(procs.run("status", "--url", redis_url, "--json").stdout)
+    orders, mail, idle = (snap["queues"][name] for name in ("orders", "mail", "idle"))
+    assert [(c["in_flight"], c["concurrency"]) for c in orders["consumers"]] == [(37, 50), (0, 50), (None, None)]
+    assert (orders["in_flight"], orders["concurrency"]) == (37, 100)
+    assert (mail["in_flight"], mail["concurrency"], idle["in_flight"], idle["concurrency"]) == (1, 1, 0, 0)
+    assert (snap["totals"]["in_flight"], snap["totals"]["concurrency"]) == (38, 101)
+
+    r = procs.run("status", "--url", redis_url)
+    assert r.returncode == 0, r.stderr
+    queues = _table_rows(r.stdout, "queue")
+    assert {name: row["in flight"] for name, row in queues.items()} == {
+        "idle": "-", "mail": "1/1", "orders": "37/100", "TOTAL": "38/101"}
+    consumers = _table_rows(r.stdout, "consumer")
+    assert {name: (row["state"], row["in flight"]) for name, row in consumers.items()} == {
+        "mail #1": ("busy", "1/1"), "orders #1": ("busy", "37/50"), "orders #2": ("idle", "0/50"),
+        "orders #3": ("busy", "-")}
+
+
+#: Registry entries whose messages in flight or concurrency are garbage: (index, JSON fields).
+GARBAGE_FLIGHT = [
+    (1, b'"in_flight": -1, "concurrency": -5'),
+    (2, b'"in_flight": "37", "concurrency": "50"'),
+    (3, b'"in_flight": NaN, "concurrency": Infinity'),
+    (4, b'"in_flight": ' + b"9" * 400 + b', "concurrency": 9223372036854775807'),
+    (5, b'"in_flight": 1001, "concurrency": 0'),
+    (6, b'"in_flight": [1], "concurrency": {"a": 1}'),
+    (7, b'"in_flight": true, "concurrency": 2.5'),
+    (8, b'"host": "h"'),  # neither
+]
+
+
+def test_status_shows_a_dash_for_garbage_in_flight_and_concurrency(redis_url: str,
+                                                                   redis_client: "redis.Redis") -> None:
+    """Negative, huge, text, NaN, nested or missing in_flight/concurrency: one clean line each showing "-"."""
+    entries = {f"c{i}": b'{"index": %d, ' % i + fields + b"}" for i, fields in GARBAGE_FLIGHT}
+    entries["c9"] = b'{"index": 9, "in_flight": 3, "concurrency": "x"}'  # half known
+    redis_client.sadd("smq:queues", "q")
+    redis_client.hset(Q.consumers, mapping=entries)
+    redis_client.zadd(Q.heartbeats, dict.fromkeys(entries, 1))
+    r = procs.run("status", "--url", redis_url)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    consumers = _table_rows(r.stdout, "consumer")
+    assert {name: row["in flight"] for name, row in consumers.items()} == {
+        **{f"q #{i}": "-" for i, _ in GARBAGE_FLIGHT}, "q #9": "3/-"}
+    assert sum(1 for ln in r.stdout.splitlines() if ln.startswith("q #")) == 9
+    assert _table_rows(r.stdout, "queue")["q"]["in flight"] == "-"
+    snap = json.loads(procs.run("status", "--url", redis_url, "--json").stdout)
+    assert (snap["queues"]["q"]["in_flight"], snap["queues"]["q"]["concurrency"]) == (3, 0)

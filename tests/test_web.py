@@ -423,3 +423,30 @@ def test_metrics_show_scheduled_and_the_new_events(redis_url: str, web: WebFacto
     [help_line] = [ln for ln in text.splitlines() if ln.startswith("# HELP smqsup_messages_total ")]
     assert all(event in help_line for event in ("expired", "deduplicated", "removed"))
     assert samples[("smqsup_queue_paused", frozenset({("queue", "later")}))] == 0
+
+
+def test_api_status_and_metrics_show_messages_in_flight_per_consumer_and_per_queue(
+        redis_url: str, web: WebFactory) -> None:
+    """/api/status and /metrics: each consumer's messages in flight and concurrency, each queue's sums."""
+    broker = Broker(redis_url)
+    try:
+        broker.register_consumer("orders", "c1", ConsumerInfo(pid=11, host="h", index=1, busy=True, in_flight=37,
+                                                              concurrency=50))
+        broker.register_consumer("orders", "c2", ConsumerInfo(pid=12, host="h", index=2, in_flight=3, concurrency=50))
+        broker.register_consumer("orders", "old", ConsumerInfo(pid=13, host="h", index=3))  # written before in_flight
+    finally:
+        broker.close()
+    server = web()
+    orders = server.json("/api/status")["queues"]["orders"]
+    assert {c["id"]: (c["in_flight"], c["concurrency"]) for c in orders["consumers"]} == {
+        "c1": (37, 50), "c2": (3, 50), "old": (None, None)}
+    assert (orders["in_flight"], orders["concurrency"]) == (40, 100)
+
+    samples = _samples(server.request("GET", "/metrics")[2].decode())
+    queue = frozenset({("queue", "orders")})
+    assert samples[("smqsup_queue_in_flight", queue)] == 40 and samples[("smqsup_queue_concurrency", queue)] == 100
+    c1 = frozenset({("queue", "orders"), ("consumer", "c1"), ("host", "h"), ("pid", "11")})
+    assert samples[("smqsup_consumer_in_flight", c1)] == 37 and samples[("smqsup_consumer_concurrency", c1)] == 50
+    assert samples[("smqsup_consumer_busy", c1)] == 1
+    per_consumer = {dict(labels)["consumer"] for (name, labels) in samples if name == "smqsup_consumer_in_flight"}
+    assert per_consumer == {"c1", "c2"}  # the entry without the figure has no sample

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smqsup import browse, safe, stats
 from smqsup.broker import Broker
+from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
 from tests.webserver import WebServer
@@ -60,8 +61,11 @@ def seed_hostile(client: redis.Redis, queue: str = "q") -> None:
                  b'"created_at":1e999,"headers":{}}')
     client.hset(f"{k}:consumers", mapping={
         "c1": b"not json", "c2": b"[1, 2]", "c3": DEEP, "c4": b"\xff\xfe",
-        "c5": b'{"pid": "x", "index": "y", "cpu": NaN, "rss": ' + b"9" * 400 + b', "host": {"a": 1}}',
-        "c6": b'{"id": [1], "pid": 1e999, "index": -Infinity, "uss": "\\udcff", "received": ' + FAIRLY_DEEP + b'}',
+        "c5": b'{"pid": "x", "index": "y", "cpu": NaN, "rss": ' + b"9" * 400 + b', "host": {"a": 1}, '
+              b'"in_flight": -3, "concurrency": "50"}',
+        "c6": b'{"id": [1], "pid": 1e999, "index": -Infinity, "uss": "\\udcff", "received": ' + FAIRLY_DEEP +
+              b', "in_flight": NaN, "concurrency": ' + b"9" * 400 + b'}',
+        "c7": b'{"in_flight": 1001, "concurrency": 0}',
         b"\xff": b"{}"})
     client.zadd(f"{k}:heartbeats", {"c5": float("inf"), "c6": 1})
     client.hset(f"{k}:slots", mapping={"h:#1": b"{}", "h:#2": b"nope", "h:#3": b'{"restarts": "many"}',
@@ -249,7 +253,9 @@ def test_hostile_bytes_in_redis_still_give_200_and_valid_output(redis_client: re
     assert status == 200 and strict_json(reply)["ids"] == {garbage: True}, reply
     status, _, body = server.request("GET", "/metrics")
     assert status == 200, body[:300]
-    assert any(f.name == "smqsup_queue_messages" for f in text_string_to_metric_families(body.decode()))
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert "smqsup_queue_messages" in families and not families["smqsup_consumer_in_flight"].samples
+    assert [(s.labels, s.value) for s in families["smqsup_queue_in_flight"].samples] == [({"queue": "q"}, 0)]
     history, snapshot = [strict_json(m.encode()) for m in asyncio.run(_first_messages(server.url, 2))]
     assert history["type"] == "history" and [p["t"] for p in history["queues"]["q"]] == [1, 2, 3, 4]
     assert snapshot["type"] == "snapshot" and snapshot["snapshot"]["queues"]["q"]["sizes"]["dead"] == 8
@@ -268,15 +274,34 @@ def test_snapshot_blanks_what_it_cannot_read(redis_client: redis.Redis, redis_ur
     q = snap["queues"]["q"]
     assert q["counters"] == {c: 0 for c in stats.COUNTERS} and q["sizes"]["dead"] == 8
     rows = {r["id"]: r for r in q["consumers"]}
-    assert set(rows) == {"c1", "c2", "c3", "c4", "c5", "c6", "\ufffd"}
+    assert set(rows) == {"c1", "c2", "c3", "c4", "c5", "c6", "c7", "\ufffd"}
     assert rows["c5"]["pid"] is rows["c5"]["cpu"] is rows["c5"]["rss"] is rows["c5"]["host"] is None
     assert rows["c5"]["heartbeat_age_s"] is None and rows["c6"]["heartbeat_age_s"] > 0  # beats at +inf and at 1 ms
     assert rows["c6"]["pid"] is rows["c6"]["index"] is rows["c6"]["uss"] is rows["c6"]["received"] is None
+    assert all(r["in_flight"] is r["concurrency"] is None for r in rows.values())
+    assert (q["in_flight"], q["concurrency"], snap["totals"]["in_flight"], snap["totals"]["concurrency"]) == (0, 0, 0, 0)
     assert q["leader"] == "\ufffd\ufffd leader" and q["gc"] == {"\ufffd": 1}
     assert q["slots"] == {"h:#1": {}, "h:#2": {}, "h:#3": {"restarts": None}, "h:#4": {"restarts": None}}
     assert {p["id"]: p.get("published") for p in snap["producers"]} == {"p1": None, "p2": None, "p3": None,
                                                                          "\ufffd": None}
     assert points == [{"t": 1}, {"t": 2}, {"t": 3}, {"t": 4, "acked": 5}]
+
+
+def test_metrics_render_garbage_in_flight_figures_as_a_valid_exposition() -> None:
+    """In-flight figures that are text, booleans, NaN, negative, past the float range or missing: a valid
+    exposition with a sample for each number and none for the rest."""
+    garbage: list[Any] = ["37", True, float("nan"), -1, 10**400, None, [1], {"a": 1}]
+    consumers = [{"id": f"c{i}", "host": "h\n\"", "pid": i, "in_flight": v, "concurrency": v}
+                 for i, v in enumerate(garbage)] + [{"id": "bare"}]
+    snap = {"t": 0, "producers": [], "queues": {
+        name: {"sizes": dict.fromkeys(stats.SIZES, 0), "counters": dict.fromkeys(stats.COUNTERS, 0),
+               "consumers": consumers if name == "q" else [], "leader": None, "slots": {}, **extra}
+        for name, extra in (("q", {"in_flight": "x", "concurrency": float("inf")}), ("r", {}))}}
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render(snap))}
+    in_flight = {s.labels["consumer"]: s.value for s in families["smqsup_consumer_in_flight"].samples}
+    assert set(in_flight) == {"c2", "c3"} and in_flight["c3"] == -1  # NaN and -1 are numbers; Prometheus takes both
+    assert [s.value for s in families["smqsup_queue_concurrency"].samples] == [float("inf")]
+    assert not families["smqsup_queue_in_flight"].samples
 
 
 def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> None:

@@ -88,6 +88,11 @@ def _consumer_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
     return out
 
 
+def _queue_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
+    """One sample per queue whose snapshot holds a number in ``field``."""
+    return [({"queue": name}, value) for name, q in queues.items() if (value := _float(q.get(field))) is not None]
+
+
 def render(snap: Mapping[str, Any]) -> str:
     """The whole exposition for one ``stats.snapshot`` (ends with a newline)."""
     queues: Mapping[str, Any] = dict(sorted(snap["queues"].items()))
@@ -103,6 +108,10 @@ def render(snap: Mapping[str, Any]) -> str:
                     [({"queue": n, "event": e}, q["counters"][e]) for n, q in queues.items() for e in COUNTERS])
     lines += family("smqsup_consumers", "gauge", "Registered consumers of the queue.",
                     [({"queue": n}, len(q["consumers"])) for n, q in queues.items()])
+    lines += family("smqsup_queue_in_flight", "gauge", "Messages the queue's consumers run now (the sum over those "
+                    "that report it).", _queue_samples(queues, "in_flight"))
+    lines += family("smqsup_queue_concurrency", "gauge", "Messages the queue's consumers may run at once (the sum of "
+                    "their concurrency).", _queue_samples(queues, "concurrency"))
     lines += family("smqsup_consumer_cpu_percent", "gauge", "CPU use of the consumer process, percent of one core.",
                     _consumer_samples(queues, "cpu"))
     lines += family("smqsup_consumer_rss_bytes", "gauge", "Resident memory of the consumer process.",
@@ -114,6 +123,10 @@ def render(snap: Mapping[str, Any]) -> str:
     lines += family("smqsup_consumer_busy", "gauge", "1 while the consumer handles a message, else 0.",
                     [(_consumer_labels(n, c), 1.0 if c.get("busy") else 0.0)
                      for n, q in queues.items() for c in q["consumers"]])
+    lines += family("smqsup_consumer_in_flight", "gauge", "Messages the consumer process runs now.",
+                    _consumer_samples(queues, "in_flight"))
+    lines += family("smqsup_consumer_concurrency", "gauge", "Messages the consumer process may run at once "
+                    "(the queue's concurrency).", _consumer_samples(queues, "concurrency"))
     lines += family("smqsup_consumer_heartbeat_age_seconds", "gauge",
                     "Age of the consumer's last heartbeat, by the Redis clock.",
                     _consumer_samples(queues, "heartbeat_age_s"))

@@ -30,6 +30,14 @@
   const {el, cell, $, isNum, fmtInt, fmtRate, fmtPct, fmtMiB, fmtTime, fmtDate, apiPath, getJSON, postJSON,
     toast} = window.SMQ;
 
+  /** Messages in flight of the most at once, "37/50"; "–" for an unknown part, and for both. */
+  function flight(inFlight, concurrency) {
+    return isNum(inFlight) || isNum(concurrency) ? fmtInt(inFlight) + "/" + fmtInt(concurrency) : "–";
+  }
+
+  /** A queue's or the totals' flight(): "–" when no consumer reports its concurrency. */
+  function summedFlight(part) { return part.concurrency > 0 ? flight(part.in_flight, part.concurrency) : "–"; }
+
   function collector(token) {
     // Owner tokens are host:pid:random; people want host:pid.
     return token ? token.split(":").slice(0, -1).join(":") || token : "–";
@@ -348,17 +356,19 @@
     if (!snap) return;
     const t = snap.totals;
     const rateOf = Object.fromEntries(EVENTS.map(([key], i) => [key, lastOf(totalRates[i].points)]));
+    // [key, label, value, the small text under the value]
     const tiles = [
-      ...EVENTS.map(([key, label]) => [key, label, t[key], rateOf[key]]),
-      ...SIZES.map((key) => [key, sizeLabel(key), t[key], undefined]),
-      ["consumers", "consumers", t.consumers, undefined],
-      ...MORE_COUNTERS.map((key) => [key, key, t[key], undefined]),
+      ...EVENTS.map(([key, label]) => [key, label, t[key], fmtRate(rateOf[key]) + "/s"]),
+      ...SIZES.map((key) => [key, sizeLabel(key), t[key], ""]),
+      ["consumers", "consumers", t.consumers, ""],
+      ["in_flight", "in flight", t.in_flight, t.concurrency > 0 ? "of " + fmtInt(t.concurrency) : ""],
+      ...MORE_COUNTERS.map((key) => [key, key, t[key], ""]),
     ];
-    $("tiles").replaceChildren(...tiles.map(([key, label, value, rate]) =>
+    $("tiles").replaceChildren(...tiles.map(([key, label, value, note]) =>
       el("div", {className: "tile"}, [
         el("span", {className: "label", text: label}),
         el("span", {className: "value", text: fmtInt(value), dataset: {testid: "total-" + key, value: value}}),
-        rate === undefined ? "" : el("span", {className: "rate", text: fmtRate(rate) + "/s"}),
+        note ? el("span", {className: "rate", text: note}) : "",
       ])));
   }
 
@@ -373,14 +383,15 @@
           dataset: {testid: "paused"}}) : ""]),
         ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
         ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
-        cell(String(q.consumers.length)), cell(collector(q.leader), {dataset: {testid: "leader"}}),
+        cell(String(q.consumers.length)), cell(summedFlight(q), {dataset: {testid: "in-flight"}}),
+        cell(collector(q.leader), {dataset: {testid: "leader"}}),
         cell(String(restarts)), el("td", {}, [window.SMQ.messages.pauseButton(name, q.paused)]),
       ]);
     });
     const t = snap.totals;
     rows.push(el("tr", {}, [cell("total", {className: "total"}), ...SIZES.map((k) => cell(fmtInt(t[k]), {className: "total"})),
       ...EVENTS.map(([k]) => cell(fmtRate(t.rates[k]), {className: "total"})), cell(String(t.consumers), {className: "total"}),
-      cell(""), cell(""), cell("")]));
+      cell(summedFlight(t), {className: "total", dataset: {testid: "total-in-flight"}}), cell(""), cell(""), cell("")]));
     $("queue-rows").replaceChildren(...rows);
   }
 
@@ -392,13 +403,14 @@
         rows.push(el("tr", {dataset: {testid: "consumer-row", id: c.id, queue: name, cpu: c.cpu, rss: c.rss}}, [
           cell(name), cell(c.index ?? "?"), cell(c.host ?? "?"), cell(c.pid ?? "?"),
           cell(c.busy ? "busy" : "idle", {className: c.busy ? "state-busy" : "state-idle"}),
+          cell(flight(c.in_flight, c.concurrency), {dataset: {testid: "in-flight"}}),
           cell(fmtInt(c.received)), cell(fmtRate(c.rate)), cell(fmtPct(c.cpu), {dataset: {testid: "cpu"}}),
           cell(fmtMiB(c.rss), {dataset: {testid: "rss"}}), cell(fmtMiB(c.uss)),
           cell(isNum(age) ? age.toFixed(1) + " s ago" : "–", {className: isNum(age) && age > 5 ? "stale" : ""}),
         ]));
       }
     }
-    if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 11, className: "empty", text: "No consumers registered."})]));
+    if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 12, className: "empty", text: "No consumers registered."})]));
     $("consumer-rows").replaceChildren(...rows);
   }
 
