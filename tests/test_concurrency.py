@@ -246,3 +246,33 @@ def test_redis_restarted_under_many_in_flight_loses_nothing(kind: str, redis_ser
         wait_for(lambda: done >= set(range(400)), timeout_s=30, message="messages lost after the restart")
     finally:
         r.stop()
+
+
+def test_declared_dead_with_messages_in_flight_their_acks_are_late_and_the_copies_run_again(
+        producer: Producer, redis_url: str, redis_client: redis.Redis) -> None:
+    """The collector reclaims a concurrent consumer's list while 3 run: their acks are counted late and
+    delete nothing; the consumer goes on under a new id and runs the requeued copies (attempts 1)."""
+    release = threading.Event()
+    seen: list[tuple[Any, int]] = []
+
+    async def handle(msg: Any) -> None:
+        seen.append((msg.body, msg.attempts))
+        while msg.attempts == 0 and not release.is_set():
+            await asyncio.sleep(0.01)
+    producer.publish_many("q", ["a", "b", "c"])
+    r = Running(redis_url, QueueConfig("q", "x:y", concurrency=3), handle)
+    try:
+        c = r.consumer
+        wait_for(lambda: len(seen) == 3)
+        old = c.consumer_id
+        got = Broker(redis_url, NS).reclaim_dead("q", old, retry_threshold=3, reason="test: declared dead")
+        assert got.requeued == 3
+        release.set()  # the three acks are late, and their script says "not registered"
+        wait_for(lambda: sorted(seen) == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0), ("c", 1)],
+                 timeout_s=10)
+        assert c.consumer_id != old
+        wait_for(lambda: redis_client.hget(K.counters, "late_acks") == b"3")
+        wait_for(lambda: redis_client.hget(K.counters, "acked") == b"3")
+        assert c.stats.late_acks == 3 and redis_client.llen(K.pending) == 0
+    finally:
+        r.stop()

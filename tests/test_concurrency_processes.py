@@ -156,3 +156,26 @@ def test_a_handler_blocking_the_event_loop_gets_the_process_killed_and_every_mes
     assert done == {**{i: 1 for i in ids}, blocker: 1}
     assert pid not in sup.consumers_by_queue()["q"]
     assert "message_timeout" in sup.log()
+
+
+def test_sighup_changing_concurrency_rolls_the_consumers_and_the_new_ones_run_that_many(
+        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
+        redis_client: redis.Redis) -> None:
+    """concurrency 2 -> 6 by SIGHUP: the consumer is replaced, its title and the overlap say 6."""
+    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.handlers:pause_async", "concurrency": 2}}
+    sup = supervise(queues, notify)
+    notify.wait("READY=1")
+    [old] = sup.consumers_by_queue()["q"]
+    queues["q"]["concurrency"] = 6
+    procs.write_config(sup.cfg, redis_url, queues)
+    mark = len(notify.poll())
+    sup.signal(signal.SIGHUP)
+    notify.wait("RELOADING=1", mark)
+    wait_for(lambda: sup.consumers_by_queue()["q"] and old not in sup.consumers_by_queue()["q"], timeout_s=15)
+    wait_for(lambda: redis_client.hlen(K.consumers) == 1)
+    with Producer(redis_url) as p:
+        p.publish_many("q", [{"sleep": 0.5}] * 12)
+    wait_for(lambda: len(sup.events("done")) == 12, timeout_s=15)
+    assert max_overlap(sup.events()) == 6
+    wait_for(lambda: any("[idle 0/6 12 msgs]" in t for t in sup.titles()))
+    assert "stopped (config changed)" in sup.log()
