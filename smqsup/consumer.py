@@ -80,7 +80,7 @@ class ConsumerStats:
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Outcome:
     """What should happen to a frame once its handler has run."""
 
     ok: bool
@@ -143,7 +143,7 @@ class Consumer:
         self._lost = False
         self._registration_checked = False  # by the ack/nack script just run
         self._stop = False
-        self._unsettled: Optional[tuple[bytes, _Outcome]] = None
+        self._unsettled: Optional[tuple[bytes, Outcome]] = None
         self._recover_needed = True
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._registered = False
@@ -317,7 +317,7 @@ class Consumer:
         self._unsettled = None
         return nxt
 
-    def _decode(self, frame: bytes) -> "message.Message | _Outcome":
+    def _decode(self, frame: bytes) -> "message.Message | Outcome":
         """The message a frame holds, or the outcome of a frame that holds
         none (dead-lettered "malformed" at once)."""
         try:
@@ -326,11 +326,11 @@ class Consumer:
             self.stats.malformed += 1
             log.error("queue %s: malformed message dead-lettered (%s)", self.name, exc)
             meta = scripts.meta_json("malformed", error=str(exc), consumer=self.consumer_id)
-            return _Outcome(False, meta, threshold=-1)
+            return Outcome(False, meta, threshold=-1)
 
-    def _run_handler(self, frame: bytes) -> _Outcome:
+    def _run_handler(self, frame: bytes) -> Outcome:
         msg = self._decode(frame)
-        if isinstance(msg, _Outcome):
+        if isinstance(msg, Outcome):
             return msg
         if self._on_busy is not None:
             self._on_busy(msg)
@@ -347,18 +347,18 @@ class Consumer:
         finally:
             self._busy = False
             self.stats.busy_s += time.perf_counter() - started
-        return _Outcome(True)
+        return Outcome(True)
 
-    def _rejected(self, msg: message.Message, exc: Reject) -> _Outcome:
+    def _rejected(self, msg: message.Message, exc: Reject) -> Outcome:
         """Reject: dead-letter now, whatever the attempts."""
         self.stats.rejected += 1
         reason = _text_of(exc)
         log.warning("queue %s: message %s rejected by its handler: %s", self.name, msg.id, reason)
         meta = scripts.meta_json(f"rejected: {reason}", error_type="Reject", error=reason, message_id=msg.id,
                                  consumer=self.consumer_id)
-        return _Outcome(False, meta, threshold=-1, dead_event="rejected")
+        return Outcome(False, meta, threshold=-1, dead_event="rejected")
 
-    def _failure(self, msg: message.Message, exc: Exception) -> _Outcome:
+    def _failure(self, msg: message.Message, exc: Exception) -> Outcome:
         kind = type(exc).__name__
         text = _text_of(exc)
         log.warning("queue %s: message %s failed on attempt %d: %s: %s",
@@ -377,9 +377,9 @@ class Consumer:
                 delay_s = min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s)
             except OverflowError:
                 delay_s = q.retry_delay_max_s
-        return _Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
+        return Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
 
-    def _settle(self, frame: bytes, outcome: _Outcome, fetch: bool) -> Optional[bytes]:
+    def _settle(self, frame: bytes, outcome: Outcome, fetch: bool) -> Optional[bytes]:
         if outcome.ok:
             ack = self.broker.ack(self.name, self.consumer_id, frame, fetch)
             if ack.acked:

@@ -37,89 +37,25 @@ import collections
 import concurrent.futures
 import inspect
 import logging
-import queue as queue_mod
-import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.consumer import BusyHook, Consumer, Handler, _Outcome
+from smqsup.consumer import BusyHook, Consumer, Handler, Outcome
 from smqsup.errors import BrokerError
+from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
 from smqsup.verdicts import Reject
 
 log = logging.getLogger(__name__)
 
-_OK = _Outcome(True)
+_OK = Outcome(True)
 
-
-def monotonic_us() -> int:
-    """CLOCK_MONOTONIC in µs: the clock the supervisor's slot reader uses."""
-    return time.monotonic_ns() // 1000
 
 #: Longest the loop waits without looking at its flags (a stop requested by
 #: a signal handler that could not wake it, a heartbeat's lost identity).
 _TICK_S = 1.0
-
-
-def is_async_handler(handler: Handler) -> bool:
-    """Whether ``handler`` is an ``async def`` function, or an object whose
-    ``__call__`` is one."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        inspect.getattr_static(type(handler), "__call__", None))
-
-
-@dataclass(eq=False)
-class _Flight:
-    """One message from its fetch to its settle."""
-
-    frame: bytes
-    msg: Optional[message.Message]  # None: the frame is malformed (never run)
-    since_us: int  # monotonic µs at its start: the supervisor's stuck-loop clock
-    started: float  # perf_counter at its start: busy_s
-    outcome: Optional[_Outcome] = None
-    timed_out: bool = False
-    error: Optional[BaseException] = None  # what its handler raised
-    task: Optional["asyncio.Task[None]"] = None  # an async handler's task
-    timer: Optional[asyncio.TimerHandle] = None
-
-
-class _Threads:
-    """Daemon threads running plain handlers: ``run(fl)`` runs one message
-    on the first free thread, which then calls ``work(fl)``'s end itself. A
-    thread stuck in a handler past message_timeout is abandoned and replaced
-    (``replace_one``): a daemon thread never holds the process up at exit."""
-
-    def __init__(self, size: int, name: str, work: Callable[[_Flight], None]) -> None:
-        self._jobs: queue_mod.SimpleQueue[Optional[_Flight]] = queue_mod.SimpleQueue()
-        self._name = name
-        self._work_one = work
-        self._started = 0
-        for _ in range(size):
-            self.replace_one()
-
-    def run(self, fl: _Flight) -> None:
-        self._jobs.put(fl)
-
-    def replace_one(self) -> None:
-        """Start a thread (one more, or in place of a stuck one)."""
-        self._started += 1
-        threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
-
-    def close(self) -> None:
-        """Ask every idle thread to end (a stuck one ends with the process)."""
-        for _ in range(self._started):
-            self._jobs.put(None)
-
-    def _work(self) -> None:
-        while True:
-            fl = self._jobs.get()
-            if fl is None:
-                return
-            self._work_one(fl)
 
 
 class ConcurrentConsumer(Consumer):
@@ -135,13 +71,13 @@ class ConcurrentConsumer(Consumer):
                          on_busy=on_busy, on_lost=on_lost, unregister_on_stop=unregister_on_stop)
         self._size = queue.concurrency
         self._async = is_async_handler(handler)
-        self._flights: dict[int, _Flight] = {}  # by id(); in start order, the oldest first
-        self._finished: list[_Flight] = []  # outcomes not yet recorded in Redis
+        self._flights: dict[int, Flight] = {}  # by id(); in start order, the oldest first
+        self._finished: list[Flight] = []  # outcomes not yet recorded in Redis
         self._fetching: Optional[asyncio.Future[tuple[Optional[bytes], bool]]] = None
         self._checked = False  # the last fetch script found nothing: a BLMOVE may follow
         self._waiter: Optional[asyncio.Future[None]] = None  # what _wait awaits; set by _wake
-        self._threads: Optional[_Threads] = None
-        self._landed_q: collections.deque[_Flight] = collections.deque()  # ended in handler threads
+        self._threads: Optional[HandlerThreads] = None
+        self._landed_q: collections.deque[Flight] = collections.deque()  # ended in handler threads
         self._poked = False  # a drain of _landed_q is scheduled in the loop
         self._stuck = 0  # threads abandoned past message_timeout
         self._fetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None  # runs the blocking fetch
@@ -195,7 +131,7 @@ class ConcurrentConsumer(Consumer):
         self.start()
         loop = self._event_loop()
         if not self._async:
-            self._threads = _Threads(self._size, f"smqsup-{self.name}", self._run_thread)
+            self._threads = HandlerThreads(self._size, f"smqsup-{self.name}", self._run_thread)
         try:
             loop.run_until_complete(self._run())
         finally:
@@ -218,12 +154,12 @@ class ConcurrentConsumer(Consumer):
     async def _run(self) -> None:
         backoff = defaults.RECONNECT_BACKOFF_MIN_S
         while True:
-            if not (self._taking() or self._flights or self._finished or self._fetching is not None):
-                if not self._lost or self._stop:
-                    return
-                self._renew_identity()  # nothing in hand any more: stop, or go on under a new id
-                continue
             try:
+                if not (self._taking() or self._flights or self._finished or self._fetching is not None):
+                    if not self._lost or self._stop:
+                        return
+                    self._renew_identity()  # nothing in hand any more: stop, or go on under a new id
+                    continue
                 if self._recover_needed:
                     if self._fetching is not None:
                         await asyncio.wait([self._fetching])  # its BLMOVE ends within fetch_block_s
@@ -285,7 +221,7 @@ class ConcurrentConsumer(Consumer):
         results = self.broker.exchange(self.name, calls)
         return self._read_round(results, fetches, bool(take))
 
-    def _settle_call(self, keys: Any, cid: str, fl: _Flight, fetch: bool) -> scripts.Call[Any]:
+    def _settle_call(self, keys: Any, cid: str, fl: Flight, fetch: bool) -> scripts.Call[Any]:
         outcome = fl.outcome
         assert outcome is not None
         if outcome.ok:
@@ -345,10 +281,10 @@ class ConcurrentConsumer(Consumer):
         """Start a frame just taken: its handler runs as a task or in a thread."""
         self.stats.received += 1
         msg = self._decode(frame)
-        if isinstance(msg, _Outcome):  # malformed: dead-lettered without a handler
-            self._finished.append(_Flight(frame, None, 0, 0.0, outcome=msg))
+        if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
+            self._finished.append(Flight(frame, None, 0, 0.0, outcome=msg))
             return
-        fl = _Flight(frame, msg, monotonic_us(), time.perf_counter())
+        fl = Flight(frame, msg, monotonic_us(), time.perf_counter())
         self._flights[id(fl)] = fl
         loop = self._loop
         assert loop is not None
@@ -363,7 +299,7 @@ class ConcurrentConsumer(Consumer):
         if self._on_busy is not None:
             self._on_busy(msg)
 
-    async def _run_task(self, fl: _Flight) -> None:
+    async def _run_task(self, fl: Flight) -> None:
         """An async handler's task: runs it, then lands its outcome (in the
         task itself: no callback, no extra turn of the loop per message)."""
         assert fl.msg is not None
@@ -379,14 +315,14 @@ class ConcurrentConsumer(Consumer):
             fl.error = exc
         self._landed(fl)
 
-    def _run_thread(self, fl: _Flight) -> None:
+    def _run_thread(self, fl: Flight) -> None:
         """A plain handler, in a handler thread; its end is handed to the loop
         in batches (one wake-up of the loop for all that ended meanwhile)."""
         assert fl.msg is not None and self._loop is not None
         try:
             result = self.handler(fl.msg)
             if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
-                asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
+                asyncio.run_coroutine_threadsafe(awaited(result), self._loop).result()
         except BaseException as exc:  # noqa: BLE001 - judged by _landed, in the loop
             fl.error = exc
         self._landed_q.append(fl)
@@ -404,7 +340,7 @@ class ConcurrentConsumer(Consumer):
         while self._landed_q:
             self._landed(self._landed_q.popleft())
 
-    def _landed(self, fl: _Flight) -> None:
+    def _landed(self, fl: Flight) -> None:
         """A handler is done (in the loop): its outcome is due."""
         if self._flights.pop(id(fl), None) is None:
             return  # a thread abandoned past message_timeout: settled already
@@ -426,7 +362,7 @@ class ConcurrentConsumer(Consumer):
         self._finished.append(fl)
         self._wake()
 
-    def _time_out(self, fl: _Flight) -> None:
+    def _time_out(self, fl: Flight) -> None:
         """message_timeout passed for ``fl`` (called in the loop)."""
         if id(fl) not in self._flights:
             return
@@ -451,13 +387,13 @@ class ConcurrentConsumer(Consumer):
             self._threads.replace_one()
         self._wake()
 
-    def _timeout_outcome(self, msg: message.Message) -> _Outcome:
+    def _timeout_outcome(self, msg: message.Message) -> Outcome:
         """A message past message_timeout: a failed attempt, reason "timeout"."""
         text = f"message_timeout {self.queue.message_timeout_s:g}s passed"
         failed = self._failure(msg, TimeoutError(text))
         meta = scripts.meta_json("timeout", error_type="TimeoutError", error=text, message_id=msg.id,
                                  consumer=self.consumer_id)
-        return _Outcome(False, meta, threshold=failed.threshold, delay_ms=failed.delay_ms)
+        return Outcome(False, meta, threshold=failed.threshold, delay_ms=failed.delay_ms)
 
     def _report(self) -> None:
         if self._on_busy is not None:
@@ -586,10 +522,6 @@ class ConcurrentConsumer(Consumer):
                     log.info("queue %s: consumer %s handles message %s found in its list",
                              self.name, self.consumer_id, message.peek_id(taken))
                     self._launch(taken)
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
 
 
 def make_consumer(broker: Broker, queue: QueueConfig, handler: Handler, **options: Any) -> Consumer:
