@@ -67,20 +67,24 @@ def child_signals(on_stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: on_stop())
 
 
-def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_path: Optional[str] = None) -> Any:
-    """In a forked child: run an smqsup Consumer of ``queue`` until SIGTERM
-    (cProfile'd into ``profile_path`` when given); return it once stopped."""
+def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_path: Optional[str] = None,
+                 concurrency: int = 1) -> Any:
+    """In a forked child: run the smqsup consumer of ``queue`` that
+    ``concurrency`` asks for (``make_consumer``: the sequential Consumer for
+    1) until SIGTERM (cProfile'd into ``profile_path`` when given: the loop's
+    thread only); return it once stopped."""
     import cProfile
 
     from smqsup.broker import Broker
     from smqsup.config import QueueConfig
     from smqsup.consumer import Consumer
+    from smqsup.flight import make_consumer
 
     holder: dict[str, Consumer] = {}
     stop_early: list[int] = []
     child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))
     broker = Broker(url, NAMESPACE)
-    consumer = Consumer(broker, QueueConfig(name=queue, handler="bench:handler"), handler)
+    consumer = make_consumer(broker, QueueConfig(name=queue, handler="bench:handler", concurrency=concurrency), handler)
     holder["c"] = consumer
     if stop_early:
         consumer.request_stop()
@@ -156,6 +160,14 @@ def unblock_all(client: "redis.Redis[bytes]") -> None:
     for info in client.client_list():
         if info.get("cmd") == "blmove" or "b" in info.get("flags", ""):
             client.client_unblock(int(info["id"]), error=False)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (getrusage ru_maxrss; a
+    forked child's figure includes the pages it shares with its parent)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def command_calls(client: "redis.Redis[bytes]") -> dict[str, int]:

@@ -1,6 +1,7 @@
 """Throughput of smqsup against a minimal hand-written redis-py loop (DESIGN section 7).
 
     python tests/bench/throughput.py [--messages 20000] [--repeats 3] [--profile auto] [--priority]
+    python tests/bench/throughput.py --handler redis2 --concurrency 1 4 --consumers 2
 
 Consumers (no-op handler), 1 and 2 consumer processes (fork), each case run
 ``--repeats`` times alternating smqsup / raw (ABBA order), median reported:
@@ -37,6 +38,18 @@ consumer); every later take goes through the priority-aware scripts. The
 publishing figures are left out in this mode (tests/bench/publish_options.py
 measures publishing with options).
 
+``--handler redis2 --concurrency 1 4``: short handlers. The handler makes two
+Redis calls, INCR then RPUSH, pipelined (one round trip), on its own redis-py
+client to the same server; smqsup runs it at each ``--concurrency`` (above 1:
+ConcurrentConsumer, the plain def handler on that many threads). The raw loop
+becomes BLMOVE + the same handler + LREM, and a third kind, "bare", is the
+raw loop with no handler at all (the default mode's raw). After every run
+with the handler its counter must equal the messages (each ran once). The
+table gives smqsup's ratio to both loops; targets at concurrency 4: >= 2x the
+loop with the handler, >= 1x the bare loop. ``--concurrency`` with the
+default no-op handler times smqsup at each concurrency against the raw loop.
+Without these options the output and the runs are the default mode's above.
+
 A private redis-server (unix socket, appendfsync everysec) in a temp dir is
 started and stopped by this script; Ctrl-C stops everything it started.
 """
@@ -66,21 +79,46 @@ NS = common.NAMESPACE
 LEVELS = 10
 
 
+#: What the redis2 handler INCRs and RPUSHes to (the parent checks and deletes them after each run).
+COUNTER_KEY, LOG_KEY = f"{NS}:bench:redis2:count", f"{NS}:bench:redis2:log"
+
+
 def noop(message: Any) -> None:
     """The benchmark handler: does nothing."""
+
+
+def redis2_handler(url: str) -> Callable[[Any], None]:
+    """The "redis2" handler of a process: two Redis calls, INCR then RPUSH,
+    pipelined (one round trip), on its own redis-py client (made here, after
+    the fork; its pool gives each handler thread a connection of its own)."""
+    client = redis.Redis.from_url(url)
+
+    def redis2(message: Any) -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.incr(COUNTER_KEY)
+        pipe.rpush(LOG_KEY, b"1")
+        pipe.execute()
+
+    return redis2
+
+
+def make_handler(name: str, url: str) -> Callable[[Any], None]:
+    return noop if name == "noop" else redis2_handler(url)
 
 
 # --- consumer processes (run in forked children) --------------------------------------
 
 
-def smq_worker(url: str, queue: str, out: Any, profile_path: Optional[str]) -> None:
-    consumer = common.run_consumer(url, queue, noop, profile_path)
-    out.put(("smqsup", os.getpid(), consumer.stats.received, consumer.stats.acked))
+def smq_worker(url: str, queue: str, out: Any, profile_path: Optional[str], handler: str, concurrency: int) -> None:
+    consumer = common.run_consumer(url, queue, make_handler(handler, url), profile_path, concurrency)
+    out.put(("smqsup", os.getpid(), consumer.stats.received, consumer.stats.acked, common.peak_rss_bytes()))
 
 
-def raw_worker(url: str, queue: str, out: Any, profile_path: Optional[str]) -> None:
+def raw_worker(url: str, queue: str, out: Any, profile_path: Optional[str], handler: str, concurrency: int) -> None:
+    """BLMOVE, the handler (none for "noop": the plain loop), LREM; one message at a time."""
     state = {"stop": False}
     common.child_signals(lambda: state.__setitem__("stop", True))
+    call = None if handler == "noop" else make_handler(handler, url)
     keys = QueueKeys(NS, queue)
     cid = f"raw-{os.getpid()}"
     pending, proc = keys.pending, keys.processing(cid)
@@ -91,14 +129,22 @@ def raw_worker(url: str, queue: str, out: Any, profile_path: Optional[str]) -> N
         frame = r.blmove(pending, proc, 1, "RIGHT", "LEFT")
         if frame is None:
             continue
+        if call is not None:
+            call(frame)
         r.lrem(proc, 1, frame)
         n += 1
     r.hdel(keys.consumers, cid)
     r.close()
-    out.put(("raw", os.getpid(), n, n))
+    out.put(("raw", os.getpid(), n, n, common.peak_rss_bytes()))
 
 
-WORKERS: dict[str, Callable[..., None]] = {"smqsup": smq_worker, "prio": smq_worker, "raw": raw_worker}
+WORKERS: dict[str, Callable[..., None]] = {"smqsup": smq_worker, "prio": smq_worker, "raw": raw_worker,
+                                           "bare": raw_worker}
+
+
+def label(kind: str, concurrency: int) -> str:
+    """A case's name in the runs and tables: the kind, with its concurrency above 1."""
+    return kind if concurrency == 1 else f"{kind} c{concurrency}"
 
 
 # --- one timed consumer run ------------------------------------------------------------
@@ -111,23 +157,34 @@ class Bench:
         self.client = redis.Redis.from_url(url)
         self.producer = Producer(url, NS)
         self.bodies = [{"i": i} for i in range(args.messages)]
+        #: What each consumer of the last run reported: (kind, pid, received, acked, peak RSS bytes).
+        self.results: list[tuple[Any, ...]] = []
         self.children = common.Children()
         self.run_no = 0
         self.cmds: dict[tuple[str, int], dict[str, float]] = {}
 
-    def consume_run(self, kind: str, n_consumers: int, profile_path: Optional[str] = None) -> float:
-        """One timed run; returns messages per second."""
+    def spawn(self, kind: str, queue: str, out: Any, profile_path: Optional[str], concurrency: int) -> None:
+        """Fork one consumer process of ``kind``. Kind "bare" runs the raw
+        loop without the handler; "raw" and "smqsup" run ``--handler``."""
+        self.children.start(WORKERS[kind], self.url, queue, out, profile_path,
+                            "noop" if kind == "bare" else self.args.handler, concurrency)
+
+    def consume_run(self, kind: str, n_consumers: int, profile_path: Optional[str] = None,
+                    concurrency: int = 1, messages: int = 0) -> float:
+        """One timed run of ``messages`` (default ``--messages``); returns
+        messages per second. A run in which no message is taken for
+        ``--stall-s`` raises (a stuck consumer, not a slow one)."""
         self.run_no += 1
         queue = f"tp{self.run_no}"
         keys = QueueKeys(NS, queue)
         stage = QueueKeys(NS, f"tp{self.run_no}stage")
-        n = self.args.messages
+        n = messages or self.args.messages
         out = common.CTX.SimpleQueue()
         try:
             for _ in range(n_consumers):
-                self.children.start(WORKERS[kind], self.url, queue, out, profile_path)
+                self.spawn(kind, queue, out, profile_path, concurrency)
             common.wait_ready(self.client, keys.consumers, n_consumers, children=self.children)
-            moves = self.stage(kind, stage, keys)
+            moves = self.stage(kind, stage, keys, n)
             lists = [keys.processing(cid.decode()) for cid in self.client.hkeys(keys.consumers)]
             poll_keys = [keys.pending, *lists]
 
@@ -140,13 +197,21 @@ class Bench:
                 return sum(pipe.execute())
 
             sleep_s = self.args.poll_ms / 1000.0
+            stall_s = self.args.stall_s
             before = common.command_calls(self.client)
             t0 = time.perf_counter()
             self.release(moves)  # wakes the blocked consumers
+            left, moved = n, t0
             while True:
                 time.sleep(sleep_s)
-                if not remaining():
+                now_left = remaining()
+                if not now_left:
                     break
+                if now_left != left:
+                    left, moved = now_left, time.perf_counter()
+                elif time.perf_counter() - moved > stall_s:
+                    raise RuntimeError(f"{label(kind, concurrency)} x{n_consumers}: {left} of {n} messages "
+                                       f"still queued or in flight, none taken for {stall_s:g} s")
             elapsed = time.perf_counter() - t0
             after = common.command_calls(self.client)
         finally:
@@ -154,30 +219,47 @@ class Bench:
         results = []
         while not out.empty():
             results.append(out.get())
+        self.results = results
         done = sum(r[3] for r in results)
+        name = label(kind, concurrency)
         if done != n:
-            print(f"  WARNING: {kind} x{n_consumers}: consumers report {done} acked of {n}", file=sys.stderr)
+            print(f"  WARNING: {name} x{n_consumers}: consumers report {done} acked of {n}", file=sys.stderr)
+        self.check_handler(kind, name, n_consumers, n)
         # commands sent by consumers per message (the parent's polling excluded)
         delta = common.calls_delta(before, after)
         for ours in ("llen", "rename", "info", "zcard", "multi", "exec"):
             delta.pop(ours, None)
-        self.cmds[(kind, n_consumers)] = {k: v / n for k, v in delta.items()}
+        self.cmds[(name, n_consumers)] = {k: v / n for k, v in delta.items()}
         return n / elapsed
 
-    def stage(self, kind: str, stage: QueueKeys, keys: QueueKeys) -> list[tuple[str, str]]:
-        """Publish the run's messages to the staging queue: all at priority 0,
-        or (kind "prio") one publish_many per priority 0-9; the RENAMEs
-        (staged key, consumed key) that release them, the pending list last."""
-        n = self.args.messages
+    def check_handler(self, kind: str, name: str, n_consumers: int, n: int) -> None:
+        """After a run: the redis2 handler ran once per message (its counter);
+        its keys are deleted for the next run."""
+        if self.args.handler == "noop":
+            return
+        count = int(self.client.get(COUNTER_KEY) or 0)
+        expected = 0 if kind == "bare" else n
+        if count != expected:
+            print(f"  WARNING: {name} x{n_consumers}: the handler ran {count} times for {expected} messages",
+                  file=sys.stderr)
+        self.client.delete(COUNTER_KEY, LOG_KEY)
+
+    def stage(self, kind: str, stage: QueueKeys, keys: QueueKeys, n: int) -> list[tuple[str, str]]:
+        """Publish the run's ``n`` messages to the staging queue: all at
+        priority 0, or (kind "prio") one publish_many per priority 0-9; the
+        RENAMEs (staged key, consumed key) that release them, the pending list last."""
+        if len(self.bodies) < n:
+            self.bodies = [{"i": i} for i in range(n)]
         if kind != "prio":
-            self.producer.publish_many(stage.queue, self.bodies)
+            self.producer.publish_many(stage.queue, self.bodies[:n])
             if self.client.llen(stage.pending) != n:
                 raise RuntimeError("staging list does not hold every message")
             return [(stage.pending, keys.pending)]
         per = -(-n // LEVELS)
+        bodies = self.bodies[:n]
         for p in range(LEVELS):
-            if self.bodies[p * per:(p + 1) * per]:
-                self.producer.publish_many(stage.queue, self.bodies[p * per:(p + 1) * per], priority=p)
+            if bodies[p * per:(p + 1) * per]:
+                self.producer.publish_many(stage.queue, bodies[p * per:(p + 1) * per], priority=p)
         if self.client.llen(stage.pending) + self.client.zcard(stage.priority) != n:
             raise RuntimeError("staging list and priority set do not hold every message")
         moves = [(stage.priority, keys.priority), (stage.priority_seq, keys.priority_seq)]
@@ -263,16 +345,26 @@ def profile_report(path: str, top: int) -> str:
     return buf.getvalue()
 
 
+def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(kind, concurrency) of every run of one repeat, in order."""
+    if args.priority:
+        return [("smqsup", 1), ("prio", 1), ("raw", 1)]
+    found = [("smqsup", c) for c in args.concurrency] + [("raw", 1)]
+    return found + [("bare", 1)] if args.handler != "noop" else found
+
+
 def run_cases(bench: Bench, args: argparse.Namespace) -> dict[tuple[str, int], list[float]]:
-    """Every timed run, ``--repeats`` per case, the kinds' order reversed every other repeat."""
-    kinds = ("smqsup", "prio", "raw") if args.priority else ("smqsup", "raw")
+    """Every timed run, ``--repeats`` per case, the cases' order reversed every other repeat."""
+    order = cases(args)
+    width = max(len(label(kind, c)) for kind, c in order)
     rates: dict[tuple[str, int], list[float]] = {}
     for nc in args.consumers:
         for rep in range(args.repeats):
-            for kind in (kinds if rep % 2 == 0 else kinds[::-1]):
-                rate = bench.consume_run(kind, nc)
-                rates.setdefault((kind, nc), []).append(rate)
-                print(f"  run: {kind:6s} x{nc}  {rate:9,.0f} msg/s", flush=True)
+            for kind, concurrency in (order if rep % 2 == 0 else order[::-1]):
+                rate = bench.consume_run(kind, nc, concurrency=concurrency)
+                name = label(kind, concurrency)
+                rates.setdefault((name, nc), []).append(rate)
+                print(f"  run: {name:{width}s} x{nc}  {rate:9,.0f} msg/s", flush=True)
     return rates
 
 
@@ -292,6 +384,41 @@ def print_consumers(rates: dict[tuple[str, int], list[float]], args: argparse.Na
         print(f"{nc:>9} | {s:9,.0f} | {r:12,.0f} | {s / r:5.2f} | {target}"
               f"   [smqsup {runs(rates, 'smqsup', nc)}; raw {runs(rates, 'raw', nc)}]")
     return worst
+
+
+def print_handler(rates: dict[tuple[str, int], list[float]], args: argparse.Namespace) -> float:
+    """The consumer table of --handler / --concurrency; the worst smqsup / raw ratio."""
+    bare = args.handler != "noop"
+    what = ("redis2: INCR + RPUSH pipelined on its own client" if bare else "no-op")
+    print(f"\nConsumers, handler {what} (median msg/s; all runs in brackets)"
+          + ("\n  raw: BLMOVE + the handler + LREM; bare: BLMOVE + LREM, no handler" if bare else ""))
+    print(f"{'consumers':>9} | {'concurrency':>11} | {'smqsup':>9} | {'raw redis-py':>12} | {'ratio':>5}"
+          + (f" | {'bare loop':>9} | {'/bare':>5}" if bare else "") + " | target")
+    worst = float("inf")
+    for nc in args.consumers:
+        r = common.median(rates[("raw", nc)])
+        b = common.median(rates[("bare", nc)]) if bare else 0.0
+        for c in args.concurrency:
+            name = label("smqsup", c)
+            s = common.median(rates[(name, nc)])
+            worst = min(worst, s / r)
+            line = f"{nc:>9} | {c:>11} | {s:9,.0f} | {r:12,.0f} | {s / r:5.2f}"
+            if bare:
+                line += f" | {b:9,.0f} | {s / b:5.2f}"
+            line += f" | {handler_target(args, nc, c, s / r, s / b if bare else 0.0)}"
+            print(f"{line}   [{name} {runs(rates, name, nc)}]")
+        print(f"{'':>9}   raw {runs(rates, 'raw', nc)}" + (f"; bare {runs(rates, 'bare', nc)}" if bare else ""))
+    return worst
+
+
+def handler_target(args: argparse.Namespace, nc: int, concurrency: int, to_raw: float, to_bare: float) -> str:
+    """The target column of one row of the --handler table."""
+    if args.handler == "noop":
+        return ">= 0.90" if nc == 2 and concurrency == 1 else "-"
+    if concurrency != 4:
+        return "-"
+    ok = to_raw >= 2.0 and to_bare >= 1.0
+    return f">= 2.00 raw, >= 1.00 bare: {'OK' if ok else 'MISSED'}"
 
 
 def print_priority(rates: dict[tuple[str, int], list[float]], args: argparse.Namespace) -> float:
@@ -334,6 +461,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 2], help="consumer counts")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case (median)")
     parser.add_argument("--poll-ms", type=float, default=2.0, help="LLEN polling interval")
+    parser.add_argument("--stall-s", type=float, default=30.0,
+                        help="a run in which no message is taken this long fails (default 30)")
     parser.add_argument("--publish-many", type=int, default=10_000, help="messages in publish_many")
     parser.add_argument("--single", type=int, default=1_000, help="single publishes timed")
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
@@ -341,7 +470,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--priority", action="store_true",
                         help="also time runs with the messages spread over priorities 0-9")
-    return parser.parse_args()
+    parser.add_argument("--handler", choices=("noop", "redis2"), default="noop",
+                        help="the consumers' handler: noop, or redis2 (INCR + RPUSH pipelined, its own client)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1],
+                        help="smqsup concurrency per consumer process, each a case (default 1)")
+    args = parser.parse_args()
+    if args.priority and (args.handler != "noop" or args.concurrency != [1]):
+        parser.error("--priority runs the no-op handler at concurrency 1 only")
+    return args
+
+
+def plain(args: argparse.Namespace) -> bool:
+    """The default mode: the no-op handler at concurrency 1 (the standing throughput figure)."""
+    return args.handler == "noop" and args.concurrency == [1]
 
 
 def main() -> int:
@@ -353,17 +494,25 @@ def main() -> int:
             version = bench.client.info("server")["redis_version"]
             print(f"redis-server {version}, unix socket, appendfsync everysec; "
                   f"{args.messages} messages per run, median of {args.repeats}\n")
+            if not plain(args):
+                print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}\n")
             rates = run_cases(bench, args)
-            worst = print_priority(rates, args) if args.priority else print_consumers(rates, args)
+            if args.priority:
+                worst = print_priority(rates, args)
+            else:
+                worst = print_consumers(rates, args) if plain(args) else print_handler(rates, args)
             print_commands(bench)
-            if not args.priority:
+            if plain(args) and not args.priority:
                 print_publishing(bench, args)
             if args.profile == "always" or (args.profile == "auto" and worst < 0.9):
                 path = os.path.join(str(server.data_dir), "consumer.prof")
                 kind = "prio" if args.priority else "smqsup"
-                rate = bench.consume_run(kind, 1, profile_path=path)
-                label = "priorities 0-9, " if args.priority else ""
-                print(f"\ncProfile of one smqsup consumer ({label}1 consumer, {rate:,.0f} msg/s under the profiler)")
+                concurrency = args.concurrency[0]
+                rate = bench.consume_run(kind, 1, profile_path=path, concurrency=concurrency)
+                what = "priorities 0-9, " if args.priority else ""
+                if not plain(args):
+                    what = f"handler {args.handler}, concurrency {concurrency}, the loop's thread only, "
+                print(f"\ncProfile of one smqsup consumer ({what}1 consumer, {rate:,.0f} msg/s under the profiler)")
                 print(profile_report(path, args.profile_top))
         except KeyboardInterrupt:
             print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
