@@ -43,7 +43,10 @@ Redis calls, INCR then RPUSH, pipelined (one round trip), on its own redis-py
 client to the same server; smqsup runs it at each ``--concurrency`` (above 1:
 ConcurrentConsumer, the plain def handler on that many threads). The raw loop
 becomes BLMOVE + the same handler + LREM, and a third kind, "bare", is the
-raw loop with no handler at all (the default mode's raw). After every run
+raw loop with no handler at all (the default mode's raw); at each
+concurrency above 1 the raw loop also runs on that many threads per process
+(each thread its own client and list): what that many CPython threads doing
+the loop get through, the GIL's ceiling for smqsup's threads. After every run
 with the handler its counter must equal the messages (each ran once). The
 table gives smqsup's ratio to both loops; targets at concurrency 4: >= 2x the
 loop with the handler, >= 1x the bare loop. ``--concurrency`` with the
@@ -61,6 +64,7 @@ import json
 import os
 import pstats
 import sys
+import threading
 import time
 from collections.abc import Callable
 from io import StringIO
@@ -115,26 +119,38 @@ def smq_worker(url: str, queue: str, out: Any, profile_path: Optional[str], hand
 
 
 def raw_worker(url: str, queue: str, out: Any, profile_path: Optional[str], handler: str, concurrency: int) -> None:
-    """BLMOVE, the handler (none for "noop": the plain loop), LREM; one message at a time."""
+    """BLMOVE, the handler (none for "noop": the plain loop), LREM; one message at a time, on each of
+    ``concurrency`` threads (each its own client and list: the most N threads doing this loop get
+    through one CPython process, GIL and all)."""
     state = {"stop": False}
     common.child_signals(lambda: state.__setitem__("stop", True))
-    call = None if handler == "noop" else make_handler(handler, url)
     keys = QueueKeys(NS, queue)
-    cid = f"raw-{os.getpid()}"
-    pending, proc = keys.pending, keys.processing(cid)
-    r = redis.Redis.from_url(url)
-    r.hset(keys.consumers, cid, "{}")  # so the parent finds our list and counts us ready
-    n = 0
-    while not state["stop"]:
-        frame = r.blmove(pending, proc, 1, "RIGHT", "LEFT")
-        if frame is None:
-            continue
-        if call is not None:
-            call(frame)
-        r.lrem(proc, 1, frame)
-        n += 1
-    r.hdel(keys.consumers, cid)
-    r.close()
+    counts = [0] * concurrency
+
+    def loop(i: int) -> None:
+        call = None if handler == "noop" else make_handler(handler, url)
+        cid = f"raw-{os.getpid()}-{i}"
+        pending, proc = keys.pending, keys.processing(cid)
+        r = redis.Redis.from_url(url)
+        r.hset(keys.consumers, cid, "{}")  # so the parent finds our list and counts us ready
+        while not state["stop"]:
+            frame = r.blmove(pending, proc, 1, "RIGHT", "LEFT")
+            if frame is None:
+                continue
+            if call is not None:
+                call(frame)
+            r.lrem(proc, 1, frame)
+            counts[i] += 1
+        r.hdel(keys.consumers, cid)
+        r.close()
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(1, concurrency)]
+    for th in threads:
+        th.start()
+    loop(0)
+    for th in threads:
+        th.join()
+    n = sum(counts)
     out.put(("raw", os.getpid(), n, n, common.peak_rss_bytes()))
 
 
@@ -350,7 +366,9 @@ def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
     if args.priority:
         return [("smqsup", 1), ("prio", 1), ("raw", 1)]
     found = [("smqsup", c) for c in args.concurrency] + [("raw", 1)]
-    return found + [("bare", 1)] if args.handler != "noop" else found
+    if args.handler == "noop":
+        return found
+    return found + [("raw", c) for c in args.concurrency if c > 1] + [("bare", 1)]
 
 
 def run_cases(bench: Bench, args: argparse.Namespace) -> dict[tuple[str, int], list[float]]:
@@ -406,8 +424,14 @@ def print_handler(rates: dict[tuple[str, int], list[float]], args: argparse.Name
             if bare:
                 line += f" | {b:9,.0f} | {s / b:5.2f}"
             line += f" | {handler_target(args, nc, c, s / r, s / b if bare else 0.0)}"
+            threads = (label("raw", c), nc)
+            if c > 1 and threads in rates:
+                t = common.median(rates[threads])
+                line += f" | raw loop on {c} threads {t:,.0f}: {s / t:.2f}"
             print(f"{line}   [{name} {runs(rates, name, nc)}]")
-        print(f"{'':>9}   raw {runs(rates, 'raw', nc)}" + (f"; bare {runs(rates, 'bare', nc)}" if bare else ""))
+        print(f"{'':>9}   raw {runs(rates, 'raw', nc)}" + (f"; bare {runs(rates, 'bare', nc)}" if bare else "")
+              + "".join(f"; raw c{c} {runs(rates, label('raw', c), nc)}" for c in args.concurrency
+                        if c > 1 and (label("raw", c), nc) in rates))
     return worst
 
 
