@@ -276,3 +276,29 @@ def test_declared_dead_with_messages_in_flight_their_acks_are_late_and_the_copie
         assert c.stats.late_acks == 3 and redis_client.llen(K.pending) == 0
     finally:
         r.stop()
+
+
+def test_a_stop_with_redis_away_leaves_the_unrecorded_outcomes_in_the_list_for_reclaim(
+        redis_server: Any, redis_url: str, redis_client: redis.Redis) -> None:
+    """Stopping while Redis is down: run() returns instead of retrying for ever, and the 4 messages whose
+    acks could not be sent are still in the consumer's list once Redis is back (the reclaim's to return)."""
+    release = threading.Event()
+
+    async def handle(msg: Any) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+    with Producer(redis_url) as p:
+        p.publish_many("q", [1, 2, 3, 4])
+    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=4), handle,
+                           fetch_block_s=0.2)
+    result: list[str] = []
+    runner = threading.Thread(target=lambda: result.append(c.run()), daemon=True)
+    runner.start()
+    wait_for(lambda: c.flight()[0] == 4)
+    c.request_stop()
+    redis_server.kill()
+    release.set()
+    runner.join(15)
+    assert result == ["stopped"]
+    redis_server.start()
+    assert redis_client.llen(K.processing(c.consumer_id)) == 4 and redis_client.llen(K.pending) == 0
