@@ -226,6 +226,16 @@ def _closed(conn: Any) -> bool:
         return True
 
 
+def _packed(args: tuple[Any, ...]) -> bytes:
+    """``args`` as one RESP command; DataError (as redis-py raises) for an
+    argument hiredis cannot encode."""
+    assert _pack_one is not None
+    try:
+        return _pack_one(args)
+    except TypeError as exc:
+        raise rexc.DataError(str(exc)) from exc
+
+
 class HotLine:
     """A connection held per thread for the per-message commands (BLMOVE, the
     ack/nack scripts, a single publish). It bypasses the pool checkout and
@@ -247,7 +257,7 @@ class HotLine:
         else:
             # hiredis packs our arguments (str, bytes, int) as redis-py would,
             # without its per-argument Python pass: the hot path's largest cost.
-            conn.send_packed_command([_pack_one(args)])
+            conn.send_packed_command([_packed(args)])
         return conn.read_response()
 
     def execute_many(self, *commands: Sequence[Any], raise_error: bool = True) -> list[Any]:
@@ -259,7 +269,7 @@ class HotLine:
         if _pack_one is None:
             conn.send_packed_command(conn.pack_commands(commands))
         else:
-            conn.send_packed_command([b"".join([_pack_one(tuple(c)) for c in commands])])
+            conn.send_packed_command([b"".join([_packed(tuple(c)) for c in commands])])
         replies: list[Any] = []
         for _ in commands:
             try:

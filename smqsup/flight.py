@@ -21,12 +21,12 @@ includes/ready.lua requires), and never while a batch of settles is due. A
 busy queue costs one round trip per batch of finished messages; an empty one
 costs one BLMOVE per ``fetch_block_s`` and no polling.
 
-message_timeout: an async task past it is cancelled and its message costs an
-attempt (reason "timeout"). A thread cannot be cancelled: its message is
-nacked the same way at once, the thread is left to finish alone (anything it
-returns later is ignored) and a fresh thread takes its place; once the stuck
-threads number ``concurrency`` the consumer stops, to be replaced. A loop
-that cannot cancel (a handler blocking it) is killed by the supervisor
+message_timeout: past it, a message costs an attempt at once (reason
+"timeout") and frees its slot: an async task is cancelled; a thread cannot
+be, so it is left to finish alone (anything it returns later is ignored) and
+a fresh thread takes its place; once ``concurrency`` threads are stuck at
+once the consumer takes nothing more and ends, to be replaced. A loop that
+cannot run its timers (a handler blocking it) is killed by the supervisor
 (``decide.kill_after_s``): then every message in flight costs an attempt.
 """
 
@@ -164,9 +164,9 @@ class ConcurrentConsumer(Consumer):
                     if self._fetching is not None:
                         await asyncio.wait([self._fetching])  # its BLMOVE ends within fetch_block_s
                     self._recover_flights()
-                    backoff = defaults.RECONNECT_BACKOFF_MIN_S
                     continue
                 self._launch_all(self._exchange())
+                backoff = defaults.RECONNECT_BACKOFF_MIN_S  # (only a round trip that worked resets it)
                 self._maybe_block()
                 await self._wait()
             except BrokerError as exc:
@@ -307,22 +307,19 @@ class ConcurrentConsumer(Consumer):
             result = self.handler(fl.msg)
             if inspect.isawaitable(result):
                 await result
-        except asyncio.CancelledError as exc:
-            if not fl.timed_out:
-                raise
-            fl.error = exc
-        except Exception as exc:  # noqa: BLE001 - judged by _landed
+        except BaseException as exc:  # noqa: BLE001 - judged by _landed (a CancelledError included)
             fl.error = exc
         self._landed(fl)
 
     def _run_thread(self, fl: Flight) -> None:
         """A plain handler, in a handler thread; its end is handed to the loop
         in batches (one wake-up of the loop for all that ended meanwhile)."""
-        assert fl.msg is not None and self._loop is not None
+        loop = self._loop  # this run's loop: closed (never None'd here) if we outlive it
+        assert fl.msg is not None and loop is not None
         try:
             result = self.handler(fl.msg)
             if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
-                asyncio.run_coroutine_threadsafe(awaited(result), self._loop).result()
+                asyncio.run_coroutine_threadsafe(awaited(result), loop).result()
         except BaseException as exc:  # noqa: BLE001 - judged by _landed, in the loop
             fl.error = exc
         self._landed_q.append(fl)
@@ -331,7 +328,7 @@ class ConcurrentConsumer(Consumer):
             # drain clears the flag before it empties the deque.
             self._poked = True
             try:
-                self._loop.call_soon_threadsafe(self._drain_threads)
+                loop.call_soon_threadsafe(self._drain_threads)
             except RuntimeError:  # the loop is closed: a thread abandoned past message_timeout ended late
                 pass
 
@@ -342,49 +339,60 @@ class ConcurrentConsumer(Consumer):
 
     def _landed(self, fl: Flight) -> None:
         """A handler is done (in the loop): its outcome is due."""
+        exc = fl.error
         if self._flights.pop(id(fl), None) is None:
-            return  # a thread abandoned past message_timeout: settled already
+            # Settled at its message_timeout already: what it did since is
+            # ignored. A thread that was stuck is free again.
+            if fl.task is None:
+                self._stuck -= 1
+            return
         if fl.timer is not None:
             fl.timer.cancel()
         self.stats.busy_s += time.perf_counter() - fl.started
         assert fl.msg is not None
-        exc = fl.error
-        if fl.timed_out:
-            fl.outcome = self._timeout_outcome(fl.msg)  # whatever the cancelled task did after
-        elif exc is None:
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            raise exc  # as in the sequential loop: the process ends, its list is reclaimed
+        if exc is None:
             fl.outcome = _OK
         elif isinstance(exc, Reject):
             fl.outcome = self._rejected(fl.msg, exc)
         elif isinstance(exc, Exception):
             fl.outcome = self._failure(fl.msg, exc)
         else:
-            raise exc  # SystemExit, KeyboardInterrupt in a handler thread: as in the sequential loop
+            # A CancelledError none of our timeouts caused (the handler awaited
+            # something cancelled), GeneratorExit...: a failed attempt.
+            fl.outcome = self._failure(fl.msg, RuntimeError(f"the handler raised {type(exc).__name__}: {exc}"))
         self._finished.append(fl)
+        self._report()
         self._wake()
 
     def _time_out(self, fl: Flight) -> None:
-        """message_timeout passed for ``fl`` (called in the loop)."""
-        if id(fl) not in self._flights:
+        """message_timeout passed for ``fl`` (called in the loop): its message
+        costs an attempt now, whatever its handler does after. A task is
+        cancelled; a thread cannot be, so it is left to finish alone and
+        another takes its place (until ``concurrency`` are stuck at once)."""
+        if self._flights.pop(id(fl), None) is None:
             return
         fl.timed_out = True
         assert fl.msg is not None
         log.warning("queue %s: message %s ran past message_timeout %gs; %s", self.name, fl.msg.id,
                     self.queue.message_timeout_s,
-                    "cancelling it" if self._async else "its thread is left behind, a new one replaces it")
-        if fl.task is not None:
-            fl.task.cancel()  # _run_task lands the timeout once the task has ended
-            return
-        assert self._threads is not None
-        del self._flights[id(fl)]
+                    "cancelling it" if fl.task is not None else "its thread is left behind")
         self.stats.busy_s += time.perf_counter() - fl.started
         fl.outcome = self._timeout_outcome(fl.msg)
         self._finished.append(fl)
-        self._stuck += 1
-        if self._stuck >= self._size:
-            log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes "
-                      "nothing more and ends once the others finish", self.name, self.consumer_id, self._stuck)
+        if fl.task is not None:
+            fl.task.cancel()
         else:
-            self._threads.replace_one()
+            assert self._threads is not None
+            self._stuck += 1
+            if self._stuck >= self._size:
+                log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes "
+                          "nothing more and ends once the others finish", self.name, self.consumer_id,
+                          self._stuck)
+            else:
+                self._threads.replace_one()
+        self._report()
         self._wake()
 
     def _timeout_outcome(self, msg: message.Message) -> Outcome:
@@ -515,6 +523,8 @@ class ConcurrentConsumer(Consumer):
             # (Else its settle ran before the connection broke.)
         self._recover_needed = False
         self._checked = False
+        if not self._taking():
+            return  # found frames stay in our list: given back free by the stop or the renewal
         for frame, count in held.items():
             for _ in range(count):
                 taken = self._screen(frame)

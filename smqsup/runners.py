@@ -57,7 +57,10 @@ class HandlerThreads:
         self._jobs: queue.SimpleQueue[Optional[Flight]] = queue.SimpleQueue()
         self._name = name
         self._work_one = work
+        self._size = size
         self._started = 0
+        self._alive = 0  # threads started and not ended: size, plus those stuck in a job
+        self._lock = threading.Lock()
         for _ in range(size):
             self.replace_one()
 
@@ -66,7 +69,9 @@ class HandlerThreads:
 
     def replace_one(self) -> None:
         """Start a thread (one more, or in place of a stuck one)."""
-        self._started += 1
+        with self._lock:
+            self._started += 1
+            self._alive += 1
         threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
 
     def close(self) -> None:
@@ -80,6 +85,10 @@ class HandlerThreads:
             if fl is None:
                 return
             self._work_one(fl)
+            with self._lock:
+                if self._alive > self._size:  # a stuck thread came back: its replacement stays
+                    self._alive -= 1
+                    return
 
 
 async def awaited(awaitable: Awaitable[Any]) -> Any:

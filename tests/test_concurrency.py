@@ -302,3 +302,102 @@ def test_a_stop_with_redis_away_leaves_the_unrecorded_outcomes_in_the_list_for_r
     assert result == ["stopped"]
     redis_server.start()
     assert redis_client.llen(K.processing(c.consumer_id)) == 4 and redis_client.llen(K.pending) == 0
+
+
+def test_a_handler_raising_cancelled_error_or_another_base_exception_costs_an_attempt_and_frees_its_slot(
+        producer: Producer, redis_url: str, redis_client: redis.Redis) -> None:
+    """CancelledError or GeneratorExit out of an async handler (not our timeout) is a failed attempt: the
+    message is dead-lettered at retry_threshold 0, its slot is free again, the others go on, stop ends."""
+    done: list[Any] = []
+
+    async def handle(msg: Any) -> None:
+        if msg.body == "cancelled":
+            raise asyncio.CancelledError()
+        if msg.body == "exit-gen":
+            raise GeneratorExit()
+        done.append(msg.body)
+    producer.publish_many("q", ["cancelled", "exit-gen"] + list(range(20)))
+    holder: list[ConcurrentConsumer] = []
+    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2, retry_threshold=0),
+                           handle, fetch_block_s=0.2)
+    holder.append(c)
+    runner = threading.Thread(target=c.run, daemon=True)
+    runner.start()
+    wait_for(lambda: len(done) == 20 and redis_client.llen(K.dead) == 2, timeout_s=10)
+    reasons = sorted(message.DeadLetter(e).reason for e in redis_client.lrange(K.dead, 0, -1))
+    assert reasons == ["RuntimeError: the handler raised CancelledError: ",
+                       "RuntimeError: the handler raised GeneratorExit: "]
+    assert c.flight() == (0, 0)
+    c.request_stop()
+    runner.join(10)
+    assert not runner.is_alive()
+
+
+def test_while_redis_is_down_finished_messages_leave_the_in_flight_report(
+        redis_server: Any, redis_url: str) -> None:
+    """The busy hook (the supervisor's stuck-loop clock) hears each message end even when its ack cannot
+    be sent: a Redis outage never leaves a stale "busy since" behind."""
+    release = threading.Event()
+    reports: list[tuple[int, int]] = []
+
+    async def handle(msg: Any) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+    with Producer(redis_url) as p:
+        p.publish_many("q", [1, 2])
+    holder: list[ConcurrentConsumer] = []
+    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2), handle,
+                           fetch_block_s=0.2, on_busy=lambda _msg: reports.append(holder[0].flight()))
+    holder.append(c)
+    runner = threading.Thread(target=c.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: c.flight()[0] == 2)
+        redis_server.kill()
+        release.set()
+        wait_for(lambda: reports and reports[-1] == (0, 0), timeout_s=5)
+    finally:
+        c.request_stop()
+        redis_server.start()
+        runner.join(15)
+
+
+def test_threads_stuck_past_message_timeout_that_come_back_leave_the_consumer_taking(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """concurrency 3: two handlers outlast message_timeout (an attempt each) and return; a third later does
+    too. Three timeouts in all, never three threads stuck at once: the consumer goes on taking."""
+    done: list[Any] = []
+    returned: list[int] = []
+
+    def handle(msg: Any) -> None:
+        if msg.body == "slow" and msg.attempts == 0:
+            time.sleep(0.6)
+            returned.append(1)
+            return
+        done.append((msg.body, msg.attempts))
+    r = start(handle, concurrency=3, message_timeout_s=0.3, retry_delay_s=0)
+    producer.publish_many("q", ["slow", "slow"])
+    wait_for(lambda: done == [("slow", 1), ("slow", 1)] and len(returned) == 2, timeout_s=5)
+    producer.publish("q", "slow")
+    wait_for(lambda: len(done) == 3, timeout_s=5)
+    producer.publish_many("q", list(range(10)))
+    wait_for(lambda: len(done) == 13, timeout_s=5)
+    assert r.threads[0].is_alive()
+
+
+def test_a_persistent_error_reply_backs_off_instead_of_retrying_many_times_a_second(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The delayed set overwritten with a string: every nack is refused (WRONGTYPE). The consumer backs off
+    (a handful of retries in 3 s, not dozens) and the message stays in its list."""
+    async def handle(msg: Any) -> None:
+        raise ValueError("fail")
+    redis_client.set(K.delayed, "garbage")
+    caplog.set_level("WARNING", logger="smqsup.flight")
+    r = start(handle, concurrency=2, retry_delay_s=5)
+    producer.publish("q", "x")
+    wait_for(lambda: "WRONGTYPE" in caplog.text, timeout_s=5)
+    holds(lambda: caplog.text.count("retrying in") <= 8, 3.0)
+    assert redis_client.llen(K.processing(r.consumer.consumer_id)) == 1
+    redis_client.delete(K.delayed)
+    wait_for(lambda: redis_client.zcard(K.delayed) == 1, timeout_s=10)
