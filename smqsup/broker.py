@@ -199,11 +199,13 @@ class Broker:
                                   f"Redis >= 6.2") from exc
         return cast(Optional[bytes], frame), bool(paused)
 
-    def take(self, queue: str, consumer_id: str, count: int = 1) -> scripts.TakeResult:
+    def take(self, queue: str, consumer_id: str, count: int = 1,
+             rate: scripts.Rate = scripts.NO_RATE) -> scripts.TakeResult:
         """Take up to ``count`` ready frames (priorities first) without
-        blocking, checking the consumer's registration and the paused flag."""
+        blocking, checking the consumer's registration and the paused flag,
+        each start booked under the queue's ``rate`` limit."""
         with wrapped(f"fetch from {queue!r}"):
-            return scripts.take(self.keys(queue), consumer_id, count).run(self._hot)
+            return scripts.take(self.keys(queue), consumer_id, count, rate).run(self._hot)
 
     def exchange(self, queue: str, calls: Sequence[scripts.Call[Any]]) -> list[Any]:
         """Run ``calls`` (acks, nacks, a take: a concurrent consumer's settles
@@ -224,22 +226,26 @@ class Broker:
                 results.append(call.read(reply))
             return results
 
-    def screen(self, queue: str, consumer_id: str, frame: bytes) -> int:
-        """scripts.HANDLE, GIVEN_BACK (paused), EXPIRED or GONE for a frame
-        fetch() just moved into the consumer's list."""
+    def screen(self, queue: str, consumer_id: str, frame: bytes,
+               rate: scripts.Rate = scripts.NO_RATE) -> tuple[int, int]:
+        """(scripts.HANDLE, GIVEN_BACK (paused), EXPIRED, RATE_LIMITED (given
+        back) or GONE; µs to wait) for a frame fetch() just moved into the
+        consumer's list."""
         with wrapped(f"fetch from {queue!r}"):
-            return scripts.screen(self.keys(queue), consumer_id, frame).run(self._hot)
+            return scripts.screen(self.keys(queue), consumer_id, frame, rate).run(self._hot)
 
-    def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool) -> scripts.AckResult:
+    def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool,
+            rate: scripts.Rate = scripts.NO_RATE) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats).run(self._hot)
+            return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats, rate).run(self._hot)
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
-             meta: str, fetch_next: bool, dead_event: str = "") -> scripts.NackResult:
+             meta: str, fetch_next: bool, dead_event: str = "",
+             rate: scripts.Rate = scripts.NO_RATE) -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
             return scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
                                 delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
-                                dead_event=dead_event).run(self._hot)
+                                dead_event=dead_event, rate=rate).run(self._hot)
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
                      reason: str) -> scripts.ReclaimResult:

@@ -23,7 +23,8 @@ Value syntax, the same everywhere in the file:
 - every number has a bound, and past it a one-line error: consumers 1000 per
   queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
   1h, heartbeat_timeout 1d, dedup_ttl 3650d), sizes 1TB, retry_threshold
-  1,000,000, max_messages 10**9, retry_backoff 100, concurrency 1000. The file itself is at
+  1,000,000, max_messages 10**9, retry_backoff 100, concurrency 1000,
+  rate_limit 1 a day to 1000000/s, rate_burst 100000. The file itself is at
   most 256KiB, 20 levels deep and 25,000 YAML nodes, so that no file, however
   built, can stall or crash a supervisor re-reading it on SIGHUP.
 """
@@ -74,6 +75,18 @@ class QueueConfig:
     #: Messages one consumer process runs at once: tasks of an async handler,
     #: threads of a plain one (1: one at a time, the sequential loop).
     concurrency: int = defaults.CONCURRENCY
+    #: Handler starts per second for the queue across every consumer on
+    #: every host (0: no limit), and how many may start back to back.
+    rate_limit_per_s: float = 0.0
+    rate_burst: int = 1
+
+    @property
+    def rate(self) -> tuple[int, int]:
+        """The limit as the fetch scripts take it (scripts.Rate): µs between
+        starts, burst; (0, 1) without one."""
+        if not self.rate_limit_per_s:
+            return (0, 1)
+        return (max(1, round(1_000_000 / self.rate_limit_per_s)), self.rate_burst)
     #: How long a dedup key refuses duplicates; read by producers only.
     dedup_ttl_s: float = defaults.DEDUP_TTL_S
 
@@ -115,6 +128,8 @@ CONSUMERS_TOTAL_MAX = 1024
 _RETRY_THRESHOLD_MAX = 1_000_000
 #: Messages one consumer runs at once.
 CONCURRENCY_MAX = 1000
+#: Handler starts a rate-limited queue allows back to back.
+RATE_BURST_MAX = 100_000
 #: Messages a consumer handles before it is replaced.
 _MAX_MESSAGES_MAX = 1_000_000_000
 
@@ -199,6 +214,8 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "max_messages": ("max_messages", validate.int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", validate.parse_size),
     "concurrency": ("concurrency", validate.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
+    "rate_limit": ("rate_limit_per_s", validate.rate_limit),
+    "rate_burst": ("rate_burst", validate.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
     "dedup_ttl": ("dedup_ttl_s", validate.positive_long_duration),
 }
 

@@ -149,6 +149,13 @@ class Consumer:
         self._registered = False
         self._busy = False
         self._paused = False
+        #: The queue's rate limit (scripts.Rate) and what it said last: µs to
+        #: hold the frame in hand before its handler starts (its booked
+        #: start), and when (monotonic) to look again after it allowed none.
+        self._rate = queue.rate
+        self._limited = queue.rate_limit_per_s > 0
+        self._hold_us = 0
+        self._look_at = 0.0
 
     # --- control -------------------------------------------------------------
 
@@ -217,6 +224,8 @@ class Consumer:
                     frame = self._fetch()
                     if frame is None:
                         continue
+                if self._hold_us and not self._hold():
+                    break  # stopped while waiting for its start: _finish gives it back free
                 frame = self._process(frame, fetch_next=True)
             except BrokerError as exc:
                 # Connection lost, or Redis refusing (LOADING, READONLY after a
@@ -240,28 +249,51 @@ class Consumer:
         # a ready message may wait in the priority set: the ack or nack script
         # just before has checked both in the same round trip; otherwise (after
         # a fetch timeout, a reconnect, while paused) take.lua asks.
+        # A rate limit that allowed no start: wait until it may, then ask
+        # take.lua (the queue is not empty: no BLMOVE).
         checked, self._registration_checked = self._registration_checked, False
+        if self._look_at:
+            self._pause(self._look_at - time.monotonic())
+            self._look_at = 0.0
+            checked = False
         if self._paused or not checked:
             if self._paused:
                 self._pause(defaults.PAUSED_POLL_S)
-            took = self.broker.take(self.name, self.consumer_id)
+            took = self.broker.take(self.name, self.consumer_id, 1, self._rate)
             if not took.registered:
                 self._lost = True
                 return None
             self._note_paused(took.paused)
-            if took.paused or took.next_frame is not None:
-                return took.next_frame
+            if took.frames:
+                self._hold_us = took.waits_us[0]
+                return took.frames[0]
+            if took.retry_us:
+                self._look_at = time.monotonic() + took.retry_us / 1e6
+            if took.paused or took.retry_us:
+                return None
         frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
-        if frame is not None and (paused or message.has_expiry(frame)):
+        if frame is not None and (paused or self._limited or message.has_expiry(frame)):
             return self._screen(frame)
         return frame
 
+    def _hold(self) -> bool:
+        """Wait for the booked start of the frame in hand (rate limit); False
+        if a stop came meanwhile (the frame, never handled, goes back free)."""
+        hold, self._hold_us = self._hold_us, 0
+        self._pause(hold / 1e6)
+        return not self._stop
+
     def _screen(self, frame: bytes) -> Optional[bytes]:
-        """A frame a blocking fetch took, when the queue turned out paused or
-        the frame carries an expiry: the frame to handle, or None (given back
-        to a paused queue, expired, or reclaimed meanwhile)."""
-        verdict = self.broker.screen(self.name, self.consumer_id, frame)
-        if verdict == scripts.GIVEN_BACK:
+        """A frame a blocking fetch took, when the queue turned out paused,
+        the frame carries an expiry or the queue has a rate limit: the frame
+        to handle (its start booked: ``_hold_us``), or None (given back to a
+        paused or rate-limited queue, expired, or reclaimed meanwhile)."""
+        verdict, wait_us = self.broker.screen(self.name, self.consumer_id, frame, self._rate)
+        if verdict == scripts.HANDLE:
+            self._hold_us = wait_us
+        elif verdict == scripts.RATE_LIMITED:
+            self._look_at = time.monotonic() + wait_us / 1e6
+        elif verdict == scripts.GIVEN_BACK:
             self._note_paused(True)
         elif verdict == scripts.EXPIRED:
             self.stats.expired += 1
@@ -381,7 +413,8 @@ class Consumer:
 
     def _settle(self, frame: bytes, outcome: Outcome, fetch: bool) -> Optional[bytes]:
         if outcome.ok:
-            ack = self.broker.ack(self.name, self.consumer_id, frame, fetch)
+            ack = self.broker.ack(self.name, self.consumer_id, frame, fetch, self._rate)
+            self._rate_said(ack.next_frame, ack.wait_us)
             if ack.acked:
                 self.stats.acked += 1
             else:
@@ -395,7 +428,8 @@ class Consumer:
             return ack.next_frame
         nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
                                 delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch,
-                                dead_event=outcome.dead_event)
+                                dead_event=outcome.dead_event, rate=self._rate)
+        self._rate_said(nack.next_frame, nack.wait_us)
         if not nack.registered:
             self._lost = True
         self._registration_checked = nack.registered and fetch
@@ -407,6 +441,14 @@ class Consumer:
         else:
             self.stats.retried += 1
         return nack.next_frame
+
+    def _rate_said(self, nxt: Optional[bytes], wait_us: int) -> None:
+        """Follow what a fetch said of the rate limit: hold the frame it took
+        until its booked start, or (none taken) look again when allowed."""
+        if nxt is not None:
+            self._hold_us = wait_us
+        elif wait_us:
+            self._look_at = time.monotonic() + wait_us / 1e6
 
     def _late(self, frame: bytes) -> None:
         self.stats.late_acks += 1
@@ -440,6 +482,8 @@ class Consumer:
             if taken is not None:
                 log.info("queue %s: consumer %s handles message %s found in its list",
                          self.name, self.consumer_id, message.peek_id(taken))
+                if self._hold_us and not self._hold():
+                    break
                 self._process(taken, fetch_next=False)
             if self._stop:
                 break

@@ -82,6 +82,8 @@ class ConcurrentConsumer(Consumer):
         self._stuck = 0  # threads abandoned past message_timeout
         self._fetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None  # runs the blocking fetch
         self._unsettled_left = False  # stopped with outcomes Redis never took: leave the list for reclaim
+        self._booked = 0  # frames taken whose start the rate limit booked for later (timers pending)
+        self._booked_frames: collections.Counter[bytes] = collections.Counter()  # those frames
 
     # --- what the supervisor and the heartbeats read -------------------------
 
@@ -191,15 +193,17 @@ class ConcurrentConsumer(Consumer):
         """Messages we may take now."""
         if not self._taking():
             return 0
-        room = self._size - len(self._flights) - (1 if self._fetching is not None else 0)
+        held = self._booked + (1 if self._fetching is not None else 0)
+        room = self._size - len(self._flights) - held
         limit = self.queue.max_messages
         if limit:
-            room = min(room, limit - self.stats.received - (1 if self._fetching is not None else 0))
+            room = min(room, limit - self.stats.received - held)
         return max(room, 0)
 
-    def _exchange(self) -> list[bytes]:
+    def _exchange(self) -> list[tuple[bytes, int]]:
         """Record every finished outcome and take what there is room for, in
-        one round trip; the frames taken."""
+        one round trip; the frames taken, each with the µs its start waits
+        for (rate limit)."""
         room = self._room()
         paused = self._paused
         calls: list[scripts.Call[Any]] = []
@@ -213,9 +217,9 @@ class ConcurrentConsumer(Consumer):
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
         # while paused, only as the paused poll (_wait) allows.
-        take = room if room > 0 and not self._checked and not paused else 0
+        take = room if room > 0 and not self._checked and not paused and not self._look_at else 0
         if take:
-            calls.append(scripts.take(keys, cid, take))
+            calls.append(scripts.take(keys, cid, take, self._rate))
         if not calls:
             return []
         results = self.broker.exchange(self.name, calls)
@@ -225,13 +229,14 @@ class ConcurrentConsumer(Consumer):
         outcome = fl.outcome
         assert outcome is not None
         if outcome.ok:
-            return scripts.ack(keys, cid, fl.frame, fetch, self.broker.stats)
+            return scripts.ack(keys, cid, fl.frame, fetch, self.broker.stats, self._rate)
         return scripts.nack(keys, cid, fl.frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
-                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event)
+                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event, rate=self._rate)
 
-    def _read_round(self, results: list[Any], fetches: list[bool], took: bool) -> list[bytes]:
+    def _read_round(self, results: list[Any], fetches: list[bool], took: bool) -> list[tuple[bytes, int]]:
         """Count and note what the scripts said; the frames they took."""
-        frames: list[bytes] = []
+        frames: list[tuple[bytes, int]] = []
+        limited = 0  # µs before the rate limit allows a start, when it allowed none
         settled, self._finished = self._finished, []
         looked = False  # a script looked for work (checked registration, priorities, paused)
         empty = False
@@ -251,18 +256,23 @@ class ConcurrentConsumer(Consumer):
                 self._lost = True
             self._note_paused(result.paused)
             if result.next_frame is not None:
-                frames.append(result.next_frame)
+                frames.append((result.next_frame, result.wait_us))
+            elif fetched and result.wait_us:
+                limited = result.wait_us
             if fetched:
                 looked = True
-                empty = result.next_frame is None
+                empty = result.next_frame is None and not result.wait_us
         if took:
             take: scripts.TakeResult = results[-1]
             if not take.registered:
                 self._lost = True
             self._note_paused(take.paused)
-            frames.extend(take.frames)
+            frames.extend(zip(take.frames, take.waits_us))
+            limited = limited or take.retry_us
             looked = True
-            empty = not take.frames
+            empty = not take.frames and not take.retry_us
+        if limited:
+            self._look_at = time.monotonic() + limited / 1e6  # the queue has work: no BLMOVE, look then
         if looked:
             # Only a script that looked for work and found none makes a BLMOVE
             # safe next (includes/ready.lua); one that found work says the
@@ -273,9 +283,26 @@ class ConcurrentConsumer(Consumer):
 
     # --- starting and finishing messages -------------------------------------
 
-    def _launch_all(self, frames: list[bytes]) -> None:
-        for frame in frames:
+    def _launch_all(self, frames: list[tuple[bytes, int]]) -> None:
+        """Start each frame, now or at the start its rate limit booked."""
+        loop = self._loop
+        assert loop is not None
+        for frame, wait_us in frames:
+            if wait_us:
+                self._booked += 1
+                self._booked_frames[frame] += 1
+                loop.call_later(wait_us / 1e6, self._start_booked, frame)
+            else:
+                self._launch(frame)
+
+    def _start_booked(self, frame: bytes) -> None:
+        """A booked start is due (in the loop). During a stop the frame is
+        left in our list: given back free at the end, never handled."""
+        self._booked -= 1
+        self._booked_frames[frame] -= 1
+        if self._taking():
             self._launch(frame)
+        self._wake()
 
     def _launch(self, frame: bytes) -> None:
         """Start a frame just taken: its handler runs as a task or in a thread."""
@@ -427,11 +454,16 @@ class ConcurrentConsumer(Consumer):
         lost identity is told, or (paused) the next look at the flag."""
         if self._fetch_done():
             return
+        look_in = self._look_at - time.monotonic() if self._look_at else 0.0
+        if self._look_at and look_in <= 0:
+            self._look_at = 0.0  # the rate limit allows a start now: take.lua looks
+            self._checked = False
         if self._finished or (self._room() > 0 and not self._checked and self._fetching is None
-                              and not self._paused):
+                              and not self._paused and not self._look_at):
             return  # something to do now
         polling = self._paused and self._taking()
-        await self._sleep(defaults.PAUSED_POLL_S if polling else _TICK_S)
+        longest = defaults.PAUSED_POLL_S if polling else _TICK_S
+        await self._sleep(min(longest, look_in) if self._look_at else longest)
         if polling and not self._finished and self._fetching is None:
             self._checked = False
             self._paused_poll()
@@ -451,12 +483,14 @@ class ConcurrentConsumer(Consumer):
         room = self._room()
         if room <= 0 or self._finished:
             return
-        took = self.broker.take(self.name, self.consumer_id, room)
+        took = self.broker.take(self.name, self.consumer_id, room, self._rate)
         if not took.registered:
             self._lost = True
         self._note_paused(took.paused)
-        self._checked = not took.frames and took.registered and not took.paused
-        self._launch_all(list(took.frames))
+        self._checked = not took.frames and took.registered and not took.paused and not took.retry_us
+        if took.retry_us:
+            self._look_at = time.monotonic() + took.retry_us / 1e6
+        self._launch_all(list(zip(took.frames, took.waits_us)))
 
     def _fetched(self, fetched: "asyncio.Future[tuple[Optional[bytes], bool]]") -> None:
         """The blocking fetch returned: its frame, screened as the sequential
@@ -470,12 +504,13 @@ class ConcurrentConsumer(Consumer):
         self._checked = False
         if frame is None or not self._taking():
             return  # (taken during a stop: it stays in our list, given back free at the end)
-        if paused or message.has_expiry(frame):
+        if paused or self._limited or message.has_expiry(frame):
             taken = self._screen(frame)
             if taken is None:
-                return
+                return  # (a rate limit that allowed no start set _look_at)
             frame = taken
-        self._launch(frame)
+        hold, self._hold_us = self._hold_us, 0
+        self._launch_all([(frame, hold)])
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep up to ``seconds`` (handlers run meanwhile), less on a wake."""
@@ -506,6 +541,7 @@ class ConcurrentConsumer(Consumer):
         held = collections.Counter(self.broker.processing(self.name, self.consumer_id))
         for fl in self._flights.values():
             held[fl.frame] -= 1
+        held.subtract(self._booked_frames)  # taken, waiting for their booked start
         unsettled, self._finished = self._finished, []
         registered: Optional[bool] = None
         for fl in unsettled:
@@ -531,7 +567,8 @@ class ConcurrentConsumer(Consumer):
                 if taken is not None:
                     log.info("queue %s: consumer %s handles message %s found in its list",
                              self.name, self.consumer_id, message.peek_id(taken))
-                    self._launch(taken)
+                    hold, self._hold_us = self._hold_us, 0
+                    self._launch_all([(taken, hold)])
 
 
 def make_consumer(broker: Broker, queue: QueueConfig, handler: Handler, **options: Any) -> Consumer:

@@ -21,6 +21,10 @@ live in one Redis Cluster slot::
                                    time in ms since the epoch, Redis clock
     ns:{Q}:paused            STR   present while the queue is paused: JSON
                                    {"at_ms", "by"}; consumers take nothing
+    ns:{Q}:rate              STR   the queue's rate limit state: the GCRA
+                                   theoretical arrival time of the next handler
+                                   start, µs since the epoch, Redis clock;
+                                   expires once past (includes/rate.lua)
     ns:{Q}:dedup:KEY         STR   id of the message published with dedup key
                                    KEY; expires after the queue's dedup_ttl
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
@@ -94,6 +98,10 @@ class QueueKeys:
     @cached_property
     def priority(self) -> str:
         return f"{self._prefix}:priority"
+
+    @cached_property
+    def rate(self) -> str:
+        return f"{self._prefix}:rate"
 
     @cached_property
     def priority_seq(self) -> str:

@@ -160,7 +160,12 @@ ALL = (_ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUE
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
 #: screen outcomes, as the script returns them.
-HANDLE, GIVEN_BACK, EXPIRED, GONE = 0, 1, 2, -1
+HANDLE, GIVEN_BACK, EXPIRED, RATE_LIMITED, GONE = 0, 1, 2, 3, -1
+
+#: A queue's rate limit as the fetch scripts take it: (µs between handler
+#: starts, burst); NO_RATE for a queue without one (includes/rate.lua).
+Rate = tuple[int, int]
+NO_RATE: Rate = (0, 1)
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,9 @@ class AckResult:
     next_frame: Optional[bytes]
     registered: bool = True  # False: declared dead; stop using this identity
     paused: bool = False  # the queue is paused: nothing was taken
+    #: Rate limit: µs to wait before starting next_frame (booked), or with
+    #: none taken, before looking again; 0 otherwise.
+    wait_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,7 @@ class NackResult:
     next_frame: Optional[bytes]
     registered: bool = True
     paused: bool = False
+    wait_us: int = 0  # as AckResult's
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,10 @@ class TakeResult:
     registered: bool
     frames: tuple[bytes, ...]  # taken, in the order they must be handled
     paused: bool
+    #: Rate limit: µs before each frame may start (booked), in its order.
+    waits_us: tuple[int, ...] = ()
+    #: Rate limit: nothing taken, none could start now: µs before looking again.
+    retry_us: int = 0
 
     @property
     def next_frame(self) -> Optional[bytes]:
@@ -220,9 +233,15 @@ def meta_json(reason: str, **fields: Any) -> str:
     return json.dumps({"reason": reason, **fields}, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
+def _wait_of(reply: Any) -> int:
+    """A wait the scripts computed, in µs: a Lua number arrives as an int
+    (floats are truncated by Redis); anything else counts as 0."""
+    return max(0, reply) if isinstance(reply, int) else 0
+
+
 def _ack_result(reply: Sequence[Any]) -> AckResult:
-    acked, nxt, registered, paused = reply
-    return AckResult(bool(acked), _frame_or_none(nxt), bool(registered), bool(paused))
+    acked, nxt, registered, paused, wait = reply
+    return AckResult(bool(acked), _frame_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
 
 
 @functools.lru_cache(maxsize=256)
@@ -230,49 +249,61 @@ def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
     """KEYS[1..7] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead)
+            keys.dead, keys.rate)
 
 
-def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True) -> Call[AckResult]:
-    """Remove ``frame`` from the consumer's list; take the next one if asked."""
-    return Call(_ACK, _fetch_keys(keys, consumer_id), (frame, int(fetch_next), consumer_id, int(count)), _ack_result)
+def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
+        rate: Rate = NO_RATE) -> Call[AckResult]:
+    """Remove ``frame`` from the consumer's list; take the next one if asked
+    (booking its start under the queue's ``rate`` limit)."""
+    return Call(_ACK, _fetch_keys(keys, consumer_id), (frame, int(fetch_next), consumer_id, int(count), *rate),
+                _ack_result)
 
 
 def _take_result(reply: Sequence[Any]) -> TakeResult:
-    registered, paused, *frames = reply
-    return TakeResult(bool(registered), tuple(bytes(f) for f in frames), bool(paused))
+    registered, paused, retry, *taken = reply
+    return TakeResult(bool(registered), tuple(bytes(f) for f in taken[0::2]), bool(paused),
+                      tuple(_wait_of(w) for w in taken[1::2]), _wait_of(retry))
 
 
 #: Most frames one take call moves (take.lua caps ARGV[2] there too).
 TAKE_MAX = 1000
 
 
-def take(keys: QueueKeys, consumer_id: str, count: int = 1) -> Call[TakeResult]:
+def take(keys: QueueKeys, consumer_id: str, count: int = 1, rate: Rate = NO_RATE) -> Call[TakeResult]:
     """Take up to ``count`` ready frames (1 to TAKE_MAX) into the consumer's
-    list without blocking, in the order they must be handled."""
-    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id, max(1, min(count, TAKE_MAX))), _take_result)
+    list without blocking, in the order they must be handled (each start
+    booked under the queue's ``rate`` limit)."""
+    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id, max(1, min(count, TAKE_MAX)), *rate),
+                _take_result)
 
 
-def screen(keys: QueueKeys, consumer_id: str, frame: bytes) -> Call[int]:
-    """HANDLE, GIVEN_BACK (queue paused), EXPIRED or GONE for a frame a
-    blocking fetch just moved into the consumer's list."""
-    return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused),
-                (frame,), int)
+def _screen_result(reply: Sequence[Any]) -> tuple[int, int]:
+    verdict, wait = reply
+    return int(verdict), _wait_of(wait)
+
+
+def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE) -> Call[tuple[int, int]]:
+    """(HANDLE, GIVEN_BACK (queue paused), EXPIRED, RATE_LIMITED (given
+    back) or GONE; µs to wait before the start or the next look) for a frame
+    a blocking fetch just moved into the consumer's list."""
+    return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
+                          keys.rate), (frame, *rate), _screen_result)
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
-    outcome, nxt, registered, paused = reply
-    return NackResult(int(outcome), _frame_or_none(nxt), bool(registered), bool(paused))
+    outcome, nxt, registered, paused, wait = reply
+    return NackResult(int(outcome), _frame_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
 
 
 def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,
-         fetch_next: bool, dead_event: str = "") -> Call[NackResult]:
+         fetch_next: bool, dead_event: str = "", rate: Rate = NO_RATE) -> Call[NackResult]:
     """Count a failed attempt of ``frame``: retry, delay or dead-letter it
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
-                        keys.consumers, keys.priority, keys.priority_seq, keys.paused),
-                (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event),
-                _nack_result)
+                        keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate),
+                (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
+                 *rate), _nack_result)
 
 
 def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:

@@ -7,12 +7,15 @@
 -- KEYS[5]  priority set of the queue (ready frames of priority 1-9)
 -- KEYS[6]  paused flag of the queue
 -- KEYS[7]  dead-letter list of the queue (expired frames)
+-- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
 -- ARGV[4]  "1": count the ack in KEYS[3] "acked" (statistics on)
+-- ARGV[5]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[6]  its burst (starts allowed back to back, >= 1)
 --
--- Returns {acked, next, registered, paused}
+-- Returns {acked, next, registered, paused, wait}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
 --          there (a late ack: the message was reclaimed, and is counted in
 --          KEYS[3] "late_acks"; nothing else is touched, so another copy of
@@ -22,6 +25,8 @@
 --          reclaimed): then nothing is fetched into a list no collector
 --          watches, and the consumer must stop using this identity
 --   paused 1 if the queue is paused (nothing is taken)
+--   wait   µs to wait before starting ``next`` (rate limit), or before
+--          looking again when the limit gave no start (includes/rate.lua)
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
@@ -33,7 +38,7 @@
 -- next BLMOVE reports the key). Counters use redis.pcall as well: a counters
 -- hash that holds garbage costs its statistics, never the ack.
 -- Runs once a message. The hot path (a registered consumer, a queue with no
--- priority set and no paused flag, a plain frame next) calls LREM, HINCRBY,
+-- rate limit, no priority set and no paused flag, a plain frame next) calls LREM, HINCRBY,
 -- HEXISTS, EXISTS and LMOVE and returns before the includes below it: their
 -- local functions are created only when a script run reaches them, so a
 -- plain queue does not pay for the priority and expiry helpers (about 2 us
@@ -49,17 +54,19 @@ if acked == 0 then
 elseif count then
   redis.pcall('HINCRBY', counters, 'acked', 1)
 end
-if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0} end
+if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
 local taken = nil
-if redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
-  if not wanted then return {acked, false, 1, 0} end
+local limited = ARGV[5] ~= '0'
+if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
+  if not wanted then return {acked, false, 1, 0, 0} end
   taken = redis.pcall('LMOVE', pending, processing, 'RIGHT', 'LEFT')
-  if type(taken) ~= 'string' then return {acked, false, 1, 0} end
-  if plain(taken) then return {acked, taken, 1, 0} end
+  if type(taken) ~= 'string' then return {acked, false, 1, 0, 0} end
+  if plain(taken) then return {acked, taken, 1, 0, 0} end
 end
 
 --- @include "fetch_next"
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
-           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
-local registered, nxt, paused = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
-return {acked, nxt, registered, paused}
+           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7],
+           rate = limited and {key = KEYS[8], interval = tonumber(ARGV[5]), burst = tonumber(ARGV[6])} or nil}
+local registered, nxt, paused, wait = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
+return {acked, nxt, registered, paused, wait}

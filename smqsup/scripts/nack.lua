@@ -10,6 +10,7 @@
 -- KEYS[7]  priority set of the queue (a retry of priority > 0 may go there)
 -- KEYS[8]  priority sequence counter of the queue
 -- KEYS[9]  paused flag of the queue
+-- KEYS[10] rate key of the queue (includes/rate.lua)
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
@@ -18,17 +19,20 @@
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[5]  "1": also move the oldest pending frame into KEYS[1]
 -- ARGV[6]  the consumer's id
--- ARGV[7]  (optional) one more counter of KEYS[5] to add 1 to when the frame
---          is dead-lettered: "rejected" for a handler's Reject
+-- ARGV[7]  one more counter of KEYS[5] to add 1 to when the frame is
+--          dead-lettered ("rejected" for a handler's Reject), or ""
+-- ARGV[8]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[9]  its burst (>= 1)
 --
 -- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
 -- "late_acks".
--- Returns {outcome, next, registered, paused}
+-- Returns {outcome, next, registered, paused, wait}
 --   outcome  0 late (the frame was not in KEYS[1]: reclaimed; nothing done),
 --            1 ready again, 2 delayed, 3 dead-lettered
 --   next     the frame taken for the consumer, or false
 --   registered  0 if the consumer is no longer in KEYS[6] (see ack.lua)
 --   paused   1 if the queue is paused (nothing is taken)
+--   wait     as ack.lua says
 --
 -- Attempts are read and counted as includes/attempts.lua says (the payload
 -- is copied, never decoded; the count stops at nine digits).
@@ -40,6 +44,9 @@ local processing, pending, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local counters, consumers, prio_set, prio_seq, paused = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead}
+if (tonumber(ARGV[8]) or 0) > 0 then
+  q.rate = {key = KEYS[10], interval = tonumber(ARGV[8]), burst = math.max(1, tonumber(ARGV[9]) or 1)}
+end
 local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], ARGV[7]
 --- @include "wrong_type"
@@ -82,5 +89,5 @@ else
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end
-local registered, nxt, is_paused = fetch_next(redis.call, q, consumer_id, wanted)
-return {outcome, nxt, registered, is_paused}
+local registered, nxt, is_paused, wait = fetch_next(redis.call, q, consumer_id, wanted)
+return {outcome, nxt, registered, is_paused, wait}

@@ -1,42 +1,66 @@
 -- Look again at a frame a blocking fetch (BLMOVE) just moved into the
--- consumer's list, when the queue turned out paused or the frame carries an
--- expiry: give it back, dead-letter it, or let the consumer handle it.
+-- consumer's list, when the queue turned out paused, the frame carries an
+-- expiry or the queue has a rate limit: give it back, dead-letter it, or let
+-- the consumer handle it (at the start the limit books for it).
 --
 -- KEYS[1]  processing list of the consumer
 -- KEYS[2]  pending list of the queue
 -- KEYS[3]  dead-letter list of the queue
 -- KEYS[4]  counters hash of the queue ("expired", "dead_lettered")
 -- KEYS[5]  paused flag of the queue
+-- KEYS[6]  rate key of the queue (includes/rate.lua)
 -- ARGV[1]  the frame, the exact bytes fetched
+-- ARGV[2]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[3]  its burst (>= 1)
 --
--- Returns 0: handle it; 1: the queue is paused, the frame is back at the
--- consuming end of pending, free of cost (it never reached a handler);
--- 2: its expiry had passed, it is dead-lettered as "expired"; -1: it is not
--- in KEYS[1] any more (reclaimed meanwhile), nothing done.
+-- Returns {verdict, wait}. verdict 0: handle it, ``wait`` µs from now (its
+-- start is booked; 0 without a rate limit); 1: the queue is paused, the
+-- frame is back at the consuming end of pending, free of cost (it never
+-- reached a handler); 2: its expiry had passed, it is dead-lettered as
+-- "expired"; 3: the rate limit allows no start within RATE_HORIZON_US: the
+-- frame is back at the consuming end of pending, free, and the consumer
+-- looks again ``wait`` µs from now; -1: it is not in KEYS[1] any more
+-- (reclaimed meanwhile), nothing done.
 -- A key of the wrong type among KEYS[1, 2] (and KEYS[3] for an expired
 -- frame) is an error reply "WRONGTYPE ..." before anything is written
 -- (includes/wrong_type.lua).
 local processing, pending, dead, counters, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local frame = ARGV[1]
+local interval = tonumber(ARGV[2]) or 0
+local rate = interval > 0 and {key = KEYS[6], interval = interval, burst = math.max(1, tonumber(ARGV[3]) or 1)} or nil
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "attempts"
 --- @include "dead_letter"
+--- @include "rate"
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
 if redis.call('EXISTS', paused) == 1 then
-  if redis.call('LREM', processing, 1, frame) == 0 then return -1 end
+  if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
   redis.call('RPUSH', pending, frame)
-  return 1
+  return {1, 0}
 end
 local _, _, expires = head_of(frame)
 local at_ms = now_ms()
-if not expires or expires == 0 or expires > at_ms then return 0 end
+if not expires or expires == 0 or expires > at_ms then
+  if not rate then return {0, 0} end
+  local wait, tat, now = rate_wait(rate)
+  if wait > RATE_HORIZON_US then
+    if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
+    redis.call('RPUSH', pending, frame)
+    return {3, wait}
+  end
+  if redis.call('LINDEX', processing, 0) ~= frame and redis.call('LPOS', processing, frame) == false then
+    return {-1, 0}
+  end
+  rate_book(rate, tat, now)
+  return {0, wait}
+end
 refused = wrong_type({{dead, 'list'}})
 if refused then return refused end
-if redis.call('LREM', processing, 1, frame) == 0 then return -1 end
+if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
 dead_letter(dead, '{"reason":"expired"}', at_ms, frame)
 redis.pcall('HINCRBY', counters, 'expired', 1)
 redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
-return 2
+return {2, 0}

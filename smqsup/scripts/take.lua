@@ -10,12 +10,18 @@
 -- KEYS[5]  priority set of the queue
 -- KEYS[6]  paused flag of the queue
 -- KEYS[7]  dead-letter list of the queue (expired frames)
+-- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- ARGV[1]  the consumer's id
--- ARGV[2]  (optional) most frames to take, 1 to 1000 (default 1)
+-- ARGV[2]  most frames to take, 1 to 1000
+-- ARGV[3]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[4]  its burst (>= 1)
 --
--- Returns {registered, paused, frame...}: registered and paused as ack.lua
--- says, then the frames taken, in the order they must be handled (none when
--- the queue had none, is paused, or the consumer is not registered).
+-- Returns {registered, paused, wait, frame, start...}: registered and
+-- paused as ack.lua says; wait: with a rate limit that allowed no start
+-- now, µs before looking again (else 0); then each frame taken, in the
+-- order they must be handled, with the µs its consumer must wait before
+-- starting it (0 without a rate limit): none when the queue had none, is
+-- paused, or the consumer is not registered.
 -- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua). A
 -- dead-letter list of the wrong type matters only to an expired frame: the
@@ -24,18 +30,21 @@
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
-local most = math.max(1, math.min(tonumber(ARGV[2] or '1') or 1, 1000))
+local most = math.max(1, math.min(tonumber(ARGV[2]) or 1, 1000))
+local interval = tonumber(ARGV[3]) or 0
+if interval > 0 then q.rate = {key = KEYS[8], interval = interval, burst = math.max(1, tonumber(ARGV[4]) or 1)} end
 --- @include "wrong_type"
 --- @include "fetch_next"
 
 local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
                            {q.priority, 'zset'}})
 if refused then return refused end
-local registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
-local reply = {registered, paused}
+local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
+local reply = {registered, paused, nxt and 0 or wait}
 while nxt do
   reply[#reply + 1] = nxt
-  if #reply - 2 >= most then break end
-  registered, nxt, paused = fetch_next(redis.call, q, consumer_id, true)
+  reply[#reply + 1] = wait
+  if (#reply - 3) / 2 >= most then break end
+  registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
 end
 return reply

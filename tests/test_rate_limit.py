@@ -1,0 +1,178 @@
+"""queues.<name>.rate_limit: at most that many handler starts per period
+across every consumer, enforced by the fetch scripts (GCRA by the Redis
+clock), against a real redis-server; sequential and concurrent consumers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.errors import ConfigError
+from smqsup.flight import make_consumer
+from smqsup.info import ConsumerInfo
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from smqsup.validate import rate_limit
+from tests.helpers import wait_for
+from tests.inproc import NS, Running
+
+K = QueueKeys(NS, "q")
+
+
+def most_in_window(starts: Sequence[float], window_s: float) -> int:
+    """The most start times in any window of ``window_s`` (closed at its start, open at its end)."""
+    ordered = sorted(starts)
+    most = lo = 0
+    for hi, t in enumerate(ordered):
+        while t - ordered[lo] >= window_s:
+            lo += 1
+        most = max(most, hi - lo + 1)
+    return most
+
+
+class Starts:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: list[float] = []
+
+    def note(self) -> None:
+        with self.lock:
+            self.times.append(time.monotonic())
+
+
+@pytest.mark.parametrize("kind", ["sequential", "tasks", "threads"])
+def test_two_consumers_start_at_most_the_limit_per_second(kind: str, start: Callable[..., Running],
+                                                          producer: Producer) -> None:
+    """rate_limit 20/s over 2 consumers: 60 messages take about 3 s, no 0.5 s window holds more than 10
+    starts (+1, the burst), and the achieved rate is at least 95 % of the limit."""
+    s = Starts()
+
+    def handle(msg: Any) -> None:
+        s.note()
+
+    async def handle_async(msg: Any) -> None:
+        s.note()
+    options: dict[str, Any] = {"rate_limit_per_s": 20.0}
+    if kind != "sequential":
+        options["concurrency"] = 4
+    h = handle_async if kind == "tasks" else handle
+    start(h, **options)
+    start(h, **options)
+    producer.publish_many("q", list(range(60)))
+    wait_for(lambda: len(s.times) == 60, timeout_s=10)
+    assert most_in_window(s.times, 0.5) <= 11
+    assert most_in_window(s.times, 1.0) <= 21
+    span = max(s.times) - min(s.times)
+    assert 59 / span >= 0.95 * 20 * 0.95, f"{59 / span:.1f}/s"  # (the clock gap between Redis and us aside)
+
+
+def test_a_burst_starts_at_once_then_the_rate_holds(start: Callable[..., Running], producer: Producer) -> None:
+    """rate_limit 5/s, rate_burst 5, an idle queue: the first 5 start within 0.2 s, the next 5 over ~1 s."""
+    s = Starts()
+    producer.publish_many("q", list(range(10)))
+    start(lambda m: s.note(), rate_limit_per_s=5.0, rate_burst=5, concurrency=10)
+    wait_for(lambda: len(s.times) == 10, timeout_s=10)
+    ordered = sorted(s.times)
+    assert ordered[4] - ordered[0] < 0.2
+    assert ordered[9] - ordered[4] >= 0.9
+
+
+def test_an_empty_queue_waits_in_blmove_and_a_new_message_starts_under_the_limit(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """A rate-limited consumer blocked on an empty queue takes a message at once (the limit was unused),
+    and the next one published right after waits for its slot (1/s)."""
+    s = Starts()
+    start(lambda m: s.note(), rate_limit_per_s=1.0)
+    wait_for(lambda: any("b" in c["flags"] and c["cmd"] == "blmove" for c in redis_client.client_list()))
+    producer.publish("q", 1)
+    producer.publish("q", 2)
+    wait_for(lambda: len(s.times) == 2, timeout_s=5)
+    assert s.times[1] - s.times[0] >= 0.95
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_limit_far_below_the_backlog_holds_nothing_in_flight_for_long(
+        concurrency: int, producer: Producer, redis_url: str, redis_client: redis.Redis) -> None:
+    """rate_limit 1/m: one message starts now, the next is not taken (left pending) rather than held for a
+    minute in the consumer's list; while it waits the consumer asks Redis about once a second, not in a
+    busy loop (its scripts counted by INFO commandstats: no collector runs here)."""
+    s = Starts()
+    c = make_consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", rate_limit_per_s=1 / 60,
+                                                         concurrency=concurrency), lambda m: s.note(),
+                      fetch_block_s=0.2)
+    runner = threading.Thread(target=c.run, daemon=True)
+    producer.publish_many("q", [1, 2, 3])
+    runner.start()
+    try:
+        wait_for(lambda: len(s.times) == 1, timeout_s=5)
+        before = _script_calls(redis_client)
+        time.sleep(2.5)  # noqa: measures how often it asks while it waits
+        asked = _script_calls(redis_client) - before
+        assert len(s.times) == 1 and redis_client.llen(K.pending) == 2
+        assert not redis_client.llen(K.processing(c.consumer_id))
+        assert asked <= 6, asked
+    finally:
+        c.request_stop()
+        runner.join(10)
+
+
+def _script_calls(client: redis.Redis) -> int:
+    info = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in info.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def test_garbage_in_the_rate_key_costs_the_limit_one_start_never_a_message(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """The rate key overwritten with text, a hash, inf: every message is still handled once."""
+    done: list[Any] = []
+    for garbage in ("not a number", "inf", "-1e308"):
+        redis_client.set(K.rate, garbage)
+        producer.publish_many("q", [garbage] * 3)
+    redis_client.delete(K.rate)
+    redis_client.hset(K.rate, "a", "b")
+    producer.publish_many("q", ["hash"] * 3)
+    start(lambda m: done.append(m.body), rate_limit_per_s=100.0, concurrency=3)
+    wait_for(lambda: len(done) == 12, timeout_s=10)
+
+
+def test_the_fetch_scripts_book_starts_by_the_redis_clock(producer: Producer, redis_client: redis.Redis) -> None:
+    """take.lua with a limit of 10/s books each frame 100 ms after the one before, and takes none past the
+    1 s horizon: 10 frames of 15, then a retry wait."""
+    broker = Broker(producer._broker.url)
+    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    producer.publish_many("q", list(range(15)))
+    took = broker.take("q", "c", 15, (100_000, 1))
+    assert len(took.frames) == 11 and took.waits_us[0] == 0
+    gaps = [b - a for a, b in zip(took.waits_us, took.waits_us[1:])]
+    assert all(99_000 <= g <= 100_000 for g in gaps), gaps
+    again = broker.take("q", "c", 1, (100_000, 1))
+    assert not again.frames and 1_000_000 < again.retry_us <= 1_100_000
+    assert redis_client.llen(K.pending) == 4
+
+
+@pytest.mark.parametrize(("text", "per_s"), [("100/s", 100.0), ("30/m", 0.5), ("30/min", 0.5),
+                                              ("1800/h", 0.5), ("0.5/s", 0.5), (" 7 / S ", 7.0),
+                                              ("1000000/s", 1e6)])
+def test_rate_limits_read(text: str, per_s: float) -> None:
+    assert rate_limit(text, "queues.q.rate_limit", "f.yaml") == per_s
+
+
+@pytest.mark.parametrize("text", ["100", 100, "100/d", "-1/s", "0/s", "1e3/s", "nan/s", "inf/s", "/s", "1/",
+                                  "1000001/s", "0.000001/h", "9" * 400 + "/s", "1/s/s", True, None, [1], "١/s"])
+def test_bad_rate_limits_are_one_line_errors(text: object) -> None:
+    with pytest.raises(ConfigError, match=r"^f\.yaml: queues\.q\.rate_limit: ") as info:
+        rate_limit(text, "queues.q.rate_limit", "f.yaml")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
+
+
+def test_a_queue_without_a_limit_sends_none() -> None:
+    assert QueueConfig("q", "m:f").rate == (0, 1)
+    assert QueueConfig("q", "m:f", rate_limit_per_s=50.0, rate_burst=3).rate == (20_000, 3)
+    assert QueueConfig("q", "m:f", rate_limit_per_s=1e6).rate == (1, 1)
