@@ -414,6 +414,9 @@ def test_parse_size_rejects(value: object) -> None:
      ("dedup_ttl", "3650d", "dedup_ttl_s", 3650 * 86400.0),
      ("dedup_ttl", "1ms", "dedup_ttl_s", 0.001),
      ("concurrency", "1000", "concurrency", 1000),
+     ("rate_limit", "1000000/s", "rate_limit_per_s", 1e6),
+     ("rate_limit", "1/h", "rate_limit_per_s", 1 / 3600),
+     ("rate_burst", "100000", "rate_burst", 100_000),
      ("concurrency", "1", "concurrency", 1)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
@@ -443,7 +446,13 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("concurrency", "true", "expected a positive integer, got True"),
      ("concurrency", "'ten'", "expected a positive integer, got 'ten'"),
      ("concurrency", "[4]", "expected a positive integer, got a list"),
-     ("concurrency", "9" * 400, "must be at most 1000 (messages at once per consumer), got an integer of 400 digits")],
+     ("concurrency", "9" * 400, "must be at most 1000 (messages at once per consumer), got an integer of 400 digits"),
+     ("rate_limit", "1000001/s", "a rate must be from 1 a day to 1000000/s, got '1000001/s'"),
+     ("rate_limit", "50", "expected a rate like 100/s, 30/m or 1000/h, got 50"),
+     ("rate_limit", ".nan", "expected a rate like 100/s, 30/m or 1000/h, got nan"),
+     ("rate_limit", "'9" + "9" * 400 + "/s'", "expected a rate like 100/s, 30/m or 1000/h, got '99999"),
+     ("rate_burst", "0", "expected a positive integer, got 0"),
+     ("rate_burst", "100001", "must be at most 100000 (starts back to back), got 100001")],
 )
 def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
     """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""
