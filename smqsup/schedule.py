@@ -312,7 +312,8 @@ def from_json(name: str, raw: "bytes | str", queue: str) -> ScheduleConfig:
 
 
 class NeverDue(Exception):
-    """The cron expression matches no date within cronsim's 50-year search."""
+    """The cron expression matches no date within cronsim's 50-year search
+    (or after a time no datetime holds: state in Redis is anyone's)."""
 
 
 def _cronsim(expr: str, start: datetime, reverse: bool = False) -> Any:
@@ -328,12 +329,12 @@ def next_after(s: ScheduleConfig, t_ms: int) -> int:
     assert s.cron is not None
     # Cron slots are whole seconds: the first one after the whole second at
     # or before t_ms is also the first one after t_ms.
-    start = datetime.fromtimestamp(t_ms // 1000, load_zone(s.timezone))
     try:
+        start = datetime.fromtimestamp(t_ms // 1000, load_zone(s.timezone))
         found = next(_cronsim(s.cron, start))
-    except StopIteration:
+        return int(found.timestamp()) * 1000
+    except (StopIteration, ValueError, OverflowError, OSError):  # none, or a time datetime cannot hold
         raise NeverDue(s.cron) from None
-    return int(found.timestamp()) * 1000
 
 
 def latest_at_or_before(s: ScheduleConfig, t_ms: int) -> Optional[int]:
@@ -344,12 +345,12 @@ def latest_at_or_before(s: ScheduleConfig, t_ms: int) -> Optional[int]:
     # Reverse iteration yields slots strictly before its start: start one
     # second past the whole second at or before t_ms. No microseconds:
     # cronsim before 2.8 skipped a slot in reverse from a time with them.
-    start = datetime.fromtimestamp(t_ms // 1000 + 1, load_zone(s.timezone))
     try:
+        start = datetime.fromtimestamp(t_ms // 1000 + 1, load_zone(s.timezone))
         found = next(_cronsim(s.cron, start, reverse=True))
-    except StopIteration:
+        return int(found.timestamp()) * 1000
+    except (StopIteration, ValueError, OverflowError, OSError):
         return None
-    return int(found.timestamp()) * 1000
 
 
 @dataclass(frozen=True)
