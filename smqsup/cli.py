@@ -217,8 +217,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from smqsup.handlers import check_handlers
 
     check_handlers(cfg)
+    schedules = f", {len(cfg.schedules)} schedule(s)" if cfg.schedules else ""
     print(f"{cfg.path}: ok ({len(cfg.queues)} queue(s), "
-          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s))")
+          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s){schedules})")
     return EXIT_OK
 
 

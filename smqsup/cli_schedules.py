@@ -162,8 +162,10 @@ def when_text(r: dict[str, Any]) -> str:
     """cron EXPR or every Ns, from a schedule row."""
     if r.get("cron") is not None:
         return f"cron {r['cron']}"
+    from smqsup.schedule import duration_text
+
     every = r.get("every_s")
-    return "-" if every is None else f"every {every:g}s"
+    return "-" if not isinstance(every, (int, float)) else f"every {duration_text(round(every * 1000))}"
 
 
 def render(rows: list[dict[str, Any]]) -> str:

@@ -87,7 +87,7 @@ class ScheduleConfig:
     @property
     def when(self) -> str:
         """How it is timed, for people: ``cron 0 3 * * *`` or ``every 30s``."""
-        return f"cron {self.cron}" if self.cron is not None else f"every {_duration_text(self.every_ms or 0)}"
+        return f"cron {self.cron}" if self.cron is not None else f"every {duration_text(self.every_ms or 0)}"
 
     def to_json(self) -> str:
         """The definition stored in Redis: canonical JSON (sorted keys, ASCII),
@@ -103,7 +103,8 @@ class ScheduleConfig:
         return hashlib.sha1(self.to_json().encode("ascii")).hexdigest()
 
 
-def _duration_text(ms: int) -> str:
+def duration_text(ms: int) -> str:
+    """A period in ms the way the file writes it: 30s, 1m, 1500ms."""
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if ms % size == 0:
             return f"{ms // size}{unit}"
