@@ -221,7 +221,8 @@ def test_a_cron_schedule_fires_its_slots_whatever_the_wall_clock_of_its_leaders(
         leader = wait_for(lambda: _leader(redis_client), timeout_s=5)
         next(s for s in sups if s.pid == leader).kill_group()
         mark = _slots(*sups)[-1]
-        wait_for(lambda: _slots(*sups)[-1] >= mark + 6000, timeout_s=15, message="firing stopped after a kill")
+        wait_for(lambda mark=mark: _slots(*sups)[-1] >= mark + 6000, timeout_s=15,
+                 message="firing stopped after a kill")
     slots = _slots(*sups)
     assert len(slots) == len(set(slots)), "a slot fired twice"
     assert all(t % 2000 == 0 for t in slots), [t for t in slots if t % 2000]

@@ -24,13 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import yaml  # noqa: E402
 
-import _common as common  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 from tests import procs  # noqa: E402
+from tests.bench import _common as common  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
