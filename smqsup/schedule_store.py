@@ -19,6 +19,7 @@ from smqsup import schedule, scripts, validate
 from smqsup.broker import Broker
 from smqsup.connection import wrapped
 from smqsup.errors import ConfigError
+from smqsup.keys import queues_set
 from smqsup.readings import ms_of
 from smqsup.scripts import schedules as calls
 
@@ -76,6 +77,8 @@ def read(broker: Broker, queues: Sequence[str]) -> tuple[int, list[Stored]]:
         for queue in queues:
             pipe.hgetall(broker.keys(queue).schedules)
         now, *defs = pipe.execute(raise_on_error=False)
+        if isinstance(now, Exception):
+            raise now
         found: list[tuple[str, str, bytes]] = []
         for queue, reply in zip(queues, defs):
             if isinstance(reply, dict):
@@ -87,8 +90,6 @@ def read(broker: Broker, queues: Sequence[str]) -> tuple[int, list[Stored]]:
             pipe.get(k.schedule_paused(name))
             pipe.zrange(k.schedule_declarers(name), 0, -1, withscores=True)
         replies = pipe.execute(raise_on_error=False) if found else []
-    if isinstance(now, Exception):
-        raise now
     out = []
     for i, (queue, name, definition) in enumerate(found):
         state, paused, declarers = replies[3 * i:3 * i + 3]
@@ -108,6 +109,8 @@ def _text(value: "bytes | str") -> str:
 def upsert(broker: Broker, s: schedule.ScheduleConfig, declarer: str, hold_ms: int) -> int:
     """Store ``s``'s definition and declare ``declarer``: SAME, NEW or REPLACED."""
     with wrapped(f"declare schedule {s.name!r}"):
+        # Known to `smqsup status` and `schedules --url` before any consumer of it registers.
+        broker.client.sadd(queues_set(broker.namespace), s.queue)
         return calls.upsert(broker.keys(s.queue), s.name, s.to_json(), declarer, hold_ms).run(broker.client)
 
 
