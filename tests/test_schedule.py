@@ -278,3 +278,23 @@ def test_the_scripts_are_sent_with_their_includes_inlined_once() -> None:
         assert "@include" not in script.text, script.name
         for fragment in ("now_ms", "not_leader", "wrong_type", "ms_field", "declare"):
             assert script.text.count(f"local function {fragment}(") <= 1, (script.name, fragment)
+
+
+def test_a_machine_without_a_tz_database_is_told_what_to_install() -> None:
+    """No tz database (TZPATH empty, no tzdata package): a named zone is refused saying what to install;
+    UTC still works (it needs none)."""
+    import importlib.util
+    import zoneinfo
+
+    if importlib.util.find_spec("tzdata") is not None:
+        pytest.skip("the tzdata package is installed: zoneinfo falls back to it")
+    zoneinfo.reset_tzpath(to=[])
+    zoneinfo.ZoneInfo.clear_cache()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            _config("nightly: {queue: orders, cron: '0 3 * * *', timezone: America/Lima}")
+        assert "no time zone database (install the tzdata system package, or pip install tzdata)" in str(caught.value)
+        assert _config("nightly: {queue: orders, cron: '0 3 * * *'}").schedules["nightly"].timezone == "UTC"
+    finally:
+        zoneinfo.reset_tzpath()
+        zoneinfo.ZoneInfo.clear_cache()

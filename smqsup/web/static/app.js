@@ -427,7 +427,11 @@
   /** cron EXPR or every Ns, from a schedule row. */
   function scheduleWhen(s) {
     if (typeof s.cron === "string") return "cron " + s.cron;
-    return isNum(s.every_s) ? "every " + s.every_s + "s" : "–";
+    if (!isNum(s.every_s)) return "–";
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+      if (s.every_s % size === 0) return "every " + s.every_s / size + unit;
+    }
+    return "every " + Math.round(s.every_s * 1000) + "ms";
   }
 
   function renderSchedules(snap) {
