@@ -89,8 +89,8 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "concurrency", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é",
-        "schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
 #: Values of a schedule's keys that come close to valid, and hostile ones.
 SCHEDULE_SCALARS = ["'0 3 * * *'", "'*/15 * * * * *'", "'61 * * * *'", "'* * */20 * 1L'", "'@daily'", "'@reboot'",
                     "'0 3 * * * * *'", "'" + "1," * 3000 + "1 * * * *'", "Europe/Berlin", "europe/berlin", "'../x'",
