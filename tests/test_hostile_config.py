@@ -90,14 +90,14 @@ KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
         "max_messages", "max_memory", "dedup_ttl", "concurrency", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+
+
 KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
 #: Values of a schedule's keys that come close to valid, and hostile ones.
 SCHEDULE_SCALARS = ["'0 3 * * *'", "'*/15 * * * * *'", "'61 * * * *'", "'* * */20 * 1L'", "'@daily'", "'@reboot'",
                     "'0 3 * * * * *'", "'" + "1," * 3000 + "1 * * * *'", "Europe/Berlin", "europe/berlin", "'../x'",
                     "'Etc/GMT+5'", "zone.tab", "1s", "999ms", "366d", "'${SMQSUP_FUZZ_A}'", "{smqsup-x: 1}",
                     "{a: [1, {b: .nan}]}", "2020-01-01", "!!binary aGVsbG8=", "!!set {a}", "{1: 2}"]
-
-
 BASE_SCHEDULES_LINE = BASE.splitlines().index("schedules:")
 
 
