@@ -43,3 +43,12 @@ def flaky(message: Message) -> None:
     if roll < 1 / 3:
         raise ConnectionError("upstream timed out")
     log.info("flaky job %s done on attempt %d", message.id, message.attempts + 1)
+
+
+def report(message: Message) -> None:
+    """What a schedule fired (examples/queues.yaml's schedules: section): the
+    headers say which schedule and which slot, so a handler can tell a late
+    fire, or a catch-up after an outage, from an on-time one."""
+    log.info("report %s for slot %s%s: %s", message.headers.get("smqsup-schedule"),
+             message.headers.get("smqsup-fire-time"),
+             " (standing for missed slots too)" if message.headers.get("smqsup-catch-up") else "", message.body)

@@ -11,6 +11,7 @@
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...   (exit 1 if some id was not removed)
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
+    smqsup schedules (-c FILE | --url URL) [--json] | pause NAME | resume NAME
     smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
 
 Exit status: 0 success, 2 bad config or usage (one line on stderr, no
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import __version__, cli_publish, cli_queue, defaults, logs, safe
+from smqsup import __version__, cli_publish, cli_queue, cli_schedules, defaults, logs, safe
 from smqsup import config as config_mod
 from smqsup.errors import ConfigError, SmqsupError, UsageError
 from smqsup.yamlfile import open_regular_file
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     # In the order `smqsup --help` lists them.
     for add in (_add_run_and_check, _add_publish, _add_consume, _add_status, _add_web, _add_dlq,
-                cli_queue.add_pause_resume, cli_queue.add_messages, cli_queue.add_remove):
+                cli_queue.add_pause_resume, cli_queue.add_messages, cli_queue.add_remove,
+                cli_schedules.add_schedules):
         add(sub)
     return parser
 
@@ -215,8 +217,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from smqsup.handlers import check_handlers
 
     check_handlers(cfg)
+    schedules = f", {len(cfg.schedules)} schedule(s)" if cfg.schedules else ""
     print(f"{cfg.path}: ok ({len(cfg.queues)} queue(s), "
-          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s))")
+          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s){schedules})")
     return EXIT_OK
 
 
@@ -360,4 +363,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "resume": cli_queue.cmd_resume,
     "messages": cli_queue.cmd_messages,
     "remove": cli_queue.cmd_remove,
+    "schedules": cli_schedules.cmd_schedules,
 }

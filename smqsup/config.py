@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from smqsup import defaults, validate, yamlfile
+from smqsup import defaults, schedule, validate, yamlfile
 from smqsup.errors import ConfigError
 from smqsup.validate import MISSING, Validator, error, expand_env, join_key, key_text, storable
 
@@ -113,6 +113,8 @@ class Config:
     stats: bool = True
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     web: WebConfig | None = None
+    #: Schedules fired by each queue's elected collector (schedule.py).
+    schedules: dict[str, schedule.ScheduleConfig] = field(default_factory=dict)
 
 
 # --- bounds: every number in the file has one (durations' and sizes' are in validate) ---
@@ -138,6 +140,7 @@ _T = TypeVar("_T")
 _TOP_KEYS = (
     "redis", "namespace", "max_message_size", "heartbeat_interval",
     "heartbeat_timeout", "shutdown_timeout", "preload", "stats", "defaults", "queues", "web",
+    "schedules",
 )
 _REDIS_KEYS = ("url", "data_dir", "appendfsync")
 _WEB_KEYS = ("listen", "token")
@@ -285,6 +288,7 @@ def _config(data: object, path: str) -> Config:
     if timeout_s <= interval_s:
         raise error(f"must be greater than heartbeat_interval ({interval_s:g}s)",
                     raw.get("heartbeat_timeout", timeout_s), path=path, key="heartbeat_timeout")
+    queues = _queues(raw.get("queues", MISSING), _queue_defaults(raw.get("defaults"), path), path)
     return Config(
         path=Path(path),
         redis=_redis(raw.get("redis"), path),
@@ -297,9 +301,9 @@ def _config(data: object, path: str) -> Config:
                                 defaults.SHUTDOWN_TIMEOUT_S),
         preload=_get(raw, "preload", "", path, validate.boolean, False),
         stats=_get(raw, "stats", "", path, validate.boolean, True),
-        queues=_queues(raw.get("queues", MISSING), _queue_defaults(raw.get("defaults"), path),
-                       path),
+        queues=queues,
         web=_web(raw.get("web", MISSING), path),
+        schedules=schedule.section(raw.get("schedules"), queues, path),
     )
 
 

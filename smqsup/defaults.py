@@ -92,3 +92,5 @@ RECLAIM_RETRY_S = 1.0
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
 #: How often a consumer of a paused queue looks whether it was resumed, in s.
 PAUSED_POLL_S = 0.25
+#: Longest the collector waits between looks at a queue's schedules (changed definitions, resumes), in s.
+SCHEDULE_POLL_S = 1.0

@@ -15,6 +15,8 @@ delayed messages to pending.
                                  back free of cost (sweep_retired)
             promote.lua          due delayed messages, in batches until none
                                  is due
+            firing.look          the queue's schedules: each due slot
+                                 published once (schedule_fire.lua)
             stats.sample         once a second, one point of the queue's
                                  history (counters and sizes)
 
@@ -45,6 +47,7 @@ from smqsup import defaults, stats
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
+from smqsup.firing import Firing
 from smqsup.lock import LeaderLock
 from smqsup.logs import Lasting
 
@@ -71,6 +74,7 @@ class _QueueGC:
     next_promote: float = 0.0
     next_sample: float = 0.0
     next_retired: float = 0.0
+    next_fire: float = 0.0
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
 
@@ -90,11 +94,13 @@ class Collector:
         # heartbeat_timeout: after an outage every heartbeat looks stale until
         # the supervisors have had the time to renew them.
         self._connected_since: Optional[float] = time.monotonic()
+        self.firing = Firing(broker, cfg)
         self.update(cfg)
 
     def update(self, cfg: Config) -> None:
         """Follow a reloaded config: join new queues, leave removed ones."""
         self.cfg = cfg
+        self.firing.cfg = cfg
         ttl = lock_ttl_ms(cfg)
         for name in list(self._queues):
             if name not in cfg.queues:
@@ -113,7 +119,7 @@ class Collector:
         """Seconds until a queue this process leads is due for a look at its
         delayed and scheduled messages, at most ``longest_s``."""
         now = time.monotonic()
-        due = [s.next_promote for s in self._queues.values() if s.lock.still_valid()]
+        due = [at for s in self._queues.values() if s.lock.still_valid() for at in (s.next_promote, s.next_fire)]
         return max(0.0, min([longest_s, *(at - now for at in due)]))
 
     def leading(self) -> list[str]:
@@ -157,7 +163,7 @@ class Collector:
             if lock.step() and not was:
                 log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
                 self._fact(name, state, leader_changes=1)
-                state.next_scan = state.next_promote = now
+                state.next_scan = state.next_promote = state.next_fire = now
             # Contenders try often so that failover takes about one TTL.
             interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
                                                                     self.cfg.heartbeat_interval_s)
@@ -176,6 +182,12 @@ class Collector:
                 wait_s = self._step(name, state, "promote delayed messages", self._promote)
                 if wait_s is not None:
                     state.next_promote = now + wait_s
+            if now >= state.next_fire:
+                state.next_fire = now + _FAILED_PROMOTE_RETRY_S
+                lock_pair = (lock.key, lock.token)
+                wait_s = self._step(name, state, "fire schedules", lambda n, _: self.firing.look(n, lock_pair))
+                if wait_s is not None:
+                    state.next_fire = time.monotonic() + wait_s
             if self.cfg.stats and now >= state.next_sample:
                 # On the second grid, so points are about 1 s apart.
                 state.next_sample = max(state.next_sample + 1.0, now + 0.5)

@@ -50,6 +50,19 @@ live in one Redis Cluster slot::
                                    the left, trimmed to 900 by the collector
     ns:{Q}:slots             HASH  "host:#index" -> restarts and last exit cause
                                    of that consumer slot (its supervisor writes)
+    ns:{Q}:schedules         HASH  schedule name -> its definition (canonical JSON,
+                                   schedule.py), upserted by the supervisors
+                                   whose config declares a schedule on queue Q
+    ns:{Q}:schedule:NAME     HASH  schedule NAME's state: since_ms (no slot up to
+                                   it fires), last_fire_ms (the slot last fired:
+                                   the fire id with NAME), fired_at_ms, last_id,
+                                   fires
+    ns:{Q}:schedule:NAME:declarers
+                             ZSET  supervisor id, score = until when its
+                                   declaration holds (ms, Redis clock)
+    ns:{Q}:schedule:NAME:paused
+                             STR   present while the schedule is paused: JSON
+                                   {"at_ms", "by"}; its slots are skipped
     ns:queues                SET   names of the queues ever published to or
                                    consumed from (not hash-tagged: global)
     ns:{ns}:producers        HASH  producer id -> {host, pid, published, rate,
@@ -159,6 +172,22 @@ class QueueKeys:
     def processing(self, consumer_id: str) -> str:
         """The processing list owned by ``consumer_id``."""
         return f"{self._prefix}:processing:{consumer_id}"
+
+    # --- schedules (schedule.py names are queue-name-like: no ':' in them) ---
+
+    @cached_property
+    def schedules(self) -> str:
+        return f"{self._prefix}:schedules"
+
+    def schedule(self, name: str) -> str:
+        """The state hash of schedule ``name``."""
+        return f"{self._prefix}:schedule:{name}"
+
+    def schedule_declarers(self, name: str) -> str:
+        return f"{self._prefix}:schedule:{name}:declarers"
+
+    def schedule_paused(self, name: str) -> str:
+        return f"{self._prefix}:schedule:{name}:paused"
 
 
 def queues_set(namespace: str) -> str:

@@ -95,7 +95,16 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
                 total_rates[name] = round((total_rates[name] or 0) + value, 2)
     totals["rates"] = total_rates
     out["totals"] = totals
+    out["schedules"] = schedules(broker, queues)
     return out
+
+
+def schedules(broker: Broker, queues: Sequence[str]) -> list[dict[str, Any]]:
+    """The schedules stored for ``queues`` (schedule_store.row: last and next
+    fire, paused, live declarers), by queue and name."""
+    from smqsup import schedule_store
+
+    return schedule_store.rows(broker, queues)
 
 
 def _total_part(q: dict[str, Any], key: str) -> int:

@@ -58,6 +58,10 @@ def render(snap: dict[str, Any]) -> str:
     notes = _event_notes(snap)
     if notes:
         out.append(notes)
+    if snap.get("schedules"):
+        from smqsup.cli_schedules import render as render_schedules
+
+        out.append(render_schedules(snap["schedules"]))
     for name, q in sorted(snap["queues"].items()):
         out += _consumer_tables(name, q)
     if snap["producers"]:

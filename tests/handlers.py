@@ -184,3 +184,10 @@ def retry_once(msg: Any) -> None:
     if msg.attempts == 0:
         raise Retry(delay=0.2)
     _record("done", msg)
+
+
+def record_fire(msg: Any) -> None:
+    """Ack a message a schedule fired, recording which schedule and slot it stands for."""
+    headers = msg.headers if isinstance(msg.headers, dict) else {}
+    _record("fire", msg, schedule=headers.get("smqsup-schedule"), fire_time=headers.get("smqsup-fire-time"),
+            catch_up=headers.get("smqsup-catch-up") is True)

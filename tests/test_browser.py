@@ -182,3 +182,37 @@ def test_pause_button_and_message_browser(browser: Any, redis_url: str, redis_cl
         assert problems == []
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_schedules_table_shows_last_and_next_fire_and_states(browser: Any, redis_url: str, redis_client: Any,
+                                                              tmp_path: Path) -> None:
+    """A stored schedule's row: its period, last and next fire; a paused one says so; a definition that
+    cannot be used is 'unusable', its reason (hostile text) shown as text in the tooltip."""
+    from smqsup import schedule_store
+    from smqsup.broker import Broker
+    from smqsup.schedule import ScheduleConfig
+
+    broker = Broker(redis_url)
+    schedule_store.upsert(broker, ScheduleConfig("tick", "q", every_ms=60_000), "sup:1:aa", 600_000)
+    schedule_store.upsert(broker, ScheduleConfig("night", "q", cron="0 3 * * *", timezone="Europe/Berlin"),
+                          "sup:1:aa", 600_000)
+    schedule_store.pause(broker, "q", "night", "test")
+    redis_client.hset("smq:{q}:schedules", "bad", XSS)
+    server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", log_dir=tmp_path)
+    problems: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.goto(f"{server.url}/")
+        _wait(page, "() => document.querySelectorAll('[data-testid=schedule-row]').length === 3", "three schedules")
+        tick = "[data-testid=schedule-row][data-name=tick]"
+        assert "every 1m" in page.inner_text(tick) and page.inner_text(f"{tick} [data-testid=schedule-state]") == "active"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:00", page.inner_text(f"{tick} [data-testid=next-fire]"))
+        assert page.inner_text(f"{tick} [data-testid=last-fire]") == "–"
+        assert page.inner_text("[data-name=night] [data-testid=schedule-state]") == "paused"
+        bad = page.locator("[data-name=bad] [data-testid=schedule-state]")
+        assert bad.inner_text() == "unusable" and "not JSON" in (bad.get_attribute("title") or "")
+        assert _count(page, "[data-testid=schedules-table] img") == 0 and page.evaluate("window.__xss") is None
+        assert not problems, problems
+    finally:
+        assert server.stop() == 0, server.log()

@@ -57,6 +57,18 @@ queues:
     dedup_ttl: 24h
 web:
   listen: 127.0.0.1:8087
+schedules:
+  nightly:
+    queue: orders
+    cron: "0 3 * * *"
+    timezone: Europe/Berlin
+    body: {kind: nightly, day: 1}
+    headers: {source: cron}
+    catch_up: false
+    grace: 1m
+  tick:
+    queue: orders
+    every: 30s
 """
 #: Scalars that reach the validators: huge, non-finite, malformed, unprintable.
 SCALARS = [
@@ -80,13 +92,22 @@ KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "
         "max_messages", "max_memory", "dedup_ttl", "concurrency", "rate_limit", "rate_burst", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
+KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
+#: Values of a schedule's keys that come close to valid, and hostile ones.
+SCHEDULE_SCALARS = ["'0 3 * * *'", "'*/15 * * * * *'", "'61 * * * *'", "'* * */20 * 1L'", "'@daily'", "'@reboot'",
+                    "'0 3 * * * * *'", "'" + "1," * 3000 + "1 * * * *'", "Europe/Berlin", "europe/berlin", "'../x'",
+                    "'Etc/GMT+5'", "zone.tab", "1s", "999ms", "366d", "'${SMQSUP_FUZZ_A}'", "{smqsup-x: 1}",
+                    "{a: [1, {b: .nan}]}", "2020-01-01", "!!binary aGVsbG8=", "!!set {a}", "{1: 2}"]
+BASE_SCHEDULES_LINE = BASE.splitlines().index("schedules:")
+
+
 def _with_hostile_values(rng: random.Random) -> str:
     """BASE with one to three values (or queue names) swapped for hostile scalars."""
     lines = BASE.splitlines()
     for _ in range(rng.randint(1, 3)):
         i = rng.randrange(len(lines))
         head, sep, _value = lines[i].partition(": ")
-        value = rng.choice(SCALARS)
+        value = rng.choice(SCHEDULE_SCALARS if i > BASE_SCHEDULES_LINE and rng.random() < 0.5 else SCALARS)
         lines[i] = f"{head}{sep}{value}" if sep else f"  {value}:" if lines[i] == "  orders:" else lines[i]
     return "\n".join(lines) + "\n"
 

@@ -63,10 +63,12 @@ def unit() -> configparser.ConfigParser:
 def test_queues_yaml_loads() -> None:
     """config/queues.yaml is a valid configuration naming the example handlers."""
     loaded = load(CONFIG / "queues.yaml")
-    assert set(loaded.queues) == {"orders", "emails", "flaky"}
+    assert set(loaded.queues) == {"orders", "emails", "flaky", "reports"}
     assert {q.handler for q in loaded.queues.values()} == {
         "examples.handlers:process_order", "examples.handlers:send_email", "examples.handlers:flaky",
+        "examples.handlers:report",
     }
+    assert set(loaded.schedules) == {"stats", "nightly"}
     assert loaded.shutdown_timeout_s < int(REQUIRED["Service"]["TimeoutStopSec"])
 
 

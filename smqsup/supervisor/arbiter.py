@@ -11,6 +11,7 @@ the running set equal to what queues.yaml asks for.
         deadlines  SIGKILL what did not stop in time
         reclaims   retry the ones Redis refused             (reclaims.py)
         heartbeat  renew ready children, one round trip     (beats.py)
+        schedules  declare this config's schedules          (declarations.py)
         collector  this supervisor's part in the GC election (gc.py)
         notify     READY=1 once converged, STATUS=, WATCHDOG=1 (systemd.py)
 
@@ -47,6 +48,7 @@ from smqsup.safe import mask_url
 from smqsup.supervisor import decide
 from smqsup.supervisor.beats import Heartbeats
 from smqsup.supervisor.consumers import Consumers
+from smqsup.supervisor.declarations import Declarations
 from smqsup.supervisor.plan import ReloadPlan, effective, plan
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
 from smqsup.supervisor.states import StopReason, describe_status
@@ -87,6 +89,7 @@ class Arbiter:
         self.pool = Consumers(cfg, url, self.broker, self.reclaims, self._trouble)
         self.collector = Collector(self.broker, cfg, owner=f"{self.pool.host}:{self.pid}")
         self.heartbeats = Heartbeats(self.pool, self.collector, self._trouble)
+        self.declarations = Declarations(self.broker, cfg, self.pool.host, self.pid, self._trouble)
         self.web = WebChild(url, self.pid)
         self.notifier = Notifier()
         self._signals: list[int] = []
@@ -114,8 +117,10 @@ class Arbiter:
             self.web.enforce(time.monotonic())
             self.reclaims.retry()
             self.heartbeats.tick(self.cfg.heartbeat_interval_s)
+            self.declarations.tick()
             self.collector.tick()
             self._notify()
+        self.declarations.withdraw_all()
         self.collector.release_all()
         self.reclaims.retry(now=True)  # a last try, whenever the previous one was
         log.info("supervisor %d stopped", self.pid)
@@ -252,6 +257,7 @@ class Arbiter:
             log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         self.cfg = cfg
         self.collector.update(cfg)
+        self.declarations.update(cfg)
         self.pool.apply(p, cfg)
         if p.web_changed:
             self.web.reload()  # started again by the loop with the new settings, if any

@@ -138,4 +138,26 @@ def render(snap: Mapping[str, Any]) -> str:
     lines += family("smqsup_producer_messages", "counter", "Messages published by a producer seen in the last "
                     "10 minutes.", [({"producer": str(p["id"])}, published) for p in snap.get("producers", [])
                                     if (published := _float(p.get("published"))) is not None])
+    lines += _schedule_families(snap.get("schedules", []))
     return "\n".join(lines) + "\n"
+
+
+def _schedule_families(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each schedule's last and next fire, paused flag, live declarations and fires."""
+    rows = list(rows)
+
+    def samples(field: str) -> list[Sample]:
+        return [({"schedule": str(r["name"]), "queue": str(r["queue"])}, value) for r in rows
+                if (value := _float(r.get(field))) is not None]
+
+    lines = family("smqsup_schedule_last_fire_seconds", "gauge", "Slot of the schedule's last fire, unix seconds "
+                   "(the Redis clock).", samples("last_fire"))
+    lines += family("smqsup_schedule_next_fire_seconds", "gauge", "Slot the schedule fires next, unix seconds (in "
+                    "the past: due, not fired yet).", samples("next_fire"))
+    lines += family("smqsup_schedule_paused", "gauge", "1 while the schedule is paused, else 0.",
+                    [({"schedule": str(r["name"]), "queue": str(r["queue"])}, 1 if r.get("paused") else 0)
+                     for r in rows])
+    lines += family("smqsup_schedule_declarers", "gauge", "Supervisors whose config declares the schedule now "
+                    "(0: it is not fired).", samples("declarers"))
+    lines += family("smqsup_schedule_fires", "counter", "Messages the schedule has fired.", samples("fires"))
+    return lines

@@ -290,6 +290,7 @@
     renderQueues(snap);
     renderConsumers(snap);
     renderProducers(snap);
+    renderSchedules(snap);
     checkDead(snap);
     window.SMQ.messages.update(snap);
     scheduleDraw();
@@ -421,6 +422,32 @@
     ]));
     if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 4, className: "empty", text: "No producers seen."})]));
     $("producer-rows").replaceChildren(...rows);
+  }
+
+  /** cron EXPR or every Ns, from a schedule row. */
+  function scheduleWhen(s) {
+    if (typeof s.cron === "string") return "cron " + s.cron;
+    if (!isNum(s.every_s)) return "–";
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+      if (s.every_s % size === 0) return "every " + s.every_s / size + unit;
+    }
+    return "every " + Math.round(s.every_s * 1000) + "ms";
+  }
+
+  function renderSchedules(snap) {
+    const when = (seconds) => isNum(seconds) ? fmtDate(seconds * 1000) : "–";
+    const rows = (snap.schedules || []).map((s) => {
+      const state = s.error ? "unusable" : s.paused ? "paused" : s.declarers > 0 ? "active" : "not declared";
+      return el("tr", {dataset: {testid: "schedule-row", name: s.name, queue: s.queue}}, [
+        cell(s.name), cell(s.queue), cell(scheduleWhen(s)), cell(s.timezone ?? "–"),
+        cell(state, {title: s.error || "", dataset: {testid: "schedule-state"}}),
+        cell(when(s.last_fire), {dataset: {testid: "last-fire"}}),
+        cell(when(s.next_fire), {dataset: {testid: "next-fire"}}),
+        cell(fmtInt(s.declarers)), cell(fmtInt(s.fires)),
+      ]);
+    });
+    if (!rows.length) rows.push(el("tr", {}, [el("td", {colspan: 9, className: "empty", text: "No schedules."})]));
+    $("schedule-rows").replaceChildren(...rows);
   }
 
   // --- dead letters -----------------------------------------------------------
