@@ -113,7 +113,7 @@ def test_a_limit_far_below_the_backlog_holds_nothing_in_flight_for_long(
     try:
         wait_for(lambda: len(s.times) == 1, timeout_s=5)
         before = _script_calls(redis_client)
-        time.sleep(2.5)  # noqa: measures how often it asks while it waits
+        time.sleep(2.5)  # a measured interval: how often it asks while it waits
         asked = _script_calls(redis_client) - before
         assert len(s.times) == 1 and redis_client.llen(K.pending) == 2
         assert not redis_client.llen(K.processing(c.consumer_id))
