@@ -255,7 +255,8 @@ def test_a_cron_schedule_follows_the_redis_clock_through_a_dst_change_and_a_jump
         assert datetime.fromtimestamp(client.time()[0], timezone.utc).strftime("%Y-%m-%d %H") == "2026-03-29 00"
         hourly = {"queue": "q", "cron": "0 * * * *", "timezone": "Europe/Berlin"}
         sup = supervise(QUEUES, url=server.url, schedules={"skip": {**hourly, "catch_up": False},
-                                                           "catch": {**hourly, "catch_up": True}}, **HB)
+                                                           "catch": {**hourly, "catch_up": True}},
+                        shutdown_timeout="1s", **HB)
         utc = "2026-03-29T0{}:00:00.000Z"
         wait_for(lambda: len(_fires(sup)) == 2, timeout_s=20)
         assert sorted((e["schedule"], e["fire_time"]) for e in _fires(sup)) == [
@@ -267,5 +268,6 @@ def test_a_cron_schedule_follows_the_redis_clock_through_a_dst_change_and_a_jump
         assert got == [("catch", utc.format(1), False), ("catch", utc.format(3), True),
                        ("catch", utc.format(4), False), ("skip", utc.format(1), False),
                        ("skip", utc.format(4), False)], got
+        sup.stop()  # while its Redis is still there to stop against
     finally:
         server.stop()
