@@ -264,13 +264,9 @@ class Consumer:
                 self._lost = True
                 return None
             self._note_paused(took.paused)
-            if took.frames:
-                self._hold_us = took.waits_us[0]
-                return took.frames[0]
-            if took.retry_us:
-                self._look_at = time.monotonic() + took.retry_us / 1e6
-            if took.paused or took.retry_us:
-                return None
+            self._rate_said(took.next_frame, took.waits_us[0] if took.frames else took.retry_us)
+            if took.paused or took.frames or took.retry_us:
+                return took.next_frame
         frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
         if frame is not None and (paused or self._limited or message.has_expiry(frame)):
             return self._screen(frame)

@@ -200,10 +200,11 @@ class ConcurrentConsumer(Consumer):
             room = min(room, limit - self.stats.received - held)
         return max(room, 0)
 
-    def _exchange(self) -> list[tuple[bytes, int]]:
+    def _exchange(self, poll: bool = False) -> list[tuple[bytes, int]]:
         """Record every finished outcome and take what there is room for, in
         one round trip; the frames taken, each with the µs its start waits
-        for (rate limit)."""
+        for (rate limit). ``poll``: the paused queue's periodic look (take.lua
+        sees a resume)."""
         room = self._room()
         paused = self._paused
         calls: list[scripts.Call[Any]] = []
@@ -216,8 +217,8 @@ class ConcurrentConsumer(Consumer):
             calls.append(self._settle_call(keys, cid, fl, fetch))
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
-        # while paused, only as the paused poll (_wait) allows.
-        take = room if room > 0 and not self._checked and not paused and not self._look_at else 0
+        # while paused, only as the paused poll (_wait) asks.
+        take = room if room > 0 and not self._checked and (poll or not paused) and not self._look_at else 0
         if take:
             calls.append(scripts.take(keys, cid, take, self._rate))
         if not calls:
@@ -294,6 +295,11 @@ class ConcurrentConsumer(Consumer):
                 loop.call_later(wait_us / 1e6, self._start_booked, frame)
             else:
                 self._launch(frame)
+
+    def _launch_screened(self, frame: bytes) -> None:
+        """Start a frame ``_screen`` let through, at the start it booked."""
+        hold, self._hold_us = self._hold_us, 0
+        self._launch_all([(frame, hold)])
 
     def _start_booked(self, frame: bytes) -> None:
         """A booked start is due (in the loop). During a stop the frame is
@@ -466,7 +472,7 @@ class ConcurrentConsumer(Consumer):
         await self._sleep(min(longest, look_in) if self._look_at else longest)
         if polling and not self._finished and self._fetching is None:
             self._checked = False
-            self._paused_poll()
+            self._launch_all(self._exchange(poll=True))
         self._fetch_done()
 
     def _fetch_done(self) -> bool:
@@ -477,20 +483,6 @@ class ConcurrentConsumer(Consumer):
         self._fetching = None
         self._fetched(fetched)
         return True
-
-    def _paused_poll(self) -> None:
-        """While paused, take.lua looks again (it sees the resume)."""
-        room = self._room()
-        if room <= 0 or self._finished:
-            return
-        took = self.broker.take(self.name, self.consumer_id, room, self._rate)
-        if not took.registered:
-            self._lost = True
-        self._note_paused(took.paused)
-        self._checked = not took.frames and took.registered and not took.paused and not took.retry_us
-        if took.retry_us:
-            self._look_at = time.monotonic() + took.retry_us / 1e6
-        self._launch_all(list(zip(took.frames, took.waits_us)))
 
     def _fetched(self, fetched: "asyncio.Future[tuple[Optional[bytes], bool]]") -> None:
         """The blocking fetch returned: its frame, screened as the sequential
@@ -509,8 +501,7 @@ class ConcurrentConsumer(Consumer):
             if taken is None:
                 return  # (a rate limit that allowed no start set _look_at)
             frame = taken
-        hold, self._hold_us = self._hold_us, 0
-        self._launch_all([(frame, hold)])
+        self._launch_screened(frame)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep up to ``seconds`` (handlers run meanwhile), less on a wake."""
@@ -567,8 +558,7 @@ class ConcurrentConsumer(Consumer):
                 if taken is not None:
                     log.info("queue %s: consumer %s handles message %s found in its list",
                              self.name, self.consumer_id, message.peek_id(taken))
-                    hold, self._hold_us = self._hold_us, 0
-                    self._launch_all([(taken, hold)])
+                    self._launch_screened(taken)
 
 
 def make_consumer(broker: Broker, queue: QueueConfig, handler: Handler, **options: Any) -> Consumer:
