@@ -8,26 +8,30 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, TypeVar, cast
 
 import redis.exceptions as rexc
+from redis.cluster import RedisCluster
 
-from smqsup import defaults, scripts
+from smqsup import cluster, defaults, scripts
 from smqsup.connection import HotLine, check_server, connect, send, wrapped
-from smqsup.errors import BrokerError, PushRefused
+from smqsup.errors import BrokerError, NotReplicated, PushRefused
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, producers_hash, queues_set
 from smqsup.logs import warn_once
 from smqsup.readings import ask_sizes, ms_of, sizes_of
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Most frames one publish script call pushes (publish_many sends several
 #: calls in one pipelined round trip).
 PUBLISH_CHUNK = 1000
 #: Producers silent this long drop out of the statistics, in ms.
 _PRODUCER_TTL_MS = 600_000
+#: A reply of a batch sent to a master that could not be reached.
+_UNREACHABLE = (rexc.ConnectionError, rexc.TimeoutError, OSError)
 
 
 def _text(value: "bytes | str") -> str:
@@ -63,13 +67,27 @@ class Broker:
     share a Broker (its sockets) across fork."""
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *, client_name: Optional[str] = None,
-                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S, stats: bool = True) -> None:
+                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S, stats: bool = True,
+                 wait_replicas: int = 0, wait_timeout_s: float = defaults.WAIT_TIMEOUT_S) -> None:
+        """``wait_replicas``: how many replicas must confirm a publish (and
+        a schedule's firing, run_replicated()) within ``wait_timeout_s``
+        before it is reported done; short of that, NotReplicated."""
         self.url = url
         self.namespace = namespace
+        self.wait_replicas = wait_replicas
+        self._wait_timeout_ms = max(1, round(wait_timeout_s * 1000))
         #: Count published and acked messages in the queue counters (scripts).
         self.stats = stats
         self.client = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
-        self._hot = HotLine(self.client)
+        #: The slot map's keeper on a Redis Cluster (None on one server):
+        #: batches and the held connection go to the master of their keys.
+        self._router: Optional[cluster.Router] = None
+        self._hot: "HotLine | cluster.ClusterHotLine"
+        if isinstance(self.client, RedisCluster):
+            self._router = cluster.Router(self.client)
+            self._hot = cluster.ClusterHotLine(self._router)
+        else:
+            self._hot = HotLine(self.client)
         self._keys: dict[str, QueueKeys] = {}
         #: Most messages one reclaim script call moves (the reclaims loop over batches).
         self.reclaim_batch = defaults.RECLAIM_BATCH
@@ -90,9 +108,22 @@ class Broker:
         with wrapped("PING"):
             self.client.ping()
 
+    @property
+    def clustered(self) -> bool:
+        """Whether this broker's Redis is a Redis Cluster."""
+        return self._router is not None
+
     def check_server(self) -> list[str]:
-        """connection.check_server() on this broker's Redis."""
-        return check_server(self.client)
+        """connection.check_server() on this broker's Redis (each master of a cluster)."""
+        if self._router is None:
+            return check_server(self.client)
+        with wrapped("read the masters of the Redis Cluster"):
+            masters = cast(RedisCluster, self.client).get_primaries()  # type: ignore[no-untyped-call]
+        warnings: list[str] = []
+        for node in masters:
+            found = check_server(cast(RedisCluster, self.client).get_redis_connection(node))
+            warnings += [f"{node.name}: {w}" for w in found if w not in warnings]
+        return warnings
 
     def shutdown_server(self) -> None:
         """SHUTDOWN the Redis server (an embedded one, at its owner's stop)."""
@@ -122,6 +153,7 @@ class Broker:
                 scripts.publish(self.keys(queue), frames, self.stats).run(self._hot)
             except rexc.ResponseError as exc:  # refused before it wrote anything
                 raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
+            self._replicated(queue, self._hot.wait, None)
 
     def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
                   *, register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
@@ -135,14 +167,19 @@ class Broker:
             # One script and nothing else: on the held connection, as _push_alone.
             with wrapped(f"publish to {queue!r}"):
                 try:
-                    return scripts.publish_options(self.keys(queue), items, options, self.stats).run(self._hot)
+                    pairs = scripts.publish_options(self.keys(queue), items, options, self.stats).run(self._hot)
                 except rexc.ResponseError as exc:  # refused before it wrote anything
                     raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
                                       [False] * len(items)) from exc
+                return self._replicated(queue, self._hot.wait, pairs)
         chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
-        replies = self._publish([scripts.publish_options(self.keys(queue), chunk, options, self.stats)
-                                 for chunk in chunks], [len(chunk) for chunk in chunks], queue,
-                                register=register, producer=producer)
+        try:
+            replies = self._publish([scripts.publish_options(self.keys(queue), chunk, options, self.stats)
+                                     for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+                                    register=register, producer=producer)
+        except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
+            exc.result = [pair for reply in cast(list[Any], exc.result) for pair in reply]
+            raise
         return [pair for reply in replies for pair in reply]
 
     def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *, register: bool,
@@ -159,12 +196,20 @@ class Broker:
         first = len(batch)
         for call in calls:
             batch.add(call)
+        waited = len(batch)
+        if self.wait_replicas:  # on the connection (and the master) the calls went on, after them
+            batch.command("WAIT", self.wait_replicas, self._wait_timeout_ms, route=self.keys(queue).pending)
         if producer is not None:
             bookkeeping[len(batch)] = "producer statistics"
             batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
         with wrapped(f"publish to {queue!r}"):
-            results = send(self.client, batch)
-        replies = results[first:first + len(calls)]
+            results = send(self.client, batch, self._router)
+            replies = results[first:first + len(calls)]
+            # On a cluster the registry and statistics live on other masters:
+            # one of those unreachable must not hide whether messages were queued.
+            unknown = next((r for r in replies if isinstance(r, _UNREACHABLE)), None)
+            if unknown is not None:
+                raise unknown
         _check_queued(queue, sizes, replies)
         # The messages are queued: a refused registry entry or statistics flush
         # (OOM, an ACL NOPERM) must not turn that into an error.
@@ -172,7 +217,32 @@ class Broker:
             if isinstance(results[i], Exception):
                 warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
                           "(said once; later refusals at debug level): %s", queue, what, results[i])
+        if self.wait_replicas:
+            self._replicated(queue, lambda *_: results[waited], replies)
         return replies
+
+    def _replicated(self, queue: str, wait: Callable[[Any, int, int], Any], result: T) -> T:
+        """``result``, once ``wait(key, replicas, timeout_ms)`` (WAIT on the
+        connection the publish went on) says wait_replicas replicas have it;
+        NotReplicated (carrying ``result``) if fewer do."""
+        if not self.wait_replicas:
+            return result
+        try:
+            got = wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
+        except rexc.ResponseError as exc:  # WAIT refused (an ACL without it): the write stands
+            got = exc
+        if isinstance(got, Exception):
+            raise NotReplicated(f"publish to {queue!r}: done on the master, but Redis refused WAIT ({got}), so no "
+                                f"replica is known to have it", 0, result)
+        if int(got) < self.wait_replicas:
+            raise NotReplicated(f"publish to {queue!r}: done on the master, but {int(got)} of {self.wait_replicas} "
+                                f"replica(s) confirmed it within {self._wait_timeout_ms} ms", int(got), result)
+        return result
+
+    def run_replicated(self, queue: str, call: scripts.Call[T]) -> T:
+        """Run a script ``call`` on ``queue``'s keys on the held connection,
+        then wait for the replicas as a publish does (a schedule's firing)."""
+        return self._replicated(queue, self._hot.wait, call.run(self._hot))
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
@@ -334,7 +404,10 @@ class Broker:
             batch.add(scripts.heartbeat(self.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
                                         register=False))
         with wrapped("heartbeat"):
-            replies = send(self.client, batch)
+            replies = send(self.client, batch, self._router)
+            unreachable = next((r for r in replies if isinstance(r, _UNREACHABLE)), None)
+            if unreachable is not None:  # a master of a cluster (renewals are idempotent)
+                raise unreachable
         refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
         lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
         return lost, refused

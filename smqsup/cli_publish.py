@@ -145,13 +145,16 @@ def _queue_dedup_ttl(path: str, queue: str) -> dict[str, Any]:
 def publish(args: argparse.Namespace, options: dict[str, Any], url: str, namespace: str, max_size: int) -> int:
     """Publish the message (or stdin's lines) the arguments give, with the
     ``options`` publish_options made of them; print each id."""
+    from smqsup import config as config_mod
     from smqsup.producer import Producer
 
     options = dict(options)
     if args.config and "dedup_key" in options and "dedup_ttl" not in options:
         options.update(_queue_dedup_ttl(args.config, args.queue))
     headers = dict(_header(h) for h in args.header) or None
-    with Producer(url, namespace, max_message_size=max_size) as producer:
+    redis_cfg = config_mod.load(args.config).redis if args.config else config_mod.RedisConfig()
+    with Producer(url, namespace, max_message_size=max_size, wait_replicas=redis_cfg.wait_replicas,
+                  wait_timeout=redis_cfg.wait_timeout_s) as producer:
         if args.body == "-":
             bodies = [_json_arg(line, f"stdin line {n}") for n, line in enumerate(sys.stdin, 1) if line.strip()]
             for mid in producer.publish_many(args.queue, bodies, headers=headers, **options):

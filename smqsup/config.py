@@ -52,6 +52,10 @@ class RedisConfig:
     data_dir: Path | None = None
     #: appendfsync of the embedded server: always, everysec or no.
     appendfsync: str = defaults.APPENDFSYNC
+    #: Replicas that must confirm a publish (and a schedule's firing) before
+    #: it is reported done (WAIT), and how long to wait for them.
+    wait_replicas: int = 0
+    wait_timeout_s: float = defaults.WAIT_TIMEOUT_S
 
     @property
     def embedded(self) -> bool:
@@ -142,7 +146,7 @@ _TOP_KEYS = (
     "heartbeat_timeout", "shutdown_timeout", "preload", "stats", "defaults", "queues", "web",
     "schedules",
 )
-_REDIS_KEYS = ("url", "data_dir", "appendfsync")
+_REDIS_KEYS = ("url", "data_dir", "appendfsync", "wait_replicas", "wait_timeout")
 _WEB_KEYS = ("listen", "token")
 _APPENDFSYNC = ("always", "everysec", "no")
 
@@ -203,6 +207,9 @@ def _redis(value: object, path: str) -> RedisConfig:
         data_dir=_get(raw, "data_dir", "redis", path, validate.data_dir, None),
         appendfsync=_get(raw, "appendfsync", "redis", path, validate.choice(_APPENDFSYNC),
                          defaults.APPENDFSYNC),
+        wait_replicas=_get(raw, "wait_replicas", "redis", path,
+                           validate.int_range(0, defaults.WAIT_REPLICAS_MAX), 0),
+        wait_timeout_s=_get(raw, "wait_timeout", "redis", path, validate.wait_timeout, defaults.WAIT_TIMEOUT_S),
     )
 
 

@@ -24,7 +24,7 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup import defaults, safe, scripts
+from smqsup import cluster, defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.logs import warn_once
 
@@ -47,8 +47,10 @@ def connect(
     connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S,
     client_name: Optional[str] = None,
 ) -> "redis.Redis":
-    """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://)
-    with automatic retries disabled. Connects lazily.
+    """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://,
+    redis+cluster://, rediss+cluster://) with automatic retries disabled.
+    Connects lazily, but for a cluster, whose slot map is read at once
+    (BrokerConnectionError if no seed node answers).
 
     ``client_name`` is set with CLIENT SETNAME on each new connection where
     Redis allows it; a refusal (an ACL user without CLIENT) is warned about
@@ -64,9 +66,13 @@ def connect(
         "socket_connect_timeout": connect_timeout_s,
         "health_check_interval": 0,
     }
+    clustered = cluster.is_cluster_url(url)
     if client_name:
-        options["redis_connect_func"] = _handshake(client_name)
+        options["redis_connect_func"] = _handshake(client_name, handshake=not clustered)
     try:
+        if clustered:
+            with wrapped("read the slot map of the Redis Cluster"):
+                return cluster.connect(url, options)  # type: ignore[return-value]
         if url.startswith("sentinel://"):
             return _connect_sentinel(url, options)
         return _connect_url(url, options)
@@ -113,12 +119,14 @@ def _url_problem(exc: Exception) -> str:
     return text
 
 
-def _handshake(client_name: str) -> Callable[[Any], None]:
-    """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT),
-    then CLIENT SETNAME, which only labels the connection in CLIENT LIST and
-    so is skipped when Redis refuses it."""
+def _handshake(client_name: str, *, handshake: bool = True) -> Callable[[Any], None]:
+    """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT;
+    not ``handshake`` for RedisCluster, which makes it itself before calling
+    this), then CLIENT SETNAME, which only labels the connection in CLIENT
+    LIST and so is skipped when Redis refuses it."""
     def on_connect(conn: Any) -> None:
-        conn.on_connect()
+        if handshake:
+            conn.on_connect()
         try:
             conn.send_command("CLIENT", "SETNAME", client_name)
             conn.read_response()
@@ -188,6 +196,9 @@ def wrapped(what: str) -> Iterator[None]:
         yield
     except NotSent as exc:
         raise BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}") from exc
+    except (*cluster.REDIRECTIONS, rexc.RedisClusterException) as exc:
+        # Still refused after cluster.REDIRECT_PATIENCE_S (a failover not over).
+        raise BrokerNotSent(f"{what}: Redis Cluster refused it, nothing ran: {exc}") from exc
     except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
     except rexc.ResponseError as exc:
@@ -198,10 +209,14 @@ def wrapped(what: str) -> Iterator[None]:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
 
 
-def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
+def send(client: "redis.Redis", batch: "scripts.Batch", router: "Optional[cluster.Router]" = None) -> list[Any]:
     """Send ``batch`` in one round trip on a connection of ``client``'s pool;
     its replies, error replies left in place. Raises NotSent if Redis could
-    not be reached (or the TLS handshake failed) before anything was sent."""
+    not be reached (or the TLS handshake failed) before anything was sent.
+    On a cluster (``router``), one round trip per master the batch's keys
+    live on, as cluster.send() says."""
+    if router is not None:
+        return cluster.send(router, batch, batch.deliver)
     try:
         # The pool connects (and replaces a connection the server closed)
         # before handing it out: a failure here certainly sent nothing. The
@@ -301,6 +316,11 @@ class HotLine:
                 conn.disconnect()
             raise NotSent(str(exc)) from exc
         return conn
+
+    def wait(self, key: Any, replicas: int, timeout_ms: int) -> int:
+        """WAIT on this thread's connection: how many replicas have the writes
+        it sent so far (``key``, the one a cluster routes by, is unused here)."""
+        return int(self.execute("WAIT", replicas, timeout_ms))
 
     # The two methods scripts.Script calls.
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:

@@ -48,6 +48,12 @@ PROMOTE_BATCHES_PER_TICK = 10
 RECLAIM_BATCH = 1000
 #: Socket timeout for Redis commands, in seconds (must exceed FETCH_BLOCK_S).
 SOCKET_TIMEOUT_S = 10.0
+#: redis.wait_replicas: most replicas a write may wait for; redis.wait_timeout:
+#: how long it waits for them by default and at most (seconds; under
+#: SOCKET_TIMEOUT_S, so WAIT's reply always comes before the socket gives up).
+WAIT_REPLICAS_MAX = 100
+WAIT_TIMEOUT_S = 1.0
+WAIT_TIMEOUT_MAX_S = 5.0
 #: Socket connect timeout, in seconds.
 CONNECT_TIMEOUT_S = 5.0
 #: First wait before reconnecting after Redis went away, in seconds.

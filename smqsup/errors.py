@@ -111,6 +111,27 @@ class PublishUncertain(BrokerConnectionError):
         self.message_ids = message_ids
 
 
+class NotReplicated(BrokerConnectionError):
+    """A write ran on the master, but fewer replicas than ``redis.wait_replicas``
+    confirmed it within ``redis.wait_timeout``: it is lost if the master is
+    lost before it replicates. ``result`` is what the write itself returned."""
+
+    def __init__(self, message: str, replicas: int, result: object = None) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+        self.result = result
+
+
+class PublishNotReplicated(PublishUncertain):
+    """The messages are queued on the master, but only ``replicas`` replicas
+    confirmed them within ``wait_timeout``: a failover now could lose them.
+    Publishing them again may create duplicates (as PublishUncertain says)."""
+
+    def __init__(self, message: str, message_ids: list[str], replicas: int) -> None:
+        super().__init__(message, message_ids)
+        self.replicas = replicas
+
+
 class RedisServerError(SmqsupError):
     """A private redis-server could not be found, started or stopped."""
 

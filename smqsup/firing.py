@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Optional
+from typing import Optional, cast
 
 from smqsup import defaults, message, schedule, schedule_store
 from smqsup.broker import Broker
 from smqsup.config import Config
-from smqsup.errors import ConfigError, MessageError
+from smqsup.errors import ConfigError, MessageError, NotReplicated
 from smqsup.logs import Lasting
 from smqsup.scripts import Lock
 from smqsup.scripts import schedules as calls
@@ -91,8 +91,12 @@ class Firing:
             headers[schedule.HEADER_CATCH_UP] = True
         mid = message.new_id()
         payload = message.EnvelopeWriter(s.queue, headers, self.cfg.max_message_size_bytes).payload(mid, s.body)
-        outcome, now_ms = schedule_store.fire(self.broker, s.queue, s.name, digest, f.slot_ms,
-                                              message.frame(payload), mid, lock)
+        try:
+            outcome, now_ms = schedule_store.fire(self.broker, s.queue, s.name, digest, f.slot_ms,
+                                                  message.frame(payload), mid, lock)
+        except NotReplicated as exc:  # fired on the master: the slot is done whatever happens next
+            outcome, now_ms = cast(tuple[int, int], exc.result)
+            log.warning("queue %s: schedule %s fired (message %s), but %s", s.queue, s.name, mid, exc)
         if outcome == calls.FIRED:
             late_ms = now_ms - f.slot_ms
             level = logging.INFO if f.catch_up or late_ms > _LATE_NOTED_MS else logging.DEBUG

@@ -41,7 +41,8 @@ class LivenessThread(threading.Thread):
         self.cfg = cfg
         self.consumer = consumer
         # Its own connection: the consumer's may be blocked in BLMOVE.
-        self.broker = Broker(url, cfg.namespace, client_name="smqsup-liveness")
+        self.broker = Broker(url, cfg.namespace, client_name="smqsup-liveness",
+                             wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)
         self.collector = Collector(self.broker, cfg)
         self._stop_event = threading.Event()
         self._proc = psutil.Process()

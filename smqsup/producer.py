@@ -18,9 +18,9 @@ import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-from smqsup import defaults, message, options, safe, scripts
+from smqsup import defaults, message, options, safe, scripts, validate
 from smqsup.broker import Broker
 from smqsup.errors import (
     BrokerConnectionError,
@@ -28,6 +28,8 @@ from smqsup.errors import (
     BrokerNotSent,
     ConfigError,
     MessageError,
+    NotReplicated,
+    PublishNotReplicated,
     PublishNotSent,
     PublishRefused,
     PublishUncertain,
@@ -105,15 +107,22 @@ class Producer:
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
-                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None) -> None:
+                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
+                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S) -> None:
         """``dedup_ttl``: how long a dedup key holds when a publish gives
         none; ``dedup_ttls``: the same per queue (from_config passes each
-        queue's ``dedup_ttl``)."""
+        queue's ``dedup_ttl``). ``wait_replicas``: a publish returns only
+        once that many replicas of the master have its messages (WAIT),
+        else raises PublishNotReplicated after ``wait_timeout`` seconds
+        (the README says what each setting guarantees)."""
         self.namespace = _valid_name(namespace, "namespace")
         self.dedup_ttl_s = options.seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
         self._dedup_ttls = dict(dedup_ttls or {})
         self.max_message_size = _valid_max_size(max_message_size)
-        self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats)
+        replicas = validate.int_range(0, defaults.WAIT_REPLICAS_MAX)(wait_replicas, "wait_replicas", "")
+        timeout_s = validate.wait_timeout(wait_timeout, "wait_timeout", "")
+        self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats,
+                              wait_replicas=replicas, wait_timeout_s=timeout_s)
         self._registered: set[str] = set()
         self._stats = stats
         #: Messages this producer has published (the statistics read it).
@@ -132,7 +141,8 @@ class Producer:
 
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
-                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()})
+                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s)
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
@@ -227,6 +237,12 @@ class Producer:
                                                producer=stats)
         except BrokerNotSent as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        except NotReplicated as exc:
+            pairs = cast("list[tuple[str, bool]]", exc.result) if opts is not None else []
+            self.published += len(frames) if opts is None else sum(queued for _, queued in pairs)
+            self._registered.add(queue)
+            raise PublishNotReplicated(f"{exc} (messages {ids[0]}..{ids[-1]} are queued on the master, but a "
+                                       f"failover now could lose them)", ids, exc.replicas) from exc
         except PushRefused as exc:
             queued = [mid for mid, ok in zip(ids, exc.queued) if ok]
             self.published += len(queued)

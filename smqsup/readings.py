@@ -4,7 +4,7 @@ history (stats.py makes sense of it, trusting none of it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -87,17 +87,34 @@ def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
                         counters, consumers, beats, leader, gc, slots, recent[0] if recent else [])
 
 
+def with_clock(broker: "Broker", ask: Callable[[Any], object], *, raise_on_error: bool = True
+               ) -> tuple[Any, list[Any]]:
+    """The Redis clock (TIME's reply) and the replies to the reads ``ask``
+    queues on a pipeline, in one round trip; on a cluster, whose pipelines
+    take no keyless command, TIME is sent first, apart, to any master."""
+    pipe = broker.client.pipeline(transaction=False)
+    if broker.clustered:
+        now = broker.client.time()
+        ask(pipe)
+        return now, pipe.execute(raise_on_error=raise_on_error)
+    pipe.time()
+    ask(pipe)
+    now, *replies = pipe.execute(raise_on_error=raise_on_error)
+    return now, replies
+
+
 def read_queues(broker: "Broker", queues: Sequence[str], *, recent: int = 0) -> tuple[int, dict[str, QueueReading]]:
     """The Redis clock (ms) and, for each queue, what the statistics read
     of it, with its ``recent`` latest history points: all queues in two
-    round trips (the second reads the registered consumers' lists)."""
+    round trips (the second reads the registered consumers' lists; on a
+    cluster, each round trip goes to every master at once, and the clock is
+    read first, apart: a cluster pipeline takes no keyless command)."""
     asked = _SIZE_READS + _OTHER_READS + (recent > 0)
     with wrapped("read queue statistics"):
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.time()
-        for queue in queues:
-            _ask_reading(pipe, broker.keys(queue), recent)
-        now, *replies = pipe.execute()
+        def ask(pipe: Any) -> None:
+            for queue in queues:
+                _ask_reading(pipe, broker.keys(queue), recent)
+        now, replies = with_clock(broker, ask)
         per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
         pipe = broker.client.pipeline(transaction=False)
         for queue, r in zip(queues, per_queue):

@@ -20,7 +20,7 @@ from smqsup.broker import Broker
 from smqsup.connection import wrapped
 from smqsup.errors import ConfigError
 from smqsup.keys import queues_set
-from smqsup.readings import ms_of
+from smqsup.readings import ms_of, with_clock
 from smqsup.scripts import schedules as calls
 
 
@@ -72,11 +72,8 @@ def read(broker: Broker, queues: Sequence[str]) -> tuple[int, list[Stored]]:
     """The Redis clock (ms) and every schedule stored for ``queues``: two
     round trips whatever their number. A key of the wrong type reads as empty."""
     with wrapped("read schedules"):
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.time()
-        for queue in queues:
-            pipe.hgetall(broker.keys(queue).schedules)
-        now, *defs = pipe.execute(raise_on_error=False)
+        now, defs = with_clock(broker, lambda pipe: [pipe.hgetall(broker.keys(q).schedules) for q in queues],
+                               raise_on_error=False)
         if isinstance(now, Exception):
             raise now
         found: list[tuple[str, str, bytes]] = []
@@ -135,8 +132,8 @@ def fire(broker: Broker, queue: str, name: str, digest: str, slot_ms: int, frame
     """schedule_fire.lua: (outcome, Redis now in ms). NotLeader when the lock
     is not ours any more."""
     with wrapped(f"fire schedule {name!r} on {queue!r}"):
-        return calls.fire(broker.keys(queue), name, digest, slot_ms, frame, message_id, lock,
-                          broker.stats).run(broker.client)
+        return broker.run_replicated(queue, calls.fire(broker.keys(queue), name, digest, slot_ms, frame,
+                                                       message_id, lock, broker.stats))
 
 
 # --- what operators do --------------------------------------------------------------------

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
-from smqsup import safe
+from smqsup import defaults, safe
 from smqsup.errors import ConfigError, HandlerImportError
 
 # --- bounds ------------------------------------------------------------------
@@ -50,7 +50,7 @@ Validator = Callable[[object, str, str], _T]
 #: Marks an absent key (None is YAML's null, which is a value).
 MISSING: Any = object()
 
-_URL_SCHEMES = ("redis", "rediss", "unix", "sentinel")
+_URL_SCHEMES = ("redis", "rediss", "unix", "sentinel", "redis+cluster", "rediss+cluster")
 #: Redis refuses a string larger than this (proto-max-bulk-len), in bytes.
 REDIS_STRING_MAX_BYTES = 512 * 1024**2
 
@@ -260,6 +260,15 @@ def parse_duration(value: object, key: str = "", path: str = "") -> float:
     return _measured(_quantity(value, _DURATION.units), _DURATION, value, key, path)
 
 
+def wait_timeout(value: object, key: str = "", path: str = "") -> float:
+    """How long a write waits for its replicas: a duration from 1 ms to
+    defaults.WAIT_TIMEOUT_MAX_S (WAIT's 0, wait for ever, is not offered)."""
+    seconds = parse_duration(value, key, path)
+    if not 0.001 <= seconds <= defaults.WAIT_TIMEOUT_MAX_S:
+        raise error(f"expected a duration from 1ms to {defaults.WAIT_TIMEOUT_MAX_S:g}s", value, path=path, key=key)
+    return seconds
+
+
 def long_duration(value: object, key: str = "", path: str = "") -> float:
     """Seconds, as parse_duration reads them, up to 3650d: a message's delay or
     time to live, or how long its dedup key is kept."""
@@ -367,7 +376,8 @@ def validate_queue_name(name: object, *, path: str = "", key: str = "") -> str:
 
 
 def redis_url(value: object, key: str, path: str) -> str:
-    """A redis://, rediss://, unix:// or sentinel:// url (its password never shown)."""
+    """A redis://, rediss://, unix://, sentinel://, redis+cluster:// or
+    rediss+cluster:// url (its password never shown)."""
     url = _string(value, key, path)
     shown = re.sub(r"//[^/?#]*@", "//***@", url)  # the userinfo ends at the last '@'
     shown = safe.mask_url(shown)  # password= in the query
@@ -395,7 +405,38 @@ def redis_url(value: object, key: str, path: str) -> str:
             raise error("invalid host name in url", shown, path=path, key=key) from None
     if parts.scheme == "sentinel" and not parts.netloc:
         raise error("a sentinel:// url needs the sentinels' host:port", shown, path=path, key=key)
+    if parts.scheme.endswith("+cluster"):
+        _cluster_seeds(parts, shown, key, path)
     return url
+
+
+def _cluster_seeds(parts: SplitResult, shown: str, key: str, path: str) -> None:
+    """The seed nodes of a cluster url: host:port[,host:port...], database 0."""
+    hosts = parts.netloc.rpartition("@")[2]
+    if not hosts:
+        raise error("a cluster url needs its seed nodes' host:port", shown, path=path, key=key)
+    for item in hosts.split(","):
+        try:
+            host_port(item)
+        except ValueError as exc:
+            raise error(f"bad seed node ({exc})", shown, path=path, key=key) from None
+    if parts.path.strip("/") not in ("", "0"):
+        raise error("a cluster has only database 0", shown, path=path, key=key)
+
+
+def host_port(item: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` (port default 6379)."""
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"bad port in {item!r}")
+    if not host or any(c in host for c in " /?#@[]"):
+        raise ValueError(f"no host in {item!r}")
+    host.encode("idna")  # UnicodeError (a ValueError) for a name no resolver takes
+    return host, int(port) if port else 6379
 
 
 def data_dir(value: object, key: str, path: str) -> Path:

@@ -102,29 +102,58 @@ class Batch:
 
     def __init__(self, client: "redis.Redis") -> None:
         self._client = client
-        self._pipe = client.pipeline(transaction=False)
+        self._commands: list[tuple[Any, ...]] = []
         self._calls: list[Optional[Call[Any]]] = []
+        #: Index -> the key a keyless command (WAIT) is routed by.
+        self._routes: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    def command(self, *args: Any) -> None:
-        self._pipe.execute_command(*args)  # type: ignore[no-untyped-call]
+    def command(self, *args: Any, route: Any = None) -> None:
+        """Add a plain command; ``route``: the key a cluster sends a keyless
+        one (WAIT) by, to the master of the commands before it."""
+        if route is not None:
+            self._routes[len(self._calls)] = route
+        self._commands.append(args)
         self._calls.append(None)
 
     def add(self, call: Call[Any]) -> None:
-        self._pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        self._commands.append(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
         self._calls.append(call)
+
+    def key(self, i: int) -> Any:
+        """The first key of command ``i`` (what a cluster routes it by)."""
+        call = self._calls[i]
+        if call is not None:
+            return call.keys[0]
+        return self._routes[i] if i in self._routes else self._commands[i][1]
 
     def execute(self, connection: Any) -> list[Any]:
         """Send everything on ``connection`` (taken from the client's pool by
         the caller, which so learns whether anything could be sent; it goes
         back to the pool after) and return the replies."""
-        self._pipe.connection = connection
-        replies: list[Any] = self._pipe.execute(raise_on_error=False)
-        return [reply if call is None else self._read(call, reply) for call, reply in zip(self._calls, replies)]
+        return self.deliver(self._client, connection, range(len(self)))
 
-    def _read(self, call: Call[Any], reply: Any) -> Any:
+    def deliver(self, client: "redis.Redis", connection: Any, indexes: Sequence[int]) -> list[Any]:
+        """Send the commands at ``indexes`` on ``connection``, one of
+        ``client``'s (a cluster's master, for the commands of its slots)."""
+        pipe = client.pipeline(transaction=False)
+        for i in indexes:
+            pipe.execute_command(*self._commands[i])  # type: ignore[no-untyped-call]
+        pipe.connection = connection
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return [self._read(i, reply) for i, reply in zip(indexes, replies)]
+
+    def run_one(self, client: Any, i: int) -> Any:
+        """Command ``i`` sent alone on ``client`` (its error raised)."""
+        call = self._calls[i]
+        return client.execute_command(*self._commands[i]) if call is None else call.run(client)
+
+    def _read(self, i: int, reply: Any) -> Any:
+        call = self._calls[i]
+        if call is None:
+            return reply
         if isinstance(reply, NoScriptError):
             try:
                 reply = self._client.eval(call.script.text, len(call.keys), *call.keys, *call.args)

@@ -81,7 +81,8 @@ class Arbiter:
         self.pid = os.getpid()
         # A short socket timeout: Redis trouble must not stall reaping for long.
         self.broker = Broker(url, cfg.namespace, client_name="smqsup-supervisor",
-                             socket_timeout_s=defaults.SUPERVISOR_SOCKET_TIMEOUT_S)
+                             socket_timeout_s=defaults.SUPERVISOR_SOCKET_TIMEOUT_S,
+                             wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)
         # Redis trouble that lasts (heartbeats refused, reclaims postponed, no
         # child slot or fork): a line when it starts or changes, one when it ends.
         self._trouble = Lasting(log)
