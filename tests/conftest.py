@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pytest
 import redis
@@ -15,6 +15,7 @@ from smqsup.errors import RedisServerError
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server
 from tests import inproc, procs
+from tests.helpers import client_for
 
 
 @pytest.fixture
@@ -37,16 +38,38 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.stop()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test of a ``topologies`` module that talks to Redis through
+    ``redis_url`` twice: on one redis-server and on a 3+3 Redis Cluster. A
+    test that drives the server itself (``redis_server``: kill, restart) or
+    is marked ``single_node`` runs on one server only."""
+    if (metafunc.definition.get_closest_marker("topologies") is not None
+            and metafunc.definition.get_closest_marker("single_node") is None
+            and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames):
+        metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    """URL of the test's private redis-server."""
-    return redis_server.url
+def topology(request: pytest.FixtureRequest) -> str:
+    """Where the test's Redis is: "single" (one redis-server) or "cluster"."""
+    return cast(str, getattr(request, "param", "single"))
+
+
+@pytest.fixture
+def redis_url(topology: str, request: pytest.FixtureRequest) -> str:
+    """URL of the test's private redis-server, or (the cluster run of a
+    ``topologies`` test) of the module's Redis Cluster, emptied for it."""
+    if topology == "cluster":
+        return cast(str, request.getfixturevalue("redis_cluster").url)
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    """A redis-py client connected to the test's private redis-server."""
-    client = redis.Redis.from_url(redis_url)
+    """A redis-py client connected to the test's private redis-server (a
+    RedisCluster client for a cluster: the commands tests use route by key)."""
+    client = client_for(redis_url)
     try:
         yield client
     finally:

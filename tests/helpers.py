@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
+import redis
 
 T = TypeVar("T")
 
@@ -61,3 +62,22 @@ def missing_tool(message: str) -> NoReturn:
     if os.environ.get(STRICT_ENV) == "1":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def client_for(url: str, **options: Any) -> Any:
+    """A redis-py client for a test's url: a RedisCluster for a cluster url
+    (the commands tests send route by key), else redis.Redis."""
+    if url.startswith("redis+cluster://"):
+        from redis.cluster import ClusterNode, RedisCluster
+        seeds = [item.rpartition(":") for item in url.split("://", 1)[1].strip("/").split(",")]
+        return RedisCluster(startup_nodes=[ClusterNode(h, int(p)) for h, _, p in seeds], **options)
+    return redis.Redis.from_url(url, **options)
+
+
+def node_of(client: Any, key: str) -> Any:
+    """The client of the server holding ``key``: ``client`` itself, or for a
+    RedisCluster the master serving the key's slot (per-server readings:
+    INFO's blocked clients, command counts)."""
+    if hasattr(client, "get_node_from_key"):
+        return client.get_node_from_key(key).redis_connection
+    return client

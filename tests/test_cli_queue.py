@@ -23,6 +23,8 @@ from tests import procs
 from tests.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 
+pytestmark = pytest.mark.topologies
+
 K = QueueKeys("smq", "q")
 
 

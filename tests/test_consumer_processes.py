@@ -21,7 +21,9 @@ from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer
 from tests import procs
 from tests.handlers import read_events
-from tests.helpers import wait_for
+from tests.helpers import client_for, wait_for
+
+pytestmark = pytest.mark.topologies
 
 K = QueueKeys("smq", "q")
 
@@ -104,7 +106,7 @@ def test_redis_killed_and_restarted_under_a_running_consumer(
     """redis-server SIGKILLed and restarted from its AOF: the consumer reconnects and nothing is lost."""
     cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}})
     _consume(consumers, cfg, out_dir)
-    client = redis.Redis.from_url(redis_url)
+    client = client_for(redis_url)
     wait_for(lambda: client.hlen(K.consumers) == 1)
     with Producer(redis_url) as p:
         first = p.publish_many("q", [{"sleep": 0.002}] * 300)
@@ -115,7 +117,7 @@ def test_redis_killed_and_restarted_under_a_running_consumer(
         second = p.publish_many("q", [{"sleep": 0}] * 300)
     done = lambda: {e["id"] for e in read_events(str(out_dir)) if e["event"] == "done"}  # noqa: E731
     wait_for(lambda: done() >= set(first) | set(second), timeout_s=30, message="messages lost after restart")
-    client = redis.Redis.from_url(redis_url)
+    client = client_for(redis_url)
     wait_for(lambda: client.llen(K.pending) == 0)
     assert sum(client.llen(K.processing(c.decode())) for c in client.hkeys(K.consumers)) == 0
     assert client.llen(K.dead) == 0

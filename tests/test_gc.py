@@ -22,7 +22,9 @@ from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
-from tests.helpers import holds, missing_tool, wait_for
+from tests.helpers import client_for, holds, missing_tool, wait_for
+
+pytestmark = pytest.mark.topologies
 
 Q = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
@@ -98,7 +100,7 @@ def test_leader_killed_another_leads_within_one_ttl_and_never_two(
     done = threading.Event()
 
     def sample() -> None:
-        client = redis.Redis.from_url(redis_url)
+        client = client_for(redis_url)
         while not done.wait(0.01):  # a sample every 10 ms until the test is done
             samples.append((time.monotonic(), _leader(client)))
 

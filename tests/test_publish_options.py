@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from smqsup import Reject, Retry, message
@@ -16,8 +17,10 @@ from smqsup.broker import Broker
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
-from tests.helpers import holds, wait_for
+from tests.helpers import holds, node_of, wait_for
 from tests.inproc import NS, Running
+
+pytestmark = pytest.mark.topologies
 
 K = QueueKeys(NS, "q")
 
@@ -85,7 +88,7 @@ def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
     """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once."""
     seen: list[tuple[Any, int]] = []
     start(recorder(seen, redis_client))
-    wait_for(lambda: redis_client.info("clients")["blocked_clients"] >= 1, timeout_s=5)
+    wait_for(lambda: node_of(redis_client, K.pending).info("clients")["blocked_clients"] >= 1, timeout_s=5)
     before = redis_ms(redis_client)
     producer.publish("q", "urgent", priority=7)
     wait_for(lambda: seen, timeout_s=5)
@@ -317,7 +320,7 @@ def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_co
         release.wait(5)
     runs = [Running(redis_url, QueueConfig(name="q", handler="x:y"), handle) for _ in range(4)]
     try:
-        wait_for(lambda: redis_client.info("clients")["blocked_clients"] >= 4, timeout_s=5)
+        wait_for(lambda: node_of(redis_client, K.pending).info("clients")["blocked_clients"] >= 4, timeout_s=5)
         producer.publish_many("q", [1, 2, 3, 4], priority=5)
         wait_for(lambda: len(started) == 4, timeout_s=0.5, message="a consumer waited for its fetch to time out")
     finally:

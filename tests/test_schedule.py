@@ -20,6 +20,8 @@ from smqsup.keys import QueueKeys
 from smqsup.schedule import Fire, ScheduleConfig, due, latest_at_or_before, next_after
 from smqsup.scripts import schedules as calls
 
+pytestmark = pytest.mark.topologies
+
 BERLIN = ZoneInfo("Europe/Berlin")
 K = QueueKeys("smq", "q")
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from smqsup import browse
@@ -17,6 +18,8 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
+
+pytestmark = pytest.mark.topologies
 
 Q = QueueKeys("smq", "q")
 

@@ -22,6 +22,8 @@ from tests.handlers import read_events
 from tests.helpers import wait_for
 from tests.procs import NotifySocket
 
+pytestmark = pytest.mark.topologies
+
 Q = QueueKeys("smq", "q")
 
 

@@ -29,6 +29,8 @@ from tests import procs
 from tests.helpers import holds, wait_for
 from tests.webserver import WebServer
 
+pytestmark = pytest.mark.topologies
+
 TOKEN = "s3cret-token"
 ORDERS = "queues:\n  orders:\n    handler: myapp.handlers:process_order\n"
 
@@ -272,6 +274,7 @@ def test_non_loopback_listen_without_a_token_exits_2_with_one_line() -> None:
 PASSWORD = "redis-pass-in-url"
 
 
+@pytest.mark.single_node("requirepass set on one server")
 def test_redis_errors_show_neither_password_nor_token(redis_client: redis.Redis, redis_url: str,
                                                        web: WebFactory) -> None:
     """A Redis refusing the url's password, or not listening: 503 bodies and the log show no password or token."""
