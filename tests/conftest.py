@@ -1,5 +1,6 @@
 """Pytest fixtures: a private, real redis-server per test (never the shared one on 6379),
-and the real ``smqsup -c FILE`` supervisor run against it."""
+real Redis Cluster and Sentinel topologies, and the real ``smqsup -c FILE`` supervisor
+run against them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server
 from tests import inproc, procs
 from tests.helpers import client_for
+from tests.topology import ClusterTopology, SentinelTopology
+
+
+def _redis_binary() -> str:
+    """The redis-server to run; fails the test (never skips it) with a one-line message if none."""
+    try:
+        return find_redis_server()
+    except RedisServerError as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture
@@ -24,10 +34,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
     Fails (never skips) with a one-line message when no redis-server is installed.
     """
-    try:
-        binary = find_redis_server()
-    except RedisServerError as error:
-        pytest.fail(str(error), pytrace=False)
+    binary = _redis_binary()
     server = RedisServer(
         tmp_path_factory.mktemp("redis"), appendfsync="always", binary=binary
     )
@@ -36,6 +43,59 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.stop()
+
+
+def _started_cluster(tmp_path_factory: pytest.TempPathFactory) -> ClusterTopology:
+    cluster = ClusterTopology(tmp_path_factory.mktemp("cluster"), binary=_redis_binary())
+    cluster.start()
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def _module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClusterTopology]]:
+    """The module's shared cluster, in a one-item list so ``redis_cluster`` can replace it."""
+    shared: list[ClusterTopology] = []
+    try:
+        yield shared
+    finally:
+        for cluster in shared:
+            cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(_module_cluster: list[ClusterTopology],
+                  tmp_path_factory: pytest.TempPathFactory) -> ClusterTopology:
+    """A Redis Cluster of 3 masters and 3 replicas (tests/topology.py), shared by the
+    tests of a module and flushed for each; started afresh when an earlier test killed
+    a node of it. A test that kills nodes should rather take ``fresh_cluster``."""
+    if _module_cluster and not _module_cluster[0].intact():
+        _module_cluster.pop().stop()
+    if not _module_cluster:
+        _module_cluster.append(_started_cluster(tmp_path_factory))
+    cluster = _module_cluster[0]
+    cluster.flushall()
+    return cluster
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
+    """A Redis Cluster of its own for this test (for tests that kill nodes); stopped after it."""
+    cluster = _started_cluster(tmp_path_factory)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
+    """A master, its replica and 3 Sentinels watching them as 'mymaster' (tests/topology.py)."""
+    group = SentinelTopology(tmp_path_factory.mktemp("sentinel"), binary=_redis_binary())
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
