@@ -2,53 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-import redis
 
 from smqsup.broker import Broker
 from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, find_redis_server, free_port
-from tests.helpers import wait_for
+from tests.topology import SentinelTopology
 
 
-@pytest.fixture
-def sentinel(tmp_path: Path) -> Iterator[str]:
-    """A master on a free port and one Sentinel monitoring it as 'mymaster'; yields the sentinel:// url."""
-    master = RedisServer(tmp_path / "master", port=free_port())
-    master.start()
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                    f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n")
-    with open(tmp_path / "sentinel.log", "w") as log:
-        proc = subprocess.Popen([find_redis_server(), str(conf), "--sentinel"], stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL)
-    try:
-        probe = redis.Redis(port=port, socket_timeout=1)
-
-        def knows_master() -> bool:
-            try:
-                return probe.sentinel_get_master_addr_by_name("mymaster") is not None
-            except redis.RedisError:
-                return False
-
-        wait_for(knows_master, message="sentinel did not start")
-        yield f"sentinel://127.0.0.1:{port}/mymaster"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        master.stop()
-
-
-def test_publish_and_consume_through_sentinel(sentinel: str) -> None:
-    """A sentinel:// url reaches the master for publishing, fetching and acking."""
-    with Producer(sentinel) as p:
+def test_publish_and_consume_through_sentinel(sentinel_group: SentinelTopology) -> None:
+    """A sentinel:// url naming 3 sentinels reaches the master for publishing, fetching and acking."""
+    with Producer(sentinel_group.url) as p:
         mid = p.publish("q", {"via": "sentinel"})
-    broker = Broker(sentinel)
+    assert sentinel_group.client(sentinel_group.master).dbsize() > 0  # on the master they name
+    broker = Broker(sentinel_group.url)
     frame, _ = broker.fetch("q", "c1", 1)
     assert frame is not None and mid.encode() in frame
     assert broker.ack("q", "c1", frame, False).acked

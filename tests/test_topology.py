@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
@@ -84,7 +83,8 @@ def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_clust
             rc.set(key, value)
         for node in rc.get_primaries():
             assert rc.execute_command("WAIT", 1, 5000, target_nodes=node) == 1
-    victim = fresh_cluster.master_for_key("key:0")
+    victim = fresh_cluster.masters()[0]  # the url's first seed
+    assert fresh_cluster.url.startswith(f"redis+cluster://127.0.0.1:{victim.port},")
     held = [k for k in keys if fresh_cluster.master_for_key(k) == victim]
     heir = fresh_cluster.replica_of(victim)
     assert held and heir.running()
@@ -94,11 +94,11 @@ def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_clust
 
     assert heir in fresh_cluster.masters() and victim not in fresh_cluster.masters()
     assert all(fresh_cluster.master_for_key(k) == heir for k in held)
-    # A new client: the url's first seed may be the dead master, the others answer for it.
+    # A new client: the url's first seed is the dead master, the others answer for it.
     with cluster_client(fresh_cluster.url) as rc:
         assert rc.mget_nonatomic(list(keys)) == list(keys.values())
-        rc.set("key:0", b"after")
-        assert fresh_cluster.client(heir).get("key:0") == b"after"
+        rc.set(held[0], b"after")
+        assert fresh_cluster.client(heir).get(held[0]) == b"after"
 
 
 @pytest.mark.timeout(60)
@@ -119,6 +119,4 @@ def test_sentinel_group_fails_over_and_clients_follow(sentinel_group: SentinelTo
     master.set("k", b"after")
     assert sentinel_group.client(sentinel_group.replica).get("k") == b"after"
     assert sentinel_group.client(sentinel_group.replica).execute_command("ROLE")[0] == b"master"
-    with pytest.raises(redis.ConnectionError):
-        sentinel_group.client(sentinel_group.master).ping()
     master.close()

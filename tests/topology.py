@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from smqsup.redis_server import RedisServer, find_redis_server, free_port
 from tests.helpers import wait_for
@@ -73,8 +75,10 @@ def _role(client: redis.Redis) -> str:
 
 def _client(port: int) -> redis.Redis:
     # RESP2 pinned: newer redis-py speaks RESP3 by default, where some replies are maps.
+    # No retries: newer redis-py retries a refused connection for seconds, and the
+    # callers' own deadline loops are the retry.
     return redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=_CLIENT_TIMEOUT_S,
-                       socket_connect_timeout=_CLIENT_TIMEOUT_S)
+                       socket_connect_timeout=_CLIENT_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
 
 
 def _wait(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> None:
