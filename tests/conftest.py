@@ -25,7 +25,9 @@ def _redis_binary() -> str:
     try:
         return find_redis_server()
     except RedisServerError as error:
-        pytest.fail(str(error), pytrace=False)
+        message = str(error)
+    # Failed outside the except block, or pytest prints the message twice (chained).
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture

@@ -74,6 +74,20 @@ def test_redis_cluster_fixture_is_flushed_between_tests(redis_cluster: ClusterTo
 
 
 @pytest.mark.timeout(60)
+def test_a_test_may_kill_a_node_of_the_shared_cluster(redis_cluster: ClusterTopology) -> None:
+    """Killing a node of the shared cluster marks it broken (the next test checks it gets a whole one)."""
+    redis_cluster.kill(redis_cluster.replica_of(redis_cluster.masters()[0]))
+    assert not redis_cluster.intact()
+
+
+@pytest.mark.timeout(60)
+def test_the_next_test_gets_a_whole_cluster(redis_cluster: ClusterTopology) -> None:
+    """After a test killed a node of the module's cluster, the next test gets a new, whole one."""
+    assert redis_cluster.intact() and all(node.running() for node in redis_cluster.nodes)
+    assert all(redis_cluster.replica_of(master).running() for master in redis_cluster.masters())
+
+
+@pytest.mark.timeout(60)
 def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_cluster: ClusterTopology) -> None:
     """After SIGKILL of a master its replica serves its slots, and every key written before
     (each master WAITed for its replica) is still readable through RedisCluster."""

@@ -39,7 +39,7 @@ _CLIENT_TIMEOUT_S = 2.0
 #: A replica's first sync starts at once (Redis 7 otherwise waits 5 s for more replicas to
 #: share a diskless transfer), and a master pings its replicas every second, not every 10:
 #: Redis 7's CLUSTER SLOTS lists a replica only once its replication offset is non-zero,
-#: which on an empty master only the first ping makes it.
+#: and on an empty master only a ping moves it.
 _REPLICATION_ARGS = ("--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1")
 
 SlotMap = list[tuple[int, int, int, list[int]]]  # (first slot, last slot, master port, replica ports)
@@ -57,8 +57,6 @@ def _text(value: Any) -> str:
 
 def _fields(reply: Any) -> dict[str, str]:
     """``key:value`` lines (CLUSTER INFO) or a flat [k, v, ...] array (SENTINEL MASTER) as a dict."""
-    if isinstance(reply, dict):
-        return {_text(k): _text(v) for k, v in reply.items()}
     if isinstance(reply, (bytes, str)):
         return dict(line.split(":", 1) for line in _text(reply).splitlines() if ":" in line)
     items = [_text(item) for item in reply]
@@ -73,12 +71,29 @@ def _role(client: redis.Redis) -> str:
         return f"unreachable ({error})"
 
 
-def _client(port: int) -> redis.Redis:
-    # RESP2 pinned: newer redis-py speaks RESP3 by default, where some replies are maps.
-    # No retries: newer redis-py retries a refused connection for seconds, and the
-    # callers' own deadline loops are the retry.
-    return redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=_CLIENT_TIMEOUT_S,
-                       socket_connect_timeout=_CLIENT_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+class _Clients:
+    """One cached redis-py client per loopback port (bytes replies), closed by ``close``."""
+
+    def __init__(self) -> None:
+        self._clients: dict[int, redis.Redis] = {}
+
+    def client(self, server: RedisServer | SentinelProcess) -> redis.Redis:
+        """A client of one server of the topology (a node, master, replica or sentinel)."""
+        port = server.port
+        assert port is not None
+        if port not in self._clients:
+            # RESP2 pinned: newer redis-py speaks RESP3 by default, where some replies are
+            # maps. No retries: newer redis-py retries a refused connection for seconds,
+            # and the callers' deadline loops are the retry.
+            self._clients[port] = redis.Redis(
+                host="127.0.0.1", port=port, protocol=2, socket_timeout=_CLIENT_TIMEOUT_S,
+                socket_connect_timeout=_CLIENT_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+        return self._clients[port]
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        self._clients.clear()
 
 
 def _wait(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> None:
@@ -99,30 +114,37 @@ def _wait(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> No
         raise AssertionError(f"{what} within {timeout_s} s: {last[0]}") from None
 
 
-def _port_pair_free(port: int) -> bool:
-    """True if ``port`` + BUS_PORT_OFFSET is a valid port nobody listened on a moment ago."""
-    if port + BUS_PORT_OFFSET > 65535:
-        return False
+def _bindable(port: int) -> bool:
+    """True if ``port`` is a valid port nobody listened on on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind(("127.0.0.1", port + BUS_PORT_OFFSET))
-        except OSError:
+            sock.bind(("127.0.0.1", port))
+        except (OSError, OverflowError):
             return False
     return True
 
 
-def _cluster_ports(count: int) -> list[int]:
-    """``count`` distinct free ports whose bus ports are free too and clash with none of them."""
+def _free_ports(count: int, *, bus: bool = False) -> list[int]:
+    """``count`` distinct ports free a moment ago; with ``bus``, each one's cluster bus port
+    (+ BUS_PORT_OFFSET) is free too and clashes with none of the others. Another process
+    may take one before our server binds it: a race tests accept (see ``free_port``)."""
     ports: list[int] = []
+    taken: set[int] = set()
     while len(ports) < count:
         port = free_port()
-        taken = set(ports) | {p + BUS_PORT_OFFSET for p in ports}
-        if port not in taken and port + BUS_PORT_OFFSET not in taken and _port_pair_free(port):
+        wanted = {port, port + BUS_PORT_OFFSET} if bus else {port}
+        if not wanted & taken and (not bus or _bindable(port + BUS_PORT_OFFSET)):
             ports.append(port)
+            taken |= wanted
     return ports
 
 
-class ClusterTopology:
+def _slot_range(i: int) -> tuple[int, int]:
+    """First and last slot of master ``i``, split as redis-cli splits them."""
+    return i * SLOTS // MASTERS, (i + 1) * SLOTS // MASTERS - 1
+
+
+class ClusterTopology(_Clients):
     """A Redis Cluster of 3 masters (nodes 0-2, slots split as redis-cli splits them) and
     3 replicas (node 3+i replicates node i), node timeout 1 s, AOF everysec, no RDB.
 
@@ -138,11 +160,11 @@ class ClusterTopology:
     """
 
     def __init__(self, base_dir: Path, *, binary: Optional[str] = None) -> None:
+        super().__init__()
         self.base_dir = base_dir
         self.binary = binary
         self.nodes: list[RedisServer] = []
         self.killed: list[RedisServer] = []
-        self._clients: dict[int, redis.Redis] = {}
         self._seeds: list[int] = []
 
     @property
@@ -150,25 +172,13 @@ class ClusterTopology:
         """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/``: the first masters as seeds."""
         return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self._seeds) + "/"
 
-    @property
-    def seed_ports(self) -> list[int]:
-        """The ports of the 3 masters the cluster was formed with (some may have died since)."""
-        return list(self._seeds)
-
-    def client(self, server: RedisServer) -> redis.Redis:
-        """A redis-py client of one node (bytes replies; cached, closed by ``stop``)."""
-        assert server.port is not None
-        if server.port not in self._clients:
-            self._clients[server.port] = _client(server.port)
-        return self._clients[server.port]
-
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Start the 6 nodes, form the cluster and wait until it is whole (see the class)."""
         binary = self.binary or find_redis_server()
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS), *_REPLICATION_ARGS]
         try:
-            for i, port in enumerate(_cluster_ports(2 * MASTERS)):
+            for i, port in enumerate(_free_ports(2 * MASTERS, bus=True)):
                 node = RedisServer(self.base_dir / f"node{i}", port=port, appendfsync="everysec",
                                    binary=binary, extra_args=args)
                 self.nodes.append(node)
@@ -186,7 +196,7 @@ class ClusterTopology:
         for epoch, c in enumerate(clients, start=1):
             _raw(c, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
         for i, c in enumerate(clients[:MASTERS]):
-            first, last = i * SLOTS // MASTERS, (i + 1) * SLOTS // MASTERS - 1
+            first, last = _slot_range(i)
             _raw(c, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
         for node in self.nodes[1:]:
             _raw(clients[0], "CLUSTER", "MEET", "127.0.0.1", node.port or 0)
@@ -207,8 +217,7 @@ class ClusterTopology:
 
     def _unmet_ready(self) -> Optional[str]:
         ports = [n.port for n in self.nodes]
-        want = sorted((i * SLOTS // MASTERS, (i + 1) * SLOTS // MASTERS - 1, ports[i], [ports[MASTERS + i]])
-                      for i in range(MASTERS))
+        want = [(*_slot_range(i), ports[i], [ports[MASTERS + i]]) for i in range(MASTERS)]
         for node in self.nodes:
             c = self.client(node)
             info = _fields(_raw(c, "CLUSTER", "INFO"))
@@ -268,7 +277,7 @@ class ClusterTopology:
         if i >= MASTERS or dead_master not in self.killed:
             raise ValueError(f"node :{dead_master.port} is not a killed first-generation master")
         heir = self.nodes[MASTERS + i]
-        first, last = i * SLOTS // MASTERS, (i + 1) * SLOTS // MASTERS - 1
+        first, last = _slot_range(i)
 
         def unmet() -> Optional[str]:
             if _role(self.client(heir)) != "master":
@@ -300,14 +309,12 @@ class ClusterTopology:
 
     def stop(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL after 10 s) and close the clients. Idempotent."""
-        for c in self._clients.values():
-            c.close()
-        self._clients.clear()
+        self.close()
         for node in self.nodes:
             node.stop()
 
 
-class Sentinel:
+class SentinelProcess:
     """One ``redis-server sentinel.conf --sentinel`` child watching SERVICE (quorum 2,
     down after 1 s, failover timeout 5 s); its config file is its own, Sentinel rewrites it."""
 
@@ -347,7 +354,7 @@ class Sentinel:
             proc.wait()
 
 
-class SentinelTopology:
+class SentinelTopology(_Clients):
     """A master, one replica (REPLICAOF at start) and 3 Sentinels watching them as SERVICE.
 
     ``start()`` returns once the replica's link is up and every sentinel sees the master
@@ -356,27 +363,20 @@ class SentinelTopology:
     """
 
     def __init__(self, base_dir: Path, *, binary: Optional[str] = None) -> None:
+        super().__init__()
         self.base_dir = base_dir
         self.binary = binary
-        m_port, r_port, *s_ports = [free_port() for _ in range(5)]
+        m_port, r_port, *s_ports = _free_ports(5)
         self.master = RedisServer(base_dir / "master", port=m_port, appendfsync="everysec", binary=binary,
                                   extra_args=_REPLICATION_ARGS)
         self.replica = RedisServer(base_dir / "replica", port=r_port, appendfsync="everysec", binary=binary,
                                    extra_args=[*_REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(m_port)])
-        self.sentinels = [Sentinel(base_dir / f"sentinel{i}", p, m_port) for i, p in enumerate(s_ports)]
-        self._clients: dict[int, redis.Redis] = {}
+        self.sentinels = [SentinelProcess(base_dir / f"sentinel{i}", p, m_port) for i, p in enumerate(s_ports)]
 
     @property
     def url(self) -> str:
         """``sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster``."""
         return "sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + f"/{SERVICE}"
-
-    def client(self, server: RedisServer | Sentinel) -> redis.Redis:
-        """A redis-py client of the master, the replica or a sentinel (cached, closed by ``stop``)."""
-        assert server.port is not None
-        if server.port not in self._clients:
-            self._clients[server.port] = _client(server.port)
-        return self._clients[server.port]
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Start master, replica and sentinels; wait until all are ready (see the class)."""
@@ -399,6 +399,8 @@ class SentinelTopology:
 
     def _unmet_watch(self) -> Optional[str]:
         for s in self.sentinels:
+            if not s.running():
+                raise AssertionError(f"sentinel :{s.port} exited; see {s.log_path}")
             state = _fields(_raw(self.client(s), "SENTINEL", "MASTER", SERVICE))
             seen = (state.get("flags"), state.get("num-slaves"), state.get("num-other-sentinels"))
             if seen != ("master", "1", "2"):
@@ -428,9 +430,7 @@ class SentinelTopology:
 
     def stop(self) -> None:
         """Stop the sentinels first (no failover while stopping), then replica and master."""
-        for c in self._clients.values():
-            c.close()
-        self._clients.clear()
+        self.close()
         for s in self.sentinels:
             s.stop()
         self.replica.stop()
