@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, TypeVar, cast
 
@@ -18,7 +19,7 @@ from smqsup import cluster, defaults, scripts
 from smqsup.connection import HotLine, check_server, connect, send, wrapped
 from smqsup.errors import BrokerError, NotReplicated, PushRefused
 from smqsup.info import ConsumerInfo
-from smqsup.keys import QueueKeys, producers_hash, queues_set
+from smqsup.keys import QueueKeys, logical_name, partition_names, producers_hash, queues_set
 from smqsup.logs import warn_once
 from smqsup.readings import ask_sizes, ms_of, sizes_of
 
@@ -89,6 +90,8 @@ class Broker:
         else:
             self._hot = HotLine(self.client)
         self._keys: dict[str, QueueKeys] = {}
+        #: queue -> (partitions, monotonic time read).
+        self._partitions: dict[str, tuple[int, float]] = {}
         #: Most messages one reclaim script call moves (the reclaims loop over batches).
         self.reclaim_batch = defaults.RECLAIM_BATCH
 
@@ -192,7 +195,7 @@ class Broker:
         bookkeeping: dict[int, str] = {}
         if register:
             bookkeeping[len(batch)] = "queue registry"
-            batch.command("SADD", queues_set(self.namespace), queue)
+            batch.command("SADD", queues_set(self.namespace), logical_name(queue))
         first = len(batch)
         for call in calls:
             batch.add(call)
@@ -238,6 +241,23 @@ class Broker:
             raise NotReplicated(f"publish to {queue!r}: done on the master, but {int(got)} of {self.wait_replicas} "
                                 f"replica(s) confirmed it within {self._wait_timeout_ms} ms", int(got), result)
         return result
+
+    def _settled(self, queue: str) -> None:
+        """After an ack or nack: with wait_replicas, wait for the replicas, so
+        that a failover repeats at most the messages in flight (an ack lost
+        with its master hands its message out again). Fewer replicas than
+        asked is said once, never raised: the settle stands on the master."""
+        if not self.wait_replicas:
+            return
+        try:
+            got = self._hot.wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
+        except rexc.ResponseError as exc:
+            got, why = 0, f"Redis refused WAIT ({exc})"
+        else:
+            why = f"{got} of {self.wait_replicas} replica(s) confirmed it within {self._wait_timeout_ms} ms"
+        if got < self.wait_replicas:
+            warn_once(log, f"unreplicated:{queue}", "queue %s: a message was settled on the master, but %s: a "
+                      "failover now would hand it out again (said once; later at debug level)", queue, why)
 
     def run_replicated(self, queue: str, call: scripts.Call[T]) -> T:
         """Run a script ``call`` on ``queue``'s keys on the held connection,
@@ -294,6 +314,7 @@ class Broker:
                 elif isinstance(reply, Exception):
                     raise reply
                 results.append(call.read(reply))
+            self._settled(queue)
             return results
 
     def screen(self, queue: str, consumer_id: str, frame: bytes,
@@ -307,15 +328,19 @@ class Broker:
     def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool,
             rate: scripts.Rate = scripts.NO_RATE) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
-            return scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats, rate).run(self._hot)
+            result = scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats, rate).run(self._hot)
+            self._settled(queue)
+            return result
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
              meta: str, fetch_next: bool, dead_event: str = "",
              rate: scripts.Rate = scripts.NO_RATE) -> scripts.NackResult:
         with wrapped(f"nack on {queue!r}"):
-            return scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
-                                delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
-                                dead_event=dead_event, rate=rate).run(self._hot)
+            result = scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+                                  delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
+                                  dead_event=dead_event, rate=rate).run(self._hot)
+            self._settled(queue)
+            return result
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
                      reason: str) -> scripts.ReclaimResult:
@@ -385,7 +410,7 @@ class Broker:
     def register_consumer(self, queue: str, consumer_id: str, info: ConsumerInfo) -> None:
         """Enter the consumer in the registry with a first heartbeat."""
         with wrapped(f"register consumer on {queue!r}"):
-            self.client.sadd(queues_set(self.namespace), queue)
+            self.client.sadd(queues_set(self.namespace), logical_name(queue))
             scripts.heartbeat(self.keys(queue), [(consumer_id, info.to_json())], register=True).run(self.client)
 
     def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
@@ -549,6 +574,39 @@ class Broker:
         with wrapped(f"counters of {queue!r}"):
             return _int_fields(self.client.hgetall(self.keys(queue).counters))
 
+    # --- partitions ------------------------------------------------------------
+
+    def declare_partitions(self, queue: str, count: int) -> int:
+        """Store that ``queue`` has (at least) ``count`` partitions; the count
+        every process is to use from now on (the largest ever declared, at
+        most defaults.PARTITIONS_MAX)."""
+        with wrapped(f"declare the partitions of {queue!r}"):
+            stored = scripts.partitions(self.keys(queue), count).run(self.client)
+        n = self._partitions[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
+        return n[0]
+
+    def partitions(self, queue: str) -> int:
+        """How many partitions ``queue`` has, as its supervisors declared it
+        (1 if none did), read again at most every PARTITIONS_READ_S. Junk in
+        the key reads as 1, a count above defaults.PARTITIONS_MAX as that."""
+        known = self._partitions.get(queue)
+        if known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
+            return known[0]
+        with wrapped(f"read the partitions of {queue!r}"):
+            raw = self.client.get(self.keys(queue).partitions)
+        n = redis_int(cast(Optional[bytes], raw)) or 1
+        self._partitions[queue] = (min(max(n, 1), defaults.PARTITIONS_MAX), time.monotonic())
+        return self._partitions[queue][0]
+
+    def partition_names(self, queue: str) -> list[str]:
+        return partition_names(queue, self.partitions(queue))
+
+    def partition_ticket(self, queue: str) -> int:
+        """A number drawn by a consumer of ``queue`` (INCR): which partition it
+        prefers is this modulo the count, so consumers spread evenly."""
+        with wrapped(f"draw a partition of {queue!r}"):
+            return int(self.client.incr(self.keys(queue).partition_seq))
+
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
             names = cast(set[bytes], self.client.smembers(queues_set(self.namespace)))
@@ -592,12 +650,23 @@ class Broker:
             if found not in (b"list", b"none"):
                 raise BrokerError(f"purge dead letters of {queue!r}: WRONGTYPE {k.dead} holds a "
                                   f"{_text(found)}, not a list: nothing done")
-            pipe = self.client.pipeline(transaction=True)
-            pipe.llen(k.dead)
-            pipe.renamenx(k.dead, aside)
-            pipe.pexpire(aside, 3_600_000)
-            n, _, _ = pipe.execute(raise_on_error=False)
+            def move(client: Any) -> list[Any]:
+                pipe = client.pipeline(transaction=True)
+                pipe.llen(k.dead)
+                pipe.renamenx(k.dead, aside)
+                pipe.pexpire(aside, 3_600_000)
+                return cast(list[Any], pipe.execute(raise_on_error=False))
+            n, _, _ = self._on_node(queue, move)
         return aside, int(n) if isinstance(n, int) else 0
+
+    def _on_node(self, queue: str, use: Callable[[Any], T]) -> T:
+        """``use(client)`` on a client of the server holding ``queue``'s keys:
+        a cluster's pipelines refuse MULTI and RENAMENX, one master's do not
+        (a redirection is followed, as cluster.Router.routed says)."""
+        router = self._router
+        if router is None:
+            return use(self.client)
+        return router.routed(lambda: use(router.node_client(self.keys(queue).pending)))
 
     def list_page(self, key: str, start: int, count: int) -> list[bytes]:
         """``count`` entries of a list from ``start`` (LRANGE)."""

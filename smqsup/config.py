@@ -83,14 +83,20 @@ class QueueConfig:
     #: every host (0: no limit), and how many may start back to back.
     rate_limit_per_s: float = 0.0
     rate_burst: int = 1
+    #: Hash tags (queues "name", "name~1", ...) the queue spreads over, so
+    #: that the masters of a Redis Cluster share its load.
+    partitions: int = 1
 
     @property
     def rate(self) -> tuple[int, int]:
         """The limit as the fetch scripts take it (scripts.Rate): µs between
-        starts, burst; (0, 1) without one."""
+        starts, burst; (0, 1) without one. Partitioned, each partition keeps
+        its own share: the limit and burst divided by ``partitions`` (the
+        burst rounded up), so the queue as a whole keeps both."""
         if not self.rate_limit_per_s:
             return (0, 1)
-        return (max(1, round(1_000_000 / self.rate_limit_per_s)), self.rate_burst)
+        n = self.partitions
+        return (max(1, round(1_000_000 * n / self.rate_limit_per_s)), -(-self.rate_burst // n))
     #: How long a dedup key refuses duplicates; read by producers only.
     dedup_ttl_s: float = defaults.DEDUP_TTL_S
 
@@ -134,6 +140,7 @@ CONSUMERS_TOTAL_MAX = 1024
 _RETRY_THRESHOLD_MAX = 1_000_000
 #: Messages one consumer runs at once.
 CONCURRENCY_MAX = 1000
+PARTITIONS_MAX = defaults.PARTITIONS_MAX
 #: Handler starts a rate-limited queue allows back to back.
 RATE_BURST_MAX = 100_000
 #: Messages a consumer handles before it is replaced.
@@ -226,6 +233,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "concurrency": ("concurrency", validate.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
     "rate_limit": ("rate_limit_per_s", validate.rate_limit),
     "rate_burst": ("rate_burst", validate.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
+    "partitions": ("partitions", validate.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
     "dedup_ttl": ("dedup_ttl_s", validate.positive_long_duration),
 }
 

@@ -49,6 +49,7 @@ from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 from smqsup.info import ConsumerInfo
+from smqsup.partitions import Partitions
 from smqsup.verdicts import Reject, Retry
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,11 @@ class Consumer:
     ) -> None:
         self.broker = broker
         self.queue = queue
+        #: The partitions of the queue; ``name`` is the current one (the
+        #: queue itself without partitions), where every call below goes.
+        self.partitions = Partitions(queue.name, queue.partitions)
         self.name = queue.name
+        self._rotate = False  # look at the other partitions before the current one
         self.handler = handler
         self.consumer_id = consumer_id or new_consumer_id(queue.name)
         self.stats = ConsumerStats()
@@ -252,6 +257,11 @@ class Consumer:
         # A rate limit that allowed no start: wait until it may, then ask
         # take.lua (the queue is not empty: no BLMOVE).
         checked, self._registration_checked = self._registration_checked, False
+        if self._rotate:
+            self._rotate = False
+            stolen = self._steal()
+            if stolen is not None or self._lost:
+                return stolen
         if self._look_at:
             self._pause(self._look_at - time.monotonic())
             self._look_at = 0.0
@@ -267,10 +277,39 @@ class Consumer:
             self._rate_said(took.next_frame, took.waits_us[0] if took.frames else took.retry_us)
             if took.paused or took.frames or took.retry_us:
                 return took.next_frame
+        if self.partitions.many:
+            # The current partition is empty: the others, then home to block.
+            stolen = self._steal()
+            if stolen is not None or self._lost:
+                return stolen
+            self._move(self.partitions.home)
         frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
         if frame is not None and (paused or self._limited or message.has_expiry(frame)):
             return self._screen(frame)
         return frame
+
+    def _steal(self) -> Optional[bytes]:
+        """Take one frame from the first other partition that has one (not
+        paused, its rate limit allowing a start) and move there; None if
+        none had one."""
+        for name in self.partitions.others():
+            took = self.broker.take(name, self.consumer_id, 1, self._rate)
+            if not took.registered:
+                self._move(name)  # declared dead there: renew our identity
+                self._lost = True
+                return None
+            if took.frames and not took.paused:
+                self._move(name)
+                self._rate_said(took.next_frame, took.waits_us[0])
+                return took.next_frame
+        return None
+
+    def _move(self, name: str) -> None:
+        """Work on partition ``name`` from now on (nothing in hand)."""
+        if name != self.name:
+            self.name = name
+            self._paused = False  # that partition's flag: the next script says
+        self.partitions.move(name)
 
     def _hold(self) -> bool:
         """Wait for the booked start of the frame in hand (rate limit); False
@@ -327,7 +366,8 @@ class Consumer:
         self.start()
         # Anything moved into the old list after the collector emptied it goes
         # back, free: those messages were never handed to a handler.
-        self.broker.return_stopped(self.name, old, reason="consumer re-registered")
+        for name in self.partitions.names:
+            self.broker.return_stopped(name, old, reason="consumer re-registered")
         log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
 
     def _process(self, frame: bytes, *, fetch_next: bool) -> Optional[bytes]:
@@ -336,7 +376,9 @@ class Consumer:
         self.stats.received += 1
         outcome = self._run_handler(frame)
         self._unsettled = (frame, outcome)
-        fetch = fetch_next and not self._stop and not self._limit_reached()
+        if self.partitions.handled():
+            self._rotate = fetch_next  # settle without the next frame: _fetch looks at the others first
+        fetch = fetch_next and not self._stop and not self._limit_reached() and not self._rotate
         try:
             nxt = self._settle(frame, outcome, fetch)
         finally:
@@ -456,6 +498,7 @@ class Consumer:
     def _recover(self) -> None:
         """Deal with what our processing list holds before fetching again."""
         self.broker.ping()
+        self._return_elsewhere()
         held = self.broker.processing(self.name, self.consumer_id)
         if self._unsettled is not None:
             frame, outcome = self._unsettled
@@ -485,6 +528,13 @@ class Consumer:
                 break
         self._recover_needed = False
 
+    def _return_elsewhere(self) -> None:
+        """Give back, free, what our lists in the other partitions hold: only
+        a take whose reply was lost can leave a frame there (we change
+        partition with nothing in hand), never handed to a handler."""
+        for name in self.partitions.others():
+            self.broker.return_held(name, self.consumer_id, reason="taken while the connection broke")
+
     def _wait_for_redis(self, action: Callable[[], None]) -> bool:
         """Run ``action`` until Redis takes it (True) or a stop is requested (False)."""
         backoff = defaults.RECONNECT_BACKOFF_MIN_S
@@ -506,8 +556,14 @@ class Consumer:
                 backoff = min(backoff * 2, defaults.RECONNECT_BACKOFF_MAX_S)
 
     def _register(self) -> None:
-        self.broker.register_consumer(self.name, self.consumer_id, ConsumerInfo(
-            pid=os.getpid(), host=socket.gethostname(), queue=self.name, started_at=time.time()))
+        """Enter the registry of every partition (the collector of each must
+        find our list there); draw the home partition first."""
+        if self.partitions.many and not self.partitions.drawn:
+            self.partitions.draw(self.broker.partition_ticket(self.queue.name))
+            self._move(self.partitions.home)
+        info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())
+        for name in self.partitions.names:
+            self.broker.register_consumer(name, self.consumer_id, info)
 
     def _finish(self) -> None:
         """Clean exit: return whatever is still in our list (nothing, normally)
@@ -525,13 +581,15 @@ class Consumer:
             # that its heartbeat never sees a consumer that merely stopped as
             # one declared dead.
             give_back = self.broker.return_stopped if self._unregister_on_stop else self.broker.return_held
-            r = give_back(self.name, self.consumer_id, reason="consumer stopped")
+            moved = 0
+            for name in self.partitions.names:
+                r = give_back(name, self.consumer_id, reason="consumer stopped")
+                moved += r.requeued + r.dead_lettered
         except BrokerError as exc:  # unreachable or refusing: the collector reclaims the list later
             log.error("queue %s: consumer %s could not unregister (%s)", self.name, self.consumer_id, exc)
             return
-        if r.requeued or r.dead_lettered:
-            log.info("queue %s: consumer %s returned %d message(s) on stop",
-                     self.name, self.consumer_id, r.requeued + r.dead_lettered)
+        if moved:
+            log.info("queue %s: consumer %s returned %d message(s) on stop", self.name, self.consumer_id, moved)
 
     def _pause(self, seconds: float) -> None:
         """Sleep up to ``seconds``, waking early when a stop is requested."""

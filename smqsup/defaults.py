@@ -98,5 +98,11 @@ RECLAIM_RETRY_S = 1.0
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
 #: How often a consumer of a paused queue looks whether it was resumed, in s.
 PAUSED_POLL_S = 0.25
+#: Most partitions of one queue (each is a queue of its own in Redis: its
+#: collector lock, its keys; every consumer of the queue registers in each).
+PARTITIONS_MAX = 64
+#: How long a process trusts the partition count of a queue it read from
+#: Redis (a supervisor that raises it is followed within this), in seconds.
+PARTITIONS_READ_S = 10.0
 #: Longest the collector waits between looks at a queue's schedules (changed definitions, resumes), in s.
 SCHEDULE_POLL_S = 1.0

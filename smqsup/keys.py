@@ -63,6 +63,13 @@ live in one Redis Cluster slot::
     ns:{Q}:schedule:NAME:paused
                              STR   present while the schedule is paused: JSON
                                    {"at_ms", "by"}; its slots are skipped
+    ns:{Q}:partitions        STR   how many partitions queue Q has (absent: 1):
+                                   the most any supervisor declared (they never
+                                   shrink); producers read it. Partition i > 0
+                                   of Q is the queue named "Q~i" (keys {Q~i}:
+                                   a hash tag, so a Cluster slot, of its own)
+    ns:{Q}:partition:seq     STR   INCR counter: each consumer's ticket, which
+                                   names the partition it prefers
     ns:queues                SET   names of the queues ever published to or
                                    consumed from (not hash-tagged: global)
     ns:{ns}:producers        HASH  producer id -> {host, pid, published, rate,
@@ -162,6 +169,14 @@ class QueueKeys:
         return f"{self._prefix}:counters"
 
     @cached_property
+    def partitions(self) -> str:
+        return f"{self._prefix}:partitions"
+
+    @cached_property
+    def partition_seq(self) -> str:
+        return f"{self._prefix}:partition:seq"
+
+    @cached_property
     def series(self) -> str:
         return f"{self._prefix}:series"
 
@@ -188,6 +203,26 @@ class QueueKeys:
 
     def schedule_paused(self, name: str) -> str:
         return f"{self._prefix}:schedule:{name}:paused"
+
+
+#: Between a queue's name and its partition's number ("orders~2"): a
+#: character no queue name may hold (validate.queue_or_namespace).
+PARTITION_SEP = "~"
+
+
+def partition_name(queue: str, index: int) -> str:
+    """The queue holding partition ``index`` of ``queue``: partition 0 is the
+    queue itself, so a queue given partitions later keeps its messages."""
+    return queue if index == 0 else f"{queue}{PARTITION_SEP}{index}"
+
+
+def partition_names(queue: str, count: int) -> list[str]:
+    return [partition_name(queue, i) for i in range(max(1, count))]
+
+
+def logical_name(name: str) -> str:
+    """The queue a partition belongs to (a queue's own name unchanged)."""
+    return name.partition(PARTITION_SEP)[0]
 
 
 def queues_set(namespace: str) -> str:

@@ -71,16 +71,17 @@ def priority(value: object) -> int:
     return int(value)  # an IntEnum member, say, as the plain int the script is sent
 
 
-def dedup_key(value: object) -> str:
-    """A non-empty str of at most MAX_DEDUP_KEY_BYTES UTF-8 bytes."""
+def dedup_key(value: object, what: str = "dedup_key") -> str:
+    """A non-empty str of at most MAX_DEDUP_KEY_BYTES UTF-8 bytes (a dedup
+    key, or ``what``: a partition key)."""
     if not isinstance(value, str):
-        raise MessageError(f"dedup_key: expected a string, got {_shown(value)}")
+        raise MessageError(f"{what}: expected a string, got {_shown(value)}")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise MessageError("dedup_key: holds a lone surrogate (text that is not valid Unicode)") from None
+        raise MessageError(f"{what}: holds a lone surrogate (text that is not valid Unicode)") from None
     if not 1 <= size <= MAX_DEDUP_KEY_BYTES:
-        raise MessageError(f"dedup_key: expected 1 to {MAX_DEDUP_KEY_BYTES} bytes of UTF-8, got {size} "
+        raise MessageError(f"{what}: expected 1 to {MAX_DEDUP_KEY_BYTES} bytes of UTF-8, got {size} "
                            f"({safe.escape(repr(value), 40)})")
     return value
 

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional, cast
@@ -35,6 +36,7 @@ from smqsup.errors import (
     PublishUncertain,
     PushRefused,
 )
+from smqsup.keys import partition_name
 from smqsup.logs import warn_once
 from smqsup.validate import REDIS_STRING_MAX_BYTES, validate_queue_name
 
@@ -124,6 +126,8 @@ class Producer:
         self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats,
                               wait_replicas=replicas, wait_timeout_s=timeout_s)
         self._registered: set[str] = set()
+        #: queue -> the last partition a message without a key went to.
+        self._turns: dict[str, int] = {}
         self._stats = stats
         #: Messages this producer has published (the statistics read it).
         self.published = 0
@@ -146,7 +150,8 @@ class Producer:
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
-                dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None) -> str:
+                dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
+                partition_key: Optional[str] = None) -> str:
         """Queue one message in one round trip; return its id.
 
         ``delay`` (seconds or a timedelta, from when Redis receives it) or
@@ -157,27 +162,31 @@ class Producer:
         ``dedup_ttl`` ago holds it, nothing is queued and that message's id
         is returned (so publishing again after PublishUncertain is safe).
         ``ttl``: not handed to a handler within ttl of its publish, it is
-        dead-lettered as "expired".
+        dead-lettered as "expired". ``partition_key``: on a queue with
+        partitions, messages with the same key go to the same partition, so
+        they keep their order (a message with a dedup key and no partition
+        key goes by its dedup key; the others round-robin).
 
         Raises MessageError (bad queue name, not JSON, over max_message_size,
         a bad option) before anything is sent, PublishUncertain if the reply
         was lost.
         """
         self._check_queue(queue)
+        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
             mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
                                                   max_size_bytes=self.max_message_size)
-            self._send(queue, [message.frame(payload)], [mid])
+            self._send(queue, [message.frame(payload)], [mid], target=self._partition(queue, by, [mid]))
             return mid
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
         mid = message.check_message_id(message_id) if message_id is not None else message.new_id()
         return self._send_with(queue, [body], [mid], headers, keys, self._options(queue, delay, at, priority, ttl,
-                                                                                   dedup_key, dedup_ttl))[0]
+                                                                                   dedup_key, dedup_ttl), by)[0]
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,
                      dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                     ttl: Any = None) -> list[str]:
+                     ttl: Any = None, partition_key: Optional[str] = None) -> list[str]:
         """Queue many messages in one round trip; return their ids in order.
         Every body is encoded and checked before anything is sent; a lost
         reply raises PublishUncertain naming all of them.
@@ -185,19 +194,26 @@ class Producer:
         The options are publish()'s, applied to every message. ``dedup_key``
         is one key for all (so only the first message is queued, and every
         id returned is its id) or a sequence of keys, one per body (None:
-        that body has none)."""
+        that body has none).
+
+        On a queue with partitions, all go to one partition (``partition_key``'s,
+        or the next in turn), but for a sequence of dedup keys without a
+        partition key: each message then goes to its key's partition, one
+        round trip per partition, and an error names the messages of the
+        partition that failed (those sent before it are queued)."""
         self._check_queue(queue)
+        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         items = _materialise(queue, bodies)
         if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
             writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
             ids = message.new_ids(len(items))
             payload = writer.payload
             frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
-            self._send(queue, frames, ids)
+            self._send(queue, frames, ids, target=self._partition(queue, by, ids))
             return ids
         keys = _dedup_keys(dedup_key, len(items))
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl)
-        return self._send_with(queue, items, message.new_ids(len(items)), headers, keys, opts)
+        return self._send_with(queue, items, message.new_ids(len(items)), headers, keys, opts, by)
 
     def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
                  dedup_ttl: Any) -> scripts.Options:
@@ -207,22 +223,50 @@ class Producer:
                              default_dedup_ttl_s=self._dedup_ttls.get(queue, self.dedup_ttl_s))
 
     def _send_with(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
-                   keys: list[Optional[str]], opts: scripts.Options) -> list[str]:
-        """Encode and publish through publish_options.lua; the ids returned
-        (a deduplicated message's is the id holding its key)."""
+                   keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> list[str]:
+        """Encode and publish through publish_options.lua, to the partition of
+        ``by``, else of each dedup key (else the next in turn); the ids
+        returned (a deduplicated message's is the id holding its key)."""
         writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
         items = [(mid, writer.payload(mid, body, key), key) for mid, body, key in zip(ids, bodies, keys)]
-        pairs = self._send(queue, items, ids, opts)
-        return [mid for mid, _ in pairs]
+        if by is not None or all(key is None for key in keys) or len(set(keys)) == 1:
+            target = self._partition(queue, by if by is not None else keys[0], ids)
+            return [mid for mid, _ in self._send(queue, items, ids, opts, target=target)]
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(self._partition(queue, key, ids), []).append(i)
+        out = list(ids)
+        for target, where in groups.items():
+            pairs = self._send(queue, [items[i] for i in where], [ids[i] for i in where], opts, target=target)
+            for i, (mid, _) in zip(where, pairs):
+                out[i] = mid
+        return out
+
+    def _partition(self, queue: str, key: Optional[str], ids: list[str]) -> str:
+        """The partition of ``queue`` a message with partition (or dedup)
+        ``key`` goes to: the key's (CRC-32, as a producer in any language
+        can compute it), or the next in turn. A queue's partition count
+        is read from Redis (cached); PublishNotSent if it cannot be."""
+        try:
+            n = self._broker.partitions(queue)
+        except BrokerConnectionError as exc:
+            raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        if n == 1:
+            return queue
+        if key is not None:
+            return partition_name(queue, zlib.crc32(key.encode("utf-8")) % n)
+        turn = self._turns[queue] = self._turns.get(queue, -1) + 1
+        return partition_name(queue, turn % n)
 
     def _check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self._registered:
             _valid_name(queue, "queue")
 
     def _send(self, queue: str, frames: "list[bytes] | list[tuple[str, bytes, Optional[str]]]", ids: list[str],
-              opts: Optional[scripts.Options] = None) -> list[tuple[str, bool]]:
+              opts: Optional[scripts.Options] = None, *, target: str) -> list[tuple[str, bool]]:
         """Publish plain ``frames``, or (id, payload, dedup key) items with
-        ``opts``; for items, what push_with() returns."""
+        ``opts``, to partition ``target`` of ``queue``; for items, what
+        push_with() returns."""
         register = queue not in self._registered
         now = time.monotonic()
         # About once a second the producer's statistics ride along (same round trip).
@@ -231,9 +275,9 @@ class Producer:
         pairs: list[tuple[str, bool]] = []
         try:
             if opts is None:
-                self._broker.push(queue, frames, register=register, producer=stats)  # type: ignore[arg-type]
+                self._broker.push(target, frames, register=register, producer=stats)  # type: ignore[arg-type]
             else:
-                pairs = self._broker.push_with(queue, frames, opts, register=register,  # type: ignore[arg-type]
+                pairs = self._broker.push_with(target, frames, opts, register=register,  # type: ignore[arg-type]
                                                producer=stats)
         except BrokerNotSent as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc

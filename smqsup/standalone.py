@@ -29,7 +29,8 @@ def consume(cfg: Config, queue: str) -> int:
     qcfg = cfg.queues[queue]
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
-    broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}")
+    broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}",
+                    wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)
     consumer = make_consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
     _stop_on_signals(consumer)

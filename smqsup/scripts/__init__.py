@@ -182,7 +182,9 @@ _LOCK_ACQUIRE = Script("lock_acquire")
 _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
-ALL = (_ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
+_PARTITIONS = Script("partitions")
+
+ALL = (_PARTITIONS, _ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
        _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE, _PUBLISH_OPTIONS, _TAKE, _SCREEN, _REMOVE,
        _DLQ_PURGE)
 
@@ -503,6 +505,11 @@ def lock_release(key: str, token: str) -> Call[bool]:
 def publish(keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> Call[int]:
     """LPUSH ``frames`` (oldest first) and count them; the pending length after."""
     return Call(_PUBLISH, (keys.pending, keys.counters), (int(count), *frames), int)
+
+
+def partitions(keys: QueueKeys, count: int) -> Call[int]:
+    """Declare ``count`` partitions of the queue; the count stored (the larger)."""
+    return Call(_PARTITIONS, (keys.partitions,), (count,), int)
 
 
 def producer_stats(namespace: str, producer_id: str, info: str, forget_after_ms: int) -> Call[int]:

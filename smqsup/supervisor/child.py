@@ -79,7 +79,8 @@ def _main(spec: ChildSpec) -> int:
         log.error("%s", exc)
         return EXIT_IMPORT
     broker = Broker(spec.url, spec.config.namespace, client_name=f"smqsup-{spec.queue.name}-{spec.index}",
-                    stats=spec.config.stats)
+                    stats=spec.config.stats, wait_replicas=spec.config.redis.wait_replicas,
+                    wait_timeout_s=spec.config.redis.wait_timeout_s)
     if not _wait_for_redis(broker, spec):
         return EXIT_REDIS
     report = _SlotReport(spec)
