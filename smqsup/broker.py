@@ -526,19 +526,20 @@ class Broker:
     # --- pausing --------------------------------------------------------------
 
     def pause(self, queue: str, by: str) -> bool:
-        """Pause the queue (its consumers on every host take nothing until
-        resume()); True if it was not paused. The flag lives in Redis, so it
-        outlasts every supervisor's restart."""
-        k = self.keys(queue)
+        """Pause the queue, each of its partitions (its consumers on every
+        host take nothing until resume()); True if one was not paused. The
+        flag lives in Redis, so it outlasts every supervisor's restart."""
         with wrapped(f"pause {queue!r}"):
             now_ms = ms_of(self.client.time())
             info = json.dumps({"at_ms": now_ms, "by": by}, separators=(",", ":"))
-            return bool(self.client.set(k.paused, info, nx=True))
+            return any([bool(self.client.set(self.keys(p).paused, info, nx=True))
+                        for p in self.partition_names(queue)])
 
     def resume(self, queue: str) -> bool:
-        """Let the queue's consumers take messages again; True if it was paused."""
+        """Let the queue's consumers take messages again (every partition);
+        True if one was paused."""
         with wrapped(f"resume {queue!r}"):
-            return bool(self.client.delete(self.keys(queue).paused))
+            return any([bool(self.client.delete(self.keys(p).paused)) for p in self.partition_names(queue)])
 
     # --- inspecting ----------------------------------------------------------
 
@@ -550,6 +551,11 @@ class Broker:
             pipe = self.client.pipeline(transaction=False)
             ask_sizes(pipe, self.keys(queue))
             return sizes_of(pipe.execute())
+
+    def total_sizes(self, queue: str) -> dict[str, int]:
+        """sizes() of every partition of ``queue``, summed (paused: 1 if one is)."""
+        found = [self.sizes(p) for p in self.partition_names(queue)]
+        return {name: (max if name == "paused" else sum)(f[name] for f in found) for name in found[0]}
 
     def append_point(self, queue: str, point: str, keep: int) -> None:
         """Add one point (JSON) to the queue's history, keeping the ``keep`` latest."""
@@ -598,8 +604,15 @@ class Broker:
         self._partitions[queue] = (min(max(n, 1), defaults.PARTITIONS_MAX), time.monotonic())
         return self._partitions[queue][0]
 
-    def partition_names(self, queue: str) -> list[str]:
-        return partition_names(queue, self.partitions(queue))
+    def partition_names(self, queue: str, at_least: int = 1) -> list[str]:
+        """The partitions of ``queue`` (its own name first): as many as
+        partitions() says, or ``at_least`` (the config's count) if more.
+        Never raises: with Redis unreachable, the count read last."""
+        try:
+            n = self.partitions(queue)
+        except BrokerError:
+            n = self._partitions.get(queue, (1, 0.0))[0]
+        return partition_names(queue, max(n, at_least))
 
     def partition_ticket(self, queue: str) -> int:
         """A number drawn by a consumer of ``queue`` (INCR): which partition it

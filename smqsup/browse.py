@@ -75,10 +75,16 @@ def _preview(body: Any) -> str:
 
 
 def listing(broker: Broker, queue: str, state: str, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows of the messages of ``queue`` in ``state``."""
+    """Up to ``limit`` rows of the messages of ``queue`` in ``state``
+    (partition after partition)."""
     if state == "dead":
-        return [_dead_row(raw) for raw in broker.dead_letters(queue, 0, limit)]
-    return list(_rows(broker, queue, state, limit))[:limit]
+        return [_dead_row(raw) for raw in deadletters.newest(broker, queue, limit)]
+    rows: list[dict[str, Any]] = []
+    for part in broker.partition_names(queue):
+        rows += list(_rows(broker, part, state, limit - len(rows)))[:limit - len(rows)]
+        if len(rows) >= limit:
+            break
+    return rows
 
 
 def _dead_row(raw: bytes) -> dict[str, Any]:
@@ -149,7 +155,18 @@ def remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
     An id found nowhere, or taken by a consumer before the delete, is not
     removed: a message in flight is never touched. Removing a message frees
     its dedup key (if it still names it). Reads each structure page by page
-    until every id is found."""
+    until every id is found. Each partition of the queue in turn."""
+    done = dict.fromkeys(ids, False)
+    for part in broker.partition_names(queue):
+        left = [mid for mid, removed in done.items() if not removed]
+        if not left:
+            break
+        done.update({mid: True for mid, removed in _remove(broker, part, left).items() if removed})
+    return done
+
+
+def _remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
+    """remove() in one partition."""
     wanted = set(ids)
     chosen: list[tuple[str, bytes, str, Optional[str]]] = []
     for where, frame in _waiting(broker, queue):

@@ -326,7 +326,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             entries = (deadletters.select(broker, args.queue, set(ids))[:args.limit] if ids
-                       else broker.dead_letters(args.queue, 0, args.limit))
+                       else deadletters.newest(broker, args.queue, args.limit))
             _print_dead([deadletters.row(e) for e in entries], args.json)
         elif args.action == "requeue":
             print(f"requeued {deadletters.requeue(broker, args.queue, ids)} dead letter(s) of {args.queue}")

@@ -142,7 +142,7 @@ def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
     no one count holds it)."""
     if state == "processing":
         return None
-    sizes = broker.sizes(queue)
+    sizes = broker.total_sizes(queue)
     return {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"]}.get(state, sizes["dead"])
 
 

@@ -558,8 +558,11 @@ class Consumer:
     def _register(self) -> None:
         """Enter the registry of every partition (the collector of each must
         find our list there); draw the home partition first."""
-        if self.partitions.many and not self.partitions.drawn:
-            self.partitions.draw(self.broker.partition_ticket(self.queue.name))
+        if not self.partitions.drawn:
+            count = self.broker.declare_partitions(self.queue.name, self.queue.partitions)
+            if count != len(self.partitions.names):  # another host declared more
+                self.partitions = Partitions(self.queue.name, count)
+            self.partitions.draw(self.broker.partition_ticket(self.queue.name) if self.partitions.many else 0)
             self._move(self.partitions.home)
         info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())
         for name in self.partitions.names:

@@ -47,10 +47,26 @@ def row(raw: bytes) -> dict[str, Any]:
             "malformed": msg is None}
 
 
+def newest(broker: Broker, queue: str, limit: int) -> list[bytes]:
+    """Up to ``limit`` dead-letter entries of ``queue``, newest first within
+    each of its partitions, partition after partition."""
+    entries: list[bytes] = []
+    for part in broker.partition_names(queue):
+        if len(entries) >= limit:
+            break
+        entries += broker.dead_letters(part, 0, limit - len(entries))
+    return entries
+
+
 def select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
-    """The dead-letter entries of ``queue`` whose message id (or ``raw-...``
-    reference) is in ``ids``, newest first, read page by page until all are
-    found."""
+    """The dead-letter entries of ``queue`` (all its partitions) whose message
+    id (or ``raw-...`` reference) is in ``ids``."""
+    return [raw for part in broker.partition_names(queue) for raw in _select(broker, part, ids)]
+
+
+def _select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
+    """select() in one partition, newest first, read page by page until all
+    are found."""
     chosen: list[bytes] = []
     start = 0
     while True:
@@ -65,10 +81,15 @@ def select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
 
 def requeue(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     """Move the dead letters with these message ids (None: all) back to
-    pending, attempts reset; returns how many moved. An entry that another
-    operator moved meanwhile is skipped (the script removes by value)."""
+    pending, attempts reset, each in its partition; returns how many moved.
+    An entry that another operator moved meanwhile is skipped (the script
+    removes by value)."""
+    return sum(_requeue(broker, part, ids) for part in broker.partition_names(queue))
+
+
+def _requeue(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     if ids is not None:
-        return broker.dlq_requeue(queue, select(broker, queue, set(ids)))
+        return broker.dlq_requeue(queue, _select(broker, queue, set(ids)))
     # All: oldest first, in pages, and no more than were there at the start:
     # a requeued message that dies again meanwhile re-enters at the head and
     # stays there.
@@ -101,9 +122,13 @@ def purge(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     A whole purge sets the list aside in one step (Broker.dlq_set_aside),
     then frees the dedup keys of what it held, page by page, and deletes it:
     an entry requeued meanwhile by another operator was requeued before the
-    purge took the list, and keeps its key."""
+    purge took the list, and keeps its key. Each partition in turn."""
+    return sum(_purge(broker, part, ids) for part in broker.partition_names(queue))
+
+
+def _purge(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     if ids is not None:
-        return broker.dlq_delete(queue, _with_keys(select(broker, queue, set(ids))))
+        return broker.dlq_delete(queue, _with_keys(_select(broker, queue, set(ids))))
     aside, count = broker.dlq_set_aside(queue)
     start = 0
     while start < count:

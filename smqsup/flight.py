@@ -447,6 +447,16 @@ class ConcurrentConsumer(Consumer):
         and there is room: the fetch thread waits on the queue for us."""
         if self._fetching is not None or not self._checked or self._finished or self._room() <= 0:
             return
+        if self.partitions.many and not self._flights and not self._booked:
+            # Nothing in hand: the other partitions first, then home to block.
+            stolen = self._steal()
+            if stolen is not None or self._lost:
+                self._checked = False
+                if stolen is not None:
+                    self._launch_all([(stolen, self._hold_us)])
+                    self._hold_us = 0
+                return
+            self._move(self.partitions.home)
         loop = self._loop
         assert loop is not None
         if self._fetcher is None:
@@ -529,6 +539,7 @@ class ConcurrentConsumer(Consumer):
             except BrokerError:
                 pass  # its frame, if any, is in our list: found below
         self.broker.ping()
+        self._return_elsewhere()
         held = collections.Counter(self.broker.processing(self.name, self.consumer_id))
         for fl in self._flights.values():
             held[fl.frame] -= 1

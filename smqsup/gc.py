@@ -102,10 +102,12 @@ class Collector:
         self.cfg = cfg
         self.firing.cfg = cfg
         ttl = lock_ttl_ms(cfg)
+        # One election per partition: each is a queue of its own in Redis.
+        wanted = {p: q for name, q in cfg.queues.items() for p in self.broker.partition_names(name, q.partitions)}
         for name in list(self._queues):
-            if name not in cfg.queues:
+            if name not in wanted:
                 self._queues.pop(name).lock.release()
-        for name, q in cfg.queues.items():
+        for name, q in wanted.items():
             state = self._queues.get(name)
             if state is None:
                 token = f"{self.owner}:{os.urandom(4).hex()}"

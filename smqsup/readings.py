@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup.connection import wrapped
-from smqsup.keys import QueueKeys
+from smqsup.keys import PARTITION_SEP, QueueKeys, logical_name
 
 if TYPE_CHECKING:
     from smqsup.broker import Broker
@@ -36,6 +36,7 @@ class QueueReading:
     gc: dict[bytes, bytes]  # collector facts
     slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
     recent: list[bytes]  # the latest history points (JSON), newest first
+    partitions: int = 1  # how many partitions were read and summed
 
 
 #: Replies of ask_sizes.
@@ -110,16 +111,68 @@ def read_queues(broker: "Broker", queues: Sequence[str], *, recent: int = 0) -> 
     cluster, each round trip goes to every master at once, and the clock is
     read first, apart: a cluster pipeline takes no keyless command)."""
     asked = _SIZE_READS + _OTHER_READS + (recent > 0)
+    # A queue with partitions is read as all of them and summed (_merged);
+    # its history is partition 0's, where its collector writes the sums.
+    parts = {queue: broker.partition_names(queue) if PARTITION_SEP not in queue else [queue] for queue in queues}
+    names = [p for queue in queues for p in parts[queue]]
     with wrapped("read queue statistics"):
         def ask(pipe: Any) -> None:
-            for queue in queues:
-                _ask_reading(pipe, broker.keys(queue), recent)
+            for name in names:
+                _ask_reading(pipe, broker.keys(name), recent if name == logical_name(name) else 0)
         now, replies = with_clock(broker, ask)
-        per_queue = [replies[i:i + asked] for i in range(0, len(replies), asked)]
+        per_name: dict[str, list[Any]] = {}
+        at = 0
+        for name in names:
+            size = asked if name == logical_name(name) else _SIZE_READS + _OTHER_READS
+            per_name[name], at = replies[at:at + size], at + size
         pipe = broker.client.pipeline(transaction=False)
-        for queue, r in zip(queues, per_queue):
-            for cid in r[_SIZE_READS + 2]:
-                pipe.llen(broker.keys(queue).processing(cid.decode("utf-8", "replace")))
+        for name in names:
+            for cid in per_name[name][_SIZE_READS + 2]:
+                pipe.llen(broker.keys(name).processing(cid.decode("utf-8", "replace")))
         held = iter(pipe.execute())
-    return ms_of(now), {queue: _reading(r, held) for queue, r in zip(queues, per_queue)}
+        read = {name: _reading(per_name[name], held) for name in names}
+    return ms_of(now), {queue: _merged([read[p] for p in parts[queue]]) for queue in queues}
+
+
+def _merged(readings: list[QueueReading]) -> QueueReading:
+    """The partitions of one queue as one reading: sizes, counters and
+    collector facts summed, a consumer's lists summed over partitions,
+    paused if any partition is; the collector leader, slots and history
+    are partition 0's (the first)."""
+    if len(readings) == 1:
+        return readings[0]
+    first = readings[0]
+    held: dict[bytes, int] = {}
+    consumers: dict[bytes, bytes] = {}
+    beats: dict[bytes, float] = {}
+    for r in readings:
+        for (cid, info), n in zip(r.consumers.items(), r.held):
+            consumers.setdefault(cid, info)
+            held[cid] = held.get(cid, 0) + n
+        for cid, ms in r.heartbeats:
+            beats[cid] = max(ms, beats.get(cid, ms))
+    sizes = {name: sum(r.sizes[name] for r in readings) for name in first.sizes}
+    return QueueReading(sizes, any(r.paused for r in readings), [held[cid] for cid in consumers],
+                        _summed([r.counters for r in readings]), consumers, sorted(beats.items()), first.leader,
+                        _summed([r.gc for r in readings]), first.slots, first.recent, partitions=len(readings))
+
+
+def _summed(hashes: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """Hashes of counters as one: the fields that hold integers added up
+    (another field is kept as the first hash holding it has it)."""
+    out: dict[bytes, bytes] = {}
+    for h in hashes:
+        for field, value in h.items():
+            mine, theirs = _int(out.get(field)), _int(value)
+            if field not in out:
+                out[field] = value
+            elif mine is not None and theirs is not None:
+                out[field] = str(mine + theirs).encode()
+    return out
+
+
+def _int(value: Any) -> Optional[int]:
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    digits = text[1:] if text[:1] == "-" else text
+    return int(text) if digits.isdigit() and len(digits) <= 19 else None
 

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from smqsup.broker import Broker, redis_int
 from smqsup.info import ConsumerInfo
+from smqsup.keys import logical_name
 from smqsup.readings import QueueReading, read_queues
 
 #: Points kept per queue: one a second, 15 minutes.
@@ -42,7 +43,10 @@ _PRODUCER_NUMBERS = ("seen_at_ms", "published", "rate")
 
 def sample(broker: Broker, queue: str) -> dict[str, Any]:
     """Append one point to the queue's history (the collector calls this once a
-    second) and return it."""
+    second) and return it. A queue with partitions has one history, its
+    sums, written by partition 0's collector (the others' write none: {})."""
+    if queue != logical_name(queue):
+        return {}
     now_ms, readings = read_queues(broker, [queue])
     r = readings[queue]
     infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
@@ -138,6 +142,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
         "paused": r.paused,
+        "partitions": r.partitions,
         "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
         "rates": rates(_points(r.recent), window_s),
         "consumers": rows,

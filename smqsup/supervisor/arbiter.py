@@ -171,12 +171,13 @@ class Arbiter:
         rather than wait for the garbage collector."""
         stale_after_ms = int(self.cfg.heartbeat_timeout_s * 1000)
         for name, q in self.pool.queues.items():
-            for cid, info in self.broker.consumers(name).items():
-                if info.host == self.pool.host and info.pid and not psutil.pid_exists(info.pid):
-                    # Only if its heartbeat is stale too: another host may share
-                    # this host name (containers) with its own pid namespace.
-                    self.reclaims.run(Reclaim(Kind.ORPHAN, name, cid, "consumer lost (process gone at supervisor "
-                                              "start)", q.config.retry_threshold, stale_after_ms))
+            for part in self.pool.partitions(name):
+                for cid, info in self.broker.consumers(part).items():
+                    if info.host == self.pool.host and info.pid and not psutil.pid_exists(info.pid):
+                        # Only if its heartbeat is stale too: another host may share
+                        # this host name (containers) with its own pid namespace.
+                        self.reclaims.run(Reclaim(Kind.ORPHAN, part, cid, "consumer lost (process gone at "
+                                                  "supervisor start)", q.config.retry_threshold, stale_after_ms))
 
     def _preload(self) -> None:
         if not self.cfg.preload:

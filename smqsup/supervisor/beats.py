@@ -14,6 +14,7 @@ import time
 from smqsup.errors import BrokerError
 from smqsup.gc import Collector
 from smqsup.info import ConsumerInfo
+from smqsup.keys import logical_name
 from smqsup.logs import Lasting
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.protocol import SlotView
@@ -44,7 +45,9 @@ class Heartbeats:
             # that is stopping still gets its heartbeats until it exits.
             view = self.pool.slots.read(c.slot)
             if view.ready_us and not self.pool.sampler.is_stopped(c.pid):
-                beats.setdefault(c.queue, []).append((c.consumer_id, self._info(c, view)))
+                info = self._info(c, view)
+                for p in self.pool.partitions(c.queue):  # registered in each
+                    beats.setdefault(p, []).append((c.consumer_id, info))
         try:
             lost, refused = self.broker.heartbeat(beats)
         except BrokerError as exc:
@@ -61,7 +64,8 @@ class Heartbeats:
 
     def _lost(self, lost: list[tuple[str, str]]) -> None:
         by_id = {c.consumer_id: c for c in self.pool.children.values()}
-        for queue, cid in lost:
+        for part, cid in lost:
+            queue = logical_name(part)
             dead = by_id.get(cid)
             if dead is not None and not dead.stopping:
                 log.warning("queue %s: consumer #%d (pid %d) was declared dead by the garbage collector "
@@ -75,7 +79,7 @@ class Heartbeats:
             self.collector.redis_trouble(queue)
             self._trouble.report(("refused", queue), text, "queue %s: heartbeats refused (said again if the "
                                  "cause changes): %s", queue, text)
-        for queue in self.pool.queues.keys() - refused.keys():
+        for queue in {p for q in self.pool.queues for p in self.pool.partitions(q)} - refused.keys():
             self._trouble.clear(("refused", queue), "queue %s: heartbeats accepted again", queue)
 
     def _info(self, c: Child, view: SlotView) -> ConsumerInfo:

@@ -212,8 +212,17 @@ class Consumers:
             del self.queues[c.queue]
 
     def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int) -> Optional[int]:
+        """Return the child's lists, in every partition of its queue; how many
+        messages moved (None if a reclaim was postponed)."""
         kind = Kind.DEAD if costs else Kind.STOPPED
-        return self.reclaims.run(Reclaim(kind, c.queue, c.consumer_id, reason, threshold))
+        moved = [self.reclaims.run(Reclaim(kind, p, c.consumer_id, reason, threshold))
+                 for p in self.partitions(c.queue)]
+        return None if None in moved else sum(m or 0 for m in moved)
+
+    def partitions(self, queue: str) -> list[str]:
+        """The partitions of ``queue`` its children are registered in."""
+        q = self.queues.get(queue)
+        return self.broker.partition_names(queue, q.config.partitions if q is not None else 1)
 
     def _record_exit(self, c: Child, cause: str) -> None:
         """Restarts and last exit cause of the consumer slot, for the statistics."""

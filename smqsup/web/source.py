@@ -77,8 +77,8 @@ class Source:
 
     def dead(self, queue: str, limit: int) -> dict[str, Any]:
         """The newest ``limit`` dead letters of ``queue`` and how many there are."""
-        entries = self.broker.dead_letters(queue, 0, limit)
-        total = self.broker.sizes(queue)["dead"]
+        entries = deadletters.newest(self.broker, queue, limit)
+        total = self.broker.total_sizes(queue)["dead"]
         return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
 
     def messages(self, queue: str, state: str, limit: int) -> dict[str, Any]:
@@ -86,7 +86,7 @@ class Source:
         are in ``state`` (``total``; None for processing when ``limit`` rows
         came back: the processing lists are not counted in one read)."""
         rows = browse.listing(self.broker, queue, state, limit)
-        sizes = self.broker.sizes(queue)
+        sizes = self.broker.total_sizes(queue)
         totals = {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"],
                   "dead": sizes["dead"], "processing": len(rows) if len(rows) < limit else None}
         return {"queue": queue, "state": state, "total": totals[state], "messages": rows}
