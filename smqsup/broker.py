@@ -600,8 +600,10 @@ class Broker:
             return known[0]
         with wrapped(f"read the partitions of {queue!r}"):
             raw = self.client.get(self.keys(queue).partitions)
-        n = redis_int(cast(Optional[bytes], raw)) or 1
-        self._partitions[queue] = (min(max(n, 1), defaults.PARTITIONS_MAX), time.monotonic())
+        # As partitions.lua reads it: a whole number from 1 (at most the most), else 1.
+        text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
+        n = min(int(text), defaults.PARTITIONS_MAX) if text.isascii() and text.isdigit() and int(text) > 0 else 1
+        self._partitions[queue] = (n, time.monotonic())
         return self._partitions[queue][0]
 
     def partition_names(self, queue: str, at_least: int = 1) -> list[str]:

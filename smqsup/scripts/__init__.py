@@ -31,6 +31,7 @@ from typing import Any, Generic, Optional, TypeVar
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from smqsup import defaults
 from smqsup.keys import QueueKeys, producers_hash, producers_seen
 
 #: What a script is sent through: a redis-py client, or anything with the same
@@ -509,7 +510,7 @@ def publish(keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> Cal
 
 def partitions(keys: QueueKeys, count: int) -> Call[int]:
     """Declare ``count`` partitions of the queue; the count stored (the larger)."""
-    return Call(_PARTITIONS, (keys.partitions,), (count,), int)
+    return Call(_PARTITIONS, (keys.partitions,), (count, defaults.PARTITIONS_MAX), int)
 
 
 def producer_stats(namespace: str, producer_id: str, info: str, forget_after_ms: int) -> Call[int]:

@@ -3,16 +3,21 @@
 -- stored and what the caller declares is kept.
 --
 -- KEYS[1]  ns:{Q}:partitions
--- ARGV[1]  the caller's count (1..64, checked by the caller)
+-- ARGV[1]  the caller's count (1..ARGV[2], checked by the caller)
+-- ARGV[2]  the most partitions a queue may have
 --
 -- Returns the count now stored. Anything there that is not a whole number
--- from 1 up (written by someone else) counts as 1.
+-- from 1 up (written by someone else) counts as 1, one above the most as
+-- the most.
 local key = KEYS[1]
 local declared = tonumber(ARGV[1])
+local most = tonumber(ARGV[2])
 
 local stored = tonumber(redis.call('GET', key))
 if stored == nil or stored < 1 or stored ~= math.floor(stored) then
   stored = 1
+elseif stored > most then
+  stored = most
 end
 if declared > stored then
   redis.call('SET', key, declared)

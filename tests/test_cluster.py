@@ -1,0 +1,188 @@
+"""Redis Cluster and replication as users meet them: redis+cluster:// urls
+(good and hostile), a live resharding under a running consumer and
+producer, and ``wait_replicas`` on a replicated and a lone server."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from smqsup import validate
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated
+from smqsup.flight import make_consumer
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from smqsup.redis_server import RedisServer, free_port
+from tests import procs
+from tests.helpers import wait_for
+from tests.inproc import NS, Running
+from tests.topology import ClusterTopology, SentinelTopology
+
+K = QueueKeys(NS, "q")
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("redis+cluster:///", "needs its seed nodes"),
+    ("redis+cluster://h:0/", "bad port"),
+    ("redis+cluster://h:99999/", "bad port"),
+    ("redis+cluster://h:x/", "bad port"),
+    ("redis+cluster://h:1,,h:2/", "no host"),
+    ("redis+cluster://:secret-pw@h:1/3", "only database 0"),
+    ("redis+cluster://" + "h:1," * 5000 + "h:2/", None),
+    ("redis+clusterx://h:1/", "unsupported url scheme"),
+])
+def test_cluster_urls_are_checked_with_one_line_naming_the_key(url: str, problem: str | None) -> None:
+    """A bad seed list, port or database is a ConfigError naming redis.url; the password never shows."""
+    if problem is None:
+        assert validate.redis_url(url, "redis.url", "q.yaml") == url  # many seeds: fine
+        return
+    with pytest.raises(ConfigError, match=problem) as caught:
+        validate.redis_url(url, "redis.url", "q.yaml")
+    text = str(caught.value)
+    assert "redis.url" in text and "\n" not in text and "secret-pw" not in text
+
+
+def test_no_seed_answering_is_a_connection_error_without_the_password() -> None:
+    """Seeds that do not answer: BrokerConnectionError (Redis away, not a bad config), password masked;
+    the CLI says it in one line."""
+    url = f"redis+cluster://:secret-pw@127.0.0.1:{free_port()},127.0.0.1:{free_port()}/"
+    with pytest.raises(BrokerConnectionError) as caught:
+        Broker(url)
+    assert "secret-pw" not in str(caught.value)
+    result = procs.run("status", "--url", url)
+    assert result.returncode != 0 and "secret-pw" not in result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _move_slot(cluster: ClusterTopology, key: str, to: RedisServer) -> None:
+    """Reshard as redis-cli does: the slot of ``key`` from its master to ``to``, key by key (MIGRATE)."""
+    src = cluster.master_for_key(key)
+    a, b = cluster.client(src), cluster.client(to)
+    slot = int(a.execute_command("CLUSTER", "KEYSLOT", key))
+    src_id, dst_id = a.execute_command("CLUSTER", "MYID"), b.execute_command("CLUSTER", "MYID")
+    b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10):
+        a.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+    for m in cluster.masters():
+        cluster.client(m).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+@pytest.mark.timeout(90)
+def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: ClusterTopology) -> None:
+    """The queue's slot migrates to another master (ASK, TRYAGAIN, then MOVED) while a sequential and a
+    concurrent consumer handle and a producer publishes: every message is handled, none twice."""
+    url = fresh_cluster.url
+    seen: collections.Counter[int] = collections.Counter()
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            seen[m.body] += 1
+    runs = [Running(url, QueueConfig("q", "x:y"), handle), Running(url, QueueConfig("q", "x:y", concurrency=4), handle)]
+    published: list[int] = []
+    moved = threading.Event()
+
+    def produce() -> None:
+        with Producer(url) as p:
+            for i in range(0, 3000, 10):
+                p.publish_many("q", list(range(i, i + 10)))
+                published.extend(range(i, i + 10))
+                if i == 1500:
+                    moved.wait(30)
+    try:
+        producer = threading.Thread(target=produce)
+        producer.start()
+        wait_for(lambda: len(seen) >= 300, timeout_s=20)
+        other = next(m for m in fresh_cluster.masters() if m is not fresh_cluster.master_for_key(K.pending))
+        _move_slot(fresh_cluster, K.pending, other)
+        moved.set()
+        producer.join(60)
+        assert fresh_cluster.master_for_key(K.pending).port == other.port
+        wait_for(lambda: len(seen) == 3000, timeout_s=30, message=f"{len(seen)} of 3000 handled")
+    finally:
+        moved.set()
+        for r in runs:
+            r.stop()
+    assert len(published) == 3000 and max(seen.values()) == 1
+
+
+def test_wait_replicas_confirms_a_publish_on_a_replicated_master(sentinel_group: SentinelTopology) -> None:
+    """With a replica: wait_replicas 1 publishes as usual; 2 (one replica short) raises PublishNotReplicated
+    within wait_timeout, the messages queued on the master all the same."""
+    url = sentinel_group.url
+    with Producer(url, wait_replicas=1) as p:
+        p.publish("q", 1)
+        p.publish_many("q", [2, 3])
+        p.publish("q", 4, priority=5)
+    with Producer(url, wait_replicas=2, wait_timeout=0.05) as p:
+        for send in (lambda: p.publish("q", 5), lambda: p.publish_many("q", [6, 7]),
+                     lambda: p.publish("q", 8, dedup_key="d")):
+            with pytest.raises(PublishNotReplicated, match="1 of 2 replica") as caught:
+                send()
+            assert caught.value.replicas == 1 and caught.value.message_ids
+    assert Broker(url, NS).sizes("q")["pending"] == 8
+
+
+def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: str, caplog: Any) -> None:
+    """No replica at all: a publish raises PublishNotReplicated (0 of 1); a consumer told to wait for one
+    replica handles its messages, saying once that its acks were not replicated."""
+    with Producer(redis_url, wait_replicas=1, wait_timeout=0.01) as p:
+        with pytest.raises(PublishNotReplicated, match="0 of 1"):
+            p.publish("q", 1)
+        with pytest.raises(PublishNotReplicated):
+            p.publish_many("q", [2, 3], delay=0.001)
+    seen: list[int] = []
+    consumer = make_consumer(Broker(redis_url, NS, wait_replicas=1, wait_timeout_s=0.01), QueueConfig("q", "x:y"),
+                             lambda m: seen.append(m.body), fetch_block_s=0.2)
+    caplog.set_level(logging.WARNING)
+    runner = threading.Thread(target=consumer.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(seen) == 1)
+    finally:
+        consumer.request_stop()
+        runner.join(10)
+    assert sum("settled on the master, but 0 of 1 replica" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(("yaml_value", "problem"), [
+    ("-1", "integer >= 0"), ("1.5", "integer >= 0"), ("x", "integer >= 0"), ("101", "at most 100"),
+    ("true", "integer >= 0"), ("[1]", "integer >= 0"), ("1e99", "integer"),
+])
+def test_hostile_wait_replicas_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str, problem: str) -> None:
+    cfg = tmp_path / "q.yaml"
+    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\n  wait_replicas: {yaml_value}\n"
+                   "queues:\n  q:\n    handler: tests.handlers:record\n")
+    result = procs.run("check", "-c", str(cfg))
+    assert result.returncode == 2 and "redis.wait_replicas" in result.stderr and problem in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("yaml_value", "problem"), [
+    ("0", "from 1ms to 5s"), ("-1s", "negative"), ("6s", "from 1ms to 5s"), (".nan", "duration"),
+    ("1h", "from 1ms to 5s"), ("soon", "duration"),
+])
+def test_hostile_wait_timeout_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str, problem: str) -> None:
+    cfg = tmp_path / "q.yaml"
+    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\n  wait_timeout: {yaml_value}\n"
+                   "queues:\n  q:\n    handler: tests.handlers:record\n")
+    result = procs.run("check", "-c", str(cfg))
+    assert result.returncode == 2 and "redis.wait_timeout" in result.stderr and problem in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("yaml_value", ["0", "-2", "65", "2.5", "x", "1e9"])
+def test_hostile_partitions_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str) -> None:
+    cfg = tmp_path / "q.yaml"
+    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\nqueues:\n  q:\n    handler: tests.handlers:record\n"
+                   f"    partitions: {yaml_value}\n")
+    result = procs.run("check", "-c", str(cfg))
+    assert result.returncode == 2 and "queues.q.partitions" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

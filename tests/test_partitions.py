@@ -1,0 +1,250 @@
+"""Partitioned queues (``partitions: N``): producers spread messages over N hash
+tags, each consumer prefers one and takes from the others when its own is
+empty, and every view sums them. Each test runs on one redis-server and on a
+Redis Cluster, where the partitions live on different masters."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from smqsup import keys as keys_mod
+from smqsup.broker import Broker
+from smqsup.config import QueueConfig
+from smqsup.errors import MessageError
+from smqsup.keys import QueueKeys
+from smqsup.producer import Producer
+from smqsup.readings import read_queues
+from tests.helpers import holds, node_of, wait_for
+from tests.inproc import NS, Running
+
+pytestmark = pytest.mark.topologies
+
+PARTS = ["q", "q~1", "q~2"]
+
+
+def _declare(redis_url: str, count: int = 3) -> Broker:
+    broker = Broker(redis_url, NS)
+    assert broker.declare_partitions("q", count) == count
+    return broker
+
+
+def _pending(client: Any) -> list[int]:
+    return [client.llen(QueueKeys(NS, p).pending) for p in PARTS]
+
+
+def test_a_producer_spreads_messages_over_the_partitions_in_turn(redis_url: str, redis_client: redis.Redis,
+                                                                 producer: Producer) -> None:
+    """Without a key, messages go to the partitions in turn: 3 partitions, 300 messages, 100 each."""
+    _declare(redis_url)
+    for i in range(300):
+        producer.publish("q", i)
+    assert _pending(redis_client) == [100, 100, 100]
+    producer.publish_many("q", list(range(30)))  # a batch goes to one partition, the next in turn
+    assert sorted(_pending(redis_client)) == [100, 100, 130]
+
+
+def test_a_partition_key_keeps_related_messages_in_order_in_one_partition(
+        redis_url: str, redis_client: redis.Redis, producer: Producer, start: Callable[..., Running]) -> None:
+    """Messages with one partition_key land in CRC-32(key) % N and are handled in publish order."""
+    _declare(redis_url)
+    ids = [producer.publish("q", i, partition_key="order-42") for i in range(50)]
+    where = PARTS[zlib.crc32(b"order-42") % 3]
+    assert redis_client.llen(QueueKeys(NS, where).pending) == 50
+    seen: list[str] = []
+    start(lambda m: seen.append(m.id), partitions=3)
+    wait_for(lambda: len(seen) == 50)
+    assert seen == ids
+
+
+def test_dedup_keys_deduplicate_across_a_partitioned_queue(redis_url: str, producer: Producer) -> None:
+    """A dedup key picks the partition, so a second publish with the key finds the first, whatever the turn."""
+    _declare(redis_url)
+    first = producer.publish("q", 1, dedup_key="k")
+    assert [producer.publish("q", 2, dedup_key="k") for _ in range(5)] == [first] * 5
+    ids = producer.publish_many("q", [1, 2, 3, 4], dedup_key=["a", "b", "c", "a"])
+    assert ids[3] == ids[0] and len(set(ids)) == 3
+    assert Broker(redis_url, NS).total_sizes("q")["pending"] == 4
+
+
+def test_consumers_prefer_different_partitions_and_every_message_is_handled_once(
+        redis_url: str, producer: Producer, start: Callable[..., Running]) -> None:
+    """Three consumers draw three different home partitions; 600 messages are each handled once."""
+    _declare(redis_url)
+    seen: collections.Counter[int] = collections.Counter()
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            seen[m.body] += 1
+
+    runs = [start(handle, partitions=3), start(handle, partitions=3), start(handle, partitions=3, concurrency=4)]
+    wait_for(lambda: all(r.consumer.registered for r in runs))
+    assert sorted(r.consumer.partitions.home for r in runs) == PARTS
+    for i in range(0, 600, 20):
+        producer.publish_many("q", list(range(i, i + 20)))
+    wait_for(lambda: len(seen) == 600, timeout_s=20, message=f"{len(seen)} of 600")
+    assert max(seen.values()) == 1
+    assert all(r.consumer.stats.received > 0 for r in runs)
+
+
+def test_a_lone_consumer_takes_from_every_partition(redis_url: str, producer: Producer,
+                                                   start: Callable[..., Running]) -> None:
+    """One consumer (home: one partition) empties all three, and one that arrives later blocks at home."""
+    _declare(redis_url)
+    for i in range(90):
+        producer.publish("q", i)
+    seen: list[int] = []
+    run = start(lambda m: seen.append(m.body), partitions=3)
+    wait_for(lambda: len(seen) == 90, timeout_s=20)
+    assert sorted(seen) == list(range(90))
+    home = run.consumer.partitions.home
+    wait_for(lambda: run.consumer.name == home, message="did not go home when all were empty")
+    producer.publish("q", "late", partition_key=next(k for k in map(str, range(100))
+                                                     if PARTS[zlib.crc32(k.encode()) % 3] != home))
+    wait_for(lambda: "late" in seen, timeout_s=5)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_idle_consumer_of_partitions_does_not_poll_busily(concurrency: int, redis_url: str,
+                                                              redis_client: redis.Redis) -> None:
+    """Idle for 2 s with fetch_block_s 0.2 and 3 partitions: about one take per other partition per block
+    (2 x 10 = 20), never a tight loop; the script calls on all masters are counted."""
+    _declare(redis_url)
+    run = Running(redis_url, QueueConfig("q", "x:y", partitions=3, concurrency=concurrency), lambda m: None)
+    try:
+        wait_for(lambda: run.consumer.registered)
+        servers = {id(node_of(redis_client, QueueKeys(NS, p).pending)): node_of(redis_client, QueueKeys(NS, p).pending)
+                   for p in PARTS}
+
+        def calls() -> int:
+            return sum(int(v["calls"]) for s in servers.values()
+                       for k, v in s.info("commandstats").items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+        before = calls()
+        began = time.monotonic()
+        holds(lambda: True, 2.0)
+        per_s = (calls() - before) / (time.monotonic() - began)
+    finally:
+        run.stop()
+    # The collector's own scripts (3 elections, promotes) ride along: well under a busy loop's thousands.
+    assert per_s < 120, per_s
+
+
+def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
+    """read_queues and total_sizes give one queue: sizes, counters and the partition count summed."""
+    broker = _declare(redis_url)
+    for i in range(30):
+        producer.publish("q", i)
+    producer.publish("q", "later", delay=60)
+    now_ms, readings = read_queues(broker, ["q"])
+    r = readings["q"]
+    assert r.partitions == 3 and r.sizes["pending"] == 30 and r.sizes["scheduled"] == 1
+    assert int(r.counters[b"published"]) == 31
+    assert broker.total_sizes("q")["pending"] == 30
+    assert broker.pause("q", "test") and all(broker.sizes(p)["paused"] if "paused" in broker.sizes(p) else
+                                             broker.client.exists(broker.keys(p).paused) for p in PARTS)
+    assert read_queues(broker, ["q"])[1]["q"].paused
+    assert broker.resume("q") and not read_queues(broker, ["q"])[1]["q"].paused
+
+
+def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Producer,
+                                                    start: Callable[..., Running]) -> None:
+    """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
+    _declare(redis_url)
+    assert QueueConfig("q", "x:y", rate_limit_per_s=30.0, rate_burst=3, partitions=3).rate == (100_000, 1)
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            times.append(time.monotonic())
+    for _ in range(3):
+        start(handle, partitions=3, rate_limit_per_s=30.0)
+    for i in range(60):
+        producer.publish("q", i)
+    wait_for(lambda: len(times) == 60, timeout_s=10)
+    span = max(times) - min(times)
+    assert 59 / span <= 30 * 1.15, f"{59 / span:.1f}/s"
+
+
+def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, redis_client: redis.Redis) -> None:
+    """Declared 3 then 2: 3 stays. Junk, a negative or a huge count in the key: 1, and at most 64."""
+    broker = Broker(redis_url, NS)
+    key = QueueKeys(NS, "q").partitions
+    assert broker.declare_partitions("q", 3) == 3 and broker.declare_partitions("q", 2) == 3
+    for junk, seen in ((b"abc", 1), (b"-5", 1), (b"1.5", 1), (b"\xff\xfe", 1), (b"99999999999999999999", 64),
+                       (b"1000", 64)):
+        redis_client.set(key, junk)
+        assert Broker(redis_url, NS).partitions("q") == seen, junk
+        assert Broker(redis_url, NS).declare_partitions("q", 2) == max(seen, 2)
+    redis_client.delete(key)
+    redis_client.hset(key, "x", "y")  # the wrong type: producers publish to the queue itself
+    with Producer(redis_url) as p:
+        with pytest.raises(Exception, match="WRONGTYPE|wrong kind"):
+            p.publish("q", 1)
+
+
+@pytest.mark.parametrize("bad", [None, "", 5, b"k", "x" * 100_000, "\ud800"])
+def test_a_hostile_partition_key_is_refused_before_anything_is_sent(bad: Any, producer: Producer,
+                                                                     redis_url: str) -> None:
+    """partition_key must be 1..N bytes of UTF-8 text; anything else is a MessageError naming it."""
+    _declare(redis_url)
+    if bad is None:
+        producer.publish("q", 1, partition_key=bad)  # None: no key, the next partition in turn
+        return
+    with pytest.raises(MessageError, match="partition_key"):
+        producer.publish("q", 1, partition_key=bad)
+    with pytest.raises(MessageError, match="partition_key"):
+        producer.publish_many("q", [1], partition_key=bad)
+    assert Broker(redis_url, NS).total_sizes("q")["pending"] == 0
+
+
+def test_partition_names_cannot_collide_with_queue_names() -> None:
+    """A partition's queue holds '~', which no queue name may."""
+    from smqsup.validate import validate_queue_name
+    assert keys_mod.partition_names("q", 3) == PARTS and keys_mod.logical_name("q~2") == "q"
+    with pytest.raises(Exception, match="1 to 128 characters"):
+        validate_queue_name("q~1")
+
+
+def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed_child_in_its_partition(
+        supervise: Callable[..., Any], notify: Any, out_dir: Any, redis_url: str, redis_client: redis.Redis) -> None:
+    """`smqsup -c` with partitions 3, 2 consumers: each registered in the 3 partitions; a child SIGKILLed
+    in its handler has its message back (attempt counted, in the message's partition) and handled by the
+    other; 90 messages are all handled; status sums the partitions and 3 collector locks are held."""
+    import json
+    import os
+    import signal
+
+    from tests import procs
+    from tests.handlers import read_events
+
+    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2, "partitions": 3}}, notify)
+    notify.wait("READY=1")
+    assert [redis_client.hlen(QueueKeys(NS, p).consumers) for p in PARTS] == [2, 2, 2]
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": 0.5}, partition_key="victim")
+    victim_part = PARTS[zlib.crc32(b"victim") % 3]
+    [first] = wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "start"])
+    os.kill(first["pid"], signal.SIGKILL)
+    again = wait_for(lambda: [e for e in read_events(str(out_dir))
+                              if e["event"] == "start" and e["pid"] != first["pid"]], timeout_s=10)
+    assert again[0]["id"] == mid and again[0]["attempts"] == 1
+    assert int(redis_client.hget(QueueKeys(NS, victim_part).counters, "reclaimed") or 0) == 1
+    with Producer(redis_url) as p:
+        ids = set(p.publish_many("q", [{"sleep": 0}] * 30) + [p.publish("q", {"sleep": 0}) for _ in range(60)])
+    wait_for(lambda: ids <= {e["id"] for e in read_events(str(out_dir)) if e["event"] == "done"}, timeout_s=30)
+    wait_for(lambda: all(redis_client.get(QueueKeys(NS, p).gc_lock) for p in PARTS), message="3 collector locks")
+
+    def status() -> Any:  # the handler records "done" just before its ack: wait for the last ack
+        queue = json.loads(procs.run("status", "-c", str(sup.cfg), "--json").stdout)["queues"]["q"]
+        return queue if queue["counters"]["acked"] == 91 else None
+    queue = wait_for(status, timeout_s=10)
+    assert queue["partitions"] == 3 and queue["sizes"]["pending"] == 0 and queue["counters"]["published"] == 91
