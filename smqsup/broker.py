@@ -206,7 +206,7 @@ class Broker:
             bookkeeping[len(batch)] = "producer statistics"
             batch.add(scripts.producer_stats(self.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
         with wrapped(f"publish to {queue!r}"):
-            results = send(self.client, batch, self._router)
+            results = self._send(batch)
             replies = results[first:first + len(calls)]
             # On a cluster the registry and statistics live on other masters:
             # one of those unreachable must not hide whether messages were queued.
@@ -223,6 +223,12 @@ class Broker:
         if self.wait_replicas:
             self._replicated(queue, lambda *_: results[waited], replies)
         return replies
+
+    def _send(self, batch: scripts.Batch) -> list[Any]:
+        """connection.send(), or on a cluster cluster.send() (a round trip per master)."""
+        if self._router is None:
+            return send(self.client, batch)
+        return cluster.send(self._router, batch, batch.deliver)
 
     def _replicated(self, queue: str, wait: Callable[[Any, int, int], Any], result: T) -> T:
         """``result``, once ``wait(key, replicas, timeout_ms)`` (WAIT on the
@@ -243,12 +249,10 @@ class Broker:
         return result
 
     def _settled(self, queue: str) -> None:
-        """After an ack or nack: with wait_replicas, wait for the replicas, so
+        """After an ack or nack, with wait_replicas: wait for the replicas, so
         that a failover repeats at most the messages in flight (an ack lost
         with its master hands its message out again). Fewer replicas than
         asked is said once, never raised: the settle stands on the master."""
-        if not self.wait_replicas:
-            return
         try:
             got = self._hot.wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
         except rexc.ResponseError as exc:
@@ -314,7 +318,8 @@ class Broker:
                 elif isinstance(reply, Exception):
                     raise reply
                 results.append(call.read(reply))
-            self._settled(queue)
+            if self.wait_replicas:
+                self._settled(queue)
             return results
 
     def screen(self, queue: str, consumer_id: str, frame: bytes,
@@ -329,7 +334,8 @@ class Broker:
             rate: scripts.Rate = scripts.NO_RATE) -> scripts.AckResult:
         with wrapped(f"ack on {queue!r}"):
             result = scripts.ack(self.keys(queue), consumer_id, frame, fetch_next, self.stats, rate).run(self._hot)
-            self._settled(queue)
+            if self.wait_replicas:
+                self._settled(queue)
             return result
 
     def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
@@ -339,7 +345,8 @@ class Broker:
             result = scripts.nack(self.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
                                   delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
                                   dead_event=dead_event, rate=rate).run(self._hot)
-            self._settled(queue)
+            if self.wait_replicas:
+                self._settled(queue)
             return result
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
@@ -429,7 +436,7 @@ class Broker:
             batch.add(scripts.heartbeat(self.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
                                         register=False))
         with wrapped("heartbeat"):
-            replies = send(self.client, batch, self._router)
+            replies = self._send(batch)
             unreachable = next((r for r in replies if isinstance(r, _UNREACHABLE)), None)
             if unreachable is not None:  # a master of a cluster (renewals are idempotent)
                 raise unreachable

@@ -1,8 +1,8 @@
-"""Redis Cluster: the client for ``redis+cluster://`` urls, and the routing of
-the commands smqsup sends on its own connections (the held connection of the
+"""Redis Cluster: the routing of the commands smqsup sends on its own connections (the held connection of the
 hot path, pipelined batches) to the node that serves their keys.
 
-Everything else goes through redis-py's ``RedisCluster``, which routes each
+(connection.connect() makes the ``RedisCluster`` client of a
+``redis+cluster://`` url.) Everything else goes through redis-py's ``RedisCluster``, which routes each
 command by its key and follows MOVED and ASK itself. Every key smqsup forms
 carries a hash tag (keys.py), and every script call and batch names keys of
 one tag, so no command crosses slots.
@@ -32,18 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.exceptions as rexc
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 
 from smqsup import connection
-from smqsup.validate import host_port
 
 T = TypeVar("T")
 
-#: The url schemes of a cluster: seed nodes, the rest discovered.
-SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 #: How long a command refused by a redirection is sent again before the
 #: refusal is raised, in seconds: longer than a failover takes with the
 #: default cluster-node-timeout (15 s) would make every caller wait that long.
@@ -58,40 +54,7 @@ DOWN_PAUSE_S = 0.2
 REFRESH_MIN_INTERVAL_S = 0.2
 
 #: Refusals that mean the command did not run.
-REDIRECTIONS = (rexc.MovedError, rexc.AskError, rexc.TryAgainError, rexc.ClusterDownError,
-                rexc.SlotNotCoveredError)
-
-
-def is_cluster_url(url: str) -> bool:
-    return url.split("://", 1)[0].lower() in SCHEMES
-
-
-def connect(url: str, options: dict[str, Any]) -> RedisCluster:
-    """A RedisCluster client for ``redis+cluster://[user:password@]host:port
-    [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS).
-    The hosts are seed nodes: the client reads the slot map from the first
-    that answers and finds the others. A cluster has one database: a path
-    naming another is a ValueError. ``options`` are redis-py's (retries off).
-    Connects now (to read the slot map): a ConnectionError if no seed answers."""
-    parts = urlsplit(url)
-    scheme = SCHEMES[parts.scheme.lower()]
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    seeds = [host_port(item) for item in hosts.split(",") if item]
-    if not seeds:
-        raise ValueError("a cluster url needs at least one host:port")
-    if parts.path.strip("/") not in ("", "0"):
-        raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
-    host, port = seeds[0]
-    first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
-    try:
-        nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
-        return RedisCluster.from_url(first, startup_nodes=nodes, **options)
-    except rexc.RedisClusterException as exc:  # no seed answered (redis-py reads the map at once)
-        raise rexc.ConnectionError(f"no seed node of the cluster answers: {exc}") from None
-
-
-def _netloc(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+REDIRECTIONS = connection.REDIRECTIONS
 
 
 def key_of(args: Sequence[Any]) -> Any:

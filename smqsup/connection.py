@@ -17,16 +17,18 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
 import redis.exceptions as rexc
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-from smqsup import cluster, defaults, safe, scripts
+from smqsup import defaults, safe, scripts
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.logs import warn_once
+from smqsup.validate import host_port
 
 _pack_one: Optional[Callable[[tuple[Any, ...]], bytes]]
 try:
@@ -38,6 +40,13 @@ log = logging.getLogger(__name__)
 
 #: Lowest Redis version with BLMOVE/LMOVE.
 MIN_REDIS_VERSION = (6, 2, 0)
+#: The url schemes of a Redis Cluster (seed nodes, the rest discovered) and
+#: the plain scheme of each.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: A cluster's refusals that mean the command did not run (cluster.py sends
+#: such a command again).
+REDIRECTIONS = (rexc.MovedError, rexc.AskError, rexc.TryAgainError, rexc.ClusterDownError,
+                rexc.SlotNotCoveredError)
 
 
 def connect(
@@ -66,18 +75,50 @@ def connect(
         "socket_connect_timeout": connect_timeout_s,
         "health_check_interval": 0,
     }
-    clustered = cluster.is_cluster_url(url)
+    clustered = is_cluster_url(url)
     if client_name:
         options["redis_connect_func"] = _handshake(client_name, handshake=not clustered)
     try:
         if clustered:
             with wrapped("read the slot map of the Redis Cluster"):
-                return cluster.connect(url, options)  # type: ignore[return-value]
+                return _connect_cluster(url, options)  # type: ignore[return-value]
         if url.startswith("sentinel://"):
             return _connect_sentinel(url, options)
         return _connect_url(url, options)
     except (TypeError, ValueError, rexc.RedisError) as exc:
         raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def _connect_cluster(url: str, options: dict[str, Any]) -> RedisCluster:
+    """A RedisCluster client for ``redis+cluster://[user:password@]host:port
+    [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS).
+    The hosts are seed nodes: the client reads the slot map from the first
+    that answers and finds the others. A cluster has one database: a path
+    naming another is a ValueError. ``options`` are redis-py's (retries off).
+    Connects now (to read the slot map): a ConnectionError if no seed answers."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES[parts.scheme.lower()]
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    seeds = [host_port(item) for item in hosts.split(",") if item]
+    if not seeds:
+        raise ValueError("a cluster url needs at least one host:port")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
+    host, port = seeds[0]
+    first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
+    try:
+        nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
+        return RedisCluster.from_url(first, startup_nodes=nodes, **options)
+    except rexc.RedisClusterException as exc:  # no seed answered (redis-py reads the map at once)
+        raise rexc.ConnectionError(f"no seed node of the cluster answers: {exc}") from None
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _connect_url(url: str, options: dict[str, Any]) -> "redis.Redis":
@@ -196,7 +237,7 @@ def wrapped(what: str) -> Iterator[None]:
         yield
     except NotSent as exc:
         raise BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}") from exc
-    except (*cluster.REDIRECTIONS, rexc.RedisClusterException) as exc:
+    except (*REDIRECTIONS, rexc.RedisClusterException) as exc:
         # Still refused after cluster.REDIRECT_PATIENCE_S (a failover not over).
         raise BrokerNotSent(f"{what}: Redis Cluster refused it, nothing ran: {exc}") from exc
     except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
@@ -209,14 +250,11 @@ def wrapped(what: str) -> Iterator[None]:
         raise BrokerError(f"{what}: Redis error: {exc}") from exc
 
 
-def send(client: "redis.Redis", batch: "scripts.Batch", router: "Optional[cluster.Router]" = None) -> list[Any]:
+def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
     """Send ``batch`` in one round trip on a connection of ``client``'s pool;
     its replies, error replies left in place. Raises NotSent if Redis could
     not be reached (or the TLS handshake failed) before anything was sent.
-    On a cluster (``router``), one round trip per master the batch's keys
-    live on, as cluster.send() says."""
-    if router is not None:
-        return cluster.send(router, batch, batch.deliver)
+    (On a cluster, cluster.send() sends one per master.)"""
     try:
         # The pool connects (and replaces a connection the server closed)
         # before handing it out: a failure here certainly sent nothing. The
