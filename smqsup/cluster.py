@@ -190,7 +190,7 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
     unsent: Optional[connection.NotSent] = None
     for client, indexes in groups.values():
         try:
-            connection = client.connection_pool.get_connection()
+            conn = client.connection_pool.get_connection()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             router.lost_connection()
             unsent = connection.NotSent(str(exc))
@@ -198,7 +198,7 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
                 replies[i] = unsent
             continue
         try:
-            for i, reply in zip(indexes, deliver(client, connection, indexes)):
+            for i, reply in zip(indexes, deliver(client, conn, indexes)):
                 replies[i] = reply
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             router.lost_connection()
