@@ -90,7 +90,8 @@ def test_the_next_test_gets_a_whole_cluster(redis_cluster: ClusterTopology) -> N
 @pytest.mark.timeout(60)
 def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_cluster: ClusterTopology) -> None:
     """After SIGKILL of a master its replica serves its slots, and every key written before
-    (each master WAITed for its replica) is still readable through RedisCluster."""
+    (each master WAITed for its replica) is still readable through RedisCluster; started
+    again, the old master rejoins as the new one's replica."""
     keys = {f"key:{i}": str(i).encode() for i in range(300)}
     with cluster_client(fresh_cluster.url) as rc:
         for key, value in keys.items():
@@ -114,11 +115,16 @@ def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_clust
         rc.set(held[0], b"after")
         assert fresh_cluster.client(heir).get(held[0]) == b"after"
 
+    fresh_cluster.restart(victim)
+    assert fresh_cluster.replica_of(heir) == victim and fresh_cluster.role(victim) == "slave"
+    assert replica_reads(fresh_cluster, held[0]) == b"after"
+
 
 @pytest.mark.timeout(60)
 def test_sentinel_group_fails_over_and_clients_follow(sentinel_group: SentinelTopology) -> None:
     """After SIGKILL of the master all 3 sentinels name the replica, and a redis-py
-    Sentinel client's master_for('mymaster') writes to it."""
+    Sentinel client's master_for('mymaster') writes to it; started again, the old master
+    replicates the new one."""
     hosts = [("127.0.0.1", s.port) for s in sentinel_group.sentinels]
     before = Sentinel(hosts, socket_timeout=2).master_for("mymaster", socket_timeout=2)
     before.set("k", b"before")
@@ -134,3 +140,7 @@ def test_sentinel_group_fails_over_and_clients_follow(sentinel_group: SentinelTo
     assert sentinel_group.client(sentinel_group.replica).get("k") == b"after"
     assert sentinel_group.client(sentinel_group.replica).execute_command("ROLE")[0] == b"master"
     master.close()
+
+    sentinel_group.restart_master()
+    assert sentinel_group.role(sentinel_group.master) == "slave"
+    assert sentinel_group.client(sentinel_group.master).get("k") == b"after"

@@ -90,6 +90,10 @@ class _Clients:
                 socket_connect_timeout=_CLIENT_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
         return self._clients[port]
 
+    def role(self, server: RedisServer | SentinelProcess) -> str:
+        """What ROLE says ``server`` is now (master, slave, sentinel), or why it could not say."""
+        return _role(self.client(server))
+
     def close(self) -> None:
         for c in self._clients.values():
             c.close()
@@ -112,6 +116,22 @@ def _wait(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> No
         wait_for(done, timeout_s, interval_s=0.05, message=what)
     except AssertionError:
         raise AssertionError(f"{what} within {timeout_s} s: {last[0]}") from None
+
+
+def _unmet_replica(clients: _Clients, server: RedisServer, master: RedisServer) -> Optional[str]:
+    """None once ``server`` says ROLE slave of ``master`` with its link up, has written the
+    AOF its sync starts (a SIGTERM during that rewrite is refused, "Writing initial AOF,
+    can't exit", and stop() would wait 10 s for nothing), and ``master`` counts a replica;
+    else what is still missing."""
+    info = clients.client(server).info("replication")
+    seen = (info.get("role"), info.get("master_port"), info.get("master_link_status"))
+    if seen != ("slave", master.port, "up"):
+        return f":{server.port} says (role, master port, link) = {seen}, not ('slave', {master.port}, 'up')"
+    aof = clients.client(server).info("persistence")
+    if aof.get("aof_rewrite_in_progress") or aof.get("aof_rewrite_scheduled"):
+        return f":{server.port} is rewriting its AOF after the sync"
+    replicas = clients.client(master).info("replication").get("connected_slaves", 0)
+    return None if replicas >= 1 else f"master :{master.port} counts {replicas} replicas"
 
 
 def _bindable(port: int) -> bool:
@@ -292,6 +312,19 @@ class ClusterTopology(_Clients):
         _wait(unmet, timeout_s, f"replica :{heir.port} did not take over from :{dead_master.port}")
         return heir
 
+    def restart(self, node: RedisServer, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start a master ``kill`` ended again, on its port with its data and nodes.conf,
+        once ``wait_failover`` has seen its replica take over; wait until it has rejoined
+        as that node's replica, linked: a crashed master that comes back. It stays in
+        ``killed`` (the roles are not the ones ``start`` made)."""
+        i = self.nodes.index(node)
+        if i >= MASTERS or node not in self.killed or node.running():
+            raise ValueError(f"node :{node.port} is not a killed first-generation master")
+        node.start()
+        heir = self.nodes[MASTERS + i]
+        _wait(lambda: _unmet_replica(self, node, heir), timeout_s,
+              f"node :{node.port} did not rejoin as the replica of :{heir.port}")
+
     def flushall(self) -> None:
         """FLUSHALL every live master, each followed by WAIT for its replicas (same connection)."""
         for master in self.masters():
@@ -410,6 +443,18 @@ class SentinelTopology(_Clients):
     def kill_master(self) -> None:
         """SIGKILL the master (and reap it), as a crash would end it."""
         self.master.kill()
+
+    def restart_master(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start the master ``kill_master`` ended again, after ``wait_failover``, on its
+        port with its data, as a replica of the new master (``replica``); wait until its
+        link is up. Started as a plain master it would wait for the sentinels, which
+        reconfigure a master that comes back only after 8 s (4 publish periods)."""
+        if self.master.running():
+            raise ValueError(f"master :{self.master.port} is running")
+        self.master.extra_args = (*_REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.replica.port))
+        self.master.start()
+        _wait(lambda: _unmet_replica(self, self.master, self.replica), timeout_s,
+              f"old master :{self.master.port} did not link to :{self.replica.port}")
 
     def wait_failover(self, timeout_s: float = FAILOVER_TIMEOUT_S) -> None:
         """Wait until all 3 sentinels name the replica as SERVICE's master, healthy, and the
