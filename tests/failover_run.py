@@ -13,11 +13,16 @@ themselves. The killed master is started again once the failover is over, as a r
 of the new master, as a crashed server comes back: without a replica no WAIT for one can
 succeed again, and every publish after the failover would stay unconfirmed.
 
-Every message has a dedup key (its number), so a publish whose outcome is unknown is
-published again under the same keys until it returns: a message that did reach Redis is
-not queued twice, one that did not (or was lost with the old master) is queued now. The
-messages are numbered by their body; the duplicates counted are extra handlings of a
-number, whatever its id.
+Messages go out in batches of 100 (publish_many): one round trip and one WAIT per 100
+keeps the test thread's cost low, and a failover meets batches as a bulk producer's.
+publish_many takes no message_id, but every message has a dedup key (its number), so a
+publish whose outcome is unknown is published again under the same keys until it returns:
+one script writes a message and its key, so a failover keeps both or neither; a message
+that did reach Redis is not queued twice (its first id comes back), one that did not (or
+was lost with the old master) is queued now. With wait_replicas, the retry's WAIT covers
+the first write too: a key found is counted ("deduplicated", a write), and the replication
+stream is in order. The messages are numbered by their body; the duplicates counted are
+extra handlings of a number, whatever its id.
 """
 
 from __future__ import annotations

@@ -31,8 +31,10 @@ def _recovered(r: FailoverResult) -> None:
 def _nothing_lost(r: FailoverResult) -> None:
     summary = r.line()
     assert r.lost == 0, (summary, r.lost_sample)
-    # A settle is waited for, so the only handling a failover can repeat is that of
-    # the message each consumer had in hand, fetched but not yet replicated as taken.
+    # Each ack is waited for, and the WAIT covers the take that ack.lua made with it, so
+    # the only handling a failover can repeat is that of the message each consumer had in
+    # hand, taken by a blocking fetch not yet replicated (a consumer whose WAIT falls
+    # short goes on, so this holds while the replica keeps up within wait_timeout).
     assert r.duplicates <= CONSUMERS * CONCURRENCY, summary
 
 
