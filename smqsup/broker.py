@@ -76,6 +76,7 @@ class Broker:
         self.url = url
         self.namespace = namespace
         self.wait_replicas = wait_replicas
+        self._settle_wait_off_until = 0.0  # acks and nacks do not wait for replicas before then
         self._wait_timeout_ms = max(1, round(wait_timeout_s * 1000))
         #: Count published and acked messages in the queue counters (scripts).
         self.stats = stats
@@ -253,6 +254,8 @@ class Broker:
         that a failover repeats at most the messages in flight (an ack lost
         with its master hands its message out again). Fewer replicas than
         asked is said once, never raised: the settle stands on the master."""
+        if time.monotonic() < self._settle_wait_off_until:
+            return
         try:
             got = self._hot.wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
         except rexc.ResponseError as exc:
@@ -260,8 +263,12 @@ class Broker:
         else:
             why = f"{got} of {self.wait_replicas} replica(s) confirmed it within {self._wait_timeout_ms} ms"
         if got < self.wait_replicas:
+            # Not every settle pays wait_timeout while a replica is away: the
+            # next ones do not wait for a while, then look again.
+            self._settle_wait_off_until = time.monotonic() + defaults.SETTLE_WAIT_PAUSE_S
             warn_once(log, f"unreplicated:{queue}", "queue %s: a message was settled on the master, but %s: a "
-                      "failover now would hand it out again (said once; later at debug level)", queue, why)
+                      "failover now would hand it out again; settles stop waiting for %g s, then try again "
+                      "(said once; later at debug level)", queue, why, defaults.SETTLE_WAIT_PAUSE_S)
 
     def run_replicated(self, queue: str, call: scripts.Call[T]) -> T:
         """Run a script ``call`` on ``queue``'s keys on the held connection,
@@ -282,16 +289,18 @@ class Broker:
         pause is known as such; Consumer hands it back with screen())."""
         k = self.keys(queue)
         with wrapped(f"fetch from {queue!r}"):
-            try:
-                frame, paused = self._hot.execute_many(
-                    ("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s), ("EXISTS", k.paused))
-            except rexc.ResponseError as exc:
-                if "unknown command" not in str(exc).lower():
-                    raise
-                # INFO may have been refused at start, so nobody has checked the version.
-                raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({exc}): smqsup needs "
-                                  f"Redis >= 6.2") from exc
-        return cast(Optional[bytes], frame), bool(paused)
+            frame, paused = self._hot.execute_many(
+                ("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s), ("EXISTS", k.paused),
+                raise_error=False)
+            if isinstance(frame, rexc.ResponseError):  # BLMOVE refused: it moved nothing
+                if "unknown command" in str(frame).lower():
+                    # INFO may have been refused at start, so nobody has checked the version.
+                    raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({frame}): smqsup needs "
+                                      f"Redis >= 6.2") from frame
+                raise frame
+        # The flag unread (a cluster refused EXISTS alone, mid-resharding): as
+        # if paused, so the frame is screened (screen.lua reads the flag).
+        return cast(Optional[bytes], frame), bool(paused) or isinstance(paused, Exception)
 
     def take(self, queue: str, consumer_id: str, count: int = 1,
              rate: scripts.Rate = scripts.NO_RATE) -> scripts.TakeResult:
@@ -609,7 +618,11 @@ class Broker:
             raw = self.client.get(self.keys(queue).partitions)
         # As partitions.lua reads it: a whole number from 1 (at most the most), else 1.
         text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
-        n = min(int(text), defaults.PARTITIONS_MAX) if text.isascii() and text.isdigit() and int(text) > 0 else 1
+        digits = text.lstrip("0")
+        if not (text.isascii() and text.isdigit()) or not digits:
+            n = 1
+        else:  # (never int() of thousands of digits: Python refuses those)
+            n = defaults.PARTITIONS_MAX if len(digits) > 4 else min(int(digits), defaults.PARTITIONS_MAX)
         self._partitions[queue] = (n, time.monotonic())
         return self._partitions[queue][0]
 

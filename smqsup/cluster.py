@@ -95,8 +95,10 @@ class Router:
             try:
                 self.cluster.nodes_manager.initialize()
                 self._stale = False
-            except (rexc.RedisError, OSError):
-                self._stale = True  # no node answers yet: the caller's command fails, it retries
+            except (rexc.RedisError, rexc.RedisClusterException, OSError):
+                # No node answers yet, or the slots are not all covered (a
+                # failover under way): the caller's command fails, it retries.
+                self._stale = True
             self._read_at = time.monotonic()
 
     def routed(self, send: Callable[[], T]) -> T:
@@ -135,33 +137,50 @@ class ClusterHotLine:
         self._router = router
         self._lines: dict[int, tuple[Any, connection.HotLine]] = {}
         self._lock = threading.Lock()
+        #: Per thread, the line its last command went on (WAIT must follow it).
+        self._last = threading.local()
 
     def _line(self, key: Any) -> connection.HotLine:
         client = self._router.node_client(key)
         entry = self._lines.get(id(client))
         if entry is None or entry[0] is not client:
             with self._lock:
-                entry = self._lines[id(client)] = (client, connection.HotLine(client))
+                entry = self._lines.get(id(client))
+                if entry is None or entry[0] is not client:
+                    entry = self._lines[id(client)] = (client, connection.HotLine(client))
+        self._last.line = entry[1]
         return entry[1]
 
     def execute(self, *args: Any) -> Any:
         return self._router.routed(lambda: self._line(key_of(args)).execute(*args))
 
     def execute_many(self, *commands: Sequence[Any], raise_error: bool = True) -> list[Any]:
+        """HotLine.execute_many on the master of the first command's key. Sent
+        again only when every command was refused by a redirection (then none
+        ran); when only some were, the others ran: the refusals are left in
+        place, or (``raise_error``) raised as a plain ResponseError, never
+        sent again."""
         key = key_of(commands[0])
 
         def send() -> list[Any]:
-            replies = self._line(key).execute_many(*commands, raise_error=raise_error)
-            # All refused alike (one slot, read in one go): nothing ran, send again.
+            replies = self._line(key).execute_many(*commands, raise_error=False)
             if replies and all(isinstance(r, REDIRECTIONS) for r in replies):
                 raise replies[0]
             return replies
-        return self._router.routed(send)
+        replies = self._router.routed(send)
+        error = next((r for r in replies if isinstance(r, rexc.ResponseError)), None)
+        if error is not None and raise_error:
+            if isinstance(error, REDIRECTIONS):
+                raise rexc.ResponseError(f"partly refused by the cluster, the rest ran: {error}")
+            raise error
+        return replies
 
     def wait(self, key: Any, replicas: int, timeout_ms: int) -> int:
-        """WAIT on this thread's connection to the master of ``key``: the
-        one the writes on ``key`` just went to."""
-        return int(self._router.routed(lambda: self._line(key).execute("WAIT", replicas, timeout_ms)))
+        """WAIT on the connection this thread's last command went on (the
+        write it confirms; ``key`` is the one it was routed by, for a
+        thread that has sent nothing yet)."""
+        line = getattr(self._last, "line", None) or self._line(key)
+        return int(line.execute("WAIT", replicas, timeout_ms))
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
         return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
@@ -206,18 +225,26 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
                 replies[i] = exc
     if unsent is not None and all(isinstance(r, connection.NotSent) for r in replies):
         raise unsent
-    for i, reply in enumerate(replies):
-        if isinstance(reply, REDIRECTIONS):
-            replies[i] = _again(router, batch, i, reply)
+    again = [i for i, reply in enumerate(replies) if isinstance(reply, REDIRECTIONS)]
+    for i in again:
+        replies[i] = _again(router, batch, i, replies[i])
+    if again:
+        # A WAIT in the batch counted the replicas of its own connection's
+        # writes, not of what was sent again apart: it confirms nothing.
+        for i in range(len(batch)):
+            if batch.is_wait(i) and not isinstance(replies[i], Exception):
+                replies[i] = 0
     return replies
 
 
 def _again(router: Router, batch: Any, i: int, refusal: Exception) -> Any:
     """Command ``i`` of the batch, refused by a redirection, sent again alone."""
-    router.follow(refusal)
     try:
+        router.follow(refusal)
         return router.routed(lambda: batch.run_one(router.node_client(batch.key(i)), i))
     except rexc.ResponseError as exc:
         return exc
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         return exc
+    except rexc.RedisClusterException as exc:  # no slot map to follow; others in the batch may have run
+        return rexc.ConnectionError(f"Redis Cluster: {exc}")

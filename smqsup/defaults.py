@@ -54,6 +54,9 @@ SOCKET_TIMEOUT_S = 10.0
 WAIT_REPLICAS_MAX = 100
 WAIT_TIMEOUT_S = 1.0
 WAIT_TIMEOUT_MAX_S = 5.0
+#: After an ack or nack found fewer replicas than redis.wait_replicas, how
+#: long the following ones do not wait for them, in seconds.
+SETTLE_WAIT_PAUSE_S = 10.0
 #: Socket connect timeout, in seconds.
 CONNECT_TIMEOUT_S = 5.0
 #: First wait before reconnecting after Redis went away, in seconds.

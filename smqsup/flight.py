@@ -45,6 +45,7 @@ from smqsup.broker import Broker
 from smqsup.config import QueueConfig
 from smqsup.consumer import BusyHook, Consumer, Handler, Outcome
 from smqsup.errors import BrokerError
+from smqsup.partitions import ROTATE_EVERY
 from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
 from smqsup.verdicts import Reject
 
@@ -169,6 +170,7 @@ class ConcurrentConsumer(Consumer):
                     continue
                 self._launch_all(self._exchange())
                 backoff = defaults.RECONNECT_BACKOFF_MIN_S  # (only a round trip that worked resets it)
+                self._maybe_rotate()
                 self._maybe_block()
                 await self._wait()
             except BrokerError as exc:
@@ -191,7 +193,7 @@ class ConcurrentConsumer(Consumer):
 
     def _room(self) -> int:
         """Messages we may take now."""
-        if not self._taking():
+        if not self._taking() or self._rotate:
             return 0
         held = self._booked + (1 if self._fetching is not None else 0)
         room = self._size - len(self._flights) - held
@@ -313,6 +315,8 @@ class ConcurrentConsumer(Consumer):
     def _launch(self, frame: bytes) -> None:
         """Start a frame just taken: its handler runs as a task or in a thread."""
         self.stats.received += 1
+        if self.partitions.handled(ROTATE_EVERY * self._size):
+            self._rotate = True  # take nothing more here; _maybe_rotate looks elsewhere once all have landed
         msg = self._decode(frame)
         if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
             self._finished.append(Flight(frame, None, 0, 0.0, outcome=msg))
@@ -441,6 +445,19 @@ class ConcurrentConsumer(Consumer):
             self._on_busy(None)
 
     # --- waiting -------------------------------------------------------------
+
+    def _maybe_rotate(self) -> None:
+        """Time to look at the other partitions (partitions.ROTATE_EVERY
+        starts per slot in a row here) and nothing in hand any more: take
+        from the first other that has a message, and work there."""
+        if not self._rotate or self._flights or self._booked or self._finished or self._fetching is not None:
+            return
+        self._rotate = False
+        self._checked = False
+        stolen = self._steal()
+        if stolen is not None:
+            self._launch_all([(stolen, self._hold_us)])
+            self._hold_us = 0
 
     def _maybe_block(self) -> None:
         """Start the blocking fetch when a script just found the queue empty

@@ -70,15 +70,18 @@ class LivenessThread(threading.Thread):
         c = self.consumer
         if not c.registered:
             return
+        info = [(c.consumer_id, self._info())]
         try:
-            lost, refused = self.broker.heartbeat({c.name: [(c.consumer_id, self._info())]})
+            # Registered in every partition of the queue: renewed in each.
+            lost, refused = self.broker.heartbeat({name: info for name in c.partitions.names})
         except BrokerError as exc:
             refused = {c.name: str(exc)}
         if refused:
             # Our heartbeat lapses: the collector here must not take that (or
             # everyone's, under OOM) for a death, while its reads still work.
             self.collector.redis_trouble()
-            self._trouble.report("heartbeat", "not sent", "queue %s: heartbeat not sent: %s", c.name, refused[c.name])
+            where, text = next(iter(refused.items()))
+            self._trouble.report("heartbeat", "not sent", "queue %s: heartbeat not sent: %s", where, text)
             return
         self._trouble.clear("heartbeat", "queue %s: heartbeats sent again", c.name)
         for _, cid in lost:
@@ -87,7 +90,7 @@ class LivenessThread(threading.Thread):
     def _info(self) -> ConsumerInfo:
         st = self.consumer.stats
         return ConsumerInfo(
-            pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.name, started_at=self._started_at,
+            pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.queue.name, started_at=self._started_at,
             cpu=self._proc.cpu_percent(None), rss=self._proc.memory_info().rss, busy=self.consumer.busy,
             in_flight=self.consumer.flight()[0], concurrency=self.consumer.concurrency, received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
             late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=self._meter.update(st.received))

@@ -12,9 +12,10 @@ may hold there, but works on one at a time, its *current* partition:
   had a message, staying while it has more; a whole turn found empty, it
   goes home and blocks. An idle consumer so asks each other partition once
   per blocking fetch (FETCH_BLOCK_S), never in a tight loop;
-- so that no partition waits for ever behind busy homes, the sequential
-  consumer also looks at the others after ROTATE_EVERY messages in a row
-  from one partition.
+- so that no partition waits for ever behind busy homes, a consumer also
+  looks at the others after ROTATE_EVERY messages in a row from one
+  partition (a concurrent one: ROTATE_EVERY per slot, and it lets its
+  flights land first).
 
 It changes partition only with nothing in hand, so an ack always goes to
 the partition its message came from.
@@ -57,8 +58,11 @@ class Partitions:
         self.current = name
         self.streak = 0
 
-    def handled(self) -> bool:
+    def handled(self, every: int = ROTATE_EVERY) -> bool:
         """Count one message handled from the current partition; True when
-        it is time to look at the others."""
+        it is time (``every`` in a row) to look at the others."""
         self.streak += 1
-        return self.many and self.streak >= ROTATE_EVERY
+        if self.many and self.streak >= every:
+            self.streak = 0  # a look now; the next after as many again
+            return True
+        return False

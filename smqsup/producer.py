@@ -96,6 +96,21 @@ def _dedup_keys(dedup_key: object, count: int) -> list[Optional[str]]:
     return [None if k is None else options.dedup_key(k) for k in dedup_key]
 
 
+def _one_error(failed: list[tuple[BrokerError, list[str]]]) -> BrokerError:
+    """One error for the partitions of a publish_many that failed (each
+    with its messages' ids), the others having queued theirs: the failure
+    itself when one partition failed; PublishNotSent when none of them sent
+    anything; else PublishUncertain naming every message of the failed
+    partitions (they carry dedup keys: publishing them again is safe)."""
+    if len(failed) == 1:
+        return failed[0][0]
+    ids = [mid for _, group in failed for mid in group]
+    text = "; ".join(str(exc) for exc, _ in failed)
+    if all(isinstance(exc, PublishNotSent) for exc, _ in failed):
+        return PublishNotSent(f"{len(failed)} partitions: {text}", ids)
+    return PublishUncertain(f"{len(failed)} partitions: {text}", ids)
+
+
 class Producer:
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
@@ -236,21 +251,34 @@ class Producer:
         for i, key in enumerate(keys):
             groups.setdefault(self._partition(queue, key, ids), []).append(i)
         out = list(ids)
+        failed: list[tuple[BrokerError, list[str]]] = []
         for target, where in groups.items():
-            pairs = self._send(queue, [items[i] for i in where], [ids[i] for i in where], opts, target=target)
+            try:
+                pairs = self._send(queue, [items[i] for i in where], [ids[i] for i in where], opts, target=target)
+            except BrokerError as exc:  # the other partitions' messages are still sent
+                failed.append((exc, [ids[i] for i in where]))
+                continue
             for i, (mid, _) in zip(where, pairs):
                 out[i] = mid
+        if failed:
+            raise _one_error(failed)
         return out
 
     def _partition(self, queue: str, key: Optional[str], ids: list[str]) -> str:
         """The partition of ``queue`` a message with partition (or dedup)
         ``key`` goes to: the key's (CRC-32, as a producer in any language
         can compute it), or the next in turn. A queue's partition count
-        is read from Redis (cached); PublishNotSent if it cannot be."""
+        is read from Redis (cached); PublishNotSent if it cannot be. A count
+        Redis refuses to read (a key of the wrong type) is said once, and
+        the messages go to the queue itself (partition 0)."""
         try:
             n = self._broker.partitions(queue)
         except BrokerConnectionError as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        except BrokerError as exc:
+            warn_once(log, f"partitions:{queue}", "queue %s: the partition count cannot be read (%s); publishing "
+                      "to the queue itself (said once)", queue, exc)
+            n = 1
         if n == 1:
             return queue
         if key is not None:

@@ -137,14 +137,16 @@ def test_max_message_size_rolls_every_queue() -> None:
 
 
 def test_every_restart_setting_is_reported_and_kept() -> None:
-    """redis url, data_dir, appendfsync and namespace all need a restart and keep their old values."""
+    """redis url, data_dir, appendfsync, wait_replicas, wait_timeout and namespace all need a restart and
+    keep their old values."""
     old = config("base")
     text = (RELOAD / "base.yaml").read_text(encoding="utf-8").replace(
-        "redis:\n", "redis:\n  data_dir: /srv/redis\n  appendfsync: always\n"
+        "redis:\n", "redis:\n  data_dir: /srv/redis\n  appendfsync: always\n  wait_replicas: 1\n  wait_timeout: 2s\n"
     ).replace("namespace: smq", "namespace: other").replace("6399/0", "6399/2")
     new = loads(text, "new.yaml")
     result = plan(old, new)
-    assert result.restart_required == ("redis.url", "redis.data_dir", "redis.appendfsync", "namespace")
+    assert result.restart_required == ("redis.url", "redis.data_dir", "redis.appendfsync", "redis.wait_replicas",
+                                       "redis.wait_timeout", "namespace")
     assert result.rolled == () and result.unchanged == ("orders", "emails")
     applied = effective(old, new)
     assert (applied.redis, applied.namespace) == (old.redis, old.namespace)
@@ -186,7 +188,7 @@ def test_generation_covers_every_other_field() -> None:
     changed: dict[str, Any] = {
         "handler": "examples.handlers:send_email", "retry_threshold": 9, "retry_delay_s": 2.5,
         "retry_backoff": 3.0, "retry_delay_max_s": 10.0, "message_timeout_s": 4.0,
-        "max_messages": 5, "max_memory_bytes": 1024, "concurrency": 8, "rate_limit_per_s": 50.0, "rate_burst": 3,
+        "max_messages": 5, "max_memory_bytes": 1024, "concurrency": 8, "rate_limit_per_s": 50.0, "rate_burst": 3, "partitions": 3,
     }
     covered = {f.name for f in dataclasses.fields(QueueConfig)} - {"name", "consumers", "dedup_ttl_s"}
     assert set(changed) == covered, "a new QueueConfig field needs a case here"

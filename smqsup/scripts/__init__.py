@@ -123,6 +123,9 @@ class Batch:
         self._commands.append(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
         self._calls.append(call)
 
+    def is_wait(self, i: int) -> bool:
+        return self._calls[i] is None and str(self._commands[i][0]).upper() == "WAIT"
+
     def key(self, i: int) -> Any:
         """The first key of command ``i`` (what a cluster routes it by)."""
         call = self._calls[i]

@@ -137,6 +137,8 @@ def _restart_required(old: Config, new: Config) -> tuple[str, ...]:
         "redis.url": (old.redis.url, new.redis.url),
         "redis.data_dir": (old.redis.data_dir, new.redis.data_dir),
         "redis.appendfsync": (old.redis.appendfsync, new.redis.appendfsync),
+        "redis.wait_replicas": (old.redis.wait_replicas, new.redis.wait_replicas),
+        "redis.wait_timeout": (old.redis.wait_timeout_s, new.redis.wait_timeout_s),
         "namespace": (old.namespace, new.namespace),
     }
     return tuple(name for name, (before, after) in pairs.items() if before != after)
