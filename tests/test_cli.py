@@ -49,7 +49,8 @@ class RecordingProducer:
 
     calls: list[tuple[str, Any, dict[str, Any]]] = []
 
-    def __init__(self, url: str, namespace: str, *, max_message_size: int) -> None:
+    def __init__(self, url: str, namespace: str, *, max_message_size: int, wait_replicas: int,
+                 wait_timeout: float) -> None:
         pass
 
     def __enter__(self) -> "RecordingProducer":
