@@ -82,7 +82,8 @@ def _queue_table(snap: dict[str, Any]) -> str:
              "consumers", "in flight", "collector")]
     for name, q in sorted(snap["queues"].items()):
         s, r = q["sizes"], q["rates"]
-        label = _cell(name) + (" (paused)" if q.get("paused") else "")
+        parts = q.get("partitions") or 1
+        label = _cell(name) + (f" ({parts} partitions)" if parts > 1 else "") + (" (paused)" if q.get("paused") else "")
         rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(r["published"]),
                      _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]), str(len(q["consumers"])),
                      _summed_flight(q), _cell((q["leader"] or "-").rsplit(":", 1)[0])))

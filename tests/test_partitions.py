@@ -148,6 +148,12 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     assert r.partitions == 3 and r.sizes["pending"] == 30 and r.sizes["scheduled"] == 1
     assert int(r.counters[b"published"]) == 31
     assert broker.total_sizes("q")["pending"] == 30
+    from smqsup import stats, status
+    from smqsup.web import metrics
+    snap = stats.snapshot(broker, ["q"])
+    assert snap["queues"]["q"]["partitions"] == 3 and snap["queues"]["q"]["sizes"]["pending"] == 30
+    assert 'smqsup_queue_partitions{queue="q"} 3' in metrics.render(snap)
+    assert "q (3 partitions)" in status.render(snap)
     assert broker.pause("q", "test") and all(broker.sizes(p)["paused"] if "paused" in broker.sizes(p) else
                                              broker.client.exists(broker.keys(p).paused) for p in PARTS)
     assert read_queues(broker, ["q"])[1]["q"].paused

@@ -101,6 +101,9 @@ def render(snap: Mapping[str, Any]) -> str:
                     "Messages in the queue by state: pending (ready), processing (held by a consumer), "
                     "scheduled (published for later), delayed (retries waiting), dead (dead letters).",
                     [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
+    lines += family("smqsup_queue_partitions", "gauge", "Partitions (hash tags) the queue spreads over; every "
+                    "other figure of the queue is their sum.",
+                    [({"queue": n}, q.get("partitions") or 1) for n, q in queues.items()])
     lines += family("smqsup_queue_paused", "gauge", "1 while the queue is paused (its consumers take nothing), "
                     "else 0.", [({"queue": n}, 1 if q.get("paused") else 0) for n, q in queues.items()])
     lines += family("smqsup_messages", "counter",

@@ -380,7 +380,8 @@
       const rate = (key) => isNum(q.rates[key]) ? q.rates[key] : lastOf(rateSeries(pts.slice(-11), key));
       const restarts = Object.values(q.slots || {}).reduce((n, s) => n + (s.restarts || 0), 0);
       return el("tr", {dataset: {testid: "queue-row", queue: name, paused: q.paused ? "true" : "false"}}, [
-        el("td", {}, [name, q.paused ? el("span", {className: "badge", text: "paused",
+        el("td", {}, [name, q.partitions > 1 ? el("span", {className: "badge", text: `${q.partitions} partitions`,
+          dataset: {testid: "partitions"}}) : "", q.paused ? el("span", {className: "badge", text: "paused",
           dataset: {testid: "paused"}}) : ""]),
         ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
         ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
