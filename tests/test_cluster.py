@@ -152,37 +152,26 @@ def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: s
     assert sum("settled on the master, but 0 of 1 replica" in r.getMessage() for r in caplog.records) == 1
 
 
-@pytest.mark.parametrize(("yaml_value", "problem"), [
-    ("-1", "integer >= 0"), ("1.5", "integer >= 0"), ("x", "integer >= 0"), ("101", "at most 100"),
-    ("true", "integer >= 0"), ("[1]", "integer >= 0"), ("1e99", "integer"),
+_REDIS = "redis:\n  url: redis://127.0.0.1:1/0\n"
+_QUEUE = "queues:\n  q:\n    handler: tests.handlers:record\n"
+
+
+@pytest.mark.parametrize(("key", "problem", "document"), [
+    *[("redis.wait_replicas", problem, f"{_REDIS}  wait_replicas: {value}\n{_QUEUE}") for value, problem in (
+        ("-1", "integer >= 0"), ("1.5", "integer >= 0"), ("x", "integer >= 0"), ("101", "at most 100"),
+        ("true", "integer >= 0"), ("[1]", "integer >= 0"), ("1e99", "integer"))],
+    *[("redis.wait_timeout", problem, f"{_REDIS}  wait_timeout: {value}\n{_QUEUE}") for value, problem in (
+        ("0", "from 1ms to 5s"), ("-1s", "negative"), ("6s", "from 1ms to 5s"), (".nan", "duration"),
+        ("1h", "from 1ms to 5s"), ("soon", "duration"))],
+    *[("queues.q.partitions", "", f"{_REDIS}{_QUEUE}    partitions: {value}\n")
+      for value in ("0", "-2", "65", "2.5", "x", "1e9")],
 ])
-def test_hostile_wait_replicas_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str, problem: str) -> None:
+def test_hostile_redis_and_partition_settings_are_one_line_naming_the_key(
+        tmp_path: Any, key: str, problem: str, document: str) -> None:
+    """wait_replicas, wait_timeout and partitions out of range or of the wrong kind: `smqsup check` exits 2
+    with one line naming the key."""
     cfg = tmp_path / "q.yaml"
-    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\n  wait_replicas: {yaml_value}\n"
-                   "queues:\n  q:\n    handler: tests.handlers:record\n")
+    cfg.write_text(document)
     result = procs.run("check", "-c", str(cfg))
-    assert result.returncode == 2 and "redis.wait_replicas" in result.stderr and problem in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize(("yaml_value", "problem"), [
-    ("0", "from 1ms to 5s"), ("-1s", "negative"), ("6s", "from 1ms to 5s"), (".nan", "duration"),
-    ("1h", "from 1ms to 5s"), ("soon", "duration"),
-])
-def test_hostile_wait_timeout_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str, problem: str) -> None:
-    cfg = tmp_path / "q.yaml"
-    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\n  wait_timeout: {yaml_value}\n"
-                   "queues:\n  q:\n    handler: tests.handlers:record\n")
-    result = procs.run("check", "-c", str(cfg))
-    assert result.returncode == 2 and "redis.wait_timeout" in result.stderr and problem in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize("yaml_value", ["0", "-2", "65", "2.5", "x", "1e9"])
-def test_hostile_partitions_is_one_line_naming_the_key(tmp_path: Any, yaml_value: str) -> None:
-    cfg = tmp_path / "q.yaml"
-    cfg.write_text(f"redis:\n  url: redis://127.0.0.1:1/0\nqueues:\n  q:\n    handler: tests.handlers:record\n"
-                   f"    partitions: {yaml_value}\n")
-    result = procs.run("check", "-c", str(cfg))
-    assert result.returncode == 2 and "queues.q.partitions" in result.stderr
+    assert result.returncode == 2 and key in result.stderr and problem in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
