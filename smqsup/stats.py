@@ -21,7 +21,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from smqsup.broker import Broker, redis_int
+from smqsup.broker import Broker
+from smqsup.broker_ops import redis_int
 from smqsup.info import ConsumerInfo
 from smqsup.keys import logical_name
 from smqsup.readings import QueueReading, read_queues
