@@ -1,6 +1,8 @@
 """The master serving a queue is SIGKILLed mid-run and its replica promoted: producers and
 consumers follow the new master on their own; with redis.wait_replicas 1 nothing
-acknowledged is lost, and with 0 the loss is measured (tests/failover_run.py)."""
+acknowledged is lost, and with 0 the loss is measured (tests/failover_run.py). The same
+with a replica made to lag (SIGSTOPped): with 0 acknowledged messages are lost, with 1
+none is acknowledged while it lags (tests/lagging_run.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import lagging_run
 from tests.failover_run import CONCURRENCY, CONSUMERS, ClusterSide, FailoverResult, SentinelSide, report, run_failover
 from tests.topology import ClusterTopology, SentinelTopology
 
@@ -74,3 +77,26 @@ def test_sentinel_failover_without_wait_replicas_counts_the_loss(
     r = run_failover(SentinelSide(sentinel_group), tmp_path, wait_replicas=0)
     report(r, results)
     _recovered(r)
+
+
+@pytest.mark.timeout(60)
+def test_lagging_replica_with_wait_replicas_loses_nothing_acknowledged(
+        sentinel_group: SentinelTopology, results: Path) -> None:
+    """Sentinel, replica lagging (SIGSTOPped) when the master dies, wait_replicas 1: nothing acknowledged is lost."""
+    r = lagging_run.run_lagging(sentinel_group, wait_replicas=1)
+    lagging_run.report(r, results)
+    # Every publish to the stopped replica raised PublishNotReplicated, and the failover
+    # lost some of those; the publishes before, to the running replica, were acknowledged
+    # and are all there.
+    assert r.not_replicated > 0 and r.acknowledged == r.acknowledged_before_stop > 0, r.line()
+    assert r.not_replicated_kept < r.not_replicated, r.line()
+    assert r.lost == 0, r.line()
+
+
+@pytest.mark.timeout(60)
+def test_lagging_replica_without_wait_replicas_loses_acknowledged_messages(
+        sentinel_group: SentinelTopology, results: Path) -> None:
+    """Sentinel, replica lagging (SIGSTOPped) when the master dies, wait_replicas 0: acknowledged messages are lost, counted."""
+    r = lagging_run.run_lagging(sentinel_group, wait_replicas=0)
+    lagging_run.report(r, results)
+    assert r.acknowledged == r.published and r.lost > 0, r.line()
