@@ -12,7 +12,7 @@ import pytest
 
 from tests import lagging_run
 from tests.failover_run import CONCURRENCY, CONSUMERS, ClusterSide, FailoverResult, SentinelSide, report, run_failover
-from tests.topology import ClusterTopology, SentinelTopology
+from tests.topology import SentinelTopology
 
 
 @pytest.fixture
@@ -42,41 +42,22 @@ def _nothing_lost(r: FailoverResult) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_cluster_failover_with_wait_replicas_loses_nothing_acknowledged(
-        fresh_cluster: ClusterTopology, tmp_path: Path, results: Path) -> None:
-    """Cluster, wait_replicas 1: every acknowledged message is handled; duplicates at most the 4 in flight."""
-    r = run_failover(ClusterSide(fresh_cluster), tmp_path, wait_replicas=1)
+@pytest.mark.parametrize("wait_replicas", [1, 0])
+@pytest.mark.parametrize("where", ["cluster", "sentinel"])
+def test_a_master_killed_mid_run_is_followed_and_with_wait_replicas_nothing_acknowledged_is_lost(
+        where: str, wait_replicas: int, request: pytest.FixtureRequest, tmp_path: Path, results: Path) -> None:
+    """The queue's master SIGKILLed and its replica promoted (a cluster's, or by 3 Sentinels): producer and
+    consumers recover by themselves; with wait_replicas 1 every acknowledged message is handled and
+    duplicates are at most the 4 in flight; with 0 the acknowledged messages lost are counted."""
+    if where == "cluster":
+        side: ClusterSide | SentinelSide = ClusterSide(request.getfixturevalue("fresh_cluster"))
+    else:
+        side = SentinelSide(request.getfixturevalue("sentinel_group"))
+    r = run_failover(side, tmp_path, wait_replicas=wait_replicas)
     report(r, results)
     _recovered(r)
-    _nothing_lost(r)
-
-
-@pytest.mark.timeout(120)
-def test_cluster_failover_without_wait_replicas_counts_the_loss(
-        fresh_cluster: ClusterTopology, tmp_path: Path, results: Path) -> None:
-    """Cluster, wait_replicas 0: producer and consumers recover; acknowledged messages lost are counted."""
-    r = run_failover(ClusterSide(fresh_cluster), tmp_path, wait_replicas=0)
-    report(r, results)
-    _recovered(r)
-
-
-@pytest.mark.timeout(120)
-def test_sentinel_failover_with_wait_replicas_loses_nothing_acknowledged(
-        sentinel_group: SentinelTopology, tmp_path: Path, results: Path) -> None:
-    """Sentinel, wait_replicas 1: every acknowledged message is handled; duplicates at most the 4 in flight."""
-    r = run_failover(SentinelSide(sentinel_group), tmp_path, wait_replicas=1)
-    report(r, results)
-    _recovered(r)
-    _nothing_lost(r)
-
-
-@pytest.mark.timeout(120)
-def test_sentinel_failover_without_wait_replicas_counts_the_loss(
-        sentinel_group: SentinelTopology, tmp_path: Path, results: Path) -> None:
-    """Sentinel, wait_replicas 0: producer and consumers recover; acknowledged messages lost are counted."""
-    r = run_failover(SentinelSide(sentinel_group), tmp_path, wait_replicas=0)
-    report(r, results)
-    _recovered(r)
+    if wait_replicas:
+        _nothing_lost(r)
 
 
 @pytest.mark.timeout(60)
