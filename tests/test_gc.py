@@ -190,6 +190,7 @@ def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str
     assert redis_client.llen(Q.pending) == 2
 
 
+@pytest.mark.single_node("the handler's CPU, not Redis")
 def test_a_handler_spinning_the_cpu_is_not_declared_dead(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Pure-Python CPU spin for 3x heartbeat_timeout: the message is not reclaimed and is handled once."""
@@ -240,6 +241,7 @@ def test_delayed_retries_come_back_on_time_by_the_collector(
 
 
 @pytest.mark.parametrize("skew", ["+30s", "-30s"])
+@pytest.mark.single_node("the supervisor's clock, not Redis's")
 def test_a_supervisor_with_a_skewed_wall_clock_causes_no_false_death(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis", skew: str) -> None:
     """One supervisor's wall clock off by 30 s (libfaketime): no consumer is declared dead, by either side."""

@@ -50,6 +50,7 @@ class Starts:
 
 
 @pytest.mark.parametrize("kind", ["sequential", "tasks", "threads"])
+@pytest.mark.single_node("timing; test_partitions runs a split limit on the cluster")
 def test_two_consumers_start_at_most_the_limit_per_second(kind: str, start: Callable[..., Running],
                                                           producer: Producer) -> None:
     """rate_limit 20/s over 2 consumers: 60 messages take about 3 s, no 0.5 s window holds more than 10

@@ -30,6 +30,7 @@ def _status(cfg: Any) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
+@pytest.mark.single_node("rates timed over seconds; the other status tests read the cluster")
 def test_status_reports_exact_counts_and_rates_within_ten_percent(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: "redis.Redis") -> None:

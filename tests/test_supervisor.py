@@ -365,6 +365,7 @@ def test_preload_imports_handlers_in_the_supervisor_before_forking(
     assert done["id"] == mid and done["pid"] in consumers
 
 
+@pytest.mark.single_node("Redis absent at start: the topology is not what it tests")
 def test_unreachable_redis_at_start_backs_off_until_it_appears(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, tmp_path: Path) -> None:
     """Redis down at start: the supervisor keeps running, consumers exit 4 and back off; once it is up, READY=1."""
