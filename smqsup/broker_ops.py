@@ -8,15 +8,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, TypeVar, cast
+
+import redis.exceptions as rexc
 
 from smqsup import cluster, defaults, scripts
 from smqsup.connection import wrapped
 from smqsup.errors import BrokerError
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, partition_names, producers_hash, queues_set
+from smqsup.logs import warn_once
 from smqsup.readings import ask_sizes, ms_of, sizes_of
 
 log = logging.getLogger("smqsup.broker")
@@ -237,9 +241,17 @@ class Operations:
 
     def partition_ticket(self, queue: str) -> int:
         """A number drawn by a consumer of ``queue`` (INCR): which partition it
-        prefers is this modulo the count, so consumers spread evenly."""
+        prefers is this modulo the count, so consumers spread evenly. A
+        counter Redis cannot increment (junk, the wrong type, at its limit)
+        gives a random number, said once: a consumer never waits on it."""
+        key = self.keys(queue).partition_seq
         with wrapped(f"draw a partition of {queue!r}"):
-            return int(self.client.incr(self.keys(queue).partition_seq))
+            try:
+                return int(self.client.incr(key))
+            except rexc.ResponseError as exc:
+                warn_once(log, f"ticket:{queue}", "queue %s: %s cannot be counted (%s); consumers draw their "
+                          "partition at random (said once)", queue, key, exc)
+                return random.randrange(1 << 30)
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):

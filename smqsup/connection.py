@@ -110,6 +110,9 @@ def _connect_cluster(url: str, options: dict[str, Any]) -> RedisCluster:
         raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
     host, port = seeds[0]
     first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
+    # The query's options checked as a one-server url's are (no I/O): else a
+    # misspelt option or a NaN timeout would only fail once a node answers.
+    _connect_url(first, options).close()
     try:
         nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
         return RedisCluster.from_url(first, startup_nodes=nodes, **options)

@@ -175,3 +175,31 @@ def test_hostile_redis_and_partition_settings_are_one_line_naming_the_key(
     result = procs.run("check", "-c", str(cfg))
     assert result.returncode == 2 and key in result.stderr and problem in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("option", "value", "problem"), [
+    ("wait_replicas", -1, "integer >= 0"), ("wait_replicas", 1.5, "integer >= 0"), ("wait_replicas", "2", "integer"),
+    ("wait_replicas", 10**30, "at most 100"), ("wait_replicas", True, "integer >= 0"),
+    ("wait_replicas", None, "integer >= 0"),
+    ("wait_timeout", 0, "from 1ms to 5s"), ("wait_timeout", -1, "negative"), ("wait_timeout", float("nan"), "duration"),
+    ("wait_timeout", float("inf"), "duration"), ("wait_timeout", 6, "from 1ms to 5s"), ("wait_timeout", None, "duration"),
+    ("wait_timeout", "x" * 10_000, "duration"),
+])
+def test_hostile_producer_wait_settings_are_one_line_before_anything_is_sent(option: str, value: Any,
+                                                                             problem: str) -> None:
+    """Producer(wait_replicas=, wait_timeout=) of the wrong kind or out of range: a ConfigError naming the
+    keyword, on one line, raised before any connection is made (the url's port has nothing behind it)."""
+    with pytest.raises(ConfigError, match=problem) as caught:
+        Producer(f"redis://127.0.0.1:{free_port()}/0", **{option: value})
+    assert str(caught.value).startswith(option) and "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("query", ["socket_timeout=nan", "socket_timeout=-5", "foo=bar", "socket_timeout=1e999"])
+def test_a_bad_option_in_a_cluster_url_is_a_config_error_before_any_node_answers(query: str) -> None:
+    """A cluster url's options are checked as a one-server url's are: one line naming redis.url, the
+    password masked, even while no seed answers."""
+    url = f"redis+cluster://:secret-pw@127.0.0.1:{free_port()}/?{query}"
+    with pytest.raises(ConfigError, match="redis.url") as caught:
+        Broker(url)
+    assert "secret-pw" not in str(caught.value) and "\n" not in str(caught.value)

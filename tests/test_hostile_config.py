@@ -38,7 +38,7 @@ def _rejected_lines(sup: procs.Supervisor) -> list[str]:
 
 BASE = """\
 redis:
-  url: redis://127.0.0.1:6379/0
+  url: redis://127.0.0.1:1/0
 namespace: smq
 heartbeat_interval: 1s
 heartbeat_timeout: 10s

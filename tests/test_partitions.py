@@ -274,3 +274,24 @@ def test_a_busy_home_does_not_starve_another_partition(concurrency: int, redis_u
     producer.publish("q", "away", partition_key=away_key)
     wait_for(lambda: "away" in seen, timeout_s=20)
     assert len(seen) < 3000, "the other partition waited until home was empty"
+
+
+@pytest.mark.parametrize("junk", [b"abc", b"9223372036854775807", b"\xff\xfe", "hash"])
+def test_junk_in_the_ticket_counter_never_keeps_a_consumer_from_starting(
+        junk: Any, redis_url: str, redis_client: redis.Redis, producer: Producer,
+        start: Callable[..., Running]) -> None:
+    """The shared counter consumers draw their home from holds text, INCR's limit or a hash: the consumer
+    draws at random instead, registers in every partition and handles what comes."""
+    _declare(redis_url)
+    key = QueueKeys(NS, "q").partition_seq
+    if junk == "hash":
+        redis_client.hset(key, "x", "y")
+    else:
+        redis_client.set(key, junk)
+    seen: list[int] = []
+    run = start(lambda m: seen.append(m.body), partitions=3)
+    wait_for(lambda: run.consumer.registered)
+    assert run.consumer.partitions.home in PARTS
+    for i in range(30):
+        producer.publish("q", i)
+    wait_for(lambda: len(seen) == 30)
