@@ -21,7 +21,7 @@ from smqsup.errors import BrokerError
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys, partition_names, producers_hash, queues_set
 from smqsup.logs import warn_once
-from smqsup.readings import ask_sizes, ms_of, sizes_of
+from smqsup.readings import ask_sizes, ms_of, redis_int, sizes_of
 
 log = logging.getLogger("smqsup.broker")
 T = TypeVar("T")
@@ -32,14 +32,6 @@ PURGE_CHUNK = 1000
 def _text(value: "bytes | str") -> str:
     """Redis bytes as text; bytes that are not UTF-8 are kept as escapes."""
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
-
-
-def redis_int(value: "bytes | str | None") -> Optional[int]:
-    """A Redis integer (HINCRBY's text), or None for anything else: anyone
-    with access may have written anything in a counters hash."""
-    text = (value.decode("utf-8", "replace") if isinstance(value, bytes) else value or "").strip()
-    digits = text[1:] if text[:1] == "-" else text
-    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
 
 
 def _int_fields(raw: Mapping[Any, Any]) -> dict[str, int]:

@@ -163,7 +163,7 @@ def _summed(hashes: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
     out: dict[bytes, bytes] = {}
     for h in hashes:
         for field, value in h.items():
-            mine, theirs = _int(out.get(field)), _int(value)
+            mine, theirs = redis_int(out.get(field)), redis_int(value)
             if field not in out:
                 out[field] = value
             elif mine is not None and theirs is not None:
@@ -171,8 +171,10 @@ def _summed(hashes: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
     return out
 
 
-def _int(value: Any) -> Optional[int]:
-    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+def redis_int(value: "bytes | str | None") -> Optional[int]:
+    """A Redis integer (HINCRBY's text), or None for anything else: anyone
+    with access may have written anything in a counters hash."""
+    text = (value.decode("utf-8", "replace") if isinstance(value, bytes) else value or "").strip()
     digits = text[1:] if text[:1] == "-" else text
-    return int(text) if digits.isdigit() and len(digits) <= 19 else None
+    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
 

@@ -22,10 +22,9 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from smqsup.broker import Broker
-from smqsup.broker_ops import redis_int
 from smqsup.info import ConsumerInfo
 from smqsup.keys import logical_name
-from smqsup.readings import QueueReading, read_queues
+from smqsup.readings import QueueReading, read_queues, redis_int
 
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
