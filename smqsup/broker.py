@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, cast
 
 import redis.exceptions as rexc
@@ -139,7 +139,7 @@ class Broker(Operations):
                 scripts.publish(self.keys(queue), frames, self.stats).run(self._hot)
             except rexc.ResponseError as exc:  # refused before it wrote anything
                 raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
-            self._replicated(queue, self._hot.wait, None)
+            self._replicated(queue, None)
 
     def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
                   *, register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
@@ -157,7 +157,7 @@ class Broker(Operations):
                 except rexc.ResponseError as exc:  # refused before it wrote anything
                     raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
                                       [False] * len(items)) from exc
-                return self._replicated(queue, self._hot.wait, pairs)
+                return self._replicated(queue, pairs)
         chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
         try:
             replies = self._publish([scripts.publish_options(self.keys(queue), chunk, options, self.stats)
@@ -204,7 +204,7 @@ class Broker(Operations):
                 warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
                           "(said once; later refusals at debug level): %s", queue, what, results[i])
         if self.wait_replicas:
-            self._replicated(queue, lambda *_: results[waited], replies)
+            self._replicated(queue, replies, got=results[waited])
         return replies
 
     def _send(self, batch: scripts.Batch) -> list[Any]:
@@ -213,22 +213,33 @@ class Broker(Operations):
             return send(self.client, batch)
         return cluster.send(self._router, batch, batch.deliver)
 
-    def _replicated(self, queue: str, wait: Callable[[Any, int, int], Any], result: T) -> T:
-        """``result``, once ``wait(key, replicas, timeout_ms)`` (WAIT on the
-        connection the publish went on) says wait_replicas replicas have it;
-        NotReplicated (carrying ``result``) if fewer do."""
+    def _waited(self, queue: str) -> Any:
+        """WAIT for wait_replicas on the held connection (the one the write
+        on ``queue`` just went on): its reply, or Redis's refusal of it."""
+        try:
+            return self._hot.wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
+        except rexc.ResponseError as exc:  # WAIT refused (an ACL without it): the write stands
+            return exc
+
+    def _shortfall(self, got: Any) -> Optional[tuple[int, str]]:
+        """(replicas that confirmed, why) when WAIT's reply ``got`` (or its
+        refusal) falls short of wait_replicas; None when it does not."""
+        if isinstance(got, Exception):
+            return 0, f"Redis refused WAIT ({got}), so no replica is known to have it"
+        if int(got) < self.wait_replicas:
+            return int(got), (f"{int(got)} of {self.wait_replicas} replica(s) confirmed it within "
+                              f"{self._wait_timeout_ms} ms")
+        return None
+
+    def _replicated(self, queue: str, result: T, got: Any = None) -> T:
+        """``result``, once wait_replicas replicas have the publish: ``got``,
+        the reply of a WAIT already sent, or else one sent now (_waited);
+        NotReplicated (carrying ``result``) if fewer have it."""
         if not self.wait_replicas:
             return result
-        try:
-            got = wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
-        except rexc.ResponseError as exc:  # WAIT refused (an ACL without it): the write stands
-            got = exc
-        if isinstance(got, Exception):
-            raise NotReplicated(f"publish to {queue!r}: done on the master, but Redis refused WAIT ({got}), so no "
-                                f"replica is known to have it", 0, result)
-        if int(got) < self.wait_replicas:
-            raise NotReplicated(f"publish to {queue!r}: done on the master, but {int(got)} of {self.wait_replicas} "
-                                f"replica(s) confirmed it within {self._wait_timeout_ms} ms", int(got), result)
+        short = self._shortfall(self._waited(queue) if got is None else got)
+        if short is not None:
+            raise NotReplicated(f"publish to {queue!r}: done on the master, but {short[1]}", short[0], result)
         return result
 
     def _settled(self, queue: str) -> None:
@@ -238,24 +249,19 @@ class Broker(Operations):
         asked is said once, never raised: the settle stands on the master."""
         if time.monotonic() < self._settle_wait_off_until:
             return
-        try:
-            got = self._hot.wait(self.keys(queue).pending, self.wait_replicas, self._wait_timeout_ms)
-        except rexc.ResponseError as exc:
-            got, why = 0, f"Redis refused WAIT ({exc})"
-        else:
-            why = f"{got} of {self.wait_replicas} replica(s) confirmed it within {self._wait_timeout_ms} ms"
-        if got < self.wait_replicas:
+        short = self._shortfall(self._waited(queue))
+        if short is not None:
             # Not every settle pays wait_timeout while a replica is away: the
             # next ones do not wait for a while, then look again.
             self._settle_wait_off_until = time.monotonic() + defaults.SETTLE_WAIT_PAUSE_S
             warn_once(log, f"unreplicated:{queue}", "queue %s: a message was settled on the master, but %s: a "
                       "failover now would hand it out again; settles stop waiting for %g s, then try again "
-                      "(said once; later at debug level)", queue, why, defaults.SETTLE_WAIT_PAUSE_S)
+                      "(said once; later at debug level)", queue, short[1], defaults.SETTLE_WAIT_PAUSE_S)
 
     def run_replicated(self, queue: str, call: scripts.Call[T]) -> T:
         """Run a script ``call`` on ``queue``'s keys on the held connection,
         then wait for the replicas as a publish does (a schedule's firing)."""
-        return self._replicated(queue, self._hot.wait, call.run(self._hot))
+        return self._replicated(queue, call.run(self._hot))
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""

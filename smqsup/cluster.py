@@ -104,12 +104,14 @@ class Router:
     def routed(self, send: Callable[[], T]) -> T:
         """``send()`` again after each redirection until it is not refused
         (see the module's docstring), for up to REDIRECT_PATIENCE_S."""
-        deadline = time.monotonic() + REDIRECT_PATIENCE_S
+        deadline = 0.0  # set at the first refusal: the hot path reads no clock
         while True:
             try:
                 return send()
             except REDIRECTIONS as exc:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                deadline = deadline or now + REDIRECT_PATIENCE_S
+                if now >= deadline:
                     raise
                 self.follow(exc)
             except (rexc.ConnectionError, rexc.TimeoutError, OSError):
@@ -209,10 +211,10 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
     unsent: Optional[connection.NotSent] = None
     for client, indexes in groups.values():
         try:
-            conn = client.connection_pool.get_connection()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            conn = connection.checkout(client)
+        except connection.NotSent as exc:
             router.lost_connection()
-            unsent = connection.NotSent(str(exc))
+            unsent = exc
             for i in indexes:
                 replies[i] = unsent
             continue

@@ -258,14 +258,17 @@ def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
     its replies, error replies left in place. Raises NotSent if Redis could
     not be reached (or the TLS handshake failed) before anything was sent.
     (On a cluster, cluster.send() sends one per master.)"""
+    return batch.execute(checkout(client))  # (the batch's pipeline returns the connection to the pool)
+
+
+def checkout(client: "redis.Redis") -> Any:
+    """A connection of ``client``'s pool, connected; NotSent if Redis cannot
+    be reached. The pool connects (and replaces a connection the server
+    closed) before handing it out: a failure here certainly sent nothing."""
     try:
-        # The pool connects (and replaces a connection the server closed)
-        # before handing it out: a failure here certainly sent nothing. The
-        # batch's pipeline returns it to the pool.
-        connection = client.connection_pool.get_connection()
+        return client.connection_pool.get_connection()
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         raise NotSent(str(exc)) from exc
-    return batch.execute(connection)
 
 
 class NotSent(rexc.ConnectionError):

@@ -454,10 +454,15 @@ class ConcurrentConsumer(Consumer):
             return
         self._rotate = False
         self._checked = False
+        self._steal_and_launch()
+
+    def _steal_and_launch(self) -> bool:
+        """Consumer._steal, and start the frame it took at its booked start;
+        whether it took one."""
         stolen = self._steal()
         if stolen is not None:
-            self._launch_all([(stolen, self._hold_us)])
-            self._hold_us = 0
+            self._launch_screened(stolen)
+        return stolen is not None
 
     def _maybe_block(self) -> None:
         """Start the blocking fetch when a script just found the queue empty
@@ -466,12 +471,8 @@ class ConcurrentConsumer(Consumer):
             return
         if self.partitions.many and not self._flights and not self._booked:
             # Nothing in hand: the other partitions first, then home to block.
-            stolen = self._steal()
-            if stolen is not None or self._lost:
+            if self._steal_and_launch() or self._lost:
                 self._checked = False
-                if stolen is not None:
-                    self._launch_all([(stolen, self._hold_us)])
-                    self._hold_us = 0
                 return
             self._move(self.partitions.home)
         loop = self._loop
