@@ -20,8 +20,15 @@
 local RATE_HORIZON_US = 1000000
 
 local function rate_wait(rate)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- The clock is read once per script run (the rate table is the run's):
+  -- the starts one take books are then exactly an interval apart, however
+  -- long the script runs, and each wait is counted from a moment before the
+  -- reply leaves, so no start comes early.
+  if not rate.now then
+    local t = redis.call('TIME')
+    rate.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local now = rate.now
   local tat = tonumber(redis.pcall('GET', rate.key))
   if not tat or tat ~= tat or tat == math.huge or tat == -math.huge then tat = now end
   local start = math.max(now, tat - (rate.burst - 1) * rate.interval)
