@@ -4,6 +4,9 @@ run against them."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, cast
@@ -98,6 +101,31 @@ def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
         yield group
     finally:
         group.stop()
+
+
+@pytest.fixture(autouse=True)
+def _exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``exclusive`` (it times handler starts against a rate)
+    runs while no other test runs on the other xdist worker; every other
+    test runs alongside any but those. Two file locks shared by the
+    workers of one run: ``gate`` is held by the others (shared) and by an
+    exclusive test (alone); ``turn`` keeps a waiting exclusive test from
+    being passed for ever by the other worker's next tests. Without
+    xdist (``-n 0``) nothing runs alongside, and nothing is locked."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("exclusive") is not None
+    base = Path(tempfile.gettempdir()) / f"smqsup-tests-{run}"
+    with open(f"{base}.turn", "a+") as turn, open(f"{base}.gate", "a+") as gate:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -51,6 +51,7 @@ class Starts:
 
 @pytest.mark.parametrize("kind", ["sequential", "tasks", "threads"])
 @pytest.mark.single_node("timing; test_partitions runs a split limit on the cluster")
+@pytest.mark.exclusive
 def test_two_consumers_start_at_most_the_limit_per_second(kind: str, start: Callable[..., Running],
                                                           producer: Producer) -> None:
     """rate_limit 20/s over 2 consumers: 60 messages take about 3 s, no 0.5 s window holds more than 10
@@ -149,6 +150,7 @@ def test_garbage_in_the_rate_key_costs_the_limit_one_start_never_a_message(
     wait_for(lambda: len(done) == 12, timeout_s=10)
 
 
+@pytest.mark.exclusive
 def test_the_fetch_scripts_book_starts_by_the_redis_clock(producer: Producer, redis_client: redis.Redis) -> None:
     """take.lua with a limit of 10/s books each frame 100 ms after the one before, and takes none past the
     1 s horizon: 10 frames of 15, then a retry wait."""

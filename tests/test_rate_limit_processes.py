@@ -20,6 +20,7 @@ K = QueueKeys("smq", "q")
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.exclusive
 def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_sighup(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """rate_limit 50/s, 2 supervisors x 2 consumers (one of them 4 at once), a no-op handler, 30 s: no

@@ -31,6 +31,7 @@ def _status(cfg: Any) -> dict[str, Any]:
 
 
 @pytest.mark.single_node("rates timed over seconds; the other status tests read the cluster")
+@pytest.mark.exclusive
 def test_status_reports_exact_counts_and_rates_within_ten_percent(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: "redis.Redis") -> None:
