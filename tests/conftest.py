@@ -103,20 +103,23 @@ def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
         group.stop()
 
 
-@pytest.fixture(autouse=True)
-def _exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
     """A test marked ``exclusive`` (it times handler starts against a rate)
-    runs while no other test runs on the other xdist worker; every other
-    test runs alongside any but those. Two file locks shared by the
-    workers of one run: ``gate`` is held by the others (shared) and by an
-    exclusive test (alone); ``turn`` keeps a waiting exclusive test from
-    being passed for ever by the other worker's next tests. Without
-    xdist (``-n 0``) nothing runs alongside, and nothing is locked."""
+    runs while nothing of the other xdist worker runs; every other test runs
+    alongside any but those. The lock spans the whole protocol of a test,
+    so a module's fixtures, set up before its first test and torn down after
+    its last (a cluster of six servers shutting down), are inside it too.
+    Two file locks shared by the workers of one run: ``gate`` is held by the
+    others (shared) and by an exclusive test (alone); ``turn`` keeps a
+    waiting exclusive test from being passed for ever by the other worker's
+    next tests. Without xdist (``-n 0``) nothing runs alongside, and nothing
+    is locked."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:
         yield
         return
-    alone = request.node.get_closest_marker("exclusive") is not None
+    alone = item.get_closest_marker("exclusive") is not None
     base = Path(tempfile.gettempdir()) / f"smqsup-tests-{run}"
     with open(f"{base}.turn", "a+") as turn, open(f"{base}.gate", "a+") as gate:
         fcntl.flock(turn, fcntl.LOCK_EX)

@@ -14,7 +14,7 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
-from tests.test_rate_limit import most_in_window
+from tests.test_rate_limit import Bookings, assert_starts_follow_bookings
 
 K = QueueKeys("smq", "q")
 
@@ -23,25 +23,25 @@ K = QueueKeys("smq", "q")
 @pytest.mark.exclusive
 def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_sighup(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
-    """rate_limit 50/s, 2 supervisors x 2 consumers (one of them 4 at once), a no-op handler, 30 s: no
-    1-second window holds more than 51 starts (50 + the burst of 1; +1 for the handlers' clock) and the
-    achieved rate is >= 95 % of the limit; SIGHUP to both with the limit removed: the 2,000 left drain at
-    full speed."""
+    """rate_limit 50/s, 2 supervisors x 2 consumers (one of them 4 at once), a no-op handler, 30 s: Redis
+    books the starts at least 20 ms apart (at most 50 in any second) across all of them, no handler starts
+    before its booking, and the achieved rate is >= 95 % of the limit; SIGHUP to both with the limit
+    removed: the 2,000 left drain at full speed."""
     queue = {"handler": "tests.handlers:record", "consumers": 2, "rate_limit": "50/s"}
     a = supervise({"q": queue}, name="a")
     b = supervise({"q": {**queue, "concurrency": 4}}, name="b")
     wait_for(lambda: redis_client.hlen(K.consumers) == 4, timeout_s=20)
+    bookings = Bookings(redis_url, K.rate, 20_000)
     with Producer(redis_url) as p:
         p.publish_many("q", list(range(3500)))
     began = time.monotonic()
     wait_for(lambda: time.monotonic() - began >= 30, timeout_s=40, interval_s=0.5)
+    stopped = time.monotonic()
+    booked = bookings.stop()  # (every start before ``stopped`` was booked by then)
     starts = [e["t"] for e in a.events("done") + b.events("done")]
     first = min(starts)
     window = [t for t in starts if t < first + 30]
-    # Redis books the starts 20 ms apart; the handlers' own clock adds the
-    # jitter of a process waking on time (the suite runs two workers), which
-    # can put one more start into a window than the booking allows (seen: 52).
-    assert most_in_window(window, 1.0) <= 52, most_in_window(window, 1.0)
+    assert_starts_follow_bookings([t for t in starts if t < stopped], booked, 0.02)
     assert len(window) >= 0.95 * 50 * 30, len(window)
     assert {e["pid"] for e in a.events("done")} and {e["pid"] for e in b.events("done")}
 
