@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -81,3 +82,36 @@ def node_of(client: Any, key: str) -> Any:
     if hasattr(client, "get_node_from_key"):
         return client.get_node_from_key(key).redis_connection
     return client
+
+
+class Monitored:
+    """What one redis-server runs, as MONITOR shows it (each command a
+    script runs too, client_type "lua"), read on a thread from creation to
+    ``stop()``: ``seen`` holds (client_type, [words]) in the server's order."""
+
+    _END = "smqsup-monitor-end"
+
+    def __init__(self, url: str, keep: Callable[[str, list[str]], bool] = lambda kind, words: True) -> None:
+        self._client = redis.Redis.from_url(url)
+        self._monitor = self._client.monitor().__enter__()
+        self._keep = keep
+        self.seen: list[tuple[str, list[str]]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            seen = self._monitor.next_command()
+            words = seen["command"].split()
+            if words[:2] == ["ECHO", self._END]:
+                return
+            if self._keep(seen["client_type"], words):
+                self.seen.append((seen["client_type"], words))
+
+    def stop(self) -> list[tuple[str, list[str]]]:
+        """Everything the server ran before this call; from now on none is read."""
+        self._client.echo(self._END)
+        self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), "MONITOR did not show the end marker within 10 s"
+        self._client.close()
+        return self.seen

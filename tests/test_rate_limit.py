@@ -20,7 +20,7 @@ from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.validate import rate_limit
-from tests.helpers import holds, node_of, wait_for
+from tests.helpers import Monitored, holds, node_of, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -28,41 +28,17 @@ pytestmark = pytest.mark.topologies
 K = QueueKeys(NS, "q")
 
 
-class Bookings:
-    """Every start the rate limit booked for one queue, read from Redis as
-    it happens (MONITOR shows each command a script runs): rate.lua's SET of
-    the key to the new theoretical arrival time, which is the booked start
-    plus one interval. Times are the Redis clock's, in s since the epoch.
-    Start it before the messages are published; ``stop()`` ends it once
-    Redis has run a command past that moment (heartbeats run every second)."""
+def booked_starts(monitored: Monitored, interval_us: int) -> list[float]:
+    """The starts a rate limit booked while ``monitored`` watched (in order,
+    s since the epoch by the Redis clock): rate.lua's SET of the queue's
+    rate key to the new theoretical arrival time, the booked start plus one
+    interval."""
+    return sorted((int(words[2]) - interval_us) / 1e6 for _, words in monitored.stop())
 
-    def __init__(self, redis_url: str, key: str, interval_us: int) -> None:
-        self._client = redis.Redis.from_url(redis_url)
-        self._monitor = self._client.monitor().__enter__()
-        self._key = key
-        self._interval_us = interval_us
-        self._until = float("inf")
-        self.starts: list[float] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
 
-    def _read(self) -> None:
-        while True:
-            seen = self._monitor.next_command()
-            words = seen["command"].split()
-            if seen["client_type"] == "lua" and words[0].upper() == "SET" and words[1:2] == [self._key]:
-                self.starts.append((int(words[2]) - self._interval_us) / 1e6)
-            if seen["time"] >= self._until:
-                return
-
-    def stop(self) -> list[float]:
-        """The booked starts, in order; from now on none is read."""
-        seconds, micros = self._client.time()
-        self._until = seconds + micros / 1e6
-        self._thread.join(timeout=10)
-        assert not self._thread.is_alive(), "MONITOR showed nothing past the stop for 10 s"
-        self._client.close()
-        return sorted(self.starts)
+def rate_bookings(redis_url: str, key: str) -> Monitored:
+    """Watch the bookings of the rate limit whose state is ``key``."""
+    return Monitored(redis_url, lambda kind, words: kind == "lua" and words[0].upper() == "SET" and words[1:2] == [key])
 
 
 def assert_starts_follow_bookings(starts_monotonic: Sequence[float], booked: Sequence[float],
@@ -115,10 +91,10 @@ def test_two_consumers_start_at_most_the_limit_per_second(kind: str, start: Call
     h = handle_async if kind == "tasks" else handle
     start(h, **options)
     start(h, **options)
-    bookings = Bookings(redis_url, K.rate, 50_000)
+    bookings = rate_bookings(redis_url, K.rate)
     producer.publish_many("q", list(range(60)))
     wait_for(lambda: len(s.times) == 60, timeout_s=10)
-    assert_starts_follow_bookings(s.times, bookings.stop(), 0.05)
+    assert_starts_follow_bookings(s.times, booked_starts(bookings, 50_000), 0.05)
     span = max(s.times) - min(s.times)
     assert 59 / span >= 0.95 * 20 * 0.95, f"{59 / span:.1f}/s"  # (the clock gap between Redis and us aside)
 

@@ -14,7 +14,7 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
-from tests.test_rate_limit import Bookings, assert_starts_follow_bookings
+from tests.test_rate_limit import assert_starts_follow_bookings, booked_starts, rate_bookings
 
 K = QueueKeys("smq", "q")
 
@@ -31,13 +31,13 @@ def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_
     a = supervise({"q": queue}, name="a")
     b = supervise({"q": {**queue, "concurrency": 4}}, name="b")
     wait_for(lambda: redis_client.hlen(K.consumers) == 4, timeout_s=20)
-    bookings = Bookings(redis_url, K.rate, 20_000)
+    bookings = rate_bookings(redis_url, K.rate)
     with Producer(redis_url) as p:
         p.publish_many("q", list(range(3500)))
     began = time.monotonic()
     wait_for(lambda: time.monotonic() - began >= 30, timeout_s=40, interval_s=0.5)
     stopped = time.monotonic()
-    booked = bookings.stop()  # (every start before ``stopped`` was booked by then)
+    booked = booked_starts(bookings, 20_000)  # (every start before ``stopped`` was booked by then)
     starts = [e["t"] for e in a.events("done") + b.events("done")]
     first = min(starts)
     window = [t for t in starts if t < first + 30]
