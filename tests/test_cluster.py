@@ -20,7 +20,7 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, free_port
 from tests import procs
-from tests.helpers import wait_for
+from tests.helpers import Monitored, wait_for
 from tests.inproc import NS, Running
 from tests.topology import ClusterTopology, SentinelTopology
 
@@ -128,6 +128,22 @@ def test_wait_replicas_confirms_a_publish_on_a_replicated_master(sentinel_group:
                 send()
             assert caught.value.replicas == 1 and caught.value.message_ids
     assert Broker(url, NS).sizes("q")["pending"] == 8
+
+
+def test_a_publish_sent_again_by_text_is_confirmed_by_a_wait_after_it(sentinel_group: SentinelTopology) -> None:
+    """A master whose script cache is empty (a promoted replica, a restart) refuses a batch's publish
+    with NOSCRIPT; the publish goes again by EVAL, and wait_replicas is confirmed by a WAIT sent after
+    that EVAL, not by the batch's own WAIT, which ran before it."""
+    sentinel_group.client(sentinel_group.master).script_flush()
+    writes = Monitored(sentinel_group.master.url, lambda kind, words: kind != "lua" and words[0].upper() in (
+        "EVAL", "EVALSHA", "WAIT"))
+    with Producer(sentinel_group.url, wait_replicas=1) as p:
+        p.publish_many("q", [1, 2, 3])  # a producer's first publish: one batch with the registry
+    order = [words[0].upper() for _, words in writes.stop()]
+    assert "EVAL" in order, order
+    last_eval = max(i for i, name in enumerate(order) if name == "EVAL")
+    assert "WAIT" in order[last_eval:], order
+    assert Broker(sentinel_group.url, NS).sizes("q")["pending"] == 3
 
 
 def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: str, caplog: Any) -> None:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Generic, Optional, TypeVar
+from typing import Any, Generic, Optional, TypeVar, cast
 
 import redis
 from redis.exceptions import NoScriptError, ResponseError
@@ -147,7 +147,31 @@ class Batch:
             pipe.execute_command(*self._commands[i])  # type: ignore[no-untyped-call]
         pipe.connection = connection
         replies: list[Any] = pipe.execute(raise_on_error=False)
+        unknown = [n for n, (i, reply) in enumerate(zip(indexes, replies))
+                   if self._calls[i] is not None and isinstance(reply, NoScriptError)]
+        if unknown:
+            self._again_by_text(client, indexes, replies, unknown)
         return [self._read(i, reply) for i, reply in zip(indexes, replies)]
+
+    def _again_by_text(self, client: "redis.Redis", indexes: Sequence[int], replies: list[Any],
+                       unknown: Sequence[int]) -> None:
+        """Send again by their text (EVAL) the script calls at positions
+        ``unknown`` of ``replies`` that NOSCRIPT refused (they did not run),
+        in order, on one connection of ``client``; then the batch's WAITs
+        again on it. A WAIT that ran in the pipeline came before these
+        writes and so confirmed none of them; one sent after them on the
+        same master confirms them and everything before (the replication
+        stream is one). Their replies replace the refusals in ``replies``."""
+        conn = client.connection_pool.get_connection()
+        try:
+            for n in unknown:
+                call = cast(Call[Any], self._calls[indexes[n]])
+                replies[n] = _reply(conn, "EVAL", call.script.text, len(call.keys), *call.keys, *call.args)
+            for n, i in enumerate(indexes):
+                if self.is_wait(i):
+                    replies[n] = _reply(conn, *self._commands[i])
+        finally:
+            client.connection_pool.release(conn)
 
     def run_one(self, client: Any, i: int) -> Any:
         """Command ``i`` sent alone on ``client`` (its error raised)."""
@@ -156,14 +180,17 @@ class Batch:
 
     def _read(self, i: int, reply: Any) -> Any:
         call = self._calls[i]
-        if call is None:
-            return reply
-        if isinstance(reply, NoScriptError):
-            try:
-                reply = self._client.eval(call.script.text, len(call.keys), *call.keys, *call.args)
-            except ResponseError as exc:
-                return exc
-        return reply if isinstance(reply, Exception) else call.read(reply)
+        return reply if call is None or isinstance(reply, Exception) else call.read(reply)
+
+
+def _reply(conn: Any, *args: Any) -> Any:
+    """Send one command on a connection held by the caller; its reply, or
+    the error Redis answered with (a lost connection raises)."""
+    conn.send_command(*args)
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
 
 
 _ACK = Script("ack")
