@@ -114,7 +114,9 @@ class Operations:
         clock wrote those: junk, which would otherwise stay for ever)."""
         k = self.keys(queue)
         with wrapped(f"retired consumers of {queue!r}"):
-            now_ms = ms_of(self.client.time())
+            # The clock of the server that dated the entries (a cluster's
+            # masters each have their own): skew must not shorten the watch.
+            now_ms = ms_of(self._on_node(queue, lambda client: client.time()))
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
             pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
