@@ -14,7 +14,7 @@ import pytest
 from smqsup import validate
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated
+from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
 from smqsup.flight import make_consumer
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
@@ -111,6 +111,44 @@ def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: C
         for r in runs:
             r.stop()
     assert len(published) == 3000 and max(seen.values()) == 1
+
+
+def test_a_master_restarted_in_place_is_followed_by_consumers_and_producers(fresh_cluster: ClusterTopology) -> None:
+    """The queue's master stops while a sequential and a concurrent consumer wait on it in BLMOVE and
+    starts again on its port (no failover): both consumers and a producer go on by themselves, every
+    message handled once."""
+    url = fresh_cluster.url
+    seen: collections.Counter[int] = collections.Counter()
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            seen[m.body] += 1
+    runs = [Running(url, QueueConfig("q", "x:y"), handle), Running(url, QueueConfig("q", "x:y", concurrency=4), handle)]
+    try:
+        with Producer(url) as p:
+            p.publish_many("q", list(range(500)))
+            wait_for(lambda: len(seen) == 500, timeout_s=20)
+            master = fresh_cluster.master_for_key(K.pending)
+            wait_for(lambda: fresh_cluster.client(master).info("clients")["blocked_clients"] >= 2,
+                     message="the consumers never blocked in BLMOVE")
+            fresh_cluster.restart_in_place(master)
+            # The producer's connection to the old process is gone: its next batch goes out
+            # on a new one (a batch refused as not sent is the caller's to send again).
+            wait_for(lambda: _sent(p, list(range(500, 1000))), timeout_s=20)
+        wait_for(lambda: len(seen) == 1000, timeout_s=30, message=f"{len(seen)} of 1000 handled")
+    finally:
+        for r in runs:
+            r.stop()
+    assert max(seen.values()) == 1 and fresh_cluster.master_for_key(K.pending).port == master.port
+
+
+def _sent(producer: Producer, bodies: list[int]) -> bool:
+    try:
+        producer.publish_many("q", bodies)
+    except PublishNotSent:
+        return False
+    return True
 
 
 def test_wait_replicas_confirms_a_publish_on_a_replicated_master(sentinel_group: SentinelTopology) -> None:

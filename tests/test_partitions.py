@@ -24,6 +24,7 @@ from smqsup.producer import Producer
 from smqsup.readings import read_queues
 from tests.helpers import holds, node_of, wait_for
 from tests.inproc import NS, Running
+from tests.test_publish_options import recorder, redis_ms
 
 pytestmark = pytest.mark.topologies
 
@@ -62,6 +63,25 @@ def test_a_partition_key_keeps_related_messages_in_order_in_one_partition(
     start(lambda m: seen.append(m.id), partitions=3)
     wait_for(lambda: len(seen) == 50)
     assert seen == ids
+
+
+def test_priorities_and_delays_keep_their_meaning_within_a_partition(
+        redis_url: str, redis_client: redis.Redis, producer: Producer, start: Callable[..., Running]) -> None:
+    """Within one partition (one partition key): a priority-9 message published after 200 of priority 0 is
+    handled first, and one delayed 0.6 s waits in that partition's delayed set until the Redis clock says
+    it is due, then is handled within a second."""
+    _declare(redis_url)
+    where = QueueKeys(NS, PARTS[zlib.crc32(b"k") % 3])
+    producer.publish_many("q", list(range(200)), partition_key="k")
+    producer.publish("q", "urgent", priority=9, partition_key="k")
+    before = redis_ms(redis_client)
+    producer.publish("q", "later", delay=0.6, partition_key="k")
+    assert redis_client.zcard(where.scheduled) == 1 and redis_client.zcard(where.priority) == 1
+    seen: list[tuple[Any, int]] = []
+    start(recorder(seen, redis_client), partitions=3)
+    wait_for(lambda: len(seen) == 202, timeout_s=20)
+    assert [b for b, _ in seen] == ["urgent", *range(200), "later"]
+    assert before + 600 <= seen[-1][1] <= before + 1600
 
 
 def test_dedup_keys_deduplicate_across_a_partitioned_queue(redis_url: str, producer: Producer) -> None:

@@ -325,6 +325,19 @@ class ClusterTopology(_Clients):
         _wait(lambda: _unmet_replica(self, node, heir), timeout_s,
               f"node :{node.port} did not rejoin as the replica of :{heir.port}")
 
+    def restart_in_place(self, master: RedisServer, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Stop a first-generation master gracefully (SIGTERM: its AOF flushed) and start it
+        again on its port with its data, its replica told not to take over meanwhile (a
+        restart for maintenance, not a failover); wait until the cluster is as ``start``
+        made it again, every node saying cluster_state:ok."""
+        i = self.nodes.index(master)
+        if i >= MASTERS or master in self.killed:
+            raise ValueError(f"node :{master.port} is not a first-generation master")
+        _raw(self.client(self.nodes[MASTERS + i]), "CONFIG", "SET", "cluster-replica-no-failover", "yes")
+        master.stop()
+        master.start()
+        _wait(self._unmet_ready, timeout_s, f"the cluster did not take :{master.port} back")
+
     def flushall(self) -> None:
         """FLUSHALL every live master, each followed by WAIT for its replicas (same connection)."""
         for master in self.masters():

@@ -68,8 +68,12 @@ class Heartbeats:
             queue = logical_name(part)
             dead = by_id.get(cid)
             if dead is not None and not dead.stopping:
-                log.warning("queue %s: consumer #%d (pid %d) was declared dead by the garbage collector "
-                            "(its messages were requeued); replacing it", queue, dead.index, dead.pid)
+                # Not registered there: the collector declared it dead (and
+                # requeued its messages), or the queue gained partitions since
+                # it registered in those it had.
+                log.warning("queue %s: consumer #%d (pid %d) is not registered in %s (declared dead by the "
+                            "garbage collector, or the queue gained partitions since it started); replacing it",
+                            queue, dead.index, dead.pid, part)
                 self.pool.stop(dead, StopReason.DECLARED_DEAD)
 
     def _refused(self, refused: dict[str, str]) -> None:
