@@ -74,18 +74,24 @@ def _move_slot(cluster: ClusterTopology, key: str, to: RedisServer) -> None:
         cluster.client(m).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
 
 
-@pytest.mark.timeout(90)
-def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: ClusterTopology) -> None:
-    """The queue's slot migrates to another master (ASK, TRYAGAIN, then MOVED) while a sequential and a
-    concurrent consumer handle and a producer publishes: every message is handled, none twice."""
-    url = fresh_cluster.url
+def _two_consumers(url: str) -> tuple[collections.Counter[int], list[Running]]:
+    """A sequential and a concurrent (4) consumer of "q", counting how often each body was handled."""
     seen: collections.Counter[int] = collections.Counter()
     lock = threading.Lock()
 
     def handle(m: Any) -> None:
         with lock:
             seen[m.body] += 1
-    runs = [Running(url, QueueConfig("q", "x:y"), handle), Running(url, QueueConfig("q", "x:y", concurrency=4), handle)]
+    return seen, [Running(url, QueueConfig("q", "x:y"), handle),
+                  Running(url, QueueConfig("q", "x:y", concurrency=4), handle)]
+
+
+@pytest.mark.timeout(90)
+def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: ClusterTopology) -> None:
+    """The queue's slot migrates to another master (ASK, TRYAGAIN, then MOVED) while a sequential and a
+    concurrent consumer handle and a producer publishes: every message is handled, none twice."""
+    url = fresh_cluster.url
+    seen, runs = _two_consumers(url)
     published: list[int] = []
     moved = threading.Event()
 
@@ -118,13 +124,7 @@ def test_a_master_restarted_in_place_is_followed_by_consumers_and_producers(fres
     starts again on its port (no failover): both consumers and a producer go on by themselves, every
     message handled once."""
     url = fresh_cluster.url
-    seen: collections.Counter[int] = collections.Counter()
-    lock = threading.Lock()
-
-    def handle(m: Any) -> None:
-        with lock:
-            seen[m.body] += 1
-    runs = [Running(url, QueueConfig("q", "x:y"), handle), Running(url, QueueConfig("q", "x:y", concurrency=4), handle)]
+    seen, runs = _two_consumers(url)
     try:
         with Producer(url) as p:
             p.publish_many("q", list(range(500)))
