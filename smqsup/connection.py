@@ -59,7 +59,7 @@ def connect(
     """A redis-py client for ``url`` (redis://, rediss://, unix://, sentinel://,
     redis+cluster://, rediss+cluster://) with automatic retries disabled.
     Connects lazily, but for a cluster, whose slot map is read at once
-    (BrokerConnectionError if no seed node answers).
+    (BrokerConnectionError if no seed node can be read from).
 
     ``client_name`` is set with CLIENT SETNAME on each new connection where
     Redis allows it; a refusal (an ACL user without CLIENT) is warned about
@@ -116,8 +116,9 @@ def _connect_cluster(url: str, options: dict[str, Any]) -> RedisCluster:
     try:
         nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
         return RedisCluster.from_url(first, startup_nodes=nodes, **options)
-    except rexc.RedisClusterException as exc:  # no seed answered (redis-py reads the map at once)
-        raise rexc.ConnectionError(f"no seed node of the cluster answers: {exc}") from None
+    except rexc.RedisClusterException as exc:  # no seed served the map (redis-py reads it at once)
+        # (Unreachable, or reached but refused: a TLS certificate, a password.)
+        raise rexc.ConnectionError(f"no seed node of the cluster could be read from: {exc}") from None
 
 
 def _netloc(host: str, port: int) -> str:

@@ -3,12 +3,14 @@ private redis-server processes and the real ``smqsup`` command."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +21,15 @@ import redis
 
 from smqsup import keys, logs, message
 from smqsup.broker import Broker
-from smqsup.errors import BrokerError, RedisServerError
+from smqsup.config import QueueConfig
+from smqsup.errors import BrokerConnectionError, BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server, free_port
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for
+from tests.inproc import NS, Running
 
 #: The password of every test user: distinctive, so a leak is easy to grep.
 PASSWORD = "Acl-Pa55word-7f3e"
@@ -461,3 +465,147 @@ def test_a_client_certificate_is_given_in_the_url(start_tls: Callable[[str], Tls
         mid = p.publish("q", "with a client certificate")
     [frame] = tls.admin.lrange(Q.pending, 0, -1)
     assert message.decode(frame).id == mid
+
+
+# --- 7. Redis Cluster over TLS ----------------------------------------------------------
+
+#: The TLS cluster's masters' slots, split as redis-cli splits them.
+CLUSTER_SLOT_RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
+
+
+@dataclass
+class TlsCluster:
+    """3 started cluster masters speaking TLS only (``ports``), each with its default user on its plain
+    unix socket (``admins``, for forming the cluster and looking at the keys each node holds)."""
+
+    nodes: list[RedisServer]
+    ports: list[int]
+    admins: list[redis.Redis]
+
+    def url(self, ca: Path) -> str:
+        """The rediss+cluster:// url of the README's ACL user trusting ``ca``: one seed, the first master."""
+        return f"rediss+cluster://smqsup:{PASSWORD}@127.0.0.1:{self.ports[0]}/?ssl_ca_certs={ca}"
+
+    def holders(self, key: str) -> list[int]:
+        """The TLS ports of the nodes that hold ``key`` themselves (KEYS lists a node's own keys only)."""
+        return [port for port, admin in zip(self.ports, self.admins) if admin.keys(key)]
+
+
+def _cluster_unready(admins: list[redis.Redis]) -> str:
+    """'' once every node says cluster_state:ok, else the CLUSTER INFO line of the first node that does not."""
+    for admin in admins:
+        info = admin.execute_command("CLUSTER", "INFO")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        if "cluster_state:ok" not in text:
+            return f"{admin}: {[line for line in text.split() if line.startswith('cluster_state')]}"
+    return ""
+
+
+@pytest.fixture
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[TlsCluster]:
+    """A Redis Cluster of 3 masters (no replicas) speaking TLS only, on the client port and on the cluster
+    bus (``--tls-cluster yes``), with the README's ACL user on every node. Uses the first redis-server
+    built with TLS, as ``start_tls`` does (skipped saying so without one; failed under .ci/run)."""
+    from tests.topology import _free_ports
+
+    ports = _free_ports(len(CLUSTER_SLOT_RANGES), bus=True)  # with tls-cluster the bus is tls-port + 10000
+    cluster = TlsCluster([], ports, [])
+
+    def tls_args(port: int) -> list[str]:
+        return ["--tls-port", str(port), "--tls-cert-file", str(certs.server_cert),
+                "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
+                "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes",
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"]
+
+    def started(binary: str, port: int) -> RedisServer:
+        s = RedisServer(tmp_path_factory.mktemp("redis-tls-cluster"), binary=binary, extra_args=tls_args(port))
+        s.start()
+        cluster.nodes.append(s)
+        cluster.admins.append(redis.Redis.from_url(f"unix://{s.socket_path}"))
+        return s
+
+    try:
+        problems = []
+        for binary in _redis_server_binaries():
+            try:
+                started(binary, ports[0])
+            except RedisServerError as error:
+                problems.append(f"{binary}: {str(error).splitlines()[-1]}")
+                continue
+            break
+        else:
+            missing_tool(f"no redis-server built with TLS ({'; '.join(problems)}): apt-get install redis-server")
+        for port in ports[1:]:
+            started(binary, port)
+        for epoch, (admin, (first, last)) in enumerate(zip(cluster.admins, CLUSTER_SLOT_RANGES), start=1):
+            admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
+            admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
+            admin.execute_command(*readme_acl_words())
+        for port in ports[1:]:
+            cluster.admins[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+        unready = [""]
+
+        def ready() -> bool:
+            unready[0] = _cluster_unready(cluster.admins)
+            return not unready[0]
+        try:
+            wait_for(ready, timeout_s=20, interval_s=0.05)
+        except AssertionError:
+            raise AssertionError(f"the TLS cluster did not become ready within 20 s: {unready[0]}") from None
+        yield cluster
+    finally:
+        for admin in cluster.admins:
+            admin.close()
+        for node in cluster.nodes:
+            node.stop()
+
+
+def test_a_tls_cluster_is_found_from_one_seed_and_a_wrong_ca_is_one_line(
+        tls_cluster: TlsCluster, certs: Certs) -> None:
+    """rediss+cluster:// from one seed: 3 masters found, plain and 3-partition queues handled once; bad CA: 1 line."""
+    url = tls_cluster.url(certs.ca)
+    broker = Broker(url, NS)
+    try:
+        assert broker.declare_partitions("p", 3) == 3
+        discovered = sorted(node.port for node in broker.client.get_primaries())
+    finally:
+        broker.close()
+    assert discovered == sorted(tls_cluster.ports)  # the other two masters were found from the seed, over TLS
+
+    with Producer(url) as producer:
+        producer.publish_many("q", [f"q{i}" for i in range(50)])
+        for i in range(60):
+            producer.publish("p", f"p{i}")  # without a key: the partitions in turn, 20 each
+    [q_home] = tls_cluster.holders(Q.pending)
+    homes: dict[str, int] = {}
+    for part in keys.partition_names("p", 3):
+        [homes[part]] = tls_cluster.holders(QueueKeys(NS, part).pending)
+        assert tls_cluster.admins[tls_cluster.ports.index(homes[part])].llen(QueueKeys(NS, part).pending) == 20
+    assert sorted(homes.values()) == sorted(tls_cluster.ports), homes  # the partitions live on all 3 masters
+
+    seen: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            seen[m.body] += 1
+
+    runs = [Running(url, QueueConfig("q", "x:y"), handle), Running(url, QueueConfig("p", "x:y", partitions=3), handle)]
+    try:
+        wait_for(lambda: len(seen) == 110, timeout_s=20, message="not all 110 messages were handled over TLS")
+    finally:
+        for run in runs:
+            run.stop()
+    assert set(seen) == {f"q{i}" for i in range(50)} | {f"p{i}" for i in range(60)} and max(seen.values()) == 1
+
+    bad = tls_cluster.url(certs.other_ca)
+    with pytest.raises(BrokerConnectionError) as caught:
+        Producer(bad)
+    text = str(caught.value)
+    assert "certificate verify failed" in text and "\n" not in text and PASSWORD not in text, text
+    r = procs.run("publish", "--url", bad, "q", '"x"')
+    assert r.returncode == 1, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "certificate verify failed" in line, line
+    assert PASSWORD not in r.stderr + r.stdout
+    assert tls_cluster.admins[tls_cluster.ports.index(q_home)].llen(Q.pending) == 0  # all consumed, "x" not queued
