@@ -60,18 +60,31 @@ def test_no_seed_answering_is_a_connection_error_without_the_password() -> None:
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def _move_slot(cluster: ClusterTopology, key: str, to: RedisServer) -> None:
-    """Reshard as redis-cli does: the slot of ``key`` from its master to ``to``, key by key (MIGRATE)."""
+def _move_slot(cluster: ClusterTopology, key: str, to: RedisServer) -> int:
+    """Reshard as redis-cli does: the slot of ``key`` from its master to ``to``, key by key (MIGRATE),
+    holding the slot half-moved until a client of it has been refused there (ASK or TRYAGAIN: the
+    source's INFO errorstats); how many such refusals the source counted."""
     src = cluster.master_for_key(key)
     a, b = cluster.client(src), cluster.client(to)
+    before = _refusals(a)
     slot = int(a.execute_command("CLUSTER", "KEYSLOT", key))
     src_id, dst_id = a.execute_command("CLUSTER", "MYID"), b.execute_command("CLUSTER", "MYID")
     b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
     a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    if keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1):
+        a.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+    wait_for(lambda: _refusals(a) > before, timeout_s=10, message="no client met the slot half-moved")
     while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10):
         a.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
     for m in cluster.masters():
         cluster.client(m).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    return _refusals(a) - before
+
+
+def _refusals(client: Any) -> int:
+    """ASK and TRYAGAIN replies a server has given (INFO errorstats)."""
+    stats = client.info("errorstats")
+    return sum(int(stats.get(f"errorstat_{kind}", {}).get("count", 0)) for kind in ("ASK", "TRYAGAIN"))
 
 
 def _two_consumers(url: str) -> tuple[collections.Counter[int], list[Running]]:
@@ -107,7 +120,7 @@ def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: C
         producer.start()
         wait_for(lambda: len(seen) >= 300, timeout_s=20)
         other = next(m for m in fresh_cluster.masters() if m is not fresh_cluster.master_for_key(K.pending))
-        _move_slot(fresh_cluster, K.pending, other)
+        refused = _move_slot(fresh_cluster, K.pending, other)
         moved.set()
         producer.join(60)
         assert fresh_cluster.master_for_key(K.pending).port == other.port
@@ -116,7 +129,7 @@ def test_a_live_resharding_moves_a_busy_queue_and_loses_nothing(fresh_cluster: C
         moved.set()
         for r in runs:
             r.stop()
-    assert len(published) == 3000 and max(seen.values()) == 1
+    assert len(published) == 3000 and max(seen.values()) == 1 and refused > 0
 
 
 def test_a_master_restarted_in_place_is_followed_by_consumers_and_producers(fresh_cluster: ClusterTopology) -> None:
