@@ -22,6 +22,8 @@ from smqsup.producer import Producer
 from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
+pytestmark = pytest.mark.topologies
+
 K = QueueKeys(NS, "q")
 
 
