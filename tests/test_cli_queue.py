@@ -23,6 +23,8 @@ from tests import procs
 from tests.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 
+pytestmark = pytest.mark.topologies
+
 K = QueueKeys("smq", "q")
 
 
@@ -209,7 +211,6 @@ def test_messages_json_is_strict_ascii_whatever_the_bytes(redis_url: str, redis_
 # --- remove ------------------------------------------------------------------
 
 
-@pytest.mark.topologies
 def test_remove_deletes_waiting_messages_and_leaves_a_held_one(
         redis_url: str, redis_client: "redis.Redis", every_state: dict[str, str]) -> None:
     """A pending, a scheduled and a retry waiting are removed; the held one and an unknown id are not: exit 1."""
