@@ -23,6 +23,8 @@ from tests import procs
 from tests.handlers import read_events
 from tests.helpers import client_for, wait_for
 
+pytestmark = pytest.mark.topologies
+
 K = QueueKeys("smq", "q")
 
 

@@ -22,6 +22,8 @@ from tests import procs
 from tests.handlers import read_events
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.topologies
+
 Q = QueueKeys("smq", "q")
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from smqsup import message
@@ -24,6 +25,8 @@ from tests import procs
 from tests.helpers import holds, wait_for
 
 Supervise = Callable[..., procs.Supervisor]
+
+pytestmark = pytest.mark.topologies
 
 Q = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}

@@ -28,6 +28,8 @@ from tests.helpers import wait_for
 
 Supervise = Callable[..., procs.Supervisor]
 
+pytestmark = pytest.mark.topologies
+
 Q = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
 TIMED = {"q": {"handler": "tests.handlers:timed"}}
