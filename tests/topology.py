@@ -2,7 +2,7 @@
 master with one replica watched by 3 Sentinels, all on free loopback ports.
 
 Every process is a child of the test process, in a temporary directory of its own;
-the shared Redis on 6379 is never touched. Readiness and failover are waited for
+the machine's shared Redis is never touched. Readiness and failover are waited for
 with a deadline on what the servers themselves report, never with a sleep; a
 missed deadline raises AssertionError naming the condition still unmet.
 """
@@ -100,7 +100,7 @@ class _Clients:
         self._clients.clear()
 
 
-def _wait(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> None:
+def wait_until(check: Callable[[], Optional[str]], timeout_s: float, what: str) -> None:
     """Wait until ``check`` returns None (it returns what is still missing otherwise; a
     RedisError counts as missing). On timeout raise AssertionError with the last reason."""
     last = ["never checked"]
@@ -144,7 +144,7 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _free_ports(count: int, *, bus: bool = False) -> list[int]:
+def free_ports(count: int, *, bus: bool = False) -> list[int]:
     """``count`` distinct ports free a moment ago; with ``bus``, each one's cluster bus port
     (+ BUS_PORT_OFFSET) is free too and clashes with none of the others. Another process
     may take one before our server binds it: a race tests accept (see ``free_port``)."""
@@ -162,6 +162,30 @@ def _free_ports(count: int, *, bus: bool = False) -> list[int]:
 def _slot_range(i: int) -> tuple[int, int]:
     """First and last slot of master ``i``, split as redis-cli splits them."""
     return i * SLOTS // MASTERS, (i + 1) * SLOTS // MASTERS - 1
+
+
+def assign_and_meet(clients: Sequence[redis.Redis], ports: Sequence[int]) -> None:
+    """Make one cluster of fresh nodes: node ``i`` (a client of it, and the port the others
+    reach it on) gets config epoch i+1; the first MASTERS get the slots, split as redis-cli
+    splits them; the first node MEETs every other. Gossip does the rest (wait for it)."""
+    # Distinct config epochs before MEET (redis-cli does the same): without them the
+    # nodes settle epoch collisions themselves, later, and a failover may wait on it.
+    for epoch, c in enumerate(clients, start=1):
+        _raw(c, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+    for i, c in enumerate(clients[:MASTERS]):
+        first, last = _slot_range(i)
+        _raw(c, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
+    for port in ports[1:]:
+        _raw(clients[0], "CLUSTER", "MEET", "127.0.0.1", port)
+
+
+def unmet_cluster_ok(clients: Sequence[redis.Redis]) -> Optional[str]:
+    """None once every node says cluster_state:ok, else the first that does not."""
+    for c in clients:
+        state = _fields(_raw(c, "CLUSTER", "INFO")).get("cluster_state")
+        if state != "ok":
+            return f"{c}: cluster_state {state}"
+    return None
 
 
 class ClusterTopology(_Clients):
@@ -198,7 +222,7 @@ class ClusterTopology(_Clients):
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS), *_REPLICATION_ARGS]
         try:
-            for i, port in enumerate(_free_ports(2 * MASTERS, bus=True)):
+            for i, port in enumerate(free_ports(2 * MASTERS, bus=True)):
                 node = RedisServer(self.base_dir / f"node{i}", port=port, appendfsync="everysec",
                                    binary=binary, extra_args=args)
                 self.nodes.append(node)
@@ -211,21 +235,13 @@ class ClusterTopology(_Clients):
 
     def _form(self, timeout_s: float) -> None:
         clients = [self.client(n) for n in self.nodes]
-        # Distinct config epochs before MEET (redis-cli does the same): without them the
-        # nodes settle epoch collisions themselves, later, and a failover may wait on it.
-        for epoch, c in enumerate(clients, start=1):
-            _raw(c, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
-        for i, c in enumerate(clients[:MASTERS]):
-            first, last = _slot_range(i)
-            _raw(c, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
-        for node in self.nodes[1:]:
-            _raw(clients[0], "CLUSTER", "MEET", "127.0.0.1", node.port or 0)
+        assign_and_meet(clients, [n.port or 0 for n in self.nodes])
         ids = [_text(_raw(c, "CLUSTER", "MYID")) for c in clients]
-        _wait(lambda: self._unmet_meet(ids), timeout_s, "the 6 cluster nodes did not all meet")
+        wait_until(lambda: self._unmet_meet(ids), timeout_s, "the 6 cluster nodes did not all meet")
         # A replica must know its master's id (gossip, waited for above) to REPLICATE it.
         for i, c in enumerate(clients[MASTERS:]):
             _raw(c, "CLUSTER", "REPLICATE", ids[i])
-        _wait(self._unmet_ready, timeout_s, "the cluster did not become ready")
+        wait_until(self._unmet_ready, timeout_s, "the cluster did not become ready")
 
     def _unmet_meet(self, ids: Sequence[str]) -> Optional[str]:
         for node in self.nodes:
@@ -309,7 +325,7 @@ class ClusterTopology(_Clients):
                     return f"node :{node.port}: cluster_state {state}, slots {first}-{last} on {served}"
             return None
 
-        _wait(unmet, timeout_s, f"replica :{heir.port} did not take over from :{dead_master.port}")
+        wait_until(unmet, timeout_s, f"replica :{heir.port} did not take over from :{dead_master.port}")
         return heir
 
     def restart(self, node: RedisServer, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -322,7 +338,7 @@ class ClusterTopology(_Clients):
             raise ValueError(f"node :{node.port} is not a killed first-generation master")
         node.start()
         heir = self.nodes[MASTERS + i]
-        _wait(lambda: _unmet_replica(self, node, heir), timeout_s,
+        wait_until(lambda: _unmet_replica(self, node, heir), timeout_s,
               f"node :{node.port} did not rejoin as the replica of :{heir.port}")
 
     def restart_in_place(self, master: RedisServer, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -333,10 +349,12 @@ class ClusterTopology(_Clients):
         i = self.nodes.index(master)
         if i >= MASTERS or master in self.killed:
             raise ValueError(f"node :{master.port} is not a first-generation master")
-        _raw(self.client(self.nodes[MASTERS + i]), "CONFIG", "SET", "cluster-replica-no-failover", "yes")
+        replica = self.client(self.nodes[MASTERS + i])
+        _raw(replica, "CONFIG", "SET", "cluster-replica-no-failover", "yes")
         master.stop()
         master.start()
-        _wait(self._unmet_ready, timeout_s, f"the cluster did not take :{master.port} back")
+        wait_until(self._unmet_ready, timeout_s, f"the cluster did not take :{master.port} back")
+        _raw(replica, "CONFIG", "SET", "cluster-replica-no-failover", "no")
 
     def flushall(self) -> None:
         """FLUSHALL every live master, each followed by WAIT for its replicas (same connection)."""
@@ -412,7 +430,7 @@ class SentinelTopology(_Clients):
         super().__init__()
         self.base_dir = base_dir
         self.binary = binary
-        m_port, r_port, *s_ports = _free_ports(5)
+        m_port, r_port, *s_ports = free_ports(5)
         self.master = RedisServer(base_dir / "master", port=m_port, appendfsync="everysec", binary=binary,
                                   extra_args=_REPLICATION_ARGS)
         self.replica = RedisServer(base_dir / "replica", port=r_port, appendfsync="everysec", binary=binary,
@@ -431,10 +449,10 @@ class SentinelTopology(_Clients):
             self.master.start()
             self.replica.start()
             # Sentinels learn replicas from the master's INFO: start them once it lists one.
-            _wait(self._unmet_link, timeout_s, "the replica did not link to the master")
+            wait_until(self._unmet_link, timeout_s, "the replica did not link to the master")
             for s in self.sentinels:
                 s.start(binary)
-            _wait(self._unmet_watch, timeout_s, "the sentinels did not settle")
+            wait_until(self._unmet_watch, timeout_s, "the sentinels did not settle")
         except BaseException:
             self.stop()
             raise
@@ -466,7 +484,7 @@ class SentinelTopology(_Clients):
             raise ValueError(f"master :{self.master.port} is running")
         self.master.extra_args = (*_REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.replica.port))
         self.master.start()
-        _wait(lambda: _unmet_replica(self, self.master, self.replica), timeout_s,
+        wait_until(lambda: _unmet_replica(self, self.master, self.replica), timeout_s,
               f"old master :{self.master.port} did not link to :{self.replica.port}")
 
     def wait_failover(self, timeout_s: float = FAILOVER_TIMEOUT_S) -> None:
@@ -484,7 +502,7 @@ class SentinelTopology(_Clients):
                     return f"sentinel :{s.port} names {addr} as master, flags {flags}"
             return None
 
-        _wait(unmet, timeout_s, f"the sentinels did not fail over to :{self.replica.port}")
+        wait_until(unmet, timeout_s, f"the sentinels did not fail over to :{self.replica.port}")
 
     def stop(self) -> None:
         """Stop the sentinels first (no failover while stopping), then replica and master."""
