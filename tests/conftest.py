@@ -1,4 +1,4 @@
-"""Pytest fixtures: a private, real redis-server per test (never the shared one on 6379),
+"""Pytest fixtures: a private, real redis-server per test (never the machine's shared one),
 real Redis Cluster and Sentinel topologies, and the real ``smqsup -c FILE`` supervisor
 run against them."""
 

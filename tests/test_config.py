@@ -50,7 +50,7 @@ def test_good_file_loads_with_coerced_values() -> None:
     cfg = config.load(CONFIGS / "good.yaml")
     assert cfg.path == CONFIGS / "good.yaml"
     assert cfg.redis == config.RedisConfig(
-        url="redis://127.0.0.1:6379/0", data_dir=CONFIGS / "data", appendfsync="no"
+        url="redis://127.0.0.1:1/0", data_dir=CONFIGS / "data", appendfsync="no"
     )
     assert not cfg.redis.embedded
     assert cfg.namespace == "shop.prod"
@@ -514,8 +514,8 @@ def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
 
 def test_from_url_builds_a_queueless_config() -> None:
     """from_url gives a Config with only the url and namespace set."""
-    cfg = config.from_url("redis://127.0.0.1:6379/0", "other")
-    assert cfg.redis.url == "redis://127.0.0.1:6379/0"
+    cfg = config.from_url("redis://127.0.0.1:1/0", "other")
+    assert cfg.redis.url == "redis://127.0.0.1:1/0"
     assert (cfg.namespace, cfg.queues, cfg.path) == ("other", {}, Path("<url>"))
 
 
