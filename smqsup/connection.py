@@ -80,8 +80,9 @@ def connect(
         options["redis_connect_func"] = _handshake(client_name, handshake=not clustered)
     try:
         if clustered:
+            first, seeds = _cluster_seeds(url, options)
             with wrapped("read the slot map of the Redis Cluster"):
-                return _connect_cluster(url, options)  # type: ignore[return-value]
+                return _connect_cluster(first, seeds, options)  # type: ignore[return-value]
         if url.startswith("sentinel://"):
             return _connect_sentinel(url, options)
         return _connect_url(url, options)
@@ -93,13 +94,13 @@ def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
 
 
-def _connect_cluster(url: str, options: dict[str, Any]) -> RedisCluster:
-    """A RedisCluster client for ``redis+cluster://[user:password@]host:port
-    [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS).
-    The hosts are seed nodes: the client reads the slot map from the first
-    that answers and finds the others. A cluster has one database: a path
-    naming another is a ValueError. ``options`` are redis-py's (retries off).
-    Connects now (to read the slot map): a ConnectionError if no seed answers."""
+def _cluster_seeds(url: str, options: dict[str, Any]) -> tuple[str, list[tuple[str, int]]]:
+    """The seed nodes of ``redis+cluster://[user:password@]host:port
+    [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS),
+    and the url of the first as a one-server url, its options checked as a
+    one-server url's are (no I/O): else a misspelt option or a NaN timeout
+    would only fail once a node answers. A cluster has one database: a path
+    naming another is a ValueError; a bad option raises what redis-py does."""
     parts = urlsplit(url)
     scheme = CLUSTER_SCHEMES[parts.scheme.lower()]
     userinfo, _, hosts = parts.netloc.rpartition("@")
@@ -110,9 +111,15 @@ def _connect_cluster(url: str, options: dict[str, Any]) -> RedisCluster:
         raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
     host, port = seeds[0]
     first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
-    # The query's options checked as a one-server url's are (no I/O): else a
-    # misspelt option or a NaN timeout would only fail once a node answers.
     _connect_url(first, options).close()
+    return first, seeds
+
+
+def _connect_cluster(first: str, seeds: list[tuple[str, int]], options: dict[str, Any]) -> RedisCluster:
+    """A RedisCluster client that reads the slot map from the first of the
+    ``seeds`` that answers (``first``: its url) and finds the other nodes.
+    ``options`` are redis-py's (retries off). Connects now: a
+    ConnectionError if no seed serves the map."""
     try:
         nodes = [ClusterNode(h, p) for h, p in seeds]  # type: ignore[no-untyped-call]
         return RedisCluster.from_url(first, startup_nodes=nodes, **options)

@@ -262,11 +262,14 @@ def test_hostile_producer_wait_settings_are_one_line_before_anything_is_sent(opt
     assert len(str(caught.value)) < 300
 
 
-@pytest.mark.parametrize("query", ["socket_timeout=nan", "socket_timeout=-5", "foo=bar", "socket_timeout=1e999"])
-def test_a_bad_option_in_a_cluster_url_is_a_config_error_before_any_node_answers(query: str) -> None:
+@pytest.mark.parametrize(("scheme", "query"), [
+    *[(scheme, query) for scheme in ("redis+cluster", "rediss+cluster")
+      for query in ("socket_timeout=nan", "socket_timeout=-5", "foo=bar", "socket_timeout=1e999")],
+    ("rediss+cluster", "ssl_cert_reqs=bogus"), ("rediss+cluster", "ssl_cert_reqs=" + "x" * 5000)])
+def test_a_bad_option_in_a_cluster_url_is_a_config_error_before_any_node_answers(scheme: str, query: str) -> None:
     """A cluster url's options are checked as a one-server url's are: one line naming redis.url, the
     password masked, even while no seed answers."""
-    url = f"redis+cluster://:secret-pw@127.0.0.1:{free_port()}/?{query}"
+    url = f"{scheme}://:secret-pw@127.0.0.1:{free_port()}/?{query}"
     with pytest.raises(ConfigError, match="redis.url") as caught:
         Broker(url)
     assert "secret-pw" not in str(caught.value) and "\n" not in str(caught.value)
