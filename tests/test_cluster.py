@@ -1,11 +1,14 @@
 """Redis Cluster and replication as users meet them: redis+cluster:// urls
 (good and hostile), a live resharding under a running consumer and
-producer, and ``wait_replicas`` on a replicated and a lone server."""
+producer, and ``wait_replicas`` on a replicated and a lone server and on a
+cluster with one replica stopped."""
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
+import signal
 import threading
 from typing import Any
 
@@ -17,6 +20,7 @@ from smqsup.config import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
 from smqsup.flight import make_consumer
 from smqsup.keys import QueueKeys
+from smqsup.message import peek_id
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, free_port
 from tests import procs
@@ -179,6 +183,66 @@ def test_wait_replicas_confirms_a_publish_on_a_replicated_master(sentinel_group:
                 send()
             assert caught.value.replicas == 1 and caught.value.message_ids
     assert Broker(url, NS).sizes("q")["pending"] == 8
+
+
+def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_its_master_only(
+        redis_cluster: ClusterTopology, caplog: Any) -> None:
+    """A 3-partition queue on the cluster, the replica of one partition's master SIGSTOPped (connected,
+    acking nothing): with wait_replicas 1, exactly the publishes that land on that master raise
+    PublishNotReplicated (0 of 1), the others are confirmed; a consumer handles every message, saying
+    once that its acks there were not replicated; once the replica runs again, publishes there are
+    confirmed again."""
+    url = redis_cluster.url
+    Broker(url, NS).declare_partitions("q", 3)
+    parts = ["q", "q~1", "q~2"]
+    master = redis_cluster.master_for_key(QueueKeys(NS, "q~1").pending)
+    behind = {p for p in parts if redis_cluster.master_for_key(QueueKeys(NS, p).pending).port == master.port}
+    replica = redis_cluster.replica_of(master)
+    assert replica.pid is not None
+    confirmed: list[str] = []
+    refused: list[str] = []
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        with Producer(url, wait_replicas=1, wait_timeout=0.1) as p:
+            for body in range(6):
+                try:
+                    confirmed.append(p.publish("q", body))
+                except PublishNotReplicated as exc:
+                    assert exc.replicas == 0 and "0 of 1 replica" in str(exc), exc
+                    refused.extend(exc.message_ids)
+        on = {peek_id(frame): part for part in parts
+              for frame in redis_cluster.client(redis_cluster.master_for_key(QueueKeys(NS, part).pending)).lrange(
+                  QueueKeys(NS, part).pending, 0, -1)}
+        seen: list[int] = []
+        consumer = make_consumer(Broker(url, NS, wait_replicas=1, wait_timeout_s=0.05),
+                                 QueueConfig("q", "x:y", partitions=3), lambda m: seen.append(m.body),
+                                 fetch_block_s=0.2)
+        caplog.set_level(logging.WARNING)
+        runner = threading.Thread(target=consumer.run)
+        runner.start()
+        try:
+            wait_for(lambda: len(seen) == 6, message=f"{len(seen)} of 6 handled")
+        finally:
+            consumer.request_stop()
+            runner.join(10)
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    assert sorted(seen) == list(range(6)) and len(on) == 6
+    assert refused and {on[mid] for mid in refused} <= behind, (refused, on, behind)
+    assert confirmed and not {on[mid] for mid in confirmed} & behind, (confirmed, on, behind)
+    assert sum("but 0 of 1 replica" in r.getMessage() for r in caplog.records) == 1
+    with Producer(url, wait_replicas=1, wait_timeout=0.5) as p:
+        wait_for(lambda: _replicated(p), message="the replica, running again, never confirmed")
+
+
+def _replicated(producer: Producer) -> bool:
+    """True if three publishes, one to each partition in turn, were confirmed by the replicas."""
+    try:
+        for body in range(3):
+            producer.publish("q", body)
+    except PublishNotReplicated:
+        return False
+    return True
 
 
 def test_a_publish_sent_again_by_text_is_confirmed_by_a_wait_after_it(sentinel_group: SentinelTopology) -> None:
