@@ -1,4 +1,5 @@
-"""The web UI in a real headless Chromium, against a running supervisor and producer."""
+"""The web UI in a real headless Chromium, against a running supervisor and producer, on one
+redis-server and on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ TOKEN = "browser-token"
 XSS = '<img src=x onerror="window.__xss=1">'
 #: Longest a page condition may take, in s (generous: the machine may be busy).
 WAIT_S = 30
+
+pytestmark = pytest.mark.topologies
 
 
 @pytest.fixture
