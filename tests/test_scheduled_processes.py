@@ -92,11 +92,12 @@ def handled_once_on_time(s: procs.Supervisor, client: "redis.Redis", mid: str, d
 
 def test_a_delayed_message_survives_a_supervisor_sigkill(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
-    """delay=3 s, its supervisor and consumers SIGKILLed, another started: handled once, on time."""
+    """delay=6 s, its supervisor and consumers SIGKILLed, another started: handled once, on time."""
     a = supervise(TIMED, name="a", **HB)
     procs.wait_registered(a, 1, redis_client)
     consumers = [k.pid for k in a.children()]
-    mid, due = publish_delayed(redis_url, redis_client, 3)
+    # The delay spans b's cold start (a Python process, its import and fork) on a busy machine.
+    mid, due = publish_delayed(redis_url, redis_client, 6)
     a.kill_group()
     wait_for(lambda: all(procs.gone(pid) for pid in [a.pid, *consumers]), message="a's processes live on")
     assert due_ms(redis_client, mid) == due  # still scheduled, untouched
@@ -113,7 +114,9 @@ def test_a_delayed_message_survives_a_redis_restart_with_aof(
     """redis-server SIGKILLed (appendfsync always) and restarted: the message comes back, handled once after due."""
     a = supervise(TIMED, **HB)
     procs.wait_registered(a, 1, redis_client)
-    mid, due = publish_delayed(redis_url, redis_client, 2)
+    # Down until before: the restart and a consumer's reconnection (its backoff doubles to 2 s)
+    # come well before the due time; past it: the outage spans it.
+    mid, due = publish_delayed(redis_url, redis_client, 5 if down == "until before its due time" else 2)
     redis_server.kill()
     wait_for(lambda: "Redis unavailable" in a.log(), message="the supervisor never noticed Redis went away")
     if down == "past its due time":
