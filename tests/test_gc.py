@@ -119,7 +119,9 @@ def test_leader_killed_another_leads_within_one_ttl_and_never_two(
     finally:
         done.set()
         sampler.join()
-    assert took <= TIMEOUT_S + 0.5, f"failover took {took:.2f}s for a {TIMEOUT_S}s lock"
+    # One ttl, plus room for the contenders' next tries (every 0.2 s) on a busy machine;
+    # a takeover that waited for a second ttl would take twice as long.
+    assert took <= TIMEOUT_S + 1.0, f"failover took {took:.2f}s for a {TIMEOUT_S}s lock"
     alive = {s.pid for s in group if s is not victim}
     assert new in alive
     # Every sample names one holder; after the failover only the new one; and
