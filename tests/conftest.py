@@ -18,7 +18,7 @@ from smqsup.config import QueueConfig
 from smqsup.errors import RedisServerError
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, find_redis_server
-from tests import inproc, procs
+from tests import inproc, procs, script_coverage
 from tests.helpers import client_for
 from tests.topology import ClusterTopology, SentinelTopology
 
@@ -69,7 +69,7 @@ def _module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[C
 
 @pytest.fixture
 def redis_cluster(_module_cluster: list[ClusterTopology],
-                  tmp_path_factory: pytest.TempPathFactory) -> ClusterTopology:
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
     """A Redis Cluster of 3 masters and 3 replicas (tests/topology.py), shared by the
     tests of a module and flushed for each; started afresh when an earlier test killed
     a node of it. A test that kills nodes should rather take ``fresh_cluster``."""
@@ -79,7 +79,8 @@ def redis_cluster(_module_cluster: list[ClusterTopology],
         _module_cluster.append(_started_cluster(tmp_path_factory))
     cluster = _module_cluster[0]
     cluster.flushall()
-    return cluster
+    yield cluster
+    script_coverage.record(cluster)
 
 
 @pytest.fixture
@@ -89,6 +90,7 @@ def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterT
     try:
         yield cluster
     finally:
+        script_coverage.record(cluster)
         cluster.stop()
 
 
