@@ -1,8 +1,10 @@
-"""A machine without chromium or faketime: plain pytest skips those tests
-saying why; under .ci/run ($SMQSUP_TEST_REQUIRE_TOOLS=1) they fail instead."""
+"""The test tooling: a machine without chromium or faketime (plain pytest skips those tests
+saying why; under .ci/run ($SMQSUP_TEST_REQUIRE_TOOLS=1) they fail instead), and the
+report of which Lua scripts the cluster runs covered."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +32,21 @@ def test_a_missing_tool_skips_with_its_reason_unless_ci_requires_it(tmp_path: Pa
                        capture_output=True, text=True, env=env, cwd=procs.REPO, timeout=60)
     assert outcome in r.stdout, r.stdout
     assert "frobnicator not found: apt-get install frobnicator" in r.stdout
+
+
+def test_the_script_coverage_report_names_a_script_no_cluster_ran(tmp_path: Path) -> None:
+    """Records of every script but ``take``: the report says take NEVER RAN and exits 1; with take
+    recorded by another worker too, it exits 0."""
+    from tests import script_coverage
+
+    shas = {name: sha for sha, name in script_coverage.NAMES.items()}
+    (tmp_path / "cluster-1.jsonl").write_text(json.dumps(sorted(set(shas.values()) - {shas["take"]})) + "\n[]\n")
+
+    def report() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tests.script_coverage", str(tmp_path)], capture_output=True,
+                              text=True, cwd=procs.REPO, timeout=60)
+    r = report()
+    assert r.returncode == 1 and "take                 NEVER RAN" in r.stdout, r.stdout + r.stderr
+    assert f"{len(shas) - 1} of {len(shas)} scripts" in r.stdout and r.stdout.count("NEVER RAN") == 1
+    (tmp_path / "cluster-2.jsonl").write_text(json.dumps([shas["take"]]) + "\n")
+    assert report().returncode == 0
