@@ -50,8 +50,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.stop()
 
 
-def _started_cluster(tmp_path_factory: pytest.TempPathFactory) -> ClusterTopology:
-    cluster = ClusterTopology(tmp_path_factory.mktemp("cluster"), binary=_redis_binary())
+def _started_cluster(tmp_path_factory: pytest.TempPathFactory, *, failover: bool) -> ClusterTopology:
+    cluster = ClusterTopology(tmp_path_factory.mktemp("cluster"), binary=_redis_binary(), failover=failover)
     cluster.start()
     return cluster
 
@@ -71,12 +71,13 @@ def _module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[C
 def redis_cluster(_module_cluster: list[ClusterTopology],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
     """A Redis Cluster of 3 masters and 3 replicas (tests/topology.py), shared by the
-    tests of a module and flushed for each; started afresh when an earlier test killed
-    a node of it. A test that kills nodes should rather take ``fresh_cluster``."""
+    tests of a module and flushed for each; started afresh when an earlier test left it
+    changed (a node killed, roles or slots moved). Its replicas never fail over: a test
+    that kills nodes takes ``fresh_cluster``."""
     if _module_cluster and not _module_cluster[0].intact():
         _module_cluster.pop().stop()
     if not _module_cluster:
-        _module_cluster.append(_started_cluster(tmp_path_factory))
+        _module_cluster.append(_started_cluster(tmp_path_factory, failover=False))
     cluster = _module_cluster[0]
     cluster.flushall()
     yield cluster
@@ -86,12 +87,14 @@ def redis_cluster(_module_cluster: list[ClusterTopology],
 @pytest.fixture
 def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
     """A Redis Cluster of its own for this test (for tests that kill nodes); stopped after it."""
-    cluster = _started_cluster(tmp_path_factory)
+    cluster = _started_cluster(tmp_path_factory, failover=True)
     try:
         yield cluster
     finally:
-        script_coverage.record(cluster)
-        cluster.stop()
+        try:
+            script_coverage.record(cluster)
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ The sentinels, not the test, promote the replica. They refuse a replica they see
 (no reply to their PINGs for down-after-milliseconds, 1 s), as they see this one once it
 has been stopped a second or two; but it answers within milliseconds of its SIGCONT, and
 they see the master down only a second after the kill. Were they to try first, they would
-abort and try again after 2 x failover-timeout (10 s), still within FAILOVER_TIMEOUT_S:
+abort and try again after 2 x failover-timeout (6 s), well within FAILOVER_TIMEOUT_S:
 slower, not wrong. No consumer runs: what a publish's acknowledgement guarantees is under
 test, not handling.
 """

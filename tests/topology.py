@@ -10,6 +10,7 @@ missed deadline raises AssertionError naming the condition still unmet.
 from __future__ import annotations
 
 import atexit
+import os
 import socket
 import subprocess
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup.redis_server import RedisServer, find_redis_server, free_port
+from smqsup.redis_server import RedisServer, find_redis_server
 from tests.helpers import wait_for
 
 #: Hash slots of a Redis Cluster, and how many masters/replicas ours has.
@@ -31,6 +32,9 @@ READY_TIMEOUT_S = 20.0
 FAILOVER_TIMEOUT_S = 20.0
 #: Cluster node timeout (ms): a master silent this long is failing; small so failover takes 1-3 s.
 NODE_TIMEOUT_MS = 1000
+#: The node timeout of a cluster that never fails over (ms): a node starved of CPU this long
+#: on a busy machine is rare, and one that is only marks it failing for a moment.
+STEADY_NODE_TIMEOUT_MS = 5000
 #: A cluster node's bus listens on its port + this (Redis 6.2 has no cluster-port setting).
 BUS_PORT_OFFSET = 10000
 #: The service the sentinels watch.
@@ -118,17 +122,18 @@ def wait_until(check: Callable[[], Optional[str]], timeout_s: float, what: str) 
         raise AssertionError(f"{what} within {timeout_s} s: {last[0]}") from None
 
 
-def _unmet_replica(clients: _Clients, server: RedisServer, master: RedisServer) -> Optional[str]:
+def _unmet_replica(clients: _Clients, server: RedisServer, master: RedisServer, *,
+                   aof: bool = True) -> Optional[str]:
     """None once ``server`` says ROLE slave of ``master`` with its link up, has written the
-    AOF its sync starts (a SIGTERM during that rewrite is refused, "Writing initial AOF,
-    can't exit", and stop() would wait 10 s for nothing), and ``master`` counts a replica;
-    else what is still missing."""
+    AOF its sync starts (with ``aof``: a SIGTERM during that rewrite is refused, "Writing
+    initial AOF, can't exit", and stop() would wait 10 s for nothing), and ``master``
+    counts a replica; else what is still missing."""
     info = clients.client(server).info("replication")
     seen = (info.get("role"), info.get("master_port"), info.get("master_link_status"))
     if seen != ("slave", master.port, "up"):
         return f":{server.port} says (role, master port, link) = {seen}, not ('slave', {master.port}, 'up')"
-    aof = clients.client(server).info("persistence")
-    if aof.get("aof_rewrite_in_progress") or aof.get("aof_rewrite_scheduled"):
+    persistence = clients.client(server).info("persistence") if aof else {}
+    if persistence.get("aof_rewrite_in_progress") or persistence.get("aof_rewrite_scheduled"):
         return f":{server.port} is rewriting its AOF after the sync"
     replicas = clients.client(master).info("replication").get("connected_slaves", 0)
     return None if replicas >= 1 else f"master :{master.port} counts {replicas} replicas"
@@ -144,19 +149,36 @@ def _bindable(port: int) -> bool:
     return True
 
 
+#: Topology ports come from a block of PORT_BLOCK per xdist worker from PORT_BASE on (their
+#: bus ports BUS_PORT_OFFSET above), all below the kernel's ephemeral range (32768 on): no
+#: outgoing connection and no bind(0) of another process lands on one, and the two workers
+#: never pick the same one, so nothing takes a port between our pick and our server's bind.
+#: (Five blocks fit below 22500, so the bus ports stay below 32500.)
+PORT_BASE = 20000
+PORT_BLOCK = 500
+_next_port = [0]
+
+
+def _worker_block() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = PORT_BASE + PORT_BLOCK * (int(worker) % 5 if worker.isdigit() else 0)
+    return range(first, first + PORT_BLOCK)
+
+
 def free_ports(count: int, *, bus: bool = False) -> list[int]:
-    """``count`` distinct ports free a moment ago; with ``bus``, each one's cluster bus port
-    (+ BUS_PORT_OFFSET) is free too and clashes with none of the others. Another process
-    may take one before our server binds it: a race tests accept (see ``free_port``)."""
+    """``count`` distinct ports free now, from this worker's block, each used at most once
+    per pass over the block; with ``bus``, each one's cluster bus port (+ BUS_PORT_OFFSET)
+    is free too."""
+    block = _worker_block()
     ports: list[int] = []
-    taken: set[int] = set()
-    while len(ports) < count:
-        port = free_port()
-        wanted = {port, port + BUS_PORT_OFFSET} if bus else {port}
-        if not wanted & taken and (not bus or _bindable(port + BUS_PORT_OFFSET)):
+    for _ in range(len(block)):
+        port = block[_next_port[0] % len(block)]
+        _next_port[0] += 1
+        if _bindable(port) and (not bus or _bindable(port + BUS_PORT_OFFSET)):
             ports.append(port)
-            taken |= wanted
-    return ports
+            if len(ports) == count:
+                return ports
+    raise RuntimeError(f"fewer than {count} free ports in {block.start}-{block.stop - 1}")
 
 
 def _slot_range(i: int) -> tuple[int, int]:
@@ -191,6 +213,9 @@ def unmet_cluster_ok(clients: Sequence[redis.Redis]) -> Optional[str]:
 class ClusterTopology(_Clients):
     """A Redis Cluster of 3 masters (nodes 0-2, slots split as redis-cli splits them) and
     3 replicas (node 3+i replicates node i), node timeout 1 s, AOF everysec, no RDB.
+    With ``failover=False`` (a cluster shared by tests that kill nothing) the replicas
+    never take over (cluster-replica-no-failover) and the node timeout is 5 s, so a
+    node starved of CPU by a busy machine cannot swap the roles under the next test.
 
     The cluster is formed with plain commands (SET-CONFIG-EPOCH, ADDSLOTS, MEET,
     REPLICATE), as ``redis-cli --cluster create`` does, rather than with redis-cli: a
@@ -203,10 +228,11 @@ class ClusterTopology(_Clients):
     ``replica_of()`` and ``master_for_key()`` ask the live nodes each time.
     """
 
-    def __init__(self, base_dir: Path, *, binary: Optional[str] = None) -> None:
+    def __init__(self, base_dir: Path, *, binary: Optional[str] = None, failover: bool = True) -> None:
         super().__init__()
         self.base_dir = base_dir
         self.binary = binary
+        self.failover = failover
         self.nodes: list[RedisServer] = []
         self.killed: list[RedisServer] = []
         self._seeds: list[int] = []
@@ -220,7 +246,8 @@ class ClusterTopology(_Clients):
         """Start the 6 nodes, form the cluster and wait until it is whole (see the class)."""
         binary = self.binary or find_redis_server()
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(NODE_TIMEOUT_MS), *_REPLICATION_ARGS]
+                "--cluster-node-timeout", str(NODE_TIMEOUT_MS if self.failover else STEADY_NODE_TIMEOUT_MS),
+                "--cluster-replica-no-failover", self._no_failover, *_REPLICATION_ARGS]
         try:
             for i, port in enumerate(free_ports(2 * MASTERS, bus=True)):
                 node = RedisServer(self.base_dir / f"node{i}", port=port, appendfsync="everysec",
@@ -251,7 +278,7 @@ class ClusterTopology(_Clients):
                 return f"node :{node.port} knows {len(known)} of {len(ids)} nodes"
         return None
 
-    def _unmet_ready(self) -> Optional[str]:
+    def _unmet_ready(self, *, aof: bool = True) -> Optional[str]:
         ports = [n.port for n in self.nodes]
         want = [(*_slot_range(i), ports[i], [ports[MASTERS + i]]) for i in range(MASTERS)]
         for node in self.nodes:
@@ -263,10 +290,9 @@ class ClusterTopology(_Clients):
             if self._slot_map(node) != want:
                 return f"node :{node.port} maps slots as {self._slot_map(node)}, not {want}"
         for master, replica in zip(self.nodes[:MASTERS], self.nodes[MASTERS:]):
-            slaves = self.client(master).info("replication").get("connected_slaves")
-            link = self.client(replica).info("replication").get("master_link_status")
-            if slaves != 1 or link != "up":
-                return f"master :{master.port} has {slaves} replicas; replica :{replica.port} link {link}"
+            unmet = _unmet_replica(self, replica, master, aof=aof)
+            if unmet is not None:
+                return unmet
         return None
 
     def _live(self) -> list[RedisServer]:
@@ -354,7 +380,11 @@ class ClusterTopology(_Clients):
         master.stop()
         master.start()
         wait_until(self._unmet_ready, timeout_s, f"the cluster did not take :{master.port} back")
-        _raw(replica, "CONFIG", "SET", "cluster-replica-no-failover", "no")
+        _raw(replica, "CONFIG", "SET", "cluster-replica-no-failover", self._no_failover)
+
+    @property
+    def _no_failover(self) -> str:
+        return "no" if self.failover else "yes"
 
     def flushall(self) -> None:
         """FLUSHALL every live master, each followed by WAIT for its replicas (same connection)."""
@@ -367,9 +397,15 @@ class ClusterTopology(_Clients):
             assert acked >= replicas, f"FLUSHALL on :{master.port} reached {acked} of {replicas} replicas"
 
     def intact(self) -> bool:
-        """True if all 6 nodes run and none was killed: the topology ``start`` made, if no test
-        changed roles otherwise."""
-        return not self.killed and all(n.running() for n in self.nodes)
+        """True if all 6 nodes run, none was killed, and the cluster is as ``start`` made it
+        (every node ok, each master with its replica, linked): nothing a test did to it
+        (a node SIGSTOPped, a slot moved, roles swapped) is left for the next one."""
+        if self.killed or not all(n.running() for n in self.nodes):
+            return False
+        try:
+            return self._unmet_ready(aof=False) is None  # a rewrite under way changes nothing
+        except redis.RedisError:
+            return False
 
     def stop(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL after 10 s) and close the clients. Idempotent."""
@@ -395,7 +431,7 @@ class SentinelProcess:
         conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\nlogfile {self.log_path}\n"
                         f"sentinel monitor {SERVICE} 127.0.0.1 {self.master_port} 2\n"
                         f"sentinel down-after-milliseconds {SERVICE} 1000\n"
-                        f"sentinel failover-timeout {SERVICE} 5000\n")
+                        f"sentinel failover-timeout {SERVICE} 3000\n")
         with open(self.directory / "stdout.log", "wb") as out:
             self._proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdin=subprocess.DEVNULL,
                                           stdout=out, stderr=out, start_new_session=True)
