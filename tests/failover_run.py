@@ -54,6 +54,8 @@ CONCURRENCY = 1
 CONSUMERS = len(SUPERVISORS) * CONSUMERS_EACH
 #: redis.wait_timeout of the run, in seconds.
 WAIT_TIMEOUT_S = 1.0
+#: What a consumer logs (once) when the replica did not confirm one of its acks or nacks in time.
+SETTLE_SHORTFALL = "was settled on the master, but"
 
 
 class Side(Protocol):
@@ -217,6 +219,9 @@ class FailoverResult:
     kill_to_first_published_s: float  # until a publish returned after the promotion
     kill_to_replica_back_s: float  # until the old master served as the new one's replica again
     consumers_replaced: int  # consumer processes that handled messages and were not there at the start
+    #: consumers that had logged an ack or nack not confirmed by the replica within wait_timeout
+    #: before the kill (their settles then stop waiting for 10 s: a failover may repeat those too)
+    settle_shortfalls_before_kill: int
     seconds: float
     lost_sample: tuple[str, ...] = ()
 
@@ -247,13 +252,18 @@ def _drained(side: Side) -> bool:
 
 def _start(side: Side, root: Path, wait_replicas: int) -> list[procs.Supervisor]:
     queues: dict[str, dict[str, Any]] = {QUEUE: {"handler": "tests.handlers:record", "consumers": CONSUMERS_EACH}}
-    sups = []
-    for name in SUPERVISORS:
-        out = root / name
-        out.mkdir()
-        cfg = procs.write_config(root / f"{name}.yaml", side.url, queues, shutdown_timeout="2s",
-                                 redis={"wait_replicas": wait_replicas, "wait_timeout": f"{WAIT_TIMEOUT_S}s"})
-        sups.append(procs.Supervisor(cfg, out, name=name))
+    sups: list[procs.Supervisor] = []
+    try:
+        for name in SUPERVISORS:
+            out = root / name
+            out.mkdir()
+            cfg = procs.write_config(root / f"{name}.yaml", side.url, queues, shutdown_timeout="2s",
+                                     redis={"wait_replicas": wait_replicas, "wait_timeout": f"{WAIT_TIMEOUT_S}s"})
+            sups.append(procs.Supervisor(cfg, out, name=name))
+    except BaseException:
+        for s in sups:  # one that started is not left running when the next cannot start
+            s.stop()
+        raise
     return sups
 
 
@@ -275,6 +285,7 @@ def run_failover(side: Side, root: Path, wait_replicas: int, *, messages: int = 
         wait_for(lambda: _acked(side) >= kill_after or publisher.error, deadline - time.monotonic(),
                  message=f"{kill_after} messages not handled before the kill")
         handled_at_kill, acknowledged_at_kill = _acked(side), len(publisher.acked)
+        shortfalls = sum(s.log().count(SETTLE_SHORTFALL) for s in sups)
         killed_at = time.monotonic()
         side.kill()
         publisher.killed.set()
@@ -311,7 +322,7 @@ def run_failover(side: Side, root: Path, wait_replicas: int, *, messages: int = 
         kill_to_first_handled_s=round(min(after) - killed_at, 3) if after else -1.0,
         kill_to_first_published_s=round(min(published_after) - killed_at, 3) if published_after else -1.0,
         kill_to_replica_back_s=round(back_at - killed_at, 3),
-        consumers_replaced=len({e["pid"] for e in events} - first_pids),
+        consumers_replaced=len({e["pid"] for e in events} - first_pids), settle_shortfalls_before_kill=shortfalls,
         seconds=round(time.monotonic() - started, 1), lost_sample=tuple(lost[:5]))
 
 

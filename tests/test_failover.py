@@ -36,9 +36,11 @@ def _nothing_lost(r: FailoverResult) -> None:
     assert r.lost == 0, (summary, r.lost_sample)
     # Each ack is waited for, and the WAIT covers the take that ack.lua made with it, so
     # the only handling a failover can repeat is that of the message each consumer had in
-    # hand, taken by a blocking fetch not yet replicated (a consumer whose WAIT falls
-    # short goes on, so this holds while the replica keeps up within wait_timeout).
-    assert r.duplicates <= CONSUMERS * CONCURRENCY, summary
+    # hand, taken by a blocking fetch not yet replicated. A consumer whose WAIT fell short
+    # (the replica over wait_timeout behind, on a starved machine) said so and stopped
+    # waiting for 10 s, by design: then its acks of those seconds may be repeated too.
+    if r.settle_shortfalls_before_kill == 0:
+        assert r.duplicates <= CONSUMERS * CONCURRENCY, summary
 
 
 @pytest.mark.timeout(120)
