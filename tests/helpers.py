@@ -52,6 +52,13 @@ def holds(predicate: Callable[[], object], duration_s: float, interval_s: float 
         time.sleep(min(interval_s, remaining))
 
 
+def redis_ms(client: "redis.Redis[Any]") -> int:
+    """The Redis server's clock now, in ms since the epoch (TIME): the clock due times,
+    slots and expiries are kept by."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 #: Set by .ci/run: a missing system tool fails its test instead of skipping it.
 STRICT_ENV = "SMQSUP_TEST_REQUIRE_TOOLS"
 

@@ -22,9 +22,9 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.readings import read_queues
-from tests.helpers import holds, node_of, wait_for
+from tests.helpers import holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
-from tests.test_publish_options import recorder, redis_ms
+from tests.test_publish_options import recorder
 
 pytestmark = pytest.mark.topologies
 

@@ -17,17 +17,12 @@ from smqsup.broker import Broker
 from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
-from tests.helpers import holds, node_of, wait_for
+from tests.helpers import holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 
 K = QueueKeys(NS, "q")
-
-
-def redis_ms(client: redis.Redis) -> int:
-    secs, usecs = client.time()
-    return int(secs) * 1000 + int(usecs) // 1000
 
 
 def recorder(seen: list[tuple[Any, int]], client: redis.Redis) -> Callable[[Any], None]:

@@ -24,7 +24,7 @@ from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer
 from tests import procs
-from tests.helpers import wait_for
+from tests.helpers import redis_ms, wait_for
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -43,11 +43,6 @@ ON_TIME_S = 1.0
 CLOCKS_APART_S = 0.005
 
 
-def redis_now_ms(client: "redis.Redis") -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def due_ms(client: "redis.Redis", mid: str) -> int:
     """The due time (ms, Redis clock) of scheduled message ``mid``: its score."""
     for frame, score in client.zrange(Q.scheduled, 0, -1, withscores=True):
@@ -59,10 +54,10 @@ def due_ms(client: "redis.Redis", mid: str) -> int:
 def publish_delayed(url: str, client: "redis.Redis", delay_s: int) -> tuple[str, int]:
     """Publish one message with ``delay_s``; its id and due time, checked to
     be the Redis clock at the publish plus the delay."""
-    before = redis_now_ms(client)
+    before = redis_ms(client)
     with Producer(url) as p:
         mid = p.publish("q", "later", delay=delay_s)
-    after = redis_now_ms(client)
+    after = redis_ms(client)
     due = due_ms(client, mid)
     # before and after are read rounded down to the ms, the due time rounded up.
     assert before + delay_s * 1000 <= due <= after + 1 + delay_s * 1000, (before, due, after)
@@ -166,7 +161,7 @@ def test_a_ttl_that_passes_while_the_queue_is_paused_dead_letters_it_unhandled(
         [frame] = wait_for(lambda: redis_client.lrange(Q.pending, 0, -1), message="not given back to pending")
         expires = message.frame_head(frame).expires_ms
         assert expires is not None
-        wait_for(lambda: redis_now_ms(redis_client) > expires, timeout_s=3)
+        wait_for(lambda: redis_ms(redis_client) > expires, timeout_s=3)
         assert redis_client.lrange(Q.pending, 0, -1) == [frame]  # paused: nobody took it
         assert broker.resume("q")
         wait_for(lambda: redis_client.llen(Q.dead) == 1, timeout_s=5, message="the expired message not dead-lettered")

@@ -18,7 +18,7 @@ import redis
 from smqsup.keys import QueueKeys
 from smqsup.redis_server import RedisServer
 from tests import procs
-from tests.helpers import holds, wait_for
+from tests.helpers import holds, redis_ms, wait_for
 from tests.test_gc import _libfaketime
 
 Supervise = Callable[..., procs.Supervisor]
@@ -48,12 +48,6 @@ def _slots(*sups: procs.Supervisor) -> list[int]:
 
 def _published(client: "redis.Redis") -> int:
     return int(client.hget(K.counters, "published") or 0)
-
-
-def _redis_ms(client: "redis.Redis") -> int:
-    """Redis's clock now, in ms (the clock the fire script compares slots with)."""
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _leader(client: "redis.Redis") -> Optional[int]:
@@ -180,7 +174,7 @@ def test_pause_and_resume_from_the_cli(supervise: Supervise, redis_client: "redi
     wait_for(lambda: len(_slots(s)) >= 2, timeout_s=15)
     r = procs.run("schedules", "pause", "tick", "-c", str(s.cfg))
     assert r.returncode == 0 and "paused schedule tick (queue q)" in r.stdout, r.stderr
-    paused_at = _redis_ms(redis_client)  # after the pause: no slot past it may fire
+    paused_at = redis_ms(redis_client)  # after the pause: no slot past it may fire
     count = _published(redis_client)
     holds(lambda: _published(redis_client) == count, 3, message="a paused schedule fired")
     [row] = [json.loads(line) for line in procs.run("schedules", "-c", str(s.cfg), "--json").stdout.splitlines()]
@@ -188,7 +182,7 @@ def test_pause_and_resume_from_the_cli(supervise: Supervise, redis_client: "redi
     assert row["last_fire"] * 1000 <= paused_at and row["fires"] == count
     r = procs.run("schedules", "pause", "tick", "-c", str(s.cfg))
     assert r.returncode == 0 and "already paused" in r.stdout and "by cli@" in r.stdout
-    resuming_at = _redis_ms(redis_client)  # before the resume: no slot up to it may fire
+    resuming_at = redis_ms(redis_client)  # before the resume: no slot up to it may fire
     r = procs.run("schedules", "resume", "tick", "-c", str(s.cfg))
     assert r.returncode == 0 and "resumed schedule tick" in r.stdout, r.stderr
     wait_for(lambda: _published(redis_client) >= count + 2, timeout_s=10, message="it did not fire again")
