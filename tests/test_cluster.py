@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,12 +20,12 @@ from smqsup.broker import Broker
 from smqsup.config import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
 from smqsup.flight import make_consumer
-from smqsup.keys import QueueKeys
+from smqsup.keys import QueueKeys, partition_names
 from smqsup.message import peek_id
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer, free_port
 from tests import procs
-from tests.helpers import Monitored, wait_for
+from tests.helpers import Monitored, client_for, wait_for
 from tests.inproc import NS, Running
 from tests.topology import ClusterTopology, SentinelTopology
 
@@ -159,7 +160,8 @@ def test_a_master_restarted_in_place_is_followed_by_consumers_and_producers(fres
             fresh_cluster.restart_in_place(master)
             # The producer's connection to the old process is gone: its next batch goes out
             # on a new one (a batch refused as not sent is the caller's to send again).
-            wait_for(lambda: _sent(p, list(range(500, 1000))), timeout_s=20)
+            wait_for(lambda: _goes_through(lambda: p.publish_many("q", list(range(500, 1000))), PublishNotSent),
+                     timeout_s=20)
         wait_for(lambda: len(seen) == 1000, timeout_s=30, message=f"{len(seen)} of 1000 handled")
     finally:
         for r in runs:
@@ -167,10 +169,11 @@ def test_a_master_restarted_in_place_is_followed_by_consumers_and_producers(fres
     assert max(seen.values()) == 1 and fresh_cluster.master_for_key(K.pending).port == master.port
 
 
-def _sent(producer: Producer, bodies: list[int]) -> bool:
+def _goes_through(send: Callable[[], object], refusal: type[Exception]) -> bool:
+    """True if ``send()`` returned, False if it raised ``refusal`` (to be tried again)."""
     try:
-        producer.publish_many("q", bodies)
-    except PublishNotSent:
+        send()
+    except refusal:
         return False
     return True
 
@@ -201,7 +204,7 @@ def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_it
     confirmed again."""
     url = redis_cluster.url
     Broker(url, NS).declare_partitions("q", 3)
-    parts = ["q", "q~1", "q~2"]
+    parts = partition_names("q", 3)
     master = redis_cluster.master_for_key(QueueKeys(NS, "q~1").pending)
     behind = {p for p in parts if redis_cluster.master_for_key(QueueKeys(NS, p).pending).port == master.port}
     replica = redis_cluster.replica_of(master)
@@ -218,9 +221,9 @@ def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_it
                 except PublishNotReplicated as exc:
                     assert exc.replicas == 0 and "0 of 1 replica" in str(exc), exc
                     refused.extend(exc.message_ids)
-        on = {peek_id(frame): part for part in parts
-              for frame in redis_cluster.client(redis_cluster.master_for_key(QueueKeys(NS, part).pending)).lrange(
-                  QueueKeys(NS, part).pending, 0, -1)}
+        with client_for(url) as cluster_client:  # which partition each message went to
+            on = {peek_id(frame): part for part in parts
+                  for frame in cluster_client.lrange(QueueKeys(NS, part).pending, 0, -1)}
         seen: list[int] = []
         consumer = make_consumer(Broker(url, NS, wait_replicas=1, wait_timeout_s=0.5),
                                  QueueConfig("q", "x:y", partitions=3), lambda m: seen.append(m.body),
@@ -240,18 +243,10 @@ def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_it
     assert confirmed and not {on[mid] for mid in confirmed} & behind, (confirmed, on, behind)
     assert sum("but 0 of 1 replica" in r.getMessage() for r in caplog.records) == 1
     with Producer(url, wait_replicas=1, wait_timeout=0.5) as p:
-        wait_for(lambda: _replicated(p), message="the replica, running again, never confirmed")
+        # Three publishes go to the three partitions in turn.
+        wait_for(lambda: _goes_through(lambda: [p.publish("q", body) for body in range(3)], PublishNotReplicated),
+                 message="the replica, running again, never confirmed")
     wait_for(redis_cluster.intact, message="the cluster is not whole again")  # for the module's next test
-
-
-def _replicated(producer: Producer) -> bool:
-    """True if three publishes, one to each partition in turn, were confirmed by the replicas."""
-    try:
-        for body in range(3):
-            producer.publish("q", body)
-    except PublishNotReplicated:
-        return False
-    return True
 
 
 def test_a_publish_sent_again_by_text_is_confirmed_by_a_wait_after_it(sentinel_group: SentinelTopology) -> None:
