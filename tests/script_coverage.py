@@ -6,9 +6,10 @@ the cluster runs of the suite cover every script.
 
 With the variable set, after each test on a cluster (a test may flush the
 script caches, as a restarted node would) the scripts its live nodes hold in
-their script caches (SCRIPT EXISTS) are appended to a file under DIR. A script is cached there only by running it
-(EVALSHA falls back to EVAL, which runs it; smqsup never SCRIPT LOADs), so
-cached means it ran on a cluster node at least once."""
+their script caches (SCRIPT EXISTS) are appended to a file under DIR. A
+script is cached there only by running it (EVALSHA falls back to EVAL, which
+runs it; smqsup never SCRIPT LOADs), so cached means it ran on a cluster node
+at least once."""
 
 from __future__ import annotations
 

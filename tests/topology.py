@@ -10,6 +10,7 @@ missed deadline raises AssertionError naming the condition still unmet.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import socket
 import subprocess
@@ -132,9 +133,10 @@ def _unmet_replica(clients: _Clients, server: RedisServer, master: RedisServer, 
     seen = (info.get("role"), info.get("master_port"), info.get("master_link_status"))
     if seen != ("slave", master.port, "up"):
         return f":{server.port} says (role, master port, link) = {seen}, not ('slave', {master.port}, 'up')"
-    persistence = clients.client(server).info("persistence") if aof else {}
-    if persistence.get("aof_rewrite_in_progress") or persistence.get("aof_rewrite_scheduled"):
-        return f":{server.port} is rewriting its AOF after the sync"
+    if aof:
+        persistence = clients.client(server).info("persistence")
+        if persistence.get("aof_rewrite_in_progress") or persistence.get("aof_rewrite_scheduled"):
+            return f":{server.port} is rewriting its AOF after the sync"
     replicas = clients.client(master).info("replication").get("connected_slaves", 0)
     return None if replicas >= 1 else f"master :{master.port} counts {replicas} replicas"
 
@@ -156,7 +158,7 @@ def _bindable(port: int) -> bool:
 #: (Five blocks fit below 22500, so the bus ports stay below 32500.)
 PORT_BASE = 20000
 PORT_BLOCK = 500
-_next_port = [0]
+_port_turn = itertools.count()
 
 
 def _worker_block() -> range:
@@ -172,8 +174,7 @@ def free_ports(count: int, *, bus: bool = False) -> list[int]:
     block = _worker_block()
     ports: list[int] = []
     for _ in range(len(block)):
-        port = block[_next_port[0] % len(block)]
-        _next_port[0] += 1
+        port = block[next(_port_turn) % len(block)]
         if _bindable(port) and (not bus or _bindable(port + BUS_PORT_OFFSET)):
             ports.append(port)
             if len(ports) == count:
@@ -365,7 +366,7 @@ class ClusterTopology(_Clients):
         node.start()
         heir = self.nodes[MASTERS + i]
         wait_until(lambda: _unmet_replica(self, node, heir), timeout_s,
-              f"node :{node.port} did not rejoin as the replica of :{heir.port}")
+                   f"node :{node.port} did not rejoin as the replica of :{heir.port}")
 
     def restart_in_place(self, master: RedisServer, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Stop a first-generation master gracefully (SIGTERM: its AOF flushed) and start it
@@ -521,7 +522,7 @@ class SentinelTopology(_Clients):
         self.master.extra_args = (*_REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.replica.port))
         self.master.start()
         wait_until(lambda: _unmet_replica(self, self.master, self.replica), timeout_s,
-              f"old master :{self.master.port} did not link to :{self.replica.port}")
+                   f"old master :{self.master.port} did not link to :{self.replica.port}")
 
     def wait_failover(self, timeout_s: float = FAILOVER_TIMEOUT_S) -> None:
         """Wait until all 3 sentinels name the replica as SERVICE's master, healthy, and the
