@@ -164,7 +164,7 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
                 result.redis_kills += 1
                 time.sleep(rng.uniform(0.05, 0.3))  # Redis stays down a moment
                 server.start()
-            time.sleep(0.01)
+            time.sleep(0.01)  # the chaos schedule's tick (kills are due by time), not a wait on the system
         else:
             result.events.append("deadline reached")
     finally:

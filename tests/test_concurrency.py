@@ -69,7 +69,7 @@ def test_a_plain_handler_runs_on_concurrency_threads(start: Callable[..., Runnin
 
     def handle(msg: Any) -> None:
         g.enter()
-        time.sleep(0.1)
+        time.sleep(0.1)  # the handler's work: long enough for 4 to overlap
         g.leave(msg.body)
     start(handle, concurrency=4)
     producer.publish_many("q", list(range(40)))
@@ -234,7 +234,7 @@ def test_redis_restarted_under_many_in_flight_loses_nothing(kind: str, redis_ser
         note(msg.body)
 
     def handle_thread(msg: Any) -> None:
-        time.sleep(0.01)
+        time.sleep(0.01)  # the handler's work, as the async one awaits
         note(msg.body)
     with Producer(redis_url) as p:
         p.publish_many("q", list(range(300)))
@@ -373,7 +373,7 @@ def test_threads_stuck_past_message_timeout_that_come_back_leave_the_consumer_ta
 
     def handle(msg: Any) -> None:
         if msg.body == "slow" and msg.attempts == 0:
-            time.sleep(0.6)
+            time.sleep(0.6)  # the handler outlasting message_timeout (0.3 s): the behaviour under test
             returned.append(1)
             return
         done.append((msg.body, msg.attempts))
