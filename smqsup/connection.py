@@ -87,7 +87,9 @@ def connect(
             return _connect_sentinel(url, options)
         return _connect_url(url, options)
     except (TypeError, ValueError, rexc.RedisError) as exc:
-        raise ConfigError(f"redis.url: {safe.scrub(_url_problem(exc))}, got {safe.mask_url(url)!r}") from None
+        # Both cut short: a huge url (or an option value redis-py echoes) stays one readable line.
+        raise ConfigError(f"redis.url: {safe.shown(_url_problem(exc), safe.URL_CHARS)}, "
+                          f"got {safe.shown(url, safe.URL_CHARS)!r}") from None
 
 
 def is_cluster_url(url: str) -> bool:
@@ -201,7 +203,7 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
         hosts.append((host or item, int(port) if port.isdigit() else 26379))
     path = [p for p in parts.path.split("/") if p]
     if not path:
-        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.mask_url(url)!r}")
+        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.shown(url, safe.URL_CHARS)!r}")
     db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]}, **options)

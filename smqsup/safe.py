@@ -29,6 +29,8 @@ from urllib.parse import unquote
 LOG_VALUE_CHARS = 2000
 #: Longest error text a web client is sent, by default, in characters.
 ERROR_CHARS = 500
+#: Longest url, and longest problem with it, that a config error shows, in characters.
+URL_CHARS = 200
 #: Secrets shorter than this are not scrubbed from free text (a one-letter
 #: password would blank out every such letter); mask_url still hides them.
 _SCRUB_MIN_CHARS = 4

@@ -330,6 +330,24 @@ def test_hostile_producer_wait_settings_are_one_line_before_anything_is_sent(opt
     assert len(str(caught.value)) < 300
 
 
+@pytest.mark.parametrize("url", [
+    "redis://:secret-pw@127.0.0.1:1/?" + "a=" * 100_000,
+    "redis+cluster://:secret-pw@127.0.0.1:1/?" + "a=" * 100_000,
+    "rediss+cluster://:secret-pw@127.0.0.1:1/?ssl_cert_reqs=" + "x" * 100_000,
+    "redis+cluster://:secret-pw@" + "h" * 100_000 + ":1/",
+    "sentinel://:secret-pw@" + "h" * 100_000 + ":26379/",
+])
+def test_a_huge_bad_url_is_one_short_line(url: str) -> None:
+    """A bad url of 100,000 characters: a ConfigError naming redis.url and the problem in one line of a
+    few hundred characters (the url and the problem shown cut short), the password masked, before anything
+    is sent."""
+    with pytest.raises(ConfigError, match="redis.url") as caught:
+        Broker(url)
+    text = str(caught.value)
+    assert "\n" not in text and len(text) < 600 and "secret-pw" not in text, text[:700]
+    assert "..." in text  # the url, cut
+
+
 @pytest.mark.parametrize(("scheme", "query"), [
     *[(scheme, query) for scheme in ("redis+cluster", "rediss+cluster")
       for query in ("socket_timeout=nan", "socket_timeout=-5", "foo=bar", "socket_timeout=1e999")],
