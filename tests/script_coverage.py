@@ -54,6 +54,9 @@ def report(where: Path) -> list[str]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        sys.exit(f"usage: python -m tests.script_coverage DIR (the directory {ENV} named); "
+                 f"got {sys.argv[1:]!r:.200}")
     missing = report(Path(sys.argv[1]))
     print(f"{len(NAMES) - len(missing)} of {len(NAMES)} scripts ran on a cluster")
     sys.exit(1 if missing else 0)

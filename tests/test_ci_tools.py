@@ -50,3 +50,12 @@ def test_the_script_coverage_report_names_a_script_no_cluster_ran(tmp_path: Path
     assert f"{len(shas) - 1} of {len(shas)} scripts" in r.stdout and r.stdout.count("NEVER RAN") == 1
     (tmp_path / "cluster-2.jsonl").write_text(json.dumps([shas["take"]]) + "\n")
     assert report().returncode == 0
+
+
+@pytest.mark.parametrize("args", [[], ["/nonexistent/dir"], ["a", "b"]])
+def test_the_script_coverage_report_without_its_directory_says_how_to_call_it(args: list[str]) -> None:
+    """No directory, a missing one, two: one usage line, exit 1, no traceback."""
+    r = subprocess.run([sys.executable, "-m", "tests.script_coverage", *args], capture_output=True, text=True,
+                       cwd=procs.REPO, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("usage: python -m tests.script_coverage DIR"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
