@@ -88,15 +88,19 @@ def scrub(text: str) -> str:
     return text
 
 
-def escape(value: object, limit: int = LOG_VALUE_CHARS) -> str:
-    """``str(value)`` as one printable line of at most about ``limit`` characters."""
+def _text(value: object) -> str:
     try:
-        text = value if isinstance(value, str) else str(value)
+        return value if isinstance(value, str) else str(value)
     except Exception:  # noqa: BLE001 - an object whose __str__ fails
-        text = f"<{type(value).__name__}: str() failed>"
-    cut = len(text) - limit
-    if cut > 0:
-        text = text[:limit]
+        return f"<{type(value).__name__}: str() failed>"
+
+
+def escape(value: object, limit: int = LOG_VALUE_CHARS, *, cut_before: int = 0) -> str:
+    """``str(value)`` as one printable line of at most about ``limit`` characters;
+    the note of what was cut counts ``cut_before`` more (cut by the caller)."""
+    text = _text(value)
+    cut = max(len(text) - limit, 0) + cut_before
+    text = text[:limit]
     if not text.isprintable():  # the common case costs one scan in C
         text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
     return f"{text}...(+{cut} chars)" if cut > 0 else text
@@ -107,7 +111,9 @@ def shown(value: object, limit: int = ERROR_CHARS) -> str:
     reply): secrets masked, as ``escape`` makes it, at most about ``limit``
     characters. Scrubbed before the cut, so no secret's head survives it, and
     after a first cut at ``10 * limit``, so that a huge text costs a bounded scrub."""
-    return escape(scrub(escape(value, 10 * limit)), limit)
+    text = _text(value)
+    head = text[: 10 * limit]
+    return escape(scrub(head), limit, cut_before=len(text) - len(head))
 
 
 def set_title(title: str) -> None:

@@ -353,3 +353,13 @@ def test_an_undecodable_publish_flag_is_one_escaped_line() -> None:
     for flag in ("--dedup", "--delay", "--at", "--priority"):
         r = procs.run("publish", "--url", "redis://127.0.0.1:1", "q", "1", flag, "a\udcff\x1b[2J")
         _one_line_error(r, f"argument {flag}: ", "got 'a\\udcff\\x1b[2J'")
+
+
+@pytest.mark.parametrize(("size", "cut"), [(100_000, 99_800), (2_100, 1_900), (210, 10), (200, 0)])
+def test_a_long_text_shown_to_a_person_says_how_much_was_cut(size: int, cut: int) -> None:
+    """safe.shown cuts a huge text in two steps (a bounded scrub first): its note counts every character
+    cut, not only the second step's; a password in it stays masked."""
+    text = "redis://:secret-pw@h/" + "x" * (size - 21)
+    out = safe.shown(text, 200)
+    assert "secret-pw" not in out and out.startswith("redis://:***@h/")
+    assert out.endswith(f"...(+{cut - 6} chars)" if cut else "x"), out[-30:]  # "***" is 6 shorter than the pw
