@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from smqsup import defaults, schedule, validate, yamlfile
+from smqsup import defaults, safe, schedule, validate, yamlfile
 from smqsup.errors import ConfigError
 from smqsup.validate import MISSING, Validator, error, expand_env, join_key, key_text, storable
 
@@ -326,8 +326,16 @@ def _config(data: object, path: str) -> Config:
 
 
 def loads(text: str, path: str = "<string>") -> Config:
-    """Parse and validate queues.yaml text; ``path`` names it in errors."""
-    return _config(yamlfile.parse(text, path), path)
+    """Parse and validate queues.yaml text; ``path`` names it in errors. Its
+    secrets (the Redis url's password, the web token) are registered with
+    safe.register_secret, so that no text this process (and every process
+    it forks: the consumers) shows or stores, a dead letter's error
+    included, holds them."""
+    cfg = _config(yamlfile.parse(text, path), path)
+    safe.register_url(cfg.redis.url)
+    if cfg.web is not None:
+        safe.register_secret(cfg.web.token)
+    return cfg
 
 
 def _config_path(path: object) -> str:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from smqsup import defaults, message, scripts
+from smqsup import defaults, message, options, safe, scripts
 from smqsup.broker import Broker
 from smqsup.config import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
@@ -92,11 +92,24 @@ class Outcome:
 
 
 def _text_of(exc: BaseException) -> str:
-    """An exception's text, bounded; never raises."""
+    """An exception's text, bounded, secrets masked (safe.scrub: a Redis
+    password, the web token): it is stored in a dead letter, which status,
+    the API and the page show. Never raises."""
     try:
-        return str(exc)[:_ERROR_CHARS]
+        text = str(exc)
     except Exception:  # noqa: BLE001 - an exception whose __str__ fails
         return f"<{type(exc).__name__}: str() failed>"
+    # Scrubbed before the cut, so that no secret's head survives it.
+    return safe.scrub(text[:2 * _ERROR_CHARS])[:_ERROR_CHARS]
+
+
+def refuse_generator(result: object) -> None:
+    """Raise TypeError (a failed attempt) when a handler returned a generator:
+    its body never ran. (Generator functions are refused at import; this is
+    a plain function that returned one, a decorator's, say.)"""
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        raise TypeError(f"the handler returned {type(result).__name__} {getattr(result, '__qualname__', '')!s}"
+                        " without running it: a handler must return or raise, not yield")
 
 
 def fetch_block_s(cfg: Config) -> float:
@@ -395,7 +408,7 @@ class Consumer:
         except MalformedMessage as exc:
             self.stats.malformed += 1
             log.error("queue %s: malformed message dead-lettered (%s)", self.name, exc)
-            meta = scripts.meta_json("malformed", error=str(exc), consumer=self.consumer_id)
+            meta = scripts.meta_json("malformed", error=_text_of(exc), consumer=self.consumer_id)
             return Outcome(False, meta, threshold=-1)
 
     def _run_handler(self, frame: bytes) -> Outcome:
@@ -408,16 +421,36 @@ class Consumer:
         self._busy = True
         try:
             result = self.handler(msg)
-            if inspect.isawaitable(result):
-                self._event_loop().run_until_complete(result)
-        except Reject as exc:
-            return self._rejected(msg, exc)
+            if result is not None:
+                if inspect.isawaitable(result):
+                    self._event_loop().run_until_complete(result)
+                else:
+                    refuse_generator(result)
         except Exception as exc:  # noqa: BLE001 - any handler failure is an unack
-            return self._failure(msg, exc)
+            return self._judged(msg, exc)
         finally:
             self._busy = False
             self.stats.busy_s += time.perf_counter() - started
         return Outcome(True)
+
+    def _judged(self, msg: message.Message, exc: Exception) -> Outcome:
+        """The outcome of a handler that raised ``exc``: a dead letter now
+        (Reject) or a failed attempt. Whatever goes wrong while judging it
+        (a Reject or Retry subclass that skipped its ``__init__``, a delay
+        set to NaN afterwards, an exception whose attributes raise) is a
+        failed attempt too: an outcome that cannot be drawn must never leave
+        its message unsettled in our list, where a graceful stop would hand
+        it back free for ever."""
+        try:
+            return self._rejected(msg, exc) if isinstance(exc, Reject) else self._failure(msg, exc)
+        except Exception as failed:  # noqa: BLE001 - see the docstring
+            text = f"{type(exc).__name__} could not be judged ({type(failed).__name__}: {_text_of(failed)})"
+            log.error("queue %s: message %s: %s; counted as a failed attempt", self.name, msg.id,
+                      safe.scrub(text))
+            q = self.queue
+            meta = scripts.meta_json(safe.scrub(text), error_type=type(exc).__name__, message_id=msg.id,
+                                     consumer=self.consumer_id)
+            return Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(q.retry_delay_s * 1000))
 
     def _rejected(self, msg: message.Message, exc: Reject) -> Outcome:
         """Reject: dead-letter now, whatever the attempts."""
@@ -434,20 +467,31 @@ class Consumer:
         log.warning("queue %s: message %s failed on attempt %d: %s: %s",
                     self.name, msg.id, msg.attempts + 1, kind, text)
         try:
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TRACEBACK_CHARS:]
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            tb = safe.scrub(tb[-2 * _TRACEBACK_CHARS:])[-_TRACEBACK_CHARS:]
         except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out
             tb = ""
         meta = scripts.meta_json(f"{kind}: {text}", error_type=kind, error=text, message_id=msg.id,
                                  consumer=self.consumer_id, traceback=tb)
+        return Outcome(False, meta, threshold=self.queue.retry_threshold,
+                       delay_ms=int(self._retry_delay_s(msg, exc) * 1000))
+
+    def _retry_delay_s(self, msg: message.Message, exc: Exception) -> float:
+        """A Retry's own delay when it holds one Retry would accept (finite,
+        0 to ten years: a subclass may have skipped Retry's checks, or set
+        it afterwards); else the queue's retry_delay, backed off."""
         q = self.queue
         if isinstance(exc, Retry):
-            delay_s = exc.delay_s  # the handler's own delay, instead of the queue's
-        else:
-            try:
-                delay_s = min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s)
-            except OverflowError:
-                delay_s = q.retry_delay_max_s
-        return Outcome(False, meta, threshold=q.retry_threshold, delay_ms=int(delay_s * 1000))
+            delay_s = getattr(exc, "delay_s", None)
+            if isinstance(delay_s, (int, float)) and not isinstance(delay_s, bool) \
+                    and 0 <= delay_s <= options.MAX_SPAN_S:  # (NaN fails both)
+                return float(delay_s)
+            log.warning("queue %s: message %s: %s.delay_s is not a delay (%s); the queue's retry_delay applies",
+                        self.name, msg.id, type(exc).__name__, safe.escape(repr(delay_s), 100))
+        try:
+            return float(min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s))
+        except OverflowError:
+            return q.retry_delay_max_s
 
     def _settle(self, frame: bytes, outcome: Outcome, fetch: bool) -> Optional[bytes]:
         if outcome.ok:

@@ -43,7 +43,7 @@ from typing import Any, Optional
 from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.consumer import BusyHook, Consumer, Handler, Outcome
+from smqsup.consumer import BusyHook, Consumer, Handler, Outcome, refuse_generator
 from smqsup.errors import BrokerError
 from smqsup.partitions import ROTATE_EVERY
 from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
@@ -342,8 +342,11 @@ class ConcurrentConsumer(Consumer):
         assert fl.msg is not None
         try:
             result = self.handler(fl.msg)
-            if inspect.isawaitable(result):
-                await result
+            if result is not None:
+                if inspect.isawaitable(result):
+                    await result
+                else:
+                    refuse_generator(result)
         except BaseException as exc:  # noqa: BLE001 - judged by _landed (a CancelledError included)
             fl.error = exc
         self._landed(fl)
@@ -355,8 +358,12 @@ class ConcurrentConsumer(Consumer):
         assert fl.msg is not None and loop is not None
         try:
             result = self.handler(fl.msg)
-            if inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
+            if result is None:
+                pass
+            elif inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
                 asyncio.run_coroutine_threadsafe(awaited(result), loop).result()
+            else:
+                refuse_generator(result)
         except BaseException as exc:  # noqa: BLE001 - judged by _landed, in the loop
             fl.error = exc
         self._landed_q.append(fl)

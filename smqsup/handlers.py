@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Optional
 
 from smqsup.config import Config, load
 from smqsup.errors import ConfigError, HandlerImportError, SmqsupError
@@ -36,11 +39,34 @@ def _import_module(module: str, spec: str, path: str, key: str) -> object:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module + ".").startswith(exc.name + "."):
-            raise fail(f"cannot import module {module!r} ({_describe(exc)})") from None
+            raise fail(f"cannot import module {module!r} ({_describe(exc)}){_where_hint(exc.name)}") from None
         # The module exists but something it imports does not.
         raise fail(f"module {module!r} raised on import ({_describe(exc)})") from exc
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: user code stops nothing here
         raise fail(f"module {module!r} raised on import ({_describe(exc)})") from None
+
+
+def _where_hint(name: str) -> str:
+    """Where a top-level module that was not found was looked for, and the
+    usual fix: handlers import relative to the directory smqsup started in."""
+    if "." in name:
+        return ""  # a package was found, a module inside it was not: the path is right
+    return (f"; looked in {os.getcwd()} (the directory smqsup was started in) and PYTHONPATH: run smqsup "
+            f"from your project's root, or add that root to PYTHONPATH")
+
+
+def _refuse_generator(target: object) -> Optional[str]:
+    """Why ``target`` cannot be a handler, or None: a generator function
+    (``def`` or ``async def`` with ``yield``) returns an iterator without
+    running its body, so every message would be acked unhandled."""
+    call = target if inspect.isfunction(target) or inspect.ismethod(target) else inspect.getattr_static(
+        type(target), "__call__", None)
+    if inspect.isgeneratorfunction(target) or inspect.isgeneratorfunction(call):
+        return "a generator function (it uses yield): it would ack every message without running; return instead"
+    if inspect.isasyncgenfunction(target) or inspect.isasyncgenfunction(call):
+        return ("an async generator function (async def with yield): it would ack every message without "
+                "running; return instead")
+    return None
 
 
 def _attribute(target: object, name: str, owner: str, spec: str, path: str, key: str) -> object:
@@ -70,6 +96,9 @@ def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[...,
     if not callable(target):
         raise error(f"not callable (it is of type {type(target).__name__})", spec,
                     path=path, key=key, cls=HandlerImportError)
+    refused = _refuse_generator(target)
+    if refused is not None:
+        raise error(refused, spec, path=path, key=key, cls=HandlerImportError)
     return target
 
 

@@ -191,3 +191,10 @@ def record_fire(msg: Any) -> None:
     headers = msg.headers if isinstance(msg.headers, dict) else {}
     _record("fire", msg, schedule=headers.get("smqsup-schedule"), fire_time=headers.get("smqsup-fire-time"),
             catch_up=headers.get("smqsup-catch-up") is True)
+
+
+def leak_secrets(msg: Any) -> None:
+    """Raise an exception whose text (and so traceback) holds a Redis url's password and the web token."""
+    _record("attempt", msg)
+    raise ConnectionError(f"cannot reach redis://app:{os.environ['LEAK_PASSWORD']}@db.internal:6379/0 "
+                          f"(token {os.environ['LEAK_TOKEN']})")

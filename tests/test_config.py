@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 from smqsup import config, defaults, handlers, validate
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
+from tests import procs
 
 CONFIGS = Path(__file__).parent / "configs"
 BAD_FILES = sorted((CONFIGS / "bad").glob("*.yaml"))
@@ -571,6 +574,25 @@ def test_import_handler_names_the_missing_module() -> None:
     """A module that does not exist is named, with Python's own words."""
     assert "cannot import module 'smqt_absent' (ModuleNotFoundError: No module named " \
         "'smqt_absent')" in handler_error("smqt_absent:process")
+
+
+def test_a_handler_not_found_names_the_directory_it_was_looked_for_in_and_the_fix(tmp_path: Path) -> None:
+    """Started from another directory than the project's, smqsup check says where it looked and what to do."""
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "handlers.py").write_text("def process(message):\n    return None\n")
+    cfg = procs.write_config(project / "queues.yaml", "redis://127.0.0.1:1/0", {"q": {"handler": "myapp.handlers:process"}})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "smqsup", "check", "-c", str(cfg)], cwd=elsewhere,
+                          env=procs.env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"No module named 'myapp'); looked in {elsewhere} (the directory smqsup was started in) and " \
+        "PYTHONPATH: run smqsup from your project's root, or add that root to PYTHONPATH" in done.stderr
+    ok = subprocess.run([sys.executable, "-m", "smqsup", "check", "-c", str(cfg)], cwd=project,
+                        env=procs.env(), capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
 
 
 @pytest.mark.usefixtures("modules")
