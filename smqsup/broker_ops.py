@@ -141,18 +141,35 @@ class Operations:
     def pause(self, queue: str, by: str) -> bool:
         """Pause the queue, each of its partitions (its consumers on every
         host take nothing until resume()); True if one was not paused. The
-        flag lives in Redis, so it outlasts every supervisor's restart."""
+        flag lives in Redis, so it outlasts every supervisor's restart.
+
+        Pause is the queue's, not its partitions': after flagging them the
+        count is read again and any partition added meanwhile is flagged
+        too (declare_partitions copies the flag to the partitions it adds,
+        then looks at partition 0 again: one of the two sees the other)."""
         with wrapped(f"pause {queue!r}"):
             now_ms = ms_of(self.client.time())
             info = json.dumps({"at_ms": now_ms, "by": by}, separators=(",", ":"))
-            return any([bool(self.client.set(self.keys(p).paused, info, nx=True))
-                        for p in self.partition_names(queue)])
+            return self._every_partition(queue, lambda p: bool(self.client.set(self.keys(p).paused, info, nx=True)))
 
     def resume(self, queue: str) -> bool:
-        """Let the queue's consumers take messages again (every partition);
-        True if one was paused."""
+        """Let the queue's consumers take messages again (every partition,
+        those added meanwhile included, as pause() says); True if one was
+        paused."""
         with wrapped(f"resume {queue!r}"):
-            return any([bool(self.client.delete(self.keys(p).paused)) for p in self.partition_names(queue)])
+            return self._every_partition(queue, lambda p: bool(self.client.delete(self.keys(p).paused)))
+
+    def _every_partition(self, queue: str, act: Callable[[str], bool]) -> bool:
+        """``act`` on each partition of ``queue``, reading the count again
+        after each pass until no partition was added; True if any act was."""
+        done: set[str] = set()
+        changed = False
+        while True:
+            todo = [p for p in partition_names(queue, self.partitions(queue, fresh=True)) if p not in done]
+            if not todo:
+                return changed
+            changed = any([act(p) for p in todo]) or changed
+            done.update(todo)
 
     # --- inspecting ----------------------------------------------------------
 
@@ -198,18 +215,56 @@ class Operations:
     def declare_partitions(self, queue: str, count: int) -> int:
         """Store that ``queue`` has (at least) ``count`` partitions; the count
         every process is to use from now on (the largest ever declared, at
-        most defaults.PARTITIONS_MAX)."""
+        most defaults.PARTITIONS_MAX).
+
+        A raise is three steps, each idempotent, ordered so that no consumer
+        works a new partition unlike the queue: (1) the new partitions get
+        partition 0's paused flag, and every partition its copy of the new
+        count (the share its rate scripts divide by: includes/rate.lua);
+        (2) the count of record is raised; (3) partition 0's flag is read
+        again and the new partitions follow it (a pause or resume that ran
+        meanwhile read the old count: pause() says why one of the two sees
+        the other). A crash between them leaves at worst a new partition
+        paused that an operator's resume clears, never a rate above the limit."""
+        k = self.keys(queue)
         with wrapped(f"declare the partitions of {queue!r}"):
-            stored = scripts.partitions(self.keys(queue), count).run(self.client)
+            before = self.partitions(queue, fresh=True)
+            flag = cast(Optional[bytes], self.client.get(k.paused)) if count > before else None
+            if count > before:
+                self._prepare_partitions(queue, before, count, flag)
+            stored = scripts.partitions(k, count).run(self.client)
+            if count > before:
+                self._follow_pause(queue, before, count, flag)
         n = self._partitions[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
         return n[0]
 
-    def partitions(self, queue: str) -> int:
+    def _prepare_partitions(self, queue: str, before: int, count: int, flag: Optional[bytes]) -> None:
+        """Step (1) of a raise from ``before`` to ``count`` partitions."""
+        names = partition_names(queue, count)
+        for p in names[1:]:
+            scripts.partitions(self.keys(p), count).run(self.client)  # the larger count stays
+        if flag is not None:
+            for p in names[before:]:
+                self.client.set(self.keys(p).paused, flag, nx=True)
+
+    def _follow_pause(self, queue: str, before: int, count: int, copied: Optional[bytes]) -> None:
+        """Step (3) of a raise: the new partitions take partition 0's flag as
+        it is now; a flag this raise copied there is withdrawn (compare and
+        delete: a pause's own flag is left) if partition 0 was resumed."""
+        flag = cast(Optional[bytes], self.client.get(self.keys(queue).paused))
+        for p in partition_names(queue, count)[before:]:
+            if flag is not None:
+                self.client.set(self.keys(p).paused, flag, nx=True)
+            elif copied is not None:
+                scripts.compare_and_delete(self.keys(p).paused, copied).run(self.client)
+
+    def partitions(self, queue: str, *, fresh: bool = False) -> int:
         """How many partitions ``queue`` has, as its supervisors declared it
-        (1 if none did), read again at most every PARTITIONS_READ_S. Junk in
-        the key reads as 1, a count above defaults.PARTITIONS_MAX as that."""
+        (1 if none did), read again at most every PARTITIONS_READ_S (at once
+        when ``fresh``). Junk in the key reads as 1, a count above
+        defaults.PARTITIONS_MAX as that."""
         known = self._partitions.get(queue)
-        if known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
+        if not fresh and known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
             return known[0]
         with wrapped(f"read the partitions of {queue!r}"):
             raw = self.client.get(self.keys(queue).partitions)

@@ -89,14 +89,14 @@ class QueueConfig:
 
     @property
     def rate(self) -> tuple[int, int]:
-        """The limit as the fetch scripts take it (scripts.Rate): µs between
-        starts, burst; (0, 1) without one. Partitioned, each partition keeps
-        its own share: the limit and burst divided by ``partitions`` (the
-        burst rounded up), so the queue as a whole keeps both."""
+        """The limit of the whole queue: µs between starts, burst; (0, 1)
+        without one. Partitioned, each partition keeps its share, the
+        limit and burst divided by the partition count Redis holds (the
+        fetch scripts divide: includes/rate.lua), so the queue as a whole
+        keeps both whatever count this file says."""
         if not self.rate_limit_per_s:
             return (0, 1)
-        n = self.partitions
-        return (max(1, round(1_000_000 * n / self.rate_limit_per_s)), -(-self.rate_burst // n))
+        return (max(1, round(1_000_000 / self.rate_limit_per_s)), self.rate_burst)
     #: How long a dedup key refuses duplicates; read by producers only.
     dedup_ttl_s: float = defaults.DEDUP_TTL_S
 

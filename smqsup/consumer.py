@@ -122,6 +122,14 @@ def fetch_block_s(cfg: Config) -> float:
     return min(defaults.FETCH_BLOCK_S, cfg.heartbeat_timeout_s / 4)
 
 
+def look_again_at(wait_us: int) -> float:
+    """When (monotonic) to ask a rate limit that allowed no start again:
+    after the wait it said, but never later than RATE_LOOK_MAX_S from now,
+    so that a limit raised since (a reload), a rate key deleted or repaired,
+    or a Redis clock stepped back is followed within that."""
+    return time.monotonic() + min(wait_us / 1e6, defaults.RATE_LOOK_MAX_S)
+
+
 def new_consumer_id(queue: str) -> str:
     """A consumer id unique across hosts and restarts: host, pid and random."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
@@ -167,10 +175,11 @@ class Consumer:
         self._registered = False
         self._busy = False
         self._paused = False
-        #: The queue's rate limit (scripts.Rate) and what it said last: µs to
-        #: hold the frame in hand before its handler starts (its booked
-        #: start), and when (monotonic) to look again after it allowed none.
-        self._rate = queue.rate
+        #: The queue's rate limit (scripts.Rate: its share per partition is
+        #: the scripts') and what it said last: µs to hold the frame in hand
+        #: before its handler starts (its booked start), and when (monotonic)
+        #: to look again after it allowed none.
+        self._rate: scripts.Rate = (*queue.rate, len(self.partitions.names))
         self._limited = queue.rate_limit_per_s > 0
         self._hold_us = 0
         self._look_at = 0.0
@@ -340,7 +349,7 @@ class Consumer:
         if verdict == scripts.HANDLE:
             self._hold_us = wait_us
         elif verdict == scripts.RATE_LIMITED:
-            self._look_at = time.monotonic() + wait_us / 1e6
+            self._look_at = look_again_at(wait_us)
         elif verdict == scripts.GIVEN_BACK:
             self._note_paused(True)
         elif verdict == scripts.EXPIRED:
@@ -530,7 +539,9 @@ class Consumer:
         if nxt is not None:
             self._hold_us = wait_us
         elif wait_us:
-            self._look_at = time.monotonic() + wait_us / 1e6
+            self._look_at = look_again_at(wait_us)
+            # This partition's share allows no start now: the others' may.
+            self._rotate = self._rotate or self.partitions.many
 
     def _late(self, frame: bytes) -> None:
         self.stats.late_acks += 1
@@ -606,6 +617,7 @@ class Consumer:
             count = self.broker.declare_partitions(self.queue.name, self.queue.partitions)
             if count != len(self.partitions.names):  # another host declared more
                 self.partitions = Partitions(self.queue.name, count)
+                self._rate = (*self.queue.rate, count)
             self.partitions.draw(self.broker.partition_ticket(self.queue.name) if self.partitions.many else 0)
             self._move(self.partitions.home)
         info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())

@@ -101,6 +101,10 @@ RECLAIM_RETRY_S = 1.0
 COLLECTOR_TROUBLE_REPEAT_S = 60.0
 #: How often a consumer of a paused queue looks whether it was resumed, in s.
 PAUSED_POLL_S = 0.25
+#: Longest a consumer that a rate limit gave no start waits before it asks
+#: again, in s: a raised limit, or a rate key deleted or repaired, is
+#: followed within this (a slow limit costs one fetch script a second).
+RATE_LOOK_MAX_S = 1.0
 #: Most partitions of one queue (each is a queue of its own in Redis: its
 #: collector lock, its keys; every consumer of the queue registers in each).
 PARTITIONS_MAX = 64

@@ -67,7 +67,11 @@ live in one Redis Cluster slot::
                                    the most any supervisor declared (they never
                                    shrink); producers read it. Partition i > 0
                                    of Q is the queue named "Q~i" (keys {Q~i}:
-                                   a hash tag, so a Cluster slot, of its own)
+                                   a hash tag, so a Cluster slot, of its own),
+                                   whose own ns:{Q~i}:partitions is a copy of
+                                   the count, written before a raise: what the
+                                   rate scripts of that slot divide the
+                                   queue's limit by (includes/rate.lua)
     ns:{Q}:partition:seq     STR   INCR counter: each consumer's ticket, which
                                    names the partition it prefers
     ns:queues                SET   names of the queues ever published to or

@@ -16,10 +16,11 @@ import pytest
 import redis
 
 from smqsup import keys as keys_mod
+from smqsup import scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
 from smqsup.errors import MessageError
-from smqsup.keys import QueueKeys
+from smqsup.keys import QueueKeys, partition_names
 from smqsup.producer import Producer
 from smqsup.readings import read_queues
 from tests.helpers import holds, node_of, redis_ms, wait_for
@@ -184,7 +185,7 @@ def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Pro
                                                     start: Callable[..., Running]) -> None:
     """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
     _declare(redis_url)
-    assert QueueConfig("q", "x:y", rate_limit_per_s=30.0, rate_burst=3, partitions=3).rate == (100_000, 1)
+    assert QueueConfig("q", "x:y", rate_limit_per_s=30.0, rate_burst=3, partitions=3).rate == (33_333, 3)
     times: list[float] = []
     lock = threading.Lock()
 
@@ -198,6 +199,71 @@ def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Pro
     wait_for(lambda: len(times) == 60, timeout_s=10)
     span = max(times) - min(times)
     assert 59 / span <= 30 * 1.15, f"{59 / span:.1f}/s"
+
+
+def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(redis_url: str,
+                                                                       start: Callable[..., Running]) -> None:
+    """partitions 1 in the file and 8 in Redis: rate_limit 5/s still holds for the queue (each partition
+    keeps 5/8 a second; their bursts of one make 8 at once), so in 3 s at most 8 + 15 messages start; and
+    two consumers reach every partition's share (a consumer the limit gives no start here looks at the
+    others): 16 start within 3.5 s."""
+    Broker(redis_url, NS).declare_partitions("q", 8)
+    with Producer(redis_url) as p:
+        for i in range(64):
+            p.publish("q", i)  # in turn over the 8 partitions the producer reads in Redis
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def handle(m: Any) -> None:
+        with lock:
+            times.append(time.monotonic())
+    for _ in range(2):
+        start(handle, rate_limit_per_s=5.0, concurrency=4)
+    wait_for(lambda: times, timeout_s=10)
+    first = min(times)
+    wait_for(lambda: time.monotonic() > first + 3.5, timeout_s=10, interval_s=0.1)
+    within = [t for t in times if t <= first + 3]
+    assert len(within) <= 8 + 15 + 1, f"{len(within)} started in 3 s"
+    assert len([t for t in times if t <= first + 3.5]) >= 16, sorted(t - first for t in times)
+
+
+def test_a_paused_queue_stays_paused_on_the_partitions_added_later(redis_url: str, redis_client: redis.Redis,
+                                                                   start: Callable[..., Running]) -> None:
+    """Paused with 1 partition, then consumers of 3 start (declaring 2 more): the new partitions are paused
+    too, nothing runs and status says paused; resumed, every message runs."""
+    broker = Broker(redis_url, NS)
+    broker.declare_partitions("q", 1)
+    assert broker.pause("q", "test")
+    done: list[Any] = []
+    start(lambda m: done.append(m.body), partitions=3)
+    wait_for(lambda: Broker(redis_url, NS).partitions("q") == 3)
+    with Producer(redis_url) as p:
+        for i in range(9):
+            p.publish("q", i)  # in turn over the 3 partitions
+    holds(lambda: not done, 1.0)
+    assert [bool(redis_client.exists(QueueKeys(NS, p).paused)) for p in partition_names("q", 3)] == [True] * 3
+    assert read_queues(Broker(redis_url, NS), ["q"])[1]["q"].paused
+    assert Broker(redis_url, NS).resume("q")
+    wait_for(lambda: len(done) == 9, timeout_s=10)
+
+
+@pytest.mark.parametrize("between", ["pause", "resume"])
+def test_a_pause_or_resume_during_a_raise_leaves_every_partition_as_partition_0_is(
+        between: str, redis_url: str, redis_client: redis.Redis) -> None:
+    """The steps of a raise from 1 to 3 partitions with a pause (or resume) of the queue run between the
+    first two, on the old count: the new partitions end as partition 0, paused (or not)."""
+    b = Broker(redis_url, NS)
+    b.declare_partitions("q", 1)
+    if between == "resume":
+        b.pause("q", "before")
+    flag = redis_client.get(QueueKeys(NS, "q").paused)
+    b._prepare_partitions("q", 1, 3, flag)
+    other = Broker(redis_url, NS)
+    assert other.pause("q", "meanwhile") if between == "pause" else other.resume("q")
+    scripts.partitions(b.keys("q"), 3).run(b.client)
+    b._follow_pause("q", 1, 3, flag)
+    paused = [bool(redis_client.exists(QueueKeys(NS, p).paused)) for p in partition_names("q", 3)]
+    assert paused == [between == "pause"] * 3
 
 
 def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, redis_client: redis.Redis) -> None:

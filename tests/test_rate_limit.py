@@ -184,13 +184,72 @@ def test_the_fetch_scripts_book_starts_by_the_redis_clock(producer: Producer, re
     broker = Broker(producer._broker.url)
     broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish_many("q", list(range(15)))
-    took = broker.take("q", "c", 15, (100_000, 1))
+    took = broker.take("q", "c", 15, (100_000, 1, 1))
     assert len(took.frames) == 11 and took.waits_us[0] == 0
     gaps = [b - a for a, b in zip(took.waits_us, took.waits_us[1:])]
     assert all(99_000 <= g <= 100_000 for g in gaps), gaps
-    again = broker.take("q", "c", 1, (100_000, 1))
+    again = broker.take("q", "c", 1, (100_000, 1, 1))
     assert not again.frames and 1_000_000 < again.retry_us <= 1_100_000
     assert redis_client.llen(K.pending) == 4
+
+
+def _consumer(redis_url: str, s: Starts, **options: Any) -> tuple[Any, threading.Thread]:
+    c = make_consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", **options), lambda m: s.note(),
+                      fetch_block_s=0.2)
+    runner = threading.Thread(target=c.run, daemon=True)
+    runner.start()
+    return c, runner
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_deleted_rate_key_is_followed_within_a_second(concurrency: int, producer: Producer, redis_url: str,
+                                                        redis_client: redis.Redis) -> None:
+    """rate_limit 1/h: one message starts and the next waits; the rate key deleted (an operator's repair),
+    the next starts within about a second, not an hour later (the consumer asks again at least each second)."""
+    s = Starts()
+    producer.publish_many("q", [1, 2, 3])
+    c, runner = _consumer(redis_url, s, rate_limit_per_s=1 / 3600, concurrency=concurrency)
+    try:
+        wait_for(lambda: len(s.times) == 1, timeout_s=5)
+        holds(lambda: len(s.times) == 1, 0.3)
+        redis_client.delete(K.rate)
+        wait_for(lambda: len(s.times) == 2, timeout_s=2.5, message="the deleted key was not followed")
+    finally:
+        c.request_stop()
+        runner.join(10)
+
+
+def _ahead_us(client: redis.Redis, hours: float) -> str:
+    seconds, micros = node_of(client, K.pending).time()
+    return str(seconds * 1_000_000 + micros + int(hours * 3600e6))
+
+
+@pytest.mark.parametrize("stored", ["1e300", "9.3e18", "an hour ahead"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_rate_key_far_ahead_is_read_as_far_as_the_limit_books(
+        stored: str, concurrency: int, producer: Producer, redis_url: str, redis_client: redis.Redis) -> None:
+    """The rate key holding a time no start under the limit could book (1e300, past 2^63, or an hour ahead,
+    as a Redis clock stepped back or a slower limit leave it): at 20/s, 20 messages all start within a few
+    seconds, and the consumer asks Redis a bounded number of times (no spinning on a wait read as 0)."""
+    redis_client.set(K.rate, _ahead_us(redis_client, 1) if stored == "an hour ahead" else stored)
+    producer.publish_many("q", list(range(20)))
+    s = Starts()
+    before = _script_calls(redis_client)
+    c, runner = _consumer(redis_url, s, rate_limit_per_s=20.0, concurrency=concurrency)
+    try:
+        wait_for(lambda: len(s.times) == 20, timeout_s=6)
+        asked = _script_calls(redis_client) - before
+        assert asked <= 60, asked
+    finally:
+        c.request_stop()
+        runner.join(10)
+
+
+def test_the_lua_partition_bound_is_the_configured_one() -> None:
+    """includes/rate.lua caps the partition count it divides by at defaults.PARTITIONS_MAX."""
+    from smqsup import defaults, scripts
+
+    assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in scripts._TAKE.text
 
 
 @pytest.mark.parametrize(("text", "per_s"), [("100/s", 100.0), ("30/m", 0.5), ("30/min", 0.5),

@@ -54,3 +54,18 @@ def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_
     took = time.monotonic() - lifted
     left = 3500 - len(starts)
     assert left >= 1500 and left / took > 4 * 50, f"{left} in {took:.1f} s"
+
+
+def test_a_raised_limit_is_followed_at_once_after_sighup(supervise: Callable[..., procs.Supervisor],
+                                                         redis_url: str, redis_client: redis.Redis) -> None:
+    """rate_limit 1/h: one of 5 messages starts, the rest wait; raised to 100/s by SIGHUP (the consumers
+    roll), the other 4 start within seconds: the hour the old limit booked is not kept."""
+    queue = {"handler": "tests.handlers:record", "consumers": 2, "rate_limit": "1/h"}
+    s = supervise({"q": queue})
+    procs.wait_registered(s, 2, redis_client)
+    with Producer(redis_url) as p:
+        p.publish_many("q", list(range(5)))
+    wait_for(lambda: len(s.events("done")) == 1, timeout_s=10)
+    procs.write_config(s.cfg, redis_url, {"q": {**queue, "rate_limit": "100/s"}})
+    s.signal(signal.SIGHUP)
+    wait_for(lambda: len(s.events("done")) == 5, timeout_s=15, message="the raised limit was not followed")

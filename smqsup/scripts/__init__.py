@@ -225,9 +225,11 @@ LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
 HANDLE, GIVEN_BACK, EXPIRED, RATE_LIMITED, GONE = 0, 1, 2, 3, -1
 
 #: A queue's rate limit as the fetch scripts take it: (µs between handler
-#: starts, burst); NO_RATE for a queue without one (includes/rate.lua).
-Rate = tuple[int, int]
-NO_RATE: Rate = (0, 1)
+#: starts across the whole queue, its burst, the partitions the consumer
+#: works); NO_RATE for a queue without one. Each partition keeps its share
+#: (includes/rate.lua).
+Rate = tuple[int, int, int]
+NO_RATE: Rate = (0, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -308,10 +310,10 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..7] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    """KEYS[1..9] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead, keys.rate)
+            keys.dead, keys.rate, keys.partitions)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
@@ -350,7 +352,7 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE
     back) or GONE; µs to wait before the start or the next look) for a frame
     a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
-                          keys.rate), (frame, *rate), _screen_result)
+                          keys.rate, keys.partitions), (frame, *rate), _screen_result)
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
@@ -363,7 +365,7 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     """Count a failed attempt of ``frame``: retry, delay or dead-letter it
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
-                        keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate),
+                        keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -531,6 +533,12 @@ def lock_renew(key: str, token: str, ttl_ms: int) -> Call[bool]:
 
 def lock_release(key: str, token: str) -> Call[bool]:
     return Call(_LOCK_RELEASE, (key,), (token,), bool)
+
+
+def compare_and_delete(key: str, value: "bytes | str") -> Call[bool]:
+    """Delete ``key`` only while it holds exactly ``value`` (lock_release.lua
+    is that compare-and-delete); whether it was deleted."""
+    return Call(_LOCK_RELEASE, (key,), (value,), bool)
 
 
 def publish(keys: QueueKeys, frames: Sequence[bytes], count: bool = True) -> Call[int]:

@@ -8,12 +8,15 @@
 -- KEYS[6]  paused flag of the queue
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
+-- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
 -- ARGV[4]  "1": count the ack in KEYS[3] "acked" (statistics on)
--- ARGV[5]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[5]  the queue's rate limit: µs between handler starts across the
+--          whole queue, "0" for none
 -- ARGV[6]  its burst (starts allowed back to back, >= 1)
+-- ARGV[7]  partitions the consumer works (rate_of's ``known``)
 --
 -- Returns {acked, next, registered, paused, wait}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
@@ -67,6 +70,6 @@ end
 --- @include "fetch_next"
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7],
-           rate = limited and {key = KEYS[8], interval = tonumber(ARGV[5]), burst = tonumber(ARGV[6])} or nil}
+           rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}
 local registered, nxt, paused, wait = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
 return {acked, nxt, registered, paused, wait}

@@ -11,6 +11,7 @@
 -- KEYS[8]  priority sequence counter of the queue
 -- KEYS[9]  paused flag of the queue
 -- KEYS[10] rate key of the queue (includes/rate.lua)
+-- KEYS[11] partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
@@ -21,8 +22,10 @@
 -- ARGV[6]  the consumer's id
 -- ARGV[7]  one more counter of KEYS[5] to add 1 to when the frame is
 --          dead-lettered ("rejected" for a handler's Reject), or ""
--- ARGV[8]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[8]  the queue's rate limit: µs between handler starts across the
+--          whole queue, "0" for none
 -- ARGV[9]  its burst (>= 1)
+-- ARGV[10] partitions the consumer works (rate_of's ``known``)
 --
 -- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
 -- "late_acks".
@@ -42,15 +45,13 @@
 -- statistics, never the move of a message.
 local processing, pending, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local counters, consumers, prio_set, prio_seq, paused = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
-           priority = prio_set, paused = paused, dead = dead}
-if (tonumber(ARGV[8]) or 0) > 0 then
-  q.rate = {key = KEYS[10], interval = tonumber(ARGV[8]), burst = math.max(1, tonumber(ARGV[9]) or 1)}
-end
 local fetched, threshold, delay_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], ARGV[7]
 --- @include "wrong_type"
 --- @include "fetch_next"
+local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
+           priority = prio_set, paused = paused, dead = dead,
+           rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now

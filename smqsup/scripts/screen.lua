@@ -9,9 +9,12 @@
 -- KEYS[4]  counters hash of the queue ("expired", "dead_lettered")
 -- KEYS[5]  paused flag of the queue
 -- KEYS[6]  rate key of the queue (includes/rate.lua)
+-- KEYS[7]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the frame, the exact bytes fetched
--- ARGV[2]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[2]  the queue's rate limit: µs between handler starts across the
+--          whole queue, "0" for none
 -- ARGV[3]  its burst (>= 1)
+-- ARGV[4]  partitions the consumer works (rate_of's ``known``)
 --
 -- Returns {verdict, wait}. verdict 0: handle it, ``wait`` µs from now (its
 -- start is booked; 0 without a rate limit); 1: the queue is paused, the
@@ -26,13 +29,12 @@
 -- (includes/wrong_type.lua).
 local processing, pending, dead, counters, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local frame = ARGV[1]
-local interval = tonumber(ARGV[2]) or 0
-local rate = interval > 0 and {key = KEYS[6], interval = interval, burst = math.max(1, tonumber(ARGV[3]) or 1)} or nil
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "attempts"
 --- @include "dead_letter"
 --- @include "rate"
+local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end

@@ -11,10 +11,13 @@
 -- KEYS[6]  paused flag of the queue
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
+-- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 1 to 1000
--- ARGV[3]  the queue's rate limit: µs between handler starts, "0" for none
+-- ARGV[3]  the queue's rate limit: µs between handler starts across the
+--          whole queue, "0" for none
 -- ARGV[4]  its burst (>= 1)
+-- ARGV[5]  partitions the consumer works (rate_of's ``known``)
 --
 -- Returns {registered, paused, wait, frame, start...}: registered and
 -- paused as ack.lua says; wait: with a rate limit that allowed no start
@@ -31,10 +34,9 @@ local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumer
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
 local most = math.max(1, math.min(tonumber(ARGV[2]) or 1, 1000))
-local interval = tonumber(ARGV[3]) or 0
-if interval > 0 then q.rate = {key = KEYS[8], interval = interval, burst = math.max(1, tonumber(ARGV[4]) or 1)} end
 --- @include "wrong_type"
 --- @include "fetch_next"
+q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
 
 local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
                            {q.priority, 'zset'}})
