@@ -312,3 +312,38 @@ def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: st
     c.tick()
     assert redis_client.llen(Q.processing("c1")) == 0
     assert redis_client.lrange(Q.pending, 0, -1) == [b"2|late"]
+
+
+@pytest.mark.parametrize("beat", ["+inf", "a day ahead"])
+def test_a_heartbeat_no_clock_wrote_does_not_make_a_consumer_immortal(
+        beat: str, redis_url: str, redis_client: "redis.Redis") -> None:
+    """A heartbeat dated +inf or a day and more ahead of the Redis clock (heartbeat.lua writes the clock's
+    now) is read as stale: the consumer's messages are reclaimed like any lost one's."""
+    Broker(redis_url).register_consumer("q", "c1", ConsumerInfo(pid=1))
+    seconds, _ = redis_client.time()
+    redis_client.zadd(Q.heartbeats, {"c1": float("inf") if beat == "+inf" else (seconds + 86_401) * 1000})
+    redis_client.lpush(Q.processing("c1"), b"0|x")
+    c = _leading_collector(redis_url, connected_for_s=60)
+    c.tick()
+    assert redis_client.llen(Q.processing("c1")) == 0 and redis_client.lrange(Q.pending, 0, -1) == [b"1|x"]
+    assert not redis_client.hexists(Q.consumers, "c1")
+
+
+def test_a_delayed_score_of_infinity_is_waited_for_a_day_at_most(redis_url: str, redis_client: "redis.Redis") -> None:
+    """promote.lua's wait until the next due message is at most a day, +inf and 1e300 scores included
+    (a Lua infinity would overflow the integer reply)."""
+    broker = Broker(redis_url)
+    for score in (float("inf"), 1e300):
+        redis_client.delete(Q.delayed)
+        redis_client.zadd(Q.delayed, {b"0|x": score})
+        r = broker.promote("q")
+        assert r.moved == 0 and r.wait_ms == 86_400_000, r
+
+
+def test_producer_statistics_dated_ahead_are_forgotten(redis_url: str, redis_client: "redis.Redis") -> None:
+    """A producer entry dated +inf (no flush wrote it) is forgotten at the next flush, like a silent one."""
+    seen, producers = "smq:{smq}:producers:seen", "smq:{smq}:producers"
+    redis_client.hset(producers, "junk", "{}")
+    redis_client.zadd(seen, {"junk": float("inf")})
+    Broker(redis_url).producer_stats("p1", '{"published":1}')
+    assert not redis_client.hexists(producers, "junk") and redis_client.hexists(producers, "p1")

@@ -17,6 +17,8 @@ local stamped = '{"seen_at_ms":' .. string.format('%d', at_ms) .. ',' .. string.
 redis.call('HSET', producers, producer_id, stamped)
 redis.call('ZADD', seen, at_ms, producer_id)
 local old = redis.call('ZRANGEBYSCORE', seen, '-inf', at_ms - forget_after_ms)
+-- Dated more than a day ahead: written by no flush (anyone may ZADD +inf), forgotten too.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', seen, '(' .. (at_ms + 86400000), '+inf')) do old[#old + 1] = id end
 for _, id in ipairs(old) do
   redis.call('HDEL', producers, id)
   redis.call('ZREM', seen, id)

@@ -64,7 +64,9 @@ local wait_ms = -1
 for _, set in ipairs({delayed, scheduled}) do
   local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
   if head[2] then
-    local wait = math.max(0, tonumber(head[2]) - at_ms)
+    -- At most a day: a score of +inf (anyone may ZADD it) must not
+    -- overflow the integer it is returned as.
+    local wait = math.min(math.max(0, tonumber(head[2]) - at_ms), 86400000)
     if wait_ms < 0 or wait < wait_ms then wait_ms = wait end
   end
 end

@@ -16,8 +16,9 @@
 -- ARGV[3]  most messages to move in this call (integer > 0)
 -- ARGV[4]  the consumer's id
 -- ARGV[5]  stale_after in ms: act only if the consumer's heartbeat in KEYS[6]
---          is missing or older than this (it may have come back since the
---          caller listed it as stale)
+--          is missing, older than this, or a day or more ahead (no heartbeat
+--          wrote it: stale.lua); it may have come back since the caller
+--          listed it as stale
 -- ARGV[6]  (with KEYS[8]) the caller's lock token: the script refuses to act
 --          unless KEYS[8] holds exactly this token
 --
@@ -41,8 +42,9 @@ local refused = not_leader(lock_key, token)
                  {consumers, 'hash'}, {heartbeats, 'zset'}, {retired, 'zset'}})
 if refused then return refused end
 local at_ms = now_ms()
-local beat = redis.call('ZSCORE', heartbeats, consumer_id)
-if beat and tonumber(beat) >= at_ms - stale_after_ms then
+local beat = tonumber(redis.call('ZSCORE', heartbeats, consumer_id))
+-- A beat a day or more ahead was written by no heartbeat (stale.lua).
+if beat and beat >= at_ms - stale_after_ms and beat <= at_ms + 86400000 then
   return {0, 0, -1}
 end
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, true, threshold,
