@@ -284,7 +284,8 @@ def positive_long_duration(value: object, key: str = "", path: str = "") -> floa
 
 
 #: rate_limit's periods, in seconds.
-_RATE_PERIODS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+_RATE_PERIODS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0,
+                 "day": 86400.0}
 _RATE = re.compile(r"\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*/\s*([a-z]{1,4})\s*")
 #: The bounds of a rate limit, in starts per second: 1 a day to a million a second.
 RATE_MIN_PER_S = 1 / 86400
@@ -292,12 +293,14 @@ RATE_MAX_PER_S = 1_000_000.0
 
 
 def rate_limit(value: object, key: str = "", path: str = "") -> float:
-    """Handler starts per second from ``"100/s"``, ``"5/m"`` (or ``/min``),
-    ``"1000/h"``: a positive number of at most 9 digits (and 6 decimals) per
-    period, from one a day to a million a second."""
+    """Handler starts per second from ``"100/s"`` (or ``/sec``), ``"5/m"``
+    (``/min``), ``"1000/h"`` (``/hour``), ``"1/d"`` (``/day``): a positive
+    number of at most 9 digits (and 6 decimals) per period, from one a day
+    to a million a second."""
     match = _RATE.fullmatch(value.lower()) if isinstance(value, str) else None
     if match is None or match[2] not in _RATE_PERIODS:
-        raise error("expected a rate like 100/s, 30/m or 1000/h", value, path=path, key=key)
+        raise error("expected a rate like 100/s, 30/m, 1000/h or 1/d (per s, sec, m, min, h, hour, d or day)",
+                    value, path=path, key=key)
     per_s = float(match[1]) / _RATE_PERIODS[match[2]]
     if not RATE_MIN_PER_S <= per_s <= RATE_MAX_PER_S:
         raise error("a rate must be from 1 a day to 1000000/s", value, path=path, key=key)

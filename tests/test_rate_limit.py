@@ -254,12 +254,13 @@ def test_the_lua_partition_bound_is_the_configured_one() -> None:
 
 @pytest.mark.parametrize(("text", "per_s"), [("100/s", 100.0), ("30/m", 0.5), ("30/min", 0.5),
                                               ("1800/h", 0.5), ("0.5/s", 0.5), (" 7 / S ", 7.0),
-                                              ("1000000/s", 1e6)])
+                                              ("1000000/s", 1e6), ("1/d", 1 / 86400), ("2/day", 2 / 86400),
+                                              ("5/sec", 5.0), ("90/hour", 0.025)])
 def test_rate_limits_read(text: str, per_s: float) -> None:
     assert rate_limit(text, "queues.q.rate_limit", "f.yaml") == per_s
 
 
-@pytest.mark.parametrize("text", ["100", 100, "100/d", "-1/s", "0/s", "1e3/s", "nan/s", "inf/s", "/s", "1/",
+@pytest.mark.parametrize("text", ["100", 100, "100/w", "1/days", "0.5/d", "-1/s", "0/s", "1e3/s", "nan/s", "inf/s", "/s", "1/",
                                   "1000001/s", "0.000001/h", "9" * 400 + "/s", "1/s/s", True, None, [1], "١/s"])
 def test_bad_rate_limits_are_one_line_errors(text: object) -> None:
     with pytest.raises(ConfigError, match=r"^f\.yaml: queues\.q\.rate_limit: ") as info:
