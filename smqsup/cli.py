@@ -159,7 +159,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command is None:
             raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
         safe.set_title(_command_title(args, command))
-        return _COMMANDS[command](args)
+        status = _COMMANDS[command](args)
+        sys.stdout.flush()  # here, where a reader gone away is caught (not at exit)
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except SmqsupError as exc:
         # One line per problem, secrets masked, nothing a terminal would obey.
         lines = str(exc).splitlines() or [type(exc).__name__]
@@ -170,6 +174,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception:  # noqa: BLE001 - unexpected: logged (secrets masked) with its traceback
         log.exception("unexpected error")
         return EXIT_ERROR
+
+
+def _reader_gone() -> int:
+    """The reader of our output closed it (``smqsup ... | head -1``): stop
+    quietly, as a Unix filter does, with status 0. Standard output is
+    pointed at /dev/null, so that the flush at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout: nothing to flush into
+        pass
+    return EXIT_OK
 
 
 def _command_title(args: argparse.Namespace, command: str) -> str:

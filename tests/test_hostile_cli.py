@@ -20,7 +20,7 @@ from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from tests import procs
-from tests.helpers import wait_for
+from tests.helpers import client_for, wait_for
 
 
 def _one_line_error(r: "subprocess.CompletedProcess[str]", *parts: str) -> None:
@@ -363,3 +363,28 @@ def test_a_long_text_shown_to_a_person_says_how_much_was_cut(size: int, cut: int
     out = safe.shown(text, 200)
     assert "secret-pw" not in out and out.startswith("redis://:***@h/")
     assert out.endswith(f"...(+{cut - 6} chars)" if cut else "x"), out[-30:]  # "***" is 6 shorter than the pw
+
+
+# --- a reader that goes away ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["messages", "q", "--limit", "5000", "--json"],
+                                     ["dlq", "list", "q", "--limit", "5000", "--json"],
+                                     ["status", "--json", "--watch", "0.1"],
+                                     ["schedules", "--json"]])
+def test_a_closed_pipe_ends_every_command_quietly(command: list[str], redis_url: str) -> None:
+    """`smqsup ... | head -1`: the reader closes the pipe after one line; the command stops at once, status 0,
+    with nothing on stderr (no BrokenPipe traceback), even one that would print for ever (--watch)."""
+    with Producer(redis_url) as p:
+        p.publish_many("q", [{"pad": "x" * 200, "n": n} for n in range(5000)])
+    k = QueueKeys("smq", "q")
+    client = client_for(redis_url)
+    client.lpush(k.dead, *[b'{"reason":"r","at_ms":1}\n0|' + b"y" * 300 for _ in range(5000)])
+    client.hset(k.schedules, mapping={f"s{n}": b"{}" for n in range(2000)})  # listed with their errors
+    proc = procs.smqsup(*command, "--url", redis_url)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=30) == 0, err
+    assert err == "", err
