@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from smqsup import Producer
+from smqsup.errors import SmqsupError
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,7 +23,14 @@ def main() -> int:
     parser.add_argument("--emails", type=int, default=3)
     parser.add_argument("--flaky", type=int, default=10)
     args = parser.parse_args()
+    try:
+        return publish(args)
+    except SmqsupError as exc:  # no supervisor running, Redis unreachable, a bad config: one line, as the CLI
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
+
+def publish(args: argparse.Namespace) -> int:
     # from_config: the same Redis (or embedded server) and namespace as the consumers.
     with Producer.from_config(args.config) as producer:
         ids = producer.publish_many("orders", ({"id": n, "item": "widget", "qty": n % 5 + 1}

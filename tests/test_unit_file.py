@@ -6,11 +6,14 @@ import configparser
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from smqsup.config import load
+from tests import procs
+from tests.procs import REPO
 
 CONFIG = Path(__file__).parent.parent / "config"
 UNIT = CONFIG / "smqsup.service"
@@ -110,3 +113,15 @@ def test_unit_verifies(tmp_path: Path) -> None:
     output = (result.stderr + result.stdout).splitlines()
     problems = [line for line in output if "smqsup.service" in line and not HOST_ONLY.search(line)]
     assert problems == [], "\n".join(output)
+
+
+def test_the_example_producer_without_a_supervisor_says_so_in_one_line(tmp_path: Path) -> None:
+    """examples/producer.py with no supervisor running (the embedded server not started): one line saying
+    to start `smqsup -c FILE` first, exit 2, no traceback."""
+    cfg = tmp_path / "queues.yaml"
+    cfg.write_text((REPO / "examples" / "queues.yaml").read_text().replace(".smqsup-data", str(tmp_path / "data")))
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "producer.py"), "-c", str(cfg)],
+                          capture_output=True, text=True, timeout=60, env=procs.env())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: "), done.stderr
+    assert f"start `smqsup -c {cfg}` first" in done.stderr and "Traceback" not in done.stderr
