@@ -58,6 +58,9 @@ Handler = Callable[[message.Message], Any]
 #: Called with the message a handler is about to run, then with None once its
 #: outcome is recorded in Redis (or could not be).
 BusyHook = Callable[[Optional[message.Message]], None]
+#: Called when the consumer, nothing in hand, is about to wait for the queue
+#: (a blocking fetch): at most once a blocking fetch, never per message.
+IdleHook = Callable[[], None]
 
 #: Longest traceback text kept in a dead letter, in characters.
 _TRACEBACK_CHARS = 4000
@@ -149,6 +152,7 @@ class Consumer:
         consumer_id: Optional[str] = None,
         fetch_block_s: float = defaults.FETCH_BLOCK_S,
         on_busy: Optional[BusyHook] = None,
+        on_idle: Optional[IdleHook] = None,
         on_lost: str = "renew",
         unregister_on_stop: bool = True,
     ) -> None:
@@ -164,6 +168,7 @@ class Consumer:
         self.stats = ConsumerStats()
         self._fetch_block_s = fetch_block_s
         self._on_busy = on_busy
+        self._on_idle = on_idle
         self._on_lost = on_lost
         self._unregister_on_stop = unregister_on_stop
         self._lost = False
@@ -305,6 +310,8 @@ class Consumer:
             if stolen is not None or self._lost:
                 return stolen
             self._move(self.partitions.home)
+        if self._on_idle is not None:
+            self._on_idle()
         frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
         if frame is not None and (paused or self._limited or message.has_expiry(frame)):
             return self._screen(frame)

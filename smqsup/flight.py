@@ -43,7 +43,7 @@ from typing import Any, Optional
 from smqsup import defaults, message, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.consumer import BusyHook, Consumer, Handler, Outcome, look_again_at, refuse_generator
+from smqsup.consumer import BusyHook, Consumer, Handler, IdleHook, Outcome, look_again_at, refuse_generator
 from smqsup.errors import BrokerError
 from smqsup.partitions import ROTATE_EVERY
 from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
@@ -66,10 +66,10 @@ class ConcurrentConsumer(Consumer):
 
     def __init__(self, broker: Broker, queue: QueueConfig, handler: Handler, *,
                  consumer_id: Optional[str] = None, fetch_block_s: float = defaults.FETCH_BLOCK_S,
-                 on_busy: Optional[BusyHook] = None, on_lost: str = "renew",
+                 on_busy: Optional[BusyHook] = None, on_idle: Optional[IdleHook] = None, on_lost: str = "renew",
                  unregister_on_stop: bool = True) -> None:
         super().__init__(broker, queue, handler, consumer_id=consumer_id, fetch_block_s=fetch_block_s,
-                         on_busy=on_busy, on_lost=on_lost, unregister_on_stop=unregister_on_stop)
+                         on_busy=on_busy, on_idle=on_idle, on_lost=on_lost, unregister_on_stop=unregister_on_stop)
         self._size = queue.concurrency
         self._async = is_async_handler(handler)
         self._flights: dict[int, Flight] = {}  # by id(); in start order, the oldest first
@@ -485,6 +485,8 @@ class ConcurrentConsumer(Consumer):
                 self._checked = False
                 return
             self._move(self.partitions.home)
+        if self._on_idle is not None and not self._flights:
+            self._on_idle()
         loop = self._loop
         assert loop is not None
         if self._fetcher is None:

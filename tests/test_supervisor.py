@@ -55,6 +55,22 @@ def test_starts_every_consumer_with_titles_and_notifies_ready_after_them(
     assert status and "a 3/3" in status[-1] and "b 2/2" in status[-1]
 
 
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_consumer_title_says_idle_once_its_burst_is_handled(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str,
+        concurrency: int) -> None:
+    """A burst of 5 quick messages: once they are handled the title says idle with the count (the
+    once-a-second pace of title updates must not leave the last change out)."""
+    sup = supervise({"q": {"handler": "tests.handlers:record", "concurrency": concurrency}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        for n in range(5):
+            p.publish("q", n)
+    wait_for(lambda: len(sup.events("done")) == 5, timeout_s=10)
+    idle = "[idle 5 msgs]" if concurrency == 1 else "[idle 0/3 5 msgs]"
+    wait_for(lambda: any(idle in t for t in sup.titles()), timeout_s=3)
+
+
 def test_sigkill_of_a_child_mid_message_reclaims_at_once_and_replaces_it(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:

@@ -86,7 +86,8 @@ def _main(spec: ChildSpec) -> int:
     report = _SlotReport(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
     consumer = make_consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
-                             on_lost="stop", fetch_block_s=fetch_block_s(spec.config), unregister_on_stop=False)
+                             on_idle=report.idle, on_lost="stop", fetch_block_s=fetch_block_s(spec.config),
+                             unregister_on_stop=False)
     consumer_box.append(consumer)
     report.consumer = consumer
     consumer.start()  # registered in Redis before the parent hears "ready"
@@ -188,14 +189,24 @@ class _SlotReport:
     flag and messages in flight) and end (the counters its heartbeats carry).
     The process title, e.g. ``smqsup: consumer orders #2 [busy 1834 msgs]``
     or, with concurrency 50, ``[busy 37/50 1834 msgs]``, follows at most once
-    a second, to keep the per-message cost to a few struct writes."""
+    a second, to keep the per-message cost to a few struct writes, and at
+    once when the consumer goes idle (``idle``): the last change of a burst
+    is never left out."""
 
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
         self.consumer: Optional[Consumer] = None
         self._next_title = 0.0
         self._in_flight = 0
+        self._title = ""
         self.update()
+
+    def idle(self) -> None:
+        """The consumer waits for the queue with nothing in hand: the title
+        says so now, whatever the once-a-second pace."""
+        if self.consumer is not None:
+            self._in_flight = self.consumer.flight()[0]
+            self.update()
 
     def ready(self) -> None:
         """Registered in Redis and about to fetch: the parent may heartbeat it now."""
@@ -226,4 +237,7 @@ class _SlotReport:
         size = self.consumer.concurrency if self.consumer else 1
         if size > 1 and self.consumer:
             state = f"{state} {self._in_flight}/{size}"
-        safe.set_title(f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]")
+        title = f"smqsup: consumer {self.spec.queue.name} #{self.spec.index} [{state} {n} msgs]"
+        if title != self._title:
+            self._title = title
+            safe.set_title(title)
