@@ -55,6 +55,10 @@ queues:
     max_messages: 10000
     max_memory: 512MB
     dedup_ttl: 24h
+    rate_limit: 100/s
+    rate_burst: 3
+    partitions: 2
+    concurrency: 4
 web:
   listen: 127.0.0.1:8087
 schedules:
@@ -89,7 +93,7 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "concurrency", "rate_limit", "rate_burst", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "rate_limit", "rate_burst", "partitions", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
 KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
@@ -99,6 +103,12 @@ SCHEDULE_SCALARS = ["'0 3 * * *'", "'*/15 * * * * *'", "'61 * * * *'", "'* * */2
                     "'Etc/GMT+5'", "zone.tab", "1s", "999ms", "366d", "'${SMQSUP_FUZZ_A}'", "{smqsup-x: 1}",
                     "{a: [1, {b: .nan}]}", "2020-01-01", "!!binary aGVsbG8=", "!!set {a}", "{1: 2}"]
 BASE_SCHEDULES_LINE = BASE.splitlines().index("schedules:")
+#: Values of rate_limit, rate_burst, partitions and concurrency that come close to valid, and hostile ones.
+RATE_SCALARS = ["1/d", "1/day", "2/DAY", "0.5/d", "1000000/s", "1000001/s", "1/w", "100/days", "-1/s", "'.nan/s'",
+                "'inf/s'", "1e9/s", "'1/0s'", "'9999999999/s'", "'1/s/s'", "'١/s'", "'100 / sec'", "'5/min'",
+                "'1/hour'", "'0/s'", "'/s'", "'100'", "100", "64", "65", "0", "-2", "2.5", "1e9", "100000", "100001",
+                "1000", "1001", "'2'", "true"]
+RATE_KEYS = ("    rate_limit:", "    rate_burst:", "    partitions:", "    concurrency:")
 
 
 def _with_hostile_values(rng: random.Random) -> str:
@@ -107,7 +117,8 @@ def _with_hostile_values(rng: random.Random) -> str:
     for _ in range(rng.randint(1, 3)):
         i = rng.randrange(len(lines))
         head, sep, _value = lines[i].partition(": ")
-        value = rng.choice(SCHEDULE_SCALARS if i > BASE_SCHEDULES_LINE and rng.random() < 0.5 else SCALARS)
+        value = rng.choice(SCHEDULE_SCALARS if i > BASE_SCHEDULES_LINE and rng.random() < 0.5 else
+                           RATE_SCALARS if lines[i].startswith(RATE_KEYS) and rng.random() < 0.7 else SCALARS)
         lines[i] = f"{head}{sep}{value}" if sep else f"  {value}:" if lines[i] == "  orders:" else lines[i]
     return "\n".join(lines) + "\n"
 

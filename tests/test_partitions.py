@@ -266,6 +266,27 @@ def test_a_pause_or_resume_during_a_raise_leaves_every_partition_as_partition_0_
     assert paused == [between == "pause"] * 3
 
 
+@pytest.mark.parametrize("junk", ["abc", "-5", "0", "nan", "1.5", "hash"])
+def test_junk_in_a_partition_copy_of_the_count_costs_no_message(junk: str, redis_url: str,
+                                                                 redis_client: redis.Redis,
+                                                                 start: Callable[..., Running]) -> None:
+    """The copy of the partition count a partition's rate scripts divide by holding text, a count below 1,
+    NaN, a fraction or another type: it counts as the consumer's own count, and every message runs."""
+    _declare(redis_url, 2)
+    copy = QueueKeys(NS, "q~1").partitions
+    redis_client.delete(copy)
+    if junk == "hash":
+        redis_client.hset(copy, "a", "b")
+    else:
+        redis_client.set(copy, junk)
+    with Producer(redis_url) as p:
+        for i in range(20):
+            p.publish("q", i)
+    done: list[Any] = []
+    start(lambda m: done.append(m.body), partitions=2, rate_limit_per_s=50.0)
+    wait_for(lambda: len(done) == 20, timeout_s=10)
+
+
 def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, redis_client: redis.Redis) -> None:
     """Declared 3 then 2: 3 stays. Junk, a negative or a huge count in the key: 1, and at most 64."""
     broker = Broker(redis_url, NS)
