@@ -15,7 +15,7 @@ from typing import Any, Optional, TypeVar, cast
 
 import redis.exceptions as rexc
 
-from smqsup import cluster, defaults, scripts
+from smqsup import cluster, defaults, safe, scripts
 from smqsup.connection import wrapped
 from smqsup.errors import BrokerError
 from smqsup.info import ConsumerInfo
@@ -371,3 +371,21 @@ class Operations:
     def delete(self, key: str) -> None:
         with wrapped(f"delete {key}"):
             self.client.delete(key)
+
+    def peek_range(self, key: str, kind: str, count: int, budget: scripts.ReadBudget, *, first: int = 0,
+                   step: int = 1, split: bytes = b"") -> list[scripts.Peeked]:
+        """scripts.peek_range over ``count`` elements, LISTING_CHUNK a call,
+        spending ``budget``; a key of another type gives none (said once)."""
+        found: list[scripts.Peeked] = []
+        with wrapped(f"read {key}"):
+            while len(found) < count:
+                want = min(defaults.LISTING_CHUNK, count - len(found))
+                call = scripts.peek_range(key, kind, first + step * len(found), step, want, budget, split)
+                held, budget.whole, got = call.run(self.client)
+                if held not in (kind, "none"):
+                    warn_once(log, f"listing:{key}", "%s holds a %s, not a %s: listings show nothing of it "
+                              "(said once)", safe.escape(key, 300), held, kind)
+                found += got
+                if len(got) < want:
+                    break
+        return found

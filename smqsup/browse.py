@@ -11,7 +11,9 @@
     dead        dead letters, newest first (``reason``)
 
 Whatever bytes sit there, each message is listed (a malformed one by a
-``raw-...`` reference, as dead letters are) and never raises.
+``raw-...`` reference, as dead letters are) and never raises. One listing
+reads a bounded number of bytes however large the frames (scripts.ReadBudget,
+peek_range.lua): a frame beyond the bound is listed from its head (``cut``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from smqsup import deadletters, message, safe, scripts
 from smqsup.broker import Broker
 from smqsup.connection import wrapped
 from smqsup.errors import MalformedMessage
+from smqsup.keys import QueueKeys
+from smqsup.scripts import Peeked, ReadBudget
 
 STATES = ("pending", "scheduled", "processing", "dead")
 #: Entries read per page while looking for messages to remove.
@@ -48,10 +52,9 @@ def row(frame: bytes, state: str, where: str, due_ms: Optional[float] = None,
     ``state``, ``where`` (the structure it sits in), ``created_at`` (unix s),
     ``attempts``, ``priority``, ``due_at`` (unix s, scheduled only), ``size``
     (bytes), ``preview`` (the body as JSON text, cut), ``retry``,
-    ``consumer`` and ``malformed``. Always encodes as strict JSON."""
-    out: dict[str, Any] = {"id": ref(frame), "state": state, "where": where, "created_at": None, "attempts": None,
-                           "priority": None, "due_at": _seconds(due_ms), "size": len(frame), "preview": "",
-                           "retry": where == "delayed", "consumer": consumer, "malformed": False}
+    ``consumer``, ``malformed`` and ``cut`` (false here: see _cut_row).
+    Always encodes as strict JSON."""
+    out = _blank(ref(frame), state, where, due_ms, consumer, len(frame))
     try:
         msg = message.decode(frame)
     except MalformedMessage:
@@ -59,6 +62,40 @@ def row(frame: bytes, state: str, where: str, due_ms: Optional[float] = None,
         return out
     out.update(created_at=msg.created_at if 0 <= msg.created_at < 1e11 else None, attempts=msg.attempts,
                priority=msg.priority, preview=_preview(msg.body))
+    return out
+
+
+def _blank(mid: str, state: str, where: str, due_ms: Optional[float], consumer: Optional[str],
+           size: int) -> dict[str, Any]:
+    return {"id": mid, "state": state, "where": where, "created_at": None, "attempts": None, "priority": None,
+            "due_at": _seconds(due_ms), "size": size, "preview": "", "retry": where == "delayed",
+            "consumer": consumer, "malformed": False, "cut": False}
+
+
+def _row_of(seen: Peeked, state: str, where: str, due_ms: Optional[float] = None,
+            consumer: Optional[str] = None) -> dict[str, Any]:
+    """row() of an element as a listing read it."""
+    if seen.cut:
+        return _cut_row(seen, state, where, due_ms, consumer)
+    return row(seen.data, state, where, due_ms, consumer)
+
+
+def _cut_row(seen: Peeked, state: str, where: str, due_ms: Optional[float],
+             consumer: Optional[str]) -> dict[str, Any]:
+    """row() of a frame too large for the listing to read whole, from its
+    head: ``cut`` true, ``size`` its real length, the id, attempts and
+    priority its head holds, no ``created_at`` (the envelope has it after the
+    body), ``preview`` the body as far as the head goes; ``malformed`` when
+    the head is no frame's."""
+    out = _blank(deadletters.cut_ref(seen.data, seen), state, where, due_ms, consumer, seen.size)
+    out["cut"] = True
+    try:
+        head = message.frame_head(seen.data)
+    except MalformedMessage:
+        out.update(malformed=True, preview=seen.data[:PREVIEW_CHARS].decode("utf-8", "backslashreplace"))
+        return out
+    out.update(attempts=head.attempts, priority=head.priority,
+               preview=safe.escape(deadletters.body_head(head.payload), PREVIEW_CHARS))
     return out
 
 
@@ -76,58 +113,79 @@ def _preview(body: Any) -> str:
 
 def listing(broker: Broker, queue: str, state: str, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` rows of the messages of ``queue`` in ``state``
-    (partition after partition)."""
+    (partition after partition), read within one ReadBudget whatever Redis
+    holds: each frame's head from LISTING_HEADS_BYTES shared (between
+    LISTING_HEAD_MIN_BYTES and LISTING_HEAD_MAX_BYTES each) and whole frames
+    from LISTING_WHOLE_BYTES more."""
     if state == "dead":
-        return [_dead_row(raw) for raw in deadletters.newest(broker, queue, limit)]
+        return [_dead_row(entry) for entry in deadletters.newest(broker, queue, limit)]
+    if state not in STATES:
+        raise ValueError(f"state: expected one of {', '.join(STATES)}, got {safe.escape(state, 40)}")
+    # pending and scheduled read two structures, up to ``limit`` each.
+    budget = ReadBudget.for_rows(limit if state == "processing" else 2 * limit)
     rows: list[dict[str, Any]] = []
     for part in broker.partition_names(queue):
-        rows += list(_rows(broker, part, state, limit - len(rows)))[:limit - len(rows)]
+        rows += list(_rows(broker, part, state, limit - len(rows), budget))[:limit - len(rows)]
         if len(rows) >= limit:
             break
     return rows
 
 
-def _dead_row(raw: bytes) -> dict[str, Any]:
-    d = deadletters.row(raw)
+def _dead_row(entry: Peeked) -> dict[str, Any]:
+    d = deadletters.row(entry)
     body = d["body"]
     preview = body if isinstance(body, str) else _preview(body)
     return {"id": d["id"], "state": "dead", "where": "dead", "created_at": d["created_at"],
-            "attempts": d["attempts"], "priority": None, "due_at": None, "size": len(raw),
+            "attempts": d["attempts"], "priority": None, "due_at": None, "size": entry.size,
             "preview": safe.escape(preview, PREVIEW_CHARS), "retry": False, "consumer": None,
-            "malformed": d["malformed"], "reason": d["reason"], "dead_at": d["dead_at"]}
+            "malformed": d["malformed"], "cut": d["cut"], "reason": d["reason"], "dead_at": d["dead_at"]}
 
 
-def _rows(broker: Broker, queue: str, state: str, limit: int) -> Iterator[dict[str, Any]]:
+def _rows(broker: Broker, queue: str, state: str, limit: int, budget: ReadBudget) -> Iterator[dict[str, Any]]:
     k = broker.keys(queue)
+    if state == "pending":
+        best = broker.peek_range(k.priority, "zset", limit, budget)
+        ready = broker.peek_range(k.pending, "list", limit, budget, first=-1, step=-1)  # the consuming end first
+        for where, seen in _take_order(best, ready, limit):
+            yield _row_of(seen, state, where)
+    elif state == "scheduled":
+        found = [(_score(seen), seen, where) for where, key in (("scheduled", k.scheduled), ("delayed", k.delayed))
+                 for seen in broker.peek_range(key, "zset", limit, budget)]
+        for due, seen, where in sorted(found, key=lambda f: f[0]):
+            yield _row_of(seen, state, where, due_ms=due)
+    else:
+        yield from _held(broker, queue, k, limit, budget)
+
+
+def _held(broker: Broker, queue: str, k: QueueKeys, limit: int, budget: ReadBudget) -> Iterator[dict[str, Any]]:
+    """Rows of the consumers' processing lists, consumer after consumer (by
+    id), ``limit`` in all."""
     with wrapped(f"list messages of {queue!r}"):
         client: Any = broker.client  # replies are bytes (decode_responses is off)
-        if state == "pending":
-            best = list(client.zrange(k.priority, 0, limit - 1, withscores=True))
-            ready = list(reversed(client.lrange(k.pending, -limit, -1)))
-            for where, frame in _take_order(best, ready, limit):
-                yield row(frame, state, where)
-        elif state == "scheduled":
-            found = [(due, frame, where) for where, key in (("scheduled", k.scheduled), ("delayed", k.delayed))
-                     for frame, due in client.zrange(key, 0, limit - 1, withscores=True)]
-            for due, frame, where in sorted(found, key=lambda f: f[0]):
-                yield row(frame, state, where, due_ms=due)
-        elif state == "processing":
-            for cid in sorted(client.hkeys(k.consumers)):
-                consumer = cid.decode("utf-8", "backslashreplace")
-                for frame in client.lrange(k.processing(consumer), 0, limit - 1):
-                    yield row(frame, state, "processing", consumer=consumer)
-        else:
-            raise ValueError(f"state: expected one of {', '.join(STATES)}, got {safe.escape(state, 40)}")
+        ids = sorted(client.hkeys(k.consumers))
+    left = limit
+    for cid in ids:
+        if left <= 0:
+            return
+        consumer = cid.decode("utf-8", "backslashreplace")
+        for seen in broker.peek_range(k.processing(consumer), "list", left, budget):
+            left -= 1
+            yield _row_of(seen, "processing", "processing", consumer=consumer)
 
 
-def _take_order(best: list[tuple[bytes, float]], ready: list[bytes], limit: int) -> Iterator[tuple[str, bytes]]:
-    """The first ``limit`` (where, frame) in the order take_ready hands them
-    out: ``best`` the priority set's members and scores (lowest first),
+def _score(seen: Peeked) -> float:
+    """A sorted set member's score (peek_range reads one for each)."""
+    return seen.score if seen.score is not None else 0.0
+
+
+def _take_order(best: list[Peeked], ready: list[Peeked], limit: int) -> Iterator[tuple[str, Peeked]]:
+    """The first ``limit`` (where, element) in the order take_ready hands
+    them out: ``best`` the priority set's members (lowest score first),
     ``ready`` the pending list from its consuming end."""
     b = r = 0
     for _ in range(limit):
-        if b < len(best) and (r >= len(ready) or _priority(ready[r]) < _set_priority(best[b][1])):
-            yield "priority", best[b][0]
+        if b < len(best) and (r >= len(ready) or _priority(ready[r].data) < _set_priority(_score(best[b]))):
+            yield "priority", best[b]
             b += 1
         elif r < len(ready):
             yield "pending", ready[r]

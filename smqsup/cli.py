@@ -361,7 +361,7 @@ def _print_dead(rows: list[dict[str, Any]], as_json: bool) -> None:
             print(json.dumps(row, ensure_ascii=True))
             continue
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["dead_at"])) if row["dead_at"] else "?"
-        body = row["body"] if row["malformed"] else json.dumps(row["body"], ensure_ascii=False)
+        body = row["body"] if row["malformed"] or row.get("cut") else json.dumps(row["body"], ensure_ascii=False)
         print(f"{safe.escape(row['id'])}  {when}  attempts={row['attempts']}  "
               f"reason={safe.escape(row['reason'], 500)}  body={safe.escape(body, 200)}")
     if not as_json:

@@ -217,6 +217,8 @@ def _line(row: dict[str, Any]) -> str:
         parts.append(f"reason={safe.escape(row['reason'], 500)}")
     if row["malformed"]:
         parts.append("malformed")
+    if row.get("cut"):
+        parts.append("cut")  # too large to read whole: what its head holds
     parts.append(f"body={safe.escape(row['preview'], 300)}")
     return "  ".join(parts)
 

@@ -113,3 +113,13 @@ PARTITIONS_MAX = 64
 PARTITIONS_READ_S = 10.0
 #: Longest the collector waits between looks at a queue's schedules (changed definitions, resumes), in s.
 SCHEDULE_POLL_S = 1.0
+#: Bytes one message listing (smqsup messages, dlq list, the web UI) may read whole beyond the heads of what it reads.
+LISTING_WHOLE_BYTES = 4 * 1024 * 1024
+#: Bytes of heads one listing reads in all: each element it cannot read whole shows its first share of these.
+LISTING_HEADS_BYTES = 4 * 1024 * 1024
+#: Most bytes of one element's head a listing reads (enough for its frame head, id, queue, dedup key, 200 chars).
+LISTING_HEAD_MAX_BYTES = 2048
+#: Fewest bytes of one element's head a listing reads, however many rows (its frame head and a 128-char id fit).
+LISTING_HEAD_MIN_BYTES = 256
+#: Most elements one listing script call reads (Redis is busy with one call at a time).
+LISTING_CHUNK = 1000

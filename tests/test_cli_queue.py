@@ -317,3 +317,23 @@ def test_a_password_in_the_url_is_never_shown(redis_server: RedisServer, redis_c
     assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0, 1], [r.stderr for r in outputs]
     assert all(PASSWORD not in r.stdout + r.stderr for r in outputs), [r.stderr for r in outputs]
     assert "Error: " in outputs[-1].stderr and outputs[-1].stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("state", ["pending", "dead"])
+def test_messages_over_1000_large_frames_reads_a_bounded_number_of_bytes(
+        redis_url: str, redis_client: "redis.Redis", topology: str, state: str) -> None:
+    """--limit 1000 over 1000 large frames: under the bound read, every row with its id and size, cut ones marked."""
+    from tests.test_listing_bounds import BODY_BYTES, BOUND, seed, sent
+
+    if topology == "single":
+        redis_client.config_set("appendonly", "no")  # a gigabyte need not reach the disk
+    expected = seed(redis_client, state, BODY_BYTES[topology])
+    before = sent(redis_client, K.pending)
+    rows = _listed(redis_url, state, "--limit", "1000")
+    read = sent(redis_client, K.pending) - before
+    assert read < BOUND, f"{read} bytes read"
+    assert [(r["id"], r["size"]) for r in rows] == expected
+    assert not rows[0]["cut"] and rows[-1]["cut"]
+    human = procs.run("messages", "--url", redis_url, "q", "--state", state, "--limit", "1000")
+    assert human.returncode == 0 and len(human.stdout.splitlines()) == 1000, human.stderr
+    assert "  cut  body=xxxx" in human.stdout.splitlines()[-1]

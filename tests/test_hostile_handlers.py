@@ -150,3 +150,15 @@ def test_no_secret_reaches_a_dead_letter(supervise: Callable[..., procs.Supervis
     assert "never-shown" not in stored, stored
     assert "***" in meta["reason"] and "***" in meta["error"] and "***" in meta["traceback"]
     assert "never-shown" not in s.log()
+
+
+def test_a_secret_already_stored_in_a_dead_letter_is_masked_when_shown(redis_url: str,
+                                                                         redis_client: redis.Redis) -> None:
+    """A dead letter written before reasons were masked (or by hand) shows a url's password as *** in
+    `smqsup dlq list`, as text and as JSON."""
+    frame = message.frame(message.encode_payload("q", "x", max_size_bytes=1 << 20)[1])
+    redis_client.lpush(K.dead, b'{"reason":"cannot reach redis://app:pw-Lq55-stored@db:6379/0"}\n' + frame)
+    for extra in ([], ["--json"]):
+        done = procs.run("dlq", "list", "q", "--url", redis_url, *extra)
+        assert done.returncode == 0, done.stderr
+        assert "pw-Lq55-stored" not in done.stdout and "redis://app:***@db:6379/0" in done.stdout, done.stdout

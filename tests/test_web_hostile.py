@@ -546,3 +546,27 @@ def test_random_and_adversarial_requests_never_get_a_5xx(redis_client: redis.Red
     headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
     assert server.request("GET", "/api/status", headers=headers)[0] == 200, f"seed={seed}"
     check_log(server, (PASSWORD, token) if token else (PASSWORD,))
+
+
+@pytest.mark.parametrize("state", [*browse.STATES, "dead-api"])
+def test_listing_1000_frames_of_1_mib_through_the_api_reads_a_bounded_number_of_bytes(
+        redis_client: redis.Redis, web: WebFactory, state: str) -> None:
+    """GET messages?limit=1000 (and dead?limit=1000) over 1000 frames of 1 MiB: 200, under 8.25 MiB read, every row."""
+    from tests.test_listing_bounds import BOUND, K, seed, sent
+
+    redis_client.config_set("appendonly", "no")  # a gigabyte need not reach the disk
+    expected = seed(redis_client, state.removesuffix("-api"), 1 << 20)
+    server = web()
+    before = sent(redis_client, K.pending)
+    path = ("/api/queues/q/dead?limit=1000" if state == "dead-api"
+            else f"/api/queues/q/messages?state={state}&limit=1000")
+    status, _, body = server.request("GET", path)
+    read = sent(redis_client, K.pending) - before
+    assert status == 200, body[:300]
+    assert read < BOUND, f"{state}: {read} bytes read"
+    listing = strict_json(body)
+    rows = listing["entries"] if state == "dead-api" else listing["messages"]
+    assert [r["id"] for r in rows] == [mid for mid, _ in expected]
+    if state != "dead-api":
+        assert [r["size"] for r in rows] == [size for _, size in expected]
+    assert any(r["cut"] for r in rows) and all(r["attempts"] == 0 for r in rows)

@@ -214,10 +214,11 @@ _LOCK_RENEW = Script("lock_renew")
 _LOCK_RELEASE = Script("lock_release")
 
 _PARTITIONS = Script("partitions")
+_PEEK_RANGE = Script("peek_range")
 
 ALL = (_PARTITIONS, _ACK, _NACK, _RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _PROMOTE, _DLQ_REQUEUE, _PUBLISH, _PRODUCER_STATS,
        _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE, _PUBLISH_OPTIONS, _TAKE, _SCREEN, _REMOVE,
-       _DLQ_PURGE)
+       _DLQ_PURGE, _PEEK_RANGE)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -556,3 +557,67 @@ def producer_stats(namespace: str, producer_id: str, info: str, forget_after_ms:
     ``forget_after_ms``; how many were forgotten."""
     return Call(_PRODUCER_STATS, (producers_hash(namespace), producers_seen(namespace)),
                 (producer_id, info, forget_after_ms), int)
+
+
+@dataclass(frozen=True)
+class Peeked:
+    """One element as peek_range.lua read it: its real ``size`` (bytes) and
+    ``data``, the element whole or, when it was ``cut``, its head; for a cut
+    one, ``after`` (the head of what follows its first separator, when asked
+    for one) and ``digest`` (SHA-1 hex of the whole element, when the head it
+    is named by holds no message id); a sorted set's ``score``."""
+
+    size: int
+    data: bytes
+    after: Optional[bytes] = None
+    score: Optional[float] = None
+    digest: Optional[str] = None
+
+    @property
+    def cut(self) -> bool:
+        return len(self.data) < self.size
+
+
+@dataclass
+class ReadBudget:
+    """What one listing may still read (peek_range.lua's ARGV[5..6]): of
+    each element ``head`` bytes (twice, read with a separator), and
+    ``whole`` bytes more in all for the elements it reads whole."""
+
+    head: int
+    whole: int
+
+    @classmethod
+    def for_rows(cls, rows: int, parts: int = 1) -> "ReadBudget":
+        """The budget of a listing that reads at most ``rows`` elements of
+        ``parts`` heads each: LISTING_HEADS_BYTES shared by their heads
+        (within the head bounds) and LISTING_WHOLE_BYTES for whole ones."""
+        head = defaults.LISTING_HEADS_BYTES // max(1, rows * parts)
+        return cls(min(max(head, defaults.LISTING_HEAD_MIN_BYTES), defaults.LISTING_HEAD_MAX_BYTES),
+                   defaults.LISTING_WHOLE_BYTES)
+
+
+def _bytes_or_none(reply: Any) -> Optional[bytes]:
+    """Bytes, or None for Lua's false."""
+    return None if reply is None or reply is False else bytes(reply)
+
+
+def _peeked(reply: Sequence[Any]) -> tuple[str, int, list[Peeked]]:
+    found, whole, *flat = reply
+    elements = []
+    for size, data, after, score, digest in zip(*[iter(flat)] * 5):
+        score_text, digest_text = _bytes_or_none(score), _bytes_or_none(digest)
+        elements.append(Peeked(int(size), bytes(data), _bytes_or_none(after),
+                               None if score_text is None else float(score_text),
+                               None if digest_text is None else digest_text.decode("ascii")))
+    return _escaped_texts([found])[0], int(whole), elements
+
+
+def peek_range(key: str, kind: str, first: int, step: int, count: int, budget: ReadBudget,
+               split: bytes = b"") -> Call[tuple[str, int, list[Peeked]]]:
+    """Read up to ``count`` elements of the list or sorted set ``key``
+    (``kind``: "list" or "zset") from index ``first`` by ``step`` within
+    ``budget`` (``split``: the separator after which a cut element's second
+    head starts); (the key's type, the whole budget left, the elements). A
+    key of another type reads nothing."""
+    return Call(_PEEK_RANGE, (key,), (kind, first, step, count, budget.head, budget.whole, split), _peeked)

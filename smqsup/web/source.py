@@ -24,6 +24,7 @@ from smqsup import browse, deadletters, safe, stats
 from smqsup.broker import Broker
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
+from smqsup.scripts import Peeked
 from smqsup.validate import validate_queue_name
 from smqsup.web.jsonout import dumps
 
@@ -31,18 +32,19 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-def dead_row(raw: bytes) -> dict[str, Any]:
+def dead_row(entry: Peeked) -> dict[str, Any]:
     """One dead-letter entry as the API lists it: ``deadletters.row``, whose
     ``id`` names it in a requeue or purge even when its bytes are malformed.
     Should reading it fail all the same (its bytes are anyone's), it is shown
-    whole as text with reason "unreadable"."""
+    as text, as far as it was read, with reason "unreadable"."""
     try:
-        return deadletters.row(raw)
+        return deadletters.row(entry)
     except Exception:  # noqa: BLE001 - hostile bytes must not fail the listing
-        text = raw.decode("utf-8", "replace")
+        text = entry.data.decode("utf-8", "replace")
         return {"id": None, "attempts": None, "reason": "unreadable", "dead_at": None, "created_at": None,
                 "error_type": None, "body": text[:deadletters.BODY_SHOWN_CHARS],
-                "truncated": len(text) > deadletters.BODY_SHOWN_CHARS, "malformed": True}
+                "truncated": entry.cut or len(text) > deadletters.BODY_SHOWN_CHARS, "malformed": True,
+                "cut": entry.cut}
 
 
 class Source:
@@ -76,7 +78,8 @@ class Source:
         return {name: stats.history(self.broker, name, seconds) for name in self.queues()}
 
     def dead(self, queue: str, limit: int) -> dict[str, Any]:
-        """The newest ``limit`` dead letters of ``queue`` and how many there are."""
+        """The newest ``limit`` dead letters of ``queue`` (read within one
+        listing's bounds: deadletters.newest) and how many there are."""
         entries = deadletters.newest(self.broker, queue, limit)
         total = self.broker.total_sizes(queue)["dead"]
         return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
