@@ -30,7 +30,7 @@ import psutil
 import redis
 
 from smqsup.errors import BrokerConnectionError, PublishUncertain
-from smqsup.keys import QueueKeys
+from smqsup.keys import QueueKeys, partition_names
 from smqsup.producer import Producer
 from smqsup.redis_server import RedisServer
 from tests import procs
@@ -98,9 +98,11 @@ POISON_THRESHOLD, POISON_TIMEOUT_S = 2, 1.0
 def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, batch: int = 100, consumers: int = 4,
               kill_every_s: float = 0.2, supervisor_every_s: float = 4.0, redis_every_s: float = 6.0,
               deadline_s: float = 600.0, rng: Optional[random.Random] = None,
-              poison: Optional[dict[str, float]] = None) -> ChaosResult:
+              poison: Optional[dict[str, float]] = None, options: Optional[dict[str, Any]] = None) -> ChaosResult:
     """Publish ``messages`` at ``rate`` a second (in batches) while killing
-    things; wait until the queue is drained; return what happened."""
+    things; wait until the queue is drained; return what happened.
+    ``options``: more settings of the queue (rate_limit, concurrency,
+    partitions...)."""
     rng = rng or random.Random(1)
     out = root / "out"
     out.mkdir()
@@ -108,6 +110,8 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     if poison:
         queue.update(handler="tests.handlers:chaos", retry_threshold=POISON_THRESHOLD,
                      message_timeout=f"{POISON_TIMEOUT_S}s")
+    queue.update(options or {})
+    parts = [QueueKeys("smq", p) for p in partition_names("q", int(queue.get("partitions", 1)))]
     cfg = procs.write_config(root / "chaos.yaml", server.url, {"q": queue},
                              heartbeat_interval="200ms", heartbeat_timeout="2s", shutdown_timeout="2s")
     result = ChaosResult(messages, 0, 0, 0, [])
@@ -130,7 +134,7 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
                                      for i in range(min(batch, messages - sent))]
                 try:
                     producer = producer or Producer(server.url)
-                    ids = producer.publish_many("q", bodies)
+                    ids = _publish(producer, bodies, rng, len(parts))
                     published += ids
                     kinds.update((mid, b["kind"]) for mid, b in zip(ids, bodies) if poison and b["kind"])
                 except BrokerConnectionError as exc:  # Redis down: pause publishing
@@ -143,14 +147,17 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
                         # not required to show up (Redis never acknowledged it).
                         uncertain += exc.message_ids
                         result.uncertain += len(exc.message_ids)
-            elif sent >= messages and _drained(server):
+            elif sent >= messages and _drained(server, parts):
                 break
             if now >= next_kill:
                 next_kill = now + kill_every_s
                 victims = _consumers(sup.pid)
                 if victims:
-                    rng.choice(victims).kill()
-                    result.consumer_kills += 1
+                    try:
+                        rng.choice(victims).kill()
+                        result.consumer_kills += 1
+                    except psutil.NoSuchProcess:  # it ended by itself meanwhile (a poison exit)
+                        pass
             if now >= next_sup:
                 next_sup = now + supervisor_every_s
                 os.kill(sup.pid, signal.SIGKILL)
@@ -180,7 +187,7 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     seen = _handled(out)
     client = redis.Redis.from_url(server.url)
     dead_ids = set()
-    for entry in client.lrange(Q.dead, 0, -1):
+    for entry in [e for k in parts for e in client.lrange(k.dead, 0, -1)]:
         frame = entry.split(b"\n", 1)[1]
         dead_ids.add(json.loads(frame.split(b"|", 1)[1])["id"])
     good = [mid for mid in published if mid not in kinds]
@@ -194,8 +201,23 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     result.poison = Counter(kinds.values())
     result.poison_dead = len(dead_ids & set(kinds))
     result.poison_deliveries = Counter(seen[mid] for mid in kinds)
-    result.time_bound_s = time_bound_s(result, messages, rate, consumers)
+    limit = _rate_per_s(queue.get("rate_limit"))
+    result.time_bound_s = time_bound_s(result, messages, min(rate, limit) if limit else rate, consumers)
     return result
+
+
+def _publish(producer: Producer, bodies: list[Any], rng: random.Random, partitions: int) -> list[str]:
+    """One batch: to one partition (publish_many without a key), a random
+    one of several (a random partition key)."""
+    key = None if partitions == 1 else str(rng.randrange(1 << 30))
+    return producer.publish_many("q", bodies, partition_key=key)
+
+
+def _rate_per_s(text: Optional[str]) -> float:
+    if not text:
+        return 0.0
+    n, _, per = text.partition("/")
+    return float(n) / {"s": 1.0, "m": 60.0, "h": 3600.0}[per]
 
 
 def _kind(rng: random.Random, poison: dict[str, float]) -> Optional[str]:
@@ -221,14 +243,15 @@ def time_bound_s(r: ChaosResult, messages: int, rate: float, consumers: int) -> 
             + (r.supervisor_kills + r.redis_kills) * 1.0 + 5.0)
 
 
-def _drained(server: RedisServer) -> bool:
+def _drained(server: RedisServer, parts: list[QueueKeys]) -> bool:
     try:
         client = redis.Redis.from_url(server.url, socket_timeout=2)
         pipe = client.pipeline(transaction=False)
-        pipe.llen(Q.pending)
-        pipe.zcard(Q.delayed)
-        for cid in client.hkeys(Q.consumers):
-            pipe.llen(Q.processing(cid.decode()))
+        for k in parts:
+            pipe.llen(k.pending)
+            pipe.zcard(k.delayed)
+            for cid in client.hkeys(k.consumers):
+                pipe.llen(k.processing(cid.decode()))
         left = sum(pipe.execute())
         client.close()
         return left == 0

@@ -3,6 +3,7 @@ SIGKILLed at random every 200 ms, the supervisor is SIGKILLed and restarted,
 and redis-server (AOF, appendfsync always) is killed and restarted.
 
     python tests/bench/chaos.py [--messages 100000] [--rate 2000] [--poison]
+        [--rate-limit 2500/s] [--concurrency 4] [--partitions 2]
 
 Prints what was published, handled, dead-lettered, lost (must be 0) and
 duplicated (must not exceed the kills), and how many of each kill happened.
@@ -33,18 +34,25 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=2000.0, help="messages published per second")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--poison", action="store_true", help="mix in raising, exiting and hanging messages")
+    parser.add_argument("--rate-limit", help="the queue's rate_limit (e.g. 2500/s; default none)")
+    parser.add_argument("--concurrency", type=int, default=1, help="the queue's concurrency (default 1)")
+    parser.add_argument("--partitions", type=int, default=1, help="the queue's partitions (default 1)")
     args = parser.parse_args()
+    options: dict[str, object] = {"concurrency": args.concurrency, "partitions": args.partitions}
+    if args.rate_limit:
+        options["rate_limit"] = args.rate_limit
     root = Path(tempfile.mkdtemp(prefix="smqchaos-"))
     server = RedisServer(root / "redis", appendfsync="always")
     server.start()
     try:
         r = run_chaos(server, root, messages=args.messages, rate=args.rate, batch=200,
-                      rng=random.Random(args.seed), deadline_s=900, poison=POISON if args.poison else None)
+                      rng=random.Random(args.seed), deadline_s=900, poison=POISON if args.poison else None,
+                      options=options)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
     summary = report(r)
-    print(json.dumps(summary))
+    print(json.dumps({**summary, "options": options}))
     ok = not r.lost and r.duplicates <= r.kills
     print(f"lost {len(r.lost)} of {r.published} (target 0); duplicates {r.duplicates} for {r.kills} kills "
           f"(target <= 1 per kill)")
