@@ -125,3 +125,10 @@ def test_the_example_producer_without_a_supervisor_says_so_in_one_line(tmp_path:
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: "), done.stderr
     assert f"start `smqsup -c {cfg}` first" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_example_config_runs_the_dashboard() -> None:
+    """examples/queues.yaml (the quick start's) runs the web UI on the loopback address the README names."""
+    loaded = load(REPO / "examples" / "queues.yaml")
+    assert loaded.web is not None and loaded.web.listen == "127.0.0.1:8087"
+    assert "http://127.0.0.1:8087" in (REPO / "README.md").read_text().split("## What it does")[0]
