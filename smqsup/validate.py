@@ -299,8 +299,7 @@ def rate_limit(value: object, key: str = "", path: str = "") -> float:
     to a million a second."""
     match = _RATE.fullmatch(value.lower()) if isinstance(value, str) else None
     if match is None or match[2] not in _RATE_PERIODS:
-        raise error("expected a rate like 100/s, 30/m, 1000/h or 1/d (per s, sec, m, min, h, hour, d or day)",
-                    value, path=path, key=key)
+        raise error("expected a rate like 100/s, 30/m, 1000/h or 1/d", value, path=path, key=key)
     per_s = float(match[1]) / _RATE_PERIODS[match[2]]
     if not RATE_MIN_PER_S <= per_s <= RATE_MAX_PER_S:
         raise error("a rate must be from 1 a day to 1000000/s", value, path=path, key=key)

@@ -451,9 +451,9 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("concurrency", "[4]", "expected a positive integer, got a list"),
      ("concurrency", "9" * 400, "must be at most 1000 (messages at once per consumer), got an integer of 400 digits"),
      ("rate_limit", "1000001/s", "a rate must be from 1 a day to 1000000/s, got '1000001/s'"),
-     ("rate_limit", "50", "expected a rate like 100/s, 30/m or 1000/h, got 50"),
-     ("rate_limit", ".nan", "expected a rate like 100/s, 30/m or 1000/h, got nan"),
-     ("rate_limit", "'9" + "9" * 400 + "/s'", "expected a rate like 100/s, 30/m or 1000/h, got '99999"),
+     ("rate_limit", "50", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got 50"),
+     ("rate_limit", ".nan", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got nan"),
+     ("rate_limit", "'9" + "9" * 400 + "/s'", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got '99999"),
      ("rate_burst", "0", "expected a positive integer, got 0"),
      ("rate_burst", "100001", "must be at most 100000 (starts back to back), got 100001")],
 )
