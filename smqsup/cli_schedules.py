@@ -1,9 +1,10 @@
 """``smqsup schedules``: list the schedules stored in Redis (what the elected
-collectors fire), and pause or resume one on every host.
+collectors fire), pause or resume one on every host, or reset one's state.
 
     smqsup schedules (-c FILE | --url URL) [--json]
     smqsup schedules (-c FILE | --url URL) pause NAME
     smqsup schedules (-c FILE | --url URL) resume NAME
+    smqsup schedules (-c FILE | --url URL) reset NAME
 
 Redis is reached as ``smqsup dlq`` does (cli._target). A schedule NAME is
 looked up in FILE first, then among the definitions stored for the
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from smqsup.config import Config
 
 EXIT_OK = 0
-_ACTIONS = ("list", "pause", "resume")
+_ACTIONS = ("list", "pause", "resume", "reset")
 #: Widest cell shown, in characters.
 _CELL_CHARS = 60
 
@@ -34,15 +35,17 @@ _CELL_CHARS = 60
 def add_schedules(sub: _Commands[_Parser]) -> None:
     from smqsup.cli import _add_target
 
-    p = sub.add_parser("schedules", help="list the schedules (last and next fire), or pause or resume one",
+    p = sub.add_parser("schedules", help="list the schedules (last and next fire), or pause, resume or reset one",
                        description="Without an action, list every schedule stored in Redis for the configured "
                                    "and known queues: its queue, cron or period, time zone, paused flag, last "
                                    "and next fire, and how many supervisors declare it now. pause NAME stops "
                                    "it firing on every host until resume NAME (the slots in between are "
-                                   "skipped, catch_up or not).")
+                                   "skipped, catch_up or not). reset NAME settles its state up to now: for "
+                                   "a state written by a clock that was ahead, under which it fires nothing "
+                                   "until the clock gets there (the slots up to now are not fired).")
     _add_target(p, url=True)
-    p.add_argument("action", nargs="?", default="list", type=_action, metavar="{list,pause,resume}")
-    p.add_argument("name", nargs="?", metavar="NAME", help="the schedule to pause or resume")
+    p.add_argument("action", nargs="?", default="list", type=_action, metavar="{list,pause,resume,reset}")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the schedule to pause, resume or reset")
     p.add_argument("--json", action="store_true", help="one JSON object per schedule and line")
 
 
@@ -73,6 +76,8 @@ def cmd_schedules(args: argparse.Namespace) -> int:
                       f"`smqsup schedules resume {name}`")
             else:
                 print(f"schedule {name} was already paused ({_paused_text(broker, queue, name)}); nothing changed")
+        elif args.action == "reset":
+            print(_reset(broker, queue, name))
         elif schedule_store.resume(broker, queue, name):
             print(f"resumed schedule {name} (queue {queue}): it fires again from its next slot")
         else:
@@ -125,6 +130,20 @@ def _queue_of(broker: Broker, cfg: Optional[Config], name: str) -> str:
                      f"naming the one meant")
 
 
+def _reset(broker: Broker, queue: str, name: str) -> str:
+    """Settle schedule ``name`` up to now; what was done, in a line."""
+    from smqsup import schedule_store
+    from smqsup.cli_queue import _when
+
+    stored, now_ms, ahead_ms = schedule_store.reset(broker, queue, name)
+    if not stored:
+        return f"schedule {name} is not stored in Redis on queue {queue}; nothing changed"
+    was = (f"its state was {ahead_ms / 86_400_000:.1f} days ahead of the Redis clock" if ahead_ms > 0
+           else "its state was not ahead of the Redis clock")
+    return (f"reset schedule {name} (queue {queue}): settled up to now ({_when(now_ms / 1000)}), {was}; "
+            f"it fires from its next slot")
+
+
 def _paused_text(broker: Broker, queue: str, name: str) -> str:
     from smqsup import schedule_store
     from smqsup.cli_queue import _when
@@ -139,10 +158,12 @@ def _paused_text(broker: Broker, queue: str, name: str) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from smqsup import schedule_store
+    from smqsup import defaults, schedule_store
 
     with _connected(args) as (broker, cfg):
-        rows = schedule_store.rows(broker, _queues(broker, cfg))
+        # The file's max_message_size, else the default: the supervisors' own are not in Redis.
+        limit = cfg.max_message_size_bytes if cfg else defaults.MAX_MESSAGE_SIZE_BYTES
+        rows = schedule_store.rows(broker, _queues(broker, cfg), limit)
     stored = {(r["queue"], r["name"]) for r in rows}
     for s in (cfg.schedules.values() if cfg else ()):
         if (s.queue, s.name) not in stored:  # in the file, not declared yet (no supervisor of it has run)

@@ -304,7 +304,7 @@ def _config(data: object, path: str) -> Config:
         raise error(f"must be greater than heartbeat_interval ({interval_s:g}s)",
                     raw.get("heartbeat_timeout", timeout_s), path=path, key="heartbeat_timeout")
     queues = _queues(raw.get("queues", MISSING), _queue_defaults(raw.get("defaults"), path), path)
-    return Config(
+    return _schedules_fit(Config(
         path=Path(path),
         redis=_redis(raw.get("redis"), path),
         namespace=_get(raw, "namespace", "", path, validate.queue_or_namespace, defaults.NAMESPACE),
@@ -319,7 +319,20 @@ def _config(data: object, path: str) -> Config:
         queues=queues,
         web=_web(raw.get("web", MISSING), path),
         schedules=schedule.section(raw.get("schedules"), queues, path),
-    )
+    ), path)
+
+
+def _schedules_fit(cfg: Config, path: str) -> Config:
+    """``cfg``, once the largest message of each schedule fits its
+    max_message_size: one that does not would pass every other check and
+    never fire (the collector refuses to publish it)."""
+    for s in cfg.schedules.values():
+        size = schedule.largest_message_bytes(s)
+        if size > cfg.max_message_size_bytes:
+            raise error(f"its message (body, headers and envelope) would be over max_message_size "
+                        f"({cfg.max_message_size_bytes} bytes)", f"{size} bytes", path=path,
+                        key=join_key(join_key("schedules", s.name), "body"))
+    return cfg
 
 
 # --- public entry points -----------------------------------------------------------------

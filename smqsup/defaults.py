@@ -113,6 +113,14 @@ PARTITIONS_MAX = 64
 PARTITIONS_READ_S = 10.0
 #: Longest the collector waits between looks at a queue's schedules (changed definitions, resumes), in s.
 SCHEDULE_POLL_S = 1.0
+#: Longest one look at a queue's schedules holds the supervisor's loop, in s (the round goes on next tick).
+SCHEDULE_LOOK_BUDGET_S = 0.02
+#: Schedules one look reads at once (one HSCAN step, one round trip of their states).
+SCHEDULE_BATCH = 100
+#: A schedule state further ahead of the Redis clock than this is warned about (no slot fires), in ms.
+SCHEDULE_AHEAD_MS = 86_400_000
+#: First slots remembered per (definition, settled-up-to time), so a rare cron is not searched every look.
+SCHEDULE_SLOTS_KEPT = 4096
 #: Bytes one message listing (smqsup messages, dlq list, the web UI) may read whole beyond the heads of what it reads.
 LISTING_WHOLE_BYTES = 4 * 1024 * 1024
 #: Bytes of heads one listing reads in all: each element it cannot read whole shows its first share of these.

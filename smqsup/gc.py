@@ -107,6 +107,7 @@ class Collector:
         for name in list(self._queues):
             if name not in wanted:
                 self._queues.pop(name).lock.release()
+                self.firing.forget(name)
         for name, q in wanted.items():
             state = self._queues.get(name)
             if state is None:
@@ -166,6 +167,7 @@ class Collector:
                 log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
                 self._fact(name, state, leader_changes=1)
                 state.next_scan = state.next_promote = state.next_fire = now
+                self.firing.forget(name)  # a round begun under an earlier lock read what is stale now
             # Contenders try often so that failover takes about one TTL.
             interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
                                                                     self.cfg.heartbeat_interval_s)

@@ -23,6 +23,7 @@ one's time, header ``smqsup-catch-up``), ``false`` skips them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from typing import Any, Optional
 
-from smqsup import validate
+from smqsup import message, validate
 from smqsup.errors import ConfigError
 from smqsup.validate import error, join_key
 
@@ -166,12 +167,6 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
         if raw.get("catch_up") is not None else False,
         grace_ms=_grace(raw["grace"], join_key(key, "grace"), path) if raw.get("grace") is not None
         else GRACE_DEFAULT_MS)
-    if schedule.cron is not None:
-        try:
-            next_after(schedule, 0)  # the epoch: matches cronsim's 50-year search from any later time too
-        except NeverDue:
-            raise error("never comes due (no date matches it)", schedule.cron, path=path,
-                        key=join_key(key, "cron")) from None
     return schedule
 
 
@@ -209,10 +204,19 @@ def cron_expression(value: object, key: str, path: str) -> str:
     if expr.startswith("@"):
         raise error(f"unsupported macro (expected one of {', '.join(_MACROS)})", value, path=path, key=key)
     try:
-        _cronsim(expr, datetime(2000, 1, 1, tzinfo=timezone.utc))
+        matches = _comes_due(expr)
     except Exception as exc:  # noqa: BLE001 - cronsim's CronSimError, or whatever odd text makes it raise
         raise error(f"invalid cron expression ({exc or type(exc).__name__})", value, path=path, key=key) from None
+    if not matches:
+        raise error("never comes due (no date matches it)", value, path=path, key=key)
     return expr
+
+
+@functools.lru_cache(maxsize=4096)
+def _comes_due(expr: str) -> bool:
+    """Whether ``expr`` matches a date in the 50 years from 2000 (cronsim's search), searched once
+    per expression: from a fixed date, not the epoch, so a rare one's cost does not grow with the years."""
+    return next(_cronsim(expr, datetime(2000, 1, 1, tzinfo=timezone.utc)), None) is not None
 
 
 def zone_name(value: object, key: str, path: str) -> str:
@@ -287,28 +291,6 @@ def json_value(value: object, key: str, path: str, depth: int = 0) -> Any:
     raise error(f"not JSON: a YAML {type(value).__name__} (quote it)", path=path, key=key)
 
 
-def from_json(name: str, raw: "bytes | str", queue: str) -> ScheduleConfig:
-    """A definition read back from Redis (anyone may have written anything
-    there): validated like the file; ConfigError naming the key otherwise."""
-    where = f"redis definition of schedule {name!r} on queue {queue!r}"
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise ConfigError(f"{where}: not JSON") from None
-    if not isinstance(data, dict) or data.get("v") != 1:
-        raise ConfigError(f"{where}: not a version 1 definition")
-    fields: dict[str, object] = {k: data.get(k) for k in ("queue", "cron", "timezone", "body", "headers", "catch_up")}
-    for source, target in (("every_ms", "every"), ("grace_ms", "grace")):
-        ms = data.get(source)
-        if ms is not None:
-            if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms < _INT64:
-                raise ConfigError(f"{where}: {source}: not a positive integer")
-            fields[target] = f"{ms}ms"
-    if fields.get("every") is not None and fields.get("timezone") == "UTC":
-        fields["timezone"] = None
-    return one(name, fields, {queue: None}, where, where="schedule")
-
-
 # --- slots ------------------------------------------------------------------------------
 
 
@@ -371,6 +353,8 @@ def due(s: ScheduleConfig, base_ms: int, now_ms: int, most: int = 100) -> tuple[
 
     Slots later than now_ms - grace fire, each, late; earlier ones are
     missed: one Fire for the latest of them with catch_up, none without."""
+    # Settled 60 years back at most (past cronsim's 50-year search, and within what datetime holds).
+    base_ms = max(base_ms, now_ms - 60 * 365 * 86_400_000)
     try:
         first = next_after(s, base_ms)
     except NeverDue:
@@ -400,3 +384,16 @@ def fire_time_text(slot_ms: int) -> str:
     """A slot as the ``smqsup-fire-time`` header gives it: ISO 8601, UTC, ms."""
     return datetime.fromtimestamp(slot_ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
+
+
+def fire_headers(s: ScheduleConfig, slot_ms: int, catch_up: bool) -> dict[str, Any]:
+    """The headers of the message ``s`` fires for ``slot_ms``: its own and smqsup's."""
+    return {**(s.headers or {}), HEADER_SCHEDULE: s.name, HEADER_FIRE_TIME: fire_time_text(slot_ms),
+            **({HEADER_CATCH_UP: True} if catch_up else {})}
+
+
+def largest_message_bytes(s: ScheduleConfig) -> int:
+    """The payload size of the largest message ``s`` fires, as max_message_size measures it: a catch-up
+    one, with an id as long as message.new_id's and a creation time as long as the envelope writes."""
+    writer = message.EnvelopeWriter(s.queue, fire_headers(s, 0, True), _INT64, created_at=9_999_999_999.999999)
+    return len(writer.payload("0" * 26, s.body))

@@ -4,24 +4,38 @@ fires, what operators pause, and what status, the web UI and /metrics read
 
 Every reader here treats Redis as anyone's to write: a field that is not a
 time is None, a definition that does not validate is shown with its error and
-never fired, and a schedule name that could not form a key is skipped.
+never fired, and a schedule name that could not form a key is skipped. Each
+read is bounded whatever a key holds (HMGET of a state hash, EXISTS of a
+paused flag, ZCOUNT of a declarers set, a definition's length before JSON).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, cast
 
-from smqsup import schedule, scripts, validate
+from smqsup import defaults, schedule, scripts, validate
 from smqsup.broker import Broker
 from smqsup.connection import wrapped
 from smqsup.errors import ConfigError
 from smqsup.keys import queues_set
 from smqsup.readings import ms_of, with_clock
 from smqsup.scripts import schedules as calls
+
+#: The state fields the readers use.
+_STATE_FIELDS = (b"since_ms", b"last_fire_ms", b"fired_at_ms", b"fires")
+#: How long a declaration may hold at most, in ms (includes/schedule.lua's DAY_MS).
+_DAY_MS = 86_400_000
+#: The longest definition to_json writes, in bytes: body and headers of at
+#: most DEFINITION_MAX_BYTES as UTF-8 JSON, each byte 6 ASCII characters at
+#: most (\u0001), and the other fields.
+_DEFINITION_MAX_BYTES = 6 * schedule.DEFINITION_MAX_BYTES + 4096
+_INT64 = 2**63
 
 
 def ms_value(value: Any) -> Optional[int]:
@@ -50,13 +64,9 @@ class Stored:
     queue: str
     name: str
     definition: bytes
-    state: dict[bytes, bytes]
-    paused: Optional[bytes]  # the flag's JSON, None when not paused
-    declarers: list[tuple[str, float]]  # declarer id, until when (ms, Redis clock)
-
-    def live_declarers(self, now_ms: int) -> list[str]:
-        """The declarations that hold now (as includes/schedule.lua counts them)."""
-        return [d for d, until in self.declarers if now_ms < until <= now_ms + 86_400_000]
+    state: dict[bytes, bytes]  # those of _STATE_FIELDS it holds
+    paused: bool  # its paused flag exists (as schedule_fire.lua's EXISTS sees it)
+    declarers: int  # declarations that held when read (as includes/schedule.lua's live_declarers)
 
     def base_ms(self) -> Optional[int]:
         """The slot up to which everything is settled: max(last fire, since);
@@ -80,20 +90,46 @@ def read(broker: Broker, queues: Sequence[str]) -> tuple[int, list[Stored]]:
         for queue, reply in zip(queues, defs):
             if isinstance(reply, dict):
                 found += [(queue, n, v) for f, v in sorted(reply.items()) if valid_name(n := _text(f))]
-        pipe = broker.client.pipeline(transaction=False)
-        for queue, name, _ in found:
-            k = broker.keys(queue)
-            pipe.hgetall(k.schedule(name))
-            pipe.get(k.schedule_paused(name))
-            pipe.zrange(k.schedule_declarers(name), 0, -1, withscores=True)
-        replies = pipe.execute(raise_on_error=False) if found else []
+        return ms_of(now), _states(broker, ms_of(now), found)
+
+
+def scan(broker: Broker, queue: str, cursor: int, count: int) -> tuple[int, list[tuple[str, bytes]]]:
+    """One HSCAN step over ``queue``'s definitions from ``cursor``: the next
+    cursor (0: the whole hash has been gone through) and about ``count``
+    (name, definition) pairs, those whose name can form a key. BrokerError
+    for a key of the wrong type."""
+    with wrapped(f"read the schedules of {queue!r}"):
+        nxt, found = broker.client.hscan(broker.keys(queue).schedules, cursor, count=count)
+    return int(nxt), [(n, v) for f, v in found.items() if valid_name(n := _text(f))]
+
+
+def read_states(broker: Broker, queue: str, items: Sequence[tuple[str, bytes]]) -> tuple[int, list[Stored]]:
+    """The Redis clock (ms) and ``queue``'s schedules ``items`` (name,
+    definition) as stored: two round trips (the clock first, as the live
+    declarations are counted against it)."""
+    with wrapped(f"read the schedules of {queue!r}"):
+        now_ms = ms_of(broker.client.time())
+        return now_ms, _states(broker, now_ms, [(queue, name, definition) for name, definition in items])
+
+
+def _states(broker: Broker, now_ms: int, found: Sequence[tuple[str, str, bytes]]) -> list[Stored]:
+    """Each (queue, name, definition) of ``found`` with its state, paused flag
+    and live declarations, in one round trip of replies bounded whatever the
+    keys hold; a key of the wrong type reads as empty."""
+    pipe = broker.client.pipeline(transaction=False)
+    for queue, name, _ in found:
+        k = broker.keys(queue)
+        pipe.hmget(k.schedule(name), _STATE_FIELDS)
+        pipe.exists(k.schedule_paused(name))
+        pipe.zcount(k.schedule_declarers(name), f"({now_ms}", now_ms + _DAY_MS)
+    replies = pipe.execute(raise_on_error=False) if found else []
     out = []
     for i, (queue, name, definition) in enumerate(found):
         state, paused, declarers = replies[3 * i:3 * i + 3]
-        out.append(Stored(queue, name, definition, state if isinstance(state, dict) else {},
-                          paused if isinstance(paused, bytes) else None,
-                          [(_text(d), float(s)) for d, s in declarers] if isinstance(declarers, list) else []))
-    return ms_of(now), out
+        fields = zip(_STATE_FIELDS, state) if isinstance(state, list) else ()
+        out.append(Stored(queue, name, definition, {f: v for f, v in fields if isinstance(v, bytes)}, paused == 1,
+                          declarers if isinstance(declarers, int) else 0))
+    return out
 
 
 def _text(value: "bytes | str") -> str:
@@ -154,19 +190,36 @@ def resume(broker: Broker, queue: str, name: str) -> bool:
         return calls.resume(broker.keys(queue), name).run(broker.client)
 
 
+def reset(broker: Broker, queue: str, name: str) -> tuple[bool, int, int]:
+    """Settle the schedule up to now (schedule_reset.lua): its state may have
+    been written by a clock that was ahead. (Whether a definition of it is
+    stored, Redis now in ms, how far its state was ahead of now in ms.)"""
+    with wrapped(f"reset schedule {name!r}"):
+        return calls.reset(broker.keys(queue), name).run(broker.client)
+
+
+def ahead_text(name: str, ahead_ms: int) -> str:
+    """Why a schedule whose state lies ``ahead_ms`` ahead of the Redis clock
+    fires nothing, and the command that ends it."""
+    return (f"its state (since_ms or last_fire_ms) is {ahead_ms / 86_400_000:.0f} days ahead of the Redis clock "
+            f"(written by a clock that was ahead): no slot fires until the clock gets there; "
+            f"`smqsup schedules reset {name}` settles it up to now")
+
+
 # --- what status, the web UI and /metrics show --------------------------------------------
 
 
-def row(st: Stored, now_ms: int) -> dict[str, Any]:
+def row(st: Stored, now_ms: int, max_message_size_bytes: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> dict[str, Any]:
     """One schedule for people and programs; times in unix seconds (None:
-    unknown), ``error`` the reason its definition cannot be used (then it
-    is not fired)."""
+    unknown), ``error`` the reason it is not fired: its definition cannot be
+    used, its message would be over ``max_message_size_bytes``, or its state
+    lies ahead of the Redis clock."""
     out: dict[str, Any] = {"name": st.name, "queue": st.queue, "cron": None, "every_s": None, "timezone": None,
-                           "catch_up": None, "paused": st.paused is not None, "error": None,
+                           "catch_up": None, "paused": st.paused, "error": None,
                            "last_fire": _s(ms_value(st.state.get(b"last_fire_ms"))),
                            "fired_at": _s(ms_value(st.state.get(b"fired_at_ms"))),
                            "fires": ms_value(st.state.get(b"fires")), "next_fire": None,
-                           "declarers": len(st.live_declarers(now_ms))}
+                           "declarers": st.declarers}
     try:
         s = parsed(st.name, st.definition, st.queue)
     except ConfigError as exc:
@@ -175,27 +228,90 @@ def row(st: Stored, now_ms: int) -> dict[str, Any]:
     out.update(cron=s.cron, every_s=None if s.every_ms is None else s.every_ms / 1000, timezone=s.timezone,
                catch_up=s.catch_up)
     base = st.base_ms()
+    size = schedule.largest_message_bytes(s)
+    if size > max_message_size_bytes:
+        out["error"] = (f"its message (body, headers and envelope) would be {size} bytes, over max_message_size "
+                        f"({max_message_size_bytes} bytes): never fired")
+    elif base is not None and base - now_ms > defaults.SCHEDULE_AHEAD_MS:
+        out["error"] = ahead_text(st.name, base - now_ms)
     if base is not None:
-        fires, nxt = schedule.due(s, base, now_ms, most=1)
+        fires, nxt = due(s, hashlib.sha1(st.definition).hexdigest(), base, now_ms, most=1)
         out["next_fire"] = _s(fires[0].slot_ms if fires else nxt)
     return out
 
 
 @functools.lru_cache(maxsize=1024)
 def parsed(name: str, definition: bytes, queue: str) -> schedule.ScheduleConfig:
-    """schedule.from_json, remembered: every look and every snapshot reads
-    the same few definitions (a refused one raises again each time)."""
-    return schedule.from_json(name, definition, queue)
+    """from_json, remembered: every look and every snapshot reads the same
+    few definitions (a refused one raises again each time)."""
+    return from_json(name, definition, queue)
+
+
+def from_json(name: str, raw: "bytes | str", queue: str) -> schedule.ScheduleConfig:
+    """A definition read back from Redis (anyone may have written anything
+    there): validated like the file; ConfigError naming the key otherwise."""
+    where = f"redis definition of schedule {name!r} on queue {queue!r}"
+    if len(raw) > _DEFINITION_MAX_BYTES:  # refused unread: decoding megabytes at every look costs the loop
+        raise ConfigError(f"{where}: {len(raw)} bytes, more than any definition ({_DEFINITION_MAX_BYTES})")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ConfigError(f"{where}: not JSON") from None
+    if not isinstance(data, dict) or data.get("v") != 1:
+        raise ConfigError(f"{where}: not a version 1 definition")
+    fields: dict[str, object] = {k: data.get(k) for k in ("queue", "cron", "timezone", "body", "headers", "catch_up")}
+    for source, target in (("every_ms", "every"), ("grace_ms", "grace")):
+        ms = data.get(source)
+        if ms is not None:
+            if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms < _INT64:
+                raise ConfigError(f"{where}: {source}: not a positive integer")
+            fields[target] = f"{ms}ms"
+    if fields.get("every") is not None and fields.get("timezone") == "UTC":
+        fields["timezone"] = None
+    return schedule.one(name, fields, {queue: None}, where, where="schedule")
+
+
+#: First slots after a base, by (definition digest, base): see due().
+_first: dict[tuple[str, int], Optional[int]] = {}
+_first_lock = threading.Lock()  # the web UI reads in a thread pool
+
+
+def due(s: schedule.ScheduleConfig, digest: str, base_ms: int, now_ms: int, most: int = 100
+        ) -> tuple[list[schedule.Fire], Optional[int]]:
+    """schedule.due, with the first slot after ``base_ms`` searched once per
+    (definition digest, base) in this process: most looks find nothing due
+    and ask only that, and a rare cron's search (a Monday 29 February: years
+    of days to walk) would cost ms at every one."""
+    first = _first_after(s, digest, base_ms)
+    if first is not None and first > now_ms:
+        return [], first
+    return schedule.due(s, base_ms, now_ms, most)
+
+
+def _first_after(s: schedule.ScheduleConfig, digest: str, base_ms: int) -> Optional[int]:
+    with _first_lock:
+        if (digest, base_ms) in _first:
+            return _first[(digest, base_ms)]
+    try:
+        first: Optional[int] = schedule.next_after(s, base_ms)
+    except schedule.NeverDue:
+        first = None  # none, or a base no datetime holds: schedule.due decides
+    with _first_lock:
+        if len(_first) >= defaults.SCHEDULE_SLOTS_KEPT:
+            del _first[next(iter(_first))]  # the oldest
+        _first[(digest, base_ms)] = first
+    return first
 
 
 def _s(ms: Optional[int]) -> Optional[float]:
     return None if ms is None else ms / 1000
 
 
-def rows(broker: Broker, queues: Sequence[str]) -> list[dict[str, Any]]:
+def rows(broker: Broker, queues: Sequence[str],
+         max_message_size_bytes: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> list[dict[str, Any]]:
     """Every schedule stored for ``queues``, as ``row`` gives them, by queue and name."""
     now_ms, stored = read(broker, queues)
-    return [row(st, now_ms) for st in stored]
+    return [row(st, now_ms, max_message_size_bytes) for st in stored]
 
 
 def stored_queues(broker: Broker, queues: Sequence[str], name: str) -> list[str]:
@@ -211,7 +327,8 @@ def stored_queues(broker: Broker, queues: Sequence[str], name: str) -> list[str]
 def paused_info(broker: Broker, queue: str, name: str) -> dict[str, Any]:
     """The paused flag's fields as stored ({} when absent or unreadable)."""
     with wrapped(f"read the paused flag of schedule {name!r}"):
-        raw = cast(Optional[bytes], broker.client.get(broker.keys(queue).schedule_paused(name)))
+        # Its first 4 KB: the flag pause() writes is a few dozen bytes, one anyone wrote may be huge.
+        raw = cast(Optional[bytes], broker.client.getrange(broker.keys(queue).schedule_paused(name), 0, 4095))
     try:
         info = json.loads(raw) if raw is not None else {}
     except (ValueError, RecursionError):

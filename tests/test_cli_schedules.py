@@ -35,9 +35,10 @@ def test_a_hostile_name_is_one_line(redis_url: str, name: str, problem: str) -> 
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["frob"], "expected one of list, pause, resume, got 'frob'"), (["pause"], "give the schedule's NAME"),
+    (["frob"], "expected one of list, pause, resume, reset, got 'frob'"), (["pause"], "give the schedule's NAME"),
     (["resume"], "give the schedule's NAME"), (["list", "tick"], "list takes no NAME"),
-    (["\udcff\u202e"], "expected one of list, pause, resume"), (["pause", "a", "b"], "unrecognized arguments"),
+    (["\udcff\u202e"], "expected one of list, pause, resume, reset"), (["pause", "a", "b"], "unrecognized arguments"),
+    (["reset"], "give the schedule's NAME"), (["reset", "a:b"], "':'"),
 ])
 def test_a_hostile_action_is_one_line(redis_url: str, args: list[str], problem: str) -> None:
     """An unknown or undecodable action, a missing or extra NAME: one usage line, exit 2."""

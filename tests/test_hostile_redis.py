@@ -275,3 +275,56 @@ def test_a_flood_of_due_messages_is_promoted_a_few_batches_a_tick(redis_url: str
 
     wait_for(drained, 30, interval_s=0.1, message="the due messages were not all promoted")
     assert redis_client.llen(Q.pending) == 100_000
+
+
+# --- schedules: garbage and huge values in every schedule key ---------------------
+
+
+def _seed_hostile_schedule_values(client: "redis.Redis", broker: Broker) -> None:
+    """Declared schedules whose keys hold garbage or huge values: a 200,000-member declarers set and a
+    200,000-field state hash ("crowd"), a 20 MB paused flag ("flag") and definition ("huge"), times that are
+    NaN, infinite, undecodable ("nan"), a cron started before the year 1 ("ancient"), names and definitions
+    that do not decode."""
+    from smqsup import schedule_store
+    from smqsup.schedule import ScheduleConfig
+
+    for s in (ScheduleConfig("ok", "q", every_ms=1000), ScheduleConfig("crowd", "q", every_ms=1000),
+              ScheduleConfig("flag", "q", every_ms=1000), ScheduleConfig("nan", "q", every_ms=1000),
+              ScheduleConfig("ancient", "q", cron="* * * * * *")):
+        schedule_store.upsert(broker, s, "sup", 60_000)
+    now = int(client.time()[0]) * 1000
+    for start in range(0, 200_000, 50_000):
+        client.zadd(Q.schedule_declarers("crowd"), {f"d{i}": now + 3_600_000 for i in range(start, start + 50_000)})
+        client.hset(Q.schedule("crowd"), mapping={f"junk{i}": "\xff" * 8 for i in range(start, start + 50_000)})
+    client.set(Q.schedule_paused("flag"), b"\xff" * 20_000_000)
+    client.hset(Q.schedules, mapping={"huge": b'{"v":1,"queue":"q","every_ms":1000,"body":"' + b"x" * 20_000_000
+                                      + b'"}', b"\xff\xfe": b"\xff", "bad": b"\xff\xfe"})
+    for name in ("huge", "bad"):
+        client.zadd(Q.schedule_declarers(name), {"forged": now + 3_600_000})
+        client.hset(Q.schedule(name), "since_ms", now)
+    client.hset(Q.schedule("nan"), mapping={"since_ms": "nan", "last_fire_ms": "-inf", "fires": b"\xff"})
+    client.hset(Q.schedule("ancient"), "since_ms", -10**14)
+
+
+def test_garbage_and_huge_schedule_values_cost_the_collector_bounded_ticks_and_the_rest_fires(
+        redis_url: str, redis_client: "redis.Redis", caplog: pytest.LogCaptureFixture) -> None:
+    """Huge declarers, state hashes, paused flags and definitions, NaN and undecodable times and names: no
+    collector tick takes long, the good schedules (and the one started before the year 1) fire, the bad
+    ones are one line each, nothing unexpected."""
+    broker = Broker(redis_url)
+    _seed_hostile_schedule_values(redis_client, broker)
+    collector = _leading_collector(redis_url)
+    ticks: list[float] = []
+
+    def fired() -> set[str]:
+        started = time.monotonic()
+        collector.tick()
+        ticks.append(time.monotonic() - started)
+        return {n for n in ("ok", "crowd", "ancient") if redis_client.hexists(Q.schedule(n), "last_fire_ms")}
+
+    wait_for(lambda: fired() == {"ok", "crowd", "ancient"}, 30, interval_s=0.01,
+             message="a good schedule never fired beside the garbage")
+    assert max(ticks) < 0.25, f"a tick took {max(ticks):.3f} s"
+    assert not redis_client.hexists(Q.schedule("flag"), "last_fire_ms")
+    assert "unexpected" not in caplog.text and "Traceback" not in caplog.text
+    assert caplog.text.count("schedule huge not fired") == 1 and caplog.text.count("schedule bad not fired") == 1

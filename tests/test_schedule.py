@@ -165,7 +165,7 @@ def test_a_schedule_section_loads_typed_with_its_defaults() -> None:
     assert nightly.headers == {"source": "cron"} and nightly.body is None
     assert (tick.every_ms, tick.timezone, tick.catch_up, tick.grace_ms) == (30_000, "UTC", False, 60_000)
     assert tick.body == {"kind": "tick", "n": [1, 2.5, None]} and tick.when == "every 30s"
-    assert schedule.from_json("tick", tick.to_json(), "orders") == tick
+    assert schedule_store.from_json("tick", tick.to_json(), "orders") == tick
 
 
 @pytest.mark.parametrize("raw", [
@@ -181,7 +181,7 @@ def test_a_schedule_section_loads_typed_with_its_defaults() -> None:
 def test_a_definition_in_redis_that_does_not_validate_is_one_line(raw: bytes) -> None:
     """Whatever bytes a definition holds: ConfigError in one printable line naming the schedule."""
     with pytest.raises(ConfigError) as caught:
-        schedule.from_json("tick", raw, "orders")
+        schedule_store.from_json("tick", raw, "orders")
     text = str(caught.value)
     assert "schedule 'tick'" in text and "\n" not in text and text.isprintable()
 

@@ -14,8 +14,9 @@ _DECLARE = Script("schedule_declare")
 _UNDECLARE = Script("schedule_undeclare")
 _FIRE = Script("schedule_fire")
 _RESUME = Script("schedule_resume")
+_RESET = Script("schedule_reset")
 
-ALL = (_UPSERT, _DECLARE, _UNDECLARE, _FIRE, _RESUME)
+ALL = (_UPSERT, _DECLARE, _UNDECLARE, _FIRE, _RESUME, _RESET)
 
 #: upsert outcomes.
 SAME, NEW, REPLACED = 0, 1, 2
@@ -63,3 +64,10 @@ def fire(keys: QueueKeys, name: str, digest: str, slot_ms: int, frame: bytes, me
 def resume(keys: QueueKeys, name: str) -> Call[bool]:
     """Drop the paused flag and restart the slots from now; True if it was paused."""
     return Call(_RESUME, (keys.schedule_paused(name), keys.schedule(name)), (), bool)
+
+
+def reset(keys: QueueKeys, name: str) -> Call[tuple[bool, int, int]]:
+    """Settle schedule ``name`` up to now: (whether a definition of it is
+    stored, Redis now in ms, how far its state was ahead of now in ms)."""
+    return Call(_RESET, (keys.schedules, keys.schedule(name)), (name,),
+                lambda reply: (bool(reply[0]), int(reply[1]), int(reply[2])))
