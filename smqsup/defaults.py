@@ -115,6 +115,9 @@ PARTITIONS_READ_S = 10.0
 SCHEDULE_POLL_S = 1.0
 #: Longest one look at a queue's schedules holds the supervisor's loop, in s (the round goes on next tick).
 SCHEDULE_LOOK_BUDGET_S = 0.02
+#: Longest the looks at every queue's schedules hold the loop in one collector tick, in s: many
+#: queues' rounds go on in later ticks rather than add up in one.
+SCHEDULE_TICK_BUDGET_S = 0.05
 #: Schedules one look reads at once (one HSCAN step, one round trip of their states).
 SCHEDULE_BATCH = 100
 #: A schedule state further ahead of the Redis clock than this is warned about (no slot fires), in ms.

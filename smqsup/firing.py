@@ -68,6 +68,12 @@ class Firing:
         self._trouble = Lasting(log, repeat_s=defaults.COLLECTOR_TROUBLE_REPEAT_S)
         self._ahead = Lasting(log)  # states ahead of the Redis clock: said once per state
         self._rounds: dict[str, _Round] = {}
+        self._tick_deadline = float("inf")  # monotonic: begin_tick's
+
+    def begin_tick(self) -> None:
+        """A collector tick begins: the looks until the next one share
+        SCHEDULE_TICK_BUDGET_S, whatever the number of queues."""
+        self._tick_deadline = time.monotonic() + defaults.SCHEDULE_TICK_BUDGET_S
 
     def look(self, queue: str, lock: Lock) -> float:
         """Go on with ``queue``'s round through its schedules, firing what is
@@ -77,7 +83,7 @@ class Firing:
         BrokerError as Redis does (the collector's _step reports it; the next
         look goes on from there, past a schedule whose firing failed)."""
         r = self._rounds.setdefault(queue, _Round())
-        deadline = time.monotonic() + defaults.SCHEDULE_LOOK_BUDGET_S
+        deadline = min(time.monotonic() + defaults.SCHEDULE_LOOK_BUDGET_S, self._tick_deadline)
         try:
             while time.monotonic() < deadline:
                 if r.todo:

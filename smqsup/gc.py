@@ -142,6 +142,7 @@ class Collector:
         now = time.monotonic()
         if now < self._backoff_until:
             return
+        self.firing.begin_tick()
         try:
             for name, state in self._queues.items():
                 self._tick_queue(name, state, now)

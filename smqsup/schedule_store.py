@@ -11,7 +11,6 @@ paused flag, ZCOUNT of a declarers set, a definition's length before JSON).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import threading
@@ -240,11 +239,28 @@ def row(st: Stored, now_ms: int, max_message_size_bytes: int = defaults.MAX_MESS
     return out
 
 
-@functools.lru_cache(maxsize=1024)
+#: Parsed definitions by (name, SHA-1 of the definition, queue), oldest
+#: first: keyed by digest, so that the cache holds at most PARSED_KEPT
+#: configs, never the (possibly huge, hostile) bytes they were read from.
+_parsed: dict[tuple[str, str, str], schedule.ScheduleConfig] = {}
+_parsed_lock = threading.Lock()  # the web UI reads in a thread pool
+PARSED_KEPT = 1024
+
+
 def parsed(name: str, definition: bytes, queue: str) -> schedule.ScheduleConfig:
     """from_json, remembered: every look and every snapshot reads the same
     few definitions (a refused one raises again each time)."""
-    return from_json(name, definition, queue)
+    key = (name, hashlib.sha1(definition).hexdigest(), queue)
+    with _parsed_lock:
+        found = _parsed.get(key)
+    if found is not None:
+        return found
+    s = from_json(name, definition, queue)
+    with _parsed_lock:
+        if len(_parsed) >= PARSED_KEPT:
+            del _parsed[next(iter(_parsed))]  # the oldest
+        _parsed[key] = s
+    return s
 
 
 def from_json(name: str, raw: "bytes | str", queue: str) -> schedule.ScheduleConfig:

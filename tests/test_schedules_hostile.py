@@ -112,6 +112,38 @@ def test_a_collector_tick_over_ten_thousand_hostile_definitions_is_bounded(
     print(f"{len(ticks)} ticks until it fired, longest {max(ticks) * 1000:.1f} ms")
 
 
+def test_the_looks_of_many_queues_share_one_budget_per_tick(redis_url: str, redis_client: "redis.Redis") -> None:
+    """12 queues, each holding 400 hostile definitions (50 with forged declarations): their looks share
+    one budget per collector tick (SCHEDULE_TICK_BUDGET_S), so a tick never holds its caller 12 times one
+    look's budget, and every queue's round still reaches the end (a declared schedule on the last fires)."""
+    names = [f"q{i}" for i in range(12)]
+    now = redis_ms(redis_client)
+    definition = ScheduleConfig("x", "q", cron=RARE).to_json()
+    for name in names:
+        k = QueueKeys("smq", name)
+        pipe = redis_client.pipeline(transaction=False)
+        pipe.hset(k.schedules, mapping={f"hostile-{i}": definition.replace('"q"', f'"{name}"') for i in range(400)})
+        for i in range(50):
+            pipe.zadd(k.schedule_declarers(f"hostile-{i}"), {"forged": now + 3_600_000})
+            pipe.hset(k.schedule(f"hostile-{i}"), "since_ms", now - i * 86_400_000)
+        pipe.execute()
+    broker = Broker(redis_url)
+    schedule_store.upsert(broker, ScheduleConfig("tick", names[-1], every_ms=1000), "sup", 60_000)
+    cfg = Config(Path("<test>"), queues={n: QueueConfig(n, "m:f") for n in names}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    collector = Collector(broker, cfg, owner="t")
+    ticks: list[float] = []
+
+    def fired() -> bool:
+        started = time.monotonic()
+        collector.tick()
+        ticks.append(time.monotonic() - started)
+        return redis_client.llen(QueueKeys("smq", names[-1]).pending) > 0
+
+    wait_for(fired, timeout_s=90, interval_s=0.01, message="the declared schedule never fired")
+    assert max(ticks[1:]) < 0.15, f"a tick took {max(ticks[1:]):.3f} s"
+
+
 def test_a_state_years_ahead_is_said_once_listed_and_reset_from_the_command_line(
         supervise: Supervise, redis_client: "redis.Redis") -> None:
     """last_fire_ms written 3 years ahead: nothing fires, the collector warns once naming `smqsup schedules
@@ -275,3 +307,14 @@ def test_a_round_over_more_than_a_batch_fires_each_due_slot_once_and_nothing_und
     assert {h["smqsup-schedule"] for h in headers} == {"tick"} and len(headers) >= 4
     times = [h["smqsup-fire-time"] for h in headers]
     assert len(times) == len(set(times)), times
+
+
+def test_the_parse_cache_keeps_digests_not_definitions() -> None:
+    """Parsed definitions are remembered by the digest of their bytes, at most PARSED_KEPT of them: a
+    hash of large hostile definitions cannot make the supervisor hold their bytes."""
+    for i in range(schedule_store.PARSED_KEPT + 50):
+        body = {"pad": "x" * 2000, "i": i}
+        schedule_store.parsed(f"big-{i}", ScheduleConfig("x", "q", every_ms=1000, body=body).to_json().encode(), "q")
+    kept = schedule_store._parsed
+    assert len(kept) <= schedule_store.PARSED_KEPT
+    assert all(isinstance(part, str) and len(part) <= 64 for key in kept for part in key)
