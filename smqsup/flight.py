@@ -40,14 +40,13 @@ import logging
 import time
 from typing import Any, Optional
 
-from smqsup import defaults, message, scripts
+from smqsup import defaults, message, safe, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
 from smqsup.consumer import BusyHook, Consumer, Handler, IdleHook, Outcome, look_again_at, refuse_generator
 from smqsup.errors import BrokerError
 from smqsup.partitions import ROTATE_EVERY
 from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
-from smqsup.verdicts import Reject
 
 log = logging.getLogger(__name__)
 
@@ -401,14 +400,13 @@ class ConcurrentConsumer(Consumer):
             raise exc  # as in the sequential loop: the process ends, its list is reclaimed
         if exc is None:
             fl.outcome = _OK
-        elif isinstance(exc, Reject):
-            fl.outcome = self._rejected(fl.msg, exc)
         elif isinstance(exc, Exception):
-            fl.outcome = self._failure(fl.msg, exc)
+            fl.outcome = self._judged(fl.msg, exc)  # Reject, Retry, or a failure; never raises
         else:
             # A CancelledError none of our timeouts caused (the handler awaited
             # something cancelled), GeneratorExit...: a failed attempt.
-            fl.outcome = self._failure(fl.msg, RuntimeError(f"the handler raised {type(exc).__name__}: {exc}"))
+            text = safe.escape(exc, 500)  # (never raises, whatever its __str__ does)
+            fl.outcome = self._judged(fl.msg, RuntimeError(f"the handler raised {type(exc).__name__}: {text}"))
         self._finished.append(fl)
         self._report()
         self._wake()

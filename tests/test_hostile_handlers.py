@@ -162,3 +162,25 @@ def test_a_secret_already_stored_in_a_dead_letter_is_masked_when_shown(redis_url
         done = procs.run("dlq", "list", "q", "--url", redis_url, *extra)
         assert done.returncode == 0, done.stderr
         assert "pw-Lq55-stored" not in done.stdout and "redis://app:***@db:6379/0" in done.stdout, done.stdout
+
+
+class _Unprintable(BaseException):
+    """Not an Exception, and its text cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_base_exception_whose_text_raises_is_a_failed_attempt_with_many_in_flight(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """concurrency 4: a handler raising a BaseException (not an Exception) whose __str__ raises costs its
+    attempt and is dead-lettered at retry_threshold 0; the other messages run and nothing stays in the list."""
+    def handle(msg: Any) -> None:
+        if msg.body == "bad":
+            raise _Unprintable()
+    r = start(handle, concurrency=4, retry_threshold=0)
+    producer.publish_many("q", ["bad", 1, 2, 3])
+    wait_for(lambda: redis_client.llen(K.dead) == 1 and redis_client.hget(K.counters, "acked") == b"3", timeout_s=10)
+    assert message.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason.startswith(
+        "RuntimeError: the handler raised _Unprintable: <_Unprintable: str() failed>")
+    assert redis_client.llen(K.processing(r.consumer.consumer_id)) == 0
