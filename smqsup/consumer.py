@@ -310,6 +310,11 @@ class Consumer:
             if stolen is not None or self._lost:
                 return stolen
             self._move(self.partitions.home)
+        return self._block()
+
+    def _block(self) -> Optional[bytes]:
+        """Wait for the queue (BLMOVE), nothing in hand: the frame it gave,
+        screened when it must be, or None."""
         if self._on_idle is not None:
             self._on_idle()
         frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
@@ -356,7 +361,7 @@ class Consumer:
         if verdict == scripts.HANDLE:
             self._hold_us = wait_us
         elif verdict == scripts.RATE_LIMITED:
-            self._look_at = look_again_at(wait_us)
+            self._no_start(wait_us)
         elif verdict == scripts.GIVEN_BACK:
             self._note_paused(True)
         elif verdict == scripts.EXPIRED:
@@ -546,9 +551,14 @@ class Consumer:
         if nxt is not None:
             self._hold_us = wait_us
         elif wait_us:
-            self._look_at = look_again_at(wait_us)
-            # This partition's share allows no start now: the others' may.
-            self._rotate = self._rotate or self.partitions.many
+            self._no_start(wait_us)
+
+    def _no_start(self, wait_us: int) -> None:
+        """The rate limit allowed no start now: look again then (at most
+        RATE_LOOK_MAX_S), and at the other partitions first, whose share
+        may allow one."""
+        self._look_at = look_again_at(wait_us)
+        self._rotate = self._rotate or self.partitions.many
 
     def _late(self, frame: bytes) -> None:
         self.stats.late_acks += 1

@@ -43,7 +43,7 @@ from typing import Any, Optional
 from smqsup import defaults, message, safe, scripts
 from smqsup.broker import Broker
 from smqsup.config import QueueConfig
-from smqsup.consumer import BusyHook, Consumer, Handler, IdleHook, Outcome, look_again_at, refuse_generator
+from smqsup.consumer import BusyHook, Consumer, Handler, IdleHook, Outcome, refuse_generator
 from smqsup.errors import BrokerError
 from smqsup.partitions import ROTATE_EVERY
 from smqsup.runners import Flight, HandlerThreads, awaited, is_async_handler, monotonic_us
@@ -274,10 +274,7 @@ class ConcurrentConsumer(Consumer):
             looked = True
             empty = not take.frames and not take.retry_us
         if limited:
-            self._look_at = look_again_at(limited)  # the queue has work: no BLMOVE, look then
-            # This partition's share allows no start now: the others' may
-            # (once what is in hand has landed: _maybe_rotate).
-            self._rotate = self._rotate or self.partitions.many
+            self._no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
         if looked:
             # Only a script that looked for work and found none makes a BLMOVE
             # safe next (includes/ready.lua); one that found work says the
