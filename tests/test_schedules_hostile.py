@@ -113,17 +113,17 @@ def test_a_collector_tick_over_ten_thousand_hostile_definitions_is_bounded(
 
 
 def test_the_looks_of_many_queues_share_one_budget_per_tick(redis_url: str, redis_client: "redis.Redis") -> None:
-    """12 queues, each holding 400 hostile definitions (50 with forged declarations): their looks share
-    one budget per collector tick (SCHEDULE_TICK_BUDGET_S), so a tick never holds its caller 12 times one
-    look's budget, and every queue's round still reaches the end (a declared schedule on the last fires)."""
-    names = [f"q{i}" for i in range(12)]
+    """30 queues, each holding 150 hostile definitions (20 with forged declarations): their looks share
+    one budget per collector tick (SCHEDULE_TICK_BUDGET_S, 50 ms), so a tick never holds its caller for 30
+    looks' budgets (600 ms), and every queue's round still reaches the end (a schedule on the last fires)."""
+    names = [f"q{i}" for i in range(30)]
     now = redis_ms(redis_client)
     definition = ScheduleConfig("x", "q", cron=RARE).to_json()
     for name in names:
         k = QueueKeys("smq", name)
         pipe = redis_client.pipeline(transaction=False)
-        pipe.hset(k.schedules, mapping={f"hostile-{i}": definition.replace('"q"', f'"{name}"') for i in range(400)})
-        for i in range(50):
+        pipe.hset(k.schedules, mapping={f"hostile-{i}": definition.replace('"q"', f'"{name}"') for i in range(150)})
+        for i in range(20):
             pipe.zadd(k.schedule_declarers(f"hostile-{i}"), {"forged": now + 3_600_000})
             pipe.hset(k.schedule(f"hostile-{i}"), "since_ms", now - i * 86_400_000)
         pipe.execute()
@@ -141,7 +141,8 @@ def test_the_looks_of_many_queues_share_one_budget_per_tick(redis_url: str, redi
         return redis_client.llen(QueueKeys("smq", names[-1]).pending) > 0
 
     wait_for(fired, timeout_s=90, interval_s=0.01, message="the declared schedule never fired")
-    assert max(ticks[1:]) < 0.15, f"a tick took {max(ticks[1:]):.3f} s"
+    # The budget and one batch past it; a loaded 2-core machine stretches the batch, never to 30 budgets.
+    assert max(ticks[1:]) < 0.35, f"a tick took {max(ticks[1:]):.3f} s"
 
 
 def test_a_state_years_ahead_is_said_once_listed_and_reset_from_the_command_line(
