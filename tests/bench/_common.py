@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -43,12 +44,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextmanager
 def bench_server() -> Iterator[RedisServer]:
-    """Start a private redis-server on a unix socket in a temp dir; always stop it."""
+    """Start a private redis-server on a unix socket in a temp dir (with
+    SMQSUP_BENCH_TCP=1: on a TCP loopback port, as users run it; its url is
+    then redis://127.0.0.1:PORT/0); always stop it."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     tmp = Path(tempfile.mkdtemp(prefix="smqbench-"))
-    server = RedisServer(tmp / "redis", appendfsync="everysec")
+    port = _free_port() if os.environ.get("SMQSUP_BENCH_TCP") == "1" else None
+    server = RedisServer(tmp / "redis", appendfsync="everysec", port=port)
     try:
         server.start()
         yield server

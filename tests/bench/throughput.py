@@ -516,7 +516,8 @@ def main() -> int:
         bench = Bench(server.url, args)
         try:
             version = bench.client.info("server")["redis_version"]
-            print(f"redis-server {version}, unix socket, appendfsync everysec; "
+            over = "unix socket" if server.port is None else "TCP loopback"
+            print(f"redis-server {version}, {over}, appendfsync everysec; "
                   f"{args.messages} messages per run, median of {args.repeats}\n")
             if not plain(args):
                 print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}\n")
