@@ -161,13 +161,12 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
     if size > DEFINITION_MAX_BYTES:
         raise error(f"body and headers must be at most {DEFINITION_MAX_BYTES // 1024}KB as JSON", f"{size} bytes",
                     path=path, key=join_key(key, "body"))
-    schedule = ScheduleConfig(
+    return ScheduleConfig(
         name=name, queue=queue, cron=cron, every_ms=every_ms, timezone=zone, body=body, headers=headers,
         catch_up=validate.boolean(raw["catch_up"], join_key(key, "catch_up"), path)
         if raw.get("catch_up") is not None else False,
         grace_ms=_grace(raw["grace"], join_key(key, "grace"), path) if raw.get("grace") is not None
         else GRACE_DEFAULT_MS)
-    return schedule
 
 
 def _timing(raw: Mapping[str, object], key: str, path: str) -> tuple[Optional[str], Optional[int]]:

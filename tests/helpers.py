@@ -122,3 +122,16 @@ class Monitored:
         assert not self._thread.is_alive(), "MONITOR did not show the end marker within 10 s"
         self._client.close()
         return self.seen
+
+
+class Starts:
+    """When handlers started (monotonic), noted from any thread: ``note``
+    as the handler, or inside it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: list[float] = []
+
+    def note(self, *_message: object) -> None:
+        with self.lock:
+            self.times.append(time.monotonic())

@@ -23,7 +23,7 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.producer import Producer
 from smqsup.readings import read_queues
-from tests.helpers import holds, node_of, redis_ms, wait_for
+from tests.helpers import Starts, holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 from tests.test_publish_options import recorder
 
@@ -186,18 +186,13 @@ def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Pro
     """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
     _declare(redis_url)
     assert QueueConfig("q", "x:y", rate_limit_per_s=30.0, rate_burst=3, partitions=3).rate == (33_333, 3)
-    times: list[float] = []
-    lock = threading.Lock()
-
-    def handle(m: Any) -> None:
-        with lock:
-            times.append(time.monotonic())
+    s = Starts()
     for _ in range(3):
-        start(handle, partitions=3, rate_limit_per_s=30.0)
+        start(s.note, partitions=3, rate_limit_per_s=30.0)
     for i in range(60):
         producer.publish("q", i)
-    wait_for(lambda: len(times) == 60, timeout_s=10)
-    span = max(times) - min(times)
+    wait_for(lambda: len(s.times) == 60, timeout_s=10)
+    span = max(s.times) - min(s.times)
     assert 59 / span <= 30 * 1.15, f"{59 / span:.1f}/s"
 
 
@@ -211,14 +206,10 @@ def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(redis_ur
     with Producer(redis_url) as p:
         for i in range(64):
             p.publish("q", i)  # in turn over the 8 partitions the producer reads in Redis
-    times: list[float] = []
-    lock = threading.Lock()
-
-    def handle(m: Any) -> None:
-        with lock:
-            times.append(time.monotonic())
+    s = Starts()
+    times = s.times
     for _ in range(2):
-        start(handle, rate_limit_per_s=5.0, concurrency=4)
+        start(s.note, rate_limit_per_s=5.0, concurrency=4)
     wait_for(lambda: times, timeout_s=10)
     first = min(times)
     wait_for(lambda: len(times) >= 16, timeout_s=10)  # the second burst's starts, booked 1.6 s after the first

@@ -20,7 +20,7 @@ from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
 from smqsup.producer import Producer
 from smqsup.validate import rate_limit
-from tests.helpers import Monitored, holds, node_of, wait_for
+from tests.helpers import Monitored, Starts, holds, node_of, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -59,16 +59,6 @@ def assert_starts_follow_bookings(starts_monotonic: Sequence[float], booked: Seq
     # the start of its script, before the booked wait is counted.
     early = [(k, b - s) for k, (s, b) in enumerate(zip(starts, booked)) if s < b - 0.002]
     assert not early, f"{len(early)} starts before their booking, e.g. #{early[0][0]} by {early[0][1] * 1000:.1f} ms"
-
-
-class Starts:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.times: list[float] = []
-
-    def note(self) -> None:
-        with self.lock:
-            self.times.append(time.monotonic())
 
 
 @pytest.mark.parametrize("kind", ["sequential", "tasks", "threads"])
