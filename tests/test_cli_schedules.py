@@ -27,11 +27,13 @@ def _store(url: str, *schedules: ScheduleConfig) -> None:
         schedule_store.upsert(broker, s, "sup:1:aa", 60_000)
 
 
+@pytest.mark.parametrize("action", ["pause", "resume", "reset"])
 @pytest.mark.parametrize("name, problem", [("a:b", "':'"), ("a{b}", "'{' or '}'"), ("x" * 10_000, "1 to 128"),
                                            ("", "1 to 128"), ("\udcff", "1 to 128"), ("..", "'.' or '..'")])
-def test_a_hostile_name_is_one_line(redis_url: str, name: str, problem: str) -> None:
-    """pause NAME with a colon, braces, 10,000 characters, empty, undecodable, '..': one line, exit 2."""
-    _one_line_error(procs.run("schedules", "--url", redis_url, "pause", name), "NAME", problem)
+def test_a_hostile_name_is_one_line(redis_url: str, action: str, name: str, problem: str) -> None:
+    """pause, resume or reset NAME with a colon, braces, 10,000 characters, empty, undecodable, '..': one
+    line, exit 2."""
+    _one_line_error(procs.run("schedules", "--url", redis_url, action, name), "NAME", problem)
 
 
 @pytest.mark.parametrize("args, problem", [

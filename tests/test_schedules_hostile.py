@@ -285,6 +285,18 @@ def test_reset_settles_a_state_ahead_up_to_now_and_writes_nothing_else(
     assert redis_client.get(Q.schedule("bad")) == b"a string"
 
 
+def test_reset_settles_a_state_of_junk_times_up_to_now(redis_url: str, redis_client: "redis.Redis") -> None:
+    """since_ms NaN, last_fire_ms undecodable, fired_at_ms 1e300 (no script wrote them): reset stores
+    since_ms as now, says nothing was ahead, leaves the junk it cannot read (no fire reads it either)."""
+    broker = Broker(redis_url)
+    _setup(redis_client, broker, ScheduleConfig("tick", "q", every_ms=1000))
+    redis_client.hset(Q.schedule("tick"), mapping={"since_ms": "nan", "last_fire_ms": b"\xff\xfe",
+                                                   "fired_at_ms": "1e300"})
+    stored, now, ahead_ms = schedule_store.reset(broker, "q", "tick")
+    assert stored and ahead_ms == 0
+    assert redis_client.hget(Q.schedule("tick"), "since_ms") == str(now).encode()
+
+
 @pytest.mark.topologies
 def test_a_round_over_more_than_a_batch_fires_each_due_slot_once_and_nothing_undeclared(
         redis_url: str, redis_client: "redis.Redis") -> None:
