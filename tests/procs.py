@@ -168,6 +168,11 @@ class Supervisor:
                 pass
         return found
 
+    def only_child(self) -> int | None:
+        """The pid of the one live consumer, or None while there are none or several (one snapshot, no race)."""
+        found = self.children()
+        return found[0].pid if len(found) == 1 else None
+
     def processes(self) -> set[int]:
         """Pids of every live child (consumers, web UI, redis-server), titled yet or not."""
         return {k.pid for k in self._live()}
