@@ -76,7 +76,7 @@ __all__ = ["Producer", "Message", "Reject", "Retry", "__version__"]
 def __getattr__(name: str) -> Any:
     # Lazy, so `import smqsup` in the supervisor parent stays light.
     if name == "Producer":
-        from smqsup.producer import Producer
+        from smqsup.client.producer import Producer
 
         return Producer
     if name == "Message":
@@ -84,7 +84,7 @@ def __getattr__(name: str) -> Any:
 
         return Message
     if name in ("Reject", "Retry"):
-        from smqsup import verdicts
+        from smqsup.worker import verdicts
 
         return getattr(verdicts, name)
     raise AttributeError(name)

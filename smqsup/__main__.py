@@ -2,6 +2,6 @@
 
 import sys
 
-from smqsup.cli import main
+from smqsup.cli.main import main
 
 sys.exit(main())

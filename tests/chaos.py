@@ -29,10 +29,10 @@ from typing import Any, Optional
 import psutil
 import redis
 
+from smqsup.client.producer import Producer
 from smqsup.errors import BrokerConnectionError, PublishUncertain
 from smqsup.keys import QueueKeys, partition_names
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 
 Q = QueueKeys("smq", "q")

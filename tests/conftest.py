@@ -14,10 +14,10 @@ from typing import Any, Optional, cast
 import pytest
 import redis
 
-from smqsup.config import QueueConfig
+from smqsup.client.producer import Producer
+from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, find_redis_server
+from smqsup.store.redis_server import RedisServer, find_redis_server
 from tests import inproc, procs, script_coverage
 from tests.helpers import client_for
 from tests.topology import ClusterTopology, SentinelTopology

@@ -37,10 +37,10 @@ from typing import Any, Optional, Protocol, cast
 
 import redis
 
+from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotSent, PublishRefused, PublishUncertain
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.helpers import wait_for
 from tests.topology import FAILOVER_TIMEOUT_S, ClusterTopology, SentinelTopology

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
-from smqsup.flight import make_consumer
-from smqsup.gc import Collector
+from smqsup.collector.collector import Collector
+from smqsup.config.model import Config, QueueConfig
+from smqsup.store.broker import Broker
+from smqsup.worker.concurrent import make_consumer
 
 NS = "smq"
 

@@ -42,9 +42,9 @@ from typing import Any, cast
 
 import redis
 
+from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotReplicated
 from smqsup.message import peek_id
-from smqsup.producer import Producer
 from tests.failover_run import KEYS, QUEUE
 from tests.helpers import wait_for
 from tests.topology import FAILOVER_TIMEOUT_S, SentinelTopology

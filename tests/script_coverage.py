@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from smqsup import scripts
-from smqsup.scripts import schedules
+from smqsup.store import scripts
+from smqsup.store.scripts import schedules
 from tests.topology import ClusterTopology
 
 #: SHA-1 -> script name, of every script smqsup sends.

@@ -20,12 +20,12 @@ import pytest
 import redis
 
 from smqsup import keys, logs, message
-from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup.client.producer import Producer
+from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, find_redis_server, free_port
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer, find_redis_server, free_port
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for
@@ -239,7 +239,7 @@ def test_a_bad_url_is_one_line_with_exit_2_and_the_password_masked(url: str, pro
 def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
     """After connect(url), safe.scrub removes the url's password from free text (a library's message)."""
     from smqsup import safe
-    from smqsup.connection import connect
+    from smqsup.store.connection import connect
 
     password = "Scrub-Me-Later-91c2"
     connect(f"redis://smqsup:{password}@127.0.0.1:1/0").close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from smqsup.producer import Producer
+from smqsup.client.producer import Producer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for
@@ -191,9 +191,9 @@ def test_schedules_table_shows_last_and_next_fire_and_states(browser: Any, redis
                                                               tmp_path: Path) -> None:
     """A stored schedule's row: its period, last and next fire; a paused one says so; a definition that
     cannot be used is 'unusable', its reason (hostile text) shown as text in the tooltip."""
-    from smqsup import schedule_store
-    from smqsup.broker import Broker
-    from smqsup.schedule import ScheduleConfig
+    from smqsup.config.schedule import ScheduleConfig
+    from smqsup.store import schedules as schedule_store
+    from smqsup.store.broker import Broker
 
     broker = Broker(redis_url)
     schedule_store.upsert(broker, ScheduleConfig("tick", "q", every_ms=60_000), "sup:1:aa", 600_000)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import cli
+from smqsup.cli import main as cli
+from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import running_url
+from smqsup.store.redis_server import running_url
 from tests import procs
 from tests.helpers import wait_for
 
@@ -70,7 +70,7 @@ class RecordingProducer:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, Any]]]:
-    monkeypatch.setattr("smqsup.producer.Producer", RecordingProducer)
+    monkeypatch.setattr("smqsup.client.producer.Producer", RecordingProducer)
     monkeypatch.setattr(RecordingProducer, "calls", [])
     return RecordingProducer.calls
 
@@ -198,7 +198,7 @@ def test_consume_bad_handler_is_one_line(tmp_path: Path, redis_url: str) -> None
 
 def test_dlq_list_requeue_purge(tmp_path: Path, redis_url: str, redis_client: "redis.Redis") -> None:
     """Dead letters are listed with reason, requeued (attempts reset) by id, and purged."""
-    from smqsup.broker import Broker
+    from smqsup.store.broker import Broker
 
     with Producer(redis_url) as p:
         ids = p.publish_many("q", ["a", "b", "<img src=x onerror=alert(1)>"])

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup.broker import Broker
-from smqsup.info import ConsumerInfo
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from smqsup import schedule_store
-from smqsup.broker import Broker
+from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
-from smqsup.redis_server import RedisServer
-from smqsup.schedule import ScheduleConfig
+from smqsup.store import schedules as schedule_store
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 from tests.test_cli_queue import _one_line_error

@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from smqsup import logs, validate
-from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup import logs
+from smqsup.client.producer import Producer
+from smqsup.config import validate
+from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
-from smqsup.flight import make_consumer
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.message import peek_id
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, free_port
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer, free_port
+from smqsup.worker.concurrent import make_consumer
 from tests import procs
 from tests.helpers import Monitored, client_for, wait_for
 from tests.inproc import NS, Running

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotSent
 from smqsup.keys import QueueKeys, queues_set
-from smqsup.producer import Producer
 from tests.topology import ClusterTopology
 
 

@@ -14,11 +14,11 @@ import pytest
 import redis
 
 from smqsup import Reject, Retry, message
-from smqsup.broker import Broker
-from smqsup.config import QueueConfig
-from smqsup.flight import ConcurrentConsumer, is_async_handler, make_consumer
+from smqsup.client.producer import Producer
+from smqsup.config.model import QueueConfig
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
+from smqsup.worker.concurrent import ConcurrentConsumer, is_async_handler, make_consumer
 from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
@@ -395,7 +395,7 @@ def test_a_persistent_error_reply_backs_off_instead_of_retrying_many_times_a_sec
     async def handle(msg: Any) -> None:
         raise ValueError("fail")
     redis_client.set(K.delayed, "garbage")
-    caplog.set_level("WARNING", logger="smqsup.flight")
+    caplog.set_level("WARNING", logger="smqsup.worker.concurrent")
     r = start(handle, concurrency=2, retry_delay_s=5)
     producer.publish("q", "x")
     wait_for(lambda: "WRONGTYPE" in caplog.text, timeout_s=5)

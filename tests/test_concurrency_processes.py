@@ -14,8 +14,8 @@ from typing import Any
 import redis
 
 from smqsup import message
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.handlers import max_overlap
 from tests.helpers import holds, wait_for

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from smqsup import config, defaults, handlers, validate
+from smqsup import defaults
+from smqsup.config import model as config
+from smqsup.config import validate
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
+from smqsup.worker import handlers
 from tests import procs
 
 CONFIGS = Path(__file__).parent / "configs"

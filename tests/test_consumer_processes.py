@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from smqsup import message
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import client_for, wait_for

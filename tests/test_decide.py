@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from smqsup import defaults
-from smqsup.config import QueueConfig
+from smqsup.config.model import QueueConfig
 from smqsup.supervisor import decide
 from smqsup.supervisor.decide import Death, Start, StopChild
 from smqsup.supervisor.protocol import EXIT_IMPORT, SlotView

@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from smqsup import message
-from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
-from smqsup.gc import Collector
-from smqsup.info import ConsumerInfo
+from smqsup.client.producer import Producer
+from smqsup.collector.collector import Collector
+from smqsup.config.model import Config, QueueConfig
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
 from tests import procs
 from tests.helpers import client_for, holds, missing_tool, wait_for
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from smqsup import cli_publish, safe
+from smqsup import safe
+from smqsup.cli import publish as cli_publish
+from smqsup.client.producer import Producer
 from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import client_for, wait_for
 
@@ -223,7 +224,7 @@ def test_from_config_without_a_path_is_a_config_error(path: Any) -> None:
 
 def test_from_config_of_a_fifo_does_not_hang(fifo: Path) -> None:
     """Producer.from_config(FIFO) is refused at once (checked in a child with a deadline)."""
-    code = f"from smqsup.producer import Producer\nProducer.from_config({str(fifo)!r})"
+    code = f"from smqsup.client.producer import Producer\nProducer.from_config({str(fifo)!r})"
     r = subprocess.run([sys.executable, "-c", code], env=procs.env(), capture_output=True, text=True, timeout=20)
     assert "ConfigError" in r.stderr and "not a regular file" in r.stderr, r.stderr
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup import config
+from smqsup.config import model as config
 from smqsup.errors import ConfigError
 from smqsup.supervisor import arbiter as arbiter_mod
 from smqsup.supervisor.arbiter import Arbiter

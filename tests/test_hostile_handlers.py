@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from smqsup import Retry, message
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import NS, Running

@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from smqsup import message
+from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import wait_for

@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from smqsup import Retry, message
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
 from smqsup.errors import MessageError, PublishRefused
-from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
@@ -140,7 +140,7 @@ def test_a_huge_dedup_key_and_an_odd_one_are_keys_like_any_other(producer: Produ
 def test_a_priority_member_with_a_score_no_script_wrote_is_still_taken_and_listed(
         producer: Producer, redis_client: redis.Redis, score: str) -> None:
     """Anyone's ZADD with +inf or a huge score: the member is listed and taken, never stuck."""
-    from smqsup import browse
+    from smqsup.views import browse
     producer.publish("q", "plain")
     redis_client.zadd(K.priority, {b'0:5:0|{"id":"odd","queue":"q","body":"odd","created_at":0}': float(score)})
     broker = Broker(producer._broker.url)
@@ -154,7 +154,7 @@ def test_an_int_enum_priority_is_a_plain_int() -> None:
     """priority=IntEnum member: accepted as its int value, never a driver error."""
     import enum
 
-    from smqsup import options
+    from smqsup.client import options
 
     class P(enum.IntEnum):
         HIGH = 7

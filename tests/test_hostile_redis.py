@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from smqsup import message
-from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
+from smqsup.collector.collector import Collector
+from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerError
-from smqsup.gc import Collector
-from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import holds, wait_for
@@ -286,8 +286,8 @@ def _seed_hostile_schedule_values(client: "redis.Redis", broker: Broker) -> None
     200,000-field state hash ("crowd"), a 20 MB paused flag ("flag") and definition ("huge"), times that are
     NaN, infinite, undecodable ("nan"), a cron started before the year 1 ("ancient"), names and definitions
     that do not decode."""
-    from smqsup import schedule_store
-    from smqsup.schedule import ScheduleConfig
+    from smqsup.config.schedule import ScheduleConfig
+    from smqsup.store import schedules as schedule_store
 
     for s in (ScheduleConfig("ok", "q", every_ms=1000), ScheduleConfig("crowd", "q", every_ms=1000),
               ScheduleConfig("flag", "q", every_ms=1000), ScheduleConfig("nan", "q", every_ms=1000),

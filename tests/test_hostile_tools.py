@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from smqsup import message
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, free_port
+from smqsup.store.redis_server import RedisServer, free_port
 from tests import procs
 from tests.helpers import wait_for
 

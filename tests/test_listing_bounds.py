@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import browse, deadletters, defaults, scripts
-from smqsup.broker import Broker
+from smqsup import defaults
 from smqsup.keys import QueueKeys
 from smqsup.message import DeadLetter, peek_id
+from smqsup.store import scripts
+from smqsup.store.broker import Broker
+from smqsup.views import browse, deadletters
 from tests.helpers import node_of
 
 pytestmark = pytest.mark.topologies

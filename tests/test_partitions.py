@@ -16,13 +16,13 @@ import pytest
 import redis
 
 from smqsup import keys as keys_mod
-from smqsup import scripts
-from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup.client.producer import Producer
+from smqsup.config.model import QueueConfig
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_names
-from smqsup.producer import Producer
-from smqsup.readings import read_queues
+from smqsup.store import scripts
+from smqsup.store.broker import Broker
+from smqsup.store.readings import read_queues
 from tests.helpers import Starts, holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 from tests.test_publish_options import recorder
@@ -169,7 +169,8 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     assert r.partitions == 3 and r.sizes["pending"] == 30 and r.sizes["scheduled"] == 1
     assert int(r.counters[b"published"]) == 31
     assert broker.total_sizes("q")["pending"] == 30
-    from smqsup import stats, status
+    from smqsup.collector import stats
+    from smqsup.views import status
     from smqsup.web import metrics
     snap = stats.snapshot(broker, ["q"])
     assert snap["queues"]["q"]["partitions"] == 3 and snap["queues"]["q"]["sizes"]["pending"] == 30
@@ -313,7 +314,7 @@ def test_a_hostile_partition_key_is_refused_before_anything_is_sent(bad: Any, pr
 
 def test_partition_names_cannot_collide_with_queue_names() -> None:
     """A partition's queue holds '~', which no queue name may."""
-    from smqsup.validate import validate_queue_name
+    from smqsup.config.validate import validate_queue_name
     assert keys_mod.partition_names("q", 3) == PARTS and keys_mod.logical_name("q~2") == "q"
     with pytest.raises(Exception, match="1 to 128 characters"):
         validate_queue_name("q~1")

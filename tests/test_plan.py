@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from smqsup.config import Config, QueueConfig, load, loads
+from smqsup.config.model import Config, QueueConfig, load, loads
 from smqsup.supervisor.plan import ReloadPlan, effective, generation, plan
 
 RELOAD = Path(__file__).parent / "configs" / "reload"
@@ -218,7 +218,7 @@ def test_generation_equal_for_equal_values_of_other_types() -> None:
 def test_generation_is_stable_across_processes(seed: str) -> None:
     """The generation is the same in another interpreter with another hash seed."""
     code = (
-        "from smqsup.config import load; from smqsup.supervisor.plan import generation; "
+        "from smqsup.config.model import load; from smqsup.supervisor.plan import generation; "
         f"c = load({str(RELOAD / 'base.yaml')!r}); "
         "print(generation(c.queues['orders']), generation(c.queues['orders'], c))"
     )

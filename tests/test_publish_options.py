@@ -13,10 +13,10 @@ import pytest
 import redis
 
 from smqsup import Reject, Retry, message
-from smqsup.broker import Broker
-from smqsup.info import ConsumerInfo
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
 from tests.helpers import holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 
@@ -160,7 +160,7 @@ def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(
     wait_for(lambda: redis_client.hget(K.counters, "acked") == b"1" and redis_client.llen(K.dead) == 1, timeout_s=5)
     assert producer.publish("q", "good", dedup_key="g") == ok
     assert producer.publish("q", "bad", dedup_key="b") == bad
-    from smqsup import deadletters
+    from smqsup.views import deadletters
     assert deadletters.purge(Broker(producer._broker.url), "q", [bad]) == 1
     assert producer.publish("q", "bad", dedup_key="b") != bad
     assert producer.publish("q", "good", dedup_key="g") == ok
@@ -177,7 +177,7 @@ def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(producer: Producer, 
         broker.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}',
                     fetch_next=False)
     kept = producer.publish("q", "waiting", dedup_key="kept")
-    from smqsup import deadletters
+    from smqsup.views import deadletters
     assert deadletters.purge(broker, "q", None) == 2500
     assert redis_client.llen(K.dead) == 0 and not redis_client.exists(K.dedup("k7"), K.dedup("k2499"))
     assert redis_client.get(K.dedup("kept")) == kept.encode()
@@ -292,7 +292,7 @@ def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], pr
 
 def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer, redis_client: redis.Redis) -> None:
     """browse.listing('pending') gives exactly the order take.lua hands the messages out."""
-    from smqsup import browse
+    from smqsup.views import browse
     broker = Broker(producer._broker.url)
     broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     for body, prio in [("a9", 9), ("b5", 5), ("c0", 0), ("d9", 9), ("e0", 0), ("f5", 5)]:
@@ -307,7 +307,7 @@ def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer
 def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_consumer(
         redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """Four idle consumers, four priority-5 messages in one call: all four start at once, not one by one."""
-    from smqsup.config import QueueConfig
+    from smqsup.config.model import QueueConfig
     started: list[int] = []
     lock = threading.Lock()
     release = threading.Event()
@@ -329,7 +329,7 @@ def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_co
 
 def test_a_requeued_dead_letter_keeps_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
     """A priority-9 dead letter requeued behind a priority-0 backlog is taken first."""
-    from smqsup import deadletters
+    from smqsup.views import deadletters
     broker = Broker(producer._broker.url)
     broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "urgent", priority=9)

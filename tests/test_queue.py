@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from smqsup import message
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.readings import read_queues
+from smqsup.store.broker import Broker
+from smqsup.store.readings import read_queues
 from tests.helpers import client_for, wait_for
 from tests.inproc import NS, Running
 
@@ -258,7 +258,7 @@ def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis
 
 def _held_by_c1(broker: Broker, redis_client: redis.Redis, *frames: bytes) -> QueueKeys:
     """Register consumer c1 (a fresh heartbeat) holding ``frames`` (the last newest)."""
-    from smqsup.info import ConsumerInfo
+    from smqsup.store.consumer_info import ConsumerInfo
 
     k = QueueKeys(NS, "q")
     broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
@@ -458,7 +458,7 @@ def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: A
 
 def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
     """No include line reaches Redis, and a fragment named by two includes is defined once."""
-    from smqsup import scripts
+    from smqsup.store import scripts
 
     for script in scripts.ALL:
         assert "@include" not in script.text, script.name
@@ -469,8 +469,8 @@ def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
 def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
         redis_url: str, redis_client: redis.Redis) -> None:
     """After SCRIPT FLUSH (a restarted Redis), a publish, a pipelined push and heartbeat still run, each once."""
-    from smqsup import broker as broker_mod
-    from smqsup.info import ConsumerInfo
+    from smqsup.store import broker as broker_mod
+    from smqsup.store.consumer_info import ConsumerInfo
 
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")

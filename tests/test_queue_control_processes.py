@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from smqsup import message
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
 from tests import procs
 from tests.helpers import holds, wait_for
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup.broker import Broker
-from smqsup.config import QueueConfig
+from smqsup.client.producer import Producer
+from smqsup.config.model import QueueConfig
+from smqsup.config.validate import rate_limit
 from smqsup.errors import ConfigError
-from smqsup.flight import make_consumer
-from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.validate import rate_limit
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.worker.concurrent import make_consumer
 from tests.helpers import Monitored, Starts, holds, node_of, wait_for
 from tests.inproc import NS, Running
 
@@ -237,7 +237,8 @@ def test_a_rate_key_far_ahead_is_read_as_far_as_the_limit_books(
 
 def test_the_lua_partition_bound_is_the_configured_one() -> None:
     """includes/rate.lua caps the partition count it divides by at defaults.PARTITIONS_MAX."""
-    from smqsup import defaults, scripts
+    from smqsup import defaults
+    from smqsup.store import scripts
 
     assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in scripts._TAKE.text
 

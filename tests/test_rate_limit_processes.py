@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
 from tests.test_rate_limit import assert_starts_follow_bookings, booked_starts, rate_bookings

@@ -1,4 +1,4 @@
-"""Behaviour of smqsup.redis_server: finding, starting, probing and stopping redis-server."""
+"""Behaviour of smqsup.store.redis_server: finding, starting, probing and stopping redis-server."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from smqsup import redis_server as rs
 from smqsup.errors import RedisServerError
-from smqsup.redis_server import (
+from smqsup.store import redis_server as rs
+from smqsup.store.redis_server import (
     RedisServer,
     default_data_dir,
     find_redis_server,

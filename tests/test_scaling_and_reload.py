@@ -11,8 +11,8 @@ from typing import Any
 
 import redis
 
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
 from tests import procs
 from tests.helpers import wait_for
 from tests.procs import NotifySocket

@@ -13,12 +13,14 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis
 
-from smqsup import config, schedule, schedule_store
-from smqsup.broker import Broker
+from smqsup.config import model as config
+from smqsup.config import schedule
+from smqsup.config.schedule import Fire, ScheduleConfig, due, latest_at_or_before, next_after
 from smqsup.errors import ConfigError, NotLeader
 from smqsup.keys import QueueKeys
-from smqsup.schedule import Fire, ScheduleConfig, due, latest_at_or_before, next_after
-from smqsup.scripts import schedules as calls
+from smqsup.store import schedules as schedule_store
+from smqsup.store.broker import Broker
+from smqsup.store.scripts import schedules as calls
 
 pytestmark = pytest.mark.topologies
 

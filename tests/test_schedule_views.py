@@ -11,10 +11,11 @@ import redis
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from smqsup import schedule_store, stats
-from smqsup.broker import Broker
+from smqsup.collector import stats
+from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
-from smqsup.schedule import ScheduleConfig
+from smqsup.store import schedules as schedule_store
+from smqsup.store.broker import Broker
 from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source

@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import deadletters, message
-from smqsup.broker import Broker
+from smqsup import message
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer
+from smqsup.views import deadletters
 from tests import procs
 from tests.helpers import redis_ms, wait_for
 

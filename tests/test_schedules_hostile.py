@@ -17,14 +17,17 @@ from pathlib import Path
 import pytest
 import redis
 
-from smqsup import config, message, schedule, schedule_store
-from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
+from smqsup import message
+from smqsup.collector.collector import Collector
+from smqsup.collector.schedules import Firing
+from smqsup.config import model as config
+from smqsup.config import schedule
+from smqsup.config.model import Config, QueueConfig
+from smqsup.config.schedule import Fire, ScheduleConfig, due
 from smqsup.errors import BrokerError, ConfigError
-from smqsup.firing import Firing
-from smqsup.gc import Collector
 from smqsup.keys import QueueKeys
-from smqsup.schedule import Fire, ScheduleConfig, due
+from smqsup.store import schedules as schedule_store
+from smqsup.store.broker import Broker
 from tests import procs
 from tests.helpers import holds, redis_ms, wait_for
 from tests.test_schedule import _cron, _ms, _setup

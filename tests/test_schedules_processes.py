@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from smqsup.keys import QueueKeys
-from smqsup.redis_server import RedisServer
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.helpers import holds, redis_ms, wait_for
 from tests.test_gc import _libfaketime

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from smqsup.broker import Broker
-from smqsup.producer import Producer
+from smqsup.client.producer import Producer
+from smqsup.store.broker import Broker
 from tests.topology import SentinelTopology
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import browse
-from smqsup.broker import Broker
-from smqsup.info import ConsumerInfo
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.views import browse
 from tests import procs
 from tests.helpers import wait_for
 

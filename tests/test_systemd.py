@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup.producer import Producer
+from smqsup.client.producer import Producer
 from smqsup.supervisor.systemd import Notifier, monotonic_usec, unset_environment
 from tests import procs
 from tests.helpers import wait_for

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup.config import load
+from smqsup.config.model import load
 from tests import procs
 from tests.procs import REPO
 

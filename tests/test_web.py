@@ -16,13 +16,13 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from smqsup import config
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
+from smqsup.config import model as config
 from smqsup.errors import ConfigError
-from smqsup.info import ConsumerInfo
 from smqsup.keys import QueueKeys
-from smqsup.producer import Producer
-from smqsup.redis_server import free_port
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.redis_server import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs

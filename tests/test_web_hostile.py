@@ -22,8 +22,10 @@ import redis
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from smqsup import browse, safe, stats
-from smqsup.broker import Broker
+from smqsup import safe
+from smqsup.collector import stats
+from smqsup.store.broker import Broker
+from smqsup.views import browse
 from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source

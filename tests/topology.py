@@ -22,7 +22,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup.redis_server import RedisServer, find_redis_server
+from smqsup.store.redis_server import RedisServer, find_redis_server
 from tests.helpers import wait_for
 
 #: Hash slots of a Redis Cluster, and how many masters/replicas ours has.

@@ -34,17 +34,16 @@ from typing import Optional
 
 import psutil
 
-from smqsup import config as config_mod
 from smqsup import defaults, safe
-from smqsup.broker import Broker
-from smqsup.config import Config
-from smqsup.embedded import ensure_server
+from smqsup.collector.collector import Collector
+from smqsup.config import model as config_mod
+from smqsup.config.model import Config
 from smqsup.errors import BrokerConnectionError, BrokerError, SmqsupError
-from smqsup.gc import Collector
-from smqsup.handlers import import_handler
 from smqsup.logs import Lasting
-from smqsup.redis_server import RedisServer
 from smqsup.safe import mask_url
+from smqsup.store.broker import Broker
+from smqsup.store.embedded import ensure_server
+from smqsup.store.redis_server import RedisServer
 from smqsup.supervisor import decide
 from smqsup.supervisor.beats import Heartbeats
 from smqsup.supervisor.consumers import Consumers
@@ -54,6 +53,7 @@ from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
 from smqsup.supervisor.states import StopReason, describe_status
 from smqsup.supervisor.systemd import Notifier
 from smqsup.supervisor.web_child import WebChild
+from smqsup.worker.handlers import import_handler
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
+from smqsup.collector.collector import Collector
 from smqsup.errors import BrokerError
-from smqsup.gc import Collector
-from smqsup.info import ConsumerInfo
 from smqsup.keys import logical_name
 from smqsup.logs import Lasting
+from smqsup.store.consumer_info import ConsumerInfo
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.protocol import SlotView
 from smqsup.supervisor.states import Child, StopReason

@@ -23,15 +23,15 @@ from types import FrameType
 from typing import NoReturn, Optional
 
 from smqsup import defaults, safe
-from smqsup.broker import Broker
-from smqsup.config import Config, QueueConfig
-from smqsup.consumer import Consumer, fetch_block_s
+from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
-from smqsup.flight import make_consumer
-from smqsup.handlers import import_handler
 from smqsup.message import Message
+from smqsup.store.broker import Broker
 from smqsup.supervisor import systemd
 from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_REDIS, Slots
+from smqsup.worker.concurrent import make_consumer
+from smqsup.worker.consumer import Consumer, fetch_block_s
+from smqsup.worker.handlers import import_handler
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 from smqsup import defaults
-from smqsup.broker import Broker
-from smqsup.config import Config
+from smqsup.config.model import Config
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
+from smqsup.store.broker import Broker
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor import decide
 from smqsup.supervisor.decide import Death, StopChild

@@ -15,13 +15,13 @@ import logging
 import os
 import time
 
-from smqsup import schedule_store
-from smqsup.broker import Broker
-from smqsup.config import Config
+from smqsup.config.model import Config
+from smqsup.config.schedule import ScheduleConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting, warn_once
-from smqsup.schedule import ScheduleConfig
-from smqsup.scripts import schedules as calls
+from smqsup.store import schedules as schedule_store
+from smqsup.store.broker import Broker
+from smqsup.store.scripts import schedules as calls
 
 log = logging.getLogger(__name__)
 

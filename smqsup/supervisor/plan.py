@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from smqsup.config import Config, QueueConfig
+from smqsup.config.model import Config, QueueConfig
 
 #: QueueConfig fields that are not part of a queue's generation: the name is
 #: the queue's identity, a consumer count is applied by scaling in place, and

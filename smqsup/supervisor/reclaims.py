@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from smqsup import defaults
-from smqsup.broker import Broker
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
-from smqsup.scripts import ReclaimResult
+from smqsup.store.broker import Broker
+from smqsup.store.scripts import ReclaimResult
 
 log = logging.getLogger(__name__)
 

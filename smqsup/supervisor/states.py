@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from smqsup import defaults
-from smqsup.config import QueueConfig
-from smqsup.info import RateMeter
+from smqsup.config.model import QueueConfig
+from smqsup.store.consumer_info import RateMeter
 from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_REDIS
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Optional
 
 from smqsup import defaults
-from smqsup.config import Config
+from smqsup.config.model import Config
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor.decide import Death, web_death
 from smqsup.supervisor.protocol import signal_child

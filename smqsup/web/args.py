@@ -10,9 +10,10 @@ from typing import Any, NoReturn, Optional
 
 from aiohttp import web
 
-from smqsup import browse, message, safe
+from smqsup import message, safe
+from smqsup.config.validate import validate_queue_name
 from smqsup.errors import ConfigError, MessageError
-from smqsup.validate import validate_queue_name
+from smqsup.views import browse
 
 
 class NotFound(Exception):

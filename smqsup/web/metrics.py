@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
-from smqsup.stats import COUNTERS, SIZES
+from smqsup.collector.stats import COUNTERS, SIZES
 
 #: The Content-Type of the text format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

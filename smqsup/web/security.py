@@ -28,9 +28,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from smqsup.config.validate import is_loopback, parse_listen
 from smqsup.errors import ConfigError
 from smqsup.safe import escape
-from smqsup.validate import is_loopback, parse_listen
 from smqsup.web.jsonout import error as _error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

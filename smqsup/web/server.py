@@ -36,10 +36,12 @@ from typing import Any, Optional
 from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from smqsup import browse, safe, stats
-from smqsup.broker import Broker
-from smqsup.config import Config, WebConfig
+from smqsup import safe
+from smqsup.collector import stats
+from smqsup.config.model import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
+from smqsup.store.broker import Broker
+from smqsup.views import browse
 from smqsup.web import args, metrics
 from smqsup.web.jsonout import dumps, error, response
 from smqsup.web.security import Guard, Handler, check_exposure

@@ -20,12 +20,14 @@ from typing import Any, Optional, TypeVar
 
 from aiohttp import web
 
-from smqsup import browse, deadletters, safe, stats
-from smqsup.broker import Broker
+from smqsup import safe
+from smqsup.collector import stats
+from smqsup.config.validate import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
-from smqsup.scripts import Peeked
-from smqsup.validate import validate_queue_name
+from smqsup.store.broker import Broker
+from smqsup.store.scripts import Peeked
+from smqsup.views import browse, deadletters
 from smqsup.web.jsonout import dumps
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from smqsup.redis_server import RedisServer  # noqa: E402
+from smqsup.store.redis_server import RedisServer  # noqa: E402
 
 #: Start method of every consumer process (each builds its own Broker after fork).
 CTX = mp.get_context("fork")
@@ -85,10 +85,10 @@ def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_pa
     thread only); return it once stopped."""
     import cProfile
 
-    from smqsup.broker import Broker
-    from smqsup.config import QueueConfig
-    from smqsup.consumer import Consumer
-    from smqsup.flight import make_consumer
+    from smqsup.config.model import QueueConfig
+    from smqsup.store.broker import Broker
+    from smqsup.worker.concurrent import make_consumer
+    from smqsup.worker.consumer import Consumer
 
     holder: dict[str, Consumer] = {}
     stop_early: list[int] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from smqsup.redis_server import RedisServer  # noqa: E402
+from smqsup.store.redis_server import RedisServer  # noqa: E402
 from tests.chaos import POISON, POISON_THRESHOLD, report, run_chaos  # noqa: E402
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 from _common import NAMESPACE, Children, machine, run_consumer  # type: ignore[import-not-found]
 
-from smqsup.broker import Broker
+from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, partition_names
-from smqsup.producer import Producer
-from smqsup.redis_server import RedisServer, free_port
+from smqsup.store.broker import Broker
+from smqsup.store.redis_server import RedisServer, free_port
 from tests.topology import ClusterTopology
 
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import redis  # noqa: E402
 
 from smqsup import message  # noqa: E402
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
 from tests import procs  # noqa: E402
 from tests.bench._common import bench_server  # noqa: E402
 

@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
 
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
 
 NS = common.NAMESPACE
 #: publish() keywords of each single-publish kind; a callable is called with the call's number.

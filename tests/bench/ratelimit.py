@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as common  # noqa: E402
 import redis  # noqa: E402
 
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
 
 QUEUE = "rl"
 

@@ -72,8 +72,8 @@ import redis  # noqa: E402
 import supervisor as supbench  # noqa: E402  (tests/bench/supervisor.py: Supervisor, Notify)
 
 from smqsup import message, options  # noqa: E402
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
 
 NS = common.NAMESPACE
 QUEUE = "sched"

@@ -28,9 +28,9 @@ import psutil  # noqa: E402
 import redis  # noqa: E402
 
 from smqsup import stats  # noqa: E402
-from smqsup.broker import Broker  # noqa: E402
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
+from smqsup.store.broker import Broker  # noqa: E402
 from tests import procs  # noqa: E402
 from tests.bench._common import bench_server  # noqa: E402
 

@@ -50,8 +50,8 @@ import redis  # noqa: E402
 import yaml  # noqa: E402
 
 from smqsup import message  # noqa: E402
+from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from smqsup.producer import Producer  # noqa: E402
 
 NS = common.NAMESPACE
 QUEUES, CONSUMERS = 4, 4

@@ -1,0 +1,237 @@
+"""The operator's commands on one queue: ``smqsup pause`` and ``resume``
+(the flag every consumer of the queue obeys), ``smqsup messages`` (what
+waits, what is held, what died: browse.py) and ``smqsup remove`` (delete
+waiting messages by id).
+
+    smqsup pause (-c FILE | --url URL) QUEUE
+    smqsup resume (-c FILE | --url URL) QUEUE
+    smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
+    smqsup remove (-c FILE | --url URL) QUEUE ID...
+
+Each command reaches Redis as ``smqsup dlq`` does (cli._target: -c FILE,
+--url, $SMQSUP_REDIS_URL, --namespace). Every value shown comes from Redis,
+which anybody may have written: it is escaped to one bounded line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Optional
+
+from smqsup import safe
+
+if TYPE_CHECKING:
+    from smqsup.cli.main import _Commands, _Parser
+    from smqsup.store.broker import Broker
+
+EXIT_OK, EXIT_NOT_ALL = 0, 1
+#: Why ``remove`` may not find an id: it cannot tell which, once the id is gone.
+_NOT_WAITING = "(held by a consumer, dead, or unknown)"
+#: A message id (message.check_message_id) or a listing's ``raw-`` reference.
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+# --- arguments ---------------------------------------------------------------
+
+
+def add_pause_resume(sub: _Commands[_Parser]) -> None:
+    from smqsup.cli.main import _add_target
+
+    p = sub.add_parser("pause", help="stop every consumer of QUEUE taking messages, on every host, until resume")
+    _add_target(p, url=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p = sub.add_parser("resume", help="let the consumers of a paused QUEUE take messages again")
+    _add_target(p, url=True)
+    p.add_argument("queue", metavar="QUEUE")
+
+
+def add_messages(sub: _Commands[_Parser]) -> None:
+    from smqsup.cli.main import _add_target, _limit
+
+    p = sub.add_parser("messages", help="list the messages of QUEUE that are pending, scheduled, processing or dead")
+    _add_target(p, url=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--state", type=_state, default="pending",
+                   help="pending (ready to be taken; the default), scheduled (published for later, "
+                        "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
+    p.add_argument("--limit", type=_limit, default=100, help="most messages to list (1 to 100000, default 100)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def add_remove(sub: _Commands[_Parser]) -> None:
+    from smqsup.cli.main import _add_target
+
+    p = sub.add_parser("remove", help="delete waiting messages of QUEUE by id (exit 1 if some were not removed)",
+                       description="Delete messages of QUEUE that wait (pending, scheduled, or a retry waiting), "
+                                   "by id, freeing their dedup keys. A message a consumer holds is never touched "
+                                   "(nor a dead letter: see smqsup dlq purge). Exit 0 when every id was removed; "
+                                   "1, with a summary on stderr, when some were not: held by a consumer, "
+                                   "dead-lettered, already removed, or unknown. Put -- before ids that start "
+                                   "with '-'.")
+    _add_target(p, url=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", nargs="+", type=_message_id, metavar="ID",
+                   help="a message id, or the raw-... reference `smqsup messages` shows for a malformed one")
+
+
+def _state(text: str) -> str:
+    from smqsup.views.browse import STATES  # browse imports redis: not for every command line
+
+    if text not in STATES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(STATES)}, got {safe.escape(repr(text), 60)}")
+    return text
+
+
+def _message_id(text: str) -> str:
+    """An id as ``smqsup messages`` shows it: 1 to 128 of A-Z a-z 0-9 _ . : -
+    (a ``raw-`` reference is one of them)."""
+    if not _ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a message id (1 to 128 of A-Z a-z 0-9 _ . : -), "
+                                         f"got {safe.escape(repr(text), 60)}")
+    return text
+
+
+# --- commands ----------------------------------------------------------------
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with _broker(args) as (broker, queue):
+        by = f"cli@{socket.gethostname()}"
+        if broker.pause(queue, by=by):
+            print(f"paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`")
+        else:
+            print(f"{queue} was already paused ({_pause_info(broker, queue)}); nothing changed")
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with _broker(args) as (broker, queue):
+        if broker.resume(queue):
+            print(f"resumed {queue}: its consumers take messages again")
+        else:
+            print(f"{queue} was not paused; nothing changed")
+    return EXIT_OK
+
+
+def cmd_messages(args: argparse.Namespace) -> int:
+    from smqsup.views import browse
+
+    with _broker(args) as (broker, queue):
+        rows = browse.listing(broker, queue, args.state, args.limit)
+        total = _total(broker, queue, args.state) if len(rows) == args.limit and not args.json else None
+    for row in rows:
+        print(json.dumps(row, ensure_ascii=True) if args.json else _line(row))
+    if args.json:
+        return EXIT_OK
+    if total is not None and total > len(rows):
+        print(f"{len(rows)} of {total} {args.state} message(s) of {queue} (--limit N shows more)", file=sys.stderr)
+    else:
+        print(f"{len(rows)} {args.state} message(s) of {queue}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
+    """How many messages of ``queue`` are in ``state`` (None for processing:
+    no one count holds it)."""
+    if state == "processing":
+        return None
+    sizes = broker.total_sizes(queue)
+    return {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"]}.get(state, sizes["dead"])
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from smqsup.views import browse
+
+    ids = list(dict.fromkeys(args.ids))  # an id given twice is removed once, reported once
+    with _broker(args) as (broker, queue):
+        done = browse.remove(broker, queue, ids)
+    for mid in ids:
+        print(f"removed {mid}" if done[mid] else f"not removed {mid}: not waiting {_NOT_WAITING}")
+    missed = sum(not removed for removed in done.values())
+    if not missed:
+        return EXIT_OK
+    print(f"smqsup remove: {missed} of {len(ids)} message(s) not removed from {queue}", file=sys.stderr)
+    return EXIT_NOT_ALL
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+@contextmanager
+def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
+    """A Broker on the command's Redis and the validated queue name; a note on
+    stderr when no producer or consumer has ever used that queue (a typo)."""
+    from smqsup.cli.main import _target
+    from smqsup.config.validate import validate_queue_name
+    from smqsup.store.broker import Broker
+
+    url, namespace, _ = _target(args)
+    queue = validate_queue_name(args.queue, path=f"smqsup {args.command}", key="QUEUE")
+    broker = Broker(url, namespace, client_name=f"smqsup-{args.command}")
+    try:
+        if queue not in broker.known_queues():
+            print(f"smqsup {args.command}: note: no producer or consumer has used queue {queue} "
+                  f"in namespace {namespace} yet", file=sys.stderr)
+        yield broker, queue
+    finally:
+        broker.close()
+
+
+def _pause_info(broker: Broker, queue: str) -> str:
+    """Who paused the queue and when, as its flag says (anybody may have
+    written it: each part is checked, and shown escaped)."""
+    from smqsup.store.connection import wrapped
+
+    with wrapped(f"read the paused flag of {queue!r}"):
+        raw: Any = broker.client.get(broker.keys(queue).paused)
+    try:
+        info = json.loads(raw) if raw is not None else {}
+    except (ValueError, RecursionError):  # not UTF-8, not JSON
+        info = {}
+    info = info if isinstance(info, dict) else {}
+    at_ms, by = info.get("at_ms"), info.get("by")
+    at = "?"
+    if isinstance(at_ms, (int, float)) and not isinstance(at_ms, bool) and 0 <= at_ms < 1e15:
+        at = _when(at_ms / 1000)
+    return f"since {at} by {safe.escape(by, 200) if isinstance(by, str) else '?'}"
+
+
+def _line(row: dict[str, Any]) -> str:
+    """One listed message on one escaped line."""
+    parts = [safe.escape(row["id"], 200), _when(row["created_at"]), f"attempts={_known(row['attempts'])}"]
+    if row["priority"] is not None:
+        parts.append(f"priority={row['priority']}")
+    if row["due_at"] is not None:
+        parts.append(f"due={_when(row['due_at'])}" + (" (retry)" if row["retry"] else ""))
+    parts.append(f"size={row['size']}B")
+    if row["consumer"] is not None:
+        parts.append(f"consumer={safe.escape(row['consumer'], 200)}")
+    if row.get("reason") is not None:
+        parts.append(f"reason={safe.escape(row['reason'], 500)}")
+    if row["malformed"]:
+        parts.append("malformed")
+    if row.get("cut"):
+        parts.append("cut")  # too large to read whole: what its head holds
+    parts.append(f"body={safe.escape(row['preview'], 300)}")
+    return "  ".join(parts)
+
+
+def _known(value: Optional[int]) -> str:
+    return "?" if value is None else str(value)
+
+
+def _when(seconds: Optional[float]) -> str:
+    """Local time of a unix time, or ``?`` when unknown or out of range."""
+    if seconds is None:
+        return "?"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return "?"

@@ -1,0 +1,106 @@
+"""The publish options (delay, at, priority, dedup_key, dedup_ttl, ttl):
+each checked by a small validator, then turned into what the publish script
+takes (scripts.Options, in ms).
+
+Every error is a MessageError of one bounded line naming the keyword, raised
+before anything is sent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from smqsup import safe
+from smqsup.errors import MessageError
+from smqsup.store import scripts
+
+#: Longest delay, ttl or dedup_ttl: ten years, in s (``at`` goes to the year 9999).
+MAX_SPAN_S = 3650 * 86400.0
+#: Longest dedup key, in UTF-8 bytes (it is part of a Redis key name).
+MAX_DEDUP_KEY_BYTES = 512
+#: Priorities a message may have; 0 is the default and the fast path.
+PRIORITIES = range(10)
+
+
+def _shown(value: object) -> str:
+    return safe.escape(repr(value), 60) if isinstance(value, (int, float, str)) else \
+        f"a value of type {type(value).__name__}"
+
+
+def seconds(value: object, what: str, *, zero_ok: bool) -> float:
+    """``value`` (seconds as an int or float, or a timedelta) as finite
+    seconds within MAX_SPAN_S; MessageError otherwise."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MessageError(f"{what}: expected seconds (a number or a timedelta), got {_shown(value)}")
+    low = "0" if zero_ok else "more than 0"
+    try:
+        ok = math.isfinite(value) and (value >= 0 if zero_ok else value > 0) and value <= MAX_SPAN_S
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise MessageError(f"{what}: expected seconds from {low} to {MAX_SPAN_S:.0f} (ten years), "
+                           f"got {_shown(value)}")
+    return float(value)
+
+
+def due_time(value: object) -> float:
+    """``at``: an aware datetime or epoch seconds, as epoch seconds."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise MessageError(f"at: a datetime without a timezone is ambiguous; give tzinfo "
+                               f"(e.g. datetime.now(timezone.utc)), got {safe.escape(value.isoformat(), 40)}")
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MessageError(f"at: expected an aware datetime or epoch seconds, got {_shown(value)}")
+    try:
+        ok = math.isfinite(value) and 0 <= value <= 253402300799  # 9999-12-31T23:59:59Z
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise MessageError(f"at: expected epoch seconds from 0 to 253402300799 (year 9999), got {_shown(value)}")
+    return float(value)
+
+
+def priority(value: object) -> int:
+    """An int 0-9 (no bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
+        raise MessageError(f"priority: expected an integer from 0 to 9, got {_shown(value)}")
+    return int(value)  # an IntEnum member, say, as the plain int the script is sent
+
+
+def dedup_key(value: object, what: str = "dedup_key") -> str:
+    """A non-empty str of at most MAX_DEDUP_KEY_BYTES UTF-8 bytes (a dedup
+    key, or ``what``: a partition key)."""
+    if not isinstance(value, str):
+        raise MessageError(f"{what}: expected a string, got {_shown(value)}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise MessageError(f"{what}: holds a lone surrogate (text that is not valid Unicode)") from None
+    if not 1 <= size <= MAX_DEDUP_KEY_BYTES:
+        raise MessageError(f"{what}: expected 1 to {MAX_DEDUP_KEY_BYTES} bytes of UTF-8, got {size} "
+                           f"({safe.escape(repr(value), 40)})")
+    return value
+
+
+def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
+          default_dedup_ttl_s: float) -> scripts.Options:
+    """The checked options of one publish call, in the script's units."""
+    if delay is not None and at is not None:
+        raise MessageError("delay and at: give one of them, not both")
+    # Rounded up: a message is never handed out before the time asked for.
+    delay_ms = -1 if delay is None else math.ceil(seconds(delay, "delay", zero_ok=True) * 1000)
+    at_ms = -1 if at is None else math.ceil(due_time(at) * 1000)
+    ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
+    dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
+    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)))
+
+
+def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:
+    """Whether a publish asks for nothing beyond today's fast path."""
+    return delay is None and at is None and ttl is None and dedup is None and type(priority_) is int \
+        and priority_ == 0

@@ -1,0 +1,291 @@
+"""The garbage collector: per queue, one elected process across all
+supervisors and hosts reclaims the messages of dead consumers and moves due
+delayed messages to pending.
+
+    every tick, for each queue:
+        LeaderLock.step()        SET NX PX / renew at a third of the TTL
+        if leader:
+            stale.lua            consumers whose heartbeat is older than
+                                 heartbeat_timeout (Redis clock), and
+                                 registered consumers with no heartbeat
+            reclaim_stale.lua    each one's list back to pending (one attempt,
+                                 reason "consumer lost"), re-checking both the
+                                 staleness and the lock token inside the script
+            return_free.lua      messages found in retired consumers' lists,
+                                 back free of cost (sweep_retired)
+            promote.lua          due delayed messages, in batches until none
+                                 is due
+            firing.look          the queue's schedules: each due slot
+                                 published once (schedule_fire.lua)
+            stats.sample         once a second, one point of the queue's
+                                 history (counters and sizes)
+
+It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
+that changes something checks the lock token in Redis, so a leader that was
+paused past the TTL (SIGSTOP, a VM freeze) and deposed cannot act when it
+resumes: its first refused script makes it step down.
+
+Failures are kept as small as their cause. Redis unreachable stops every
+queue for a second (and delays reclaims, see redis_trouble). Redis refusing
+one step of one queue (a key of the wrong type, OOM, NOPERM), or bytes
+nobody planned for, costs that step of that queue only, until its next turn:
+the other steps and the other queues go on, and the cause is one log line,
+said again at most once every COLLECTOR_TROUBLE_REPEAT_S while it lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Optional, TypeVar
+
+from smqsup import defaults
+from smqsup.collector import stats
+from smqsup.collector.lock import LeaderLock
+from smqsup.collector.schedules import Firing
+from smqsup.config.model import Config, QueueConfig
+from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
+from smqsup.logs import Lasting
+from smqsup.store.broker import Broker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: When a promote step failed (Redis refusing it), the next try, in s.
+_FAILED_PROMOTE_RETRY_S = 1.0
+
+
+def lock_ttl_ms(cfg: Config) -> int:
+    """The collector lock's TTL: heartbeat_timeout, so that a dead leader is
+    replaced about as fast as a dead consumer is noticed."""
+    return max(1000, int(cfg.heartbeat_timeout_s * 1000))
+
+
+@dataclass
+class _QueueGC:
+    queue: QueueConfig
+    lock: LeaderLock
+    next_lock_step: float = 0.0
+    next_scan: float = 0.0
+    next_promote: float = 0.0
+    next_sample: float = 0.0
+    next_retired: float = 0.0
+    next_fire: float = 0.0
+    #: When Redis last refused this process's heartbeats of the queue (monotonic).
+    heartbeats_refused_at: Optional[float] = None
+
+
+class Collector:
+    """This process's part in the election, and the work when it leads.
+    Call ``tick()`` often (every 0.1 s or so); it returns quickly and never
+    raises for Redis trouble."""
+
+    def __init__(self, broker: Broker, cfg: Config, *, owner: str = "") -> None:
+        self.broker = broker
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self._queues: dict[str, _QueueGC] = {}
+        self._backoff_until = 0.0
+        self._trouble = Lasting(log, repeat_s=defaults.COLLECTOR_TROUBLE_REPEAT_S)  # failing steps, per queue
+        # Reclaim only after Redis has been reachable for a whole
+        # heartbeat_timeout: after an outage every heartbeat looks stale until
+        # the supervisors have had the time to renew them.
+        self._connected_since: Optional[float] = time.monotonic()
+        self.firing = Firing(broker, cfg)
+        self.update(cfg)
+
+    def update(self, cfg: Config) -> None:
+        """Follow a reloaded config: join new queues, leave removed ones."""
+        self.cfg = cfg
+        self.firing.cfg = cfg
+        ttl = lock_ttl_ms(cfg)
+        # One election per partition: each is a queue of its own in Redis.
+        wanted = {p: q for name, q in cfg.queues.items() for p in self.broker.partition_names(name, q.partitions)}
+        for name in list(self._queues):
+            if name not in wanted:
+                self._queues.pop(name).lock.release()
+                self.firing.forget(name)
+        for name, q in wanted.items():
+            state = self._queues.get(name)
+            if state is None:
+                token = f"{self.owner}:{os.urandom(4).hex()}"
+                key = self.broker.keys(name).gc_lock
+                self._queues[name] = _QueueGC(q, LeaderLock(self.broker, key, token, ttl))
+            else:
+                state.queue = q
+                state.lock.ttl_ms = ttl
+
+    def wake_in(self, longest_s: float) -> float:
+        """Seconds until a queue this process leads is due for a look at its
+        delayed and scheduled messages, at most ``longest_s``."""
+        now = time.monotonic()
+        due = [at for s in self._queues.values() if s.lock.still_valid() for at in (s.next_promote, s.next_fire)]
+        return max(0.0, min([longest_s, *(at - now for at in due)]))
+
+    def leading(self) -> list[str]:
+        return sorted(n for n, s in self._queues.items() if s.lock.still_valid())
+
+    def redis_trouble(self, queue: Optional[str] = None) -> None:
+        """Another part of this process failed to reach Redis: heartbeats may
+        have lapsed everywhere, so wait a heartbeat_timeout before reclaiming.
+        With ``queue``: Redis refused this process's heartbeats of that queue
+        only (OOM, a key of the wrong type); wait before reclaiming there."""
+        if queue is None:
+            self._connected_since = None
+        elif queue in self._queues:
+            self._queues[queue].heartbeats_refused_at = time.monotonic()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self._backoff_until:
+            return
+        self.firing.begin_tick()
+        try:
+            for name, state in self._queues.items():
+                self._tick_queue(name, state, now)
+        except BrokerConnectionError as exc:
+            log.warning("collector: Redis unavailable (%s); retrying in 1 s", exc)
+            self._backoff_until = now + 1.0
+            self._connected_since = None
+            return
+        if self._connected_since is None:
+            self._connected_since = now
+
+    def _may_reclaim(self, now: float, state: _QueueGC) -> bool:
+        timeout = self.cfg.heartbeat_timeout_s
+        refused = state.heartbeats_refused_at
+        return (self._connected_since is not None and now - self._connected_since >= timeout
+                and (refused is None or now - refused >= timeout))
+
+    def _tick_queue(self, name: str, state: _QueueGC, now: float) -> None:
+        lock = state.lock
+        if now >= state.next_lock_step:
+            was = lock.held
+            if lock.step() and not was:
+                log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
+                self._fact(name, state, leader_changes=1)
+                state.next_scan = state.next_promote = state.next_fire = now
+                self.firing.forget(name)  # a round begun under an earlier lock read what is stale now
+            # Contenders try often so that failover takes about one TTL.
+            interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
+                                                                    self.cfg.heartbeat_interval_s)
+            state.next_lock_step = now + interval
+        if not lock.still_valid():
+            return
+        try:
+            if now >= state.next_scan and self._may_reclaim(now, state):
+                state.next_scan = now + self.cfg.heartbeat_interval_s
+                self._step(name, state, "reclaim lost consumers", self._collect)
+            if now >= state.next_retired and self._may_reclaim(now, state):
+                state.next_retired = now + defaults.RETIRED_SCAN_S
+                self._step(name, state, "sweep retired consumers", self._sweep_retired)
+            if now >= state.next_promote:
+                state.next_promote = now + _FAILED_PROMOTE_RETRY_S
+                wait_s = self._step(name, state, "promote delayed messages", self._promote)
+                if wait_s is not None:
+                    state.next_promote = now + wait_s
+            if now >= state.next_fire:
+                state.next_fire = now + _FAILED_PROMOTE_RETRY_S
+                lock_pair = (lock.key, lock.token)
+                wait_s = self._step(name, state, "fire schedules", lambda n, _: self.firing.look(n, lock_pair))
+                if wait_s is not None:
+                    state.next_fire = time.monotonic() + wait_s
+            if self.cfg.stats and now >= state.next_sample:
+                # On the second grid, so points are about 1 s apart.
+                state.next_sample = max(state.next_sample + 1.0, now + 0.5)
+                self._step(name, state, "sample statistics", lambda n, _: stats.sample(self.broker, n))
+        except NotLeader:
+            lock.drop()
+            log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
+
+    def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
+        """Run one step of one queue's collection. Redis refusing it, or an
+        unexpected error, costs this step until its next turn (None), said in
+        one line; Redis unreachable and a lost lock are the caller's."""
+        try:
+            result = step(name, state)
+        except (BrokerConnectionError, NotLeader):
+            raise
+        except BrokerError as exc:
+            self._report(name, what, str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - no Redis state may take the supervisor down
+            # A bug, or bytes in Redis nobody planned for.
+            self._report(name, what, f"unexpected {type(exc).__name__}: {exc}")
+            log.debug("queue %s: collector: %s failed", name, what, exc_info=True)
+            return None
+        self._trouble.clear((name, what), "queue %s: collector: %s works again", name, what)
+        return result
+
+    def _report(self, name: str, what: str, text: str) -> None:
+        self._trouble.report((name, what), text, "queue %s: collector cannot %s (other queues go on; said again "
+                             "every %.0f s while it lasts): %s", name, what, defaults.COLLECTOR_TROUBLE_REPEAT_S, text)
+
+    def _fact(self, name: str, state: _QueueGC, **increments: int) -> None:
+        """Count collector facts; a refusal costs the count, never the work it counts."""
+        self._step(name, state, "record collector facts", lambda n, _: self.broker.gc_fact(n, **increments))
+
+    def _collect(self, name: str, state: _QueueGC) -> None:
+        timeout_ms = int(self.cfg.heartbeat_timeout_s * 1000)
+        stale, orphans = self.broker.stale_consumers(name, timeout_ms)
+        for cid in stale + orphans:
+            reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
+            r = self.broker.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold, reason=reason,
+                                          stale_after_ms=timeout_ms, lock=(state.lock.key, state.lock.token))
+            if r.remaining == -1:
+                continue  # it came back between the two scripts
+            moved = r.requeued + r.dead_lettered
+            self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
+            log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
+                        "%d to pending, %d dead-lettered", name, cid, self.cfg.heartbeat_timeout_s, moved,
+                        r.requeued, r.dead_lettered)
+
+    def _sweep_retired(self, name: str, state: _QueueGC) -> None:
+        """Return, free of cost, messages that reached the list of a consumer
+        after it was unregistered (it moved one more message before it learnt
+        it had been declared dead, then died): nobody else watches that list."""
+        lock = (state.lock.key, state.lock.token)
+        for cid in self.broker.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
+            r = self.broker.sweep_retired(name, cid, lock=lock)
+            if r.requeued or r.dead_lettered:
+                self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
+                log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
+                            name, r.requeued + r.dead_lettered, cid)
+
+    def _promote(self, name: str, state: _QueueGC) -> float:
+        """Promote what is due, PROMOTE_BATCHES_PER_TICK batches at most;
+        return seconds until the next look (0 when more are due: the next
+        tick goes on, so a million due messages never hold the supervisor's
+        loop, its reaping and its heartbeats, for more than a few batches).
+
+        A due message is at most that late: the look comes at the next known
+        due time (the supervisor's loop wakes for it: wake_in), and at least
+        every PROMOTE_POLL_S for messages published or retried since the
+        last look with an earlier due time."""
+        lock = (state.lock.key, state.lock.token)
+        for _ in range(defaults.PROMOTE_BATCHES_PER_TICK):
+            r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
+            if r.moved:
+                log.debug("queue %s: %d delayed or scheduled message(s) due, now ready", name, r.moved)
+            if r.expired:
+                log.info("queue %s: %d scheduled or delayed message(s) expired before they were due; "
+                         "dead-lettered", name, r.expired)
+            if r.wait_ms != 0:
+                break
+        else:
+            return 0.0
+        return defaults.PROMOTE_POLL_S if r.wait_ms < 0 else min(defaults.PROMOTE_POLL_S, r.wait_ms / 1000.0)
+
+    def release_all(self) -> None:
+        """Give up every lock held (at a clean stop), so others take over at once."""
+        for state in self._queues.values():
+            state.lock.release()
+
+
+def leaders(broker: Broker, queues: Mapping[str, object]) -> dict[str, str | None]:
+    """queue -> current collector's owner token (None: no leader now)."""
+    return {name: broker.lock_holder(broker.keys(name).gc_lock) for name in queues}
