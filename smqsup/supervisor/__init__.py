@@ -1,11 +1,22 @@
 """The supervisor, parent side and child side.
 
-Parent: arbiter.py (the loop and the signals) ─▶ decide.py (pure decisions
-over states.py's states and restart policy) ─▶ consumers.py (fork, stop,
-reap), beats.py (heartbeats), reclaims.py (returning a dead child's
-messages), resources.py (psutil samples), web_child.py (the web UI process),
-plan.py (the SIGHUP diff), systemd.py (sd_notify).
-Child: child.py, what runs after fork. protocol.py: what the two share (exit
-statuses and the shared-memory slot). Parent code and child code never share
-a module.
+    queues.yaml ─▶ arbiter ─▶ decide (pure) ─▶ consumers ─fork─▶ child ─▶ worker's engine
+                      │  ◀── signals: SIGHUP ─▶ plan (pure diff), SIGCHLD ─▶ reap, SIGTERM ─▶ stop
+                      └▶ beats, reclaims, resources, declarations, web_child, systemd
+
+Parent code and child code never share a module:
+
+- arbiter.py: the parent loop and its signals; dispatches to the parts below.
+- states.py: each child's life as explicit states and the restart policy.
+- decide.py: the pure decisions (start, kill, restart, back off) over states and the time.
+- consumers.py: the consumer children of every queue: fork, stop, reap.
+- beats.py: consumer liveness, parent side: heartbeats written for the children.
+- reclaims.py: a dead or stopped child's messages go back to its queue at once.
+- resources.py: CPU and memory of the children, read with psutil.
+- declarations.py: the schedules this supervisor's config declares, upserted and withdrawn.
+- web_child.py: the web UI child process, when queues.yaml has a ``web:`` section.
+- plan.py: the pure SIGHUP diff from one config to the next.
+- systemd.py: sd_notify (READY, RELOADING, STOPPING, STATUS, WATCHDOG) without libsystemd.
+- child.py: what runs in a consumer process after the fork (child side).
+- protocol.py: what parent and child share: exit statuses and the shared-memory slot.
 """

@@ -1,5 +1,17 @@
 """The web UI: one live page, a small JSON API and Prometheus /metrics
-(``smqsup web``, or the supervisor's web child). See ``server``."""
+(``smqsup web``, or the supervisor's web child).
+
+    browser ─▶ server (aiohttp; security checks each request, args reads it) ─▶ source (off the loop) ─▶ store
+                 └▶ metrics, jsonout ─▶ the response
+
+- server.py: the HTTP and WebSocket server: the page, the JSON API routes, /metrics.
+- security.py: who may talk to it: where it may listen, the token, the session cookie, the origin.
+- args.py: what a request of the JSON API asks, read and checked.
+- source.py: what the web UI reads and changes in Redis, kept off the event loop.
+- metrics.py: ``GET /metrics``: a statistics snapshot in the Prometheus text format.
+- jsonout.py: strict JSON for everything the server sends.
+- static/: the page (index.html, app.js, messages.js, ui.js, app.css).
+"""
 
 from smqsup.web.server import serve
 
