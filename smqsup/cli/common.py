@@ -3,7 +3,7 @@ target options (-c FILE, --url, --namespace) and where they lead, the types
 of the flags several commands take, and the exit statuses.
 
 A command module imports this one, never main.py (which imports them all);
-nothing here imports the store at module level (see connect()).
+nothing here imports redis-py at module level (see connect()).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from smqsup import defaults
 from smqsup.config import model as config_mod
 from smqsup.errors import UsageError
+from smqsup.store.embedded import redis_url
 
 if TYPE_CHECKING:
     from smqsup.store.broker import Broker
@@ -87,16 +88,14 @@ def target(args: argparse.Namespace) -> tuple[str, str, int]:
     cfg = config(args)
     if args.namespace:
         raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
-    # Here, not at the top: the store imports redis-py (about 130 ms, measured
-    # with python -X importtime), which `smqsup --help` and `check` never need.
-    from smqsup.store.embedded import redis_url
-
     return redis_url(cfg), cfg.namespace, cfg.max_message_size_bytes
 
 
 def connect(url: str, namespace: str, client_name: Optional[str] = None) -> Broker:
     """A Broker on ``url`` and ``namespace``: the one way the commands reach the store."""
-    # Here, not at the top: see target().
+    # Here, not at the top: the Broker imports redis-py, about 130 ms (python
+    # -X importtime, after this module) that `smqsup --help`, `check` and
+    # `run` (until it forks) do not pay.
     from smqsup.store.broker import Broker
 
     return Broker(url, namespace, client_name=client_name)

@@ -35,7 +35,7 @@ def add_dlq(sub: Commands[Parser]) -> None:
 def cmd_dlq(args: argparse.Namespace) -> int:
     """``smqsup dlq``: list the dead letters chosen, or requeue or purge them and say how many."""
     # Here, not at the top: the view imports the store, and so redis-py (see
-    # cli.common.target).
+    # cli.common.connect).
     from smqsup.views import deadletters
 
     url, namespace, _ = target(args)

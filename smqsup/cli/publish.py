@@ -160,7 +160,7 @@ def publish(args: argparse.Namespace, options: dict[str, Any], url: str, namespa
     """Publish the message (or stdin's lines) the arguments give, with the
     ``options`` publish_options made of them; print each id."""
     # Here, not at the top: the Producer imports the store, and so redis-py
-    # (see cli.common.target).
+    # (see cli.common.connect).
     from smqsup.client.producer import Producer
 
     options = dict(options)

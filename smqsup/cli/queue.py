@@ -81,7 +81,7 @@ def add_remove(sub: Commands[Parser]) -> None:
 
 def _state(text: str) -> str:
     # Here, not at the top: browse imports the store, and so redis-py (see
-    # cli.common.target); only a --state given needs its list.
+    # cli.common.connect); only a --state given needs its list.
     from smqsup.views.browse import STATES
 
     if text not in STATES:
@@ -124,7 +124,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_messages(args: argparse.Namespace) -> int:
     """``smqsup messages``: list a queue's messages in one state."""
-    # Here, not at the top: browse imports the store (see cli.common.target).
+    # Here, not at the top: browse imports the store (see cli.common.connect).
     from smqsup.views import browse
 
     with _broker(args) as (broker, queue):
@@ -152,7 +152,7 @@ def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     """``smqsup remove``: delete waiting messages by id; EXIT_NOT_ALL when some were not."""
-    # Here, not at the top: browse imports the store (see cli.common.target).
+    # Here, not at the top: browse imports the store (see cli.common.connect).
     from smqsup.views import browse
 
     ids = list(dict.fromkeys(args.ids))  # an id given twice is removed once, reported once
@@ -189,7 +189,7 @@ def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
 def _pause_info(broker: Broker, queue: str) -> str:
     """Who paused the queue and when, as its flag says (anybody may have
     written it: each part is checked, and shown escaped)."""
-    # Here, not at the top: the store imports redis-py (see cli.common.target).
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.connection import wrapped
 
     with wrapped(f"read the paused flag of {queue!r}"):

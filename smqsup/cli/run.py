@@ -35,8 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``smqsup run``: the supervisor, until it is told to stop."""
     cfg = config(args)
     # Here, not at the top: the supervisor imports the store (redis-py) and
-    # the web child's modules, about 250 ms (python -X importtime) that no
-    # other command needs.
+    # its children's modules, about 200 ms (python -X importtime, after
+    # cli.main) that no other command needs.
     from smqsup.supervisor.arbiter import run_supervisor
 
     return run_supervisor(cfg)
@@ -55,7 +55,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_consume(args: argparse.Namespace) -> int:
     """``smqsup consume``: one consumer of a configured queue, in the foreground."""
     # Here, not at the top: the consumer imports the store, and so redis-py
-    # (see cli.common.target).
+    # (see cli.common.connect).
     from smqsup.worker.standalone import consume
 
     cfg = config(args)

@@ -28,7 +28,6 @@ from smqsup.views.schedules import render
 from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:
-    from smqsup.config.model import Config
     from smqsup.store.broker import Broker
 
 _ACTIONS = ("list", "pause", "resume", "reset")
@@ -72,7 +71,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 def _act(action: str, broker: Broker, queue: str, name: str) -> str:
     """Pause, resume or reset schedule ``name`` of ``queue``; what was done, in a line."""
-    # Here, not at the top: the store imports redis-py (see cli.common.target).
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store import schedules as schedule_store
 
     if action == "pause":
@@ -93,7 +92,7 @@ class _connected:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
 
-    def __enter__(self) -> tuple[Broker, Optional[Config]]:
+    def __enter__(self) -> tuple[Broker, Optional[config_mod.Config]]:
         url, namespace, _ = target(self.args)
         self.cfg = config_mod.load(self.args.config) if self.args.config else None
         self.broker = connect(url, namespace, client_name="smqsup-schedules")
@@ -103,18 +102,18 @@ class _connected:
         self.broker.close()
 
 
-def _queues(broker: Broker, cfg: Optional[Config]) -> list[str]:
-    # Here, not at the top: the store imports redis-py (see cli.common.target).
+def _queues(broker: Broker, cfg: Optional[config_mod.Config]) -> list[str]:
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.schedules import valid_name
 
     known = {q for q in broker.known_queues() if valid_name(q)}
     return sorted(known | set(cfg.queues if cfg else ()))
 
 
-def _queue_of(broker: Broker, cfg: Optional[Config], name: str) -> str:
+def _queue_of(broker: Broker, cfg: Optional[config_mod.Config], name: str) -> str:
     """The queue of schedule ``name``: the config's, else the one queue whose
     stored definitions hold it; a one-line error otherwise."""
-    # Here, not at the top: the store imports redis-py (see cli.common.target).
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.schedules import stored_queues
 
     if cfg is not None and name in cfg.schedules:
@@ -140,7 +139,7 @@ def _reset_text(name: str, queue: str, stored: bool, now_ms: int, ahead_ms: int)
 
 
 def _list(args: argparse.Namespace) -> int:
-    # Here, not at the top: the store imports redis-py (see cli.common.target).
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.schedules import rows as stored_rows
 
     with _connected(args) as (broker, cfg):

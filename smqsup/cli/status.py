@@ -24,7 +24,7 @@ def add_status(sub: Commands[Parser]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """``smqsup status``: print the status of the configured and known queues."""
     # Here, not at the top: the view imports the store, and so redis-py (see
-    # cli.common.target).
+    # cli.common.connect).
     from smqsup.views import status
 
     url, namespace, _ = target(args)

@@ -51,7 +51,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     web = cfg.web or config_mod.WebConfig()
     web = config_mod.WebConfig(listen=args.listen or web.listen, token=token or web.token)
     # Here, not at the top: the server imports aiohttp and the store, about
-    # 250 ms (python -X importtime) that no other command needs.
+    # 300 ms (python -X importtime, after cli.main) that no other command needs.
     from smqsup.web import serve
 
     def ready(address: str) -> None:
