@@ -47,17 +47,8 @@ class Message:
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key")
 
-    def __init__(
-        self,
-        id: str,
-        queue: str,
-        body: Any,
-        headers: dict[str, Any],
-        created_at: float,
-        attempts: int,
-        priority: int = 0,
-        dedup_key: Optional[str] = None,
-    ) -> None:
+    def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
+                 priority: int = 0, dedup_key: Optional[str] = None) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -110,13 +101,6 @@ def new_id() -> str:
         return f"{ms:012x}{_node}{_seq:06x}"
 
 
-# --- envelope ------------------------------------------------------------
-
-
-#: One encoder for every body: json.dumps with arguments builds a new one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def new_ids(count: int) -> list[str]:
     """``count`` new ids at once (one lock round), in order."""
     global _last_ms, _seq
@@ -135,6 +119,13 @@ def new_ids(count: int) -> list[str]:
             seq += 1
         _last_ms, _seq = ms, seq - 1
     return out
+
+
+# --- envelope ------------------------------------------------------------
+
+
+#: One encoder for every body: json.dumps with arguments builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class EnvelopeWriter:
@@ -226,15 +217,9 @@ def check_message_id(message_id: object) -> str:
     return message_id
 
 
-def encode_payload(
-    queue: str,
-    body: Any,
-    *,
-    headers: Optional[Mapping[str, Any]] = None,
-    message_id: Optional[str] = None,
-    created_at: Optional[float] = None,
-    max_size_bytes: int,
-) -> tuple[str, bytes]:
+def encode_payload(queue: str, body: Any, *, headers: Optional[Mapping[str, Any]] = None,
+                   message_id: Optional[str] = None, created_at: Optional[float] = None,
+                   max_size_bytes: int) -> tuple[str, bytes]:
     """Return ``(id, payload bytes)`` for one message.
 
     Raises MessageError when the body or headers are not JSON-serialisable or

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from smqsup.cli import main as cli
+from smqsup.cli import publish as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
@@ -77,7 +78,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, 
 
 def publish_with(*argv: str) -> int:
     """`smqsup publish ARGV` run in this process, up to the (recording) producer."""
-    return cli.cmd_publish(cli.build_parser().parse_args(["publish", *argv]))
+    return cli_publish.cmd_publish(cli.build_parser().parse_args(["publish", *argv]))
 
 
 def test_publish_flags_become_producer_keywords(recorded: list[Any], capsys: pytest.CaptureFixture[str]) -> None:

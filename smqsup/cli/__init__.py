@@ -1,1 +1,16 @@
-"""smqsup.cli.main."""
+"""The ``smqsup`` command: main.py parses the command line and dispatches to
+the module of the command's family; each imports common.py (never main.py)
+and reads or changes what the others wrote through views/, client/ and
+store/. redis-py, aiohttp and the supervisor are imported only by the
+commands that need them, so that `smqsup --help` stays light.
+
+- main.py: the top-level parser, the dispatch to each command, main() and its one-line errors.
+- common.py: what the commands share: the parser class, -c FILE / --url / --namespace, flag types, connect().
+- run.py: ``run`` (the supervisor), ``check`` (validate without starting) and ``consume`` (one consumer).
+- publish.py: ``publish``, its flags' parsers and the publish itself.
+- queue.py: ``pause``, ``resume``, ``messages`` and ``remove``: an operator's commands on one queue.
+- schedules.py: ``schedules``: list them, or pause, resume or reset one.
+- status.py: ``status``: the statistics snapshot, once or every few seconds.
+- dlq.py: ``dlq``: list, requeue or purge dead letters.
+- web.py: ``web``: the web UI in the foreground, and where its token comes from.
+"""

@@ -1,5 +1,9 @@
 """``smqsup publish``: its arguments, the parsers of its flags, and the publish itself.
 
+    smqsup publish (-c FILE | --url URL) QUEUE (JSON | -) [--header KEY=VALUE]
+                   [--delay DURATION | --at WHEN] [--priority 0-9]
+                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
+
 Each flag's parser takes the text argv gave and returns the value the
 Producer takes, or raises ``argparse.ArgumentTypeError``: the one-line usage
 error (exit 2) ``smqsup publish: argument --delay: PROBLEM, got 'VALUE'``,
@@ -17,6 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from smqsup import safe
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, target
+from smqsup.config import model as config_mod
 from smqsup.config import validate
 from smqsup.errors import ConfigError, UsageError
 
@@ -31,8 +37,10 @@ _AT_MAX_EPOCH_S = 253402300799.0
 _EPOCH = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments of ``smqsup publish`` but the target (-c FILE, --url, --namespace)."""
+def add_publish(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup publish``."""
+    p = sub.add_parser("publish", help="publish one message (JSON), or one per stdin line with '-'")
+    add_target(p, url=True)
     p.add_argument("queue")
     p.add_argument("body", metavar="JSON", help="the message body, or '-': one message per stdin line, "
                                                 "every flag applying to each")
@@ -51,6 +59,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long KEY is held (default: the queue's dedup_ttl with -c FILE, else 24h)")
     p.add_argument("--ttl", type=parse_positive_duration, metavar="DURATION",
                    help="dead-letter it as expired if no handler takes it within DURATION of its publish")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """``smqsup publish``: publish, print each id."""
+    options = publish_options(args)  # its usage errors come before the config's
+    url, namespace, max_size = target(args)
+    return publish(args, options, url, namespace, max_size)
 
 
 # --- the flags' parsers -------------------------------------------------------------------
@@ -137,8 +152,6 @@ def publish_options(args: argparse.Namespace) -> dict[str, Any]:
 def _queue_dedup_ttl(path: str, queue: str) -> dict[str, Any]:
     """``{"dedup_ttl": seconds}`` of ``queue`` in the config at ``path``; empty
     when the file has no such queue (the Producer's default then applies)."""
-    from smqsup.config import model as config_mod
-
     q = config_mod.load(path).queues.get(queue)
     return {"dedup_ttl": q.dedup_ttl_s} if q is not None else {}
 
@@ -146,8 +159,9 @@ def _queue_dedup_ttl(path: str, queue: str) -> dict[str, Any]:
 def publish(args: argparse.Namespace, options: dict[str, Any], url: str, namespace: str, max_size: int) -> int:
     """Publish the message (or stdin's lines) the arguments give, with the
     ``options`` publish_options made of them; print each id."""
+    # Here, not at the top: the Producer imports the store, and so redis-py
+    # (see cli.common.connect).
     from smqsup.client.producer import Producer
-    from smqsup.config import model as config_mod
 
     options = dict(options)
     if args.config and "dedup_key" in options and "dedup_ttl" not in options:
@@ -162,7 +176,7 @@ def publish(args: argparse.Namespace, options: dict[str, Any], url: str, namespa
                 print(mid)
         else:
             print(producer.publish(args.queue, _json_arg(args.body, "JSON"), headers=headers, **options))
-    return 0
+    return EXIT_OK
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ waiting messages by id).
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...
 
-Each command reaches Redis as ``smqsup dlq`` does (cli._target: -c FILE,
+Each command reaches Redis as ``smqsup dlq`` does (cli.common.target: -c FILE,
 --url, $SMQSUP_REDIS_URL, --namespace). Every value shown comes from Redis,
 which anybody may have written: it is escaped to one bounded line.
 """
@@ -20,18 +20,19 @@ import json
 import re
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
+from smqsup.config.validate import validate_queue_name
+from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:
-    from smqsup.cli.main import _Commands, _Parser
     from smqsup.store.broker import Broker
 
-EXIT_OK, EXIT_NOT_ALL = 0, 1
+EXIT_NOT_ALL = 1
 #: Why ``remove`` may not find an id: it cannot tell which, once the id is gone.
 _NOT_WAITING = "(held by a consumer, dead, or unknown)"
 #: A message id (message.check_message_id) or a listing's ``raw-`` reference.
@@ -41,33 +42,30 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 # --- arguments ---------------------------------------------------------------
 
 
-def add_pause_resume(sub: _Commands[_Parser]) -> None:
-    from smqsup.cli.main import _add_target
-
+def add_pause_resume(sub: Commands[Parser]) -> None:
+    """The parsers of ``smqsup pause`` and ``smqsup resume``."""
     p = sub.add_parser("pause", help="stop every consumer of QUEUE taking messages, on every host, until resume")
-    _add_target(p, url=True)
+    add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
     p = sub.add_parser("resume", help="let the consumers of a paused QUEUE take messages again")
-    _add_target(p, url=True)
+    add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
 
 
-def add_messages(sub: _Commands[_Parser]) -> None:
-    from smqsup.cli.main import _add_target, _limit
-
+def add_messages(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup messages``."""
     p = sub.add_parser("messages", help="list the messages of QUEUE that are pending, scheduled, processing or dead")
-    _add_target(p, url=True)
+    add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--state", type=_state, default="pending",
                    help="pending (ready to be taken; the default), scheduled (published for later, "
                         "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
-    p.add_argument("--limit", type=_limit, default=100, help="most messages to list (1 to 100000, default 100)")
+    p.add_argument("--limit", type=limit, default=100, help="most messages to list (1 to 100000, default 100)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
-def add_remove(sub: _Commands[_Parser]) -> None:
-    from smqsup.cli.main import _add_target
-
+def add_remove(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup remove``."""
     p = sub.add_parser("remove", help="delete waiting messages of QUEUE by id (exit 1 if some were not removed)",
                        description="Delete messages of QUEUE that wait (pending, scheduled, or a retry waiting), "
                                    "by id, freeing their dedup keys. A message a consumer holds is never touched "
@@ -75,14 +73,16 @@ def add_remove(sub: _Commands[_Parser]) -> None:
                                    "1, with a summary on stderr, when some were not: held by a consumer, "
                                    "dead-lettered, already removed, or unknown. Put -- before ids that start "
                                    "with '-'.")
-    _add_target(p, url=True)
+    add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("ids", nargs="+", type=_message_id, metavar="ID",
                    help="a message id, or the raw-... reference `smqsup messages` shows for a malformed one")
 
 
 def _state(text: str) -> str:
-    from smqsup.views.browse import STATES  # browse imports redis: not for every command line
+    # Here, not at the top: browse imports the store, and so redis-py (see
+    # cli.common.connect); only a --state given needs its list.
+    from smqsup.views.browse import STATES
 
     if text not in STATES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(STATES)}, got {safe.escape(repr(text), 60)}")
@@ -102,6 +102,7 @@ def _message_id(text: str) -> str:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
+    """``smqsup pause``: set the queue's paused flag (or say who set it)."""
     with _broker(args) as (broker, queue):
         by = f"cli@{socket.gethostname()}"
         if broker.pause(queue, by=by):
@@ -112,6 +113,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """``smqsup resume``: clear the queue's paused flag."""
     with _broker(args) as (broker, queue):
         if broker.resume(queue):
             print(f"resumed {queue}: its consumers take messages again")
@@ -121,6 +123,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_messages(args: argparse.Namespace) -> int:
+    """``smqsup messages``: list a queue's messages in one state."""
+    # Here, not at the top: browse imports the store (see cli.common.connect).
     from smqsup.views import browse
 
     with _broker(args) as (broker, queue):
@@ -147,6 +151,8 @@ def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
+    """``smqsup remove``: delete waiting messages by id; EXIT_NOT_ALL when some were not."""
+    # Here, not at the top: browse imports the store (see cli.common.connect).
     from smqsup.views import browse
 
     ids = list(dict.fromkeys(args.ids))  # an id given twice is removed once, reported once
@@ -168,13 +174,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
     """A Broker on the command's Redis and the validated queue name; a note on
     stderr when no producer or consumer has ever used that queue (a typo)."""
-    from smqsup.cli.main import _target
-    from smqsup.config.validate import validate_queue_name
-    from smqsup.store.broker import Broker
-
-    url, namespace, _ = _target(args)
+    url, namespace, _ = target(args)
     queue = validate_queue_name(args.queue, path=f"smqsup {args.command}", key="QUEUE")
-    broker = Broker(url, namespace, client_name=f"smqsup-{args.command}")
+    broker = connect(url, namespace, client_name=f"smqsup-{args.command}")
     try:
         if queue not in broker.known_queues():
             print(f"smqsup {args.command}: note: no producer or consumer has used queue {queue} "
@@ -187,6 +189,7 @@ def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
 def _pause_info(broker: Broker, queue: str) -> str:
     """Who paused the queue and when, as its flag says (anybody may have
     written it: each part is checked, and shown escaped)."""
+    # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.connection import wrapped
 
     with wrapped(f"read the paused flag of {queue!r}"):
@@ -195,21 +198,16 @@ def _pause_info(broker: Broker, queue: str) -> str:
         info = json.loads(raw) if raw is not None else {}
     except (ValueError, RecursionError):  # not UTF-8, not JSON
         info = {}
-    info = info if isinstance(info, dict) else {}
-    at_ms, by = info.get("at_ms"), info.get("by")
-    at = "?"
-    if isinstance(at_ms, (int, float)) and not isinstance(at_ms, bool) and 0 <= at_ms < 1e15:
-        at = _when(at_ms / 1000)
-    return f"since {at} by {safe.escape(by, 200) if isinstance(by, str) else '?'}"
+    return paused_since(info if isinstance(info, dict) else {})
 
 
 def _line(row: dict[str, Any]) -> str:
     """One listed message on one escaped line."""
-    parts = [safe.escape(row["id"], 200), _when(row["created_at"]), f"attempts={_known(row['attempts'])}"]
+    parts = [safe.escape(row["id"], 200), local_time(row["created_at"]), f"attempts={_known(row['attempts'])}"]
     if row["priority"] is not None:
         parts.append(f"priority={row['priority']}")
     if row["due_at"] is not None:
-        parts.append(f"due={_when(row['due_at'])}" + (" (retry)" if row["retry"] else ""))
+        parts.append(f"due={local_time(row['due_at'])}" + (" (retry)" if row["retry"] else ""))
     parts.append(f"size={row['size']}B")
     if row["consumer"] is not None:
         parts.append(f"consumer={safe.escape(row['consumer'], 200)}")
@@ -225,13 +223,3 @@ def _line(row: dict[str, Any]) -> str:
 
 def _known(value: Optional[int]) -> str:
     return "?" if value is None else str(value)
-
-
-def _when(seconds: Optional[float]) -> str:
-    """Local time of a unix time, or ``?`` when unknown or out of range."""
-    if seconds is None:
-        return "?"
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
-    except (OverflowError, OSError, ValueError):
-        return "?"

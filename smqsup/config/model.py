@@ -40,7 +40,8 @@ from typing import Any, TypeVar
 
 from smqsup import defaults, safe
 from smqsup.config import schedule, validate, yamlfile
-from smqsup.config.validate import MISSING, Validator, error, expand_env, join_key, key_text, storable
+from smqsup.config.env import expand_env, storable
+from smqsup.config.problems import MISSING, Validator, error, join_key, key_text
 from smqsup.errors import ConfigError
 
 

@@ -28,14 +28,18 @@ import hashlib
 import json
 import math
 import re
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from typing import Any, Optional
 
+from cronsim import CronSim
+
 from smqsup import message
 from smqsup.config import validate
-from smqsup.config.validate import error, join_key
+from smqsup.config.env import expand_env, storable
+from smqsup.config.problems import MISSING, error, join_key
 from smqsup.errors import ConfigError
 
 # --- bounds ---------------------------------------------------------------------------
@@ -119,7 +123,7 @@ def duration_text(ms: int) -> str:
 def section(value: object, queues: Mapping[str, object], path: str) -> dict[str, ScheduleConfig]:
     """queues.yaml's ``schedules:`` (absent or null: none), every schedule
     validated against the configured ``queues``; ConfigError for the first fault."""
-    if value is None or value is validate.MISSING:
+    if value is None or value is MISSING:
         return {}
     if not isinstance(value, dict):
         raise error("expected a mapping of schedule names to their settings", value, path=path, key="schedules")
@@ -141,8 +145,8 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
             raise error(f"unknown key (expected one of: {', '.join(_KEYS)})", path=path, key=join_key(key, item_key))
         where_item = join_key(key, item_key)
         # body and headers are JSON taken as written (no ${VAR} inside them).
-        raw[item_key] = item if item_key in ("body", "headers") else validate.storable(
-            validate.expand_env(item, where_item, path), where_item, path)
+        raw[item_key] = item if item_key in ("body", "headers") else storable(
+            expand_env(item, where_item, path), where_item, path)
     if "queue" not in raw or raw["queue"] is None:
         raise error("missing: the queue the schedule publishes to", path=path, key=join_key(key, "queue"))
     queue = validate.queue_or_namespace(raw["queue"], join_key(key, "queue"), path)
@@ -235,8 +239,6 @@ def load_zone(name: str) -> tzinfo:
     problem alone) when the zone is unknown or there is no database at all."""
     if name == "UTC":
         return timezone.utc
-    import zoneinfo
-
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError, UnicodeError):
@@ -268,7 +270,7 @@ def json_value(value: object, key: str, path: str, depth: int = 0) -> Any:
         raise error("nested deeper than 20 levels", path=path, key=key)
     if value is None or isinstance(value, (bool, str)):
         if isinstance(value, str):
-            validate.storable(value, key, path)
+            storable(value, key, path)
         return value
     if isinstance(value, int):
         if not -_INT64 <= value < _INT64:
@@ -285,7 +287,7 @@ def json_value(value: object, key: str, path: str, depth: int = 0) -> Any:
         for name, item in value.items():
             if not isinstance(name, str):
                 raise error("mapping keys must be text (quote them)", name, path=path, key=key)
-            validate.storable(name, key, path)
+            storable(name, key, path)
             out[name] = json_value(item, join_key(key, name), path, depth + 1)
         return out
     raise error(f"not JSON: a YAML {type(value).__name__} (quote it)", path=path, key=key)
@@ -300,8 +302,6 @@ class NeverDue(Exception):
 
 
 def _cronsim(expr: str, start: datetime, reverse: bool = False) -> Any:
-    from cronsim import CronSim  # imported where schedules are used: not for every command line
-
     return CronSim(expr, start, reverse=reverse)
 
 

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 # types-PyYAML is optional: without it yaml is Any, with it the ignore is unused.
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
-from smqsup.config.validate import error, show
+from smqsup.config.problems import error, show
 
 #: Largest queues.yaml read, in bytes: a real one is a few kilobytes (1,024
 #: queues with every option spelled out take about 230 KiB). PyYAML parses

@@ -8,12 +8,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
-from smqsup import safe
 from smqsup.collector import stats
 from smqsup.store.broker import Broker
-
-#: Widest cell shown, in characters (longer text from Redis is cut).
-_CELL_CHARS = 60
+from smqsup.views.schedules import render as render_schedules
+from smqsup.views.text import cell
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -40,11 +38,6 @@ def _summed_flight(part: dict[str, Any]) -> str:
     return _flight(part.get("in_flight"), part["concurrency"]) if part.get("concurrency") else "-"
 
 
-def _cell(value: Any) -> str:
-    """Text from Redis as one printable table cell."""
-    return safe.escape("-" if value is None else value, _CELL_CHARS)
-
-
 #: Size columns of the queue table: (snapshot key, heading). "delayed" holds
 #: retries waiting, hence its heading.
 _SIZE_COLUMNS = (("pending", "pending"), ("processing", "processing"), ("scheduled", "scheduled"),
@@ -60,8 +53,6 @@ def render(snap: dict[str, Any]) -> str:
     if notes:
         out.append(notes)
     if snap.get("schedules"):
-        from smqsup.cli.schedules import render as render_schedules
-
         out.append(render_schedules(snap["schedules"]))
     for name, q in sorted(snap["queues"].items()):
         out += _consumer_tables(name, q)
@@ -70,7 +61,7 @@ def render(snap: dict[str, Any]) -> str:
         for p in snap["producers"]:
             seen = stats.finite_number(p.get("seen_at_ms"))
             age = "-" if seen is None else f"{(snap['t'] - seen) / 1000.0:.0f}s ago"
-            prow.append((_cell(p.get("id")), _num(p.get("published"), 0), _num(p.get("rate")), age))
+            prow.append((cell(p.get("id")), _num(p.get("published"), 0), _num(p.get("rate")), age))
         out.append(_table(prow))
     return "\n\n".join(out)
 
@@ -84,10 +75,10 @@ def _queue_table(snap: dict[str, Any]) -> str:
     for name, q in sorted(snap["queues"].items()):
         s, r = q["sizes"], q["rates"]
         parts = q.get("partitions") or 1
-        label = _cell(name) + (f" ({parts} partitions)" if parts > 1 else "") + (" (paused)" if q.get("paused") else "")
+        label = cell(name) + (f" ({parts} partitions)" if parts > 1 else "") + (" (paused)" if q.get("paused") else "")
         rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(r["published"]),
                      _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]), str(len(q["consumers"])),
-                     _summed_flight(q), _cell((q["leader"] or "-").rsplit(":", 1)[0])))
+                     _summed_flight(q), cell((q["leader"] or "-").rsplit(":", 1)[0])))
     t = snap["totals"]
     rows.append(("TOTAL", *(str(t.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(t["rates"]["published"]),
                  _num(t["rates"]["acked"]), _num(t["rates"]["retried"]), _num(t["rates"]["dead_lettered"]),
@@ -102,7 +93,7 @@ def _event_notes(snap: dict[str, Any]) -> str:
     for name, q in sorted(snap["queues"].items()):
         counts = [f"{n} {event}" for event in _EVENT_NOTES if (n := q["counters"].get(event, 0))]
         if counts:
-            lines.append(f"  {_cell(name)}: " + ", ".join(counts) + " (since the queue was created)")
+            lines.append(f"  {cell(name)}: " + ", ".join(counts) + " (since the queue was created)")
     return "\n".join(lines)
 
 
@@ -113,8 +104,8 @@ def _consumer_tables(name: str, q: dict[str, Any]) -> list[str]:
     crow = [("consumer", "host", "pid", "#", "state", "in flight", "msgs", "acked", "msg/s", "cpu%", "rss MB",
              "uss MB", "heartbeat")]
     for c in q["consumers"]:
-        crow.append((_cell(f"{name} #{c.get('index', '?')}"), _cell(c.get("host")), _cell(c.get("pid")),
-                     _cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
+        crow.append((cell(f"{name} #{c.get('index', '?')}"), cell(c.get("host")), cell(c.get("pid")),
+                     cell(c.get("index")), "busy" if c.get("busy") is True else "idle",
                      _flight(c.get("in_flight"), c.get("concurrency")), _num(c.get("received"), 0),
                      _num(c.get("acked"), 0), _num(c.get("rate")), _num(c.get("cpu")), _mb(c.get("rss")),
                      _mb(c.get("uss")),
@@ -122,8 +113,8 @@ def _consumer_tables(name: str, q: dict[str, Any]) -> list[str]:
     out = [_table(crow)]
     restarted = {k: v for k, v in q["slots"].items() if stats.finite_number(v.get("restarts"))}
     if restarted:
-        out.append("\n".join(f"  {_cell(name)} {_cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
-                             f"last exit: {_cell(v.get('last_exit', '?'))}"
+        out.append("\n".join(f"  {cell(name)} {cell(slot)}: {_num(v.get('restarts'), 0)} restart(s), "
+                             f"last exit: {cell(v.get('last_exit', '?'))}"
                              for slot, v in sorted(restarted.items())))
     return out
 

@@ -96,11 +96,25 @@ def _queue_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
 def render(snap: Mapping[str, Any]) -> str:
     """The whole exposition for one ``stats.snapshot`` (ends with a newline)."""
     queues: Mapping[str, Any] = dict(sorted(snap["queues"].items()))
-    lines: list[str] = []
-    lines += family("smqsup_queue_messages", "gauge",
-                    "Messages in the queue by state: pending (ready), processing (held by a consumer), "
-                    "scheduled (published for later), delayed (retries waiting), dead (dead letters).",
-                    [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
+    lines = _queue_families(queues) + _consumer_families(queues)
+    lines += family("smqsup_gc_leader", "gauge", "1 for the process currently elected garbage collector of the queue.",
+                    [({"queue": n, "owner": q["leader"]}, 1) for n, q in queues.items() if q["leader"]])
+    lines += family("smqsup_consumer_slot_restarts", "counter", "Restarts of a consumer slot (host:#index).",
+                    [({"queue": n, "slot": slot}, restarts) for n, q in queues.items()
+                     for slot, v in sorted(q["slots"].items()) if (restarts := _float(v.get("restarts"))) is not None])
+    lines += family("smqsup_producer_messages", "counter", "Messages published by a producer seen in the last "
+                    "10 minutes.", [({"producer": str(p["id"])}, published) for p in snap.get("producers", [])
+                                    if (published := _float(p.get("published"))) is not None])
+    lines += _schedule_families(snap.get("schedules", []))
+    return "\n".join(lines) + "\n"
+
+
+def _queue_families(queues: Mapping[str, Any]) -> list[str]:
+    """Each queue's sizes, partitions, paused flag, event counters, consumers and messages in flight."""
+    lines = family("smqsup_queue_messages", "gauge",
+                   "Messages in the queue by state: pending (ready), processing (held by a consumer), "
+                   "scheduled (published for later), delayed (retries waiting), dead (dead letters).",
+                   [({"queue": n, "state": s}, q["sizes"][s]) for n, q in queues.items() for s in SIZES])
     lines += family("smqsup_queue_partitions", "gauge", "Partitions (hash tags) the queue spreads over; every "
                     "other figure of the queue is their sum.",
                     [({"queue": n}, q.get("partitions") or 1) for n, q in queues.items()])
@@ -115,8 +129,13 @@ def render(snap: Mapping[str, Any]) -> str:
                     "that report it).", _queue_samples(queues, "in_flight"))
     lines += family("smqsup_queue_concurrency", "gauge", "Messages the queue's consumers may run at once (the sum of "
                     "their concurrency).", _queue_samples(queues, "concurrency"))
-    lines += family("smqsup_consumer_cpu_percent", "gauge", "CPU use of the consumer process, percent of one core.",
-                    _consumer_samples(queues, "cpu"))
+    return lines
+
+
+def _consumer_families(queues: Mapping[str, Any]) -> list[str]:
+    """Each consumer's CPU, memory, messages, busy flag, messages in flight and heartbeat age."""
+    lines = family("smqsup_consumer_cpu_percent", "gauge", "CPU use of the consumer process, percent of one core.",
+                   _consumer_samples(queues, "cpu"))
     lines += family("smqsup_consumer_rss_bytes", "gauge", "Resident memory of the consumer process.",
                     _consumer_samples(queues, "rss"))
     lines += family("smqsup_consumer_uss_bytes", "gauge", "Memory unique to the consumer process.",
@@ -133,16 +152,7 @@ def render(snap: Mapping[str, Any]) -> str:
     lines += family("smqsup_consumer_heartbeat_age_seconds", "gauge",
                     "Age of the consumer's last heartbeat, by the Redis clock.",
                     _consumer_samples(queues, "heartbeat_age_s"))
-    lines += family("smqsup_gc_leader", "gauge", "1 for the process currently elected garbage collector of the queue.",
-                    [({"queue": n, "owner": q["leader"]}, 1) for n, q in queues.items() if q["leader"]])
-    lines += family("smqsup_consumer_slot_restarts", "counter", "Restarts of a consumer slot (host:#index).",
-                    [({"queue": n, "slot": slot}, restarts) for n, q in queues.items()
-                     for slot, v in sorted(q["slots"].items()) if (restarts := _float(v.get("restarts"))) is not None])
-    lines += family("smqsup_producer_messages", "counter", "Messages published by a producer seen in the last "
-                    "10 minutes.", [({"producer": str(p["id"])}, published) for p in snap.get("producers", [])
-                                    if (published := _float(p.get("published"))) is not None])
-    lines += _schedule_families(snap.get("schedules", []))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _schedule_families(rows: Iterable[Mapping[str, Any]]) -> list[str]:

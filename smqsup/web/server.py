@@ -18,8 +18,9 @@ Every POST carries a JSON body (``Content-Type: application/json``: a page on
 another site cannot send one without the browser asking first); the queue in
 the path of the last four must be configured or known to Redis (404).
 
-Access rules are in ``security``; what a request asks is read and checked in
-``args``; Redis is read in a thread pool (``source``).
+The JSON API's and /metrics' handlers are in ``api``; access rules in
+``security``; what a request asks is read and checked in ``args``; Redis is
+read in a thread pool (``source``).
 """
 
 from __future__ import annotations
@@ -37,28 +38,16 @@ from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from smqsup import safe
-from smqsup.collector import stats
 from smqsup.config.model import Config, WebConfig
 from smqsup.errors import BrokerError, ConfigError
 from smqsup.store.broker import Broker
-from smqsup.views import browse
-from smqsup.web import args, metrics
-from smqsup.web.jsonout import dumps, error, response
+from smqsup.web import api, args
+from smqsup.web.jsonout import dumps, error
 from smqsup.web.security import Guard, Handler, check_exposure
 from smqsup.web.source import Hub, Source
 
 log = logging.getLogger(__name__)
 
-#: History the WebSocket sends on connect, in seconds (the charts' window).
-HISTORY_S = 600
-#: Most dead letters one listing returns.
-DEAD_LIMIT_MAX = 1000
-#: Most message ids one requeue or purge names.
-IDS_MAX = 10_000
-#: Most messages one listing returns.
-MESSAGES_LIMIT_MAX = 1000
-#: Most message ids one remove names (a listing shows at most MESSAGES_LIMIT_MAX).
-REMOVE_IDS_MAX = 1000
 #: Largest request body, in bytes (aiohttp answers 413 past it).
 _MAX_BODY = 1024 * 1024
 #: Socket timeout of the web server's Redis client, in seconds.
@@ -74,7 +63,6 @@ _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'
 #: name (braces included) gets the validator's one-line answer, not a bare 404.
 _QUEUE = "/api/queues/{queue:[^/]+}"
 
-_SOURCE = web.AppKey("source", Source)
 _HUB = web.AppKey("hub", Hub)
 _GUARD = web.AppKey("guard", Guard)
 _FILES = web.AppKey("files", dict)
@@ -156,7 +144,7 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
     """The aiohttp application over ``source`` (its routes are listed above)."""
     guard = Guard(token)
     app = web.Application(middlewares=[_last_resort, guard.middleware, _errors], client_max_size=_MAX_BODY)
-    app[_SOURCE] = source
+    app[api.SOURCE] = source
     app[_HUB] = Hub(source)
     app[_GUARD] = guard
     files = importlib.resources.files("smqsup.web") / "static"
@@ -165,16 +153,16 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
         web.get("/", index),
         web.get("/static/{name}", static),
         web.get("/ws", websocket),
-        web.get("/api/status", api_status),
-        web.get(f"{_QUEUE}/history", api_history),
-        web.get(f"{_QUEUE}/dead", api_dead),
-        web.post(f"{_QUEUE}/dead/requeue", api_requeue),
-        web.post(f"{_QUEUE}/dead/purge", api_purge),
-        web.get(f"{_QUEUE}/messages", api_messages),
-        web.post(f"{_QUEUE}/remove", api_remove),
-        web.post(f"{_QUEUE}/pause", api_pause),
-        web.post(f"{_QUEUE}/resume", api_resume),
-        web.get("/metrics", get_metrics),
+        web.get("/api/status", api.api_status),
+        web.get(f"{_QUEUE}/history", api.api_history),
+        web.get(f"{_QUEUE}/dead", api.api_dead),
+        web.post(f"{_QUEUE}/dead/requeue", api.api_requeue),
+        web.post(f"{_QUEUE}/dead/purge", api.api_purge),
+        web.get(f"{_QUEUE}/messages", api.api_messages),
+        web.post(f"{_QUEUE}/remove", api.api_remove),
+        web.post(f"{_QUEUE}/pause", api.api_pause),
+        web.post(f"{_QUEUE}/resume", api.api_resume),
+        web.get("/metrics", api.get_metrics),
     ])
     app.cleanup_ctx.append(_hub_task)
     app.on_shutdown.append(_close_clients)
@@ -282,7 +270,7 @@ async def static(request: web.Request) -> web.Response:
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
-    """History first (every queue, HISTORY_S), then the Hub's snapshots."""
+    """History first (every queue, api.HISTORY_S), then the Hub's snapshots."""
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=64 * 1024)
     await ws.prepare(request)
     try:
@@ -295,11 +283,11 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
 
 async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
     """Send ``ws`` the history, then keep it in the Hub until it leaves."""
-    source, hub = app[_SOURCE], app[_HUB]
+    source, hub = app[api.SOURCE], app[_HUB]
     try:
         try:
-            history = await source.call(source.histories, HISTORY_S)
-            await ws.send_str(dumps({"type": "history", "window_s": HISTORY_S, "queues": history}))
+            history = await source.call(source.histories, api.HISTORY_S)
+            await ws.send_str(dumps({"type": "history", "window_s": api.HISTORY_S, "queues": history}))
         except BrokerError as exc:
             await ws.send_str(dumps({"type": "error", "error": safe.shown(exc)}))
         if hub.latest is not None:
@@ -312,107 +300,3 @@ async def _feed(app: web.Application, ws: web.WebSocketResponse) -> None:
             pass
     finally:
         hub.discard(ws)
-
-
-# --- JSON API ------------------------------------------------------------------------
-
-
-async def api_status(request: web.Request) -> web.Response:
-    source = request.app[_SOURCE]
-    return response(await source.call(source.snapshot))
-
-
-async def api_history(request: web.Request) -> web.Response:
-    queue, seconds = args.queue(request), args.int_arg(request, "seconds", HISTORY_S, stats.SERIES_POINTS)
-    source = request.app[_SOURCE]
-    points = await source.call(stats.history, source.broker, queue, seconds)
-    return response({"queue": queue, "points": points})
-
-
-async def api_dead(request: web.Request) -> web.Response:
-    queue, limit = args.queue(request), args.int_arg(request, "limit", 100, DEAD_LIMIT_MAX)
-    source = request.app[_SOURCE]
-    return response(await source.call(source.dead, queue, limit))
-
-
-async def api_requeue(request: web.Request) -> web.Response:
-    return await _dead_letter_action(request, "requeued", request.app[_SOURCE].requeue)
-
-
-async def api_purge(request: web.Request) -> web.Response:
-    return await _dead_letter_action(request, "purged", request.app[_SOURCE].purge)
-
-
-async def _dead_letter_action(request: web.Request, done: str,
-                              action: Callable[[str, Optional[list[str]]], int]) -> web.Response:
-    """Requeue or purge the selected dead letters of the queue in the path."""
-    queue = args.queue(request)
-    ids = await args.selection(request, IDS_MAX)
-    source = request.app[_SOURCE]
-    n = await source.call(action, queue, ids)
-    chosen = "all" if ids is None else ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-    log.info("queue %s: web %s %d dead letter(s) (%s) for %s", queue, done, n, safe.shown(chosen, 300), request.remote)
-    return response({"queue": queue, done: n})
-
-
-# --- messages and pausing ---------------------------------------------------------------
-
-
-async def _known_queue(request: web.Request) -> str:
-    """The queue in the path, which must be configured or known to Redis (NotFound)."""
-    queue = args.queue(request)
-    source = request.app[_SOURCE]
-    if queue not in await source.call(source.queues):
-        raise args.NotFound(f"queue: no queue named {queue!r} (neither configured nor known to Redis)")
-    return queue
-
-
-async def api_messages(request: web.Request) -> web.Response:
-    """Up to ``limit`` messages of the queue in ``state`` (rows of browse.listing)."""
-    state, limit = args.state_arg(request), args.int_arg(request, "limit", 100, MESSAGES_LIMIT_MAX)
-    queue = await _known_queue(request)
-    source = request.app[_SOURCE]
-    return response(await source.call(source.messages, queue, state, limit))
-
-
-async def api_remove(request: web.Request) -> web.Response:
-    """Delete waiting messages (pending, scheduled, retries waiting) by id."""
-    queue = await _known_queue(request)
-    ids = args.message_ids(await args.json_object(request), REMOVE_IDS_MAX)
-    source = request.app[_SOURCE]
-    done = await source.call(browse.remove, source.broker, queue, ids)
-    n = sum(done.values())
-    log.info("queue %s: web removed %d of %d message(s) (%s) for %s", queue, n, len(ids),
-             safe.shown(", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), 300), safe.shown(request.remote))
-    return response({"queue": queue, "removed": n, "ids": done})
-
-
-async def api_pause(request: web.Request) -> web.Response:
-    """Pause the queue: its consumers on every host take nothing until resumed."""
-    return await _pause_action(request, pause=True)
-
-
-async def api_resume(request: web.Request) -> web.Response:
-    """Let the queue's consumers take messages again."""
-    return await _pause_action(request, pause=False)
-
-
-async def _pause_action(request: web.Request, *, pause: bool) -> web.Response:
-    queue = await _known_queue(request)
-    if await args.json_object(request, empty_ok=True):
-        raise ConfigError("body: pause and resume take no parameters (send {} or nothing)")
-    source = request.app[_SOURCE]
-    by = f"web@{request.remote or '?'}"
-    if pause:
-        changed = await source.call(source.broker.pause, queue, by)
-    else:
-        changed = await source.call(source.broker.resume, queue)
-    if changed:
-        log.info("queue %s: %s from the web UI by %s", queue, "paused" if pause else "resumed", safe.shown(by))
-    return response({"queue": queue, "paused": pause, "changed": changed})
-
-
-async def get_metrics(request: web.Request) -> web.Response:
-    source = request.app[_SOURCE]
-    text = metrics.render(await source.call(source.snapshot))
-    return web.Response(body=text.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})

@@ -1,0 +1,101 @@
+"""What every ``smqsup`` command shares: the parser that errs in one line, the
+target options (-c FILE, --url, --namespace) and where they lead, the types
+of the flags several commands take, and the exit statuses.
+
+A command module imports this one, never main.py (which imports them all);
+nothing here imports redis-py at module level (see connect()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING, Any, Optional
+
+from smqsup import defaults
+from smqsup.config import model as config_mod
+from smqsup.errors import UsageError
+from smqsup.store.embedded import redis_url
+
+if TYPE_CHECKING:
+    from smqsup.store.broker import Broker
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are our one-line UsageError (exit 2)."""
+
+    def error(self, message: str) -> Any:  # one line, exit 2, like our other errors
+        raise UsageError(f"{self.prog}: {message}")
+
+
+#: What ``add_subparsers`` returns (argparse gives it no public name).
+Commands = argparse._SubParsersAction
+
+
+def add_target(p: argparse.ArgumentParser, *, url: bool) -> None:
+    """-c FILE, and with ``url`` --url and --namespace: where the command reaches Redis."""
+    p.add_argument("-c", "--config", metavar="FILE", type=nonempty, help="queues.yaml")
+    if url:
+        p.add_argument("--url", type=nonempty, help="Redis url instead of a config file (default: "
+                                                    "$SMQSUP_REDIS_URL, which keeps a password off the command line)")
+        p.add_argument("--namespace", default=None, type=nonempty, help=f"key namespace (default {defaults.NAMESPACE})")
+
+
+def nonempty(text: str) -> str:
+    """An option's value, refused when empty: ``--namespace ''`` must not
+    quietly mean the default namespace, nor ``--url ''`` the environment's."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a value, got an empty string")
+    return text
+
+
+def seconds(text: str) -> float:
+    """A refresh period: seconds from 0.1 to 3600."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.1 <= value <= 3600:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.1 to 3600, got {text[:40]!r}")
+    return value
+
+
+def limit(text: str) -> int:
+    """--limit N of a listing: an integer from 1 to 100000."""
+    # At most 6 digits before int(): a 5,000-digit one would raise inside it.
+    if not text.isascii() or not text.isdigit() or len(text) > 6 or not 1 <= int(text) <= 100_000:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 100000, got {text[:40]!r}")
+    return int(text)
+
+
+def config(args: argparse.Namespace) -> config_mod.Config:
+    """The config -c FILE names; UsageError when the command was given none."""
+    if not args.config:
+        raise UsageError(f"smqsup {args.command}: -c FILE is required")
+    return config_mod.load(args.config)
+
+
+def target(args: argparse.Namespace) -> tuple[str, str, int]:
+    """(url, namespace, max message size) from -c FILE or --url."""
+    if args.config and args.url:
+        raise UsageError(f"smqsup {args.command}: give -c FILE or --url, not both")
+    url = args.url or (None if args.config else os.environ.get("SMQSUP_REDIS_URL") or None)
+    if url:
+        cfg = config_mod.from_url(url, args.namespace or defaults.NAMESPACE)
+        return url, cfg.namespace, cfg.max_message_size_bytes
+    cfg = config(args)
+    if args.namespace:
+        raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
+    return redis_url(cfg), cfg.namespace, cfg.max_message_size_bytes
+
+
+def connect(url: str, namespace: str, client_name: Optional[str] = None) -> Broker:
+    """A Broker on ``url`` and ``namespace``: the one way the commands reach the store."""
+    # Here, not at the top: the Broker imports redis-py, about 130 ms (python
+    # -X importtime, after this module) that `smqsup --help`, `check` and
+    # `run` (until it forks) do not pay.
+    from smqsup.store.broker import Broker
+
+    return Broker(url, namespace, client_name=client_name)

@@ -1,0 +1,70 @@
+"""``smqsup dlq``: list, requeue or purge a queue's dead letters (the view is
+views/deadletters.py).
+
+    smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE [--id ID]... [--limit N] [--json]
+
+Every value listed comes from Redis, which anybody may have written: it is
+escaped to one bounded line (or strict ASCII JSON with --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from smqsup import safe
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
+from smqsup.config.validate import validate_queue_name
+
+
+def add_dlq(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup dlq``."""
+    p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
+    add_target(p, url=True)
+    p.add_argument("action", choices=["list", "requeue", "purge"])
+    p.add_argument("queue")
+    p.add_argument("--limit", type=limit, default=100, help="most entries to list (1 to 100000, default 100)")
+    p.add_argument("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
+                   help="only these messages (repeatable); default: all")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    """``smqsup dlq``: list the dead letters chosen, or requeue or purge them and say how many."""
+    # Here, not at the top: the view imports the store, and so redis-py (see
+    # cli.common.connect).
+    from smqsup.views import deadletters
+
+    url, namespace, _ = target(args)
+    validate_queue_name(args.queue)
+    broker = connect(url, namespace)
+    ids = args.ids or None
+    try:
+        if args.action == "list":
+            entries = (deadletters.select(broker, args.queue, set(ids))[:args.limit] if ids
+                       else deadletters.newest(broker, args.queue, args.limit))
+            _print_dead([deadletters.row(e) for e in entries], args.json)
+        elif args.action == "requeue":
+            print(f"requeued {deadletters.requeue(broker, args.queue, ids)} dead letter(s) of {args.queue}")
+        else:
+            print(f"purged {deadletters.purge(broker, args.queue, ids)} dead letter(s) of {args.queue}")
+    finally:
+        broker.close()
+    return EXIT_OK
+
+
+def _print_dead(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """Dead letters as JSON lines (ASCII, strict) or as one escaped line each."""
+    for row in rows:
+        if as_json:
+            print(json.dumps(row, ensure_ascii=True))
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["dead_at"])) if row["dead_at"] else "?"
+        body = row["body"] if row["malformed"] or row.get("cut") else json.dumps(row["body"], ensure_ascii=False)
+        print(f"{safe.escape(row['id'])}  {when}  attempts={row['attempts']}  "
+              f"reason={safe.escape(row['reason'], 500)}  body={safe.escape(body, 200)}")
+    if not as_json:
+        print(f"{len(rows)} dead letter(s)", file=sys.stderr)

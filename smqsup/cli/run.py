@@ -1,0 +1,65 @@
+"""``smqsup run``, ``check`` and ``consume``: the supervisor, the config
+checked without starting anything, and one consumer in the foreground; each
+reads its config from -c FILE.
+
+    smqsup -c FILE                      run the supervisor (also: smqsup run -c FILE)
+    smqsup check -c FILE                validate FILE and import its handlers
+    smqsup consume -c FILE QUEUE        one consumer in the foreground
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config
+from smqsup.errors import ConfigError
+from smqsup.worker.handlers import check_handlers
+
+
+def add_run_and_check(sub: Commands[Parser]) -> None:
+    """The parsers of ``smqsup run`` and ``smqsup check``."""
+    p = sub.add_parser("run", help="run the supervisor")
+    add_target(p, url=False)
+    p = sub.add_parser("check", help="validate the config and import its handlers")
+    add_target(p, url=False)
+
+
+def add_consume(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup consume``."""
+    p = sub.add_parser("consume", help="run one consumer of QUEUE in the foreground")
+    add_target(p, url=False)
+    p.add_argument("queue")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``smqsup run``: the supervisor, until it is told to stop."""
+    cfg = config(args)
+    # Here, not at the top: the supervisor imports the store (redis-py) and
+    # its children's modules, about 200 ms (python -X importtime, after
+    # cli.main) that no other command needs.
+    from smqsup.supervisor.arbiter import run_supervisor
+
+    return run_supervisor(cfg)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``smqsup check``: validate the config and import its handlers; one line saying what it holds."""
+    cfg = config(args)
+    check_handlers(cfg)
+    schedules = f", {len(cfg.schedules)} schedule(s)" if cfg.schedules else ""
+    print(f"{cfg.path}: ok ({len(cfg.queues)} queue(s), "
+          f"{sum(q.consumers for q in cfg.queues.values())} consumer(s){schedules})")
+    return EXIT_OK
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    """``smqsup consume``: one consumer of a configured queue, in the foreground."""
+    # Here, not at the top: the consumer imports the store, and so redis-py
+    # (see cli.common.connect).
+    from smqsup.worker.standalone import consume
+
+    cfg = config(args)
+    if args.queue not in cfg.queues:
+        raise ConfigError(f"{cfg.path}: queues.{args.queue}: no such queue in the config "
+                          f"(queues: {', '.join(sorted(cfg.queues))})")
+    return consume(cfg, args.queue)

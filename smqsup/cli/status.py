@@ -1,0 +1,36 @@
+"""``smqsup status``: queue sizes, rates, consumers and collector leaders,
+once or every few seconds, as a table or JSON (the view is views/status.py).
+
+    smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from smqsup.cli.common import Commands, Parser, add_target, connect, seconds, target
+from smqsup.config import model as config_mod
+
+
+def add_status(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup status``."""
+    p = sub.add_parser("status", help="queue sizes, rates, consumers, collector leaders")
+    add_target(p, url=True)
+    p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
+    p.add_argument("--watch", nargs="?", type=seconds, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``smqsup status``: print the status of the configured and known queues."""
+    # Here, not at the top: the view imports the store, and so redis-py (see
+    # cli.common.connect).
+    from smqsup.views import status
+
+    url, namespace, _ = target(args)
+    queues = sorted(config_mod.load(args.config).queues) if args.config else []
+    broker = connect(url, namespace, client_name="smqsup-status")
+    try:
+        return status.run(broker, queues, as_json=args.json, watch=args.watch)
+    finally:
+        broker.close()
