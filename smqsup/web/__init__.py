@@ -1,10 +1,11 @@
 """The web UI: one live page, a small JSON API and Prometheus /metrics
 (``smqsup web``, or the supervisor's web child).
 
-    browser ─▶ server (aiohttp; security checks each request, args reads it) ─▶ source (off the loop) ─▶ store
-                 └▶ metrics, jsonout ─▶ the response
+    browser ─▶ server (aiohttp; security checks each request) ─▶ api (args reads it) ─▶ source (off the loop) ─▶ store
+                                                                 └▶ metrics, jsonout ─▶ the response
 
-- server.py: the HTTP and WebSocket server: the page, the JSON API routes, /metrics.
+- server.py: the HTTP and WebSocket server: routing, the middlewares, the page and the WebSocket.
+- api.py: the JSON API's and /metrics' handlers, with the limits they apply.
 - security.py: who may talk to it: where it may listen, the token, the session cookie, the origin.
 - args.py: what a request of the JSON API asks, read and checked.
 - source.py: what the web UI reads and changes in Redis, kept off the event loop.
