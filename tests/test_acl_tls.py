@@ -163,7 +163,7 @@ def test_connections_work_when_client_setname_is_refused_and_say_so_once(
     try:
         for b in brokers:
             b.ping()
-            b.push("q", [b"0|{}"], register=True)
+            b.messages.push("q", [b"0|{}"], register=True)
     finally:
         for b in brokers:
             b.close()
@@ -195,7 +195,7 @@ def test_fetch_without_blmove_says_that_smqsup_needs_redis_6_2(tmp_path: Path) -
     broker = Broker(s.url)
     try:
         with pytest.raises(BrokerError, match=r"Redis has no BLMOVE .* needs Redis >= 6\.2"):
-            broker.fetch("q", "c1", 0.01)
+            broker.messages.fetch("q", "c1", 0.01)
     finally:
         broker.close()
         s.stop()
@@ -536,7 +536,7 @@ def test_a_tls_cluster_is_found_from_one_seed_and_a_wrong_ca_is_one_line(
     url = tls_cluster.url(certs.ca)
     broker = Broker(url, NS)
     try:
-        assert broker.declare_partitions("p", 3) == 3
+        assert broker.queues.declare_partitions("p", 3) == 3
         discovered = sorted(node.port for node in broker.client.get_primaries())
     finally:
         broker.close()

@@ -204,10 +204,10 @@ def test_dlq_list_requeue_purge(tmp_path: Path, redis_url: str, redis_client: "r
         ids = p.publish_many("q", ["a", "b", "<img src=x onerror=alert(1)>"])
     broker = Broker(redis_url)
     for i in range(3):
-        frame, _ = broker.fetch("q", "c", 1)
+        frame, _ = broker.messages.fetch("q", "c", 1)
         assert frame is not None
-        broker.nack("q", "c", frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"ValueError: bad %d"}' % i,
-                    fetch_next=False)
+        broker.messages.nack("q", "c", frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"ValueError: bad %d"}' % i,
+                             fetch_next=False)
     r = procs.run("dlq", "--url", redis_url, "list", "q", "--json")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]

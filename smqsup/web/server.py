@@ -10,8 +10,8 @@
     POST /api/queues/{queue}/dead/purge     {"ids": [...]} or {"all": true}
     GET  /api/queues/{queue}/messages       ?state=pending|scheduled|processing|dead&limit=N (browse.listing)
     POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
-    POST /api/queues/{queue}/pause          {} (Broker.pause)
-    POST /api/queues/{queue}/resume         {} (Broker.resume)
+    POST /api/queues/{queue}/pause          {} (Broker.queues.pause)
+    POST /api/queues/{queue}/resume         {} (Broker.queues.resume)
     GET  /metrics                           Prometheus text format 0.0.4
 
 Every POST carries a JSON body (``Content-Type: application/json``: a page on
@@ -404,9 +404,9 @@ async def _pause_action(request: web.Request, *, pause: bool) -> web.Response:
     source = request.app[_SOURCE]
     by = f"web@{request.remote or '?'}"
     if pause:
-        changed = await source.call(source.broker.pause, queue, by)
+        changed = await source.call(source.broker.queues.pause, queue, by)
     else:
-        changed = await source.call(source.broker.resume, queue)
+        changed = await source.call(source.broker.queues.resume, queue)
     if changed:
         log.info("queue %s: %s from the web UI by %s", queue, "paused" if pause else "resumed", safe.shown(by))
     return response({"queue": queue, "paused": pause, "changed": changed})
