@@ -240,7 +240,8 @@ def test_the_lua_partition_bound_is_the_configured_one() -> None:
     from smqsup import defaults
     from smqsup.store import scripts
 
-    assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in scripts._TAKE.text
+    take = next(s for s in scripts.ALL if s.name == "take")
+    assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in take.text
 
 
 @pytest.mark.parametrize(("text", "per_s"), [("100/s", 100.0), ("30/m", 0.5), ("30/min", 0.5),
