@@ -17,7 +17,7 @@ from smqsup.cli import main as cli
 from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
-from smqsup.store.redis_server import running_url
+from smqsup.store.locate import running_url
 from tests import procs
 from tests.helpers import wait_for
 

@@ -23,7 +23,8 @@ from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicat
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.message import peek_id
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer, free_port
+from smqsup.store.locate import free_port
+from smqsup.store.redis_server import RedisServer
 from smqsup.worker.concurrent import make_consumer
 from tests import procs
 from tests.helpers import Monitored, client_for, wait_for

@@ -35,7 +35,8 @@ from _common import NAMESPACE, Children, machine, run_consumer  # type: ignore[i
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer, free_port
+from smqsup.store.locate import free_port
+from smqsup.store.redis_server import RedisServer
 from tests.topology import ClusterTopology
 
 
