@@ -22,7 +22,8 @@ from smqsup.errors import NotReplicated
 from smqsup.keys import QueueKeys
 from smqsup.logs import warn_once
 from smqsup.store import cluster, scripts
-from smqsup.store.connection import HotLine, connect, send, wrapped
+from smqsup.store.connection import connect, send, wrapped
+from smqsup.store.hotline import HotLine
 
 #: The logger of every Redis operation: one name, the Broker's, whichever
 #: class of it runs the operation (operators grep their logs by it).
