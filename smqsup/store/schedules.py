@@ -1,6 +1,9 @@
 """Schedules in Redis: what supervisors declare, what the elected collector
 fires, what operators pause, and what status, the web UI and /metrics read
-(keys.py has the keys; scripts/schedule_*.lua the atomic steps).
+(keys.py has the keys; scripts/schedule_*.lua the atomic steps). The class
+Schedules (``broker.schedules``) does every read and write; the functions
+beside it are pure: a stored definition parsed back (from_json, parsed), its
+row for people (row), its due slots (due).
 
 Every reader here treats Redis as anyone's to write: a field that is not a
 time is None, a definition that does not validate is shown with its error and
