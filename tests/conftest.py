@@ -17,7 +17,8 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
-from smqsup.store.redis_server import RedisServer, find_redis_server
+from smqsup.store.locate import find_redis_server
+from smqsup.store.redis_server import RedisServer
 from tests import inproc, procs, script_coverage
 from tests.helpers import client_for
 from tests.topology import ClusterTopology, SentinelTopology

@@ -25,7 +25,8 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer, find_redis_server, free_port
+from smqsup.store.locate import find_redis_server, free_port
+from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for
@@ -163,7 +164,7 @@ def test_connections_work_when_client_setname_is_refused_and_say_so_once(
     try:
         for b in brokers:
             b.ping()
-            b.push("q", [b"0|{}"], register=True)
+            b.messages.push("q", [b"0|{}"], register=True)
     finally:
         for b in brokers:
             b.close()
@@ -195,7 +196,7 @@ def test_fetch_without_blmove_says_that_smqsup_needs_redis_6_2(tmp_path: Path) -
     broker = Broker(s.url)
     try:
         with pytest.raises(BrokerError, match=r"Redis has no BLMOVE .* needs Redis >= 6\.2"):
-            broker.fetch("q", "c1", 0.01)
+            broker.messages.fetch("q", "c1", 0.01)
     finally:
         broker.close()
         s.stop()
@@ -536,7 +537,7 @@ def test_a_tls_cluster_is_found_from_one_seed_and_a_wrong_ca_is_one_line(
     url = tls_cluster.url(certs.ca)
     broker = Broker(url, NS)
     try:
-        assert broker.declare_partitions("p", 3) == 3
+        assert broker.queues.declare_partitions("p", 3) == 3
         discovered = sorted(node.port for node in broker.client.get_primaries())
     finally:
         broker.close()

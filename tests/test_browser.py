@@ -192,14 +192,13 @@ def test_schedules_table_shows_last_and_next_fire_and_states(browser: Any, redis
     """A stored schedule's row: its period, last and next fire; a paused one says so; a definition that
     cannot be used is 'unusable', its reason (hostile text) shown as text in the tooltip."""
     from smqsup.config.schedule import ScheduleConfig
-    from smqsup.store import schedules as schedule_store
     from smqsup.store.broker import Broker
 
     broker = Broker(redis_url)
-    schedule_store.upsert(broker, ScheduleConfig("tick", "q", every_ms=60_000), "sup:1:aa", 600_000)
-    schedule_store.upsert(broker, ScheduleConfig("night", "q", cron="0 3 * * *", timezone="Europe/Berlin"),
-                          "sup:1:aa", 600_000)
-    schedule_store.pause(broker, "q", "night", "test")
+    broker.schedules.upsert(ScheduleConfig("tick", "q", every_ms=60_000), "sup:1:aa", 600_000)
+    broker.schedules.upsert(ScheduleConfig("night", "q", cron="0 3 * * *", timezone="Europe/Berlin"),
+                            "sup:1:aa", 600_000)
+    broker.schedules.pause("q", "night", "test")
     redis_client.hset("smq:{q}:schedules", "bad", XSS)
     server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", log_dir=tmp_path)
     problems: list[str] = []

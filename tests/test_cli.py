@@ -18,7 +18,7 @@ from smqsup.cli import publish as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
-from smqsup.store.redis_server import running_url
+from smqsup.store.locate import running_url
 from tests import procs
 from tests.helpers import wait_for
 
@@ -205,10 +205,10 @@ def test_dlq_list_requeue_purge(tmp_path: Path, redis_url: str, redis_client: "r
         ids = p.publish_many("q", ["a", "b", "<img src=x onerror=alert(1)>"])
     broker = Broker(redis_url)
     for i in range(3):
-        frame, _ = broker.fetch("q", "c", 1)
+        frame, _ = broker.messages.fetch("q", "c", 1)
         assert frame is not None
-        broker.nack("q", "c", frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"ValueError: bad %d"}' % i,
-                    fetch_next=False)
+        broker.messages.nack("q", "c", frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"ValueError: bad %d"}' % i,
+                             fetch_next=False)
     r = procs.run("dlq", "--url", redis_url, "list", "q", "--json")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]

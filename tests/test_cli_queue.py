@@ -39,16 +39,16 @@ def _listed(url: str, state: str, *more: str) -> list[dict[str, Any]]:
 
 def _hold(broker: Broker, consumer: str) -> bytes:
     """Register ``consumer`` and let it take the next message, as a consumer does."""
-    broker.register_consumer("q", consumer, ConsumerInfo(pid=1, host="test", queue="q"))
-    frame = broker.take("q", consumer).next_frame
+    broker.registry.register_consumer("q", consumer, ConsumerInfo(pid=1, host="test", queue="q"))
+    frame = broker.messages.take("q", consumer).next_frame
     assert frame is not None
     return frame
 
 
 def _nack(broker: Broker, consumer: str, frame: bytes, *, dead: bool) -> None:
     """Fail the held frame: dead-letter it, or retry it in an hour."""
-    broker.nack("q", consumer, frame, retry_threshold=-1 if dead else 5, delay_ms=3_600_000,
-                meta='{"reason":"ValueError: boom"}', fetch_next=False)
+    broker.messages.nack("q", consumer, frame, retry_threshold=-1 if dead else 5, delay_ms=3_600_000,
+                         meta='{"reason":"ValueError: boom"}', fetch_next=False)
 
 
 # --- pause and resume --------------------------------------------------------

@@ -11,7 +11,6 @@ import redis
 
 from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
-from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
 from smqsup.store.redis_server import RedisServer
 from tests import procs
@@ -24,7 +23,7 @@ def _store(url: str, *schedules: ScheduleConfig) -> None:
     broker = Broker(url)
     for s in schedules:
         broker.client.sadd("smq:queues", s.queue)
-        schedule_store.upsert(broker, s, "sup:1:aa", 60_000)
+        broker.schedules.upsert(s, "sup:1:aa", 60_000)
 
 
 @pytest.mark.parametrize("action", ["pause", "resume", "reset"])

@@ -23,7 +23,8 @@ from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicat
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.message import peek_id
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer, free_port
+from smqsup.store.locate import free_port
+from smqsup.store.redis_server import RedisServer
 from smqsup.worker.concurrent import make_consumer
 from tests import procs
 from tests.helpers import Monitored, client_for, wait_for
@@ -193,7 +194,7 @@ def test_wait_replicas_confirms_a_publish_on_a_replicated_master(sentinel_group:
             with pytest.raises(PublishNotReplicated, match="1 of 2 replica") as caught:
                 send()
             assert caught.value.replicas == 1 and caught.value.message_ids
-    assert Broker(url, NS).sizes("q")["pending"] == 8
+    assert Broker(url, NS).statistics.sizes("q")["pending"] == 8
 
 
 def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_its_master_only(
@@ -204,7 +205,7 @@ def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_it
     once that its acks there were not replicated; once the replica runs again, publishes there are
     confirmed again."""
     url = redis_cluster.url
-    Broker(url, NS).declare_partitions("q", 3)
+    Broker(url, NS).queues.declare_partitions("q", 3)
     parts = partition_names("q", 3)
     master = redis_cluster.master_for_key(QueueKeys(NS, "q~1").pending)
     behind = {p for p in parts if redis_cluster.master_for_key(QueueKeys(NS, p).pending).port == master.port}
@@ -263,7 +264,7 @@ def test_a_publish_sent_again_by_text_is_confirmed_by_a_wait_after_it(sentinel_g
     assert "EVAL" in order, order
     last_eval = max(i for i, name in enumerate(order) if name == "EVAL")
     assert "WAIT" in order[last_eval:], order
-    assert Broker(sentinel_group.url, NS).sizes("q")["pending"] == 3
+    assert Broker(sentinel_group.url, NS).statistics.sizes("q")["pending"] == 3
 
 
 def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: str, caplog: Any) -> None:

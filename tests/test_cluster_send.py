@@ -26,7 +26,7 @@ def test_publish_batches_to_a_killed_master_raise_publish_not_sent(fresh_cluster
     with Producer(fresh_cluster.url, stats=False) as registered, Producer(fresh_cluster.url) as first:
         registered.publish(queue, "before")
         # (Read now: the count, cached, is then not what the dead master fails to answer below.)
-        assert first._broker.partitions(queue) == 1
+        assert first._broker.queues.partitions(queue) == 1
         fresh_cluster.kill(fresh_cluster.master_for_key(QueueKeys("smq", queue).pending))
         # Over one script call's worth of messages: a pipelined batch, every command for the dead master.
         with pytest.raises(PublishNotSent):

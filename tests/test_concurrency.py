@@ -128,11 +128,11 @@ def test_pause_stops_the_taking_and_resume_starts_it_again(start: Callable[..., 
     async def handle(msg: Any) -> None:
         done.append(msg.body)
     broker = Broker(producer._broker.url)
-    broker.pause("q", "test")
+    broker.queues.pause("q", "test")
     start(handle, concurrency=8)
     producer.publish_many("q", list(range(20)))
     holds(lambda: not done and redis_client.llen(K.pending) == 20, 0.6)
-    broker.resume("q")
+    broker.queues.resume("q")
     wait_for(lambda: sorted(done) == list(range(20)), timeout_s=5)
 
 
@@ -267,7 +267,7 @@ def test_declared_dead_with_messages_in_flight_their_acks_are_late_and_the_copie
         c = r.consumer
         wait_for(lambda: len(seen) == 3)
         old = c.consumer_id
-        got = Broker(redis_url, NS).reclaim_dead("q", old, retry_threshold=3, reason="test: declared dead")
+        got = Broker(redis_url, NS).registry.reclaim_dead("q", old, retry_threshold=3, reason="test: declared dead")
         assert got.requeued == 3
         release.set()  # the three acks are late, and their script says "not registered"
         wait_for(lambda: sorted(seen) == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0), ("c", 1)],

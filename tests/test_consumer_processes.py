@@ -91,7 +91,7 @@ def test_sigkill_mid_message_leaves_it_in_the_processing_list_and_reclaim_return
     [held] = redis_client.lrange(K.processing(cid), 0, -1)
     assert message.decode(held).id == mid and redis_client.llen(K.pending) == 0
 
-    r = Broker(redis_url).reclaim_dead("q", cid, retry_threshold=3, reason="killed by signal 9")
+    r = Broker(redis_url).registry.reclaim_dead("q", cid, retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered) == (1, 0)
     assert redis_client.llen(K.processing(cid)) == 0
     # A new consumer finishes it, as its second attempt.

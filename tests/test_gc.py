@@ -86,7 +86,7 @@ def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
     assert took <= TIMEOUT_S + 2, f"reclaimed after {took:.2f}s"
     assert _leader(redis_client) == b.pid
     started = wait_for(lambda: {e["id"] for e in _events(b, event="start")} >= set(ids) or None)
-    assert started and Broker(redis_url).gc_facts("q")["consumers_lost"] == 2
+    assert started and Broker(redis_url).statistics.gc_facts("q")["consumers_lost"] == 2
 
 
 def test_leader_killed_another_leads_within_one_ttl_and_never_two(
@@ -153,7 +153,7 @@ def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
     with Producer(redis_url) as p:
         p.publish_many("q", [{"sleep": 0}] * 4)
     wait_for(lambda: redis_client.llen(Q.pending) == 0)
-    facts = Broker(redis_url).gc_facts("q")
+    facts = Broker(redis_url).statistics.gc_facts("q")
     assert facts["reclaimed"] == 1
     done = [e for e in _events(a, b, event="done") if e["id"] == mid]
     assert [(e["pid"], e["attempts"]) for e in done] == [(done[0]["pid"], 1)]
@@ -202,7 +202,7 @@ def test_a_handler_spinning_the_cpu_is_not_declared_dead(
         mid = p.publish("q", {"seconds": 3 * TIMEOUT_S})
     done = wait_for(lambda: _events(a, event="done"), timeout_s=3 * TIMEOUT_S + 10)
     assert [(e["id"], e["attempts"]) for e in done] == [(mid, 0)]
-    assert Broker(redis_url).gc_facts("q").get("consumers_lost", 0) == 0
+    assert Broker(redis_url).statistics.gc_facts("q").get("consumers_lost", 0) == 0
     assert "declared dead" not in a.log()
 
 
@@ -219,7 +219,7 @@ def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
     wait_for(lambda: [e for e in _events(a, event="done") if e["attempts"] == 1], timeout_s=TIMEOUT_S + 5)
     os.kill(start["pid"], signal.SIGCONT)
     wait_for(lambda: len(_events(a, event="done")) == 2, timeout_s=10)
-    wait_for(lambda: Broker(redis_url).counters("q").get("late_acks") == 1)
+    wait_for(lambda: Broker(redis_url).statistics.counters("q").get("late_acks") == 1)
     # The paused consumer does not go on under its old identity: it is replaced.
     wait_for(lambda: procs.gone(start["pid"]), timeout_s=10)
     _ready(a, 2, redis_client)
@@ -260,7 +260,7 @@ def test_a_supervisor_with_a_skewed_wall_clock_causes_no_false_death(
     # Watch for three heartbeat timeouts (the span is the behaviour under test):
     # a false death would show up as a lost consumer at any point.
     broker = Broker(redis_url)
-    holds(lambda: broker.gc_facts("q").get("consumers_lost", 0) == 0, 3 * TIMEOUT_S,
+    holds(lambda: broker.statistics.gc_facts("q").get("consumers_lost", 0) == 0, 3 * TIMEOUT_S,
           message="a consumer was declared lost")
     assert "declared dead" not in a.log() + b.log()
     assert redis_client.hlen(Q.consumers) == 4
@@ -285,7 +285,7 @@ def _leading_collector(redis_url: str, connected_for_s: float) -> Collector:
 def test_after_a_redis_outage_the_collector_waits_a_heartbeat_timeout_before_reclaiming(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """Stale-looking heartbeats right after an outage are not trusted until heartbeats had time to resume."""
-    Broker(redis_url).register_consumer("q", "c1", ConsumerInfo(pid=1))
+    Broker(redis_url).registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.zadd(Q.heartbeats, {"c1": 0})  # looks long dead
     redis_client.lpush(Q.processing("c1"), b"0|x")
     c = _leading_collector(redis_url, connected_for_s=0.0)
@@ -304,8 +304,8 @@ def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: st
                                                                     redis_client: "redis.Redis") -> None:
     """A consumer unregistered by a reclaim that still moves a message into its list: the collector returns it, free."""
     broker = Broker(redis_url)
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
-    broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert redis_client.zscore(Q.retired, "c1") is not None
     redis_client.lpush(Q.processing("c1"), b"2|late")  # its BLMOVE landed after the reclaim
     c = _leading_collector(redis_url, connected_for_s=60)
@@ -319,7 +319,7 @@ def test_a_heartbeat_no_clock_wrote_does_not_make_a_consumer_immortal(
         beat: str, redis_url: str, redis_client: "redis.Redis") -> None:
     """A heartbeat dated +inf or a day and more ahead of the Redis clock (heartbeat.lua writes the clock's
     now) is read as stale: the consumer's messages are reclaimed like any lost one's."""
-    Broker(redis_url).register_consumer("q", "c1", ConsumerInfo(pid=1))
+    Broker(redis_url).registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     seconds, _ = redis_client.time()
     redis_client.zadd(Q.heartbeats, {"c1": float("inf") if beat == "+inf" else (seconds + 86_401) * 1000})
     redis_client.lpush(Q.processing("c1"), b"0|x")
@@ -336,7 +336,7 @@ def test_a_delayed_score_of_infinity_is_waited_for_a_day_at_most(redis_url: str,
     for score in (float("inf"), 1e300):
         redis_client.delete(Q.delayed)
         redis_client.zadd(Q.delayed, {b"0|x": score})
-        r = broker.promote("q")
+        r = broker.messages.promote("q")
         assert r.moved == 0 and r.wait_ms == 86_400_000, r
 
 
@@ -345,5 +345,5 @@ def test_producer_statistics_dated_ahead_are_forgotten(redis_url: str, redis_cli
     seen, producers = "smq:{smq}:producers:seen", "smq:{smq}:producers"
     redis_client.hset(producers, "junk", "{}")
     redis_client.zadd(seen, {"junk": float("inf")})
-    Broker(redis_url).producer_stats("p1", '{"published":1}')
+    Broker(redis_url).messages.producer_stats("p1", '{"published":1}')
     assert not redis_client.hexists(producers, "junk") and redis_client.hexists(producers, "p1")

@@ -90,13 +90,13 @@ def test_a_priority_or_scheduled_key_of_the_wrong_type_refuses_without_loss(
         producer.publish("q", 1, priority=3, delay=1 if key == "scheduled" else None)
     producer.publish("q", "plain")
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     if key == "priority":
         with pytest.raises(Exception, match="WRONGTYPE"):
-            broker.take("q", "c")
+            broker.messages.take("q", "c")
         assert redis_client.llen(K.pending) == 1
     else:
-        assert broker.take("q", "c").next_frame is not None
+        assert broker.messages.take("q", "c").next_frame is not None
 
 
 @pytest.mark.parametrize("frame", [b"0:9:1|not json", b"7:0:0|{}", b"0:x:1|{}", b"0:1:1234567890123456|x",
@@ -120,10 +120,10 @@ def test_a_paused_flag_of_any_type_pauses_and_resume_clears_it(producer: Produce
     """Anyone's value at the paused key means paused (EXISTS); resume deletes whatever it is."""
     redis_client.hset(K.paused, "x", "1")
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", 1)
-    assert broker.take("q", "c").paused and redis_client.llen(K.pending) == 1
-    assert broker.resume("q") and broker.take("q", "c").next_frame is not None
+    assert broker.messages.take("q", "c").paused and redis_client.llen(K.pending) == 1
+    assert broker.queues.resume("q") and broker.messages.take("q", "c").next_frame is not None
 
 
 def test_a_huge_dedup_key_and_an_odd_one_are_keys_like_any_other(producer: Producer,
@@ -144,9 +144,9 @@ def test_a_priority_member_with_a_score_no_script_wrote_is_still_taken_and_liste
     producer.publish("q", "plain")
     redis_client.zadd(K.priority, {b'0:5:0|{"id":"odd","queue":"q","body":"odd","created_at":0}': float(score)})
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     assert {r["id"] for r in browse.listing(broker, "q", "pending", 10)} >= {"odd"}
-    taken = [broker.take("q", "c").next_frame for _ in range(3)]
+    taken = [broker.messages.take("q", "c").next_frame for _ in range(3)]
     assert taken[2] is None and sorted(message.decode(f).body for f in taken[:2] if f) == ["odd", "plain"]
 
 

@@ -47,11 +47,11 @@ def test_a_nack_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, red
                                                              victim: str) -> None:
     """nack.lua refuses before it removes the frame when any list it may write to is not a list (or zset)."""
     broker = Broker(redis_url)
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.lpush(Q.processing("c1"), b"5|x")
     _wrong_type(redis_client, getattr(Q, victim))
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.nack("q", "c1", b"5|x", retry_threshold=3, delay_ms=1000, meta='{"reason":"r"}', fetch_next=False)
+        broker.messages.nack("q", "c1", b"5|x", retry_threshold=3, delay_ms=1000, meta='{"reason":"r"}', fetch_next=False)
     assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"5|x"]
 
 
@@ -63,19 +63,19 @@ def test_a_reclaim_into_a_key_of_the_wrong_type_changes_nothing(redis_url: str, 
     redis_client.lpush(Q.processing("c1"), b"0|x", b"9|y")
     _wrong_type(redis_client, getattr(Q, victim))
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.reclaim_dead("q", "c1", retry_threshold=3, reason="r")
+        broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="r")
     assert redis_client.lrange(Q.processing("c1"), 0, -1) == [b"9|y", b"0|x"]
 
 
 
 _LOCK = ("lock", "mine")
 _RECLAIMS: dict[str, Callable[[Broker], object]] = {
-    "reclaim_dead": lambda b: b.reclaim_dead("q", "c1", retry_threshold=3, reason="r"),
-    "return_stopped": lambda b: b.return_stopped("q", "c1", reason="r"),
-    "return_held": lambda b: b.return_held("q", "c1", reason="r"),
-    "reclaim_stale": lambda b: b.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000,
-                                               lock=_LOCK),
-    "sweep_retired": lambda b: b.sweep_retired("q", "c1", lock=_LOCK),
+    "reclaim_dead": lambda b: b.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="r"),
+    "return_stopped": lambda b: b.messages.return_stopped("q", "c1", reason="r"),
+    "return_held": lambda b: b.messages.return_held("q", "c1", reason="r"),
+    "reclaim_stale": lambda b: b.registry.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000,
+                                                        lock=_LOCK),
+    "sweep_retired": lambda b: b.registry.sweep_retired("q", "c1", lock=_LOCK),
 }
 
 
@@ -116,9 +116,9 @@ def test_promote_and_dlq_requeue_into_a_pending_of_the_wrong_type_change_nothing
     redis_client.lpush(Q.dead, b'{"reason":"r"}\n3|y')
     _wrong_type(redis_client, Q.pending)
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.promote("q")
+        broker.messages.promote("q")
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        broker.dlq_requeue("q", [b'{"reason":"r"}\n3|y'])
+        broker.contents.dlq_requeue("q", [b'{"reason":"r"}\n3|y'])
     assert redis_client.zrange(Q.delayed, 0, -1) == [b"0|x"]
     assert redis_client.lrange(Q.dead, 0, -1) == [b'{"reason":"r"}\n3|y']
 
@@ -127,10 +127,10 @@ def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_fetches_nothing(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """ack.lua with a pending key that is no list: the ack lands, nothing is fetched, no error."""
     broker = Broker(redis_url)
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.lpush(Q.processing("c1"), b"0|x")
     _wrong_type(redis_client, Q.pending)
-    result = broker.ack("q", "c1", b"0|x", True)
+    result = broker.messages.ack("q", "c1", b"0|x", True)
     assert result.acked and result.next_frame is None and result.registered
     assert redis_client.llen(Q.processing("c1")) == 0
     assert redis_client.type(Q.pending) != b"list"
@@ -156,7 +156,7 @@ def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
         notify.wait("READY=1")
         spoil()
     broker = Broker(redis_url)
-    broker.register_consumer("q", "ghost", ConsumerInfo(pid=1))
+    broker.registry.register_consumer("q", "ghost", ConsumerInfo(pid=1))
     redis_client.zadd(Q.heartbeats, {"ghost": 0})  # long dead
     held, due = _frame("held"), _frame("due")
     redis_client.lpush(Q.processing("ghost"), held)
@@ -199,8 +199,8 @@ def test_a_retired_set_full_of_junk_costs_one_sweep_and_a_late_message_still_com
         redis_url: str, redis_client: "redis.Redis") -> None:
     """200,000 retired ids dated +inf (never aged out, each LLEN'ed every sweep) are dropped; the real one is served."""
     broker = Broker(redis_url)
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
-    broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     for start in range(0, 200_000, 50_000):
         redis_client.zadd(Q.retired, {f"junk\n{i}": float("inf") for i in range(start, start + 50_000)})
     redis_client.lpush(Q.processing("c1"), b"2|late")
@@ -287,12 +287,11 @@ def _seed_hostile_schedule_values(client: "redis.Redis", broker: Broker) -> None
     NaN, infinite, undecodable ("nan"), a cron started before the year 1 ("ancient"), names and definitions
     that do not decode."""
     from smqsup.config.schedule import ScheduleConfig
-    from smqsup.store import schedules as schedule_store
 
     for s in (ScheduleConfig("ok", "q", every_ms=1000), ScheduleConfig("crowd", "q", every_ms=1000),
               ScheduleConfig("flag", "q", every_ms=1000), ScheduleConfig("nan", "q", every_ms=1000),
               ScheduleConfig("ancient", "q", cron="* * * * * *")):
-        schedule_store.upsert(broker, s, "sup", 60_000)
+        broker.schedules.upsert(s, "sup", 60_000)
     now = int(client.time()[0]) * 1000
     for start in range(0, 200_000, 50_000):
         client.zadd(Q.schedule_declarers("crowd"), {f"d{i}": now + 3_600_000 for i in range(start, start + 50_000)})

@@ -93,7 +93,7 @@ def test_a_listing_of_1000_large_frames_reads_under_the_bound_and_lists_each_wit
     expected = seed(redis_client, state, BODY_BYTES[topology])
     broker = Broker(redis_url)
     try:
-        broker.partition_names("q")  # (read once, so the measure holds the listing alone)
+        broker.queues.partition_names("q")  # (read once, so the measure holds the listing alone)
         before = sent(redis_client, K.pending)
         rows = browse.listing(broker, "q", state, 1000)
         read = sent(redis_client, K.pending) - before
@@ -116,7 +116,7 @@ def test_the_dead_letter_rows_of_the_api_and_dlq_list_are_bounded_too(
     expected = seed(redis_client, "dead", BODY_BYTES[topology])
     broker = Broker(redis_url)
     try:
-        broker.partition_names("q")
+        broker.queues.partition_names("q")
         before = sent(redis_client, K.dead)
         rows = [deadletters.row(entry) for entry in deadletters.newest(broker, "q", 1000)]
         read = sent(redis_client, K.dead) - before

@@ -22,7 +22,6 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.readings import read_queues
 from tests.helpers import Starts, holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 from tests.test_publish_options import recorder
@@ -34,7 +33,7 @@ PARTS = ["q", "q~1", "q~2"]
 
 def _declare(redis_url: str, count: int = 3) -> Broker:
     broker = Broker(redis_url, NS)
-    assert broker.declare_partitions("q", count) == count
+    assert broker.queues.declare_partitions("q", count) == count
     return broker
 
 
@@ -92,7 +91,7 @@ def test_dedup_keys_deduplicate_across_a_partitioned_queue(redis_url: str, produ
     assert [producer.publish("q", 2, dedup_key="k") for _ in range(5)] == [first] * 5
     ids = producer.publish_many("q", [1, 2, 3, 4], dedup_key=["a", "b", "c", "a"])
     assert ids[3] == ids[0] and len(set(ids)) == 3
-    assert Broker(redis_url, NS).total_sizes("q")["pending"] == 4
+    assert Broker(redis_url, NS).statistics.total_sizes("q")["pending"] == 4
 
 
 def test_consumers_prefer_different_partitions_and_every_message_is_handled_once(
@@ -164,11 +163,11 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     for i in range(30):
         producer.publish("q", i)
     producer.publish("q", "later", delay=60)
-    now_ms, readings = read_queues(broker, ["q"])
+    now_ms, readings = broker.statistics.read_queues(["q"])
     r = readings["q"]
     assert r.partitions == 3 and r.sizes["pending"] == 30 and r.sizes["scheduled"] == 1
     assert int(r.counters[b"published"]) == 31
-    assert broker.total_sizes("q")["pending"] == 30
+    assert broker.statistics.total_sizes("q")["pending"] == 30
     from smqsup.collector import stats
     from smqsup.views import status
     from smqsup.web import metrics
@@ -176,10 +175,10 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     assert snap["queues"]["q"]["partitions"] == 3 and snap["queues"]["q"]["sizes"]["pending"] == 30
     assert 'smqsup_queue_partitions{queue="q"} 3' in metrics.render(snap)
     assert "q (3 partitions)" in status.render(snap)
-    assert broker.pause("q", "test") and all(broker.sizes(p)["paused"] if "paused" in broker.sizes(p) else
-                                             broker.client.exists(broker.keys(p).paused) for p in PARTS)
-    assert read_queues(broker, ["q"])[1]["q"].paused
-    assert broker.resume("q") and not read_queues(broker, ["q"])[1]["q"].paused
+    assert broker.queues.pause("q", "test") and all(broker.statistics.sizes(p)["paused"] if "paused" in broker.statistics.sizes(p) else
+                                                    broker.client.exists(broker.keys(p).paused) for p in PARTS)
+    assert broker.statistics.read_queues(["q"])[1]["q"].paused
+    assert broker.queues.resume("q") and not broker.statistics.read_queues(["q"])[1]["q"].paused
 
 
 def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Producer,
@@ -203,7 +202,7 @@ def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(redis_ur
     keeps 5/8 a second; their bursts of one make 8 at once), so in 3 s at most 8 + 15 messages start; and
     two consumers reach every partition's share (a consumer the limit gives no start here looks at the
     others): the second burst of 8 comes."""
-    Broker(redis_url, NS).declare_partitions("q", 8)
+    Broker(redis_url, NS).queues.declare_partitions("q", 8)
     with Producer(redis_url) as p:
         for i in range(64):
             p.publish("q", i)  # in turn over the 8 partitions the producer reads in Redis
@@ -224,18 +223,18 @@ def test_a_paused_queue_stays_paused_on_the_partitions_added_later(redis_url: st
     """Paused with 1 partition, then consumers of 3 start (declaring 2 more): the new partitions are paused
     too, nothing runs and status says paused; resumed, every message runs."""
     broker = Broker(redis_url, NS)
-    broker.declare_partitions("q", 1)
-    assert broker.pause("q", "test")
+    broker.queues.declare_partitions("q", 1)
+    assert broker.queues.pause("q", "test")
     done: list[Any] = []
     start(lambda m: done.append(m.body), partitions=3)
-    wait_for(lambda: Broker(redis_url, NS).partitions("q") == 3)
+    wait_for(lambda: Broker(redis_url, NS).queues.partitions("q") == 3)
     with Producer(redis_url) as p:
         for i in range(9):
             p.publish("q", i)  # in turn over the 3 partitions
     holds(lambda: not done, 1.0)
     assert [bool(redis_client.exists(QueueKeys(NS, p).paused)) for p in partition_names("q", 3)] == [True] * 3
-    assert read_queues(Broker(redis_url, NS), ["q"])[1]["q"].paused
-    assert Broker(redis_url, NS).resume("q")
+    assert Broker(redis_url, NS).statistics.read_queues(["q"])[1]["q"].paused
+    assert Broker(redis_url, NS).queues.resume("q")
     wait_for(lambda: len(done) == 9, timeout_s=10)
 
 
@@ -245,15 +244,15 @@ def test_a_pause_or_resume_during_a_raise_leaves_every_partition_as_partition_0_
     """The steps of a raise from 1 to 3 partitions with a pause (or resume) of the queue run between the
     first two, on the old count: the new partitions end as partition 0, paused (or not)."""
     b = Broker(redis_url, NS)
-    b.declare_partitions("q", 1)
+    b.queues.declare_partitions("q", 1)
     if between == "resume":
-        b.pause("q", "before")
+        b.queues.pause("q", "before")
     flag = redis_client.get(QueueKeys(NS, "q").paused)
-    b._prepare_partitions("q", 1, 3, flag)
+    b.queues._prepare_partitions("q", 1, 3, flag)
     other = Broker(redis_url, NS)
-    assert other.pause("q", "meanwhile") if between == "pause" else other.resume("q")
+    assert other.queues.pause("q", "meanwhile") if between == "pause" else other.queues.resume("q")
     scripts.partitions(b.keys("q"), 3).run(b.client)
-    b._follow_pause("q", 1, 3, flag)
+    b.queues._follow_pause("q", 1, 3, flag)
     paused = [bool(redis_client.exists(QueueKeys(NS, p).paused)) for p in partition_names("q", 3)]
     assert paused == [between == "pause"] * 3
 
@@ -283,12 +282,12 @@ def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, re
     """Declared 3 then 2: 3 stays. Junk, a negative or a huge count in the key: 1, and at most 64."""
     broker = Broker(redis_url, NS)
     key = QueueKeys(NS, "q").partitions
-    assert broker.declare_partitions("q", 3) == 3 and broker.declare_partitions("q", 2) == 3
+    assert broker.queues.declare_partitions("q", 3) == 3 and broker.queues.declare_partitions("q", 2) == 3
     for junk, seen in ((b"abc", 1), (b"-5", 1), (b"1.5", 1), (b"\xff\xfe", 1), (b"99999999999999999999", 64),
                        (b"1000", 64), (b"9" * 5000, 64), (b"0007", 7)):
         redis_client.set(key, junk)
-        assert Broker(redis_url, NS).partitions("q") == seen, junk
-        assert Broker(redis_url, NS).declare_partitions("q", 2) == max(seen, 2)
+        assert Broker(redis_url, NS).queues.partitions("q") == seen, junk
+        assert Broker(redis_url, NS).queues.declare_partitions("q", 2) == max(seen, 2)
         redis_client.set(key, junk)
     redis_client.delete(key)
     redis_client.hset(key, "x", "y")  # the wrong type: producers publish to the queue itself
@@ -309,7 +308,7 @@ def test_a_hostile_partition_key_is_refused_before_anything_is_sent(bad: Any, pr
         producer.publish("q", 1, partition_key=bad)
     with pytest.raises(MessageError, match="partition_key"):
         producer.publish_many("q", [1], partition_key=bad)
-    assert Broker(redis_url, NS).total_sizes("q")["pending"] == 0
+    assert Broker(redis_url, NS).statistics.total_sizes("q")["pending"] == 0
 
 
 def test_partition_names_cannot_collide_with_queue_names() -> None:

@@ -109,15 +109,15 @@ def test_a_retried_priority_message_keeps_its_priority(start: Callable[..., Runn
 def test_a_delayed_retry_becomes_due_with_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
     """A priority-9 frame retried with a delay keeps its head, and the promotion puts it before the backlog."""
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "urgent", priority=9)
-    took = broker.take("q", "c")
+    took = broker.messages.take("q", "c")
     assert took.next_frame is not None and took.next_frame.startswith(b"0:9:0|")
     producer.publish_many("q", ["a", "b"])
-    broker.nack("q", "c", took.next_frame, retry_threshold=3, delay_ms=1, meta='{"reason":"x"}', fetch_next=False)
+    broker.messages.nack("q", "c", took.next_frame, retry_threshold=3, delay_ms=1, meta='{"reason":"x"}', fetch_next=False)
     assert redis_client.zrange(K.delayed, 0, -1)[0].startswith(b"1:9:0|")
-    wait_for(lambda: broker.promote("q").moved == 1, timeout_s=5)
-    assert message.decode(broker.take("q", "c").next_frame or b"").body == "urgent"
+    wait_for(lambda: broker.messages.promote("q").moved == 1, timeout_s=5)
+    assert message.decode(broker.messages.take("q", "c").next_frame or b"").body == "urgent"
 
 
 def test_a_dedup_key_queues_one_message_and_returns_its_id(producer: Producer, redis_client: redis.Redis) -> None:
@@ -169,13 +169,13 @@ def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(
 def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(producer: Producer, redis_client: redis.Redis) -> None:
     """Purging every dead letter frees each one's key, and leaves another message's key alone."""
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     ids = producer.publish_many("q", list(range(2500)), dedup_key=[f"k{i}" for i in range(2500)])
     for _ in ids:
-        took = broker.take("q", "c")
+        took = broker.messages.take("q", "c")
         assert took.next_frame is not None
-        broker.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}',
-                    fetch_next=False)
+        broker.messages.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}',
+                             fetch_next=False)
     kept = producer.publish("q", "waiting", dedup_key="kept")
     from smqsup.views import deadletters
     assert deadletters.purge(broker, "q", None) == 2500
@@ -188,16 +188,16 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """ttl passes while the queue is paused: at resume it is dead-lettered 'expired', the handler never sees it."""
     broker = Broker(producer._broker.url)
-    broker.pause("q", "test")
+    broker.queues.pause("q", "test")
     seen: list[Any] = []
     start(lambda m: seen.append(m.body))
     producer.publish("q", "stale", ttl=0.2)
     producer.publish("q", "fresh", ttl=60)
     deadline = redis_ms(redis_client) + 250
     wait_for(lambda: redis_ms(redis_client) > deadline, timeout_s=5)
-    broker.resume("q")
+    broker.queues.resume("q")
     wait_for(lambda: seen == ["fresh"], timeout_s=5)
-    [entry] = broker.dead_letters("q")
+    [entry] = broker.contents.dead_letters("q")
     d = message.DeadLetter(entry)
     assert d.reason == "expired" and d.message() is not None and d.message().body == "stale"  # type: ignore[union-attr]
     assert redis_client.hget(K.counters, "expired") == b"1"
@@ -209,9 +209,9 @@ def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(
     are dead-lettered, the next live frame is returned with its head intact, an ack past the last fetches
     nothing."""
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "first")
-    took = broker.take("q", "c")
+    took = broker.messages.take("q", "c")
     assert took.next_frame is not None
     producer.publish("q", "stale-1", ttl=0.05)
     producer.publish("q", "stale-2", ttl=0.05)
@@ -219,12 +219,12 @@ def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(
     assert not redis_client.exists(K.priority, K.paused)  # the hot path's condition
     deadline = redis_ms(redis_client) + 100
     wait_for(lambda: redis_ms(redis_client) > deadline, timeout_s=5)
-    acked = broker.ack("q", "c", took.next_frame, fetch_next=True)
+    acked = broker.messages.ack("q", "c", took.next_frame, fetch_next=True)
     assert acked.acked and acked.next_frame is not None and acked.next_frame.startswith(b"0:0:")
     assert message.decode(acked.next_frame).body == "live"
-    assert [message.DeadLetter(e).reason for e in broker.dead_letters("q")] == ["expired", "expired"]
+    assert [message.DeadLetter(e).reason for e in broker.contents.dead_letters("q")] == ["expired", "expired"]
     assert redis_client.lrange(K.processing("c"), 0, -1) == [acked.next_frame]
-    last = broker.ack("q", "c", acked.next_frame, fetch_next=True)
+    last = broker.messages.ack("q", "c", acked.next_frame, fetch_next=True)
     assert last.acked and last.next_frame is None and last.registered and not last.paused
     assert redis_client.hget(K.counters, "expired") == b"2"
 
@@ -278,14 +278,14 @@ def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], pr
     start(lambda m: seen.append(m.body))
     producer.publish("q", "before")
     wait_for(lambda: seen == ["before"], timeout_s=5)
-    assert broker.pause("q", "test") and not broker.pause("q", "test")
+    assert broker.queues.pause("q", "test") and not broker.queues.pause("q", "test")
     for i in range(5):
         producer.publish("q", i)
     # A consumer blocked in BLMOVE when the pause came is handed message 0 by Redis at its
     # publish, and gives it back unhandled one round trip later (screen.lua).
     wait_for(lambda: redis_client.llen(K.pending) == 5, timeout_s=5, message="message 0 was not given back")
     holds(lambda: seen == ["before"] and redis_client.llen(K.pending) == 5, 1.0)
-    assert broker.resume("q") and not broker.resume("q")
+    assert broker.queues.resume("q") and not broker.queues.resume("q")
     wait_for(lambda: len(seen) == 6, timeout_s=5)
     assert seen == ["before", 0, 1, 2, 3, 4]
 
@@ -294,12 +294,12 @@ def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer
     """browse.listing('pending') gives exactly the order take.lua hands the messages out."""
     from smqsup.views import browse
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     for body, prio in [("a9", 9), ("b5", 5), ("c0", 0), ("d9", 9), ("e0", 0), ("f5", 5)]:
         producer.publish("q", body, priority=prio)
     listed = [r["preview"] for r in browse.listing(broker, "q", "pending", 100)]
     taken = []
-    while (frame := broker.take("q", "c").next_frame) is not None:
+    while (frame := broker.messages.take("q", "c").next_frame) is not None:
         taken.append(message.decode(frame).body)
     assert listed == taken == ["a9", "d9", "b5", "f5", "c0", "e0"]
 
@@ -331,15 +331,15 @@ def test_a_requeued_dead_letter_keeps_its_priority(producer: Producer, redis_cli
     """A priority-9 dead letter requeued behind a priority-0 backlog is taken first."""
     from smqsup.views import deadletters
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "urgent", priority=9)
-    took = broker.take("q", "c")
+    took = broker.messages.take("q", "c")
     assert took.next_frame is not None
-    broker.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}', fetch_next=False)
+    broker.messages.nack("q", "c", took.next_frame, retry_threshold=-1, delay_ms=0, meta='{"reason":"x"}', fetch_next=False)
     producer.publish_many("q", ["low0", "low1"])
     producer.publish("q", "p5", priority=5)
     assert deadletters.requeue(broker, "q", None) == 1
     taken = []
-    while (frame := broker.take("q", "c").next_frame) is not None:
+    while (frame := broker.messages.take("q", "c").next_frame) is not None:
         taken.append(message.decode(frame).body)
     assert taken == ["urgent", "p5", "low0", "low1"]

@@ -16,7 +16,6 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.readings import read_queues
 from tests.helpers import client_for, wait_for
 from tests.inproc import NS, Running
 
@@ -51,16 +50,16 @@ def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
     mid = producer.publish("q", {"order": 42})
     start(handler, retry_threshold=3)
     broker = Broker(redis_url, NS)
-    wait_for(lambda: broker.sizes("q")["dead"] == 1)
+    wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1)
     assert attempts == [0, 1, 2, 3]
-    [entry] = broker.dead_letters("q")
+    [entry] = broker.contents.dead_letters("q")
     dead = message.DeadLetter(entry)
     assert dead.reason == "KeyError: 'no such order 42'"
     assert dead.meta["error_type"] == "KeyError"
     assert "Traceback" in dead.meta["traceback"]
     dead_msg = dead.message()
     assert dead_msg is not None and dead_msg.id == mid and dead_msg.attempts == 4
-    assert broker.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 1}
+    assert broker.statistics.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 1}
 
 
 def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running], producer: Producer,
@@ -107,8 +106,8 @@ def test_malformed_bytes_are_dead_lettered_and_the_consumer_goes_on(
     start(lambda m: seen.append(m.body))
     wait_for(lambda: seen == ["good"])
     broker = Broker(redis_url, NS)
-    wait_for(lambda: broker.sizes("q")["dead"] == 4)
-    dead = [message.DeadLetter(e) for e in broker.dead_letters("q")]
+    wait_for(lambda: broker.statistics.sizes("q")["dead"] == 4)
+    dead = [message.DeadLetter(e) for e in broker.contents.dead_letters("q")]
     assert {d.reason for d in dead} == {"malformed"}
     assert b"\xff\xfe not a frame" in {d.frame for d in dead}
 
@@ -128,14 +127,14 @@ def test_payload_bytes_survive_retries_and_dead_lettering(
 
     start(handler, retry_threshold=2)
     broker = Broker(redis_url, NS)
-    wait_for(lambda: broker.sizes("q")["dead"] == 1)
-    [entry] = broker.dead_letters("q")
+    wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1)
+    [entry] = broker.contents.dead_letters("q")
     assert message.DeadLetter(entry).frame == b"3|" + payload
     assert bodies == [json.loads(payload_body)] * 3
     # And back through the dead-letter requeue: attempts reset, payload identical.
-    broker.dlq_requeue("q", [entry])
-    wait_for(lambda: broker.sizes("q")["dead"] == 1 and len(bodies) == 6)
-    [entry] = broker.dead_letters("q")
+    broker.contents.dlq_requeue("q", [entry])
+    wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1 and len(bodies) == 6)
+    [entry] = broker.contents.dead_letters("q")
     assert message.DeadLetter(entry).frame == b"3|" + payload
 
 
@@ -200,16 +199,16 @@ def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) 
     broker = Broker(redis_url, NS)
     with Producer(redis_url) as p:
         p.publish("q", "x")
-    frame, _ = broker.fetch("q", "c1", 1)
+    frame, _ = broker.messages.fetch("q", "c1", 1)
     assert frame is not None
-    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
+    r = broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="consumer lost")
     assert (r.requeued, r.dead_lettered) == (1, 0)
     # The reclaimed copy is back in pending with one attempt counted.
     assert redis_client.lrange(QueueKeys(NS, "q").pending, 0, -1) == [b"1" + frame[1:]]
     # Another consumer takes it; the first one's late ack must not touch it.
-    assert broker.fetch("q", "c2", 1) == (b"1" + frame[1:], False)
-    assert broker.ack("q", "c1", frame, False).acked is False
-    assert broker.counters("q")["late_acks"] == 1
+    assert broker.messages.fetch("q", "c2", 1) == (b"1" + frame[1:], False)
+    assert broker.messages.ack("q", "c1", frame, False).acked is False
+    assert broker.statistics.counters("q")["late_acks"] == 1
     assert redis_client.llen(QueueKeys(NS, "q").processing("c2")) == 1
 
 
@@ -221,7 +220,7 @@ def test_reclaim_without_cost_keeps_attempts_and_order(redis_url: str, redis_cli
     redis_client.lpush(k.processing("c1"), *frames)  # c is newest
     redis_client.hset(k.consumers, "c1", "{}")
     broker.reclaim_batch = 2
-    r = broker.return_stopped("q", "c1", reason="stopped")
+    r = broker.messages.return_stopped("q", "c1", reason="stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (3, 0, 0)
     # Consumers take from the right: a first.
     assert [redis_client.rpop(k.pending) for _ in range(3)] == frames
@@ -233,7 +232,7 @@ def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")
     redis_client.lpush(k.processing("c1"), b"3|x", b"1|y", b"garbage")
-    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
+    r = broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered) == (1, 2)
     assert redis_client.lrange(k.pending, 0, -1) == [b"2|y"]
     dead = {message.DeadLetter(e).frame: message.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
@@ -249,10 +248,10 @@ def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis
     redis_client.lpush(k.processing("c1"), b"0|x")
     redis_client.set(k.gc_lock, "other")
     with pytest.raises(NotLeader, match="no longer holds the collector lock"):
-        broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=(k.gc_lock, "mine"))
+        broker.registry.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=(k.gc_lock, "mine"))
     assert redis_client.llen(k.processing("c1")) == 1
     redis_client.set(k.gc_lock, "mine")
-    broker.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=(k.gc_lock, "mine"))
+    broker.registry.reclaim_stale("q", "c1", retry_threshold=3, reason="r", stale_after_ms=1000, lock=(k.gc_lock, "mine"))
     assert redis_client.llen(k.pending) == 1
 
 
@@ -261,7 +260,7 @@ def _held_by_c1(broker: Broker, redis_client: redis.Redis, *frames: bytes) -> Qu
     from smqsup.store.consumer_info import ConsumerInfo
 
     k = QueueKeys(NS, "q")
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.lpush(k.processing("c1"), *frames)
     return k
 
@@ -271,7 +270,7 @@ def test_reclaim_dead_costs_an_attempt_and_unregisters_once_empty(redis_url: str
     """reclaim_dead adds an attempt to each message and retires the consumer when its list is empty."""
     broker = Broker(redis_url, NS)
     k = _held_by_c1(broker, redis_client, b"0|a", b"1|b")
-    r = broker.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
+    r = broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
     assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"1|a", b"2|b"]
     assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is None
@@ -282,7 +281,7 @@ def test_return_stopped_is_free_and_unregisters(redis_url: str, redis_client: re
     """return_stopped keeps attempts as they are and unregisters the consumer."""
     broker = Broker(redis_url, NS)
     k = _held_by_c1(broker, redis_client, b"3|a")
-    r = broker.return_stopped("q", "c1", reason="consumer stopped")
+    r = broker.messages.return_stopped("q", "c1", reason="consumer stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 0, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
     assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
@@ -293,7 +292,7 @@ def test_reclaim_stale_leaves_a_consumer_with_a_fresh_heartbeat_alone(redis_url:
     """reclaim_stale does nothing (remaining -1) while the heartbeat is younger than stale_after_ms."""
     broker = Broker(redis_url, NS)
     k = _held_by_c1(broker, redis_client, b"0|a")
-    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000)
+    r = broker.registry.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000)
     assert (r.requeued, r.dead_lettered, r.remaining) == (0, 0, -1)
     assert redis_client.lrange(k.processing("c1"), 0, -1) == [b"0|a"]
     assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
@@ -305,8 +304,8 @@ def test_reclaim_stale_takes_a_stale_consumers_list_at_a_cost(redis_url: str, re
     k = _held_by_c1(broker, redis_client, b"3|a", b"0|b")
     redis_client.zadd(k.heartbeats, {"c1": 1})  # 1970
     redis_client.set(k.gc_lock, "mine")
-    r = broker.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000,
-                             lock=(k.gc_lock, "mine"))
+    r = broker.registry.reclaim_stale("q", "c1", retry_threshold=3, reason="consumer lost", stale_after_ms=60_000,
+                                      lock=(k.gc_lock, "mine"))
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"1|b"]
     assert message.DeadLetter(redis_client.lindex(k.dead, 0)).frame == b"4|a"
@@ -322,10 +321,10 @@ def test_sweep_retired_is_free_under_the_lock_and_leaves_the_registry_alone(redi
     k = _held_by_c1(broker, redis_client, b"3|a", b"garbage")
     redis_client.set(k.gc_lock, "other")
     with pytest.raises(NotLeader):
-        broker.sweep_retired("q", "c1", lock=(k.gc_lock, "mine"))
+        broker.registry.sweep_retired("q", "c1", lock=(k.gc_lock, "mine"))
     assert redis_client.llen(k.processing("c1")) == 2
     redis_client.set(k.gc_lock, "mine")
-    r = broker.sweep_retired("q", "c1", lock=(k.gc_lock, "mine"))
+    r = broker.registry.sweep_retired("q", "c1", lock=(k.gc_lock, "mine"))
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
     assert message.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
@@ -338,7 +337,7 @@ def test_return_held_is_free_and_leaves_the_registry_alone(redis_url: str, redis
     broker = Broker(redis_url, NS)
     broker.reclaim_batch = 1
     k = _held_by_c1(broker, redis_client, b"2|a", b"0|b")
-    r = broker.return_held("q", "c1", reason="consumer stopped")
+    r = broker.messages.return_held("q", "c1", reason="consumer stopped")
     assert (r.requeued, r.dead_lettered, r.remaining) == (2, 0, 0)
     assert [redis_client.rpop(k.pending) for _ in range(2)] == [b"2|a", b"0|b"]
     assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is None
@@ -469,22 +468,22 @@ def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
 def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
         redis_url: str, redis_client: redis.Redis) -> None:
     """After SCRIPT FLUSH (a restarted Redis), a publish, a pipelined push and heartbeat still run, each once."""
-    from smqsup.store import broker as broker_mod
+    from smqsup.store import messages
     from smqsup.store.consumer_info import ConsumerInfo
 
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")
-    broker.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
     redis_client.script_flush()
-    broker.push("q", [b"0|a"], register=False)  # alone, on the held connection
+    broker.messages.push("q", [b"0|a"], register=False)  # alone, on the held connection
     redis_client.script_flush()
-    frames = [b"0|%d" % i for i in range(broker_mod.PUBLISH_CHUNK + 5)]
-    broker.push("q", frames, register=True, producer=("p1", '{"published":1}'))  # one pipeline, three scripts
+    frames = [b"0|%d" % i for i in range(messages.PUBLISH_CHUNK + 5)]
+    broker.messages.push("q", frames, register=True, producer=("p1", '{"published":1}'))  # one pipeline, three scripts
     assert redis_client.llen(k.pending) == 1 + len(frames)
     assert int(redis_client.hget(k.counters, "published") or 0) == 1 + len(frames)
-    assert list(broker.producers()) == [b"p1"]
+    assert list(broker.statistics.producers()) == [b"p1"]
     redis_client.script_flush()
-    assert broker.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
+    assert broker.registry.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
         [("q", "gone")], {})
     # Each script call that NOSCRIPT refused went again by EVAL, once: the first registration (a new
     # server), the publish, two publish chunks and the producer statistics, the heartbeat. (A
@@ -502,13 +501,13 @@ def test_read_queues_reads_sizes_and_registry_of_every_queue(redis_url: str, red
     redis_client.lpush(k.dead, b"{}\n0|d")
     redis_client.set(k.gc_lock, "token")
     for t in (1, 2, 3):
-        broker.append_point("q", json.dumps({"t": t}), keep=2)
-    now_ms, readings = read_queues(broker, ["q", "empty"], recent=5)
+        broker.statistics.append_point("q", json.dumps({"t": t}), keep=2)
+    now_ms, readings = broker.statistics.read_queues(["q", "empty"], recent=5)
     assert abs(now_ms - time.time() * 1000) < 60_000
     q, empty = readings["q"], readings["empty"]
     assert q.sizes == {"pending": 1, "scheduled": 0, "delayed": 0, "dead": 1, "processing": 2}
     assert list(q.consumers) == [b"c1"] and q.held == [2] and [m for m, _ in q.heartbeats] == [b"c1"]
     assert q.leader == b"token" and q.recent == [b'{"t": 3}', b'{"t": 2}']
-    assert broker.series("q", 1) == [b'{"t": 3}']
+    assert broker.statistics.series("q", 1) == [b'{"t": 3}']
     assert empty.sizes == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
-    assert read_queues(broker, ["q"])[1]["q"].recent == []  # no points asked for
+    assert broker.statistics.read_queues(["q"])[1]["q"].recent == []  # no points asked for

@@ -40,16 +40,16 @@ def test_priority_9_overtakes_a_backlog_of_priority_0_and_each_level_stays_fifo(
     a = supervise({"q": {"handler": "tests.handlers:record"}}, **HB)
     procs.wait_registered(a, 1, redis_client)
     broker = Broker(redis_url)
-    assert broker.pause("q", "test")
+    assert broker.queues.pause("q", "test")
     with Producer(redis_url) as p:
         p.publish_many("q", [{"p": 0, "seq": i} for i in range(1000)])
         p.publish_many("q", [{"p": 9, "seq": i} for i in range(100)], priority=9)
     # Paused before the first publish, so no message is in flight: a frame the
     # consumer's blocking fetch took in the meantime is given back to the
     # consuming end of pending, unhandled. The order allows no exception.
-    wait_for(lambda: broker.sizes("q")["pending"] == 1100, message="a frame taken while paused not given back")
+    wait_for(lambda: broker.statistics.sizes("q")["pending"] == 1100, message="a frame taken while paused not given back")
     assert a.events() == []
-    assert broker.resume("q")
+    assert broker.queues.resume("q")
     wait_for(lambda: len(a.events("done")) == 1100, timeout_s=60, interval_s=0.2)
     done = sorted(a.events("done"), key=lambda e: e["t"])
     order = [(e["body"]["p"], e["body"]["seq"]) for e in done]
@@ -129,8 +129,8 @@ def test_eight_processes_racing_on_50_dedup_keys_queue_exactly_one_message_per_k
     queued = {message.decode(f).id: message.decode(f).body["key"] for f in redis_client.lrange(Q.pending, 0, -1)}
     assert queued == {next(iter(got)): key for key, got in ids.items()}
     broker = Broker(redis_url)
-    assert broker.sizes("q")["pending"] == KEYS
-    counters = broker.counters("q")
+    assert broker.statistics.sizes("q")["pending"] == KEYS
+    counters = broker.statistics.counters("q")
     assert (counters["published"], counters["deduplicated"]) == (KEYS, KEYS * REPEATS - KEYS)
 
     # Once the ttl has passed (the keys are gone from Redis) each key queues a new message. Each
@@ -147,7 +147,7 @@ def test_eight_processes_racing_on_50_dedup_keys_queue_exactly_one_message_per_k
     assert all(mid not in ids[key] for key, mid in again.items())
     assert len(set(again.values())) == KEYS
     assert set(_pending_ids(redis_client)) == set(again.values()) | {next(iter(g)) for g in ids.values()}
-    counters = broker.counters("q")
+    counters = broker.statistics.counters("q")
     assert (counters["published"], counters["deduplicated"]) == (2 * KEYS, KEYS * REPEATS - KEYS + 1)
 
 
@@ -197,13 +197,13 @@ def _pause_holds(supervisors: list[procs.Supervisor], broker: Broker) -> None:
     3 s that no handler starts later than FOLLOWS_S after it and that, from
     then on, pending only grows as publishing goes on; and that what was in
     flight at the pause ends."""
-    assert broker.pause("q", "test")
+    assert broker.queues.pause("q", "test")
     paused_at = time.monotonic()
     pending: list[int] = []
 
     def nothing_starts() -> bool:
         if time.monotonic() > paused_at + FOLLOWS_S:
-            pending.append(broker.sizes("q")["pending"])
+            pending.append(broker.statistics.sizes("q")["pending"])
         return not [e for e in _starts(*supervisors) if e["t"] > paused_at + FOLLOWS_S]
 
     holds(nothing_starts, FOLLOWS_S + 2.0, message="a handler started more than 1 s after the pause")
@@ -230,8 +230,8 @@ def test_pause_stops_two_supervisors_consumers_and_outlasts_their_restart(
         for s in second:
             procs.wait_registered(s, 2, redis_client)
         holds(lambda: not _starts(*second), 1.0, message="a restarted supervisor handled a message while paused")
-        assert broker.sizes("q")["pending"] > 0
-        assert broker.resume("q")
+        assert broker.statistics.sizes("q")["pending"] > 0
+        assert broker.queues.resume("q")
         resumed_at = time.monotonic()
         # Every one of the 4 consumers starts handling again.
         wait_for(lambda: len({e["pid"] for e in _starts(*second)}) == 4, timeout_s=5)
@@ -244,9 +244,9 @@ def test_pause_stops_two_supervisors_consumers_and_outlasts_their_restart(
     published = set(producer.ids)
     wait_for(lambda: {e["id"] for s in everyone for e in s.events("done")} >= published, timeout_s=60,
              interval_s=0.2, message="published messages never handled")
-    wait_for(lambda: broker.sizes("q")["pending"] == 0)
+    wait_for(lambda: broker.statistics.sizes("q")["pending"] == 0)
     done = [e for s in everyone for e in s.events("done")]
-    counters = broker.counters("q")
+    counters = broker.statistics.counters("q")
     assert counters["published"] == len(producer.ids)
     assert counters["acked"] == len(done) == len(published)  # each once: SIGTERM let handlers finish
     assert counters.get("dead_lettered", 0) == 0

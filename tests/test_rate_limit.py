@@ -172,13 +172,13 @@ def test_the_fetch_scripts_book_starts_by_the_redis_clock(producer: Producer, re
     """take.lua with a limit of 10/s books each frame 100 ms after the one before, and takes none past the
     1 s horizon: 10 frames of 15, then a retry wait."""
     broker = Broker(producer._broker.url)
-    broker.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
+    broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish_many("q", list(range(15)))
-    took = broker.take("q", "c", 15, (100_000, 1, 1))
+    took = broker.messages.take("q", "c", 15, (100_000, 1, 1))
     assert len(took.frames) == 11 and took.waits_us[0] == 0
     gaps = [b - a for a, b in zip(took.waits_us, took.waits_us[1:])]
     assert all(99_000 <= g <= 100_000 for g in gaps), gaps
-    again = broker.take("q", "c", 1, (100_000, 1, 1))
+    again = broker.messages.take("q", "c", 1, (100_000, 1, 1))
     assert not again.frames and 1_000_000 < again.retry_us <= 1_100_000
     assert redis_client.llen(K.pending) == 4
 
@@ -240,7 +240,8 @@ def test_the_lua_partition_bound_is_the_configured_one() -> None:
     from smqsup import defaults
     from smqsup.store import scripts
 
-    assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in scripts._TAKE.text
+    take = next(s for s in scripts.ALL if s.name == "take")
+    assert f"local RATE_PARTITIONS_MAX = {defaults.PARTITIONS_MAX}\n" in take.text
 
 
 @pytest.mark.parametrize(("text", "per_s"), [("100/s", 100.0), ("30/m", 0.5), ("30/min", 0.5),

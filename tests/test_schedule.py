@@ -193,13 +193,13 @@ def test_a_definition_in_redis_that_does_not_validate_is_one_line(raw: bytes) ->
 
 def _setup(client: "redis.Redis", broker: Broker, s: ScheduleConfig) -> tuple[str, str]:
     """Store ``s``, declared by "sup", and a collector lock held by token "t"."""
-    assert schedule_store.upsert(broker, s, "sup", 10_000) == calls.NEW
+    assert broker.schedules.upsert(s, "sup", 10_000) == calls.NEW
     client.set(K.gc_lock, "t", px=10_000)
     return K.gc_lock, "t"
 
 
 def _fire(broker: Broker, s: ScheduleConfig, slot: int, lock: tuple[str, str], digest: str = "") -> int:
-    return schedule_store.fire(broker, "q", s.name, digest or s.digest, slot, b"0|%d" % slot, "id", lock)[0]
+    return broker.schedules.fire("q", s.name, digest or s.digest, slot, b"0|%d" % slot, "id", lock)[0]
 
 
 def test_a_slot_fires_once_however_often_it_is_asked(redis_url: str, redis_client: "redis.Redis") -> None:
@@ -231,11 +231,11 @@ def test_the_fire_script_refuses_a_deposed_leader_a_pause_no_declarer_and_a_chan
     with pytest.raises(NotLeader):
         _fire(broker, s, now - 1000, (K.gc_lock, "someone else"))
     assert _fire(broker, s, now - 1000, lock, digest=hashlib.sha1(b"old").hexdigest()) == calls.CHANGED
-    assert schedule_store.pause(broker, "q", "tick", "test") and _fire(broker, s, now - 1000, lock) == calls.PAUSED
-    assert schedule_store.resume(broker, "q", "tick") and not schedule_store.resume(broker, "q", "tick")
+    assert broker.schedules.pause("q", "tick", "test") and _fire(broker, s, now - 1000, lock) == calls.PAUSED
+    assert broker.schedules.resume("q", "tick") and not broker.schedules.resume("q", "tick")
     assert int(redis_client.hget(K.schedule("tick"), "since_ms") or 0) >= now  # the paused slots are skipped
     redis_client.hset(K.schedule("tick"), "since_ms", now - 5000)
-    assert not schedule_store.undeclare(broker, s, "sup", forget=False)
+    assert not broker.schedules.undeclare(s, "sup", forget=False)
     assert _fire(broker, s, now - 1000, lock) == calls.UNDECLARED
     redis_client.zadd(K.schedule_declarers("tick"), {"forged": float("inf"), "far": now + 10**10})
     assert _fire(broker, s, now - 1000, lock) == calls.UNDECLARED  # scores no declaration can reach
@@ -266,13 +266,13 @@ def test_declarations_say_which_definitions_differ_and_forget_only_the_last(
     else declares it."""
     broker = Broker(redis_url)
     a, b = ScheduleConfig("a", "q", every_ms=1000), ScheduleConfig("b", "q", every_ms=2000)
-    schedule_store.upsert(broker, a, "sup1", 10_000)
+    broker.schedules.upsert(a, "sup1", 10_000)
     other = ScheduleConfig("a", "q", every_ms=3000)
-    assert schedule_store.declare(broker, "q", [a, b], "sup2", 10_000) == [calls.SAME, calls.MISSING]
-    assert schedule_store.declare(broker, "q", [other], "sup2", 10_000) == [calls.DIFFERS]
-    assert schedule_store.upsert(broker, other, "sup2", 10_000) == calls.REPLACED
-    assert not schedule_store.undeclare(broker, a, "sup1", forget=True)  # sup2 still declares it
-    assert schedule_store.undeclare(broker, a, "sup2", forget=True)
+    assert broker.schedules.declare("q", [a, b], "sup2", 10_000) == [calls.SAME, calls.MISSING]
+    assert broker.schedules.declare("q", [other], "sup2", 10_000) == [calls.DIFFERS]
+    assert broker.schedules.upsert(other, "sup2", 10_000) == calls.REPLACED
+    assert not broker.schedules.undeclare(a, "sup1", forget=True)  # sup2 still declares it
+    assert broker.schedules.undeclare(a, "sup2", forget=True)
     assert not redis_client.hexists(K.schedules, "a") and not redis_client.exists(K.schedule_declarers("a"))
 
 

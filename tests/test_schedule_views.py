@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from smqsup.collector import stats
 from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
-from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
 from smqsup.web import metrics
 from smqsup.web.server import build_app
@@ -29,7 +28,7 @@ def _stored(redis_url: str, redis_client: "redis.Redis") -> int:
     """Schedule "tick" (every 10 s) on queue q, declared, last fired at a known slot; that slot (ms)."""
     broker = Broker(redis_url)
     broker.client.sadd("smq:queues", "q")
-    schedule_store.upsert(broker, ScheduleConfig("tick", "q", every_ms=10_000), "web1:1:ab", 60_000)
+    broker.schedules.upsert(ScheduleConfig("tick", "q", every_ms=10_000), "web1:1:ab", 60_000)
     now = int(redis_client.time()[0]) * 1000
     last = now // 10_000 * 10_000
     redis_client.hset(K.schedule("tick"), mapping={"last_fire_ms": last, "fires": 7})

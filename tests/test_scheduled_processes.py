@@ -100,7 +100,7 @@ def test_a_delayed_message_survives_a_supervisor_sigkill(
     b = supervise(TIMED, name="b", **HB)
     handled_once_on_time(b, redis_client, mid, due)
     assert a.events() == []
-    assert Broker(redis_url).counters("q")["acked"] == 1
+    assert Broker(redis_url).statistics.counters("q")["acked"] == 1
 
 
 @pytest.mark.parametrize("down", ["until before its due time", "past its due time"])
@@ -129,7 +129,7 @@ def test_a_delayed_message_survives_a_redis_restart_with_aof(
         # Consumers reconnect with a backoff of at most 2 s; the collector retries after 1 s.
         assert done["id"] == mid and done["wall"] >= due / 1000 - 0.001
         assert done["wall"] - restarted <= 3.0, f"handled {done['wall'] - restarted:.2f} s after the restart"
-    assert Broker(redis_url).counters("q")["acked"] == 1
+    assert Broker(redis_url).statistics.counters("q")["acked"] == 1
 
 
 def test_a_due_time_in_the_past_is_handled_at_once(
@@ -155,7 +155,7 @@ def test_a_ttl_that_passes_while_the_queue_is_paused_dead_letters_it_unhandled(
     a = supervise(TIMED, **HB)
     procs.wait_registered(a, 1, redis_client)
     broker = Broker(redis_url)
-    assert broker.pause("q", "test")
+    assert broker.queues.pause("q", "test")
     with Producer(redis_url) as p:
         mid = p.publish("q", "short-lived", ttl=1)
         # A consumer blocked in BLMOVE may take it, see the pause and give it back.
@@ -164,7 +164,7 @@ def test_a_ttl_that_passes_while_the_queue_is_paused_dead_letters_it_unhandled(
         assert expires is not None
         wait_for(lambda: redis_ms(redis_client) > expires, timeout_s=3)
         assert redis_client.lrange(Q.pending, 0, -1) == [frame]  # paused: nobody took it
-        assert broker.resume("q")
+        assert broker.queues.resume("q")
         wait_for(lambda: redis_client.llen(Q.dead) == 1, timeout_s=5, message="the expired message not dead-lettered")
         # A message after it is handled: the consumer works, and would have shown the first.
         control = p.publish("q", "control")
@@ -173,7 +173,7 @@ def test_a_ttl_that_passes_while_the_queue_is_paused_dead_letters_it_unhandled(
     row = deadletters.row(raw)
     assert (row["id"], row["reason"]) == (mid, "expired")
     assert [e["id"] for e in a.events()] == [control]
-    counters = broker.counters("q")
+    counters = broker.statistics.counters("q")
     assert counters["expired"] == 1 and counters["dead_lettered"] == 1
 
 
@@ -206,20 +206,20 @@ def test_reject_and_retry_give_exact_delivery_counts(
     rej = _deliveries(a, "rej")
     assert [(e["id"], e["attempts"]) for e in rej] == [(ids["rej"], 0)]
     assert _dead_reason(redis_client, "rej") == "rejected: bad"
-    assert broker.counters("rej").get("retried", 0) == 0
+    assert broker.statistics.counters("rej").get("retried", 0) == 0
 
     again = _deliveries(a, "again")
     assert [(e["id"], e["attempts"]) for e in again] == [(ids["again"], n) for n in range(3)]
     gaps = [b["t"] - a_["t"] for a_, b in zip(again, again[1:])]
     assert all(0.5 - CLOCKS_APART_S <= g <= 0.5 + ON_TIME_S for g in gaps), gaps
     assert _dead_reason(redis_client, "again") == "Retry: retry in 0.5 s"
-    assert broker.counters("again")["retried"] == 2
+    assert broker.statistics.counters("again")["retried"] == 2
 
     once = _deliveries(a, "once")
     assert [(e["id"], e["attempts"]) for e in once] == [(ids["once"], 0), (ids["once"], 1)]
     assert 0.2 - CLOCKS_APART_S <= once[1]["t"] - once[0]["t"] <= 0.2 + ON_TIME_S
     assert [e["id"] for e in a.events("done")] == [ids["once"]]
-    counters = broker.counters("once")
+    counters = broker.statistics.counters("once")
     assert counters["acked"] == 1 and counters["retried"] == 1 and redis_client.llen(QueueKeys("smq", "once").dead) == 0
 
 
@@ -231,6 +231,6 @@ def test_a_rejected_message_is_counted_as_rejected(
     with Producer(redis_url) as p:
         p.publish("rej", "rej")
     wait_for(lambda: redis_client.llen(QueueKeys("smq", "rej").dead) == 1, timeout_s=5)
-    counters = Broker(redis_url).counters("rej")
+    counters = Broker(redis_url).statistics.counters("rej")
     assert counters["dead_lettered"] == 1
     assert counters.get("rejected") == 1

@@ -100,7 +100,7 @@ def test_a_collector_tick_over_ten_thousand_hostile_definitions_is_bounded(
     """With 10,000 hostile definitions (1,000 with forged declarations) beside a declared one, no collector
     tick holds its caller for long, and the declared schedule fires within a few seconds."""
     seed_hostile_definitions(redis_client, 10_000, declared=1000)
-    schedule_store.upsert(Broker(redis_url), ScheduleConfig("tick", "q", every_ms=1000), "sup", 60_000)
+    Broker(redis_url).schedules.upsert(ScheduleConfig("tick", "q", every_ms=1000), "sup", 60_000)
     collector = _collector(redis_url)
     ticks: list[float] = []
 
@@ -131,7 +131,7 @@ def test_the_looks_of_many_queues_share_one_budget_per_tick(redis_url: str, redi
             pipe.hset(k.schedule(f"hostile-{i}"), "since_ms", now - i * 86_400_000)
         pipe.execute()
     broker = Broker(redis_url)
-    schedule_store.upsert(broker, ScheduleConfig("tick", names[-1], every_ms=1000), "sup", 60_000)
+    broker.schedules.upsert(ScheduleConfig("tick", names[-1], every_ms=1000), "sup", 60_000)
     cfg = Config(Path("<test>"), queues={n: QueueConfig(n, "m:f") for n in names}, heartbeat_interval_s=0.2,
                  heartbeat_timeout_s=2.0)
     collector = Collector(broker, cfg, owner="t")
@@ -200,7 +200,7 @@ def test_a_stored_definition_too_large_for_the_files_max_message_size_says_so_in
     shows why it never fires under this file's limit."""
     broker = Broker(redis_url)
     broker.client.sadd("smq:queues", "q")
-    schedule_store.upsert(broker, ScheduleConfig("big", "q", every_ms=1000, body="x" * 5000), "sup", 60_000)
+    broker.schedules.upsert(ScheduleConfig("big", "q", every_ms=1000, body="x" * 5000), "sup", 60_000)
     cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "m:f"}}, max_message_size="4KB")
     r = procs.run("schedules", "-c", str(cfg), "--json")
     assert r.returncode == 0, r.stderr
@@ -273,18 +273,18 @@ def test_reset_settles_a_state_ahead_up_to_now_and_writes_nothing_else(
     _setup(redis_client, broker, ScheduleConfig("tick", "q", every_ms=1000))
     ahead = int(redis_client.time()[0]) * 1000 + 3 * 365 * 86_400_000
     redis_client.hset(Q.schedule("tick"), mapping={"last_fire_ms": ahead, "fired_at_ms": ahead, "fires": 7})
-    stored, now, ahead_ms = schedule_store.reset(broker, "q", "tick")
+    stored, now, ahead_ms = broker.schedules.reset("q", "tick")
     assert stored and ahead_ms == ahead - now
     assert redis_client.hgetall(Q.schedule("tick")) == {b"since_ms": str(now).encode(), b"fires": b"7"}
     redis_client.hset(Q.schedule("tick"), "last_fire_ms", now - 1000)
-    stored, later, ahead_ms = schedule_store.reset(broker, "q", "tick")
+    stored, later, ahead_ms = broker.schedules.reset("q", "tick")
     assert stored and ahead_ms == 0 and later >= now
     assert redis_client.hget(Q.schedule("tick"), "last_fire_ms") == str(now - 1000).encode()
-    assert schedule_store.reset(broker, "q", "nope")[0] is False and not redis_client.exists(Q.schedule("nope"))
+    assert broker.schedules.reset("q", "nope")[0] is False and not redis_client.exists(Q.schedule("nope"))
     redis_client.hset(Q.schedules, "bad", b"{}")
     redis_client.set(Q.schedule("bad"), "a string")
     with pytest.raises(BrokerError, match="WRONGTYPE"):
-        schedule_store.reset(broker, "q", "bad")
+        broker.schedules.reset("q", "bad")
     assert redis_client.get(Q.schedule("bad")) == b"a string"
 
 
@@ -295,7 +295,7 @@ def test_reset_settles_a_state_of_junk_times_up_to_now(redis_url: str, redis_cli
     _setup(redis_client, broker, ScheduleConfig("tick", "q", every_ms=1000))
     redis_client.hset(Q.schedule("tick"), mapping={"since_ms": "nan", "last_fire_ms": b"\xff\xfe",
                                                    "fired_at_ms": "1e300"})
-    stored, now, ahead_ms = schedule_store.reset(broker, "q", "tick")
+    stored, now, ahead_ms = broker.schedules.reset("q", "tick")
     assert stored and ahead_ms == 0
     assert redis_client.hget(Q.schedule("tick"), "since_ms") == str(now).encode()
 
@@ -308,8 +308,8 @@ def test_a_round_over_more_than_a_batch_fires_each_due_slot_once_and_nothing_und
     the others never."""
     broker = Broker(redis_url)
     lock = _setup(redis_client, broker, ScheduleConfig("tick", "q", every_ms=1000))
-    schedule_store.upsert(broker, ScheduleConfig("held", "q", every_ms=1000), "sup", 10_000)
-    schedule_store.pause(broker, "q", "held", "test")
+    broker.schedules.upsert(ScheduleConfig("held", "q", every_ms=1000), "sup", 10_000)
+    broker.schedules.pause("q", "held", "test")
     redis_client.hset(Q.schedules, mapping={f"idle{i}": ScheduleConfig("x", "q", every_ms=1000).to_json()
                                             for i in range(250)})
     since = int(redis_client.time()[0]) * 1000 - 5000

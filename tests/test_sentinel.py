@@ -15,11 +15,11 @@ def test_publish_and_consume_through_sentinel(sentinel_group: SentinelTopology) 
         mid = p.publish("q", {"via": "sentinel"})
     assert sentinel_group.client(sentinel_group.master).dbsize() > 0  # on the master they name
     broker = Broker(sentinel_group.url)
-    frame, _ = broker.fetch("q", "c1", 1)
+    frame, _ = broker.messages.fetch("q", "c1", 1)
     assert frame is not None and mid.encode() in frame
-    assert broker.ack("q", "c1", frame, False).acked
-    assert broker.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0}
-    assert broker.counters("q")["published"] == 1
+    assert broker.messages.ack("q", "c1", frame, False).acked
+    assert broker.statistics.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0}
+    assert broker.statistics.counters("q")["published"] == 1
 
 
 def test_bad_sentinel_url_names_the_key() -> None:

@@ -119,7 +119,7 @@ def test_status_shows_scheduled_paused_and_the_new_events(redis_url: str) -> Non
         p.publish_many("mail", [1, 2])
     broker = Broker(redis_url)
     try:
-        assert broker.pause("mail", by="test") is True
+        assert broker.queues.pause("mail", by="test") is True
         assert browse.remove(broker, "mail", [later]) == {later: True}
     finally:
         broker.close()
@@ -159,7 +159,7 @@ def test_status_shows_messages_in_flight_per_consumer_and_per_queue(redis_url: s
                 ("orders", "c2", ConsumerInfo(pid=12, host="h", index=2, in_flight=0, concurrency=50)),
                 ("orders", "old", ConsumerInfo(pid=13, host="h", index=3, busy=True)),  # written before in_flight
                 ("mail", "c3", ConsumerInfo(pid=21, host="h", index=1, busy=True, in_flight=1, concurrency=1))]:
-            broker.register_consumer(queue, cid, info)
+            broker.registry.register_consumer(queue, cid, info)
     finally:
         broker.close()
     with Producer(redis_url) as p:

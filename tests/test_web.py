@@ -22,7 +22,7 @@ from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.redis_server import free_port
+from smqsup.store.locate import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs
@@ -69,7 +69,7 @@ def _dead_letter(supervise: Callable[..., procs.Supervisor], redis_url: str, bod
         mid = p.publish("bad", body)
     broker = Broker(redis_url)
     try:
-        wait_for(lambda: broker.sizes("bad")["dead"] == 1, 30, message="no dead letter")
+        wait_for(lambda: broker.statistics.sizes("bad")["dead"] == 1, 30, message="no dead letter")
     finally:
         broker.close()
     sup.stop()
@@ -377,8 +377,8 @@ def test_messages_lists_each_state_and_remove_deletes_waiting_ones(
         held = p.publish("jobs", {"n": 3})
     broker = Broker(redis_url)
     try:
-        broker.register_consumer("jobs", "c1", ConsumerInfo(pid=1, host="h"))
-        frame, _ = broker.fetch("jobs", "c1", 1)  # takes the oldest pending: plain
+        broker.registry.register_consumer("jobs", "c1", ConsumerInfo(pid=1, host="h"))
+        frame, _ = broker.messages.fetch("jobs", "c1", 1)  # takes the oldest pending: plain
         assert frame is not None
     finally:
         broker.close()
@@ -433,10 +433,10 @@ def test_api_status_and_metrics_show_messages_in_flight_per_consumer_and_per_que
     """/api/status and /metrics: each consumer's messages in flight and concurrency, each queue's sums."""
     broker = Broker(redis_url)
     try:
-        broker.register_consumer("orders", "c1", ConsumerInfo(pid=11, host="h", index=1, busy=True, in_flight=37,
-                                                              concurrency=50))
-        broker.register_consumer("orders", "c2", ConsumerInfo(pid=12, host="h", index=2, in_flight=3, concurrency=50))
-        broker.register_consumer("orders", "old", ConsumerInfo(pid=13, host="h", index=3))  # written before in_flight
+        broker.registry.register_consumer("orders", "c1", ConsumerInfo(pid=11, host="h", index=1, busy=True, in_flight=37,
+                                                                       concurrency=50))
+        broker.registry.register_consumer("orders", "c2", ConsumerInfo(pid=12, host="h", index=2, in_flight=3, concurrency=50))
+        broker.registry.register_consumer("orders", "old", ConsumerInfo(pid=13, host="h", index=3))  # written before in_flight
     finally:
         broker.close()
     server = web()

@@ -105,7 +105,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
     """``smqsup pause``: set the queue's paused flag (or say who set it)."""
     with _broker(args) as (broker, queue):
         by = f"cli@{socket.gethostname()}"
-        if broker.pause(queue, by=by):
+        if broker.queues.pause(queue, by=by):
             print(f"paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`")
         else:
             print(f"{queue} was already paused ({_pause_info(broker, queue)}); nothing changed")
@@ -115,7 +115,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     """``smqsup resume``: clear the queue's paused flag."""
     with _broker(args) as (broker, queue):
-        if broker.resume(queue):
+        if broker.queues.resume(queue):
             print(f"resumed {queue}: its consumers take messages again")
         else:
             print(f"{queue} was not paused; nothing changed")
@@ -146,7 +146,7 @@ def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
     no one count holds it)."""
     if state == "processing":
         return None
-    sizes = broker.total_sizes(queue)
+    sizes = broker.statistics.total_sizes(queue)
     return {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"]}.get(state, sizes["dead"])
 
 
@@ -178,7 +178,7 @@ def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
     queue = validate_queue_name(args.queue, path=f"smqsup {args.command}", key="QUEUE")
     broker = connect(url, namespace, client_name=f"smqsup-{args.command}")
     try:
-        if queue not in broker.known_queues():
+        if queue not in broker.queues.known_queues():
             print(f"smqsup {args.command}: note: no producer or consumer has used queue {queue} "
                   f"in namespace {namespace} yet", file=sys.stderr)
         yield broker, queue
@@ -189,11 +189,7 @@ def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
 def _pause_info(broker: Broker, queue: str) -> str:
     """Who paused the queue and when, as its flag says (anybody may have
     written it: each part is checked, and shown escaped)."""
-    # Here, not at the top: the store imports redis-py (see cli.common.connect).
-    from smqsup.store.connection import wrapped
-
-    with wrapped(f"read the paused flag of {queue!r}"):
-        raw: Any = broker.client.get(broker.keys(queue).paused)
+    raw = broker.queues.paused_flag(queue)
     try:
         info = json.loads(raw) if raw is not None else {}
     except (ValueError, RecursionError):  # not UTF-8, not JSON

@@ -72,16 +72,15 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 def _act(action: str, broker: Broker, queue: str, name: str) -> str:
     """Pause, resume or reset schedule ``name`` of ``queue``; what was done, in a line."""
     # Here, not at the top: the store imports redis-py (see cli.common.connect).
-    from smqsup.store import schedules as schedule_store
 
     if action == "pause":
-        if schedule_store.pause(broker, queue, name, by=f"cli@{socket.gethostname()}"):
+        if broker.schedules.pause(queue, name, by=f"cli@{socket.gethostname()}"):
             return f"paused schedule {name} (queue {queue}): it fires on no host until `smqsup schedules resume {name}`"
-        since = paused_since(schedule_store.paused_info(broker, queue, name))
+        since = paused_since(broker.schedules.paused_info(queue, name))
         return f"schedule {name} was already paused ({since}); nothing changed"
     if action == "reset":
-        return _reset_text(name, queue, *schedule_store.reset(broker, queue, name))
-    if schedule_store.resume(broker, queue, name):
+        return _reset_text(name, queue, *broker.schedules.reset(queue, name))
+    if broker.schedules.resume(queue, name):
         return f"resumed schedule {name} (queue {queue}): it fires again from its next slot"
     return f"schedule {name} was not paused; nothing changed"
 
@@ -106,19 +105,16 @@ def _queues(broker: Broker, cfg: Optional[config_mod.Config]) -> list[str]:
     # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.schedules import valid_name
 
-    known = {q for q in broker.known_queues() if valid_name(q)}
+    known = {q for q in broker.queues.known_queues() if valid_name(q)}
     return sorted(known | set(cfg.queues if cfg else ()))
 
 
 def _queue_of(broker: Broker, cfg: Optional[config_mod.Config], name: str) -> str:
     """The queue of schedule ``name``: the config's, else the one queue whose
     stored definitions hold it; a one-line error otherwise."""
-    # Here, not at the top: the store imports redis-py (see cli.common.connect).
-    from smqsup.store.schedules import stored_queues
-
     if cfg is not None and name in cfg.schedules:
         return cfg.schedules[name].queue
-    found = stored_queues(broker, _queues(broker, cfg), name)
+    found = broker.schedules.stored_queues(_queues(broker, cfg), name)
     if len(found) == 1:
         return found[0]
     if not found:
@@ -139,13 +135,10 @@ def _reset_text(name: str, queue: str, stored: bool, now_ms: int, ahead_ms: int)
 
 
 def _list(args: argparse.Namespace) -> int:
-    # Here, not at the top: the store imports redis-py (see cli.common.connect).
-    from smqsup.store.schedules import rows as stored_rows
-
     with _connected(args) as (broker, cfg):
         # The file's max_message_size, else the default: the supervisors' own are not in Redis.
         limit = cfg.max_message_size_bytes if cfg else defaults.MAX_MESSAGE_SIZE_BYTES
-        rows = stored_rows(broker, _queues(broker, cfg), limit)
+        rows = broker.schedules.rows(_queues(broker, cfg), limit)
     stored = {(r["queue"], r["name"]) for r in rows}
     for s in (cfg.schedules.values() if cfg else ()):
         if (s.queue, s.name) not in stored:  # in the file, not declared yet (no supervisor of it has run)

@@ -275,7 +275,7 @@ class Producer:
         Redis refuses to read (a key of the wrong type) is said once, and
         the messages go to the queue itself (partition 0)."""
         try:
-            n = self._broker.partitions(queue)
+            n = self._broker.queues.partitions(queue)
         except BrokerConnectionError as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
         except BrokerError as exc:
@@ -306,10 +306,10 @@ class Producer:
         pairs: list[tuple[str, bool]] = []
         try:
             if opts is None:
-                self._broker.push(target, frames, register=register, producer=stats)  # type: ignore[arg-type]
+                self._broker.messages.push(target, frames, register=register, producer=stats)  # type: ignore[arg-type]
             else:
-                pairs = self._broker.push_with(target, frames, opts, register=register,  # type: ignore[arg-type]
-                                               producer=stats)
+                pairs = self._broker.messages.push_with(target, frames, opts,  # type: ignore[arg-type]
+                                                        register=register, producer=stats)
         except BrokerNotSent as exc:
             raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
         except NotReplicated as exc:
@@ -351,7 +351,7 @@ class Producer:
         """
         if self._stats and self.published:
             try:
-                self._broker.producer_stats(self.id, self._stats_json(time.monotonic(), 0))
+                self._broker.messages.producer_stats(self.id, self._stats_json(time.monotonic(), 0))
             except BrokerConnectionError as exc:
                 log.debug("producer %s: statistics not flushed at close: %s", self.id, exc)
             except BrokerError as exc:

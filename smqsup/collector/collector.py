@@ -104,7 +104,8 @@ class Collector:
         self.firing.cfg = cfg
         ttl = lock_ttl_ms(cfg)
         # One election per partition: each is a queue of its own in Redis.
-        wanted = {p: q for name, q in cfg.queues.items() for p in self.broker.partition_names(name, q.partitions)}
+        wanted = {p: q for name, q in cfg.queues.items()
+                  for p in self.broker.queues.partition_names(name, q.partitions)}
         for name in list(self._queues):
             if name not in wanted:
                 self._queues.pop(name).lock.release()
@@ -227,15 +228,16 @@ class Collector:
 
     def _fact(self, name: str, state: _QueueGC, **increments: int) -> None:
         """Count collector facts; a refusal costs the count, never the work it counts."""
-        self._step(name, state, "record collector facts", lambda n, _: self.broker.gc_fact(n, **increments))
+        self._step(name, state, "record collector facts", lambda n, _: self.broker.statistics.gc_fact(n, **increments))
 
     def _collect(self, name: str, state: _QueueGC) -> None:
         timeout_ms = int(self.cfg.heartbeat_timeout_s * 1000)
-        stale, orphans = self.broker.stale_consumers(name, timeout_ms)
+        stale, orphans = self.broker.registry.stale_consumers(name, timeout_ms)
         for cid in stale + orphans:
             reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
-            r = self.broker.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold, reason=reason,
-                                          stale_after_ms=timeout_ms, lock=(state.lock.key, state.lock.token))
+            r = self.broker.registry.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold,
+                                                   reason=reason, stale_after_ms=timeout_ms,
+                                                   lock=(state.lock.key, state.lock.token))
             if r.remaining == -1:
                 continue  # it came back between the two scripts
             moved = r.requeued + r.dead_lettered
@@ -249,8 +251,8 @@ class Collector:
         after it was unregistered (it moved one more message before it learnt
         it had been declared dead, then died): nobody else watches that list."""
         lock = (state.lock.key, state.lock.token)
-        for cid in self.broker.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
-            r = self.broker.sweep_retired(name, cid, lock=lock)
+        for cid in self.broker.registry.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
+            r = self.broker.registry.sweep_retired(name, cid, lock=lock)
             if r.requeued or r.dead_lettered:
                 self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
@@ -268,7 +270,7 @@ class Collector:
         last look with an earlier due time."""
         lock = (state.lock.key, state.lock.token)
         for _ in range(defaults.PROMOTE_BATCHES_PER_TICK):
-            r = self.broker.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
+            r = self.broker.messages.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
             if r.moved:
                 log.debug("queue %s: %d delayed or scheduled message(s) due, now ready", name, r.moved)
             if r.expired:
@@ -288,4 +290,4 @@ class Collector:
 
 def leaders(broker: Broker, queues: Mapping[str, object]) -> dict[str, str | None]:
     """queue -> current collector's owner token (None: no leader now)."""
-    return {name: broker.lock_holder(broker.keys(name).gc_lock) for name in queues}
+    return {name: broker.registry.lock_holder(broker.keys(name).gc_lock) for name in queues}

@@ -42,14 +42,14 @@ class LeaderLock:
         started = time.monotonic()
         try:
             if self.held:
-                self.held = self.broker.lock_renew(self.key, self.token, self.ttl_ms)
+                self.held = self.broker.registry.lock_renew(self.key, self.token, self.ttl_ms)
                 if not self.held:
                     log.warning("lost the lock %s (taken over or expired)", self.key)
             else:
-                self.held = self.broker.lock_acquire(self.key, self.token, self.ttl_ms)
-                if not self.held and self.broker.lock_holder(self.key) == self.token:
+                self.held = self.broker.registry.lock_acquire(self.key, self.token, self.ttl_ms)
+                if not self.held and self.broker.registry.lock_holder(self.key) == self.token:
                     # Our own token survived a connection error: still ours.
-                    self.held = self.broker.lock_renew(self.key, self.token, self.ttl_ms)
+                    self.held = self.broker.registry.lock_renew(self.key, self.token, self.ttl_ms)
         except BrokerError as exc:
             if self.held:
                 log.warning("lock %s: Redis unreachable (%s); stepping down", self.key, exc)
@@ -77,6 +77,6 @@ class LeaderLock:
             return
         self.held = False
         try:
-            self.broker.lock_release(self.key, self.token)
+            self.broker.registry.lock_release(self.key, self.token)
         except BrokerError as exc:
             log.warning("lock %s: release failed (%s); it expires by itself", self.key, exc)

@@ -93,7 +93,7 @@ class Firing:
                 elif r.begun and r.cursor == 0:
                     return self._end(queue)
                 else:
-                    r.cursor, found = schedule_store.scan(self.broker, queue, r.cursor, defaults.SCHEDULE_BATCH)
+                    r.cursor, found = self.broker.schedules.scan(queue, r.cursor, defaults.SCHEDULE_BATCH)
                     r.todo.extend(found)
                     r.begun = True
         except NotLeader:
@@ -108,7 +108,7 @@ class Firing:
     def _batch(self, r: _Round, queue: str, lock: Lock, deadline: float) -> None:
         """Look at the next SCHEDULE_BATCH scanned schedules until ``deadline``
         (the others wait for the next look, their states read again then)."""
-        r.now_ms, stored = schedule_store.read_states(self.broker, queue, list(islice(r.todo, defaults.SCHEDULE_BATCH)))
+        r.now_ms, stored = self.broker.schedules.read_states(queue, list(islice(r.todo, defaults.SCHEDULE_BATCH)))
         for st in stored:
             # Off the list before it is fired: one whose firing fails costs itself, not the round.
             r.todo.popleft()
@@ -173,8 +173,8 @@ class Firing:
                                         self.cfg.max_message_size_bytes)
         payload = writer.payload(mid, s.body)
         try:
-            outcome, now_ms = schedule_store.fire(self.broker, s.queue, s.name, digest, f.slot_ms,
-                                                  message.frame(payload), mid, lock)
+            outcome, now_ms = self.broker.schedules.fire(s.queue, s.name, digest, f.slot_ms,
+                                                         message.frame(payload), mid, lock)
         except NotReplicated as exc:  # fired on the master: the slot is done whatever happens next
             outcome, now_ms = cast(tuple[int, int], exc.result)
             log.warning("queue %s: schedule %s fired (message %s), but %s", s.queue, s.name, mid, exc)

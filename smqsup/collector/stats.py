@@ -24,7 +24,7 @@ from typing import Any, Optional
 from smqsup.keys import logical_name
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.readings import QueueReading, read_queues, redis_int
+from smqsup.store.statistics import QueueReading, redis_int
 
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
@@ -47,20 +47,20 @@ def sample(broker: Broker, queue: str) -> dict[str, Any]:
     sums, written by partition 0's collector (the others' write none: {})."""
     if queue != logical_name(queue):
         return {}
-    now_ms, readings = read_queues(broker, [queue])
+    now_ms, readings = broker.statistics.read_queues([queue])
     r = readings[queue]
     infos = [ConsumerInfo.from_json(v) for v in r.consumers.values()]
     point: dict[str, Any] = {"t": now_ms}
     point.update({name: redis_int(r.counters.get(name.encode())) or 0 for name in COUNTERS})
     point.update({name: r.sizes[name] for name in SIZES}, consumers=len(infos), cpu=round(sum(i.cpu or 0.0 for i in infos), 1),
                  rss=sum(i.rss or 0 for i in infos))
-    broker.append_point(queue, json.dumps(point, separators=(",", ":")), SERIES_POINTS)
+    broker.statistics.append_point(queue, json.dumps(point, separators=(",", ":")), SERIES_POINTS)
     return point
 
 
 def history(broker: Broker, queue: str, seconds: int = SERIES_POINTS) -> list[dict[str, Any]]:
     """The queue's points of the last ``seconds``, oldest first."""
-    return _points(broker.series(queue, seconds))
+    return _points(broker.statistics.series(queue, seconds))
 
 
 def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str, Optional[float]]:
@@ -85,7 +85,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     producers, and totals."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
-    now_ms, readings = read_queues(broker, queues, recent=int(window_s) + 2)
+    now_ms, readings = broker.statistics.read_queues(queues, recent=int(window_s) + 2)
     out["t"] = now_ms
     for name in queues:
         out["queues"][name] = _queue_snapshot(readings[name], now_ms, window_s)
@@ -106,9 +106,8 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
 def schedules(broker: Broker, queues: Sequence[str]) -> list[dict[str, Any]]:
     """The schedules stored for ``queues`` (schedule_store.row: last and next
     fire, paused, live declarers), by queue and name."""
-    from smqsup.store import schedules as schedule_store
 
-    return schedule_store.rows(broker, queues)
+    return broker.schedules.rows(queues)
 
 
 def _total_part(q: dict[str, Any], key: str) -> int:
@@ -155,7 +154,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
 
 def producers(broker: Broker) -> list[dict[str, Any]]:
     """Producers seen in the last 10 minutes, with their published counts."""
-    rows = [{**_record(v, _PRODUCER_NUMBERS), "id": _text(k)} for k, v in broker.producers().items()]
+    rows = [{**_record(v, _PRODUCER_NUMBERS), "id": _text(k)} for k, v in broker.statistics.producers().items()]
     return sorted(rows, key=lambda r: str(r["id"]))
 
 

@@ -1,1 +1,26 @@
-"""smqsup.store."""
+"""smqsup.store: the one way to Redis. Nothing outside this package imports
+redis-py or touches a client; everything else holds a Broker and calls the
+operation classes it exposes (``broker.messages.fetch(...)``), which turn
+redis-py's errors into smqsup's.
+
+    Broker ─┬─ messages, registry, queues, contents, statistics, schedules
+            └─ link.Link ─ connection (client, pool) ─ hotline (held per thread)
+                         └ cluster (slot routing) ─ scripts/ (the Lua, wrapped)
+
+- broker.py: Broker, the handle every process makes; its operation classes.
+- link.py: Link, what the operation classes share (client, keys, replication).
+- messages.py: Messages: publish, fetch, take, screen, ack, nack, promote.
+- registry.py: Registry: consumers, heartbeats, reclaims, the leader lock.
+- queues.py: Queues: known queues, pause and resume, partitions.
+- contents.py: Contents: listings, removal by id, dead letters.
+- statistics.py: Statistics: sizes, counters, history, read_queues.
+- schedules.py: Schedules in Redis, and reading their definitions back.
+- consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.
+- connection.py: connect(), check_server(), wrapped(), a batch's round trip.
+- hotline.py: HotLine, the connection held per thread for the hot path.
+- cluster.py: Redis Cluster routing of batches and of the held connection.
+- scripts/: the Lua scripts and their typed wrappers (its own map).
+- locate.py: where a private redis-server is (binary, data dir, socket).
+- redis_server.py: RedisServer, one private redis-server process.
+- embedded.py: the embedded server of a config: found, started, adopted.
+"""

@@ -36,7 +36,7 @@ from typing import Any, Optional, TypeVar
 import redis.exceptions as rexc
 from redis.cluster import RedisCluster
 
-from smqsup.store import connection
+from smqsup.store import connection, hotline
 
 T = TypeVar("T")
 
@@ -137,19 +137,19 @@ class ClusterHotLine:
 
     def __init__(self, router: Router) -> None:
         self._router = router
-        self._lines: dict[int, tuple[Any, connection.HotLine]] = {}
+        self._lines: dict[int, tuple[Any, hotline.HotLine]] = {}
         self._lock = threading.Lock()
         #: Per thread, the line its last command went on (WAIT must follow it).
         self._last = threading.local()
 
-    def _line(self, key: Any) -> connection.HotLine:
+    def _line(self, key: Any) -> hotline.HotLine:
         client = self._router.node_client(key)
         entry = self._lines.get(id(client))
         if entry is None or entry[0] is not client:
             with self._lock:
                 entry = self._lines.get(id(client))
                 if entry is None or entry[0] is not client:
-                    entry = self._lines[id(client)] = (client, connection.HotLine(client))
+                    entry = self._lines[id(client)] = (client, hotline.HotLine(client))
         self._last.line = entry[1]
         return entry[1]
 
@@ -208,23 +208,13 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
         client = router.node_client(batch.key(i))
         groups.setdefault(id(client), (client, []))[1].append(i)
     replies: list[Any] = [None] * len(batch)
-    unsent: Optional[connection.NotSent] = None
+    unsent: Optional[connection.NotSent] = None  # the last master's that could not be reached
     for client, indexes in groups.values():
-        try:
-            conn = connection.checkout(client)
-        except connection.NotSent as exc:
-            router.lost_connection()
-            unsent = exc
-            for i in indexes:
-                replies[i] = unsent
-            continue
-        try:
-            for i, reply in zip(indexes, deliver(client, conn, indexes)):
-                replies[i] = reply
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            router.lost_connection()
-            for i in indexes:
-                replies[i] = exc
+        sent = _to_master(router, client, indexes, deliver)
+        if sent and isinstance(sent[0], connection.NotSent):
+            unsent = sent[0]
+        for i, reply in zip(indexes, sent):
+            replies[i] = reply
     if unsent is not None and all(isinstance(r, connection.NotSent) for r in replies):
         raise unsent
     again = [i for i, reply in enumerate(replies) if isinstance(reply, REDIRECTIONS)]
@@ -237,6 +227,23 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
             if batch.is_wait(i) and not isinstance(replies[i], Exception):
                 replies[i] = 0
     return replies
+
+
+def _to_master(router: Router, client: Any, indexes: Sequence[int],
+               deliver: Callable[[Any, Any, Sequence[int]], list[Any]]) -> list[Any]:
+    """The replies of the commands at ``indexes``, sent in one round trip to
+    ``client``'s master; if it could not be reached, the exception as the
+    reply of each (the NotSent of checkout() when nothing was sent)."""
+    try:
+        conn = connection.checkout(client)
+    except connection.NotSent as exc:
+        router.lost_connection()
+        return [exc] * len(indexes)
+    try:
+        return deliver(client, conn, indexes)
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        router.lost_connection()
+        return [exc] * len(indexes)
 
 
 def _again(router: Router, batch: Any, i: int, refusal: Exception) -> Any:

@@ -16,7 +16,8 @@ import psutil
 from smqsup import safe
 from smqsup.config.model import Config
 from smqsup.errors import SmqsupError
-from smqsup.store.redis_server import RedisServer, default_data_dir, running_url
+from smqsup.store.locate import default_data_dir, running_url
+from smqsup.store.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
 

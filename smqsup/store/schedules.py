@@ -1,6 +1,9 @@
 """Schedules in Redis: what supervisors declare, what the elected collector
 fires, what operators pause, and what status, the web UI and /metrics read
-(keys.py has the keys; scripts/schedule_*.lua the atomic steps).
+(keys.py has the keys; scripts/schedule_*.lua the atomic steps). The class
+Schedules (``broker.schedules``) does every read and write; the functions
+beside it are pure: a stored definition parsed back (from_json, parsed), its
+row for people (row), its due slots (due).
 
 Every reader here treats Redis as anyone's to write: a field that is not a
 time is None, a definition that does not validate is shown with its error and
@@ -23,9 +26,8 @@ from smqsup.config import schedule, validate
 from smqsup.errors import ConfigError
 from smqsup.keys import queues_set
 from smqsup.store import scripts
-from smqsup.store.broker import Broker
 from smqsup.store.connection import wrapped
-from smqsup.store.readings import ms_of, with_clock
+from smqsup.store.link import Link, ms_of
 from smqsup.store.scripts import schedules as calls
 
 #: The state fields the readers use.
@@ -77,126 +79,6 @@ class Stored:
             return None
         last = ms_value(self.state.get(b"last_fire_ms"))
         return since if last is None else max(since, last)
-
-
-def read(broker: Broker, queues: Sequence[str]) -> tuple[int, list[Stored]]:
-    """The Redis clock (ms) and every schedule stored for ``queues``: two
-    round trips whatever their number. A key of the wrong type reads as empty."""
-    with wrapped("read schedules"):
-        now, defs = with_clock(broker, lambda pipe: [pipe.hgetall(broker.keys(q).schedules) for q in queues],
-                               raise_on_error=False)
-        if isinstance(now, Exception):
-            raise now
-        found: list[tuple[str, str, bytes]] = []
-        for queue, reply in zip(queues, defs):
-            if isinstance(reply, dict):
-                found += [(queue, n, v) for f, v in sorted(reply.items()) if valid_name(n := _text(f))]
-        return ms_of(now), _states(broker, ms_of(now), found)
-
-
-def scan(broker: Broker, queue: str, cursor: int, count: int) -> tuple[int, list[tuple[str, bytes]]]:
-    """One HSCAN step over ``queue``'s definitions from ``cursor``: the next
-    cursor (0: the whole hash has been gone through) and about ``count``
-    (name, definition) pairs, those whose name can form a key. BrokerError
-    for a key of the wrong type."""
-    with wrapped(f"read the schedules of {queue!r}"):
-        nxt, found = broker.client.hscan(broker.keys(queue).schedules, cursor, count=count)
-    return int(nxt), [(n, v) for f, v in found.items() if valid_name(n := _text(f))]
-
-
-def read_states(broker: Broker, queue: str, items: Sequence[tuple[str, bytes]]) -> tuple[int, list[Stored]]:
-    """The Redis clock (ms) and ``queue``'s schedules ``items`` (name,
-    definition) as stored: two round trips (the clock first, as the live
-    declarations are counted against it)."""
-    with wrapped(f"read the schedules of {queue!r}"):
-        now_ms = ms_of(broker.client.time())
-        return now_ms, _states(broker, now_ms, [(queue, name, definition) for name, definition in items])
-
-
-def _states(broker: Broker, now_ms: int, found: Sequence[tuple[str, str, bytes]]) -> list[Stored]:
-    """Each (queue, name, definition) of ``found`` with its state, paused flag
-    and live declarations, in one round trip of replies bounded whatever the
-    keys hold; a key of the wrong type reads as empty."""
-    pipe = broker.client.pipeline(transaction=False)
-    for queue, name, _ in found:
-        k = broker.keys(queue)
-        pipe.hmget(k.schedule(name), _STATE_FIELDS)
-        pipe.exists(k.schedule_paused(name))
-        pipe.zcount(k.schedule_declarers(name), f"({now_ms}", now_ms + _DAY_MS)
-    replies = pipe.execute(raise_on_error=False) if found else []
-    out = []
-    for i, (queue, name, definition) in enumerate(found):
-        state, paused, declarers = replies[3 * i:3 * i + 3]
-        fields = zip(_STATE_FIELDS, state) if isinstance(state, list) else ()
-        out.append(Stored(queue, name, definition, {f: v for f, v in fields if isinstance(v, bytes)}, paused == 1,
-                          declarers if isinstance(declarers, int) else 0))
-    return out
-
-
-def _text(value: "bytes | str") -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-# --- what supervisors do ---------------------------------------------------------------
-
-
-def upsert(broker: Broker, s: schedule.ScheduleConfig, declarer: str, hold_ms: int) -> int:
-    """Store ``s``'s definition and declare ``declarer``: SAME, NEW or REPLACED."""
-    with wrapped(f"declare schedule {s.name!r}"):
-        # Known to `smqsup status` and `schedules --url` before any consumer of it registers.
-        broker.client.sadd(queues_set(broker.namespace), s.queue)
-        return calls.upsert(broker.keys(s.queue), s.name, s.to_json(), declarer, hold_ms).run(broker.client)
-
-
-def declare(broker: Broker, queue: str, items: Sequence[schedule.ScheduleConfig], declarer: str,
-            hold_ms: int) -> list[int]:
-    """Renew ``declarer``'s declarations of ``items`` (all on ``queue``): per
-    item SAME, MISSING, DIFFERS or REFUSED."""
-    with wrapped(f"declare schedules of {queue!r}"):
-        return calls.declare(broker.keys(queue), [(s.name, s.digest) for s in items], declarer,
-                             hold_ms).run(broker.client)
-
-
-def undeclare(broker: Broker, s: schedule.ScheduleConfig, declarer: str, *, forget: bool) -> bool:
-    """Withdraw ``declarer``'s declaration (and with ``forget`` delete the
-    schedule if nobody else declares it: True then)."""
-    with wrapped(f"withdraw schedule {s.name!r}"):
-        return calls.undeclare(broker.keys(s.queue), s.name, declarer, forget=forget).run(broker.client)
-
-
-def fire(broker: Broker, queue: str, name: str, digest: str, slot_ms: int, frame: bytes, message_id: str,
-         lock: scripts.Lock) -> tuple[int, int]:
-    """schedule_fire.lua: (outcome, Redis now in ms). NotLeader when the lock
-    is not ours any more."""
-    with wrapped(f"fire schedule {name!r} on {queue!r}"):
-        return broker.run_replicated(queue, calls.fire(broker.keys(queue), name, digest, slot_ms, frame,
-                                                       message_id, lock, broker.stats))
-
-
-# --- what operators do --------------------------------------------------------------------
-
-
-def pause(broker: Broker, queue: str, name: str, by: str) -> bool:
-    """Pause the schedule on every host (its slots are skipped); True if it was not paused."""
-    k = broker.keys(queue)
-    with wrapped(f"pause schedule {name!r}"):
-        info = json.dumps({"at_ms": ms_of(broker.client.time()), "by": by}, separators=(",", ":"))
-        return bool(broker.client.set(k.schedule_paused(name), info, nx=True))
-
-
-def resume(broker: Broker, queue: str, name: str) -> bool:
-    """Resume it from now on (the slots skipped while paused are not caught
-    up); True if it was paused."""
-    with wrapped(f"resume schedule {name!r}"):
-        return calls.resume(broker.keys(queue), name).run(broker.client)
-
-
-def reset(broker: Broker, queue: str, name: str) -> tuple[bool, int, int]:
-    """Settle the schedule up to now (schedule_reset.lua): its state may have
-    been written by a clock that was ahead. (Whether a definition of it is
-    stored, Redis now in ms, how far its state was ahead of now in ms.)"""
-    with wrapped(f"reset schedule {name!r}"):
-        return calls.reset(broker.keys(queue), name).run(broker.client)
 
 
 def ahead_text(name: str, ahead_ms: int) -> str:
@@ -325,30 +207,151 @@ def _s(ms: Optional[int]) -> Optional[float]:
     return None if ms is None else ms / 1000
 
 
-def rows(broker: Broker, queues: Sequence[str],
-         max_message_size_bytes: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> list[dict[str, Any]]:
-    """Every schedule stored for ``queues``, as ``row`` gives them, by queue and name."""
-    now_ms, stored = read(broker, queues)
-    return [row(st, now_ms, max_message_size_bytes) for st in stored]
 
 
-def stored_queues(broker: Broker, queues: Sequence[str], name: str) -> list[str]:
-    """The queues among ``queues`` that hold a definition of schedule ``name``."""
-    with wrapped(f"find schedule {name!r}"):
-        pipe = broker.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hexists(broker.keys(queue).schedules, name)
-        found = pipe.execute(raise_on_error=False)
-    return [q for q, there in zip(queues, found) if there is True or there == 1]
+def _text(value: "bytes | str") -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def paused_info(broker: Broker, queue: str, name: str) -> dict[str, Any]:
-    """The paused flag's fields as stored ({} when absent or unreadable)."""
-    with wrapped(f"read the paused flag of schedule {name!r}"):
-        # Its first 4 KB: the flag pause() writes is a few dozen bytes, one anyone wrote may be huge.
-        raw = cast(Optional[bytes], broker.client.getrange(broker.keys(queue).schedule_paused(name), 0, 4095))
-    try:
-        info = json.loads(raw) if raw is not None else {}
-    except (ValueError, RecursionError):
-        return {}
-    return info if isinstance(info, dict) else {}
+class Schedules:
+    """Schedules in Redis, as the module's docstring says: what supervisors
+    declare, the collector fires, operators pause and everyone reads."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    # --- what status, the web UI and /metrics read ---------------------------------------
+
+    def read(self, queues: Sequence[str]) -> tuple[int, list[Stored]]:
+        """The Redis clock (ms) and every schedule stored for ``queues``: two
+        round trips whatever their number. A key of the wrong type reads as empty."""
+        link = self._link
+        with wrapped("read schedules"):
+            now, defs = link.with_clock(lambda pipe: [pipe.hgetall(link.keys(q).schedules) for q in queues],
+                                        raise_on_error=False)
+            if isinstance(now, Exception):
+                raise now
+            found: list[tuple[str, str, bytes]] = []
+            for queue, reply in zip(queues, defs):
+                if isinstance(reply, dict):
+                    found += [(queue, n, v) for f, v in sorted(reply.items()) if valid_name(n := _text(f))]
+            return ms_of(now), self._states(ms_of(now), found)
+
+    def rows(self, queues: Sequence[str],
+             max_message_size_bytes: int = defaults.MAX_MESSAGE_SIZE_BYTES) -> list[dict[str, Any]]:
+        """Every schedule stored for ``queues``, as ``row`` gives them, by queue and name."""
+        now_ms, stored = self.read(queues)
+        return [row(st, now_ms, max_message_size_bytes) for st in stored]
+
+    def scan(self, queue: str, cursor: int, count: int) -> tuple[int, list[tuple[str, bytes]]]:
+        """One HSCAN step over ``queue``'s definitions from ``cursor``: the next
+        cursor (0: the whole hash has been gone through) and about ``count``
+        (name, definition) pairs, those whose name can form a key. BrokerError
+        for a key of the wrong type."""
+        with wrapped(f"read the schedules of {queue!r}"):
+            nxt, found = self._link.client.hscan(self._link.keys(queue).schedules, cursor, count=count)
+        return int(nxt), [(n, v) for f, v in found.items() if valid_name(n := _text(f))]
+
+    def read_states(self, queue: str, items: Sequence[tuple[str, bytes]]) -> tuple[int, list[Stored]]:
+        """The Redis clock (ms) and ``queue``'s schedules ``items`` (name,
+        definition) as stored: two round trips (the clock first, as the live
+        declarations are counted against it)."""
+        with wrapped(f"read the schedules of {queue!r}"):
+            now_ms = ms_of(self._link.client.time())
+            return now_ms, self._states(now_ms, [(queue, name, definition) for name, definition in items])
+
+    def _states(self, now_ms: int, found: Sequence[tuple[str, str, bytes]]) -> list[Stored]:
+        """Each (queue, name, definition) of ``found`` with its state, paused flag
+        and live declarations, in one round trip of replies bounded whatever the
+        keys hold; a key of the wrong type reads as empty."""
+        pipe = self._link.client.pipeline(transaction=False)
+        for queue, name, _ in found:
+            k = self._link.keys(queue)
+            pipe.hmget(k.schedule(name), _STATE_FIELDS)
+            pipe.exists(k.schedule_paused(name))
+            pipe.zcount(k.schedule_declarers(name), f"({now_ms}", now_ms + _DAY_MS)
+        replies = pipe.execute(raise_on_error=False) if found else []
+        out = []
+        for i, (queue, name, definition) in enumerate(found):
+            state, paused, declarers = replies[3 * i:3 * i + 3]
+            fields = zip(_STATE_FIELDS, state) if isinstance(state, list) else ()
+            out.append(Stored(queue, name, definition, {f: v for f, v in fields if isinstance(v, bytes)},
+                              paused == 1, declarers if isinstance(declarers, int) else 0))
+        return out
+
+    def stored_queues(self, queues: Sequence[str], name: str) -> list[str]:
+        """The queues among ``queues`` that hold a definition of schedule ``name``."""
+        with wrapped(f"find schedule {name!r}"):
+            pipe = self._link.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.hexists(self._link.keys(queue).schedules, name)
+            found = pipe.execute(raise_on_error=False)
+        return [q for q, there in zip(queues, found) if there is True or there == 1]
+
+    def paused_info(self, queue: str, name: str) -> dict[str, Any]:
+        """The paused flag's fields as stored ({} when absent or unreadable)."""
+        key = self._link.keys(queue).schedule_paused(name)
+        with wrapped(f"read the paused flag of schedule {name!r}"):
+            # Its first 4 KB: the flag pause() writes is a few dozen bytes, one anyone wrote may be huge.
+            raw = cast(Optional[bytes], self._link.client.getrange(key, 0, 4095))
+        try:
+            info = json.loads(raw) if raw is not None else {}
+        except (ValueError, RecursionError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    # --- what supervisors and the collector do --------------------------------------------
+
+    def upsert(self, s: schedule.ScheduleConfig, declarer: str, hold_ms: int) -> int:
+        """Store ``s``'s definition and declare ``declarer``: SAME, NEW or REPLACED."""
+        link = self._link
+        with wrapped(f"declare schedule {s.name!r}"):
+            # Known to `smqsup status` and `schedules --url` before any consumer of it registers.
+            link.client.sadd(queues_set(link.namespace), s.queue)
+            return calls.upsert(link.keys(s.queue), s.name, s.to_json(), declarer, hold_ms).run(link.client)
+
+    def declare(self, queue: str, items: Sequence[schedule.ScheduleConfig], declarer: str,
+                hold_ms: int) -> list[int]:
+        """Renew ``declarer``'s declarations of ``items`` (all on ``queue``): per
+        item SAME, MISSING, DIFFERS or REFUSED."""
+        with wrapped(f"declare schedules of {queue!r}"):
+            return calls.declare(self._link.keys(queue), [(s.name, s.digest) for s in items], declarer,
+                                 hold_ms).run(self._link.client)
+
+    def undeclare(self, s: schedule.ScheduleConfig, declarer: str, *, forget: bool) -> bool:
+        """Withdraw ``declarer``'s declaration (and with ``forget`` delete the
+        schedule if nobody else declares it: True then)."""
+        with wrapped(f"withdraw schedule {s.name!r}"):
+            return calls.undeclare(self._link.keys(s.queue), s.name, declarer, forget=forget).run(self._link.client)
+
+    def fire(self, queue: str, name: str, digest: str, slot_ms: int, frame: bytes, message_id: str,
+             lock: scripts.Lock) -> tuple[int, int]:
+        """schedule_fire.lua: (outcome, Redis now in ms). NotLeader when the lock
+        is not ours any more."""
+        link = self._link
+        with wrapped(f"fire schedule {name!r} on {queue!r}"):
+            return link.run_replicated(queue, calls.fire(link.keys(queue), name, digest, slot_ms, frame,
+                                                         message_id, lock, link.stats))
+
+    # --- what operators do ------------------------------------------------------------------
+
+    def pause(self, queue: str, name: str, by: str) -> bool:
+        """Pause the schedule on every host (its slots are skipped); True if it was not paused."""
+        link = self._link
+        k = link.keys(queue)
+        with wrapped(f"pause schedule {name!r}"):
+            info = json.dumps({"at_ms": ms_of(link.client.time()), "by": by}, separators=(",", ":"))
+            return bool(link.client.set(k.schedule_paused(name), info, nx=True))
+
+    def resume(self, queue: str, name: str) -> bool:
+        """Resume it from now on (the slots skipped while paused are not caught
+        up); True if it was paused."""
+        with wrapped(f"resume schedule {name!r}"):
+            return calls.resume(self._link.keys(queue), name).run(self._link.client)
+
+    def reset(self, queue: str, name: str) -> tuple[bool, int, int]:
+        """Settle the schedule up to now (schedule_reset.lua): its state may have
+        been written by a clock that was ahead. (Whether a definition of it is
+        stored, Redis now in ms, how far its state was ahead of now in ms.)"""
+        with wrapped(f"reset schedule {name!r}"):
+            return calls.reset(self._link.keys(queue), name).run(self._link.client)

@@ -172,7 +172,7 @@ class Arbiter:
         stale_after_ms = int(self.cfg.heartbeat_timeout_s * 1000)
         for name, q in self.pool.queues.items():
             for part in self.pool.partitions(name):
-                for cid, info in self.broker.consumers(part).items():
+                for cid, info in self.broker.registry.consumers(part).items():
                     if info.host == self.pool.host and info.pid and not psutil.pid_exists(info.pid):
                         # Only if its heartbeat is stale too: another host may share
                         # this host name (containers) with its own pid namespace.

@@ -49,7 +49,7 @@ class Heartbeats:
                 for p in self.pool.partitions(c.queue):  # registered in each
                     beats.setdefault(p, []).append((c.consumer_id, info))
         try:
-            lost, refused = self.broker.heartbeat(beats)
+            lost, refused = self.broker.registry.heartbeat(beats)
         except BrokerError as exc:
             self._trouble.report("heartbeats", "not sent", "heartbeats not sent: %s", exc)
             self.collector.redis_trouble()

@@ -222,7 +222,7 @@ class Consumers:
     def partitions(self, queue: str) -> list[str]:
         """The partitions of ``queue`` its children are registered in."""
         q = self.queues.get(queue)
-        return self.broker.partition_names(queue, q.config.partitions if q is not None else 1)
+        return self.broker.queues.partition_names(queue, q.config.partitions if q is not None else 1)
 
     def _record_exit(self, c: Child, cause: str) -> None:
         """Restarts and last exit cause of the consumer slot, for the statistics."""
@@ -235,7 +235,7 @@ class Consumers:
         info = {"host": self.host, "supervisor": self.pid, "index": c.index, "restarts": restarts,
                 "last_exit": reason, "last_exit_at": round(time.time(), 3)}
         try:
-            self.broker.record_slot(c.queue, f"{self.host}:#{c.index}", info)
+            self.broker.registry.record_slot(c.queue, f"{self.host}:#{c.index}", info)
         except BrokerError as exc:
             log.debug("slot statistics not written: %s", exc)
 

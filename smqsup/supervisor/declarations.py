@@ -19,7 +19,6 @@ from smqsup.config.model import Config
 from smqsup.config.schedule import ScheduleConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting, warn_once
-from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
 from smqsup.store.scripts import schedules as calls
 
@@ -76,7 +75,7 @@ class Declarations:
 
     def _withdraw_dropped(self) -> None:
         for key, s in list(self._to_withdraw.items()):
-            forgotten = schedule_store.undeclare(self.broker, s, self.id, forget=True)
+            forgotten = self.broker.schedules.undeclare(s, self.id, forget=True)
             del self._to_withdraw[key]
             log.info("schedule %s on queue %s: dropped from this config; %s", s.name, s.queue,
                      "no supervisor declares it any more: it stops firing" if forgotten
@@ -86,7 +85,7 @@ class Declarations:
         for name in sorted(self._to_upsert):
             s = self.cfg.schedules.get(name)
             if s is not None:
-                outcome = schedule_store.upsert(self.broker, s, self.id, self.hold_ms)
+                outcome = self.broker.schedules.upsert(s, self.id, self.hold_ms)
                 if outcome != calls.SAME:
                     log.info("schedule %s on queue %s (%s): definition %s", s.name, s.queue, s.when,
                              "stored" if outcome == calls.NEW else "replaced (its slots start from now)")
@@ -97,7 +96,7 @@ class Declarations:
         for s in self.cfg.schedules.values():
             by_queue.setdefault(s.queue, []).append(s)
         for queue, items in sorted(by_queue.items()):
-            for s, status in zip(items, schedule_store.declare(self.broker, queue, items, self.id, self.hold_ms)):
+            for s, status in zip(items, self.broker.schedules.declare(queue, items, self.id, self.hold_ms)):
                 if status == calls.MISSING:
                     self._to_upsert.add(s.name)  # deleted under us: stored again at the next tick
                 elif status == calls.DIFFERS:
@@ -113,7 +112,7 @@ class Declarations:
         stored: another supervisor, or this one restarted, declares them)."""
         for s in self.cfg.schedules.values():
             try:
-                schedule_store.undeclare(self.broker, s, self.id, forget=False)
+                self.broker.schedules.undeclare(s, self.id, forget=False)
             except BrokerError as exc:
                 log.warning("schedule %s: declaration not withdrawn (%s); it lapses by itself", s.name, exc)
                 return

@@ -38,12 +38,12 @@ class Reclaim:
 
     def run(self, broker: Broker) -> ReclaimResult:
         if self.kind is Kind.DEAD:
-            return broker.reclaim_dead(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
-                                       reason=self.reason)
+            return broker.registry.reclaim_dead(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
+                                                reason=self.reason)
         if self.kind is Kind.STOPPED:
-            return broker.return_stopped(self.queue, self.consumer_id, reason=self.reason)
-        return broker.reclaim_stale(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
-                                    reason=self.reason, stale_after_ms=self.stale_after_ms)
+            return broker.messages.return_stopped(self.queue, self.consumer_id, reason=self.reason)
+        return broker.registry.reclaim_stale(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
+                                             reason=self.reason, stale_after_ms=self.stale_after_ms)
 
 
 class Reclaims:

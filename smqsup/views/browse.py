@@ -27,15 +27,11 @@ from typing import Any, Optional
 from smqsup import message, safe
 from smqsup.errors import MalformedMessage
 from smqsup.keys import QueueKeys
-from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.connection import wrapped
 from smqsup.store.scripts import Peeked, ReadBudget
 from smqsup.views import deadletters
 
 STATES = ("pending", "scheduled", "processing", "dead")
-#: Entries read per page while looking for messages to remove.
-PAGE = 1000
 #: Characters of a body shown in a listing.
 PREVIEW_CHARS = 200
 #: Sequence numbers per priority in the priority set's scores (includes/ready.lua).
@@ -126,7 +122,7 @@ def listing(broker: Broker, queue: str, state: str, limit: int) -> list[dict[str
     # pending and scheduled read two structures, up to ``limit`` each.
     budget = ReadBudget.for_rows(limit if state == "processing" else 2 * limit)
     rows: list[dict[str, Any]] = []
-    for part in broker.partition_names(queue):
+    for part in broker.queues.partition_names(queue):
         rows += list(_rows(broker, part, state, limit - len(rows), budget))[:limit - len(rows)]
         if len(rows) >= limit:
             break
@@ -146,13 +142,14 @@ def _dead_row(entry: Peeked) -> dict[str, Any]:
 def _rows(broker: Broker, queue: str, state: str, limit: int, budget: ReadBudget) -> Iterator[dict[str, Any]]:
     k = broker.keys(queue)
     if state == "pending":
-        best = broker.peek_range(k.priority, "zset", limit, budget)
-        ready = broker.peek_range(k.pending, "list", limit, budget, first=-1, step=-1)  # the consuming end first
+        best = broker.contents.peek_range(k.priority, "zset", limit, budget)
+        # The pending list from its consuming end.
+        ready = broker.contents.peek_range(k.pending, "list", limit, budget, first=-1, step=-1)
         for where, seen in _take_order(best, ready, limit):
             yield _row_of(seen, state, where)
     elif state == "scheduled":
         found = [(_score(seen), seen, where) for where, key in (("scheduled", k.scheduled), ("delayed", k.delayed))
-                 for seen in broker.peek_range(key, "zset", limit, budget)]
+                 for seen in broker.contents.peek_range(key, "zset", limit, budget)]
         for due, seen, where in sorted(found, key=lambda f: f[0]):
             yield _row_of(seen, state, where, due_ms=due)
     else:
@@ -162,15 +159,11 @@ def _rows(broker: Broker, queue: str, state: str, limit: int, budget: ReadBudget
 def _held(broker: Broker, queue: str, k: QueueKeys, limit: int, budget: ReadBudget) -> Iterator[dict[str, Any]]:
     """Rows of the consumers' processing lists, consumer after consumer (by
     id), ``limit`` in all."""
-    with wrapped(f"list messages of {queue!r}"):
-        client: Any = broker.client  # replies are bytes (decode_responses is off)
-        ids = sorted(client.hkeys(k.consumers))
     left = limit
-    for cid in ids:
+    for consumer in broker.contents.holders(queue):
         if left <= 0:
             return
-        consumer = cid.decode("utf-8", "backslashreplace")
-        for seen in broker.peek_range(k.processing(consumer), "list", left, budget):
+        for seen in broker.contents.peek_range(k.processing(consumer), "list", left, budget):
             left -= 1
             yield _row_of(seen, "processing", "processing", consumer=consumer)
 
@@ -217,7 +210,7 @@ def remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
     its dedup key (if it still names it). Reads each structure page by page
     until every id is found. Each partition of the queue in turn."""
     done = dict.fromkeys(ids, False)
-    for part in broker.partition_names(queue):
+    for part in broker.queues.partition_names(queue):
         left = [mid for mid, removed in done.items() if not removed]
         if not left:
             break
@@ -229,7 +222,7 @@ def _remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
     """remove() in one partition."""
     wanted = set(ids)
     chosen: list[tuple[str, bytes, str, Optional[str]]] = []
-    for where, frame in _waiting(broker, queue):
+    for where, frame in broker.contents.waiting(queue):
         mid = ref(frame)
         if mid in wanted:
             wanted.discard(mid)
@@ -237,12 +230,8 @@ def _remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
             if not wanted:
                 break
     done = dict.fromkeys(ids, False)
-    k = broker.keys(queue)
-    with wrapped(f"remove messages of {queue!r}"):
-        for start in range(0, len(chosen), PAGE):
-            part = chosen[start:start + PAGE]
-            for (_, _, mid, _), removed in zip(part, scripts.remove(k, part).run(broker.client)):
-                done[mid] = removed
+    for (_, _, mid, _), removed in zip(chosen, broker.contents.remove(queue, chosen)):
+        done[mid] = removed
     return done
 
 
@@ -251,19 +240,3 @@ def _dedup_key(frame: bytes) -> Optional[str]:
         return message.decode(frame).dedup_key
     except MalformedMessage:
         return None
-
-
-def _waiting(broker: Broker, queue: str) -> Iterator[tuple[str, bytes]]:
-    """(where, frame) of every waiting message, page by page."""
-    k = broker.keys(queue)
-    with wrapped(f"list messages of {queue!r}"):
-        client: Any = broker.client  # replies are bytes (decode_responses is off)
-        for where, key in (("priority", k.priority), ("scheduled", k.scheduled), ("delayed", k.delayed)):
-            start = 0
-            while page := client.zrange(key, start, start + PAGE - 1):
-                yield from ((where, frame) for frame in page)
-                start += PAGE
-        start = 0
-        while page := client.lrange(k.pending, start, start + PAGE - 1):
-            yield from (("pending", frame) for frame in page)
-            start += PAGE

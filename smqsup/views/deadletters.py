@@ -149,17 +149,17 @@ def newest(broker: Broker, queue: str, limit: int) -> list[Peeked]:
     (``cut``: the first bytes of its metadata and of its frame)."""
     budget = ReadBudget.for_rows(limit, parts=2)
     entries: list[Peeked] = []
-    for part in broker.partition_names(queue):
+    for part in broker.queues.partition_names(queue):
         if len(entries) >= limit:
             break
-        entries += broker.peek_range(broker.keys(part).dead, "list", limit - len(entries), budget, split=b"\n")
+        entries += broker.contents.peek_range(broker.keys(part).dead, "list", limit - len(entries), budget, split=b"\n")
     return entries
 
 
 def select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
     """The dead-letter entries of ``queue`` (all its partitions) whose message
     id (or ``raw-...`` reference) is in ``ids``."""
-    return [raw for part in broker.partition_names(queue) for raw in _select(broker, part, ids)]
+    return [raw for part in broker.queues.partition_names(queue) for raw in _select(broker, part, ids)]
 
 
 def _select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
@@ -171,7 +171,7 @@ def _select(broker: Broker, queue: str, ids: set[str]) -> list[bytes]:
     by_hash = any(i.startswith("raw-") for i in ids)
     start = 0
     while True:
-        batch = broker.dead_letters(queue, start, PAGE)
+        batch = broker.contents.dead_letters(queue, start, PAGE)
         for raw in batch:
             if DeadLetter(raw).ref in ids or (by_hash and "raw-" + hashlib.sha1(raw).hexdigest()[:16] in ids):
                 chosen.append(raw)
@@ -185,20 +185,20 @@ def requeue(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     pending, attempts reset, each in its partition; returns how many moved.
     An entry that another operator moved meanwhile is skipped (the script
     removes by value)."""
-    return sum(_requeue(broker, part, ids) for part in broker.partition_names(queue))
+    return sum(_requeue(broker, part, ids) for part in broker.queues.partition_names(queue))
 
 
 def _requeue(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     if ids is not None:
-        return broker.dlq_requeue(queue, _select(broker, queue, set(ids)))
+        return broker.contents.dlq_requeue(queue, _select(broker, queue, set(ids)))
     # All: oldest first, in pages, and no more than were there at the start:
     # a requeued message that dies again meanwhile re-enters at the head and
     # stays there.
-    budget = broker.sizes(queue)["dead"]
+    budget = broker.statistics.sizes(queue)["dead"]
     moved = 0
     while moved < budget:
         page = min(PAGE, budget - moved)
-        n = broker.dlq_requeue(queue, broker.dead_letters(queue, -page, page))  # the oldest
+        n = broker.contents.dlq_requeue(queue, broker.contents.dead_letters(queue, -page, page))  # the oldest
         if n == 0:
             break
         moved += n
@@ -220,26 +220,26 @@ def purge(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     how many. The dedup key of a purged message is freed (when it still
     names that message), so the key can be used again at once.
 
-    A whole purge sets the list aside in one step (Broker.dlq_set_aside),
+    A whole purge sets the list aside in one step (broker.contents.dlq_set_aside),
     then frees the dedup keys of what it held, page by page, and deletes it:
     an entry requeued meanwhile by another operator was requeued before the
     purge took the list, and keeps its key. Each partition in turn."""
-    return sum(_purge(broker, part, ids) for part in broker.partition_names(queue))
+    return sum(_purge(broker, part, ids) for part in broker.queues.partition_names(queue))
 
 
 def _purge(broker: Broker, queue: str, ids: Optional[Sequence[str]]) -> int:
     if ids is not None:
-        return broker.dlq_delete(queue, _with_keys(_select(broker, queue, set(ids))))
-    aside, count = broker.dlq_set_aside(queue)
+        return broker.contents.dlq_delete(queue, _with_keys(_select(broker, queue, set(ids))))
+    aside, count = broker.contents.dlq_set_aside(queue)
     start = 0
     while start < count:
-        page = broker.list_page(aside, start, PAGE)
+        page = broker.contents.list_page(aside, start, PAGE)
         if not page:
             break
         held = [entry for entry in _with_keys(page) if entry[2] is not None]
         if held:
             # Deleting these shifts the rest of the list back.
-            start -= broker.dlq_delete(queue, held, dead_key=aside)
+            start -= broker.contents.dlq_delete(queue, held, dead_key=aside)
         start += len(page)
-    broker.delete(aside)
+    broker.contents.delete(aside)
     return count

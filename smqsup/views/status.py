@@ -129,7 +129,7 @@ def run(broker: Broker, queues: list[str], *, as_json: bool, watch: Optional[flo
         out: TextIO = sys.stdout) -> int:
     """Print the status once, or every ``watch`` seconds until interrupted."""
     while True:
-        names = sorted(set(queues) | set(broker.known_queues()))
+        names = sorted(set(queues) | set(broker.queues.known_queues()))
         snap = stats.snapshot(broker, names)
         if as_json:
             out.write(json.dumps(snap, sort_keys=True) + "\n")

@@ -131,9 +131,9 @@ async def _pause_action(request: web.Request, *, pause: bool) -> web.Response:
     source = request.app[SOURCE]
     by = f"web@{request.remote or '?'}"
     if pause:
-        changed = await source.call(source.broker.pause, queue, by)
+        changed = await source.call(source.broker.queues.pause, queue, by)
     else:
-        changed = await source.call(source.broker.resume, queue)
+        changed = await source.call(source.broker.queues.resume, queue)
     if changed:
         log.info("queue %s: %s from the web UI by %s", queue, "paused" if pause else "resumed", safe.shown(by))
     return response({"queue": queue, "paused": pause, "changed": changed})

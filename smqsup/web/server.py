@@ -10,8 +10,8 @@
     POST /api/queues/{queue}/dead/purge     {"ids": [...]} or {"all": true}
     GET  /api/queues/{queue}/messages       ?state=pending|scheduled|processing|dead&limit=N (browse.listing)
     POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
-    POST /api/queues/{queue}/pause          {} (Broker.pause)
-    POST /api/queues/{queue}/resume         {} (Broker.resume)
+    POST /api/queues/{queue}/pause          {} (Broker.queues.pause)
+    POST /api/queues/{queue}/resume         {} (Broker.queues.resume)
     GET  /metrics                           Prometheus text format 0.0.4
 
 Every POST carries a JSON body (``Content-Type: application/json``: a page on

@@ -69,7 +69,7 @@ class Source:
     def queues(self) -> list[str]:
         """The configured queues and every queue Redis knows of whose name is
         a valid queue name (the set is anyone's to write)."""
-        return sorted(set(self.configured) | {q for q in self.broker.known_queues() if _valid_name(q)})
+        return sorted(set(self.configured) | {q for q in self.broker.queues.known_queues() if _valid_name(q)})
 
     def snapshot(self) -> dict[str, Any]:
         """``stats.snapshot`` of every queue."""
@@ -83,7 +83,7 @@ class Source:
         """The newest ``limit`` dead letters of ``queue`` (read within one
         listing's bounds: deadletters.newest) and how many there are."""
         entries = deadletters.newest(self.broker, queue, limit)
-        total = self.broker.total_sizes(queue)["dead"]
+        total = self.broker.statistics.total_sizes(queue)["dead"]
         return {"queue": queue, "total": total, "entries": [dead_row(e) for e in entries]}
 
     def messages(self, queue: str, state: str, limit: int) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class Source:
         are in ``state`` (``total``; None for processing when ``limit`` rows
         came back: the processing lists are not counted in one read)."""
         rows = browse.listing(self.broker, queue, state, limit)
-        sizes = self.broker.total_sizes(queue)
+        sizes = self.broker.statistics.total_sizes(queue)
         totals = {"pending": sizes["pending"], "scheduled": sizes["scheduled"] + sizes["delayed"],
                   "dead": sizes["dead"], "processing": len(rows) if len(rows) < limit else None}
         return {"queue": queue, "state": state, "total": totals[state], "messages": rows}

@@ -225,7 +225,7 @@ class ConcurrentConsumer(Consumer):
             calls.append(scripts.take(keys, cid, take, self._rate))
         if not calls:
             return []
-        results = self.broker.exchange(self.name, calls)
+        results = self.broker.messages.exchange(self.name, calls)
         return self._read_round(results, fetches, bool(take))
 
     def _settle_call(self, keys: Any, cid: str, fl: Flight, fetch: bool) -> scripts.Call[Any]:
@@ -487,7 +487,7 @@ class ConcurrentConsumer(Consumer):
         assert loop is not None
         if self._fetcher is None:
             self._fetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"smqsup-fetch-{self.name}")
-        self._fetching = loop.run_in_executor(self._fetcher, self.broker.fetch, self.name, self.consumer_id,
+        self._fetching = loop.run_in_executor(self._fetcher, self.broker.messages.fetch, self.name, self.consumer_id,
                                               self._fetch_block_s)
         self._fetching.add_done_callback(lambda _f: self._wake())
 
@@ -566,7 +566,7 @@ class ConcurrentConsumer(Consumer):
                 pass  # its frame, if any, is in our list: found below
         self.broker.ping()
         self._return_elsewhere()
-        held = collections.Counter(self.broker.processing(self.name, self.consumer_id))
+        held = collections.Counter(self.broker.messages.processing(self.name, self.consumer_id))
         for fl in self._flights.values():
             held[fl.frame] -= 1
         held.subtract(self._booked_frames)  # taken, waiting for their booked start
@@ -578,10 +578,10 @@ class ConcurrentConsumer(Consumer):
                 self._finished.append(fl)  # not recorded: the next round records it
                 continue
             if registered is None:
-                registered = self.broker.is_registered(self.name, self.consumer_id)
+                registered = self.broker.registry.is_registered(self.name, self.consumer_id)
             if not registered:
                 # Reclaimed by the collector while Redis was away from us.
-                self.broker.count_late_ack(self.name)
+                self.broker.registry.count_late_ack(self.name)
                 self._late(fl.frame)
                 self._lost = True
             # (Else its settle ran before the connection broke.)

@@ -298,7 +298,7 @@ class Consumer:
         if self._paused or not checked:
             if self._paused:
                 self._pause(defaults.PAUSED_POLL_S)
-            took = self.broker.take(self.name, self.consumer_id, 1, self._rate)
+            took = self.broker.messages.take(self.name, self.consumer_id, 1, self._rate)
             if not took.registered:
                 self._lost = True
                 return None
@@ -319,7 +319,7 @@ class Consumer:
         screened when it must be, or None."""
         if self._on_idle is not None:
             self._on_idle()
-        frame, paused = self.broker.fetch(self.name, self.consumer_id, self._fetch_block_s)
+        frame, paused = self.broker.messages.fetch(self.name, self.consumer_id, self._fetch_block_s)
         if frame is not None and (paused or self._limited or message.has_expiry(frame)):
             return self._screen(frame)
         return frame
@@ -329,7 +329,7 @@ class Consumer:
         paused, its rate limit allowing a start) and move there; None if
         none had one."""
         for name in self.partitions.others():
-            took = self.broker.take(name, self.consumer_id, 1, self._rate)
+            took = self.broker.messages.take(name, self.consumer_id, 1, self._rate)
             if not took.registered:
                 self._move(name)  # declared dead there: renew our identity
                 self._lost = True
@@ -359,7 +359,7 @@ class Consumer:
         the frame carries an expiry or the queue has a rate limit: the frame
         to handle (its start booked: ``_hold_us``), or None (given back to a
         paused or rate-limited queue, expired, or reclaimed meanwhile)."""
-        verdict, wait_us = self.broker.screen(self.name, self.consumer_id, frame, self._rate)
+        verdict, wait_us = self.broker.messages.screen(self.name, self.consumer_id, frame, self._rate)
         if verdict == scripts.HANDLE:
             self._hold_us = wait_us
         elif verdict == scripts.RATE_LIMITED:
@@ -403,7 +403,7 @@ class Consumer:
         # Anything moved into the old list after the collector emptied it goes
         # back, free: those messages were never handed to a handler.
         for name in self.partitions.names:
-            self.broker.return_stopped(name, old, reason="consumer re-registered")
+            self.broker.messages.return_stopped(name, old, reason="consumer re-registered")
         log.info("queue %s: consumer %s continues as %s", self.name, old, self.consumer_id)
 
     def _process(self, frame: bytes, *, fetch_next: bool) -> Optional[bytes]:
@@ -518,7 +518,7 @@ class Consumer:
 
     def _settle(self, frame: bytes, outcome: Outcome, fetch: bool) -> Optional[bytes]:
         if outcome.ok:
-            ack = self.broker.ack(self.name, self.consumer_id, frame, fetch, self._rate)
+            ack = self.broker.messages.ack(self.name, self.consumer_id, frame, fetch, self._rate)
             self._rate_said(ack.next_frame, ack.wait_us)
             if ack.acked:
                 self.stats.acked += 1
@@ -531,9 +531,9 @@ class Consumer:
             self._registration_checked = ack.registered and fetch
             self._note_paused(ack.paused)
             return ack.next_frame
-        nack = self.broker.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
-                                delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch,
-                                dead_event=outcome.dead_event, rate=self._rate)
+        nack = self.broker.messages.nack(self.name, self.consumer_id, frame, retry_threshold=outcome.threshold,
+                                         delay_ms=outcome.delay_ms, meta=outcome.meta, fetch_next=fetch,
+                                         dead_event=outcome.dead_event, rate=self._rate)
         self._rate_said(nack.next_frame, nack.wait_us)
         if not nack.registered:
             self._lost = True
@@ -573,17 +573,17 @@ class Consumer:
         """Deal with what our processing list holds before fetching again."""
         self.broker.ping()
         self._return_elsewhere()
-        held = self.broker.processing(self.name, self.consumer_id)
+        held = self.broker.messages.processing(self.name, self.consumer_id)
         if self._unsettled is not None:
             frame, outcome = self._unsettled
             if frame in held:
                 # The outcome was not recorded: record it now.
                 self._settle(frame, outcome, fetch=False)
                 held.remove(frame)
-            elif not self.broker.is_registered(self.name, self.consumer_id):
+            elif not self.broker.registry.is_registered(self.name, self.consumer_id):
                 # Gone because the collector reclaimed it while Redis was
                 # away from us: someone else handles it again. Count it.
-                self.broker.count_late_ack(self.name)
+                self.broker.registry.count_late_ack(self.name)
                 self._late(frame)
                 self._lost = True
             # (Else our own settle ran before the connection broke.)
@@ -607,7 +607,7 @@ class Consumer:
         a take whose reply was lost can leave a frame there (we change
         partition with nothing in hand), never handed to a handler."""
         for name in self.partitions.others():
-            self.broker.return_held(name, self.consumer_id, reason="taken while the connection broke")
+            self.broker.messages.return_held(name, self.consumer_id, reason="taken while the connection broke")
 
     def _wait_for_redis(self, action: Callable[[], None]) -> bool:
         """Run ``action`` until Redis takes it (True) or a stop is requested (False)."""
@@ -633,15 +633,15 @@ class Consumer:
         """Enter the registry of every partition (the collector of each must
         find our list there); draw the home partition first."""
         if not self.partitions.drawn:
-            count = self.broker.declare_partitions(self.queue.name, self.queue.partitions)
+            count = self.broker.queues.declare_partitions(self.queue.name, self.queue.partitions)
             if count != len(self.partitions.names):  # another host declared more
                 self.partitions = Partitions(self.queue.name, count)
                 self._rate = (*self.queue.rate, count)
-            self.partitions.draw(self.broker.partition_ticket(self.queue.name) if self.partitions.many else 0)
+            self.partitions.draw(self.broker.queues.partition_ticket(self.queue.name) if self.partitions.many else 0)
             self._move(self.partitions.home)
         info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())
         for name in self.partitions.names:
-            self.broker.register_consumer(name, self.consumer_id, info)
+            self.broker.registry.register_consumer(name, self.consumer_id, info)
 
     def _finish(self) -> None:
         """Clean exit: return whatever is still in our list (nothing, normally)
@@ -658,7 +658,7 @@ class Consumer:
             # Under a supervisor the parent unregisters us when it reaps us, so
             # that its heartbeat never sees a consumer that merely stopped as
             # one declared dead.
-            give_back = self.broker.return_stopped if self._unregister_on_stop else self.broker.return_held
+            give_back = self.broker.messages.return_stopped if self._unregister_on_stop else self.broker.messages.return_held
             moved = 0
             for name in self.partitions.names:
                 r = give_back(name, self.consumer_id, reason="consumer stopped")

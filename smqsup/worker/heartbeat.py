@@ -73,7 +73,7 @@ class LivenessThread(threading.Thread):
         info = [(c.consumer_id, self._info())]
         try:
             # Registered in every partition of the queue: renewed in each.
-            lost, refused = self.broker.heartbeat({name: info for name in c.partitions.names})
+            lost, refused = self.broker.registry.heartbeat({name: info for name in c.partitions.names})
         except BrokerError as exc:
             refused = {c.name: str(exc)}
         if refused:

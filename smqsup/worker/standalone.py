@@ -74,6 +74,6 @@ def _run(broker: Broker, consumer: Consumer, qcfg: QueueConfig) -> str:
     try:
         return consumer.run()
     except KeyboardInterrupt:
-        r = broker.return_stopped(qcfg.name, consumer.consumer_id, reason="interrupted")
+        r = broker.messages.return_stopped(qcfg.name, consumer.consumer_id, reason="interrupted")
         log.warning("queue %s: interrupted; %d message(s) returned to pending", qcfg.name, r.requeued)
         return "interrupted"

@@ -35,7 +35,8 @@ from _common import NAMESPACE, Children, machine, run_consumer  # type: ignore[i
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer, free_port
+from smqsup.store.locate import free_port
+from smqsup.store.redis_server import RedisServer
 from tests.topology import ClusterTopology
 
 
@@ -68,18 +69,18 @@ def drain_rate(url: str, queue: str, partitions: int, messages: int, wait_replic
     """msg/s of ``consumers`` processes draining ``messages`` preloaded ones,
     from the first taken to the last."""
     broker = Broker(url, NAMESPACE)
-    for part in broker.partition_names(queue, 64):
+    for part in broker.queues.partition_names(queue, 64):
         for key in (broker.keys(part).pending, broker.keys(part).counters, broker.keys(part).consumers,
                     broker.keys(part).heartbeats, broker.keys(part).partitions):
-            broker.delete(key)
-    broker.declare_partitions(queue, partitions)
+            broker.contents.delete(key)
+    broker.queues.declare_partitions(queue, partitions)
     with Producer(url, NAMESPACE) as p:
         for _ in range(0, messages, 1000):
             p.publish_many(queue, [0] * 1000)  # in turn over the partitions, a batch each
     children = Children()
     for _ in range(consumers):
         children.start(consume, url, queue, partitions, wait_replicas)
-    pending = [broker.keys(part).pending for part in broker.partition_names(queue)]
+    pending = [broker.keys(part).pending for part in broker.queues.partition_names(queue)]
     began = 0.0
     try:
         while True:

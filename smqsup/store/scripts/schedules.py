@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts import Call, Lock, Script
+from smqsup.store.scripts.calls import Call, Lock, Script
 
 _UPSERT = Script("schedule_upsert")
 _DECLARE = Script("schedule_declare")

@@ -1,0 +1,270 @@
+"""The Redis operations that move messages: publish (push, push_with), fetch
+and screen, take, settle (ack, nack, exchange), promote what is due, and
+hand back what a consumer holds (return_stopped, return_held). Every one is
+one script call or one round trip; the hot ones go on the held connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Optional, cast
+
+import redis.exceptions as rexc
+
+from smqsup import defaults
+from smqsup.errors import BrokerError, NotReplicated, PushRefused
+from smqsup.keys import logical_name, queues_set
+from smqsup.logs import warn_once
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import LOGGER, UNREACHABLE, Link
+
+log = logging.getLogger(LOGGER)
+
+#: Most frames one publish script call pushes (publish_many sends several
+#: calls in one pipelined round trip).
+PUBLISH_CHUNK = 1000
+#: Producers silent this long drop out of the statistics, in ms.
+_PRODUCER_TTL_MS = 600_000
+
+
+def _check_queued(queue: str, sizes: Sequence[int], replies: Sequence[Any]) -> None:
+    """Raise PushRefused, saying which messages were queued, if Redis refused
+    any of the publish calls (one reply per call of ``sizes`` messages)."""
+    queued = [not isinstance(reply, Exception) for reply, n in zip(replies, sizes) for _ in range(n)]
+    refusal = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    if refusal is not None:
+        raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
+                          f"message(s): {refusal}", queued)
+
+
+class Messages:
+    """Publishing, fetching and settling messages (see the module's docstring)."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    # --- producing -----------------------------------------------------------
+
+    def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
+             producer: Optional[tuple[str, str]] = None) -> None:
+        """Queue ``frames`` (publish.lua: LPUSH and count, up to PUBLISH_CHUNK
+        frames a call) in one round trip, with SADD of the queue name when
+        ``register`` and the producer's statistics (id, JSON) when given.
+        Raises PushRefused if Redis refused messages (saying which were
+        queued), BrokerConnectionError if the outcome is unknown."""
+        link = self._link
+        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
+            self._push_alone(queue, frames)
+            return
+        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
+        self._publish([scripts.publish(link.keys(queue), chunk, link.stats) for chunk in chunks],
+                      [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
+
+    def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
+        """push() of one chunk and nothing else: one script call on the held connection."""
+        link = self._link
+        with wrapped(f"publish to {queue!r}"):
+            try:
+                scripts.publish(link.keys(queue), frames, link.stats).run(link.hot)
+            except rexc.ResponseError as exc:  # refused before it wrote anything
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
+            link.replicated(queue, None)
+
+    def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
+                  *, register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
+        """Publish (id, payload, dedup key or None) items with ``options``
+        (publish_options.lua, up to PUBLISH_CHUNK items a call) in one round
+        trip, with the registry and statistics as push() sends them. Per
+        item: (its id, True) when queued, (the id holding its dedup key,
+        False) when not. Raises PushRefused and BrokerConnectionError as
+        push() does."""
+        link = self._link
+        if not register and producer is None and len(items) <= PUBLISH_CHUNK:
+            # One script and nothing else: on the held connection, as _push_alone.
+            with wrapped(f"publish to {queue!r}"):
+                try:
+                    pairs = scripts.publish_options(link.keys(queue), items, options, link.stats).run(link.hot)
+                except rexc.ResponseError as exc:  # refused before it wrote anything
+                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
+                                      [False] * len(items)) from exc
+                return link.replicated(queue, pairs)
+        chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
+        try:
+            replies = self._publish([scripts.publish_options(link.keys(queue), chunk, options, link.stats)
+                                     for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+                                    register=register, producer=producer)
+        except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
+            exc.result = [pair for reply in cast(list[Any], exc.result) for pair in reply]
+            raise
+        return [pair for reply in replies for pair in reply]
+
+    def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *, register: bool,
+                 producer: Optional[tuple[str, str]]) -> list[Any]:
+        """Send publish script ``calls`` (of ``sizes`` messages) in one round
+        trip with the registry and statistics push() describes; their replies.
+        PushRefused if Redis refused any call, saying which messages were queued."""
+        link = self._link
+        batch = scripts.Batch(link.client)
+        # What each call that does not queue messages is, for the log.
+        bookkeeping: dict[int, str] = {}
+        if register:
+            bookkeeping[len(batch)] = "queue registry"
+            batch.command("SADD", queues_set(link.namespace), logical_name(queue))
+        first = len(batch)
+        for call in calls:
+            batch.add(call)
+        waited = len(batch)
+        if link.wait_replicas:  # on the connection (and the master) the calls went on, after them
+            batch.command("WAIT", link.wait_replicas, link.wait_timeout_ms, route=link.keys(queue).pending)
+        if producer is not None:
+            bookkeeping[len(batch)] = "producer statistics"
+            batch.add(scripts.producer_stats(link.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
+        replies, results = self._sent(batch, queue, first, len(calls))
+        _check_queued(queue, sizes, replies)
+        # The messages are queued: a refused registry entry or statistics flush
+        # (OOM, an ACL NOPERM) must not turn that into an error.
+        for i, what in bookkeeping.items():
+            if isinstance(results[i], Exception):
+                warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                          "(said once; later refusals at debug level): %s", queue, what, results[i])
+        if link.wait_replicas:
+            link.replicated(queue, replies, got=results[waited])
+        return replies
+
+    def _sent(self, batch: scripts.Batch, queue: str, first: int, count: int) -> tuple[list[Any], list[Any]]:
+        """Send a publish ``batch``: (the replies of its ``count`` publish calls
+        from index ``first``, every reply). Raises if a master that holds the
+        messages could not be reached: whether they were queued is unknown."""
+        with wrapped(f"publish to {queue!r}"):
+            results = self._link.send(batch)
+            replies = results[first:first + count]
+            # On a cluster the registry and statistics live on other masters:
+            # one of those unreachable must not hide whether messages were queued.
+            unknown = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
+            if unknown is not None:
+                raise unknown
+        return replies, results
+
+    def producer_stats(self, producer_id: str, info: str) -> None:
+        """Flush one producer's statistics on their own (at close)."""
+        link = self._link
+        with wrapped("producer statistics"):
+            scripts.producer_stats(link.namespace, producer_id, info, _PRODUCER_TTL_MS).run(link.client)
+
+    # --- consuming -----------------------------------------------------------
+
+    def fetch(self, queue: str, consumer_id: str, block_s: float) -> tuple[Optional[bytes], bool]:
+        """BLMOVE the oldest pending frame into the consumer's list (None on
+        timeout), and whether the queue was paused right after (same round
+        trip: the flag is read after the move, so a frame taken after a
+        pause is known as such; Consumer hands it back with screen())."""
+        k = self._link.keys(queue)
+        with wrapped(f"fetch from {queue!r}"):
+            frame, paused = self._link.hot.execute_many(
+                ("BLMOVE", k.pending, k.processing(consumer_id), "RIGHT", "LEFT", block_s), ("EXISTS", k.paused),
+                raise_error=False)
+            if isinstance(frame, rexc.ResponseError):  # BLMOVE refused: it moved nothing
+                if "unknown command" in str(frame).lower():
+                    # INFO may have been refused at start, so nobody has checked the version.
+                    raise BrokerError(f"fetch from {queue!r}: Redis has no BLMOVE ({frame}): smqsup needs "
+                                      f"Redis >= 6.2") from frame
+                raise frame
+        # The flag unread (a cluster refused EXISTS alone, mid-resharding): as
+        # if paused, so the frame is screened (screen.lua reads the flag).
+        return cast(Optional[bytes], frame), bool(paused) or isinstance(paused, Exception)
+
+    def take(self, queue: str, consumer_id: str, count: int = 1,
+             rate: scripts.Rate = scripts.NO_RATE) -> scripts.TakeResult:
+        """Take up to ``count`` ready frames (priorities first) without
+        blocking, checking the consumer's registration and the paused flag,
+        each start booked under the queue's ``rate`` limit."""
+        with wrapped(f"fetch from {queue!r}"):
+            return scripts.take(self._link.keys(queue), consumer_id, count, rate).run(self._link.hot)
+
+    def exchange(self, queue: str, calls: Sequence[scripts.Call[Any]]) -> list[Any]:
+        """Run ``calls`` (acks, nacks, a take: a concurrent consumer's settles
+        and fetches) in one round trip on the held connection; their results
+        in order. A script the server does not know (NOSCRIPT: it did not run)
+        is sent again alone by its text. An error reply raises BrokerError
+        once every reply is read: which calls ran is then known only from
+        Redis (the consumer's recovery reads its own list)."""
+        link = self._link
+        with wrapped(f"ack and fetch on {queue!r}"):
+            replies = link.hot.execute_many(
+                *(("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args) for c in calls), raise_error=False)
+            results = []
+            for call, reply in zip(calls, replies):
+                if isinstance(reply, rexc.NoScriptError):
+                    reply = call.script(link.hot, call.keys, call.args)
+                elif isinstance(reply, Exception):
+                    raise reply
+                results.append(call.read(reply))
+            if link.wait_replicas:
+                link.settled(queue)
+            return results
+
+    def screen(self, queue: str, consumer_id: str, frame: bytes,
+               rate: scripts.Rate = scripts.NO_RATE) -> tuple[int, int]:
+        """(scripts.HANDLE, GIVEN_BACK (paused), EXPIRED, RATE_LIMITED (given
+        back) or GONE; µs to wait) for a frame fetch() just moved into the
+        consumer's list."""
+        with wrapped(f"fetch from {queue!r}"):
+            return scripts.screen(self._link.keys(queue), consumer_id, frame, rate).run(self._link.hot)
+
+    def ack(self, queue: str, consumer_id: str, frame: bytes, fetch_next: bool,
+            rate: scripts.Rate = scripts.NO_RATE) -> scripts.AckResult:
+        """Remove ``frame`` from the consumer's list and, with ``fetch_next``,
+        take the next frame in the same script call (one round trip)."""
+        link = self._link
+        with wrapped(f"ack on {queue!r}"):
+            result = scripts.ack(link.keys(queue), consumer_id, frame, fetch_next, link.stats, rate).run(link.hot)
+            if link.wait_replicas:
+                link.settled(queue)
+            return result
+
+    def nack(self, queue: str, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int,
+             meta: str, fetch_next: bool, dead_event: str = "",
+             rate: scripts.Rate = scripts.NO_RATE) -> scripts.NackResult:
+        """Count a failed attempt of ``frame`` (retried, delayed or
+        dead-lettered) and, with ``fetch_next``, take the next frame in the
+        same script call."""
+        link = self._link
+        with wrapped(f"nack on {queue!r}"):
+            result = scripts.nack(link.keys(queue), consumer_id, frame, retry_threshold=retry_threshold,
+                                  delay_ms=delay_ms, meta=meta, fetch_next=fetch_next,
+                                  dead_event=dead_event, rate=rate).run(link.hot)
+            if link.wait_replicas:
+                link.settled(queue)
+            return result
+
+    def promote(self, queue: str, *, lock: Optional[scripts.Lock] = None,
+                batch: int = defaults.PROMOTE_BATCH) -> scripts.PromoteResult:
+        """Make due retries and scheduled messages ready, at most ``batch``."""
+        with wrapped(f"promote on {queue!r}"):
+            return scripts.promote(self._link.keys(queue), batch=batch, lock=lock).run(self._link.client)
+
+    def processing(self, queue: str, consumer_id: str) -> list[bytes]:
+        """The frames in the consumer's list, oldest first."""
+        with wrapped(f"read processing list of {queue!r}"):
+            frames = cast(list[bytes], self._link.client.lrange(self._link.keys(queue).processing(consumer_id), 0, -1))
+        return frames[::-1]
+
+    # --- handing back ----------------------------------------------------------
+
+    def return_stopped(self, queue: str, consumer_id: str, *, reason: str) -> scripts.ReclaimResult:
+        """Return the list of a consumer whose stop was asked for (or that
+        re-registers under a new id) to the queue, free of cost; unregister it
+        once its list is empty, as Registry.reclaim_dead does."""
+        link = self._link
+        return link.drain(queue, scripts.reclaim(link.keys(queue), consumer_id, costs_attempt=False,
+                                                 retry_threshold=0, reason=reason, batch=link.reclaim_batch))
+
+    def return_held(self, queue: str, consumer_id: str, *, reason: str) -> scripts.ReclaimResult:
+        """Return, free of cost, what a supervised consumer still holds as it
+        stops on its own; the registry is not touched (its supervisor
+        unregisters it when it reaps it)."""
+        link = self._link
+        return link.drain(queue, scripts.return_free(link.keys(queue), consumer_id, reason=reason,
+                                                     batch=link.reclaim_batch))

@@ -1,0 +1,170 @@
+"""The Redis operations on who consumes: the consumer registry and its
+heartbeats, the reclaim of what dead, stale and retired consumers held, the
+slots' statistics their supervisors write, and the collector's leader lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, cast
+
+from smqsup import defaults
+from smqsup.keys import logical_name, queues_set
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.link import LOGGER, UNREACHABLE, Link, ms_of, text
+
+log = logging.getLogger(LOGGER)
+
+
+class Registry:
+    """Consumers' registration, liveness and reclaim; the leader lock (see
+    the module's docstring)."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    # --- registration and liveness ----------------------------------------------
+
+    def register_consumer(self, queue: str, consumer_id: str, info: ConsumerInfo) -> None:
+        """Enter the consumer in the registry with a first heartbeat."""
+        link = self._link
+        with wrapped(f"register consumer on {queue!r}"):
+            link.client.sadd(queues_set(link.namespace), logical_name(queue))
+            scripts.heartbeat(link.keys(queue), [(consumer_id, info.to_json())], register=True).run(link.client)
+
+    def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
+                  ) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """Renew the heartbeats of registered consumers, queue -> [(id, info)],
+        all queues in one pipelined round trip. Returns (queue, id) of those no
+        longer registered (declared dead, they must not go on), and queue ->
+        error text for the queues whose renewal Redis refused (OOM, a key of
+        the wrong type): one queue's refusal is not the others'. Raises
+        BrokerConnectionError if Redis could not be reached."""
+        items = [(q, b) for q, b in beats.items() if b]
+        if not items:
+            return [], {}
+        link = self._link
+        batch = scripts.Batch(link.client)
+        for queue, queue_beats in items:
+            batch.add(scripts.heartbeat(link.keys(queue), [(cid, info.to_json()) for cid, info in queue_beats],
+                                        register=False))
+        with wrapped("heartbeat"):
+            replies = link.send(batch)
+            unreachable = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
+            if unreachable is not None:  # a master of a cluster (renewals are idempotent)
+                raise unreachable
+        refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
+        lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
+        return lost, refused
+
+    def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
+        """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
+        with wrapped(f"find stale consumers of {queue!r}"):
+            return scripts.stale(self._link.keys(queue), timeout_ms=timeout_ms, limit=limit).run(self._link.client)
+
+    def is_registered(self, queue: str, consumer_id: str) -> bool:
+        """Whether the consumer is still in the registry (not declared dead)."""
+        with wrapped(f"registry of {queue!r}"):
+            return bool(self._link.hot.execute("HEXISTS", self._link.keys(queue).consumers, consumer_id))
+
+    def consumers(self, queue: str) -> dict[str, ConsumerInfo]:
+        """The queue's registry: consumer id -> what its last heartbeat said
+        (fields that cannot be read keep their defaults)."""
+        with wrapped(f"read consumers of {queue!r}"):
+            raw = self._link.client.hgetall(self._link.keys(queue).consumers)
+        return {text(k): ConsumerInfo.from_json(v) for k, v in raw.items()}
+
+    def record_slot(self, queue: str, slot: str, info: Mapping[str, Any]) -> None:
+        """Restarts and last exit of a consumer slot (its supervisor writes)."""
+        with wrapped(f"slot statistics of {queue!r}"):
+            self._link.client.hset(self._link.keys(queue).slots, slot, json.dumps(dict(info), separators=(",", ":")))
+
+    def count_late_ack(self, queue: str) -> None:
+        """Count a late ack found after a reconnect (the ack script counts the others)."""
+        with wrapped(f"counters of {queue!r}"):
+            self._link.client.hincrby(self._link.keys(queue).counters, "late_acks", 1)
+
+    # --- reclaim -------------------------------------------------------------------
+
+    def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
+                     reason: str) -> scripts.ReclaimResult:
+        """Return a dead consumer's list to the queue, each message costing an
+        attempt (dead-lettered past ``retry_threshold``); unregister the
+        consumer (registry, heartbeat, dated in retired) once its list is empty."""
+        link = self._link
+        return link.drain(queue, scripts.reclaim(link.keys(queue), consumer_id, costs_attempt=True,
+                                                 retry_threshold=retry_threshold, reason=reason,
+                                                 batch=link.reclaim_batch))
+
+    def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
+                      stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:
+        """Reclaim as reclaim_dead does, for a consumer whose heartbeat is
+        stale: only if its heartbeat is still missing or older than
+        ``stale_after_ms`` (else nothing is done and ``remaining`` is -1).
+        With ``lock``, raise NotLeader unless the lock holds its token."""
+        link = self._link
+        return link.drain(queue, scripts.reclaim_stale(link.keys(queue), consumer_id, retry_threshold=retry_threshold,
+                                                       reason=reason, batch=link.reclaim_batch,
+                                                       stale_after_ms=stale_after_ms, lock=lock))
+
+    def sweep_retired(self, queue: str, consumer_id: str, *, lock: scripts.Lock) -> scripts.ReclaimResult:
+        """Return, free of cost, the messages found in a retired consumer's
+        list; the registry is not touched. Raise NotLeader unless the lock
+        holds its token."""
+        link = self._link
+        return link.drain(queue, scripts.return_free(link.keys(queue), consumer_id,
+                                                     reason="found in a retired consumer's list",
+                                                     batch=link.reclaim_batch, lock=lock))
+
+    def retired_with_messages(self, queue: str, watch_ms: int,
+                              most: int = defaults.RETIRED_SWEEP_MAX) -> list[str]:
+        """Consumers unregistered less than ``watch_ms`` ago whose processing
+        list is not empty, among the ``most`` latest; older retirees are
+        forgotten, and so are entries dated more than ``watch_ms`` ahead (no
+        clock wrote those: junk, which would otherwise stay for ever)."""
+        link = self._link
+        k = link.keys(queue)
+        with wrapped(f"retired consumers of {queue!r}"):
+            # The clock of the server that dated the entries (a cluster's
+            # masters each have their own): skew must not shorten the watch.
+            now_ms = ms_of(link.on_node(queue, lambda client: client.time()))
+            pipe = link.client.pipeline(transaction=False)
+            pipe.zremrangebyscore(k.retired, "-inf", f"({now_ms - watch_ms}")
+            pipe.zremrangebyscore(k.retired, f"({now_ms + watch_ms}", "+inf")
+            # The latest first: a late message reaches a list within seconds of its retirement.
+            pipe.zrevrangebyscore(k.retired, now_ms + watch_ms, now_ms - watch_ms, start=0, num=most)
+            ids = [text(cid) for cid in pipe.execute()[-1]]
+            pipe = link.client.pipeline(transaction=False)
+            for cid in ids:
+                pipe.llen(k.processing(cid))
+            lengths = pipe.execute() if ids else []
+        return [cid for cid, n in zip(ids, lengths) if n]
+
+    # --- the collector's leader lock ------------------------------------------------
+
+    def lock_acquire(self, key: str, token: str, ttl_ms: int) -> bool:
+        """SET NX PX; a key found there with no time to live (nobody's lock:
+        garbage) is given ``ttl_ms`` to live, and said once."""
+        with wrapped(f"acquire {key}"):
+            got = scripts.lock_acquire(key, token, ttl_ms).run(self._link.client)
+        if got < 0:
+            log.warning("%s held a value that never expires (not a lock of ours); it now expires in %d ms and "
+                        "the election resumes then", key, ttl_ms)
+        return got > 0
+
+    def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
+        with wrapped(f"renew {key}"):
+            return scripts.lock_renew(key, token, ttl_ms).run(self._link.client)
+
+    def lock_release(self, key: str, token: str) -> bool:
+        with wrapped(f"release {key}"):
+            return scripts.lock_release(key, token).run(self._link.client)
+
+    def lock_holder(self, key: str) -> Optional[str]:
+        with wrapped(f"read {key}"):
+            value = self._link.client.get(key)
+        return None if value is None else text(cast(bytes, value))

@@ -1,0 +1,114 @@
+"""Wrappers of the scripts operators use on what a queue holds: peek_range
+(a bounded read of a list or sorted set, for listings), remove (waiting
+messages by id), dlq_requeue and dlq_purge (dead letters); and partitions
+(a queue's partition count, declared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from smqsup import defaults
+from smqsup.keys import QueueKeys
+from smqsup.store.scripts.calls import Call, Script, bytes_or_none, dedup_index, escaped_texts
+
+_DLQ_REQUEUE = Script("dlq_requeue")
+_REMOVE = Script("remove")
+_DLQ_PURGE = Script("dlq_purge")
+_PARTITIONS = Script("partitions")
+_PEEK_RANGE = Script("peek_range")
+
+SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE)
+
+
+def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str]]]) -> Call[list[bool]]:
+    """Remove (where, frame, id, dedup key or None) waiting messages; per
+    message whether it was still there."""
+    key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters]
+    args: list[Any] = []
+    for where, frame, mid, dedup_key in chosen:
+        args += [where, frame, mid, dedup_index(key_list, keys, dedup_key)]
+    return Call(_REMOVE, key_list, args, lambda reply: [bool(n) for n in reply])
+
+
+def dlq_purge(keys: QueueKeys, dead_key: str, entries: Sequence[tuple[bytes, str, Optional[str]]]) -> Call[int]:
+    """Delete (entry, message id, dedup key or None) dead letters from
+    ``dead_key``, freeing their dedup keys; how many were there."""
+    key_list = [dead_key]
+    args: list[Any] = []
+    for entry, mid, dedup_key in entries:
+        args += [entry, mid, dedup_index(key_list, keys, dedup_key)]
+    return Call(_DLQ_PURGE, key_list, args, int)
+
+
+def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
+    """Move the given dead-letter entries back to pending, attempts reset
+    (call with at least one entry)."""
+    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq), entries,
+                int)
+
+
+def partitions(keys: QueueKeys, count: int) -> Call[int]:
+    """Declare ``count`` partitions of the queue; the count stored (the larger)."""
+    return Call(_PARTITIONS, (keys.partitions,), (count, defaults.PARTITIONS_MAX), int)
+
+
+@dataclass(frozen=True)
+class Peeked:
+    """One element as peek_range.lua read it: its real ``size`` (bytes) and
+    ``data``, the element whole or, when it was ``cut``, its head; for a cut
+    one, ``after`` (the head of what follows its first separator, when asked
+    for one) and ``digest`` (SHA-1 hex of the whole element, when the head it
+    is named by holds no message id); a sorted set's ``score``."""
+
+    size: int
+    data: bytes
+    after: Optional[bytes] = None
+    score: Optional[float] = None
+    digest: Optional[str] = None
+
+    @property
+    def cut(self) -> bool:
+        return len(self.data) < self.size
+
+
+@dataclass
+class ReadBudget:
+    """What one listing may still read (peek_range.lua's ARGV[5..6]): of
+    each element ``head`` bytes (twice, read with a separator), and
+    ``whole`` bytes more in all for the elements it reads whole."""
+
+    head: int
+    whole: int
+
+    @classmethod
+    def for_rows(cls, rows: int, parts: int = 1) -> "ReadBudget":
+        """The budget of a listing that reads at most ``rows`` elements of
+        ``parts`` heads each: LISTING_HEADS_BYTES shared by their heads
+        (within the head bounds) and LISTING_WHOLE_BYTES for whole ones."""
+        head = defaults.LISTING_HEADS_BYTES // max(1, rows * parts)
+        return cls(min(max(head, defaults.LISTING_HEAD_MIN_BYTES), defaults.LISTING_HEAD_MAX_BYTES),
+                   defaults.LISTING_WHOLE_BYTES)
+
+
+def _peeked(reply: Sequence[Any]) -> tuple[str, int, list[Peeked]]:
+    found, whole, *flat = reply
+    elements = []
+    for size, data, after, score, digest in zip(*[iter(flat)] * 5):
+        score_text, digest_text = bytes_or_none(score), bytes_or_none(digest)
+        elements.append(Peeked(int(size), bytes(data), bytes_or_none(after),
+                               None if score_text is None else float(score_text),
+                               None if digest_text is None else digest_text.decode("ascii")))
+    return escaped_texts([found])[0], int(whole), elements
+
+
+def peek_range(key: str, kind: str, first: int, step: int, count: int, budget: ReadBudget,
+               split: bytes = b"") -> Call[tuple[str, int, list[Peeked]]]:
+    """Read up to ``count`` elements of the list or sorted set ``key``
+    (``kind``: "list" or "zset") from index ``first`` by ``step`` within
+    ``budget`` (``split``: the separator after which a cut element's second
+    head starts); (the key's type, the whole budget left, the elements). A
+    key of another type reads nothing."""
+    return Call(_PEEK_RANGE, (key,), (kind, first, step, count, budget.head, budget.whole, split), _peeked)

@@ -1,0 +1,114 @@
+"""Wrappers of the scripts on who consumes: heartbeat (register, renew),
+stale (who missed theirs), the reclaims (reclaim, reclaim_stale,
+return_free: a consumer's list back to the queue) and the leader lock
+(lock_acquire, lock_renew, lock_release; compare_and_delete, which is
+lock_release.lua on any key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from smqsup.keys import QueueKeys
+from smqsup.store.scripts.calls import Call, Lock, Script, escaped_texts, meta_json, texts, with_lock
+
+_RECLAIM = Script("reclaim")
+_RECLAIM_STALE = Script("reclaim_stale")
+_RETURN_FREE = Script("return_free")
+_HEARTBEAT = Script("heartbeat")
+_STALE = Script("stale")
+_LOCK_ACQUIRE = Script("lock_acquire")
+_LOCK_RENEW = Script("lock_renew")
+_LOCK_RELEASE = Script("lock_release")
+
+SCRIPTS = (_RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE)
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    requeued: int
+    dead_lettered: int
+    remaining: int
+
+
+def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
+    requeued, dead, remaining = reply
+    return ReclaimResult(int(requeued), int(dead), int(remaining))
+
+
+def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
+    """KEYS[1..7] of reclaim.lua and reclaim_stale.lua: the consumer's list,
+    pending, dead, counters, the registry, heartbeats and retired."""
+    return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
+            keys.retired]
+
+
+def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
+            batch: int) -> Call[ReclaimResult]:
+    """Return up to ``batch`` messages of a consumer that is gone to the
+    queue (each one costing an attempt when ``costs_attempt``); unregister it
+    once its list is empty. ``reason`` goes with any dead letter."""
+    return Call(_RECLAIM, _reclaim_keys(keys, consumer_id),
+                (int(costs_attempt), retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id),
+                _reclaim_result)
+
+
+def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, reason: str, batch: int,
+                  stale_after_ms: int, lock: Optional[Lock] = None) -> Call[ReclaimResult]:
+    """Like a costly reclaim, only if the consumer's heartbeat is missing or
+    older than ``stale_after_ms`` (``remaining`` -1 otherwise) and, with
+    ``lock``, only if the lock holds its token (NOTLEADER otherwise)."""
+    key_list, args = with_lock(
+        _reclaim_keys(keys, consumer_id),
+        [retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id, stale_after_ms], lock)
+    return Call(_RECLAIM_STALE, key_list, args, _reclaim_result)
+
+
+def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
+                lock: Optional[Lock] = None) -> Call[ReclaimResult]:
+    """Return up to ``batch`` messages of the consumer's list to the queue
+    free of cost, registry untouched; with ``lock``, only if the lock holds
+    its token (NOTLEADER otherwise)."""
+    key_list, args = with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters],
+                               [meta_json(reason, consumer=consumer_id), batch], lock)
+    return Call(_RETURN_FREE, key_list, args, _reclaim_result)
+
+
+def heartbeat(keys: QueueKeys, beats: Sequence[tuple[str, str]], *, register: bool) -> Call[list[str]]:
+    """Register or renew consumers (id, info JSON); the ids that are no
+    longer registered (declared dead)."""
+    args: list[Any] = [int(register)]
+    for cid, info in beats:
+        args += [cid, info]
+    return Call(_HEARTBEAT, (keys.consumers, keys.heartbeats), args, escaped_texts)
+
+
+def stale(keys: QueueKeys, *, timeout_ms: int, limit: int) -> Call[tuple[list[str], list[str]]]:
+    """(stale ids, orphan ids) of a queue's consumers, by the Redis clock."""
+    return Call(_STALE, (keys.heartbeats, keys.consumers), (timeout_ms, limit), _stale_result)
+
+
+def _stale_result(reply: Sequence[Any]) -> tuple[list[str], list[str]]:
+    stale_ids, orphans = reply
+    return texts(stale_ids), texts(orphans)
+
+
+def lock_acquire(key: str, token: str, ttl_ms: int) -> Call[int]:
+    """1: acquired; 0: held by another; -1: the key never expired, now it does."""
+    return Call(_LOCK_ACQUIRE, (key,), (token, ttl_ms), int)
+
+
+def lock_renew(key: str, token: str, ttl_ms: int) -> Call[bool]:
+    return Call(_LOCK_RENEW, (key,), (token, ttl_ms), bool)
+
+
+def lock_release(key: str, token: str) -> Call[bool]:
+    return Call(_LOCK_RELEASE, (key,), (token,), bool)
+
+
+def compare_and_delete(key: str, value: "bytes | str") -> Call[bool]:
+    """Delete ``key`` only while it holds exactly ``value`` (lock_release.lua
+    is that compare-and-delete); whether it was deleted."""
+    return Call(_LOCK_RELEASE, (key,), (value,), bool)
