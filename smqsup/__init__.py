@@ -1,67 +1,67 @@
 """smqsup: a Redis-backed message queue (RedisSMQ design) and the supervisor
 that runs its consumers as a service. This docstring is the map.
 
-    queues.yaml ─▶ config ─▶ supervisor/arbiter ─fork─▶ supervisor/child ─▶ consumer ─▶ broker ─▶ scripts/*.lua
-    producer ─▶ broker                 gc (one elected per queue, lock) ─▶ broker ─▶ scripts/*.lua
-    stats, status, web, cli read what the others write
+    queues.yaml ─▶ config/ ─▶ supervisor/ ─fork─▶ worker/ (the consumer engine, handlers) ─▶ store/ ─▶ scripts/*.lua
+    client/ (Producer) ─▶ store/          collector/ (elected: reclaim, promote, schedules, stats) ─▶ store/
+    views/, cli/, web/ read what the others write, through store/
+
+Each subpackage's ``__init__`` maps its own modules, a line each. Imports run
+down this list, never up or across: the top-level leaves, config/, store/,
+client/ and collector/, worker/ and views/, web/, supervisor/, cli/
+(tests/test_layout.py checks it, and that only store/ talks to Redis).
 
 The path of one message, as a newcomer would follow it:
 
-1. ``Producer.publish`` (producer.py) builds the envelope and its frame
-   ``attempts|json`` (message.py) and calls ``Broker.push`` (broker.py), which
-   runs publish.lua: LPUSH on the queue's pending list (key names: keys.py).
-   With options (delay or at, priority, dedup_key, ttl: options.py checks
-   them) it is ``Broker.push_with`` and publish_options.lua: the scheduled
-   set for later, the priority set for urgent, a dedup key set in the same
-   step, an expiry in the frame's head.
+1. ``Producer.publish`` (client/producer.py) builds the envelope and its
+   frame ``attempts|json`` (message.py) and calls ``broker.messages.push``
+   (store/messages.py), which runs publish.lua: LPUSH on the queue's pending
+   list (key names: keys.py). With options (delay or at, priority, dedup_key,
+   ttl: client/options.py checks them) it is ``push_with`` and
+   publish_options.lua.
 2. The supervisor (supervisor/arbiter.py) has forked a consumer process per
    configured consumer (supervisor/consumers.py); it runs supervisor/child.py,
-   which imports the handler (handlers.py) and runs ``Consumer.run``
-   (consumer.py).
-3. ``Broker.fetch`` moves the frame with BLMOVE from pending to this
-   consumer's own processing list, so that it is never only in memory
-   (take.lua first, without blocking, when a priority message may be ready;
-   nothing while the queue is paused).
+   which imports the handler (worker/handlers.py) and runs the consumer
+   engine (worker/consumer.py).
+3. The engine takes the next frame (worker/fetching.py: BLMOVE from pending
+   to this consumer's own processing list, so that it is never only in
+   memory; take.lua when a priority message may be ready; nothing while the
+   queue is paused) and runs the handler (worker/runners.py: inline, on
+   threads or as asyncio tasks).
 4. The handler returns: ack.lua removes the frame and fetches the next one in
-   the same round trip. It raises: nack.lua puts it back with one more attempt
-   (delayed, in a sorted set the collector promotes with the scheduled
-   messages: promote.lua) or, past retry_threshold, in the dead-letter list
-   (deadletters.py shows them). ``Reject`` and ``Retry`` (verdicts.py) choose
-   the dead letter now, or the retry's delay.
+   the same round trip (worker/settling.py). It raises: nack.lua puts it back
+   with one more attempt (delayed, in a sorted set the collector promotes) or,
+   past retry_threshold, in the dead-letter list (views/deadletters.py shows
+   them). ``Reject`` and ``Retry`` (worker/verdicts.py) choose the dead letter
+   now, or the retry's delay.
 5. The process dies holding it: the arbiter reaps it and returns its list at
-   once (supervisor/reclaims.py, ``Broker.reclaim_dead``, reclaim.lua). The
-   whole host dies: its heartbeats (supervisor/beats.py) lapse and the
-   collector elected among all supervisors (gc.py, lock.py) returns the list
-   (``Broker.reclaim_stale``, reclaim_stale.lua), under its lock.
+   once (supervisor/reclaims.py, reclaim.lua). The whole host dies: its
+   heartbeats (supervisor/beats.py) lapse and the collector elected among all
+   supervisors (collector/collector.py, collector/lock.py) returns the list
+   (reclaim_stale.lua), under its lock.
 
-The modules:
+The subpackages:
 
-- config.py: queues.yaml as frozen dataclasses; validate.py checks each value,
-  yamlfile.py reads the file within bounds; defaults.py holds every default.
-- producer.py: the public publishing API; options.py: its options checked;
-  message.py: the envelope, its frame and ids; keys.py: every Redis key
-  name, the key schema at its top; verdicts.py: Reject and Retry.
-- broker.py: every Redis operation smqsup does, typed; connection.py: the
-  redis-py client, its checks, the error boundary; scripts/: one Lua file per
-  operation (shared fragments in scripts/includes/) and its Python wrapper.
-- consumer.py: the consumer loop (no fork, no signals); handlers.py: importing
-  a handler and ``smqsup check``; standalone.py: ``smqsup consume``, one
-  consumer without a supervisor; heartbeat.py: its heartbeat thread.
-- supervisor/: the parent (arbiter.py, the loop; states.py, the states and the
-  restart policy; decide.py, the pure decisions; consumers.py, beats.py,
-  reclaims.py, resources.py, web_child.py, the I/O; plan.py, the SIGHUP diff;
-  systemd.py) and the child (child.py, protocol.py the slot they share).
-- gc.py: the per-queue garbage collector; lock.py: its leader lock.
-- info.py: the schema of a consumer's registry entry; readings.py: what the
-  statistics read of a queue; stats.py: history and snapshots; status.py:
-  ``smqsup status``; deadletters.py: the dead-letter rows and actions of
-  ``smqsup dlq`` and the web UI; browse.py: listing and removing waiting
-  messages (``smqsup messages`` / ``remove``, the web UI).
-- web/: the web UI, JSON API and /metrics (server.py, args.py, source.py,
-  security.py, metrics.py, jsonout.py; the page in static/).
-- embedded.py and redis_server.py: the embedded redis-server; cli.py: the
-  ``smqsup`` command; errors.py: the exception tree; safe.py and logs.py:
-  text made safe to show, and log setup.
+- config/: queues.yaml read within bounds and validated into frozen dataclasses.
+- store/: the one way to Redis: the Broker, its operation classes by concern,
+  cluster routing, the Lua scripts (store/scripts/), the embedded redis-server.
+- client/: what programs publish with: the Producer and its options.
+- worker/: the consumer engine (one, at any concurrency), handlers, verdicts.
+- collector/: per queue, the elected housekeeper: reclaim, promote, schedules, stats.
+- views/: what operators read: status, listings, dead letters, schedules.
+- web/: the web UI, its JSON API and /metrics.
+- supervisor/: the parent process (arbiter, states, decisions) and the child's start.
+- cli/: the ``smqsup`` command, one module per family of subcommands.
+
+The leaves everyone uses, and the public face:
+
+- __init__.py: this map, and the public names (Producer, Message, Reject, Retry).
+- __main__.py: ``python -m smqsup``, the same as the ``smqsup`` command.
+- errors.py: the one exception tree, rooted at SmqsupError.
+- defaults.py: every default value, one line each, its unit in its name.
+- keys.py: the only place a Redis key name is formed; the key schema at its top.
+- message.py: the message envelope, its frame on the wire, message ids.
+- safe.py: text made safe to show: credentials masked, control characters escaped.
+- logs.py: log setup for the command line (journald priorities under systemd).
 """
 
 from __future__ import annotations
