@@ -16,8 +16,8 @@ from typing import Optional
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
 from smqsup.store.embedded import ensure_server
-from smqsup.worker.concurrent import make_consumer
-from smqsup.worker.consumer import Consumer, fetch_block_s
+from smqsup.worker.consumer import Consumer
+from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
 from smqsup.worker.heartbeat import LivenessThread
 
@@ -31,7 +31,7 @@ def consume(cfg: Config, queue: str) -> int:
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}",
                     wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)
-    consumer = make_consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
+    consumer = Consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
     _stop_on_signals(consumer)
     try:

@@ -1,0 +1,98 @@
+"""The messages a consumer holds in its list and has not finished: the attempts
+running, with their message_timeout deadlines, and the frames booked for a
+later start by the rate limit."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Optional
+
+from smqsup import message
+from smqsup.worker.records import Attempt
+
+
+def monotonic_us() -> int:
+    """CLOCK_MONOTONIC in µs: the clock the supervisor's slot reader uses."""
+    return time.monotonic_ns() // 1000
+
+
+class InHand:
+    """Running attempts in start order (the oldest first: also the first
+    deadline, all sharing one timeout) and booked frames by start time.
+    ``timeout_us`` 0: no deadline (message_timeout unset, or not this
+    consumer's to enforce). Read from other threads: ``flight``, ``busy``."""
+
+    def __init__(self, timeout_us: int) -> None:
+        self.timeout_us = timeout_us
+        self.running: dict[int, Attempt] = {}  # by id()
+        self._booked: list[tuple[float, int, bytes]] = []  # heap: (monotonic start, seq, frame)
+        self._seq = itertools.count()
+
+    @property
+    def booked(self) -> int:
+        return len(self._booked)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def flight(self) -> tuple[int, int]:
+        """(attempts running, monotonic µs since the oldest started; (0, 0): none)."""
+        running = self.running
+        try:
+            oldest = next(iter(running.values()), None)
+        except RuntimeError:  # changed under a reader in another thread (the standalone heartbeat)
+            return len(running), 0
+        return (0, 0) if oldest is None else (len(running), oldest.since_us)
+
+    def start(self, frame: bytes, msg: message.Message) -> Attempt:
+        """A new running attempt, its clocks started now."""
+        att = Attempt(frame, msg, monotonic_us(), time.perf_counter())
+        if self.timeout_us:
+            att.deadline_us = att.since_us + self.timeout_us
+        self.running[id(att)] = att
+        return att
+
+    def end(self, att: Attempt) -> bool:
+        """``att`` leaves the running ones; False if it had left already (given up)."""
+        return self.running.pop(id(att), None) is not None
+
+    def overdue(self) -> Iterator[Attempt]:
+        """Take out, one by one, the attempts past their deadline."""
+        if not self.timeout_us:
+            return
+        now_us = monotonic_us()
+        while self.running:
+            att = next(iter(self.running.values()))
+            if att.deadline_us > now_us:
+                return
+            del self.running[id(att)]
+            yield att
+
+    def book(self, frame: bytes, wait_us: int) -> None:
+        heapq.heappush(self._booked, (time.monotonic() + wait_us / 1e6, next(self._seq), frame))
+
+    def due(self) -> Iterator[bytes]:
+        """Take out, one by one, the booked frames whose start has come."""
+        now = time.monotonic()
+        while self._booked and self._booked[0][0] <= now:
+            yield heapq.heappop(self._booked)[2]
+
+    def forget_booked(self) -> None:
+        """Drop the bookings (their frames go back free with the list they are in)."""
+        self._booked.clear()
+
+    def next_due(self) -> Optional[float]:
+        """When (monotonic) the first booked start or deadline comes; None: none."""
+        due = self._booked[0][0] if self._booked else None
+        if self.timeout_us and self.running:
+            deadline = next(iter(self.running.values())).deadline_us / 1e6
+            due = deadline if due is None else min(due, deadline)
+        return due
+
+    def frames(self) -> list[bytes]:
+        """Every frame held: running or booked (they stay ours in a recovery)."""
+        return [att.frame for att in self.running.values()] + [frame for _, _, frame in self._booked]

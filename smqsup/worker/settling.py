@@ -1,0 +1,147 @@
+"""The outcomes a consumer has not yet recorded in Redis, and the one round
+trip that records them (ack.lua, nack.lua) and takes what there is room for."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+from smqsup import message
+from smqsup.keys import QueueKeys
+from smqsup.store import scripts
+from smqsup.store.broker import Broker
+from smqsup.worker.fetching import Fetcher, Taken
+from smqsup.worker.records import Attempt, ConsumerStats, Identity
+
+log = logging.getLogger(__name__)
+
+
+class Settler:
+    """Records outcomes. ``finished`` holds the attempts whose outcome is
+    drawn and not yet recorded, in the order they ended; an attempt leaves
+    it only once Redis took its script (after a failed round trip the
+    recovery finds out which ran).
+
+    Each settle folds the take of a successor while there is room (the
+    scripts' fetch_next), so a busy queue costs one round trip per batch of
+    finished messages: per message, at concurrency 1."""
+
+    def __init__(self, broker: Broker, identity: Identity, stats: ConsumerStats, fetcher: Fetcher) -> None:
+        self.broker = broker
+        self.identity = identity
+        self.stats = stats
+        self.fetcher = fetcher
+        self.finished: list[Attempt] = []
+
+    def exchange(self, room: int, poll: bool = False) -> list[Taken]:
+        """Record every finished outcome and take up to ``room`` frames, in
+        one round trip; the frames taken. ``poll``: the paused queue's
+        periodic look (take.lua sees a resume)."""
+        f = self.fetcher
+        paused = f.paused
+        calls: list[scripts.Call[Any]] = []
+        fetches: list[bool] = []
+        keys, cid = self.broker.keys(f.name), self.identity.consumer_id
+        for att in self.finished:
+            fetch = room > 0 and not paused
+            room -= fetch
+            fetches.append(fetch)
+            calls.append(self._call(keys, cid, att, fetch))
+        # Fill the rest while the queue had work (the last fetch came back
+        # full), or when no script has looked since the last blocking fetch;
+        # while paused, only as the paused poll asks.
+        take = room if room > 0 and not f.checked and (poll or not paused) and not f.look_at else 0
+        if take:
+            calls.append(scripts.take(keys, cid, take, f.rate))
+        if not calls:
+            return []
+        results = self.broker.exchange(f.name, calls)
+        return self._read(results, fetches, bool(take))
+
+    def _call(self, keys: QueueKeys, cid: str, att: Attempt, fetch: bool) -> scripts.Call[Any]:
+        outcome = att.outcome
+        assert outcome is not None
+        rate = self.fetcher.rate
+        if outcome.ok:
+            return scripts.ack(keys, cid, att.frame, fetch, self.broker.stats, rate)
+        return scripts.nack(keys, cid, att.frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
+                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event, rate=rate)
+
+    def _read(self, results: list[Any], fetches: list[bool], took: bool) -> list[Taken]:
+        """Count and note what the scripts said; the frames they took."""
+        f = self.fetcher
+        frames: list[Taken] = []
+        limited = 0  # µs before the rate limit allows a start, when it allowed none
+        looked = empty = False  # a script looked for work (includes/ready.lua); it found none
+        settled, self.finished = self.finished, []
+        for att, fetched, result in zip(settled, fetches, results):
+            self._count(att, result)
+            if not result.registered:
+                self.identity.lost = True
+            f.note_paused(result.paused)
+            if result.next_frame is not None:
+                frames.append((result.next_frame, result.wait_us))
+            elif fetched and result.wait_us:
+                limited = result.wait_us
+            if fetched:
+                looked = True
+                empty = result.next_frame is None and not result.wait_us
+        if took:
+            take: scripts.TakeResult = results[-1]
+            if not take.registered:
+                self.identity.lost = True
+            f.note_paused(take.paused)
+            frames.extend(zip(take.frames, take.waits_us))
+            limited = limited or take.retry_us
+            looked = True
+            empty = not take.frames and not take.retry_us
+        if limited:
+            f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
+        if looked:
+            # Only a script that looked for work and found none makes a BLMOVE
+            # safe next; one that found work says the queue may have more, so
+            # the next round takes again.
+            f.checked = empty and not self.identity.lost and not f.paused
+        return frames
+
+    def _count(self, att: Attempt, result: "scripts.AckResult | scripts.NackResult") -> None:
+        if isinstance(result, scripts.AckResult):
+            if result.acked:
+                self.stats.acked += 1
+            else:
+                self.late(att.frame)
+        elif result.outcome == scripts.LATE:
+            self.late(att.frame)
+        elif result.outcome == scripts.DEAD:
+            self.stats.dead_lettered += 1
+        else:
+            self.stats.retried += 1
+
+    def recovered(self, held: "collections.Counter[bytes]") -> None:
+        """After a failed round trip, with ``held`` what our list holds that
+        nobody runs: keep for the next round each outcome whose frame is
+        still there (its script did not run), taking it off ``held``. One
+        no longer there was settled before the connection broke, or (the
+        consumer declared dead meanwhile) reclaimed: that is counted late."""
+        unsettled, self.finished = self.finished, []
+        registered: "bool | None" = None
+        for att in unsettled:
+            if held[att.frame] > 0:
+                held[att.frame] -= 1
+                self.finished.append(att)
+                continue
+            if registered is None:
+                registered = self.broker.is_registered(self.fetcher.name, self.identity.consumer_id)
+            if not registered:
+                # Reclaimed by the collector while Redis was away from us:
+                # someone else handles it again.
+                self.broker.count_late_ack(self.fetcher.name)
+                self.late(att.frame)
+                self.identity.lost = True
+
+    def late(self, frame: bytes) -> None:
+        """Count a settle that found its message reclaimed (a no-op in Redis)."""
+        self.stats.late_acks += 1
+        log.warning("queue %s: late ack of message %s by consumer %s: it had been reclaimed; no-op",
+                    self.fetcher.name, message.peek_id(frame), self.identity.consumer_id)
