@@ -95,6 +95,7 @@ class Consumer:
         self._stop = False
         self._fetching: Optional[Fetched] = None  # the blocking fetch under way
         self._unsettled_left = False  # stopped with outcomes Redis never took: the list is left for reclaim
+        self._rotate_every = ROTATE_EVERY * self.runner.size  # starts in a row from one partition
 
     # --- what the supervisor, the heartbeats and the tests read ------------
 
@@ -171,50 +172,57 @@ class Consumer:
         return bool(limit) and self.stats.received >= limit
 
     def _taking(self) -> bool:
-        return not (self._stop or self.identity.lost or self._limit_reached() or self.runner.exhausted)
+        limit = self.queue.max_messages
+        return not (self._stop or self.identity.lost or (limit and self.stats.received >= limit)
+                    or self.runner.exhausted)
 
-    def _room(self) -> int:
+    def _room(self, taking: bool) -> int:
         """Messages we may take now."""
-        if not self._taking() or self.fetcher.rotate:
+        if not taking or self.fetcher.rotate:
             return 0
-        held = self.in_hand.booked + (self._fetching is not None)
+        held = len(self.in_hand.booked) + (self._fetching is not None)
         room = self.runner.size - len(self.in_hand.running) - held
         limit = self.queue.max_messages
         if limit:
             room = min(room, limit - self.stats.received - held)
-        return max(room, 0)
+        return room if room > 0 else 0
 
     def _turn(self) -> Optional[float]:
         """One turn: settle and take, start what came; how long the runner
         may then wait (s), or None once the consumer is done."""
         try:
-            if not (self._taking() or self.in_hand.running or self.settler.finished or self._fetching is not None):
+            taking = self._taking()
+            if not (taking or self.in_hand.running or self.settler.finished or self._fetching is not None):
                 return self._at_rest()
             if self.recovery.needed:
                 return self._recover()
-            self._collect()
-            self._round()
-            self.recovery.worked()
+            in_hand = self.in_hand
+            if self._fetching is not None or in_hand.booked or self.fetcher.look_at or (in_hand.timeout_us
+                                                                                         and in_hand.running):
+                self._collect()
+                taking = self._taking()
+            self._round(taking)
+            if self.recovery.failures:
+                self.recovery.worked()
             if self.fetcher.rotate:
                 self._maybe_rotate()
             if self.fetcher.checked:
                 self._maybe_block()
-            return self._wait_s()
+            return 0.0 if self.settler.finished else self._wait_s()
         except BrokerError as exc:
             return self._failed(exc)
 
-    def _round(self) -> None:
+    def _round(self, taking: bool) -> None:
         """Record every finished outcome and take what there is room for, in
         one round trip; start what it took."""
         f = self.fetcher
-        poll = (f.paused and self._taking() and not self.settler.finished and self._fetching is None
-                and f.poll_due(time.monotonic()))
         settles = bool(self.settler.finished)
+        poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(time.monotonic())
         try:
-            frames = self.settler.exchange(self._room(), poll)
+            frames = self.settler.exchange(self._room(taking), poll)
         finally:
-            if settles:
-                self._report()
+            if settles and self._on_busy is not None:
+                self._on_busy(None)
         for frame, wait_us in frames:
             self._launch(frame, wait_us)
 
@@ -229,18 +237,20 @@ class Consumer:
                     self._launch(frame)
         if self.fetcher.look_at:
             self.fetcher.look_due(time.monotonic())
-        if self.in_hand.timeout_us and self.in_hand.running:
-            for att in self.in_hand.overdue():
-                self._time_out(att)
+        for att in self.in_hand.overdue():
+            self._time_out(att)
 
     def _wait_s(self) -> float:
         """How long the runner may wait: 0 with work at hand; else until the
         first thing due, at most _TICK_S (a handler's end, a stop... wake it)."""
-        if self.settler.finished or (self._fetching is not None and self._fetching.done()):
+        fetching = self._fetching
+        if fetching is not None and fetching.done():
             return 0.0
         f = self.fetcher
         taking = self._taking()
-        if taking and not (f.checked or f.paused or f.look_at) and self._fetching is None and self._room() > 0:
+        if not taking and not self.in_hand.running and fetching is None:
+            return 0.0  # nothing more to come: the next turn ends
+        if taking and not (f.checked or f.paused or f.look_at) and fetching is None and self._room(taking):
             return 0.0  # room, and no script has looked since: take.lua looks now
         now = time.monotonic()
         due = now + _TICK_S
@@ -253,10 +263,6 @@ class Consumer:
             due = min(due, held)
         return max(0.0, due - now)
 
-    def _report(self) -> None:
-        if self._on_busy is not None:
-            self._on_busy(None)
-
     # --- starting and ending messages ----------------------------------------
 
     def _launch(self, frame: bytes, wait_us: int = 0) -> None:
@@ -266,7 +272,7 @@ class Consumer:
             self.in_hand.book(frame, wait_us)
             return
         self.stats.received += 1
-        if self.fetcher.partitions.handled(ROTATE_EVERY * self.runner.size):
+        if self.fetcher.partitions.handled(self._rotate_every):
             self.fetcher.rotate = True  # take nothing more here; _maybe_rotate looks elsewhere once all have landed
         msg = self.judge.decode(frame, self.fetcher.name)
         if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
@@ -279,24 +285,24 @@ class Consumer:
 
     def _land(self, att: Attempt) -> None:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
-        if not self.in_hand.end(att):
+        if self.in_hand.running.pop(id(att), None) is None:
             # Given up at its message_timeout already: what it did since is ignored.
             self.runner.came_back(att)
             return
-        self.stats.busy_s += time.perf_counter() - att.started
+        self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         assert att.msg is not None
         att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)
         self.settler.finished.append(att)
-        if not self.runner.inline:
+        if not self.runner.inline and self._on_busy is not None:
             # The supervisor's stuck-loop clock hears each end now, even when
             # Redis is away and its settle waits.
-            self._report()
+            self._on_busy(None)
 
     def _time_out(self, att: Attempt) -> None:
         """message_timeout passed for ``att`` (out of the running ones): its
         message costs an attempt now, whatever its handler does after."""
         assert att.msg is not None
-        self.stats.busy_s += time.perf_counter() - att.started
+        self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         now = "cancelling it" if att.task is not None else "its thread is left behind"
         att.outcome = self.judge.timed_out(att.msg, self.name, now)
         self.settler.finished.append(att)
@@ -304,7 +310,8 @@ class Consumer:
         if self.runner.exhausted:
             log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes nothing "
                       "more and ends once the others finish", self.name, self.consumer_id, self.runner.size)
-        self._report()
+        if self._on_busy is not None:
+            self._on_busy(None)
 
     # --- partitions and the blocking fetch -----------------------------------
 
@@ -328,7 +335,7 @@ class Consumer:
     def _maybe_block(self) -> None:
         """A script just found the queue empty: with room, wait on it
         (BLMOVE; with partitions, after a look at the others, at home)."""
-        if self._fetching is not None or self.settler.finished or self._room() <= 0:
+        if self._fetching is not None or self.settler.finished or not self._room(self._taking()):
             return
         f = self.fetcher
         if f.partitions.many and not self.in_hand.running and not self.in_hand.booked:

@@ -28,12 +28,13 @@ class InHand:
     def __init__(self, timeout_us: int) -> None:
         self.timeout_us = timeout_us
         self.running: dict[int, Attempt] = {}  # by id()
-        self._booked: list[tuple[float, int, bytes]] = []  # heap: (monotonic start, seq, frame)
+        self.booked: list[tuple[float, int, bytes]] = []  # a heap: (monotonic start, seq, frame)
         self._seq = itertools.count()
 
     @property
-    def booked(self) -> int:
-        return len(self._booked)
+    def deadlines(self) -> bool:
+        """Whether an attempt running has a deadline (the first may be due)."""
+        return bool(self.timeout_us and self.running)
 
     @property
     def busy(self) -> bool:
@@ -50,19 +51,15 @@ class InHand:
 
     def start(self, frame: bytes, msg: message.Message) -> Attempt:
         """A new running attempt, its clocks started now."""
-        att = Attempt(frame, msg, monotonic_us(), time.perf_counter())
+        att = Attempt(frame, msg, time.monotonic_ns() // 1000)
         if self.timeout_us:
             att.deadline_us = att.since_us + self.timeout_us
         self.running[id(att)] = att
         return att
 
-    def end(self, att: Attempt) -> bool:
-        """``att`` leaves the running ones; False if it had left already (given up)."""
-        return self.running.pop(id(att), None) is not None
-
     def overdue(self) -> Iterator[Attempt]:
         """Take out, one by one, the attempts past their deadline."""
-        if not self.timeout_us:
+        if not self.deadlines:
             return
         now_us = monotonic_us()
         while self.running:
@@ -73,21 +70,21 @@ class InHand:
             yield att
 
     def book(self, frame: bytes, wait_us: int) -> None:
-        heapq.heappush(self._booked, (time.monotonic() + wait_us / 1e6, next(self._seq), frame))
+        heapq.heappush(self.booked, (time.monotonic() + wait_us / 1e6, next(self._seq), frame))
 
     def due(self) -> Iterator[bytes]:
         """Take out, one by one, the booked frames whose start has come."""
         now = time.monotonic()
-        while self._booked and self._booked[0][0] <= now:
-            yield heapq.heappop(self._booked)[2]
+        while self.booked and self.booked[0][0] <= now:
+            yield heapq.heappop(self.booked)[2]
 
     def forget_booked(self) -> None:
         """Drop the bookings (their frames go back free with the list they are in)."""
-        self._booked.clear()
+        self.booked.clear()
 
     def next_due(self) -> Optional[float]:
         """When (monotonic) the first booked start or deadline comes; None: none."""
-        due = self._booked[0][0] if self._booked else None
+        due = self.booked[0][0] if self.booked else None
         if self.timeout_us and self.running:
             deadline = next(iter(self.running.values())).deadline_us / 1e6
             due = deadline if due is None else min(due, deadline)
@@ -95,4 +92,4 @@ class InHand:
 
     def frames(self) -> list[bytes]:
         """Every frame held: running or booked (they stay ours in a recovery)."""
-        return [att.frame for att in self.running.values()] + [frame for _, _, frame in self._booked]
+        return [att.frame for att in self.running.values()] + [frame for _, _, frame in self.booked]

@@ -31,6 +31,7 @@ class Recovery:
         self.fetcher = fetcher
         self.settler = settler
         self.needed = True
+        self.failures = 0  # in a row, since a round trip last worked
         self._backoff = defaults.RECONNECT_BACKOFF_MIN_S
         self._retry_at = 0.0  # monotonic: the next try
 
@@ -38,6 +39,7 @@ class Recovery:
         """Connection lost, or Redis refusing (LOADING, READONLY after a
         failover, OOM): how long to back off before the recovery."""
         self.needed = True
+        self.failures += 1
         self.fetcher.checked = False
         wait_s = self._backoff
         log.warning("queue %s: consumer %s: %s; retrying in %.2fs", self.fetcher.name, self.identity.consumer_id,
@@ -48,6 +50,7 @@ class Recovery:
 
     def worked(self) -> None:
         """A round trip worked: the next failure backs off from the start."""
+        self.failures = 0
         self._backoff = defaults.RECONNECT_BACKOFF_MIN_S
 
     def wait_s(self) -> float:

@@ -39,25 +39,35 @@ class Settler:
         one round trip; the frames taken. ``poll``: the paused queue's
         periodic look (take.lua sees a resume)."""
         f = self.fetcher
-        paused = f.paused
-        calls: list[scripts.Call[Any]] = []
-        fetches: list[bool] = []
+        finished = self.finished
+        # The first ``fetching`` settles each take a successor (fetch_next).
+        fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
         keys, cid = self.broker.keys(f.name), self.identity.consumer_id
-        for att in self.finished:
-            fetch = room > 0 and not paused
-            room -= fetch
-            fetches.append(fetch)
-            calls.append(self._call(keys, cid, att, fetch))
+        calls: list[scripts.Call[Any]] = []
+        for att in finished:
+            calls.append(self._call(keys, cid, att, len(calls) < fetching))
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
         # while paused, only as the paused poll asks.
-        take = room if room > 0 and not f.checked and (poll or not paused) and not f.look_at else 0
+        room -= fetching
+        take = room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
         if take:
             calls.append(scripts.take(keys, cid, take, f.rate))
         if not calls:
             return []
         results = self.broker.exchange(f.name, calls)
-        return self._read(results, fetches, bool(take))
+        self.finished = []
+        # The last script that looked for work (checked the registration, the
+        # priority set, the paused flag: includes/ready.lua) says whether a
+        # BLMOVE is safe next: only if it found none (Fetcher.checked); one
+        # that found work says the queue may have more: the next round takes.
+        frames = self._read(finished, results, fetching)
+        if take:
+            frames.extend(self._took(results[-1]))
+        elif fetching:
+            last = results[fetching - 1]  # the last script that looked for work
+            f.checked = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
+        return frames
 
     def _call(self, keys: QueueKeys, cid: str, att: Attempt, fetch: bool) -> scripts.Call[Any]:
         outcome = att.outcome
@@ -68,42 +78,39 @@ class Settler:
         return scripts.nack(keys, cid, att.frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
                             meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event, rate=rate)
 
-    def _read(self, results: list[Any], fetches: list[bool], took: bool) -> list[Taken]:
-        """Count and note what the scripts said; the frames they took."""
+    def _read(self, settled: list[Attempt], results: list[Any], fetching: int) -> list[Taken]:
+        """Count and note what the settles said; the frames they took."""
         f = self.fetcher
         frames: list[Taken] = []
         limited = 0  # µs before the rate limit allows a start, when it allowed none
-        looked = empty = False  # a script looked for work (includes/ready.lua); it found none
-        settled, self.finished = self.finished, []
-        for att, fetched, result in zip(settled, fetches, results):
-            self._count(att, result)
+        for i, att in enumerate(settled):
+            result = results[i]
+            if result.__class__ is scripts.AckResult and result.acked:
+                self.stats.acked += 1
+            else:
+                self._count(att, result)
             if not result.registered:
                 self.identity.lost = True
-            f.note_paused(result.paused)
+            if result.paused != f.paused:
+                f.note_paused(result.paused)
             if result.next_frame is not None:
                 frames.append((result.next_frame, result.wait_us))
-            elif fetched and result.wait_us:
+            elif i < fetching and result.wait_us:
                 limited = result.wait_us
-            if fetched:
-                looked = True
-                empty = result.next_frame is None and not result.wait_us
-        if took:
-            take: scripts.TakeResult = results[-1]
-            if not take.registered:
-                self.identity.lost = True
-            f.note_paused(take.paused)
-            frames.extend(zip(take.frames, take.waits_us))
-            limited = limited or take.retry_us
-            looked = True
-            empty = not take.frames and not take.retry_us
         if limited:
             f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
-        if looked:
-            # Only a script that looked for work and found none makes a BLMOVE
-            # safe next; one that found work says the queue may have more, so
-            # the next round takes again.
-            f.checked = empty and not self.identity.lost and not f.paused
         return frames
+
+    def _took(self, take: scripts.TakeResult) -> list[Taken]:
+        """Note what take.lua said; the frames it took."""
+        if not take.registered:
+            self.identity.lost = True
+        self.fetcher.note_paused(take.paused)
+        if take.retry_us:
+            self.fetcher.no_start(take.retry_us)
+        f = self.fetcher
+        f.checked = not take.frames and not take.retry_us and not self.identity.lost and not f.paused
+        return list(zip(take.frames, take.waits_us))
 
     def _count(self, att: Attempt, result: "scripts.AckResult | scripts.NackResult") -> None:
         if isinstance(result, scripts.AckResult):
