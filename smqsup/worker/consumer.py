@@ -188,8 +188,9 @@ class Consumer:
         return room if room > 0 else 0
 
     def _turn(self) -> Optional[float]:
-        """One turn: settle and take, start what came; how long the runner
-        may then wait (s), or None once the consumer is done."""
+        """One turn: what became due, then one round trip that records every
+        finished outcome and takes what there is room for, then start what
+        came; how long the runner may then wait (s), or None once done."""
         try:
             taking = self._taking()
             if not (taking or self.in_hand.running or self.settler.finished or self._fetching is not None):
@@ -201,7 +202,16 @@ class Consumer:
                                                                                          and in_hand.running):
                 self._collect()
                 taking = self._taking()
-            self._round(taking)
+            settles = bool(self.settler.finished)
+            f = self.fetcher
+            poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(time.monotonic())
+            try:
+                frames = self.settler.exchange(self._room(taking), poll)  # the one round trip
+            finally:
+                if settles and self._on_busy is not None:
+                    self._on_busy(None)
+            for frame, wait_us in frames:
+                self._launch(frame, wait_us)
             if self.recovery.failures:
                 self.recovery.worked()
             if self.fetcher.rotate:
@@ -211,20 +221,6 @@ class Consumer:
             return 0.0 if self.settler.finished else self._wait_s()
         except BrokerError as exc:
             return self._failed(exc)
-
-    def _round(self, taking: bool) -> None:
-        """Record every finished outcome and take what there is room for, in
-        one round trip; start what it took."""
-        f = self.fetcher
-        settles = bool(self.settler.finished)
-        poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(time.monotonic())
-        try:
-            frames = self.settler.exchange(self._room(taking), poll)
-        finally:
-            if settles and self._on_busy is not None:
-                self._on_busy(None)
-        for frame, wait_us in frames:
-            self._launch(frame, wait_us)
 
     def _collect(self) -> None:
         """What became due since the last turn: the blocking fetch's frame,
@@ -285,10 +281,11 @@ class Consumer:
 
     def _land(self, att: Attempt) -> None:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
-        if self.in_hand.running.pop(id(att), None) is None:
+        if att not in self.in_hand.running:
             # Given up at its message_timeout already: what it did since is ignored.
             self.runner.came_back(att)
             return
+        del self.in_hand.running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         assert att.msg is not None
         att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)

@@ -61,6 +61,7 @@ class Fetcher:
         self.fetch_block_s = fetch_block_s
         self.partitions = Partitions(queue.name, queue.partitions)
         self.name = queue.name
+        self.keys = broker.keys(self.name)  # the current partition's
         #: The queue's rate limit (its share per partition is the scripts').
         self.rate: scripts.Rate = (*queue.rate, len(self.partitions.names))
         self.limited = queue.rate_limit_per_s > 0
@@ -118,6 +119,7 @@ class Fetcher:
         """Work on partition ``name`` from now on (nothing in hand)."""
         if name != self.name:
             self.name = name
+            self.keys = self.broker.keys(name)
             self.paused = False  # that partition's flag: the next script says
         self.partitions.move(name)
 

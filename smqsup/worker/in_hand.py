@@ -21,13 +21,14 @@ def monotonic_us() -> int:
 
 class InHand:
     """Running attempts in start order (the oldest first: also the first
-    deadline, all sharing one timeout) and booked frames by start time.
+    deadline, all sharing one timeout; ``running`` is an ordered set, each
+    attempt a key) and booked frames by start time.
     ``timeout_us`` 0: no deadline (message_timeout unset, or not this
     consumer's to enforce). Read from other threads: ``flight``, ``busy``."""
 
     def __init__(self, timeout_us: int) -> None:
         self.timeout_us = timeout_us
-        self.running: dict[int, Attempt] = {}  # by id()
+        self.running: dict[Attempt, None] = {}
         self.booked: list[tuple[float, int, bytes]] = []  # a heap: (monotonic start, seq, frame)
         self._seq = itertools.count()
 
@@ -44,7 +45,7 @@ class InHand:
         """(attempts running, monotonic µs since the oldest started; (0, 0): none)."""
         running = self.running
         try:
-            oldest = next(iter(running.values()), None)
+            oldest = next(iter(running), None)
         except RuntimeError:  # changed under a reader in another thread (the standalone heartbeat)
             return len(running), 0
         return (0, 0) if oldest is None else (len(running), oldest.since_us)
@@ -52,21 +53,19 @@ class InHand:
     def start(self, frame: bytes, msg: message.Message) -> Attempt:
         """A new running attempt, its clocks started now."""
         att = Attempt(frame, msg, time.monotonic_ns() // 1000)
-        if self.timeout_us:
-            att.deadline_us = att.since_us + self.timeout_us
-        self.running[id(att)] = att
+        self.running[att] = None
         return att
 
     def overdue(self) -> Iterator[Attempt]:
         """Take out, one by one, the attempts past their deadline."""
         if not self.deadlines:
             return
-        now_us = monotonic_us()
+        since_us = monotonic_us() - self.timeout_us  # started before: overdue
         while self.running:
-            att = next(iter(self.running.values()))
-            if att.deadline_us > now_us:
+            att = next(iter(self.running))
+            if att.since_us > since_us:
                 return
-            del self.running[id(att)]
+            del self.running[att]
             yield att
 
     def book(self, frame: bytes, wait_us: int) -> None:
@@ -86,10 +85,10 @@ class InHand:
         """When (monotonic) the first booked start or deadline comes; None: none."""
         due = self.booked[0][0] if self.booked else None
         if self.timeout_us and self.running:
-            deadline = next(iter(self.running.values())).deadline_us / 1e6
+            deadline = (next(iter(self.running)).since_us + self.timeout_us) / 1e6
             due = deadline if due is None else min(due, deadline)
         return due
 
     def frames(self) -> list[bytes]:
         """Every frame held: running or booked (they stay ours in a recovery)."""
-        return [att.frame for att in self.running.values()] + [frame for _, _, frame in self.booked]
+        return [att.frame for att in self.running] + [frame for _, _, frame in self.booked]

@@ -67,14 +67,13 @@ class Attempt:
     the processing list), the decoded message (None: malformed, never run),
     when its handler started, how it ended and what becomes of it."""
 
-    __slots__ = ("frame", "msg", "since_us", "deadline_us", "error", "outcome", "task")
+    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task")
 
     def __init__(self, frame: bytes, msg: Optional[message.Message], since_us: int = 0,
                  outcome: Optional[Outcome] = None) -> None:
         self.frame = frame
         self.msg = msg
         self.since_us = since_us  # monotonic µs at its start: busy_s, the supervisor's stuck-loop clock
-        self.deadline_us = 0  # monotonic µs past which message_timeout gives it up (0: never)
         self.error: Optional[BaseException] = None  # what its handler raised
         self.outcome = outcome  # set once it is due to be settled
         self.task: Optional["asyncio.Task[None]"] = None  # an async handler's task (runners.LoopRunner)

@@ -12,7 +12,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher, Taken
-from smqsup.worker.records import Attempt, ConsumerStats, Identity
+from smqsup.worker.records import Attempt, ConsumerStats, Identity, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,14 @@ class Settler:
         finished = self.finished
         # The first ``fetching`` settles each take a successor (fetch_next).
         fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
-        keys, cid = self.broker.keys(f.name), self.identity.consumer_id
+        keys, cid = f.keys, self.identity.consumer_id
         calls: list[scripts.Call[Any]] = []
         for att in finished:
-            calls.append(self._call(keys, cid, att, len(calls) < fetching))
+            fetch = len(calls) < fetching
+            outcome = att.outcome
+            assert outcome is not None
+            calls.append(scripts.ack(keys, cid, att.frame, fetch, self.broker.stats, f.rate) if outcome.ok
+                         else self._nack(keys, cid, att.frame, outcome, fetch))
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
         # while paused, only as the paused poll asks.
@@ -56,12 +60,12 @@ class Settler:
         if not calls:
             return []
         results = self.broker.exchange(f.name, calls)
-        self.finished = []
         # The last script that looked for work (checked the registration, the
         # priority set, the paused flag: includes/ready.lua) says whether a
         # BLMOVE is safe next: only if it found none (Fetcher.checked); one
         # that found work says the queue may have more: the next round takes.
         frames = self._read(finished, results, fetching)
+        finished.clear()  # (only now: Redis took them all)
         if take:
             frames.extend(self._took(results[-1]))
         elif fetching:
@@ -69,14 +73,10 @@ class Settler:
             f.checked = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
         return frames
 
-    def _call(self, keys: QueueKeys, cid: str, att: Attempt, fetch: bool) -> scripts.Call[Any]:
-        outcome = att.outcome
-        assert outcome is not None
-        rate = self.fetcher.rate
-        if outcome.ok:
-            return scripts.ack(keys, cid, att.frame, fetch, self.broker.stats, rate)
-        return scripts.nack(keys, cid, att.frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
-                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event, rate=rate)
+    def _nack(self, keys: QueueKeys, cid: str, frame: bytes, outcome: Outcome, fetch: bool) -> scripts.Call[Any]:
+        return scripts.nack(keys, cid, frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
+                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event,
+                            rate=self.fetcher.rate)
 
     def _read(self, settled: list[Attempt], results: list[Any], fetching: int) -> list[Taken]:
         """Count and note what the settles said; the frames they took."""
@@ -131,12 +131,12 @@ class Settler:
         still there (its script did not run), taking it off ``held``. One
         no longer there was settled before the connection broke, or (the
         consumer declared dead meanwhile) reclaimed: that is counted late."""
-        unsettled, self.finished = self.finished, []
+        kept: list[Attempt] = []
         registered: "bool | None" = None
-        for att in unsettled:
+        for att in self.finished:  # (left whole if Redis fails us again here)
             if held[att.frame] > 0:
                 held[att.frame] -= 1
-                self.finished.append(att)
+                kept.append(att)
                 continue
             if registered is None:
                 registered = self.broker.is_registered(self.fetcher.name, self.identity.consumer_id)
@@ -146,6 +146,7 @@ class Settler:
                 self.broker.count_late_ack(self.fetcher.name)
                 self.late(att.frame)
                 self.identity.lost = True
+        self.finished = kept
 
     def late(self, frame: bytes) -> None:
         """Count a settle that found its message reclaimed (a no-op in Redis)."""

@@ -1,10 +1,4 @@
-"""``smqsup consume``: one consumer in the foreground, without a supervisor.
-
-It owns the embedded redis-server when its config names none and none is
-running. Signals: SIGTERM or SIGINT stop after the message in hand; a second
-SIGINT interrupts the handler, and the interrupted message goes back to
-pending without costing an attempt.
-"""
+"""``smqsup consume``: one consumer in the foreground, without a supervisor."""
 
 from __future__ import annotations
 
@@ -25,7 +19,12 @@ log = logging.getLogger(__name__)
 
 
 def consume(cfg: Config, queue: str) -> int:
-    """Run one consumer of ``queue`` until a signal stops it; exit status."""
+    """Run one consumer of ``queue`` until a signal stops it; exit status.
+
+    It owns the embedded redis-server when its config names none and none is
+    running. Signals: SIGTERM or SIGINT stop after the message in hand; a
+    second SIGINT interrupts the handler, and the interrupted message goes
+    back to pending without costing an attempt."""
     qcfg = cfg.queues[queue]
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
