@@ -61,8 +61,7 @@ from smqsup.worker.settling import Settler
 
 log = logging.getLogger(__name__)
 
-#: Longest the loop waits without looking at its flags (a stop requested by
-#: a signal handler that could not wake it, a heartbeat's lost identity).
+#: Longest the loop waits without looking at its flags (a stop, a lost identity), in s.
 _TICK_S = 1.0
 
 
@@ -269,7 +268,7 @@ class Consumer:
             return
         self.stats.received += 1
         if self.fetcher.partitions.handled(self._rotate_every):
-            self.fetcher.rotate = True  # take nothing more here; _maybe_rotate looks elsewhere once all have landed
+            self.fetcher.rotate = True  # take nothing more here: _maybe_rotate looks elsewhere
         msg = self.judge.decode(frame, self.fetcher.name)
         if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
             self.settler.finished.append(Attempt(frame, None, outcome=msg))
@@ -313,9 +312,8 @@ class Consumer:
     # --- partitions and the blocking fetch -----------------------------------
 
     def _maybe_rotate(self) -> None:
-        """Time to look at the other partitions (ROTATE_EVERY starts per slot
-        in a row here) and nothing in hand any more: take from the first
-        other that has a message, and work there."""
+        """Time to look at the other partitions (ROTATE_EVERY starts per slot in a row
+        here), nothing in hand: take from the first other that has a message."""
         if self.in_hand.running or self.in_hand.booked or self.settler.finished or self._fetching is not None:
             return
         self.fetcher.rotate = False
