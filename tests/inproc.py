@@ -11,7 +11,7 @@ from typing import Any
 from smqsup.collector.collector import Collector
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
-from smqsup.worker.concurrent import make_consumer
+from smqsup.worker.consumer import Consumer
 
 NS = "smq"
 
@@ -22,7 +22,7 @@ class Running:
     promotes delayed retries) in another."""
 
     def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
-        self.consumer = make_consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
+        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
         self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
         self._stop = threading.Event()
         self.threads = [threading.Thread(target=self.consumer.run, daemon=True),

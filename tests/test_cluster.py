@@ -25,7 +25,7 @@ from smqsup.message import peek_id
 from smqsup.store.broker import Broker
 from smqsup.store.locate import free_port
 from smqsup.store.redis_server import RedisServer
-from smqsup.worker.concurrent import make_consumer
+from smqsup.worker.consumer import Consumer
 from tests import procs
 from tests.helpers import Monitored, client_for, wait_for
 from tests.inproc import NS, Running
@@ -227,9 +227,9 @@ def test_a_stopped_replica_on_a_cluster_is_named_by_the_publishes_and_acks_of_it
             on = {peek_id(frame): part for part in parts
                   for frame in cluster_client.lrange(QueueKeys(NS, part).pending, 0, -1)}
         seen: list[int] = []
-        consumer = make_consumer(Broker(url, NS, wait_replicas=1, wait_timeout_s=0.5),
-                                 QueueConfig("q", "x:y", partitions=3), lambda m: seen.append(m.body),
-                                 fetch_block_s=0.2)
+        consumer = Consumer(Broker(url, NS, wait_replicas=1, wait_timeout_s=0.5),
+                            QueueConfig("q", "x:y", partitions=3), lambda m: seen.append(m.body),
+                            fetch_block_s=0.2)
         caplog.set_level(logging.WARNING)
         runner = threading.Thread(target=consumer.run)
         runner.start()
@@ -276,8 +276,8 @@ def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: s
         with pytest.raises(PublishNotReplicated):
             p.publish_many("q", [2, 3], delay=0.001)
     seen: list[int] = []
-    consumer = make_consumer(Broker(redis_url, NS, wait_replicas=1, wait_timeout_s=0.01), QueueConfig("q", "x:y"),
-                             lambda m: seen.append(m.body), fetch_block_s=0.2)
+    consumer = Consumer(Broker(redis_url, NS, wait_replicas=1, wait_timeout_s=0.01), QueueConfig("q", "x:y"),
+                        lambda m: seen.append(m.body), fetch_block_s=0.2)
     caplog.set_level(logging.WARNING)
     runner = threading.Thread(target=consumer.run)
     runner.start()

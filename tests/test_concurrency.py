@@ -18,7 +18,8 @@ from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.worker.concurrent import ConcurrentConsumer, is_async_handler, make_consumer
+from smqsup.worker.consumer import Consumer
+from smqsup.worker.runners import InlineRunner, LoopRunner, is_async_handler
 from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
@@ -158,7 +159,7 @@ def test_max_messages_counts_messages_and_takes_no_more(producer: Producer, redi
         await asyncio.sleep(0.02)
         done.append(msg.body)
     producer.publish_many("q", list(range(60)))
-    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=10, max_messages=25), handle,
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=10, max_messages=25), handle,
                            fetch_block_s=0.2)
     assert c.run() == "max_messages"
     assert len(done) == 25 and redis_client.llen(K.pending) == 35
@@ -169,7 +170,7 @@ def test_a_stop_lets_every_message_in_flight_finish(producer: Producer, redis_ur
                                                     redis_client: redis.Redis) -> None:
     """request_stop() with 10 in flight: all 10 ack, nothing more is taken, nothing is left held."""
     g = Gauge()
-    holder: list[ConcurrentConsumer] = []
+    holder: list[Consumer] = []
 
     async def handle(msg: Any) -> None:
         g.enter()
@@ -178,7 +179,7 @@ def test_a_stop_lets_every_message_in_flight_finish(producer: Producer, redis_ur
         await asyncio.sleep(0.3)
         g.leave(msg.body)
     producer.publish_many("q", list(range(30)))
-    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=10), handle,
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=10), handle,
                            fetch_block_s=0.2)
     holder.append(c)
     assert c.run() == "stopped"
@@ -202,7 +203,8 @@ def test_malformed_frames_among_good_ones_are_dead_lettered_and_the_rest_run(
 
 
 def test_the_kind_of_handler_decides_tasks_or_threads() -> None:
-    """async def functions and objects with an async __call__ run as tasks; anything else on threads."""
+    """async def functions and objects with an async __call__ run as tasks; anything else on threads;
+    concurrency 1 runs the handler inline, above 1 beside an event loop."""
     async def f(msg: Any) -> None: ...
 
     class A:
@@ -214,8 +216,8 @@ def test_the_kind_of_handler_decides_tasks_or_threads() -> None:
     assert not is_async_handler(S()) and not is_async_handler(lambda m: None)
     q1, q4 = QueueConfig("q", "x:y"), QueueConfig("q", "x:y", concurrency=4)
     broker = Broker("redis://127.0.0.1:1", NS)
-    assert type(make_consumer(broker, q1, f)).__name__ == "Consumer"
-    assert isinstance(make_consumer(broker, q4, f), ConcurrentConsumer)
+    assert isinstance(Consumer(broker, q1, f).runner, InlineRunner)
+    assert isinstance(Consumer(broker, q4, f).runner, LoopRunner)
 
 
 @pytest.mark.parametrize("kind", ["async", "thread"])
@@ -291,7 +293,7 @@ def test_a_stop_with_redis_away_leaves_the_unrecorded_outcomes_in_the_list_for_r
             await asyncio.sleep(0.01)
     with Producer(redis_url) as p:
         p.publish_many("q", [1, 2, 3, 4])
-    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=4), handle,
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=4), handle,
                            fetch_block_s=0.2)
     result: list[str] = []
     runner = threading.Thread(target=lambda: result.append(c.run()), daemon=True)
@@ -319,8 +321,8 @@ def test_a_handler_raising_cancelled_error_or_another_base_exception_costs_an_at
             raise GeneratorExit()
         done.append(msg.body)
     producer.publish_many("q", ["cancelled", "exit-gen"] + list(range(20)))
-    holder: list[ConcurrentConsumer] = []
-    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2, retry_threshold=0),
+    holder: list[Consumer] = []
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2, retry_threshold=0),
                            handle, fetch_block_s=0.2)
     holder.append(c)
     runner = threading.Thread(target=c.run, daemon=True)
@@ -347,8 +349,8 @@ def test_while_redis_is_down_finished_messages_leave_the_in_flight_report(
             await asyncio.sleep(0.01)
     with Producer(redis_url) as p:
         p.publish_many("q", [1, 2])
-    holder: list[ConcurrentConsumer] = []
-    c = ConcurrentConsumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2), handle,
+    holder: list[Consumer] = []
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "x:y", concurrency=2), handle,
                            fetch_block_s=0.2, on_busy=lambda _msg: reports.append(holder[0].flight()))
     holder.append(c)
     runner = threading.Thread(target=c.run, daemon=True)
@@ -395,7 +397,7 @@ def test_a_persistent_error_reply_backs_off_instead_of_retrying_many_times_a_sec
     async def handle(msg: Any) -> None:
         raise ValueError("fail")
     redis_client.set(K.delayed, "garbage")
-    caplog.set_level("WARNING", logger="smqsup.worker.concurrent")
+    caplog.set_level("WARNING", logger="smqsup.worker.consumer")
     r = start(handle, concurrency=2, retry_delay_s=5)
     producer.publish("q", "x")
     wait_for(lambda: "WRONGTYPE" in caplog.text, timeout_s=5)

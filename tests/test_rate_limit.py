@@ -19,7 +19,7 @@ from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.worker.concurrent import make_consumer
+from smqsup.worker.consumer import Consumer
 from tests.helpers import Monitored, Starts, holds, node_of, wait_for
 from tests.inproc import NS, Running
 
@@ -129,7 +129,7 @@ def test_a_limit_far_below_the_backlog_holds_nothing_in_flight_for_long(
     minute in the consumer's list; while it waits the consumer asks Redis about once a second, not in a
     busy loop (its scripts counted by INFO commandstats: no collector runs here)."""
     s = Starts()
-    c = make_consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", rate_limit_per_s=1 / 60,
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", rate_limit_per_s=1 / 60,
                                                          concurrency=concurrency), lambda m: s.note(),
                       fetch_block_s=0.2)
     runner = threading.Thread(target=c.run, daemon=True)
@@ -184,7 +184,7 @@ def test_the_fetch_scripts_book_starts_by_the_redis_clock(producer: Producer, re
 
 
 def _consumer(redis_url: str, s: Starts, **options: Any) -> tuple[Any, threading.Thread]:
-    c = make_consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", **options), lambda m: s.note(),
+    c = Consumer(Broker(redis_url, NS), QueueConfig("q", "m:f", **options), lambda m: s.note(),
                       fetch_block_s=0.2)
     runner = threading.Thread(target=c.run, daemon=True)
     runner.start()

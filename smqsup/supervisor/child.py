@@ -29,8 +29,8 @@ from smqsup.message import Message
 from smqsup.store.broker import Broker
 from smqsup.supervisor import systemd
 from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_REDIS, Slots
-from smqsup.worker.concurrent import make_consumer
-from smqsup.worker.consumer import Consumer, fetch_block_s
+from smqsup.worker.consumer import Consumer
+from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _main(spec: ChildSpec) -> int:
         return EXIT_REDIS
     report = _SlotReport(spec)
     # Declared dead by the collector: stop; the parent starts a replacement.
-    consumer = make_consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
+    consumer = Consumer(broker, spec.queue, handler, consumer_id=spec.consumer_id, on_busy=report.message,
                              on_idle=report.idle, on_lost="stop", fetch_block_s=fetch_block_s(spec.config),
                              unregister_on_stop=False)
     consumer_box.append(consumer)

@@ -1,11 +1,5 @@
 """Handlers: the callable a ``module:function`` spec names, and ``smqsup
-check``, which imports every handler of a config in a throwaway process.
-
-The checking happens in a child so that the caller (the supervisor parent,
-or the CLI) never runs user code and is not changed by it. The check passes
-only when the child says so after the last import: a module that ends the
-process while it is imported (``os._exit(0)``) fails the check.
-"""
+check``, which imports every handler of a config in a throwaway process."""
 
 from __future__ import annotations
 
@@ -104,7 +98,12 @@ def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[...,
 
 def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:
     """Raise HandlerImportError (all failures, one line each) if any handler
-    of ``cfg`` cannot be imported, judged in a fresh Python process."""
+    of ``cfg`` cannot be imported, judged in a fresh Python process.
+
+    The checking happens in a child so that the caller (the supervisor
+    parent, or the CLI) never runs user code and is not changed by it. The
+    check passes only when the child says so after the last import: a module
+    that ends the process while it is imported (``os._exit(0)``) fails it."""
     try:
         proc = subprocess.run([sys.executable, "-m", "smqsup.worker.handlers", str(cfg.path)],
                               capture_output=True, text=True, timeout=timeout_s)

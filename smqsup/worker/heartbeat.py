@@ -1,13 +1,6 @@
 """Liveness of a consumer that runs without a supervisor: a thread that
 renews its heartbeat every heartbeat_interval and takes part in the
-collector election.
-
-Under a supervisor this module is not used: the parent renews every child's
-heartbeat (arbiter.py), so handler code that holds the GIL cannot starve it.
-Here a handler holding the GIL for longer than heartbeat_timeout (a long C
-call) does starve the thread, and the collector then declares the consumer
-dead: run such handlers under the supervisor.
-"""
+collector election."""
 
 from __future__ import annotations
 
@@ -34,7 +27,13 @@ _TICK_S = 0.05
 
 
 class LivenessThread(threading.Thread):
-    """Heartbeats for one in-process consumer, plus a Collector."""
+    """Heartbeats for one in-process consumer, plus a Collector.
+
+    Under a supervisor this is not used: the parent renews every child's
+    heartbeat (arbiter.py), so handler code that holds the GIL cannot starve
+    it. Here a handler holding the GIL for longer than heartbeat_timeout (a
+    long C call) does starve the thread, and the collector then declares the
+    consumer dead: run such handlers under the supervisor."""
 
     def __init__(self, url: str, cfg: Config, consumer: Consumer) -> None:
         super().__init__(name="smqsup-liveness", daemon=True)
@@ -92,5 +91,6 @@ class LivenessThread(threading.Thread):
         return ConsumerInfo(
             pid=os.getpid(), host=socket.gethostname(), queue=self.consumer.queue.name, started_at=self._started_at,
             cpu=self._proc.cpu_percent(None), rss=self._proc.memory_info().rss, busy=self.consumer.busy,
-            in_flight=self.consumer.flight()[0], concurrency=self.consumer.concurrency, received=st.received, acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
+            in_flight=self.consumer.flight()[0], concurrency=self.consumer.concurrency, received=st.received,
+            acked=st.acked, retried=st.retried, dead_lettered=st.dead_lettered,
             late_acks=st.late_acks, busy_s=round(st.busy_s, 3), rate=self._meter.update(st.received))

@@ -1,25 +1,4 @@
-"""Which partition of a queue a consumer works on.
-
-A queue with ``partitions: N`` is N queues in Redis ("q", "q~1", ...), each
-under a hash tag of its own (keys.partition_name). Every consumer of the
-queue is registered in all N, so the collector of each finds the lists it
-may hold there, but works on one at a time, its *current* partition:
-
-- it *prefers* one, its home, drawn at start (a shared INCR, so N consumers
-  prefer N different partitions), and blocks (BLMOVE) only there;
-- when the current partition is found empty it takes (take.lua, without
-  blocking) from each of the others in turn and moves to the first that
-  had a message, staying while it has more; a whole turn found empty, it
-  goes home and blocks. An idle consumer so asks each other partition once
-  per blocking fetch (FETCH_BLOCK_S), never in a tight loop;
-- so that no partition waits for ever behind busy homes, a consumer also
-  looks at the others after ROTATE_EVERY messages in a row from one
-  partition (a concurrent one: ROTATE_EVERY per slot, and it lets its
-  flights land first).
-
-It changes partition only with nothing in hand, so an ack always goes to
-the partition its message came from.
-"""
+"""Which partition of a queue a consumer works on."""
 
 from __future__ import annotations
 
@@ -30,7 +9,27 @@ ROTATE_EVERY = 64
 
 
 class Partitions:
-    """The partitions of one queue as one consumer sees them."""
+    """The partitions of one queue as one consumer sees them.
+
+    A queue with ``partitions: N`` is N queues in Redis ("q", "q~1", ...), each
+    under a hash tag of its own (keys.partition_name). Every consumer of the
+    queue is registered in all N, so the collector of each finds the lists it
+    may hold there, but works on one at a time, its *current* partition:
+
+    - it *prefers* one, its home, drawn at start (a shared INCR, so N consumers
+      prefer N different partitions), and blocks (BLMOVE) only there;
+    - when the current partition is found empty it takes (take.lua, without
+      blocking) from each of the others in turn and moves to the first that
+      had a message, staying while it has more; a whole turn found empty, it
+      goes home and blocks. An idle consumer so asks each other partition once
+      per blocking fetch (FETCH_BLOCK_S), never in a tight loop;
+    - so that no partition waits for ever behind busy homes, a consumer also
+      looks at the others after ROTATE_EVERY messages in a row from one
+      partition (with concurrency N: ROTATE_EVERY per slot, once the messages
+      in hand have finished).
+
+    It changes partition only with nothing in hand, so an ack always goes to
+    the partition its message came from."""
 
     def __init__(self, queue: str, count: int) -> None:
         self.names = partition_names(queue, count)

@@ -1,10 +1,4 @@
-"""``smqsup consume``: one consumer in the foreground, without a supervisor.
-
-It owns the embedded redis-server when its config names none and none is
-running. Signals: SIGTERM or SIGINT stop after the message in hand; a second
-SIGINT interrupts the handler, and the interrupted message goes back to
-pending without costing an attempt.
-"""
+"""``smqsup consume``: one consumer in the foreground, without a supervisor."""
 
 from __future__ import annotations
 
@@ -16,8 +10,8 @@ from typing import Optional
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
 from smqsup.store.embedded import ensure_server
-from smqsup.worker.concurrent import make_consumer
-from smqsup.worker.consumer import Consumer, fetch_block_s
+from smqsup.worker.consumer import Consumer
+from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
 from smqsup.worker.heartbeat import LivenessThread
 
@@ -25,13 +19,18 @@ log = logging.getLogger(__name__)
 
 
 def consume(cfg: Config, queue: str) -> int:
-    """Run one consumer of ``queue`` until a signal stops it; exit status."""
+    """Run one consumer of ``queue`` until a signal stops it; exit status.
+
+    It owns the embedded redis-server when its config names none and none is
+    running. Signals: SIGTERM or SIGINT stop after the message in hand; a
+    second SIGINT interrupts the handler, and the interrupted message goes
+    back to pending without costing an attempt."""
     qcfg = cfg.queues[queue]
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}",
                     wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)
-    consumer = make_consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
+    consumer = Consumer(broker, qcfg, handler, fetch_block_s=fetch_block_s(cfg))
     liveness = LivenessThread(url, cfg, consumer)
     _stop_on_signals(consumer)
     try:

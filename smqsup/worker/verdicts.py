@@ -1,15 +1,6 @@
 """What a handler may raise to say what becomes of its message, beyond
 returning (ack) and raising anything else (a failed attempt, retried after
-the queue's retry_delay while attempts remain):
-
-    from smqsup import Reject, Retry
-
-    def handle(message):
-        if not valid(message.body):
-            raise Reject("no such customer")      # dead-letter now, whatever the attempts
-        if rate_limited():
-            raise Retry(delay=30)                 # a failed attempt, retried in 30 s
-"""
+the queue's retry_delay while attempts remain): Reject and Retry."""
 
 from __future__ import annotations
 
@@ -21,7 +12,16 @@ from smqsup.client import options
 
 class Reject(Exception):
     """Dead-letter the message now, whatever its attempts: retrying cannot
-    help. The dead letter's reason is ``rejected: <reason>``."""
+    help. The dead letter's reason is ``rejected: <reason>``.
+
+        from smqsup import Reject, Retry
+
+        def handle(message):
+            if not valid(message.body):
+                raise Reject("no such customer")      # dead-letter now, whatever the attempts
+            if rate_limited():
+                raise Retry(delay=30)                 # a failed attempt, retried in 30 s
+    """
 
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason)

@@ -80,14 +80,13 @@ def child_signals(on_stop: Callable[[], None]) -> None:
 def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_path: Optional[str] = None,
                  concurrency: int = 1, wait_replicas: int = 0, **options: Any) -> Any:
     """In a forked child: run the smqsup consumer of ``queue`` that
-    ``concurrency`` asks for (``make_consumer``: the sequential Consumer for
-    1; ``wait_replicas``: the broker's; ``options``: other QueueConfig fields) until SIGTERM (cProfile'd into ``profile_path`` when given: the loop's
+    ``concurrency`` asks for (``Consumer``: the handler inline for 1, beside
+    an event loop above; ``wait_replicas``: the broker's; ``options``: other QueueConfig fields) until SIGTERM (cProfile'd into ``profile_path`` when given: the loop's
     thread only); return it once stopped."""
     import cProfile
 
     from smqsup.config.model import QueueConfig
     from smqsup.store.broker import Broker
-    from smqsup.worker.concurrent import make_consumer
     from smqsup.worker.consumer import Consumer
 
     holder: dict[str, Consumer] = {}
@@ -95,7 +94,7 @@ def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_pa
     child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))
     broker = Broker(url, NAMESPACE, wait_replicas=wait_replicas)
     qcfg = QueueConfig(name=queue, handler="bench:handler", concurrency=concurrency, **options)
-    consumer = make_consumer(broker, qcfg, handler)
+    consumer = Consumer(broker, qcfg, handler)
     holder["c"] = consumer
     if stop_early:
         consumer.request_stop()

@@ -9,8 +9,8 @@ the kinds' order (smqsup, then arq at each poll_delay) reversed every other
 repeat; median reported:
 
 - smqsup: the consumer ``queues.<name>.concurrency: N`` makes
-  (``make_consumer``: ConcurrentConsumer, the messages as tasks on its event
-  loop; the sequential Consumer for 1), forked and timed as
+  (``Consumer``: the messages as tasks on its event loop; inline, one after
+  another, for 1), forked and timed as
   tests/bench/throughput.py times its consumers (its ``Bench``: the messages
   staged with ``publish_many``, released by one RENAME once both consumers
   block; the clock runs until the pending list and every processing list

@@ -41,7 +41,7 @@ measures publishing with options).
 ``--handler redis2 --concurrency 1 4``: short handlers. The handler makes two
 Redis calls, INCR then RPUSH, pipelined (one round trip), on its own redis-py
 client to the same server; smqsup runs it at each ``--concurrency`` (above 1:
-ConcurrentConsumer, the plain def handler on that many threads). The raw loop
+the Consumer's event loop, the plain def handler on that many threads). The raw loop
 becomes BLMOVE + the same handler + LREM, and a third kind, "bare", is the
 raw loop with no handler at all (the default mode's raw); at each
 concurrency above 1 the raw loop also runs on that many threads per process

@@ -1,0 +1,79 @@
+"""The plain records a consumer's parts share: who it is, what it has done, one
+message from its take to its settle, and what becomes of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from smqsup import message
+
+Handler = Callable[[message.Message], Any]
+#: Called with the message a handler is about to run, then with None once its
+#: outcome is drawn or recorded in Redis (or could not be).
+BusyHook = Callable[[Optional[message.Message]], None]
+#: Called when the consumer, nothing in hand, is about to wait for the queue
+#: (a blocking fetch): at most once a blocking fetch, never per message.
+IdleHook = Callable[[], None]
+
+
+class Identity:
+    """Who the consumer is in Redis. ``lost``: the collector declared it
+    dead (a script or a heartbeat said so); the engine then stops or renews
+    the id. Every part reads ``consumer_id`` here, never a copy of it."""
+
+    __slots__ = ("consumer_id", "registered", "lost")
+
+    def __init__(self, consumer_id: str) -> None:
+        self.consumer_id = consumer_id
+        self.registered = False  # entered the registry: heartbeats may flow
+        self.lost = False
+
+
+@dataclass
+class ConsumerStats:
+    """What this consumer has done since it started (flushed by the stats layer)."""
+
+    received: int = 0
+    acked: int = 0
+    retried: int = 0  # nacked back to pending or the delayed set
+    dead_lettered: int = 0
+    malformed: int = 0
+    late_acks: int = 0  # settled after the message had been reclaimed
+    expired: int = 0  # taken by a blocking fetch past their ttl: dead-lettered unhandled
+    rejected: int = 0  # handlers raised Reject
+    busy_s: float = 0.0  # total time spent in the handler
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What should happen to a frame once its handler has run."""
+
+    ok: bool
+    meta: str = ""  # dead-letter metadata (failures only)
+    threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
+    delay_ms: int = 0
+    dead_event: str = ""  # a counter to add 1 to when dead-lettered ("rejected")
+
+
+#: The outcome of a handler that returned.
+OK = Outcome(True)
+
+
+class Attempt:
+    """One message from its take to its settle: the frame (its identity in
+    the processing list), the decoded message (None: malformed, never run),
+    when its handler started, how it ended and what becomes of it."""
+
+    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task")
+
+    def __init__(self, frame: bytes, msg: Optional[message.Message], since_us: int = 0,
+                 outcome: Optional[Outcome] = None) -> None:
+        self.frame = frame
+        self.msg = msg
+        self.since_us = since_us  # monotonic µs at its start: busy_s, the supervisor's stuck-loop clock
+        self.error: Optional[BaseException] = None  # what its handler raised
+        self.outcome = outcome  # set once it is due to be settled
+        self.task: Optional["asyncio.Task[None]"] = None  # an async handler's task (runners.LoopRunner)

@@ -1,0 +1,155 @@
+"""The outcomes a consumer has not yet recorded in Redis, and the one round
+trip that records them (ack.lua, nack.lua) and takes what there is room for."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+from smqsup import message
+from smqsup.keys import QueueKeys
+from smqsup.store import scripts
+from smqsup.store.broker import Broker
+from smqsup.worker.fetching import Fetcher, Taken
+from smqsup.worker.records import Attempt, ConsumerStats, Identity, Outcome
+
+log = logging.getLogger(__name__)
+
+
+class Settler:
+    """Records outcomes. ``finished`` holds the attempts whose outcome is
+    drawn and not yet recorded, in the order they ended; an attempt leaves
+    it only once Redis took its script (after a failed round trip the
+    recovery finds out which ran).
+
+    Each settle folds the take of a successor while there is room (the
+    scripts' fetch_next), so a busy queue costs one round trip per batch of
+    finished messages: per message, at concurrency 1."""
+
+    def __init__(self, broker: Broker, identity: Identity, stats: ConsumerStats, fetcher: Fetcher) -> None:
+        self.broker = broker
+        self.identity = identity
+        self.stats = stats
+        self.fetcher = fetcher
+        self.finished: list[Attempt] = []
+
+    def exchange(self, room: int, poll: bool = False) -> list[Taken]:
+        """Record every finished outcome and take up to ``room`` frames, in
+        one round trip; the frames taken. ``poll``: the paused queue's
+        periodic look (take.lua sees a resume)."""
+        f = self.fetcher
+        finished = self.finished
+        # The first ``fetching`` settles each take a successor (fetch_next).
+        fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
+        keys, cid = f.keys, self.identity.consumer_id
+        calls: list[scripts.Call[Any]] = []
+        for att in finished:
+            fetch = len(calls) < fetching
+            outcome = att.outcome
+            assert outcome is not None
+            calls.append(scripts.ack(keys, cid, att.frame, fetch, self.broker.stats, f.rate) if outcome.ok
+                         else self._nack(keys, cid, att.frame, outcome, fetch))
+        # Fill the rest while the queue had work (the last fetch came back
+        # full), or when no script has looked since the last blocking fetch;
+        # while paused, only as the paused poll asks.
+        room -= fetching
+        take = room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
+        if take:
+            calls.append(scripts.take(keys, cid, take, f.rate))
+        if not calls:
+            return []
+        results = self.broker.messages.exchange(f.name, calls)
+        # The last script that looked for work (checked the registration, the
+        # priority set, the paused flag: includes/ready.lua) says whether a
+        # BLMOVE is safe next: only if it found none (Fetcher.checked); one
+        # that found work says the queue may have more: the next round takes.
+        frames = self._read(finished, results, fetching)
+        finished.clear()  # (only now: Redis took them all)
+        if take:
+            frames.extend(self._took(results[-1]))
+        elif fetching:
+            last = results[fetching - 1]  # the last script that looked for work
+            f.checked = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
+        return frames
+
+    def _nack(self, keys: QueueKeys, cid: str, frame: bytes, outcome: Outcome, fetch: bool) -> scripts.Call[Any]:
+        return scripts.nack(keys, cid, frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
+                            meta=outcome.meta, fetch_next=fetch, dead_event=outcome.dead_event,
+                            rate=self.fetcher.rate)
+
+    def _read(self, settled: list[Attempt], results: list[Any], fetching: int) -> list[Taken]:
+        """Count and note what the settles said; the frames they took."""
+        f = self.fetcher
+        frames: list[Taken] = []
+        limited = 0  # µs before the rate limit allows a start, when it allowed none
+        for i, att in enumerate(settled):
+            result = results[i]
+            if result.__class__ is scripts.AckResult and result.acked:
+                self.stats.acked += 1
+            else:
+                self._count(att, result)
+            if not result.registered:
+                self.identity.lost = True
+            if result.paused != f.paused:
+                f.note_paused(result.paused)
+            if result.next_frame is not None:
+                frames.append((result.next_frame, result.wait_us))
+            elif i < fetching and result.wait_us:
+                limited = result.wait_us
+        if limited:
+            f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
+        return frames
+
+    def _took(self, take: scripts.TakeResult) -> list[Taken]:
+        """Note what take.lua said; the frames it took."""
+        if not take.registered:
+            self.identity.lost = True
+        self.fetcher.note_paused(take.paused)
+        if take.retry_us:
+            self.fetcher.no_start(take.retry_us)
+        f = self.fetcher
+        f.checked = not take.frames and not take.retry_us and not self.identity.lost and not f.paused
+        return list(zip(take.frames, take.waits_us))
+
+    def _count(self, att: Attempt, result: "scripts.AckResult | scripts.NackResult") -> None:
+        if isinstance(result, scripts.AckResult):
+            if result.acked:
+                self.stats.acked += 1
+            else:
+                self.late(att.frame)
+        elif result.outcome == scripts.LATE:
+            self.late(att.frame)
+        elif result.outcome == scripts.DEAD:
+            self.stats.dead_lettered += 1
+        else:
+            self.stats.retried += 1
+
+    def recovered(self, held: "collections.Counter[bytes]") -> None:
+        """After a failed round trip, with ``held`` what our list holds that
+        nobody runs: keep for the next round each outcome whose frame is
+        still there (its script did not run), taking it off ``held``. One
+        no longer there was settled before the connection broke, or (the
+        consumer declared dead meanwhile) reclaimed: that is counted late."""
+        kept: list[Attempt] = []
+        registered: "bool | None" = None
+        for att in self.finished:  # (left whole if Redis fails us again here)
+            if held[att.frame] > 0:
+                held[att.frame] -= 1
+                kept.append(att)
+                continue
+            if registered is None:
+                registered = self.broker.registry.is_registered(self.fetcher.name, self.identity.consumer_id)
+            if not registered:
+                # Reclaimed by the collector while Redis was away from us:
+                # someone else handles it again.
+                self.broker.registry.count_late_ack(self.fetcher.name)
+                self.late(att.frame)
+                self.identity.lost = True
+        self.finished = kept
+
+    def late(self, frame: bytes) -> None:
+        """Count a settle that found its message reclaimed (a no-op in Redis)."""
+        self.stats.late_acks += 1
+        log.warning("queue %s: late ack of message %s by consumer %s: it had been reclaimed; no-op",
+                    self.fetcher.name, message.peek_id(frame), self.identity.consumer_id)
