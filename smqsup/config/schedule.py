@@ -28,13 +28,10 @@ import hashlib
 import json
 import math
 import re
-import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from typing import Any, Optional
-
-from cronsim import CronSim
 
 from smqsup import message
 from smqsup.config import validate
@@ -239,6 +236,10 @@ def load_zone(name: str) -> tzinfo:
     problem alone) when the zone is unknown or there is no database at all."""
     if name == "UTC":
         return timezone.utc
+    # Imported where schedules are used: zoneinfo pulls in sysconfig, and the supervisor parent (whose
+    # modules every forked consumer shares) would carry it for nothing when no schedule names a zone.
+    import zoneinfo
+
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError, UnicodeError):
@@ -302,6 +303,8 @@ class NeverDue(Exception):
 
 
 def _cronsim(expr: str, start: datetime, reverse: bool = False) -> Any:
+    from cronsim import CronSim  # imported where schedules are used: not for every command line
+
     return CronSim(expr, start, reverse=reverse)
 
 
