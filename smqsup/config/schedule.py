@@ -236,9 +236,7 @@ def load_zone(name: str) -> tzinfo:
     problem alone) when the zone is unknown or there is no database at all."""
     if name == "UTC":
         return timezone.utc
-    # Imported where schedules are used: zoneinfo pulls in sysconfig, and the supervisor parent (whose
-    # modules every forked consumer shares) would carry it for nothing when no schedule names a zone.
-    import zoneinfo
+    import zoneinfo  # here, not at the top: it pulls in sysconfig, kept out of the supervisor parent
 
     try:
         return zoneinfo.ZoneInfo(name)
