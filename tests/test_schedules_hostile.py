@@ -111,7 +111,10 @@ def test_a_collector_tick_over_ten_thousand_hostile_definitions_is_bounded(
         return redis_client.llen(Q.pending) > 0
 
     wait_for(fired, timeout_s=60, interval_s=0.01, message="the declared schedule never fired")
-    assert max(ticks) < 0.25, f"a tick took {max(ticks):.3f} s"
+    # Unbounded, every tick over these definitions took seconds (6 s and more). Bounded, a tick costs its
+    # budget and a batch: nine in ten stay within 0.25 s, and none reaches a second even when a loaded
+    # machine deschedules the test for a moment (once seen: 0.45 s, one tick among hundreds).
+    assert sorted(ticks)[len(ticks) * 9 // 10] < 0.25 and max(ticks) < 1.0, sorted(ticks)[-5:]
     print(f"{len(ticks)} ticks until it fired, longest {max(ticks) * 1000:.1f} ms")
 
 
@@ -170,7 +173,11 @@ def test_a_state_years_ahead_is_said_once_listed_and_reset_from_the_command_line
     r = procs.run("schedules", "reset", "tick", "-c", str(sup.cfg))
     assert r.returncode == 0 and "reset schedule tick (queue q)" in r.stdout and "ahead" in r.stdout, r
     state = redis_client.hgetall(Q.schedule("tick"))
-    assert resetting <= int(state[b"since_ms"]) <= redis_ms(redis_client) and b"last_fire_ms" not in state
+    now = redis_ms(redis_client)
+    assert resetting <= int(state[b"since_ms"]) <= now, state
+    # Settled: no fire recorded ahead of now. (The next slot may already have fired since the reset, on a
+    # loaded machine the command takes a second: then its time stands between the reset and now.)
+    assert b"last_fire_ms" not in state or int(state[b"since_ms"]) <= int(state[b"last_fire_ms"]) <= now, state
     wait_for(lambda: len(sup.events("fire")) >= fired + 3, timeout_s=10, message="it did not fire again")
     wait_for(lambda: "no longer ahead" in sup.log(), timeout_s=5, message=sup.log()[-2000:])
 
