@@ -223,13 +223,14 @@ def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callabl
 
 @pytest.fixture
 def start(redis_url: str) -> Iterator[Callable[..., inproc.Running]]:
-    """Start a consumer (handler, QueueConfig fields) and a collector in threads of the test process."""
+    """Start a consumer (handler, QueueConfig fields; ``fetch_block_s``, 0.2 s unless given) and a
+    collector in threads of the test process."""
     running: list[inproc.Running] = []
 
-    def _start(handler: Callable[[Any], Any], **options: Any) -> inproc.Running:
+    def _start(handler: Callable[[Any], Any], fetch_block_s: float = 0.2, **options: Any) -> inproc.Running:
         options.setdefault("name", "q")
         options.setdefault("handler", "tests.handlers:record")
-        r = inproc.Running(redis_url, QueueConfig(**options), handler)
+        r = inproc.Running(redis_url, QueueConfig(**options), handler, fetch_block_s)
         running.append(r)
         return r
 

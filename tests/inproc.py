@@ -21,8 +21,9 @@ class Running:
     running in a thread of the test process, with a garbage collector (which
     promotes delayed retries) in another."""
 
-    def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any]) -> None:
-        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=0.2)
+    def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any],
+                 fetch_block_s: float = 0.2) -> None:
+        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=fetch_block_s)
         self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
         self._stop = threading.Event()
         self.threads = [threading.Thread(target=self.consumer.run, daemon=True),

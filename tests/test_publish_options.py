@@ -80,14 +80,29 @@ def test_the_highest_priority_ready_message_goes_first_fifo_within_a_level(
 
 def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
-    """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once."""
+    """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once.
+
+    The publish follows a fresh BLMOVE (INFO commandstats counts the call as it blocks), so a consumer that
+    is not woken gets the message only at that BLMOVE's timeout, BLOCK_S later: half that tells the two
+    apart with room for a loaded machine."""
     seen: list[tuple[Any, int]] = []
-    start(recorder(seen, redis_client))
-    wait_for(lambda: node_of(redis_client, K.pending).info("clients")["blocked_clients"] >= 1, timeout_s=5)
+    start(recorder(seen, redis_client), fetch_block_s=BLOCK_S)
+    node = node_of(redis_client, K.pending)
+    wait_for(lambda: node.info("clients")["blocked_clients"] >= 1, timeout_s=5)
+    calls = _blmove_calls(node)
+    wait_for(lambda: _blmove_calls(node) > calls, timeout_s=2 * BLOCK_S + 5, interval_s=0.002)
     before = redis_ms(redis_client)
     producer.publish("q", "urgent", priority=7)
     wait_for(lambda: seen, timeout_s=5)
-    assert seen[0][0] == "urgent" and seen[0][1] - before < 150  # not a BLMOVE timeout later
+    assert seen[0][0] == "urgent" and seen[0][1] - before < BLOCK_S * 1000 / 2
+
+
+BLOCK_S = 1.0
+
+
+def _blmove_calls(node: Any) -> int:
+    """BLMOVE calls the server has started (Redis counts a blocking call when it blocks)."""
+    return int(node.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
 
 
 def test_a_retried_priority_message_keeps_its_priority(start: Callable[..., Running], producer: Producer,
