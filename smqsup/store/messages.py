@@ -192,18 +192,27 @@ class Messages:
         Redis (the consumer's recovery reads its own list)."""
         link = self._link
         with wrapped(f"ack and fetch on {queue!r}"):
-            replies = link.hot.execute_many(
-                *(("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args) for c in calls), raise_error=False)
-            results = []
-            for call, reply in zip(calls, replies):
-                if isinstance(reply, rexc.NoScriptError):
-                    reply = call.script(link.hot, call.keys, call.args)
-                elif isinstance(reply, Exception):
-                    raise reply
-                results.append(call.read(reply))
+            if len(calls) == 1:  # a sequential consumer's settle: the same contract, without the batch's lists
+                results = [calls[0].run(link.hot)]
+            else:
+                results = self._exchanged(calls)
             if link.wait_replicas:
                 link.settled(queue)
             return results
+
+    def _exchanged(self, calls: Sequence[scripts.Call[Any]]) -> list[Any]:
+        """exchange()'s round trip for more than one call: the results in order."""
+        hot = self._link.hot
+        replies = hot.execute_many(
+            *(("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args) for c in calls), raise_error=False)
+        results = []
+        for call, reply in zip(calls, replies):
+            if isinstance(reply, rexc.NoScriptError):
+                reply = call.script(hot, call.keys, call.args)
+            elif isinstance(reply, Exception):
+                raise reply
+            results.append(call.read(reply))
+        return results
 
     def screen(self, queue: str, consumer_id: str, frame: bytes,
                rate: scripts.Rate = scripts.NO_RATE) -> tuple[int, int]:
