@@ -210,7 +210,7 @@ class QueueKeys:
 
 
 #: Between a queue's name and its partition's number ("orders~2"): a
-#: character no queue name may hold (validate.queue_or_namespace).
+#: character no queue name may hold (config.names.queue_or_namespace).
 PARTITION_SEP = "~"
 
 

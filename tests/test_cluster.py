@@ -17,7 +17,7 @@ import pytest
 
 from smqsup import logs
 from smqsup.client.producer import Producer
-from smqsup.config import validate
+from smqsup.config import addresses
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
 from smqsup.keys import QueueKeys, partition_names
@@ -54,10 +54,10 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cluster_urls_are_checked_with_one_line_naming_the_key(url: str, problem: str | None) -> None:
     """A bad seed list, port or database is a ConfigError naming redis.url; the password never shows."""
     if problem is None:
-        assert validate.redis_url(url, "redis.url", "q.yaml") == url  # many seeds: fine
+        assert addresses.redis_url(url, "redis.url", "q.yaml") == url  # many seeds: fine
         return
     with pytest.raises(ConfigError, match=problem) as caught:
-        validate.redis_url(url, "redis.url", "q.yaml")
+        addresses.redis_url(url, "redis.url", "q.yaml")
     text = str(caught.value)
     assert "redis.url" in text and "\n" not in text and "secret-pw" not in text
 

@@ -11,7 +11,7 @@ import pytest
 
 from smqsup import defaults
 from smqsup.config import model as config
-from smqsup.config import validate
+from smqsup.config import names, scalars
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
 from smqsup.worker import handlers
@@ -377,7 +377,7 @@ def test_text_over_256_kib_is_refused() -> None:
 )
 def test_parse_duration_accepts(value: object, seconds: float) -> None:
     """Durations are numbers of seconds or strings with ms, s, m, h or d."""
-    assert validate.parse_duration(value, "k", "f.yaml") == pytest.approx(seconds)
+    assert scalars.parse_duration(value, "k", "f.yaml") == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -386,7 +386,7 @@ def test_parse_duration_accepts(value: object, seconds: float) -> None:
 def test_parse_duration_rejects(value: object) -> None:
     """Booleans, negatives and garbage are not durations."""
     with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
-        validate.parse_duration(value, "a.b", "f.yaml")
+        scalars.parse_duration(value, "a.b", "f.yaml")
 
 
 @pytest.mark.parametrize(
@@ -397,14 +397,14 @@ def test_parse_duration_rejects(value: object) -> None:
 )
 def test_parse_size_accepts_binary_units(value: object, size: int) -> None:
     """K, KB and KiB all mean 1024 bytes; M* 1024**2; G* 1024**3."""
-    assert validate.parse_size(value, "k", "f.yaml") == size
+    assert scalars.parse_size(value, "k", "f.yaml") == size
 
 
 @pytest.mark.parametrize("value", [True, -1, "-1KB", 1.5, "lots", "5 PB", "MB", None])
 def test_parse_size_rejects(value: object) -> None:
     """Booleans, negatives, floats of bytes and unknown units are not sizes."""
     with pytest.raises(ConfigError, match=r"^f\.yaml: a\.b: .*, got "):
-        validate.parse_size(value, "a.b", "f.yaml")
+        scalars.parse_size(value, "a.b", "f.yaml")
 
 
 
@@ -503,7 +503,7 @@ def test_non_finite_or_huge_numbers_from_the_environment_are_refused(
 @pytest.mark.parametrize("name", ["orders", "a", "x" * 128, "Emails_v2.high-prio", "...", ".a", "a.", "-"])
 def test_validate_queue_name_accepts(name: str) -> None:
     """Queue names are 1..128 of letters, digits, '_', '.' and '-'."""
-    assert validate.validate_queue_name(name) == name
+    assert names.validate_queue_name(name) == name
 
 
 @pytest.mark.parametrize(
@@ -512,7 +512,7 @@ def test_validate_queue_name_accepts(name: str) -> None:
 def test_validate_queue_name_rejects_without_a_location(name: object) -> None:
     """Without path and key the error is just the problem and the value, one line."""
     with pytest.raises(ConfigError) as caught:
-        validate.validate_queue_name(name)
+        names.validate_queue_name(name)
     message = str(caught.value)
     assert "\n" not in message and not message.startswith(":")
     assert ", got " in message

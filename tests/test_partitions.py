@@ -313,7 +313,7 @@ def test_a_hostile_partition_key_is_refused_before_anything_is_sent(bad: Any, pr
 
 def test_partition_names_cannot_collide_with_queue_names() -> None:
     """A partition's queue holds '~', which no queue name may."""
-    from smqsup.config.validate import validate_queue_name
+    from smqsup.config.names import validate_queue_name
     assert keys_mod.partition_names("q", 3) == PARTS and keys_mod.logical_name("q~2") == "q"
     with pytest.raises(Exception, match="1 to 128 characters"):
         validate_queue_name("q~1")

@@ -14,7 +14,7 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
-from smqsup.config.validate import rate_limit
+from smqsup.config.scalars import rate_limit
 from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker

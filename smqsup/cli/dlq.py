@@ -17,7 +17,7 @@ from typing import Any
 
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
-from smqsup.config.validate import validate_queue_name
+from smqsup.config.names import validate_queue_name
 
 
 def add_dlq(sub: Commands[Parser]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, target
 from smqsup.config import model as config_mod
-from smqsup.config import validate
+from smqsup.config import scalars
 from smqsup.errors import ConfigError, UsageError
 
 #: Longest part of a bad flag value an error shows, in characters.
@@ -76,7 +76,7 @@ def _refused(problem: str, text: str) -> argparse.ArgumentTypeError:
 
 
 def _duration(text: str, *, positive: bool) -> float:
-    check = validate.positive_long_duration if positive else validate.long_duration
+    check = scalars.positive_long_duration if positive else scalars.long_duration
     try:
         return check(text)
     except ConfigError as exc:

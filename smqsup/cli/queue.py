@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
-from smqsup.config.validate import validate_queue_name
+from smqsup.config.names import validate_queue_name
 from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 from smqsup import defaults, safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, target
 from smqsup.config import model as config_mod
-from smqsup.config.validate import queue_or_namespace
+from smqsup.config.names import queue_or_namespace
 from smqsup.errors import UsageError
 from smqsup.views.schedules import render
 from smqsup.views.text import local_time, paused_since

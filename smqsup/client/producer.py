@@ -23,8 +23,9 @@ from typing import Any, Optional, cast
 
 from smqsup import defaults, message, safe
 from smqsup.client import options
-from smqsup.config import validate
-from smqsup.config.validate import REDIS_STRING_MAX_BYTES, validate_queue_name
+from smqsup.config import scalars
+from smqsup.config.names import validate_queue_name
+from smqsup.config.scalars import REDIS_STRING_MAX_BYTES
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -139,8 +140,8 @@ class Producer:
         self.dedup_ttl_s = options.seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
         self._dedup_ttls = dict(dedup_ttls or {})
         self.max_message_size = _valid_max_size(max_message_size)
-        replicas = validate.int_range(0, defaults.WAIT_REPLICAS_MAX)(wait_replicas, "wait_replicas", "")
-        timeout_s = validate.wait_timeout(wait_timeout, "wait_timeout", "")
+        replicas = scalars.int_range(0, defaults.WAIT_REPLICAS_MAX)(wait_replicas, "wait_replicas", "")
+        timeout_s = scalars.wait_timeout(wait_timeout, "wait_timeout", "")
         self._broker = Broker(_valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats,
                               wait_replicas=replicas, wait_timeout_s=timeout_s)
         self._registered: set[str] = set()

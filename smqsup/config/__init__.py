@@ -1,12 +1,12 @@
 """queues.yaml read, validated completely and frozen before anything starts:
 yamlfile.py reads the file within bounds, model.py builds the frozen
-dataclasses, each value passing a validator (validate.X) that returns it
-coerced or raises a one-line ConfigError naming file, key and value.
+dataclasses, each value passing a validator (scalars.X, names.X,
+addresses.X: each takes the value, its key path and the file path) that
+returns it coerced or raises a one-line ConfigError naming file, key and value.
 
 - model.py: the config as frozen dataclasses (Config, QueueConfig, RedisConfig, WebConfig) and load().
 - yamlfile.py: reading a queues.yaml within bounds (a regular file, size, depth, nodes).
 - schedule.py: the ``schedules:`` section, a schedule's stored definition, and when its slots come due.
-- validate.py: the one name the validators are called by (validate.parse_duration...), gathered from:
 - problems.py: the one-line error every validator raises, with the value and key shown short.
 - env.py: ${VAR} expansion and the refusal of text no file, log or Redis can hold.
 - scalars.py: counts, multipliers, booleans, choices, durations, sizes and rates, with their bounds.

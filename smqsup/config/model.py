@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from smqsup import defaults, safe
-from smqsup.config import schedule, validate, yamlfile
+from smqsup.config import addresses, names, scalars, schedule, yamlfile
 from smqsup.config.env import expand_env, storable
 from smqsup.config.problems import MISSING, Validator, error, join_key, key_text
 from smqsup.errors import ConfigError
@@ -212,31 +212,31 @@ def _redis(value: object, path: str) -> RedisConfig:
     if raw.get("url") == "":  # url: ${REDIS_URL:-} switches to the embedded server
         del raw["url"]
     return RedisConfig(
-        url=_get(raw, "url", "redis", path, validate.redis_url, None),
-        data_dir=_get(raw, "data_dir", "redis", path, validate.data_dir, None),
-        appendfsync=_get(raw, "appendfsync", "redis", path, validate.choice(_APPENDFSYNC),
+        url=_get(raw, "url", "redis", path, addresses.redis_url, None),
+        data_dir=_get(raw, "data_dir", "redis", path, addresses.data_dir, None),
+        appendfsync=_get(raw, "appendfsync", "redis", path, scalars.choice(_APPENDFSYNC),
                          defaults.APPENDFSYNC),
         wait_replicas=_get(raw, "wait_replicas", "redis", path,
-                           validate.int_range(0, defaults.WAIT_REPLICAS_MAX), 0),
-        wait_timeout_s=_get(raw, "wait_timeout", "redis", path, validate.wait_timeout, defaults.WAIT_TIMEOUT_S),
+                           scalars.int_range(0, defaults.WAIT_REPLICAS_MAX), 0),
+        wait_timeout_s=_get(raw, "wait_timeout", "redis", path, scalars.wait_timeout, defaults.WAIT_TIMEOUT_S),
     )
 
 
 #: Queue option in YAML -> (QueueConfig field, validator).
 _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
-    "consumers": ("consumers", validate.int_range(1, CONSUMERS_PER_QUEUE_MAX, " (consumers per queue)")),
-    "retry_threshold": ("retry_threshold", validate.int_range(0, _RETRY_THRESHOLD_MAX)),
-    "retry_delay": ("retry_delay_s", validate.parse_duration),
-    "retry_backoff": ("retry_backoff", validate.multiplier),
-    "retry_delay_max": ("retry_delay_max_s", validate.parse_duration),
-    "message_timeout": ("message_timeout_s", validate.parse_duration),
-    "max_messages": ("max_messages", validate.int_range(0, _MAX_MESSAGES_MAX)),
-    "max_memory": ("max_memory_bytes", validate.parse_size),
-    "concurrency": ("concurrency", validate.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
-    "rate_limit": ("rate_limit_per_s", validate.rate_limit),
-    "rate_burst": ("rate_burst", validate.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
-    "partitions": ("partitions", validate.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
-    "dedup_ttl": ("dedup_ttl_s", validate.positive_long_duration),
+    "consumers": ("consumers", scalars.int_range(1, CONSUMERS_PER_QUEUE_MAX, " (consumers per queue)")),
+    "retry_threshold": ("retry_threshold", scalars.int_range(0, _RETRY_THRESHOLD_MAX)),
+    "retry_delay": ("retry_delay_s", scalars.parse_duration),
+    "retry_backoff": ("retry_backoff", scalars.multiplier),
+    "retry_delay_max": ("retry_delay_max_s", scalars.parse_duration),
+    "message_timeout": ("message_timeout_s", scalars.parse_duration),
+    "max_messages": ("max_messages", scalars.int_range(0, _MAX_MESSAGES_MAX)),
+    "max_memory": ("max_memory_bytes", scalars.parse_size),
+    "concurrency": ("concurrency", scalars.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
+    "rate_limit": ("rate_limit_per_s", scalars.rate_limit),
+    "rate_burst": ("rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
+    "partitions": ("partitions", scalars.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
+    "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
 }
 
 
@@ -258,12 +258,12 @@ def _queue_defaults(value: object, path: str) -> dict[str, object]:
 
 def _queue(name: object, value: object, base: Mapping[str, object], path: str) -> QueueConfig:
     key = join_key("queues", name)
-    name = validate.queue_or_namespace(name, key, path)
+    name = names.queue_or_namespace(name, key, path)
     raw = _mapping(value, key, path, ("handler", *_QUEUE_OPTIONS))
     if "handler" not in raw:
         raise error("missing: every queue needs a handler 'module:function'", path=path,
                     key=join_key(key, "handler"))
-    handler = _required(raw["handler"], join_key(key, "handler"), path, validate.handler_spec)
+    handler = _required(raw["handler"], join_key(key, "handler"), path, names.handler_spec)
     options: dict[str, Any] = {**base, **_queue_options(raw, key, path)}  # validated
     return replace(QueueConfig(name=name, handler=handler), **options)
 
@@ -284,9 +284,9 @@ def _web(value: object, path: str) -> WebConfig | None:
     if value is MISSING:
         return None
     raw = _mapping(value, "web", path, _WEB_KEYS)
-    listen = _get(raw, "listen", "web", path, validate.listen, defaults.WEB_LISTEN)
-    token = _get(raw, "token", "web", path, validate.token, None)
-    if token is None and not validate.is_loopback(validate.parse_listen(listen)[0]):
+    listen = _get(raw, "listen", "web", path, addresses.listen, defaults.WEB_LISTEN)
+    token = _get(raw, "token", "web", path, addresses.token, None)
+    if token is None and not addresses.is_loopback(addresses.parse_listen(listen)[0]):
         raise error(f"required when web.listen ({listen}) is not a loopback address",
                     path=path, key="web.token")
     return WebConfig(listen=listen, token=token)
@@ -298,9 +298,9 @@ def _config(data: object, path: str) -> Config:
     if not isinstance(data, dict):
         raise error("expected a mapping at the top level", data, path=path)
     raw = _mapping(data, "", path, _TOP_KEYS)
-    interval_s = _get(raw, "heartbeat_interval", "", path, validate.heartbeat_interval,
+    interval_s = _get(raw, "heartbeat_interval", "", path, scalars.heartbeat_interval,
                       defaults.HEARTBEAT_INTERVAL_S)
-    timeout_s = _get(raw, "heartbeat_timeout", "", path, validate.heartbeat_timeout,
+    timeout_s = _get(raw, "heartbeat_timeout", "", path, scalars.heartbeat_timeout,
                      defaults.HEARTBEAT_TIMEOUT_S)
     if timeout_s <= interval_s:
         raise error(f"must be greater than heartbeat_interval ({interval_s:g}s)",
@@ -309,15 +309,15 @@ def _config(data: object, path: str) -> Config:
     return _schedules_fit(Config(
         path=Path(path),
         redis=_redis(raw.get("redis"), path),
-        namespace=_get(raw, "namespace", "", path, validate.queue_or_namespace, defaults.NAMESPACE),
-        max_message_size_bytes=_get(raw, "max_message_size", "", path, validate.message_size,
+        namespace=_get(raw, "namespace", "", path, names.queue_or_namespace, defaults.NAMESPACE),
+        max_message_size_bytes=_get(raw, "max_message_size", "", path, scalars.message_size,
                                     defaults.MAX_MESSAGE_SIZE_BYTES),
         heartbeat_interval_s=interval_s,
         heartbeat_timeout_s=timeout_s,
-        shutdown_timeout_s=_get(raw, "shutdown_timeout", "", path, validate.parse_duration,
+        shutdown_timeout_s=_get(raw, "shutdown_timeout", "", path, scalars.parse_duration,
                                 defaults.SHUTDOWN_TIMEOUT_S),
-        preload=_get(raw, "preload", "", path, validate.boolean, False),
-        stats=_get(raw, "stats", "", path, validate.boolean, True),
+        preload=_get(raw, "preload", "", path, scalars.boolean, False),
+        stats=_get(raw, "stats", "", path, scalars.boolean, True),
         queues=queues,
         web=_web(raw.get("web", MISSING), path),
         schedules=schedule.section(raw.get("schedules"), queues, path),
@@ -370,6 +370,6 @@ def from_url(url: str, namespace: str = defaults.NAMESPACE) -> Config:
     """A Config with only a Redis url (no queues), for the CLI and producers."""
     return Config(
         path=Path("<url>"),
-        redis=RedisConfig(url=validate.redis_url(url, "redis.url", "")),
-        namespace=validate.queue_or_namespace(namespace, "namespace", ""),
+        redis=RedisConfig(url=addresses.redis_url(url, "redis.url", "")),
+        namespace=names.queue_or_namespace(namespace, "namespace", ""),
     )

@@ -34,7 +34,7 @@ from datetime import datetime, timezone, tzinfo
 from typing import Any, Optional
 
 from smqsup import message
-from smqsup.config import validate
+from smqsup.config import names, scalars
 from smqsup.config.env import expand_env, storable
 from smqsup.config.problems import MISSING, error, join_key
 from smqsup.errors import ConfigError
@@ -133,7 +133,7 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
         where: str = "schedules") -> ScheduleConfig:
     """One schedule's settings (``value``) validated; ``where`` is its parent key."""
     key = join_key(where, name)
-    name = validate.queue_or_namespace(name, key, path)
+    name = names.queue_or_namespace(name, key, path)
     if not isinstance(value, dict):
         raise error("expected a mapping with queue and cron or every", value, path=path, key=key)
     raw: dict[str, object] = {}
@@ -146,7 +146,7 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
             expand_env(item, where_item, path), where_item, path)
     if "queue" not in raw or raw["queue"] is None:
         raise error("missing: the queue the schedule publishes to", path=path, key=join_key(key, "queue"))
-    queue = validate.queue_or_namespace(raw["queue"], join_key(key, "queue"), path)
+    queue = names.queue_or_namespace(raw["queue"], join_key(key, "queue"), path)
     if queue not in queues:
         raise error(f"unknown queue (queues: {', '.join(sorted(queues)) or 'none'})", queue, path=path,
                     key=join_key(key, "queue"))
@@ -165,7 +165,7 @@ def one(name: object, value: object, queues: Mapping[str, object], path: str,
                     path=path, key=join_key(key, "body"))
     return ScheduleConfig(
         name=name, queue=queue, cron=cron, every_ms=every_ms, timezone=zone, body=body, headers=headers,
-        catch_up=validate.boolean(raw["catch_up"], join_key(key, "catch_up"), path)
+        catch_up=scalars.boolean(raw["catch_up"], join_key(key, "catch_up"), path)
         if raw.get("catch_up") is not None else False,
         grace_ms=_grace(raw["grace"], join_key(key, "grace"), path) if raw.get("grace") is not None
         else GRACE_DEFAULT_MS)
@@ -179,7 +179,7 @@ def _timing(raw: Mapping[str, object], key: str, path: str) -> tuple[Optional[st
         raise error("missing: give cron (e.g. '0 3 * * *') or every (e.g. 30s)", path=path, key=key)
     if cron is not None:
         return cron_expression(cron, join_key(key, "cron"), path), None
-    seconds = validate.parse_duration(every, join_key(key, "every"), path)
+    seconds = scalars.parse_duration(every, join_key(key, "every"), path)
     every_ms = round(seconds * 1000)
     if not EVERY_MIN_MS <= every_ms <= EVERY_MAX_MS:
         raise error("expected a duration from 1s to 365d", every, path=path, key=join_key(key, "every"))
@@ -187,7 +187,7 @@ def _timing(raw: Mapping[str, object], key: str, path: str) -> tuple[Optional[st
 
 
 def _grace(value: object, key: str, path: str) -> int:
-    ms = round(validate.parse_duration(value, key, path) * 1000)
+    ms = round(scalars.parse_duration(value, key, path) * 1000)
     if not GRACE_MIN_MS <= ms <= GRACE_MAX_MS:
         raise error("expected a duration from 1s to 1d", value, path=path, key=key)
     return ms

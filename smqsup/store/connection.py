@@ -25,7 +25,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from smqsup import defaults, safe
-from smqsup.config.validate import host_port
+from smqsup.config.addresses import host_port
 from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
 from smqsup.logs import warn_once
 from smqsup.store import scripts

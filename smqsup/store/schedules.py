@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 from smqsup import defaults
-from smqsup.config import schedule, validate
+from smqsup.config import names, schedule
 from smqsup.errors import ConfigError
 from smqsup.keys import queues_set
 from smqsup.store import scripts
@@ -54,7 +54,7 @@ def ms_value(value: Any) -> Optional[int]:
 def valid_name(name: str) -> bool:
     """Whether ``name`` is a schedule (or queue) name that can form a key."""
     try:
-        validate.queue_or_namespace(name, "", "")
+        names.queue_or_namespace(name, "", "")
     except ConfigError:
         return False
     return True

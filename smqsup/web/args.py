@@ -11,7 +11,7 @@ from typing import Any, NoReturn, Optional
 from aiohttp import web
 
 from smqsup import message, safe
-from smqsup.config.validate import validate_queue_name
+from smqsup.config.names import validate_queue_name
 from smqsup.errors import ConfigError, MessageError
 from smqsup.views import browse
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from smqsup.config.validate import is_loopback, parse_listen
+from smqsup.config.addresses import is_loopback, parse_listen
 from smqsup.errors import ConfigError
 from smqsup.safe import escape
 from smqsup.web.jsonout import error as _error
@@ -42,7 +42,7 @@ _SAFE_METHODS = ("GET", "HEAD")
 
 def check_exposure(listen: str, token: Optional[str]) -> tuple[str, int]:
     """``(host, port)`` of ``listen`` as ``smqsup web --listen`` takes it (port
-    0 too: see validate.parse_listen), refusing (ConfigError) a non-loopback
+    0 too: see addresses.parse_listen), refusing (ConfigError) a non-loopback
     address without a token: the UI can requeue and purge messages."""
     host, port = parse_listen(listen, any_port=True)
     if not token and not is_loopback(host):

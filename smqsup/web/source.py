@@ -22,7 +22,7 @@ from aiohttp import web
 
 from smqsup import safe
 from smqsup.collector import stats
-from smqsup.config.validate import validate_queue_name
+from smqsup.config.names import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
 from smqsup.store.broker import Broker

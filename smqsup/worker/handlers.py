@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Optional
 
 from smqsup.config.model import Config, load
-from smqsup.config.validate import error, handler_spec
+from smqsup.config.names import handler_spec
+from smqsup.config.problems import error
 from smqsup.errors import ConfigError, HandlerImportError, SmqsupError
 
 #: What the checking child prints once every handler imported.
