@@ -179,8 +179,9 @@ class Consumer:
         """Messages we may take now."""
         if not taking or self.fetcher.rotate:
             return 0
-        held = len(self.in_hand.booked) + (self._fetching is not None)
-        room = self.runner.size - len(self.in_hand.running) - held
+        in_hand = self.in_hand
+        held = len(in_hand.booked) + (self._fetching is not None)
+        room = self.runner.size - len(in_hand.running) - held
         limit = self.queue.max_messages
         if limit:
             room = min(room, limit - self.stats.received - held)
@@ -191,21 +192,19 @@ class Consumer:
         finished outcome and takes what there is room for, then start what
         came; how long the runner may then wait (s), or None once done."""
         try:
+            settler, in_hand, f = self.settler, self.in_hand, self.fetcher
             taking = self._taking()
-            if not (taking or self.in_hand.running or self.settler.finished or self._fetching is not None):
+            if not (taking or in_hand.running or settler.finished or self._fetching is not None):
                 return self._at_rest()
             if self.recovery.needed:
                 return self._recover()
-            in_hand = self.in_hand
-            if self._fetching is not None or in_hand.booked or self.fetcher.look_at or (in_hand.timeout_us
-                                                                                         and in_hand.running):
+            if self._fetching is not None or in_hand.booked or f.look_at or (in_hand.timeout_us and in_hand.running):
                 self._collect()
                 taking = self._taking()
-            settles = bool(self.settler.finished)
-            f = self.fetcher
+            settles = bool(settler.finished)
             poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(time.monotonic())
             try:
-                frames = self.settler.exchange(self._room(taking), poll)  # the one round trip
+                frames = settler.exchange(self._room(taking), poll)  # the one round trip
             finally:
                 if settles and self._on_busy is not None:
                     self._on_busy(None)
@@ -213,11 +212,11 @@ class Consumer:
                 self._launch(frame, wait_us)
             if self.recovery.failures:
                 self.recovery.worked()
-            if self.fetcher.rotate:
+            if f.rotate:
                 self._maybe_rotate()
-            if self.fetcher.checked:
+            if f.checked:
                 self._maybe_block()
-            return 0.0 if self.settler.finished else self._wait_s()
+            return 0.0 if settler.finished else self._wait_s()
         except BrokerError as exc:
             return self._failed(exc)
 

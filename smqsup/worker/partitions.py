@@ -37,10 +37,7 @@ class Partitions:
         self.current = self.home
         self.streak = 0  # messages handled in a row from the current partition
         self.drawn = False
-
-    @property
-    def many(self) -> bool:
-        return len(self.names) > 1
+        self.many = len(self.names) > 1  # (the names are fixed for the consumer's life)
 
     def draw(self, ticket: int) -> None:
         """Take home the partition ``ticket`` names (once: a renewed identity keeps it)."""

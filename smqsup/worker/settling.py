@@ -33,6 +33,7 @@ class Settler:
         self.stats = stats
         self.fetcher = fetcher
         self.finished: list[Attempt] = []
+        self._counted = broker.stats  # whether ack.lua counts in the queue counters (fixed per broker)
 
     def exchange(self, room: int, poll: bool = False) -> list[Taken]:
         """Record every finished outcome and take up to ``room`` frames, in
@@ -48,7 +49,7 @@ class Settler:
             fetch = len(calls) < fetching
             outcome = att.outcome
             assert outcome is not None
-            calls.append(scripts.ack(keys, cid, att.frame, fetch, self.broker.stats, f.rate) if outcome.ok
+            calls.append(scripts.ack(keys, cid, att.frame, fetch, self._counted, f.rate) if outcome.ok
                          else self._nack(keys, cid, att.frame, outcome, fetch))
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
