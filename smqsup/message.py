@@ -284,12 +284,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: The one strict decoder (json.loads with an argument builds a decoder per call).
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _loads(payload: bytes) -> Any:
     """Strict JSON (no NaN or Infinity); MalformedMessage for any failure,
     nesting too deep for the parser included."""
     try:
         # Decoded here, strictly: json.loads would guess UTF-16/32 from the bytes.
-        return json.loads(payload.decode("utf-8"), parse_constant=_refuse_constant)
+        return _DECODER.decode(payload.decode("utf-8"))
     except RecursionError:
         raise MalformedMessage("payload is nested too deep to decode") from None
     except (UnicodeDecodeError, ValueError) as exc:
