@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Optional, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Optional, cast
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
@@ -245,24 +244,44 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
-@contextmanager
-def wrapped(what: str) -> Iterator[None]:
-    """Turn redis-py errors raised inside the block into smqsup errors."""
-    try:
-        yield
-    except NotSent as exc:
-        raise BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}") from exc
-    except (*REDIRECTIONS, rexc.RedisClusterException) as exc:
+class wrapped:
+    """``with wrapped(what):`` turns redis-py errors raised inside the block
+    into smqsup errors whose message starts with ``what``. A class, as
+    contextlib.suppress is, not a generator: it is entered once per message."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> Literal[False]:
+        if exc is None:
+            return False
+        error = translated(self.what, exc)
+        if error is None:
+            return False  # not Redis's: raised on as it is
+        raise error from exc
+
+
+def translated(what: str, exc: BaseException) -> Optional[BrokerError]:
+    """The smqsup error for a redis-py (or socket) error ``exc``; None for any other."""
+    if isinstance(exc, NotSent):
+        return BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}")
+    if isinstance(exc, (*REDIRECTIONS, rexc.RedisClusterException)):
         # Still refused after cluster.REDIRECT_PATIENCE_S (a failover not over).
-        raise BrokerNotSent(f"{what}: Redis Cluster refused it, nothing ran: {exc}") from exc
-    except (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        raise BrokerConnectionError(f"{what}: Redis connection failed: {exc}") from exc
-    except rexc.ResponseError as exc:
+        return BrokerNotSent(f"{what}: Redis Cluster refused it, nothing ran: {exc}")
+    if isinstance(exc, (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError)):
+        return BrokerConnectionError(f"{what}: Redis connection failed: {exc}")
+    if isinstance(exc, rexc.ResponseError):
         if str(exc).startswith("NOTLEADER"):
-            raise NotLeader(f"{what}: refused, this process no longer holds the collector lock") from exc
-        raise BrokerError(f"{what}: Redis error: {exc}") from exc
-    except rexc.RedisError as exc:
-        raise BrokerError(f"{what}: Redis error: {exc}") from exc
+            return NotLeader(f"{what}: refused, this process no longer holds the collector lock")
+        return BrokerError(f"{what}: Redis error: {exc}")
+    if isinstance(exc, rexc.RedisError):
+        return BrokerError(f"{what}: Redis error: {exc}")
+    return None
 
 
 def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
