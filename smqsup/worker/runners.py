@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional, TypeAlias
+from typing import Any, Optional, Protocol, TypeAlias
 
 from smqsup.worker.outcomes import refuse_generator
 from smqsup.worker.records import Attempt, Handler
@@ -22,8 +22,16 @@ from smqsup.worker.records import Attempt, Handler
 Turn = Callable[[], Optional[float]]
 #: Told (on the consumer's thread, in the loop) that an attempt's handler ended.
 Land = Callable[[Attempt], None]
-#: The result of the blocking fetch (BLMOVE): a frame or None, and the paused flag.
-Fetched: TypeAlias = "concurrent.futures.Future[tuple[Optional[bytes], bool]]"
+#: What the blocking fetch (BLMOVE) returns: a frame or None, and the paused flag.
+FetchResult: TypeAlias = "tuple[Optional[bytes], bool]"
+
+
+class Fetched(Protocol):
+    """The blocking fetch under way: a concurrent.futures.Future, or Ready."""
+
+    def done(self) -> bool: ...
+
+    def result(self) -> FetchResult: ...
 
 
 def is_async_handler(handler: Handler) -> bool:
@@ -44,13 +52,28 @@ def sleep_unless(seconds: float, stopping: Callable[[], bool]) -> None:
         time.sleep(min(left, 0.05))
 
 
-def _finished_future(call: Callable[[], tuple[Optional[bytes], bool]]) -> Fetched:
-    fut: Fetched = concurrent.futures.Future()
-    try:
-        fut.set_result(call())
-    except Exception as exc:  # noqa: BLE001 - handed over to whoever reads the future
-        fut.set_exception(exc)
-    return fut
+class Ready:
+    """A blocking fetch that ran to its end on the consumer's own thread
+    (InlineRunner): done at once, without a Future's lock and condition."""
+
+    __slots__ = ("_value", "_error")
+
+    def __init__(self, call: Callable[[], FetchResult]) -> None:
+        self._value: Optional[FetchResult] = None
+        self._error: Optional[Exception] = None
+        try:
+            self._value = call()
+        except Exception as exc:  # noqa: BLE001 - raised again to whoever reads the result
+            self._error = exc
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> FetchResult:
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 class InlineRunner:
@@ -92,9 +115,9 @@ class InlineRunner:
             att.error = exc
         self.land(att)
 
-    def run_blocking(self, call: Callable[[], tuple[Optional[bytes], bool]]) -> Fetched:
+    def run_blocking(self, call: Callable[[], FetchResult]) -> Fetched:
         """Run the blocking fetch now (nothing else could run meanwhile)."""
-        return _finished_future(call)
+        return Ready(call)
 
     def wake(self) -> None:
         """(A stop is seen within 50 ms of any wait: sleep_unless.)"""
@@ -239,7 +262,7 @@ class LoopRunner:
         self.land(att)
         self._wake()
 
-    def run_blocking(self, call: Callable[[], tuple[Optional[bytes], bool]]) -> Fetched:
+    def run_blocking(self, call: Callable[[], FetchResult]) -> Fetched:
         """Start the blocking fetch on the fetch thread; its end wakes the loop."""
         if self._fetch_pool is None:
             self._fetch_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"smqsup-fetch-{self.name}")
