@@ -1,7 +1,8 @@
 """Shared plumbing of the benchmark scripts in tests/bench (not a test module).
 
-- ``bench_server()``: a private redis-server (unix socket only, appendfsync
-  everysec) in a fresh temp dir, stopped and removed on exit, Ctrl-C or SIGTERM.
+- ``bench_server()``: a private redis-server (a unix socket, or TCP loopback
+  with SMQSUP_BENCH_TCP=1; appendfsync everysec) in a fresh temp dir, stopped
+  and removed on exit, Ctrl-C or SIGTERM; ``transport()`` names which.
 - ``Children``: the consumer processes a script forks; it only ever signals
   the processes it started (by their own Process object), never by name.
 - small statistics helpers (median, percentiles) and Redis probes.
@@ -225,3 +226,8 @@ def _has_hiredis() -> bool:
     except ImportError:
         return False
     return True
+
+
+def transport(server: RedisServer) -> str:
+    """How the benchmark reaches its server, for its header line."""
+    return "unix socket" if server.port is None else "TCP loopback"

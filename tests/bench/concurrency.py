@@ -350,7 +350,7 @@ def main() -> int:
         arq_runs = ArqRuns(server.url, args, smq.children) if have_arq else None
         try:
             version = smq.client.info("server")["redis_version"]
-            print(f"redis-server {version}, unix socket, appendfsync everysec; messages per run "
+            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; messages per run "
                   f"{', '.join(f'c{c}: {n}' for c, n in zip(args.concurrency, counts))}; "
                   f"median of {args.repeats}\n")
             found = run_cases(smq, arq_runs, args, counts)

@@ -182,7 +182,7 @@ def main() -> int:
         client = redis.Redis.from_url(server.url)
         try:
             version = client.info("server")["redis_version"]
-            print(f"redis-server {version}, unix socket, appendfsync everysec; {args.consumers} consumers, "
+            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; {args.consumers} consumers, "
                   f"{args.rate:g} msg/s, {args.messages} messages each for smqsup and raw, "
                   f"in {args.rounds} phase(s) each (ABBA)\n")
             phase = 0

@@ -151,7 +151,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         client: "redis.Redis[bytes]" = redis.Redis.from_url(server.url)
         producer = Producer(server.url, NS)
         try:
-            print(f"redis-server {client.info('server')['redis_version']}, unix socket, appendfsync everysec\n",
+            print(f"redis-server {client.info('server')['redis_version']}, {common.transport(server)}, appendfsync everysec\n",
                   flush=True)
             one = single(producer, client, args.single)
             bulk = many(producer, client, args.many, args.repeats)
