@@ -511,3 +511,27 @@ def test_read_queues_reads_sizes_and_registry_of_every_queue(redis_url: str, red
     assert broker.statistics.series("q", 1) == [b'{"t": 3}']
     assert empty.sizes == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 0, "processing": 0} and empty.consumers == {}
     assert broker.statistics.read_queues(["q"])[1]["q"].recent == []  # no points asked for
+
+
+def test_redis_py_reads_its_version_once_per_process_not_per_connection(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections after the first client are made without redis-py reading its package metadata again
+    (in a forked consumer, each read wrote about 1.4 MB of pages shared with the supervisor)."""
+    import redis.utils
+
+    Broker(redis_url).close()  # the process's first client: the version is read here, once
+    reads: list[int] = []
+    real = redis.utils.get_lib_version
+
+    def counted() -> str:
+        reads.append(1)
+        return str(real())
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", counted)
+    for i in range(3):
+        broker = Broker(redis_url)
+        try:
+            assert broker.queues.paused_flag(f"q{i}") is None  # a connection made, its handshake done
+        finally:
+            broker.close()
+    assert reads == []
