@@ -1,0 +1,89 @@
+"""CPU per message of one consumer, counted, not timed (DESIGN section 7).
+
+    python tests/bench/cpu.py [--messages 2500 6500]
+
+One consumer (``Consumer(...).run()`` with ``max_messages``, in a process
+of its own, no-op handler) drains messages already published to a private
+redis-server; ``valgrind --tool=callgrind`` counts the instructions of that
+process alone (the server runs outside valgrind). Run twice, with the two
+``--messages`` counts: the difference divided by the difference in messages
+is the cost of one message, without the process's start and end. Counts are
+the same from run to run whatever else the machine does, so one run of each
+is enough to compare two commits (run this script in each checkout).
+
+Needs valgrind on PATH. SMQSUP_BENCH_TCP=1 runs the server on TCP loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402  (puts the repo root on sys.path too)
+
+from smqsup.client.producer import Producer  # noqa: E402
+from smqsup.config.model import QueueConfig  # noqa: E402
+from smqsup.store.broker import Broker  # noqa: E402
+from smqsup.worker.consumer import Consumer  # noqa: E402
+
+_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
+
+
+def consume(url: str, count: int) -> None:
+    """The measured process: one consumer over ``count`` no-op messages."""
+    consumer = Consumer(Broker(url), QueueConfig("bench", "tests.bench.cpu:noop", max_messages=count),
+                        noop, fetch_block_s=0.2)
+    if consumer.run() != "max_messages":
+        raise SystemExit("the consumer stopped before max_messages")
+
+
+def noop(message: object) -> None:
+    """The benchmark handler: does nothing."""
+
+
+def instructions(url: str, count: int, out_dir: str) -> int:
+    """Instructions the consumer process ran over ``count`` messages (callgrind's total)."""
+    with Producer(url) as producer:
+        producer.publish_many("bench", list(range(count)))
+    out = os.path.join(out_dir, f"callgrind.{count}")
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+                    "--child", url, str(count)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    match = _TOTAL.search(Path(out).read_bytes())
+    if match is None:
+        raise SystemExit(f"no total in {out}")
+    return int(match.group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, nargs=2, default=(2500, 6500), metavar=("FEW", "MANY"))
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        consume(args.child[0], int(args.child[1]))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not on PATH (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    few, many = sorted(args.messages)
+    if few <= 0 or few == many:
+        parser.error("--messages needs two different positive counts")
+    print(f"smqsup CPU per message: {common.machine()}")
+    with common.bench_server() as server, tempfile.TemporaryDirectory(prefix="smqcpu-") as out_dir:
+        print(f"one consumer, no-op handler, {common.transport(server)}; callgrind over {few} and {many} messages")
+        low, high = instructions(server.url, few, out_dir), instructions(server.url, many, out_dir)
+    print(f"  {few:>6} messages: {low:>14,} instructions")
+    print(f"  {many:>6} messages: {high:>14,} instructions")
+    print(f"per message: {(high - low) / (many - few):,.0f} instructions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
