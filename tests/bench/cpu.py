@@ -7,9 +7,10 @@ of its own, no-op handler) drains messages already published to a private
 redis-server; ``valgrind --tool=callgrind`` counts the instructions of that
 process alone (the server runs outside valgrind). Run twice, with the two
 ``--messages`` counts: the difference divided by the difference in messages
-is the cost of one message, without the process's start and end. Counts are
-the same from run to run whatever else the machine does, so one run of each
-is enough to compare two commits (run this script in each checkout).
+is the cost of one message, without the process's start and end. Counts do
+not depend on what else the machine does, and with one hash seed they vary by
+about 1 % from run to run (seen here), far less than any timed figure: run it
+twice in each of two checkouts to compare the commits.
 
 Needs valgrind on PATH. SMQSUP_BENCH_TCP=1 runs the server on TCP loopback.
 """
@@ -29,19 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 
 from smqsup.client.producer import Producer  # noqa: E402
-from smqsup.config.model import QueueConfig  # noqa: E402
-from smqsup.store.broker import Broker  # noqa: E402
-from smqsup.worker.consumer import Consumer  # noqa: E402
 
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
 def consume(url: str, count: int) -> None:
     """The measured process: one consumer over ``count`` no-op messages."""
-    consumer = Consumer(Broker(url), QueueConfig("bench", "tests.bench.cpu:noop", max_messages=count),
-                        noop, fetch_block_s=0.2)
-    if consumer.run() != "max_messages":
-        raise SystemExit("the consumer stopped before max_messages")
+    consumer = common.run_consumer(url, "bench", noop, max_messages=count)
+    if consumer.stats.received != count:
+        raise SystemExit(f"the consumer stopped after {consumer.stats.received} of {count} messages")
 
 
 def noop(message: object) -> None:
@@ -50,11 +47,12 @@ def noop(message: object) -> None:
 
 def instructions(url: str, count: int, out_dir: str) -> int:
     """Instructions the consumer process ran over ``count`` messages (callgrind's total)."""
-    with Producer(url) as producer:
+    with Producer(url, common.NAMESPACE) as producer:
         producer.publish_many("bench", list(range(count)))
     out = os.path.join(out_dir, f"callgrind.{count}")
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                    "--child", url, str(count)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    "--child", url, str(count)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONHASHSEED": "0"})  # one hash seed: set and dict layouts alike
     match = _TOTAL.search(Path(out).read_bytes())
     if match is None:
         raise SystemExit(f"no total in {out}")
