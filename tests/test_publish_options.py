@@ -78,6 +78,15 @@ def test_the_highest_priority_ready_message_goes_first_fifo_within_a_level(
         [("p0", i) for i in range(1000)]
 
 
+#: How long the woken consumer's BLMOVE blocks, in s.
+BLOCK_S = 1.0
+
+
+def _blmove_calls(node: Any) -> int:
+    """BLMOVE calls the server has started (Redis counts a blocking call when it blocks)."""
+    return int(node.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
+
+
 def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once.
@@ -95,14 +104,6 @@ def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
     producer.publish("q", "urgent", priority=7)
     wait_for(lambda: seen, timeout_s=5)
     assert seen[0][0] == "urgent" and seen[0][1] - before < BLOCK_S * 1000 / 2
-
-
-BLOCK_S = 1.0
-
-
-def _blmove_calls(node: Any) -> int:
-    """BLMOVE calls the server has started (Redis counts a blocking call when it blocks)."""
-    return int(node.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
 
 
 def test_a_retried_priority_message_keeps_its_priority(start: Callable[..., Running], producer: Producer,
