@@ -75,6 +75,7 @@ HOSTILE_FRAMES = [
     b'0|{"id":"hdr","queue":"q","body":1,"created_at":1,"headers":[1]}',
     b'0|{"id":"t","queue":"q","body":1,"created_at":"soon","headers":{}}',
     b"0|\xff\xfe\xfd",
+    b'0|\xef\xbb\xbf{"id":"bom","queue":"q","body":1,"created_at":1,"headers":{}}',  # a UTF-8 BOM first
     b"0|",
     b"|x",
     b"-1|{}",
