@@ -59,7 +59,8 @@ The leaves everyone uses, and the public face:
 - errors.py: the one exception tree, rooted at SmqsupError.
 - defaults.py: every default value, one line each, its unit in its name.
 - keys.py: the only place a Redis key name is formed; the key schema at its top.
-- message.py: the message envelope, its frame on the wire, message ids.
+- message.py: the message envelope and its frame on the wire.
+- ids.py: message ids, unique across processes and sorted by creation time.
 - safe.py: text made safe to show: credentials masked, control characters escaped.
 - logs.py: log setup for the command line (journald priorities under systemd).
 """

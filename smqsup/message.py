@@ -1,4 +1,4 @@
-"""The message envelope, its frame on the wire, and message ids.
+"""The message envelope and its frame on the wire (ids: smqsup.ids).
 
 Payload: compact JSON ``{"id", "queue", "body", "created_at", "headers"}``
 (and ``"dedup_key"`` when one was given), written once by the producer and
@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import secrets
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Optional, cast
 
 from smqsup.errors import MalformedMessage, MessageError
+from smqsup.ids import new_id
 
 _SEP = b"|"
 #: Deepest nesting of lists and objects a body or headers may have. The
@@ -60,65 +58,6 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
-
-
-# --- ids -----------------------------------------------------------------
-# Id = 12 hex digits of milliseconds, 8 hex digits of process identity, 6 hex
-# digits of a per-process sequence: unique across processes (random node,
-# renewed after fork) and sorted by creation time to the millisecond.
-
-_id_lock = threading.Lock()
-_node = secrets.token_hex(4)
-_last_ms = 0
-_seq = 0
-
-
-def _reset_after_fork() -> None:
-    global _node, _last_ms, _seq, _id_lock
-    _node = secrets.token_hex(4)
-    _last_ms = 0
-    _seq = 0
-    _id_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def new_id() -> str:
-    """A unique, time-ordered message id (26 lowercase hex characters)."""
-    global _last_ms, _seq
-    with _id_lock:
-        # Never let the time part go backwards (wall clock stepped back).
-        ms = max(time.time_ns() // 1_000_000, _last_ms)
-        if ms == _last_ms:
-            _seq += 1
-            if _seq > 0xFFFFFF:
-                ms += 1
-                _seq = 0
-        else:
-            _seq = 0
-        _last_ms = ms
-        return f"{ms:012x}{_node}{_seq:06x}"
-
-
-def new_ids(count: int) -> list[str]:
-    """``count`` new ids at once (one lock round), in order."""
-    global _last_ms, _seq
-    if count <= 0:
-        return []
-    with _id_lock:
-        ms = max(time.time_ns() // 1_000_000, _last_ms)
-        seq = _seq + 1 if ms == _last_ms else 0
-        node = _node
-        out = []
-        for _ in range(count):
-            if seq > 0xFFFFFF:
-                ms += 1
-                seq = 0
-            out.append(f"{ms:012x}{node}{seq:06x}")
-            seq += 1
-        _last_ms, _seq = ms, seq - 1
-    return out
 
 
 # --- envelope ------------------------------------------------------------
@@ -272,7 +211,8 @@ def split_frame(data: bytes) -> tuple[int, bytes]:
 
 def has_expiry(data: bytes) -> bool:
     """Whether a frame's head carries an expiry (cheap: no payload is read)."""
-    if b":" not in data[:_HEAD_MAX + 1].partition(_SEP)[0]:
+    colon = data.find(b":", 0, _HEAD_MAX)
+    if colon < 0 or 0 <= data.find(_SEP, 0, colon) < colon:  # no head with options: "A|"
         return False
     try:
         return frame_head(data).expires_ms is not None
@@ -286,6 +226,8 @@ def _refuse_constant(name: str) -> Any:
 
 #: The one strict decoder (json.loads with an argument builds a decoder per call).
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+#: Its scanner: what JSONDecoder.decode runs between two whitespace regexes.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _loads(payload: bytes) -> Any:
@@ -293,7 +235,15 @@ def _loads(payload: bytes) -> Any:
     nesting too deep for the parser included."""
     try:
         # Decoded here, strictly: json.loads would guess UTF-16/32 from the bytes.
-        return _DECODER.decode(payload.decode("utf-8"))
+        text = payload.decode("utf-8")
+        if text[:1] == "{":  # what every producer writes: the scanner alone, when it reads all of it
+            try:
+                value, end = _SCAN(text, 0)
+            except StopIteration:
+                value, end = None, -1
+            if end == len(text):
+                return value
+        return _DECODER.decode(text)  # whitespace around it, trailing data: the decoder's own verdict
     except RecursionError:
         raise MalformedMessage("payload is nested too deep to decode") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -302,25 +252,50 @@ def _loads(payload: bytes) -> Any:
         raise MalformedMessage(f"payload cannot be decoded ({type(exc).__name__})") from None
 
 
+def _plain_envelope(data: bytes, bar: int) -> Any:
+    """The envelope of a frame with the plain head ``A|`` (``bar``: where its
+    '|' is), read as _loads reads a payload, without copying the payload
+    out of the frame first; MalformedMessage for any failure."""
+    try:
+        text = data.decode("utf-8")  # the head is ASCII: its byte offsets are the text's
+        if text[bar + 1:bar + 2] == "{":
+            try:
+                value, end = _SCAN(text, bar + 1)
+            except StopIteration:
+                end = -1
+            if end == len(text):
+                return value
+    except (RecursionError, UnicodeDecodeError, ValueError):
+        pass  # said as _loads says it, below
+    return _loads(data[bar + 1:])
+
+
 def decode(data: bytes) -> Message:
     """The Message held by a frame; MalformedMessage (and nothing else) if
     the bytes are not one, whatever they hold."""
-    attempts, priority, _, payload = frame_head(data)
-    env = _loads(payload)
-    if not isinstance(env, dict):
+    bar = data.find(_SEP, 0, 10)
+    if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
+        attempts, priority = int(data[:bar]), 0
+        env = _plain_envelope(data, bar)
+    else:
+        attempts, priority, _, payload = frame_head(data)
+        env = _loads(payload)
+    # JSON decodes to exact types: ``__class__ is`` checks what isinstance
+    # would (bool, a subclass of int, is no created_at), without a call each.
+    if env.__class__ is not dict:
         raise MalformedMessage("payload is not a JSON object")
     try:
         mid, queue, created_at = env["id"], env["queue"], env["created_at"]
     except KeyError as exc:
         raise MalformedMessage(f"envelope lacks {exc.args[0]!r}") from None
     headers = env.get("headers") or {}
-    if not isinstance(mid, str) or not isinstance(queue, str) or not isinstance(headers, dict):
+    if mid.__class__ is not str or queue.__class__ is not str or headers.__class__ is not dict:
         raise MalformedMessage("envelope fields have the wrong types")
-    if not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
+    if created_at.__class__ is not float and created_at.__class__ is not int:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
     return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                   dedup_key if isinstance(dedup_key, str) else None)
+                   dedup_key if dedup_key.__class__ is str else None)
 
 
 #: The start of every payload a Producer writes: its id is readable without

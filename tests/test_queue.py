@@ -14,6 +14,7 @@ import redis
 from smqsup import message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
+from smqsup.ids import new_id
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from tests.helpers import client_for, wait_for
@@ -189,7 +190,7 @@ def test_non_json_body_is_refused(redis_url: str) -> None:
 
 def test_ids_are_unique_and_time_ordered() -> None:
     """Message ids never repeat and sort in creation order."""
-    ids = [message.new_id() for _ in range(20000)]
+    ids = [new_id() for _ in range(20000)]
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
 

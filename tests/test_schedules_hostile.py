@@ -25,6 +25,7 @@ from smqsup.config import schedule
 from smqsup.config.model import Config, QueueConfig
 from smqsup.config.schedule import Fire, ScheduleConfig, due
 from smqsup.errors import BrokerError, ConfigError
+from smqsup.ids import new_id
 from smqsup.keys import QueueKeys
 from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
@@ -266,7 +267,7 @@ def test_max_message_size_is_checked_on_the_largest_message_a_schedule_fires() -
     assert config.loads(text.format(size, "é" * 3000), "q.yaml").schedules["tick"] == s
     for catch_up in (False, True):
         writer = message.EnvelopeWriter("orders", schedule.fire_headers(s, _ms(2026, 1, 1), catch_up), size)
-        assert len(writer.payload(message.new_id(), s.body)) <= size
+        assert len(writer.payload(new_id(), s.body)) <= size
     with pytest.raises(ConfigError) as caught:
         config.loads(text.format(size - 1, "é" * 3000), "q.yaml")
     assert str(caught.value) == (f"q.yaml: schedules.tick.body: its message (body, headers and envelope) would be "

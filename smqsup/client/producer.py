@@ -39,6 +39,7 @@ from smqsup.errors import (
     PublishUncertain,
     PushRefused,
 )
+from smqsup.ids import new_id, new_ids
 from smqsup.keys import partition_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
@@ -198,7 +199,7 @@ class Producer:
             self._send(queue, [message.frame(payload)], [mid], target=self._partition(queue, by, [mid]))
             return mid
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
-        mid = message.check_message_id(message_id) if message_id is not None else message.new_id()
+        mid = message.check_message_id(message_id) if message_id is not None else new_id()
         return self._send_with(queue, [body], [mid], headers, keys, self._options(queue, delay, at, priority, ttl,
                                                                                    dedup_key, dedup_ttl), by)[0]
 
@@ -225,14 +226,14 @@ class Producer:
         items = _materialise(queue, bodies)
         if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
             writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
-            ids = message.new_ids(len(items))
+            ids = new_ids(len(items))
             payload = writer.payload
             frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             self._send(queue, frames, ids, target=self._partition(queue, by, ids))
             return ids
         keys = _dedup_keys(dedup_key, len(items))
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl)
-        return self._send_with(queue, items, message.new_ids(len(items)), headers, keys, opts, by)
+        return self._send_with(queue, items, new_ids(len(items)), headers, keys, opts, by)
 
     def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
                  dedup_ttl: Any) -> scripts.Options:

@@ -38,6 +38,7 @@ from smqsup import defaults, message
 from smqsup.config import schedule
 from smqsup.config.model import Config
 from smqsup.errors import ConfigError, MessageError, NotLeader, NotReplicated
+from smqsup.ids import new_id
 from smqsup.logs import Lasting
 from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
@@ -168,7 +169,7 @@ class Firing:
         return True
 
     def _fire(self, s: schedule.ScheduleConfig, digest: str, f: schedule.Fire, lock: Lock) -> int:
-        mid = message.new_id()
+        mid = new_id()
         writer = message.EnvelopeWriter(s.queue, schedule.fire_headers(s, f.slot_ms, f.catch_up),
                                         self.cfg.max_message_size_bytes)
         payload = writer.payload(mid, s.body)

@@ -395,6 +395,6 @@ def fire_headers(s: ScheduleConfig, slot_ms: int, catch_up: bool) -> dict[str, A
 
 def largest_message_bytes(s: ScheduleConfig) -> int:
     """The payload size of the largest message ``s`` fires, as max_message_size measures it: a catch-up
-    one, with an id as long as message.new_id's and a creation time as long as the envelope writes."""
+    one, with an id as long as ids.new_id's and a creation time as long as the envelope writes."""
     writer = message.EnvelopeWriter(s.queue, fire_headers(s, 0, True), _INT64, created_at=9_999_999_999.999999)
     return len(writer.payload("0" * 26, s.body))
