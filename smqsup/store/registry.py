@@ -90,15 +90,17 @@ class Registry:
 
     # --- reclaim -------------------------------------------------------------------
 
-    def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int,
-                     reason: str) -> scripts.ReclaimResult:
+    def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
+                     started: Optional[int] = None) -> scripts.ReclaimResult:
         """Return a dead consumer's list to the queue, each message costing an
-        attempt (dead-lettered past ``retry_threshold``); unregister the
-        consumer (registry, heartbeat, dated in retired) once its list is empty."""
+        attempt (dead-lettered past ``retry_threshold``): all of them, or with
+        ``started`` (what its slot said) only the oldest ``started``, the
+        rest never having reached a handler; unregister the consumer
+        (registry, heartbeat, dated in retired) once its list is empty."""
         link = self._link
         return link.drain(queue, scripts.reclaim(link.keys(queue), consumer_id, costs_attempt=True,
                                                  retry_threshold=retry_threshold, reason=reason,
-                                                 batch=link.reclaim_batch))
+                                                 batch=link.reclaim_batch, started=started))
 
     def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
                       stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:

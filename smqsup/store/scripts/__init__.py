@@ -9,7 +9,7 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 
 - calls.py: Script (a Lua file, includes resolved, EVALSHA then EVAL),
   Call, Batch, and the readers and argument helpers the wrappers share.
-- messages.py: publish, publish_options, take, screen, ack, nack, promote,
+- messages.py: publish, publish_options, take, give_back, screen, ack, nack, promote,
   producer_stats; their results, the rate limit (Rate), the outcomes.
 - registry.py: heartbeat, stale, the reclaims (reclaim, reclaim_stale,
   return_free), the leader lock (lock_*, compare_and_delete).
@@ -43,6 +43,7 @@ from smqsup.store.scripts.messages import (
     Rate,
     TakeResult,
     ack,
+    give_back,
     nack,
     producer_stats,
     promote,
@@ -71,7 +72,7 @@ __all__ = [
     "ALL", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
     "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
-    "compare_and_delete", "dlq_purge", "dlq_requeue", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
+    "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "peek_range", "producer_stats", "promote", "publish", "publish_options",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

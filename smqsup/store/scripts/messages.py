@@ -19,10 +19,11 @@ _PROMOTE = Script("promote")
 _PUBLISH = Script("publish")
 _PUBLISH_OPTIONS = Script("publish_options")
 _TAKE = Script("take")
+_GIVE_BACK = Script("give_back")
 _SCREEN = Script("screen")
 _PRODUCER_STATS = Script("producer_stats")
 
-SCRIPTS = (_ACK, _NACK, _PROMOTE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _SCREEN, _PRODUCER_STATS)
+SCRIPTS = (_ACK, _NACK, _PROMOTE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK, _SCREEN, _PRODUCER_STATS)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -66,6 +67,8 @@ class TakeResult:
     waits_us: tuple[int, ...] = ()
     #: Rate limit: nothing taken, none could start now: µs before looking again.
     retry_us: int = 0
+    #: Positions (0-based) among the acks sent along of those that were late.
+    late: tuple[int, ...] = ()
 
     @property
     def next_frame(self) -> Optional[bytes]:
@@ -107,21 +110,33 @@ def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count
 
 
 def _take_result(reply: Sequence[Any]) -> TakeResult:
-    registered, paused, retry, *taken = reply
-    return TakeResult(bool(registered), tuple(bytes(f) for f in taken[0::2]), bool(paused),
-                      tuple(_wait_of(w) for w in taken[1::2]), _wait_of(retry))
+    registered, paused, retry, late, *taken = reply
+    frames, waits = taken[0::2], taken[1::2]
+    return TakeResult(bool(registered), tuple(bytes(f) for f in frames), bool(paused),
+                      tuple(_wait_of(w) for w in waits) if any(waits) else (0,) * len(waits), _wait_of(retry),
+                      tuple(i - 1 for i in late) if late else ())
 
 
 #: Most frames one take call moves (take.lua caps ARGV[2] there too).
 TAKE_MAX = 1000
 
 
-def take(keys: QueueKeys, consumer_id: str, count: int = 1, rate: Rate = NO_RATE) -> Call[TakeResult]:
-    """Take up to ``count`` ready frames (1 to TAKE_MAX) into the consumer's
-    list without blocking, in the order they must be handled (each start
-    booked under the queue's ``rate`` limit)."""
-    return Call(_TAKE, _fetch_keys(keys, consumer_id), (consumer_id, max(1, min(count, TAKE_MAX)), *rate),
-                _take_result)
+def take(keys: QueueKeys, consumer_id: str, count: int = 1, rate: Rate = NO_RATE,
+         acks: Sequence[bytes] = (), count_acks: bool = True) -> Call[TakeResult]:
+    """Ack ``acks`` (frames the consumer finished; ``count_acks``: in the
+    queue's counters), then take up to ``count`` ready frames (0 to
+    TAKE_MAX; 0: only look at the registration and the paused flag) into
+    the consumer's list without blocking, in the order they must be
+    handled (each start booked under the queue's ``rate`` limit)."""
+    return Call(_TAKE, _fetch_keys(keys, consumer_id),
+                (consumer_id, max(0, min(count, TAKE_MAX)), *rate, int(count_acks), *acks), _take_result)
+
+
+def give_back(keys: QueueKeys, consumer_id: str, frames: Sequence[bytes]) -> Call[int]:
+    """Return ``frames`` (taken in this order, never started) from the
+    consumer's list to the consuming end of pending, free of cost; how many
+    were still there to go back."""
+    return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending), tuple(frames), int)
 
 
 def _screen_result(reply: Sequence[Any]) -> tuple[int, int]:

@@ -15,6 +15,10 @@
 -- ARGV[3]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[4]  most messages to move in this call (integer > 0)
 -- ARGV[5]  the consumer's id
+-- ARGV[6]  (optional) with ARGV[1] "1": how many frames its consumer had
+--          started, as its supervisor last read it: only that many, at the
+--          list's right end, cost an attempt; the rest (prefetched, never
+--          started) go back free. "-1" or absent: every frame costs
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
 -- again. Once KEYS[1] is empty the consumer leaves KEYS[5] and KEYS[6] and is
@@ -26,6 +30,8 @@ local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
 local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
+local started = tonumber(ARGV[6] or '-1')
+if not started or started < 0 then started = nil end
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
@@ -36,6 +42,6 @@ local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'lis
 if refused then return refused end
 local at_ms = now_ms()
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, costs, threshold,
-                                                       meta, limit, at_ms)
+                                                       meta, limit, at_ms, started)
 if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
 return {requeued, dead_lettered, remaining}

@@ -1,7 +1,10 @@
--- Take the next ready frames for a consumer, without blocking: after a
--- blocking fetch timed out, at start, after a reconnect, while the queue is
--- paused, and to fill a concurrent consumer up to its concurrency. The consumer blocks (BLMOVE on KEYS[2]) only
--- after this found nothing (includes/ready.lua says why that is safe).
+-- Ack the frames a consumer finished, then take the next ready frames for
+-- it, without blocking: after a blocking fetch timed out, at start, after a
+-- reconnect, while the queue is paused, and to fill a consumer up to its
+-- concurrency and prefetch; the acks of a batch ride along, so settling
+-- many messages and taking their successors is one call. The consumer
+-- blocks (BLMOVE on KEYS[2]) only after this found nothing
+-- (includes/ready.lua says why that is safe).
 --
 -- KEYS[1]  processing list of the consumer
 -- KEYS[2]  pending list of the queue
@@ -13,18 +16,24 @@
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the consumer's id
--- ARGV[2]  most frames to take, 1 to 1000
+-- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
+--          the consumer is registered and the queue paused)
 -- ARGV[3]  the queue's rate limit: µs between handler starts across the
 --          whole queue, "0" for none
 -- ARGV[4]  its burst (>= 1)
 -- ARGV[5]  partitions the consumer works (rate_of's ``known``)
+-- ARGV[6]  "1": count the acks in KEYS[3] "acked" (statistics on); "0": not
+-- ARGV[7..] frames to ack first, the exact bytes the consumer fetched (none:
+--          a take alone), each removed as ack.lua removes one
 --
--- Returns {registered, paused, wait, frame, start...}: registered and
+-- Returns {registered, paused, wait, late, frame, start...}: registered and
 -- paused as ack.lua says; wait: with a rate limit that allowed no start
 -- now, µs before looking again (else 0); then each frame taken, in the
 -- order they must be handled, with the µs its consumer must wait before
 -- starting it (0 without a rate limit): none when the queue had none, is
--- paused, or the consumer is not registered.
+-- paused, or the consumer is not registered. late: the positions (1 for
+-- ARGV[7]) of the acked frames that were not in KEYS[1] (late acks: counted
+-- in KEYS[3] "late_acks", nothing else touched).
 -- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua). A
 -- dead-letter list of the wrong type matters only to an expired frame: the
@@ -33,7 +42,7 @@
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
-local most = math.max(1, math.min(tonumber(ARGV[2]) or 1, 1000))
+local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "wrong_type"
 --- @include "fetch_next"
 q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
@@ -41,12 +50,81 @@ q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
 local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
                            {q.priority, 'zset'}})
 if refused then return refused end
-local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
-local reply = {registered, paused, nxt and 0 or wait}
+-- The acks: the frames a consumer finished are, when it started them in
+-- the order it took them and they all ended, exactly the oldest of its
+-- list (its right end, in ARGV order): one LRANGE proves it, one LTRIM
+-- removes them. Otherwise each goes by LREM, from the right end.
+local function ack_all(first)
+  local count = #ARGV - first + 1
+  if count > 1 then
+    local tail = redis.call('LRANGE', q.processing, -count, -1)
+    local same = #tail == count
+    for j = 1, count do
+      if not same then break end
+      same = tail[count - j + 1] == ARGV[first + j - 1]
+    end
+    if same then
+      redis.call('LTRIM', q.processing, 0, -count - 1)
+      return {}, count
+    end
+  end
+  local late, acked = {}, 0
+  for i = first, #ARGV do
+    if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then late[#late + 1] = i - first + 1 else acked = acked + 1 end
+  end
+  return late, acked
+end
+
+-- More plain frames in one move (RPOP with a count, one LPUSH: the same
+-- order as an LMOVE each), when nothing else decides the order: no rate
+-- limit, no priority set. Each frame is in KEYS[1] before anything else
+-- is done with it; one whose expiry passed is then dead-lettered and
+-- leaves (fetch_next's order: a dead-letter list of the wrong type fails
+-- the script with the frame still ours). Appends to ``reply``.
+local function take_plain(reply, count)
+  local frames = redis.call('RPOP', q.pending, count)
+  if not frames then return end
+  redis.call('LPUSH', q.processing, unpack(frames))
+  local at_ms = nil
+  for _, frame in ipairs(frames) do
+    local expires = not plain(frame) and select(3, head_of(frame))
+    if expires and expires ~= 0 then at_ms = at_ms or now_ms() end
+    if expires and expires ~= 0 and expires <= at_ms then
+      dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame)
+      redis.call('LREM', q.processing, 1, frame)
+      redis.pcall('HINCRBY', q.counters, 'expired', 1)
+      redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
+    else
+      reply[#reply + 1] = frame
+      reply[#reply + 1] = 0
+    end
+  end
+end
+
+local late, acked = ack_all(7)
+if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
+if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
+local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
+local reply = {registered, paused, nxt and 0 or wait, late}
+if nxt and most > 1 and not q.rate and redis.call('EXISTS', q.priority) == 0 then
+  reply[5], reply[6] = nxt, wait
+  take_plain(reply, most - 1)
+  return reply
+end
+-- After the first, the registration and the paused flag cannot change
+-- within this script: without a rate limit to book, each next frame costs
+-- the take itself (and its expiry screen when it is not plain).
 while nxt do
   reply[#reply + 1] = nxt
   reply[#reply + 1] = wait
-  if (#reply - 3) / 2 >= most then break end
-  registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
+  if (#reply - 4) / 2 >= most then break end
+  if q.rate then
+    registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
+  else
+    nxt = take_ready(redis.call, q.processing, q.pending, q.priority, true)
+    if nxt and not plain(nxt) then
+      registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true, nxt)
+    end
+  end
 end
 return reply

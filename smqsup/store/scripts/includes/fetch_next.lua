@@ -36,7 +36,9 @@
 local EXPIRED_PER_FETCH = 1000
 
 local function fetch_next(call, q, consumer_id, wanted, taken)
-  local either = false
+  -- Given ``taken``, a frame taken after it (the first was expired) looks
+  -- at the priority set too: the caller may not know it empty.
+  local either = taken ~= nil
   if not taken then
     local registered = redis.call('HEXISTS', q.consumers, consumer_id)
     if registered == 0 then return 0, false, 0, 0 end

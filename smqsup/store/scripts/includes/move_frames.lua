@@ -1,6 +1,6 @@
 --- @include "attempts"
 --- @include "dead_letter"
--- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms):
+-- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started):
 -- return up to ``limit`` frames of a consumer's processing list to its queue.
 --
 -- list      the consumer's processing list
@@ -13,6 +13,10 @@
 -- meta      dead-letter metadata (a JSON object text with "reason")
 -- limit     most frames to move (integer > 0)
 -- at_ms     the time to date dead letters with, ms, Redis clock
+-- started   nil: with ``costs``, every frame costs; a number S: only the S
+--           frames at the list's right end (its oldest: those its consumer
+--           had started, which it starts in the order it took them) cost,
+--           the others (taken, never started) go back free
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not.
@@ -22,14 +26,17 @@
 -- The caller has checked the types of list, pending and dead (wrong_type):
 -- a frame popped is always pushed somewhere. Counters use redis.pcall: a
 -- counters hash that holds garbage costs its statistics, never a message.
-local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms)
+local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started)
   local requeued, dead_lettered = 0, 0
+  local left = started and redis.call('LLEN', list)  -- frames from the right end to the next popped
   for _ = 1, limit do
     local frame = redis.call('LPOP', list)
     if not frame then break end
     local attempts, sep = attempts_of(frame)
     local to_dead = attempts == nil
-    if attempts ~= nil and costs then
+    local cost = costs and (not started or left <= started)
+    if left then left = left - 1 end
+    if attempts ~= nil and cost then
       attempts, frame = add_attempt(frame, attempts, sep)
       to_dead = attempts > threshold
     end
