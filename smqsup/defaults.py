@@ -30,6 +30,11 @@ MESSAGE_TIMEOUT_S = 0.0
 MAX_MESSAGES = 0
 #: Messages one consumer runs at once (queues.<name>.concurrency).
 CONCURRENCY = 1
+#: Frames a consumer takes in one round trip (queues.<name>.prefetch; 1: one).
+PREFETCH = 1
+#: Longest a finished message waits for its settle while others wait to
+#: start (prefetch > 1), in s; an idle consumer settles at once.
+SETTLE_WITHIN_S = 0.005
 #: A consumer that runs messages concurrently cancels each one past
 #: message_timeout itself; its supervisor kills it only when the oldest is
 #: this much later still (its event loop is stuck).

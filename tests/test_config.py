@@ -423,7 +423,9 @@ def test_parse_size_rejects(value: object) -> None:
      ("rate_limit", "1000000/s", "rate_limit_per_s", 1e6),
      ("rate_limit", "1/h", "rate_limit_per_s", 1 / 3600),
      ("rate_burst", "100000", "rate_burst", 100_000),
-     ("concurrency", "1", "concurrency", 1)],
+     ("concurrency", "1", "concurrency", 1),
+     ("prefetch", "1000", "prefetch", 1000),
+     ("prefetch", "1", "prefetch", 1)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -453,6 +455,14 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("concurrency", "'ten'", "expected a positive integer, got 'ten'"),
      ("concurrency", "[4]", "expected a positive integer, got a list"),
      ("concurrency", "9" * 400, "must be at most 1000 (messages at once per consumer), got an integer of 400 digits"),
+     ("prefetch", "1001", "must be at most 1000 (frames one take holds), got 1001"),
+     ("prefetch", "0", "expected a positive integer, got 0"),
+     ("prefetch", "-1", "expected a positive integer, got -1"),
+     ("prefetch", ".nan", "expected a positive integer, got nan"),
+     ("prefetch", "true", "expected a positive integer, got True"),
+     ("prefetch", "'32'", "expected a positive integer, got '32'"),
+     ("prefetch", "{n: 3}", "expected a positive integer, got a mapping"),
+     ("prefetch", "9" * 400, "must be at most 1000 (frames one take holds), got an integer of 400 digits"),
      ("rate_limit", "1000001/s", "a rate must be from 1 a day to 1000000/s, got '1000001/s'"),
      ("rate_limit", "50", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got 50"),
      ("rate_limit", ".nan", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got nan"),

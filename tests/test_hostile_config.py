@@ -59,6 +59,7 @@ queues:
     rate_burst: 3
     partitions: 2
     concurrency: 4
+    prefetch: 16
 web:
   listen: 127.0.0.1:8087
 schedules:
@@ -93,7 +94,7 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "concurrency", "rate_limit", "rate_burst", "partitions", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "prefetch", "rate_limit", "rate_burst", "partitions", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
 KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
@@ -103,12 +104,12 @@ SCHEDULE_SCALARS = ["'0 3 * * *'", "'*/15 * * * * *'", "'61 * * * *'", "'* * */2
                     "'Etc/GMT+5'", "zone.tab", "1s", "999ms", "366d", "'${SMQSUP_FUZZ_A}'", "{smqsup-x: 1}",
                     "{a: [1, {b: .nan}]}", "2020-01-01", "!!binary aGVsbG8=", "!!set {a}", "{1: 2}"]
 BASE_SCHEDULES_LINE = BASE.splitlines().index("schedules:")
-#: Values of rate_limit, rate_burst, partitions and concurrency that come close to valid, and hostile ones.
+#: Values of rate_limit, rate_burst, partitions, concurrency and prefetch that come close to valid, and hostile ones.
 RATE_SCALARS = ["1/d", "1/day", "2/DAY", "0.5/d", "1000000/s", "1000001/s", "1/w", "100/days", "-1/s", "'.nan/s'",
                 "'inf/s'", "1e9/s", "'1/0s'", "'9999999999/s'", "'1/s/s'", "'١/s'", "'100 / sec'", "'5/min'",
                 "'1/hour'", "'0/s'", "'/s'", "'100'", "100", "64", "65", "0", "-2", "2.5", "1e9", "100000", "100001",
                 "1000", "1001", "'2'", "true"]
-RATE_KEYS = ("    rate_limit:", "    rate_burst:", "    partitions:", "    concurrency:")
+RATE_KEYS = ("    rate_limit:", "    rate_burst:", "    partitions:", "    concurrency:", "    prefetch:")
 
 
 def _with_hostile_values(rng: random.Random) -> str:

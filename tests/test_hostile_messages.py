@@ -88,11 +88,14 @@ HOSTILE_FRAMES = [
 ]
 
 
+@pytest.mark.parametrize("prefetch", [1, 32])
 def test_hostile_frames_become_dead_letters_while_good_messages_flow(
-        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        prefetch: int, supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
         redis_url: str, redis_client: "redis.Redis") -> None:
-    """Every undecodable frame is a "malformed" dead letter; the queue never stalls or goes FATAL."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2, "retry_threshold": 1}}, notify)
+    """Every undecodable frame is a "malformed" dead letter, taken one by one or 32 to a take; the queue
+    never stalls or goes FATAL."""
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2, "retry_threshold": 1,
+                           "prefetch": prefetch}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as producer:
         good = producer.publish_many("q", range(50))
@@ -110,14 +113,17 @@ def test_hostile_frames_become_dead_letters_while_good_messages_flow(
     assert "FATAL" not in sup.log() and "Traceback" not in sup.log()
 
 
+@pytest.mark.parametrize("prefetch", [1, 32])
 def test_random_frames_fuzz_never_stops_the_queue(
-        supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
+        prefetch: int, supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path,
         redis_url: str, redis_client: "redis.Redis") -> None:
-    """Hundreds of random and mutated frames mixed with good messages: every good one handled,
-    every frame accounted for (handled or dead-lettered), the supervisor up, no traceback."""
+    """Hundreds of random and mutated frames mixed with good messages (taken one by one, or 32 to a
+    take): every good one handled, every frame accounted for (handled or dead-lettered), the
+    supervisor up, no traceback."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 3, "retry_threshold": 0}}, notify)
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 3, "retry_threshold": 0,
+                           "prefetch": prefetch}}, notify)
     notify.wait("READY=1")
     good: list[str] = []
     hostile = 0

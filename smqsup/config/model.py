@@ -23,7 +23,7 @@ Value syntax, the same everywhere in the file:
 - every number has a bound, and past it a one-line error: consumers 1000 per
   queue and 1024 in all queues, durations 365d (heartbeat_interval 10ms to
   1h, heartbeat_timeout 1d, dedup_ttl 3650d), sizes 1TB, retry_threshold
-  1,000,000, max_messages 10**9, retry_backoff 100, concurrency 1000,
+  1,000,000, max_messages 10**9, retry_backoff 100, concurrency 1000, prefetch 1000,
   rate_limit 1 a day to 1000000/s, rate_burst 100000. The file itself is at
   most 256KiB, 20 levels deep and 25,000 YAML nodes, so that no file, however
   built, can stall or crash a supervisor re-reading it on SIGHUP.
@@ -81,6 +81,11 @@ class QueueConfig:
     #: Messages one consumer process runs at once: tasks of an async handler,
     #: threads of a plain one (1: one at a time, the sequential loop).
     concurrency: int = defaults.CONCURRENCY
+    #: Frames a consumer takes in one round trip: it holds at most
+    #: ``concurrency + prefetch - 1`` (the running ones and the rest waiting
+    #: in its own list) and settles the finished ones with its next take
+    #: (1: nothing waits, one frame per take).
+    prefetch: int = defaults.PREFETCH
     #: Handler starts per second for the queue across every consumer on
     #: every host (0: no limit), and how many may start back to back.
     rate_limit_per_s: float = 0.0
@@ -142,6 +147,7 @@ CONSUMERS_TOTAL_MAX = 1024
 _RETRY_THRESHOLD_MAX = 1_000_000
 #: Messages one consumer runs at once.
 CONCURRENCY_MAX = 1000
+PREFETCH_MAX = 1000
 PARTITIONS_MAX = defaults.PARTITIONS_MAX
 #: Handler starts a rate-limited queue allows back to back.
 RATE_BURST_MAX = 100_000
@@ -233,6 +239,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "max_messages": ("max_messages", scalars.int_range(0, _MAX_MESSAGES_MAX)),
     "max_memory": ("max_memory_bytes", scalars.parse_size),
     "concurrency": ("concurrency", scalars.int_range(1, CONCURRENCY_MAX, " (messages at once per consumer)")),
+    "prefetch": ("prefetch", scalars.int_range(1, PREFETCH_MAX, " (frames one take holds)")),
     "rate_limit": ("rate_limit_per_s", scalars.rate_limit),
     "rate_burst": ("rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
     "partitions": ("partitions", scalars.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),

@@ -213,18 +213,20 @@ class _SlotReport:
         self.spec.slots.set_ready(self.spec.slot)
         self.update()
 
-    def message(self, msg: Optional[Message]) -> None:
-        """``msg`` started, or (None) the current one settled."""
-        if self.consumer is None:
+    def message(self, starting: bool) -> None:
+        """A frame is about to start (True: counted started before it is even
+        decoded), or (False) outcomes were drawn or settled."""
+        consumer = self.consumer
+        if consumer is None:
             return
-        st = self.consumer.stats
-        in_flight, since_us = self.consumer.flight()
-        if msg is not None:
-            in_flight = max(in_flight, 1)
-            self.spec.slots.set_busy(self.spec.slot, st.received, in_flight, since_us)
+        st = consumer.stats
+        in_flight, since_us = consumer.flight()
+        if starting:
+            in_flight += 1
+            self.spec.slots.set_busy(self.spec.slot, st.received, in_flight, since_us, consumer.started() + 1)
         else:
             self.spec.slots.set_idle(self.spec.slot, st.received, st.acked, st.retried, st.dead_lettered,
-                                     st.late_acks, int(st.busy_s * 1e6), in_flight, since_us)
+                                     st.late_acks, int(st.busy_s * 1e6), in_flight, since_us, consumer.started())
         self._in_flight = in_flight
         now = time.monotonic()
         if now >= self._next_title:

@@ -193,17 +193,18 @@ class Consumers:
         cause = describe_status(status)
         self._record_exit(c, cause)
         costs = decide.costs_attempt(c)
+        started = view.started  # what it took and never started goes back free
         if c.stop_reason is StopReason.TIMEOUT:
             limit = q.config.message_timeout_s if q else 0
-            self._reclaim(c, costs, f"timeout after {limit:g} s", threshold)
+            self._reclaim(c, costs, f"timeout after {limit:g} s", threshold, started)
             log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
                       c.queue, c.index, c.pid, limit)
         elif c.stop is not None:
-            self._reclaim(c, costs, cause if costs else c.stop.reason.value, threshold)
+            self._reclaim(c, costs, cause if costs else c.stop.reason.value, threshold, started)
             log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
                      c.stop.reason.value, cause)
         else:
-            held = self._reclaim(c, costs, cause, threshold)
+            held = self._reclaim(c, costs, cause, threshold, started)
             verdict = decide.death(status, view, held, now - c.started_at)
             _log_death(c, status, cause, verdict)
             if q is not None:
@@ -211,11 +212,12 @@ class Consumers:
         if q is not None and q.removed and not self.of(c.queue):
             del self.queues[c.queue]
 
-    def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int) -> Optional[int]:
+    def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int, started: int) -> Optional[int]:
         """Return the child's lists, in every partition of its queue; how many
-        messages moved (None if a reclaim was postponed)."""
+        messages moved (None if a reclaim was postponed). Costly, only the
+        ``started`` oldest frames of a list cost an attempt."""
         kind = Kind.DEAD if costs else Kind.STOPPED
-        moved = [self.reclaims.run(Reclaim(kind, p, c.consumer_id, reason, threshold))
+        moved = [self.reclaims.run(Reclaim(kind, p, c.consumer_id, reason, threshold, started=started))
                  for p in self.partitions(c.queue)]
         return None if None in moved else sum(m or 0 for m in moved)
 

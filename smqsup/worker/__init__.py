@@ -2,8 +2,9 @@
 
 - consumer.py: Consumer, the one engine (its loop and the parts it composes), any concurrency.
 - fetching.py: Fetcher, the current partition, paused flag and rate limit; the take, BLMOVE and screen calls.
+- starting.py: Starter, the frames taken started in take order: at once, or prefetched, waiting for a slot.
 - settling.py: Settler, the outcomes not yet recorded and the round trip that records them (ack.lua, nack.lua).
-- in_hand.py: InHand, the attempts running (with their deadlines) and the frames booked for later.
+- in_hand.py: InHand, the attempts running (with their deadlines), the frames booked for later and prefetched.
 - runners.py: InlineRunner (concurrency 1) and LoopRunner (tasks or threads beside an event loop).
 - outcomes.py: Judge, the Outcome of a frame and of its handler's end (Reject, Retry, failure, timeout).
 - recovery.py: Recovery, the backoff after a Redis error and the look at our own list after it.

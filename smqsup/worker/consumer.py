@@ -2,16 +2,16 @@
 once, one at a time being its degenerate case.
 
     pending ──take.lua / BLMOVE (Fetcher; screen.lua when it must)──▶ processing:CID
-       ▲                                                               │ frames, each with its booked start
+       ▲                                                               │ up to concurrency + prefetch - 1 frames
        │                                                               ▼
+       │     Starter: in take order, each waits for a free slot (prefetched), then
        │     Judge.decode ──▶ InHand.start ──▶ runner.start: inline (1) │ a task or a thread (N)
-       │                                                               │ the handler returns or raises
-       │                                                               ▼
+       │                                                               ▼ the handler returns or raises
        │     _land: Judge draws the Outcome (_time_out: past message_timeout, N)
        │                                                               │ Settler.finished
        │                                                               ▼
-       └─ one round trip, Settler.exchange: ack.lua / nack.lua per outcome, each
-          taking a successor (fetch_next); take.lua for the room left ──▶ frames
+       └─ one round trip, Settler.exchange: nack.lua per failure; the acks in one
+          take.lua that also takes for the room left (one alone: ack.lua) ──▶ frames
 
     a Redis error ──▶ Recovery: backoff, then our list against what we hold
     declared dead ──▶ stop (a supervisor's child) or Registration.renew
@@ -19,24 +19,27 @@ once, one at a time being its degenerate case.
 The loop is ``_turn``, the same at any concurrency; the runner drives it and
 waits between two turns. Inline, the handler runs on this thread before the
 next round trip, so a busy queue costs one round trip per message (the ack
-takes the next frame) and no thread, task or timer. With concurrency N an
-event loop waits for handlers running as tasks or on threads, and one round
-trip settles every message that ended meanwhile. No fork and no signals
-here: the supervisor's child or ``smqsup consume`` calls ``request_stop()``.
+takes the next frame) and no thread, task or timer; with ``prefetch`` N, one
+per N messages (the frames taken together run one after another, and their
+settles go with the next take, within SETTLE_WITHIN_S of the first end, at
+once when nothing waits). With concurrency N an event loop waits for
+handlers running as tasks or on threads, and one round trip settles every
+message that ended meanwhile. No fork and no signals here: the supervisor's
+child or ``smqsup consume`` calls ``request_stop()``.
 
 Every message in hand sits in this consumer's own processing list from its
 take to its ack or nack (LREM by its exact bytes), so a SIGKILL returns all of
-them (each costing an attempt), and a late ack is a counted no-op. A stop (or
-``max_messages``, or an identity declared dead) takes nothing more and lets
-the messages in hand finish; frames taken but not started (booked by the
-rate limit, or taken during a stop) go back free at the end.
+them (those started costing an attempt), and a late ack is a counted no-op.
+A stop (or ``max_messages``, or an identity declared dead) takes nothing more
+and lets the messages running finish; prefetched frames go back free at once
+(and when the queue is paused), booked ones (the rate limit's) at the end.
 
 message_timeout, one rule: a message past it costs one attempt, and whoever
 can stop waiting for its handler does. The runner of tasks and threads can
 (a task is cancelled, a thread left behind and replaced; reason "timeout").
 A handler holding the consumer's own thread cannot be left, inline or when
 it blocks the event loop: the supervisor kills the process then
-(decide.kill_after_s), and each message it had in hand costs an attempt.
+(decide.kill_after_s), and each message it had started costs an attempt.
 """
 
 from __future__ import annotations
@@ -52,12 +55,13 @@ from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
-from smqsup.worker.partitions import ROTATE_EVERY, Partitions
-from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook, Outcome
+from smqsup.worker.partitions import Partitions
+from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
 from smqsup.worker.recovery import Recovery
 from smqsup.worker.registration import Registration, new_consumer_id
 from smqsup.worker.runners import Fetched, InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
+from smqsup.worker.starting import Starter
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +98,8 @@ class Consumer:
         self._stop = False
         self._fetching: Optional[Fetched] = None  # the blocking fetch under way
         self._unsettled_left = False  # stopped with outcomes Redis never took: the list is left for reclaim
-        self._rotate_every = ROTATE_EVERY * self.runner.size  # starts in a row from one partition
+        self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.judge, self.in_hand,
+                               self.settler, self.runner, on_busy)
 
     # --- what the supervisor, the heartbeats and the tests read ------------
 
@@ -121,6 +126,10 @@ class Consumer:
         """Messages this consumer runs at once (1: one after another)."""
         return self.runner.size
 
+    def started(self) -> int:
+        """Frames of our list started and not settled: its oldest (Starter)."""
+        return len(self.in_hand.running) + len(self.settler.finished)
+
     @property
     def busy(self) -> bool:
         """Whether a handler is running now (read from another thread: a hint)."""
@@ -136,6 +145,7 @@ class Consumer:
     def request_stop(self) -> None:
         """Take nothing more; let what is in hand finish (signal-safe)."""
         self._stop = True
+        self.starter.stopped = True
         self.runner.wake()
 
     def identity_lost(self, consumer_id: str) -> None:
@@ -162,13 +172,10 @@ class Consumer:
             self.registration.leave(self._unregister_on_stop)
         if self.identity.lost and self._on_lost == "stop":
             return "declared dead"
-        return "max_messages" if self._limit_reached() and not self._stop else "stopped"
+        limit = self.queue.max_messages
+        return "max_messages" if limit and self.stats.received >= limit and not self._stop else "stopped"
 
     # --- the loop ----------------------------------------------------------
-
-    def _limit_reached(self) -> bool:
-        limit = self.queue.max_messages
-        return bool(limit) and self.stats.received >= limit
 
     def _taking(self) -> bool:
         limit = self.queue.max_messages
@@ -180,8 +187,8 @@ class Consumer:
         if not taking or self.fetcher.rotate:
             return 0
         in_hand = self.in_hand
-        held = len(in_hand.booked) + (self._fetching is not None)
-        room = self.runner.size - len(in_hand.running) - held
+        held = len(in_hand.booked) + len(in_hand.waiting) + (self._fetching is not None)
+        room = self.starter.capacity - len(in_hand.running) - held
         limit = self.queue.max_messages
         if limit:
             room = min(room, limit - self.stats.received - held)
@@ -194,22 +201,25 @@ class Consumer:
         try:
             settler, in_hand, f = self.settler, self.in_hand, self.fetcher
             taking = self._taking()
-            if not (taking or in_hand.running or settler.finished or self._fetching is not None):
+            if not (taking or in_hand.running or settler.finished or self._fetching is not None or in_hand.waiting):
                 return self._at_rest()
             if self.recovery.needed:
                 return self._recover()
             if self._fetching is not None or in_hand.booked or f.look_at or (in_hand.timeout_us and in_hand.running):
                 self._collect()
                 taking = self._taking()
+            give_back = self.starter.before_exchange(taking)
+            if give_back is None:
+                return self._wait_s()  # frames still wait for a slot, and nothing is due
             settles = bool(settler.finished)
-            poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(time.monotonic())
-            try:
-                frames = settler.exchange(self._room(taking), poll)  # the one round trip
+            now = time.monotonic()
+            poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(now)
+            try:  # the one round trip
+                frames = settler.exchange(self._room(taking), poll or self.starter.look_due(now), give_back)
             finally:
                 if settles and self._on_busy is not None:
-                    self._on_busy(None)
-            for frame, wait_us in frames:
-                self._launch(frame, wait_us)
+                    self._on_busy(False)
+            self.starter.accept(frames, self._taking)
             if self.recovery.failures:
                 self.recovery.worked()
             if f.rotate:
@@ -228,7 +238,7 @@ class Consumer:
         if self.in_hand.booked:
             for frame in self.in_hand.due():
                 if self._taking():
-                    self._launch(frame)
+                    self.starter.launch(frame)
         if self.fetcher.look_at:
             self.fetcher.look_due(time.monotonic())
         for att in self.in_hand.overdue():
@@ -242,48 +252,37 @@ class Consumer:
             return 0.0
         f = self.fetcher
         taking = self._taking()
-        if not taking and not self.in_hand.running and fetching is None:
+        in_hand = self.in_hand
+        if not taking and not in_hand.running and fetching is None:
             return 0.0  # nothing more to come: the next turn ends
-        if taking and not (f.checked or f.paused or f.look_at) and fetching is None and self._room(taking):
-            return 0.0  # room, and no script has looked since: take.lua looks now
+        if in_hand.waiting and (len(in_hand.running) < self.runner.size or not taking or f.paused):
+            return 0.0  # a frame to start, or to give back
+        if (taking and not (f.checked or f.paused or f.look_at) and fetching is None and not in_hand.waiting
+                and self._room(taking)):
+            return 0.0  # room, and no script has looked since: take.lua looks now (waiting frames first)
         now = time.monotonic()
         due = now + _TICK_S
         if f.look_at:
             due = min(due, f.look_at)
         if f.paused and taking:
             due = min(due, f.poll_at)
-        held = self.in_hand.next_due()
+        held = in_hand.next_due()
         if held is not None:
             due = min(due, held)
+        waits = self.starter.next_due()
+        if waits is not None:
+            due = min(due, waits)
         return max(0.0, due - now)
 
     # --- starting and ending messages ----------------------------------------
 
-    def _launch(self, frame: bytes, wait_us: int = 0) -> None:
-        """Start a frame just taken, or book it for the start the rate limit
-        gave it (during a stop it then stays in our list, never handled)."""
-        if wait_us:
-            self.in_hand.book(frame, wait_us)
-            return
-        self.stats.received += 1
-        if self.fetcher.partitions.handled(self._rotate_every):
-            self.fetcher.rotate = True  # take nothing more here: _maybe_rotate looks elsewhere
-        msg = self.judge.decode(frame, self.fetcher.name)
-        if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
-            self.settler.finished.append(Attempt(frame, None, outcome=msg))
-            return
-        att = self.in_hand.start(frame, msg)
-        if self._on_busy is not None:
-            self._on_busy(msg)
-        self.runner.start(att)
-
     def _land(self, att: Attempt) -> None:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
-        if att not in self.in_hand.running:
-            # Given up at its message_timeout already: what it did since is ignored.
+        running = self.in_hand.running
+        if att not in running:  # given up at its message_timeout already: what it did since is ignored
             self.runner.came_back(att)
             return
-        del self.in_hand.running[att]
+        del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         assert att.msg is not None
         att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)
@@ -291,7 +290,7 @@ class Consumer:
         if not self.runner.inline and self._on_busy is not None:
             # The supervisor's stuck-loop clock hears each end now, even when
             # Redis is away and its settle waits.
-            self._on_busy(None)
+            self._on_busy(False)
 
     def _time_out(self, att: Attempt) -> None:
         """message_timeout passed for ``att`` (out of the running ones): its
@@ -306,14 +305,15 @@ class Consumer:
             log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes nothing "
                       "more and ends once the others finish", self.name, self.consumer_id, self.runner.size)
         if self._on_busy is not None:
-            self._on_busy(None)
+            self._on_busy(False)
 
     # --- partitions and the blocking fetch -----------------------------------
 
     def _maybe_rotate(self) -> None:
         """Time to look at the other partitions (ROTATE_EVERY starts per slot in a row
         here), nothing in hand: take from the first other that has a message."""
-        if self.in_hand.running or self.in_hand.booked or self.settler.finished or self._fetching is not None:
+        in_hand = self.in_hand
+        if in_hand.running or in_hand.booked or in_hand.waiting or self.settler.finished or self._fetching is not None:
             return
         self.fetcher.rotate = False
         self.fetcher.checked = False
@@ -323,13 +323,14 @@ class Consumer:
         """Fetcher.steal, and start the frame it took; whether it took one."""
         stolen = self.fetcher.steal()
         if stolen is not None:
-            self._launch(*stolen)
+            self.starter.accept([stolen], self._taking)
         return stolen is not None
 
     def _maybe_block(self) -> None:
         """A script just found the queue empty: with room, wait on it
         (BLMOVE; with partitions, after a look at the others, at home)."""
-        if self._fetching is not None or self.settler.finished or not self._room(self._taking()):
+        if (self._fetching is not None or self.settler.finished or self.in_hand.waiting
+                or not self._room(self._taking())):
             return
         f = self.fetcher
         if f.partitions.many and not self.in_hand.running and not self.in_hand.booked:
@@ -352,7 +353,7 @@ class Consumer:
             return  # (taken during a stop: it stays in our list, given back free at the end)
         taken = self.fetcher.fetched(frame, paused)
         if taken is not None:
-            self._launch(*taken)
+            self.starter.accept([taken], self._taking)
 
     # --- failures, recovery, identity ------------------------------------------
 
@@ -381,8 +382,7 @@ class Consumer:
             except BrokerError:
                 pass  # its frame, if any, is in our list: found below
         # Not taking, what we found stays in our list: given back free by the stop or the renewal.
-        for frame, wait_us in self.recovery.recover(self.in_hand.frames(), self._taking()):
-            self._launch(frame, wait_us)
+        self.starter.accept(self.recovery.recover(self.in_hand.frames(), self._taking()), self._taking)
         return 0.0
 
     def _at_rest(self) -> Optional[float]:

@@ -1,9 +1,10 @@
 """The messages a consumer holds in its list and has not finished: the attempts
-running, with their message_timeout deadlines, and the frames booked for a
-later start by the rate limit."""
+running, with their message_timeout deadlines, the frames booked for a later
+start by the rate limit, and the frames prefetched, waiting for a free slot."""
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import time
@@ -30,6 +31,10 @@ class InHand:
         self.timeout_us = timeout_us
         self.running: dict[Attempt, None] = {}
         self.booked: list[tuple[float, int, bytes]] = []  # a heap: (monotonic start, seq, frame)
+        #: Prefetched frames, in the order they were taken (and are started).
+        #: Never started, they sit at our list's newest end, beyond every
+        #: started one (starts follow the take order): a reclaim frees them.
+        self.waiting: collections.deque[bytes] = collections.deque()
         self._seq = itertools.count()
 
     @property
@@ -78,8 +83,16 @@ class InHand:
             yield heapq.heappop(self.booked)[2]
 
     def forget_booked(self) -> None:
-        """Drop the bookings (their frames go back free with the list they are in)."""
+        """Drop the bookings and the waiting frames (their frames go back free
+        with the list they are in)."""
         self.booked.clear()
+        self.waiting.clear()
+
+    def give_back(self) -> list[bytes]:
+        """Take out every waiting frame, in the order they were taken."""
+        frames = list(self.waiting)
+        self.waiting.clear()
+        return frames
 
     def next_due(self) -> Optional[float]:
         """When (monotonic) the first booked start or deadline comes; None: none."""
@@ -90,5 +103,5 @@ class InHand:
         return due
 
     def frames(self) -> list[bytes]:
-        """Every frame held: running or booked (they stay ours in a recovery)."""
-        return [att.frame for att in self.running] + [frame for _, _, frame in self.booked]
+        """Every frame held: running, booked or waiting (they stay ours in a recovery)."""
+        return [att.frame for att in self.running] + [frame for _, _, frame in self.booked] + list(self.waiting)

@@ -11,9 +11,10 @@ from typing import Any, Optional
 from smqsup import message
 
 Handler = Callable[[message.Message], Any]
-#: Called with the message a handler is about to run, then with None once its
-#: outcome is drawn or recorded in Redis (or could not be).
-BusyHook = Callable[[Optional[message.Message]], None]
+#: Called with True as a frame is about to start (before it is decoded: the
+#: supervisor's slot must count it started before anything of it runs), then
+#: with False once outcomes are drawn or recorded in Redis (or could not be).
+BusyHook = Callable[[bool], None]
 #: Called when the consumer, nothing in hand, is about to wait for the queue
 #: (a blocking fetch): at most once a blocking fetch, never per message.
 IdleHook = Callable[[], None]

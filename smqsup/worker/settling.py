@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from smqsup import message
@@ -12,7 +14,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher, Taken
-from smqsup.worker.records import Attempt, ConsumerStats, Identity, Outcome
+from smqsup.worker.records import OK, Attempt, ConsumerStats, Identity, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -34,45 +36,95 @@ class Settler:
         self.fetcher = fetcher
         self.finished: list[Attempt] = []
         self._counted = broker.stats  # whether ack.lua counts in the queue counters (fixed per broker)
+        self.looked_at = 0.0  # monotonic: the last round trip, whose scripts said the paused flag
 
-    def exchange(self, room: int, poll: bool = False) -> list[Taken]:
-        """Record every finished outcome and take up to ``room`` frames, in
-        one round trip; the frames taken. ``poll``: the paused queue's
-        periodic look (take.lua sees a resume)."""
-        f = self.fetcher
+    def exchange(self, room: int, poll: bool = False, give_back: Sequence[bytes] = ()) -> list[Taken]:
+        """Record every finished outcome, give back ``give_back`` (frames
+        never started, free), take up to ``room`` frames, in one round trip;
+        the frames taken. ``poll``: a look is due (the paused queue's, or
+        one while frames wait to start): a script says the paused flag even
+        with nothing to settle or take."""
+        self.looked_at = time.monotonic()
         finished = self.finished
+        if len(finished) > 1 and len(finished) - self._nacks() > 1:
+            return self._batch(room, poll, give_back)
+        f = self.fetcher
         # The first ``fetching`` settles each take a successor (fetch_next).
         fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
         keys, cid = f.keys, self.identity.consumer_id
-        calls: list[scripts.Call[Any]] = []
-        for att in finished:
-            fetch = len(calls) < fetching
-            outcome = att.outcome
-            assert outcome is not None
-            calls.append(scripts.ack(keys, cid, att.frame, fetch, self._counted, f.rate) if outcome.ok
-                         else self._nack(keys, cid, att.frame, outcome, fetch))
+        calls: list[scripts.Call[Any]] = [scripts.give_back(keys, cid, give_back)] if give_back else []
+        given = len(calls)
+        calls += [self._settle(keys, cid, att, i < fetching) for i, att in enumerate(finished)]
         # Fill the rest while the queue had work (the last fetch came back
         # full), or when no script has looked since the last blocking fetch;
         # while paused, only as the paused poll asks.
         room -= fetching
-        take = room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
-        if take:
+        take = self._take_count(room, poll)
+        took = bool(take) or (poll and not calls)  # asked to look: a take of none says the paused flag
+        if took:
             calls.append(scripts.take(keys, cid, take, f.rate))
         if not calls:
             return []
-        results = self.broker.messages.exchange(f.name, calls)
+        results = self.broker.messages.exchange(f.name, calls)[given:]
         # The last script that looked for work (checked the registration, the
         # priority set, the paused flag: includes/ready.lua) says whether a
         # BLMOVE is safe next: only if it found none (Fetcher.checked); one
         # that found work says the queue may have more: the next round takes.
         frames = self._read(finished, results, fetching)
         finished.clear()  # (only now: Redis took them all)
-        if take:
-            frames.extend(self._took(results[-1]))
+        if took:
+            frames.extend(self._took(results[-1], take > 0))
         elif fetching:
             last = results[fetching - 1]  # the last script that looked for work
             f.checked = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
         return frames
+
+    def _settle(self, keys: QueueKeys, cid: str, att: Attempt, fetch: bool) -> scripts.Call[Any]:
+        """The ack or nack of one finished attempt (``fetch``: taking a successor)."""
+        outcome = att.outcome
+        assert outcome is not None
+        if outcome.ok:
+            return scripts.ack(keys, cid, att.frame, fetch, self._counted, self.fetcher.rate)
+        return self._nack(keys, cid, att.frame, outcome, fetch)
+
+    def _nacks(self) -> int:
+        return sum(1 for att in self.finished if att.outcome is not OK)
+
+    def _take_count(self, room: int, poll: bool) -> int:
+        """Frames a take may ask for now: ``room``, while the queue had work
+        (the last fetch came back full) or no script has looked since the
+        last blocking fetch; while paused, only as the paused poll asks."""
+        f = self.fetcher
+        return room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
+
+    def _batch(self, room: int, poll: bool, give_back: Sequence[bytes]) -> list[Taken]:
+        """exchange() with more than one ack: the nacks, then one take.lua
+        that acks the others and takes what there is room for."""
+        f = self.fetcher
+        keys, cid = f.keys, self.identity.consumer_id
+        acks: list[bytes] = []
+        nacks: list[Attempt] = []
+        for att in self.finished:
+            if att.outcome is OK:
+                acks.append(att.frame)
+            else:
+                nacks.append(att)
+        calls: list[scripts.Call[Any]] = [scripts.give_back(keys, cid, give_back)] if give_back else []
+        given = len(calls)
+        calls += [self._nack(keys, cid, att.frame, att.outcome, False) for att in nacks if att.outcome is not None]
+        # As each ack would take a successor (fetch_next), the batch's take
+        # looks whenever there is room, the queue not known paused.
+        take = room if room > 0 and (poll or not f.paused) else 0
+        calls.append(scripts.take(keys, cid, take, f.rate, acks, self._counted))
+        results = self.broker.messages.exchange(f.name, calls)[given:]
+        if nacks:
+            self._read(nacks, results, 0)
+        took: scripts.TakeResult = results[-1]
+        for i in took.late:
+            self.late(acks[i])
+        self.stats.acked += len(acks) - len(took.late)
+        self.finished.clear()  # (only now: Redis took them all)
+        return self._took(took, take > 0)
 
     def _nack(self, keys: QueueKeys, cid: str, frame: bytes, outcome: Outcome, fetch: bool) -> scripts.Call[Any]:
         return scripts.nack(keys, cid, frame, retry_threshold=outcome.threshold, delay_ms=outcome.delay_ms,
@@ -102,15 +154,17 @@ class Settler:
             f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
         return frames
 
-    def _took(self, take: scripts.TakeResult) -> list[Taken]:
-        """Note what take.lua said; the frames it took."""
+    def _took(self, take: scripts.TakeResult, looked: bool) -> list[Taken]:
+        """Note what take.lua said (``looked``: it was asked for frames); the
+        frames it took."""
         if not take.registered:
             self.identity.lost = True
         self.fetcher.note_paused(take.paused)
         if take.retry_us:
             self.fetcher.no_start(take.retry_us)
         f = self.fetcher
-        f.checked = not take.frames and not take.retry_us and not self.identity.lost and not f.paused
+        # Asked for none, it looked at no list: whether the queue is empty stays unknown.
+        f.checked = looked and not take.frames and not take.retry_us and not self.identity.lost and not f.paused
         return list(zip(take.frames, take.waits_us))
 
     def _count(self, att: Attempt, result: "scripts.AckResult | scripts.NackResult") -> None:

@@ -1,0 +1,145 @@
+"""Starting the frames a consumer took: each one decoded and handed to the
+runner in the order it was taken, at once or, prefetched, once a slot is
+free; and when the line of waiting frames must stop for a round trip (a
+settle or a look at the paused flag is due) or go back (a stop, a pause).
+
+Invariant the supervisor's reclaim rests on (protocol.SlotView.started):
+frames start in the order they were taken, so the started ones are always
+the oldest of the consumer's list, and the slot counts a frame started
+(``on_busy(True)``) before anything of it runs, its decoding included.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Optional
+
+from smqsup import defaults, message
+from smqsup.config.model import QueueConfig
+from smqsup.worker.fetching import Fetcher, Taken
+from smqsup.worker.in_hand import InHand
+from smqsup.worker.outcomes import Judge
+from smqsup.worker.partitions import ROTATE_EVERY
+from smqsup.worker.records import Attempt, BusyHook, ConsumerStats, Identity, Outcome
+from smqsup.worker.runners import InlineRunner, LoopRunner
+from smqsup.worker.settling import Settler
+
+
+class Starter:
+    """Starts frames. ``capacity``: the frames the consumer may hold,
+    ``concurrency + prefetch - 1`` (its running ones and the rest waiting in
+    ``in_hand.waiting``). ``stopped`` is set by the consumer's stop
+    (signal-safe: a flag), after which nothing more starts."""
+
+    def __init__(self, queue: QueueConfig, stats: ConsumerStats, identity: Identity, fetcher: Fetcher, judge: Judge,
+                 in_hand: InHand, settler: Settler, runner: "InlineRunner | LoopRunner",
+                 on_busy: Optional[BusyHook]) -> None:
+        self.stats, self.identity, self.fetcher, self.judge = stats, identity, fetcher, judge
+        self.in_hand, self.settler, self.runner, self.on_busy = in_hand, settler, runner, on_busy
+        # A rate-limited queue books each start as its frame is taken: a
+        # prefetched frame would hold a start it cannot use yet (denied to the
+        # other consumers), so such a queue takes only what it can start.
+        prefetch = 1 if fetcher.limited else queue.prefetch
+        self.prefetching = prefetch > 1
+        self.capacity = runner.size + prefetch - 1
+        self.stopped = False
+        self._rotate_every = ROTATE_EVERY * runner.size  # starts in a row from one partition
+        self._settle_us = int(defaults.SETTLE_WITHIN_S * 1e6)
+        self._look_s = defaults.PAUSED_POLL_S / 2  # while frames wait: how often a script says the paused flag
+        self._fresh = 0  # waiting frames at the front that the take just screened (ttl, paused)
+
+    # --- frames taken -----------------------------------------------------------
+
+    def accept(self, frames: list[Taken], taking: Callable[[], bool]) -> None:
+        """Frames just taken: start them, book them, or (prefetching) let
+        them wait for a free slot, in the order they came."""
+        if not self.prefetching:
+            for frame, wait_us in frames:
+                self.launch(frame, wait_us)
+            return
+        in_hand = self.in_hand
+        waiting = in_hand.waiting
+        # Those that start now, first in line, were screened by the take that brought them.
+        self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_hand.running)))
+        for frame, wait_us in frames:
+            if wait_us:
+                in_hand.book(frame, wait_us)
+            else:
+                waiting.append(frame)
+        if waiting and taking() and not self.fetcher.paused:
+            self.start_waiting()
+
+    def before_exchange(self, taking: bool) -> Optional[list[bytes]]:
+        """Before a turn's round trip: start what may start; None if frames
+        still wait for a slot and nothing is due (no round trip now); else
+        the frames to give back with the round trip (a stop or a pause: all
+        that wait, free), maybe none."""
+        if not self.in_hand.waiting:
+            return []
+        if taking and not self.fetcher.paused:
+            return None if self.start_waiting() else []
+        return self.in_hand.give_back()
+
+    def start_waiting(self) -> bool:
+        """Start waiting frames while a slot is free (inline: run them one
+        after another) until a settle or a look at the paused flag is due;
+        whether frames still wait and nothing is due (no round trip needed).
+        A frame that waited and carries an expiry is screened first (by the
+        Redis clock: screen.lua dead-letters it "expired")."""
+        in_hand, finished, size, f, identity = self.in_hand, self.settler.finished, self.runner.size, \
+            self.fetcher, self.identity
+        waiting, running, clock, settle_us = in_hand.waiting, in_hand.running, time.monotonic_ns, self._settle_us
+        look_ns, inline = int((self.settler.looked_at + self._look_s) * 1e9), self.runner.inline
+        while waiting:
+            now_ns = clock()
+            due = (finished and now_ns // 1000 - finished[0].since_us > settle_us) or now_ns > look_ns
+            # A free slot takes its frame first; inline (the slot is this
+            # thread) a due settle or look goes first.
+            if len(running) >= size or (due and inline):
+                return not due
+            if self.stopped or identity.lost or f.paused:
+                return False
+            frame = waiting.popleft()
+            if self._fresh:
+                self._fresh -= 1
+            elif frame[1:2] != b"|" and message.has_expiry(frame) and f.screen(frame) is None:
+                continue  # its ttl passed while it waited (or the queue turned out paused): not started
+            self.launch(frame)
+        return False
+
+    def launch(self, frame: bytes, wait_us: int = 0) -> None:
+        """Start a frame now, or book it for the start the rate limit gave it
+        (during a stop it then stays in our list, never handled)."""
+        if wait_us:
+            self.in_hand.book(frame, wait_us)
+            return
+        self.stats.received += 1
+        f = self.fetcher
+        if f.partitions.many and f.partitions.handled(self._rotate_every):
+            f.rotate = True  # take nothing more here: the consumer looks elsewhere
+        if self.on_busy is not None:
+            # Told before the decoding: a frame that kills the process there
+            # has started, and its reclaim charges it an attempt.
+            self.on_busy(True)
+        msg = self.judge.decode(frame, f.name)
+        if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
+            self.settler.finished.append(Attempt(frame, None, outcome=msg))
+            return
+        self.runner.start(self.in_hand.start(frame, msg))
+
+    # --- what is due ------------------------------------------------------------
+
+    def look_due(self, now: float) -> bool:
+        """Frames wait, and no script has said the paused flag for a while."""
+        return bool(self.in_hand.waiting) and now >= self.settler.looked_at + self._look_s
+
+    def next_due(self) -> Optional[float]:
+        """While frames wait: when (monotonic) the next look or settle is due."""
+        if not self.in_hand.waiting:
+            return None
+        due = self.settler.looked_at + self._look_s
+        finished = self.settler.finished
+        if finished:
+            due = min(due, (finished[0].since_us + self._settle_us) / 1e6)
+        return due
