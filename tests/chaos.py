@@ -3,7 +3,9 @@
 200 ms, the supervisor SIGKILLed and restarted, redis-server (AOF,
 appendfsync always) SIGKILLed and restarted, all while messages flow.
 Afterwards every published message must have been handled (or dead-lettered,
-which counts as accounted for) and duplicates must not exceed the kills.
+which counts as accounted for) and duplicates must not exceed
+``duplicate_bound``: per kill, the frames one consumer can have started and
+not yet settled (concurrency + prefetch - 1; 1 with the defaults).
 
 With ``poison`` a share of the messages is poison (a handler that raises,
 one that ends its process mid-message, one that hangs past
@@ -57,10 +59,19 @@ class ChaosResult:
     poison_deliveries: Counter[int] = field(default_factory=Counter)  # deliveries -> poison messages
     good_dead: int = 0  # good messages dead-lettered (only kills can do that)
     time_bound_s: float = 0.0
+    #: Frames one consumer can have started and not yet settled when it is
+    #: killed: its running ones plus the rest of its last take
+    #: (concurrency + prefetch - 1); each may be delivered again.
+    in_flight: int = 1
 
     @property
     def kills(self) -> int:
         return self.consumer_kills + self.supervisor_kills * 4 + self.redis_kills
+
+    @property
+    def duplicate_bound(self) -> int:
+        """Most duplicates the run may show: ``in_flight`` per kill."""
+        return self.kills * self.in_flight
 
 
 def _start_supervisor(cfg: Path, out: Path, n: int) -> subprocess.Popen[bytes]:
@@ -102,7 +113,7 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     """Publish ``messages`` at ``rate`` a second (in batches) while killing
     things; wait until the queue is drained; return what happened.
     ``options``: more settings of the queue (rate_limit, concurrency,
-    partitions...)."""
+    partitions, prefetch...), as queues.yaml spells them."""
     rng = rng or random.Random(1)
     out = root / "out"
     out.mkdir()
@@ -114,7 +125,8 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     parts = [QueueKeys("smq", p) for p in partition_names("q", int(queue.get("partitions", 1)))]
     cfg = procs.write_config(root / "chaos.yaml", server.url, {"q": queue},
                              heartbeat_interval="200ms", heartbeat_timeout="2s", shutdown_timeout="2s")
-    result = ChaosResult(messages, 0, 0, 0, [])
+    result = ChaosResult(messages, 0, 0, 0, [],
+                         in_flight=int(queue.get("concurrency", 1)) + int(queue.get("prefetch", 1)) - 1)
     kinds: dict[str, str] = {}  # poison message id -> kind
     started = time.monotonic()
     sup_n = 0
@@ -262,7 +274,8 @@ def _drained(server: RedisServer, parts: list[QueueKeys]) -> bool:
 def report(r: ChaosResult) -> dict[str, Any]:
     out = {"published": r.published, "uncertain": r.uncertain, "handled": r.handled_ids, "dead_lettered": r.dead,
            "lost": len(r.lost), "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
-           "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1)}
+           "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1),
+           "duplicate_bound": r.duplicate_bound}
     if r.poison:
         out.update(poison=dict(r.poison), poison_dead=r.poison_dead, good_dead=r.good_dead,
                    poison_deliveries=dict(sorted(r.poison_deliveries.items())),

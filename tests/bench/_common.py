@@ -82,14 +82,19 @@ def run_consumer(url: str, queue: str, handler: Callable[[Any], Any], profile_pa
                  concurrency: int = 1, wait_replicas: int = 0, **options: Any) -> Any:
     """In a forked child: run the smqsup consumer of ``queue`` that
     ``concurrency`` asks for (``Consumer``: the handler inline for 1, beside
-    an event loop above; ``wait_replicas``: the broker's; ``options``: other QueueConfig fields) until SIGTERM (cProfile'd into ``profile_path`` when given: the loop's
-    thread only); return it once stopped."""
+    an event loop above; ``wait_replicas``: the broker's; ``options``: other
+    QueueConfig fields, e.g. ``prefetch``; ``prefetch=1``, the default, is
+    left out, so that these scripts also run on a commit before prefetch,
+    for ABBA) until SIGTERM (cProfile'd into ``profile_path`` when given: the
+    loop's thread only); return it once stopped."""
     import cProfile
 
     from smqsup.config.model import QueueConfig
     from smqsup.store.broker import Broker
     from smqsup.worker.consumer import Consumer
 
+    if options.get("prefetch") == 1:
+        del options["prefetch"]
     holder: dict[str, Consumer] = {}
     stop_early: list[int] = []
     child_signals(lambda: holder["c"].request_stop() if "c" in holder else stop_early.append(1))

@@ -2,6 +2,7 @@
 
     python tests/bench/throughput.py [--messages 20000] [--repeats 3] [--profile auto] [--priority]
     python tests/bench/throughput.py --handler redis2 --concurrency 1 4 --consumers 2
+    python tests/bench/throughput.py --handler incr --prefetch 1 8 32 --consumers 2
 
 Consumers (no-op handler), 1 and 2 consumer processes (fork), each case run
 ``--repeats`` times alternating smqsup / raw (ABBA order), median reported:
@@ -38,135 +39,82 @@ consumer); every later take goes through the priority-aware scripts. The
 publishing figures are left out in this mode (tests/bench/publish_options.py
 measures publishing with options).
 
-``--handler redis2 --concurrency 1 4``: short handlers. The handler makes two
-Redis calls, INCR then RPUSH, pipelined (one round trip), on its own redis-py
-client to the same server; smqsup runs it at each ``--concurrency`` (above 1:
-the Consumer's event loop, the plain def handler on that many threads). The raw loop
-becomes BLMOVE + the same handler + LREM, and a third kind, "bare", is the
-raw loop with no handler at all (the default mode's raw); at each
-concurrency above 1 the raw loop also runs on that many threads per process
-(each thread its own client and list): what that many CPython threads doing
-the loop get through, the GIL's ceiling for smqsup's threads. After every run
-with the handler its counter must equal the messages (each ran once). The
-table gives smqsup's ratio to both loops; targets at concurrency 4: >= 2x the
-loop with the handler, >= 1x the bare loop. ``--concurrency`` with the
-default no-op handler times smqsup at each concurrency against the raw loop.
-Without these options the output and the runs are the default mode's above.
+``--handler incr|incr2|redis2 --concurrency 1 4``: short handlers, each on
+its own redis-py client to the same server (made after the fork): incr one
+INCR; incr2 INCR then RPUSH, two round trips; redis2 the same two calls
+pipelined, one round trip. smqsup runs the handler at each ``--concurrency``
+(above 1: the Consumer's event loop, the plain def handler on that many
+threads). The raw loop becomes BLMOVE + the same handler + LREM, and a third
+kind, "bare", is the raw loop with no handler at all (the default mode's
+raw); at each concurrency above 1 the raw loop also runs on that many threads
+per process (each thread its own client and list): what that many CPython
+threads doing the loop get through, the GIL's ceiling for smqsup's threads.
+After every run with the handler its counter must equal the messages (each
+ran once), and so must the list incr2 and redis2 push to.
 
-A private redis-server (unix socket, appendfsync everysec) in a temp dir is
-started and stopped by this script; Ctrl-C stops everything it started.
+``--prefetch 1 8 32``: the queue option ``prefetch`` (frames a consumer takes
+in one round trip), each value its own smqsup case ("smqsup p32", "smqsup c4
+p32"), at every ``--concurrency``; the raw and bare loops are the same
+baselines, run alternating with them. It works with every handler, noop too.
+
+With any of ``--handler``, ``--concurrency`` or ``--prefetch``, one table row
+per (consumers, concurrency, prefetch): smqsup's msg/s, the raw loop with the
+same handler and smqsup's ratio to it, the bare loop and the ratio to it (for
+noop the raw loop is the bare loop), and the targets: at prefetch 32,
+concurrency 1, 2 consumers >= 3x the raw loop for noop and >= 2x for a
+handler making Redis calls; at prefetch 1, concurrency 4, a Redis handler
+>= 2x the loop with the handler and >= 1x the bare loop; noop at prefetch 1,
+concurrency 1, 2 consumers >= 0.9x. Without these options the output and the
+runs are the default mode's above.
+
+A private redis-server (unix socket, or TCP loopback with SMQSUP_BENCH_TCP=1;
+appendfsync everysec) in a temp dir is started and stopped by this script;
+Ctrl-C stops everything it started. The handlers and consumer processes are in
+_throughput_workers.py, the consumer tables in _throughput_report.py, the
+publishing figures in _throughput_publish.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import pstats
 import sys
-import threading
 import time
 from collections.abc import Callable
-from io import StringIO
 from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
+from _throughput_publish import print_publishing  # noqa: E402
+from _throughput_report import (  # noqa: E402
+    LEVELS,
+    print_commands,
+    print_consumers,
+    print_handler,
+    print_priority,
+    profile_report,
+)
+from _throughput_workers import COUNTER_KEY, HANDLERS, LOG_KEY, LOGGING_HANDLERS, WORKERS, label  # noqa: E402
 
 from smqsup.client.producer import Producer  # noqa: E402
+from smqsup.config.model import PREFETCH_MAX  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 
 NS = common.NAMESPACE
-#: Priorities the messages of a "prio" run are spread over (0-9).
-LEVELS = 10
-
-
-#: What the redis2 handler INCRs and RPUSHes to (the parent checks and deletes them after each run).
-COUNTER_KEY, LOG_KEY = f"{NS}:bench:redis2:count", f"{NS}:bench:redis2:log"
-
-
-def noop(message: Any) -> None:
-    """The benchmark handler: does nothing."""
-
-
-def redis2_handler(url: str) -> Callable[[Any], None]:
-    """The "redis2" handler of a process: two Redis calls, INCR then RPUSH,
-    pipelined (one round trip), on its own redis-py client (made here, after
-    the fork; its pool gives each handler thread a connection of its own)."""
-    client = redis.Redis.from_url(url)
-
-    def redis2(message: Any) -> None:
-        pipe = client.pipeline(transaction=False)
-        pipe.incr(COUNTER_KEY)
-        pipe.rpush(LOG_KEY, b"1")
-        pipe.execute()
-
-    return redis2
-
-
-def make_handler(name: str, url: str) -> Callable[[Any], None]:
-    return noop if name == "noop" else redis2_handler(url)
-
-
-# --- consumer processes (run in forked children) --------------------------------------
-
-
-def smq_worker(url: str, queue: str, out: Any, profile_path: Optional[str], handler: str, concurrency: int) -> None:
-    consumer = common.run_consumer(url, queue, make_handler(handler, url), profile_path, concurrency)
-    out.put(("smqsup", os.getpid(), consumer.stats.received, consumer.stats.acked, common.peak_rss_bytes()))
-
-
-def raw_worker(url: str, queue: str, out: Any, profile_path: Optional[str], handler: str, concurrency: int) -> None:
-    """BLMOVE, the handler (none for "noop": the plain loop), LREM; one message at a time, on each of
-    ``concurrency`` threads (each its own client and list: the most N threads doing this loop get
-    through one CPython process, GIL and all)."""
-    state = {"stop": False}
-    common.child_signals(lambda: state.__setitem__("stop", True))
-    keys = QueueKeys(NS, queue)
-    counts = [0] * concurrency
-
-    def loop(i: int) -> None:
-        call = None if handler == "noop" else make_handler(handler, url)
-        cid = f"raw-{os.getpid()}-{i}"
-        pending, proc = keys.pending, keys.processing(cid)
-        r = redis.Redis.from_url(url)
-        r.hset(keys.consumers, cid, "{}")  # so the parent finds our list and counts us ready
-        while not state["stop"]:
-            frame = r.blmove(pending, proc, 1, "RIGHT", "LEFT")
-            if frame is None:
-                continue
-            if call is not None:
-                call(frame)
-            r.lrem(proc, 1, frame)
-            counts[i] += 1
-        r.hdel(keys.consumers, cid)
-        r.close()
-
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(1, concurrency)]
-    for th in threads:
-        th.start()
-    loop(0)
-    for th in threads:
-        th.join()
-    n = sum(counts)
-    out.put(("raw", os.getpid(), n, n, common.peak_rss_bytes()))
-
-
-WORKERS: dict[str, Callable[..., None]] = {"smqsup": smq_worker, "prio": smq_worker, "raw": raw_worker,
-                                           "bare": raw_worker}
-
-
-def label(kind: str, concurrency: int) -> str:
-    """A case's name in the runs and tables: the kind, with its concurrency above 1."""
-    return kind if concurrency == 1 else f"{kind} c{concurrency}"
+#: One run of one repeat: (kind, concurrency, prefetch).
+Case = tuple[str, int, int]
 
 
 # --- one timed consumer run ------------------------------------------------------------
 
 
 class Bench:
+    """The timed consumer runs against one server: its client, a producer,
+    and the consumer processes of the run under way (stopped after each run
+    and by ``close``)."""
+
     def __init__(self, url: str, args: argparse.Namespace) -> None:
         self.url = url
         self.args = args
@@ -177,67 +125,45 @@ class Bench:
         self.results: list[tuple[Any, ...]] = []
         self.children = common.Children()
         self.run_no = 0
+        #: Redis commands per message of each case's last run: {(label, consumers): {command: calls / messages}}.
         self.cmds: dict[tuple[str, int], dict[str, float]] = {}
 
-    def spawn(self, kind: str, queue: str, out: Any, profile_path: Optional[str], concurrency: int) -> None:
+    def spawn(self, kind: str, queue: str, out: Any, profile_path: Optional[str], concurrency: int,
+              prefetch: int) -> None:
         """Fork one consumer process of ``kind``. Kind "bare" runs the raw
         loop without the handler; "raw" and "smqsup" run ``--handler``."""
         self.children.start(WORKERS[kind], self.url, queue, out, profile_path,
-                            "noop" if kind == "bare" else self.args.handler, concurrency)
+                            "noop" if kind == "bare" else self.args.handler, concurrency, prefetch)
 
     def consume_run(self, kind: str, n_consumers: int, profile_path: Optional[str] = None,
-                    concurrency: int = 1, messages: int = 0) -> float:
+                    concurrency: int = 1, prefetch: int = 1, messages: int = 0) -> float:
         """One timed run of ``messages`` (default ``--messages``); returns
         messages per second. A run in which no message is taken for
         ``--stall-s`` raises (a stuck consumer, not a slow one)."""
         self.run_no += 1
         queue = f"tp{self.run_no}"
-        keys = QueueKeys(NS, queue)
-        stage = QueueKeys(NS, f"tp{self.run_no}stage")
+        keys, stage = QueueKeys(NS, queue), QueueKeys(NS, f"tp{self.run_no}stage")
         n = messages or self.args.messages
+        name = label(kind, concurrency, prefetch)
         out = common.CTX.SimpleQueue()
         try:
             for _ in range(n_consumers):
-                self.spawn(kind, queue, out, profile_path, concurrency)
+                self.spawn(kind, queue, out, profile_path, concurrency, prefetch)
             common.wait_ready(self.client, keys.consumers, n_consumers, children=self.children)
             moves = self.stage(kind, stage, keys, n)
-            lists = [keys.processing(cid.decode()) for cid in self.client.hkeys(keys.consumers)]
-            poll_keys = [keys.pending, *lists]
-
-            def remaining() -> int:
-                pipe = self.client.pipeline(transaction=False)  # execute() empties a pipeline
-                for name in poll_keys:
-                    pipe.llen(name)
-                if kind == "prio":
-                    pipe.zcard(keys.priority)
-                return sum(pipe.execute())
-
-            sleep_s = self.args.poll_ms / 1000.0
-            stall_s = self.args.stall_s
+            remaining = self.remaining(kind, keys)  # before the command count: its HKEYS is not the consumers'
             before = common.command_calls(self.client)
             t0 = time.perf_counter()
             self.release(moves)  # wakes the blocked consumers
-            left, moved = n, t0
-            while True:
-                time.sleep(sleep_s)
-                now_left = remaining()
-                if not now_left:
-                    break
-                if now_left != left:
-                    left, moved = now_left, time.perf_counter()
-                elif time.perf_counter() - moved > stall_s:
-                    raise RuntimeError(f"{label(kind, concurrency)} x{n_consumers}: {left} of {n} messages "
-                                       f"still queued or in flight, none taken for {stall_s:g} s")
+            self.wait_drained(remaining, f"{name} x{n_consumers}", n)
             elapsed = time.perf_counter() - t0
             after = common.command_calls(self.client)
         finally:
             self.children.stop(self.client)
-        results = []
+        self.results = []
         while not out.empty():
-            results.append(out.get())
-        self.results = results
-        done = sum(r[3] for r in results)
-        name = label(kind, concurrency)
+            self.results.append(out.get())
+        done = sum(r[3] for r in self.results)
         if done != n:
             print(f"  WARNING: {name} x{n_consumers}: consumers report {done} acked of {n}", file=sys.stderr)
         self.check_handler(kind, name, n_consumers, n)
@@ -248,16 +174,50 @@ class Bench:
         self.cmds[(name, n_consumers)] = {k: v / n for k, v in delta.items()}
         return n / elapsed
 
+    def remaining(self, kind: str, keys: QueueKeys) -> Callable[[], int]:
+        """A probe of the messages a run still has queued or in flight: the
+        pending list, every consumer's list (registered now), and for "prio" the priority set."""
+        poll_keys = [keys.pending, *(keys.processing(cid.decode()) for cid in self.client.hkeys(keys.consumers))]
+
+        def left() -> int:
+            pipe = self.client.pipeline(transaction=False)  # execute() empties a pipeline
+            for name in poll_keys:
+                pipe.llen(name)
+            if kind == "prio":
+                pipe.zcard(keys.priority)
+            return sum(pipe.execute())
+
+        return left
+
+    def wait_drained(self, remaining: Callable[[], int], what: str, n: int) -> None:
+        """Poll ``remaining`` every ``--poll-ms`` until it is 0; raise when it
+        has not moved for ``--stall-s``."""
+        sleep_s, stall_s = self.args.poll_ms / 1000.0, self.args.stall_s
+        left, moved = n, time.perf_counter()
+        while True:
+            time.sleep(sleep_s)
+            now_left = remaining()
+            if not now_left:
+                return
+            if now_left != left:
+                left, moved = now_left, time.perf_counter()
+            elif time.perf_counter() - moved > stall_s:
+                raise RuntimeError(f"{what}: {left} of {n} messages still queued or in flight, "
+                                   f"none taken for {stall_s:g} s")
+
     def check_handler(self, kind: str, name: str, n_consumers: int, n: int) -> None:
-        """After a run: the redis2 handler ran once per message (its counter);
-        its keys are deleted for the next run."""
+        """After a run: the handler ran once per message (its counter, and the
+        list incr2 and redis2 push to); its keys are deleted for the next run."""
         if self.args.handler == "noop":
             return
-        count = int(self.client.get(COUNTER_KEY) or 0)
         expected = 0 if kind == "bare" else n
-        if count != expected:
-            print(f"  WARNING: {name} x{n_consumers}: the handler ran {count} times for {expected} messages",
-                  file=sys.stderr)
+        counts = {"counter": int(self.client.get(COUNTER_KEY) or 0)}
+        if self.args.handler in LOGGING_HANDLERS:
+            counts["list"] = self.client.llen(LOG_KEY)
+        for what, count in counts.items():
+            if count != expected:
+                print(f"  WARNING: {name} x{n_consumers}: the handler's {what} shows {count} runs "
+                      f"for {expected} messages", file=sys.stderr)
         self.client.delete(COUNTER_KEY, LOG_KEY)
 
     def stage(self, kind: str, stage: QueueKeys, keys: QueueKeys, n: int) -> list[tuple[str, str]]:
@@ -292,191 +252,56 @@ class Bench:
             pipe.rename(src, dst)
         pipe.execute()
 
-    # --- publishing ---------------------------------------------------------------
-
-    def publish_many_rate(self) -> tuple[float, float]:
-        """(smqsup publish_many msg/s, raw pipelined LPUSH msg/s), medians."""
-        n = self.args.publish_many
-        bodies = [{"i": i} for i in range(n)]
-        queue, raw_key = "pubmany", QueueKeys(NS, "pubmany-raw").pending
-        smq_rates, raw_rates = [], []
-        for _ in range(self.args.repeats):
-            self.client.delete(QueueKeys(NS, queue).pending)
-            t0 = time.perf_counter()
-            self.producer.publish_many(queue, bodies)
-            smq_rates.append(n / (time.perf_counter() - t0))
-
-            self.client.delete(raw_key)
-            t0 = time.perf_counter()
-            pipe = self.client.pipeline(transaction=False)
-            for body in bodies:
-                pipe.lpush(raw_key, json.dumps({"body": body, "ts": time.time()}))
-            pipe.execute()
-            raw_rates.append(n / (time.perf_counter() - t0))
-        if self.client.llen(QueueKeys(NS, queue).pending) != n or self.client.llen(raw_key) != n:
-            print("  WARNING: publish_many: list lengths do not match", file=sys.stderr)
-        self.client.delete(QueueKeys(NS, queue).pending, raw_key)
-        return common.median(smq_rates), common.median(raw_rates)
-
-    def single_publish_rtt(self) -> tuple[float, float, float]:
-        """(smqsup publish median µs, raw LPUSH median µs, Redis commands per publish)."""
-        n = self.args.single
-        queue, raw_key = "pub1", QueueKeys(NS, "pub1-raw").pending
-        for i in range(50):  # warm-up; the first publish also registers the queue
-            self.producer.publish(queue, {"i": i})
-            self.client.lpush(raw_key, json.dumps({"body": {"i": i}, "ts": time.time()}))
-        smq, raw = [], []
-        for i in range(n):  # interleaved, so drift hits both alike
-            t0 = time.perf_counter_ns()
-            self.producer.publish(queue, {"i": i})
-            t1 = time.perf_counter_ns()
-            self.client.lpush(raw_key, json.dumps({"body": {"i": i}, "ts": time.time()}))
-            t2 = time.perf_counter_ns()
-            smq.append(t1 - t0)
-            raw.append(t2 - t1)
-        before = common.command_calls(self.client)
-        for i in range(100):
-            self.producer.publish(queue, {"i": i})
-        after = common.command_calls(self.client)
-        delta = common.calls_delta(before, after)
-        delta.pop("info", None)
-        per_publish = sum(delta.values()) / 100
-        self.client.delete(QueueKeys(NS, queue).pending, raw_key)
-        return common.median(smq) / 1000.0, common.median(raw) / 1000.0, per_publish
-
     def close(self) -> None:
         self.children.stop(self.client)
         self.producer.close()
         self.client.close()
 
 
-# --- report -------------------------------------------------------------------------------
+# --- the runs ---------------------------------------------------------------------------
 
 
-def profile_report(path: str, top: int) -> str:
-    buf = StringIO()
-    stats = pstats.Stats(path, stream=buf)
-    stats.strip_dirs().sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(top)
-    return buf.getvalue()
-
-
-def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """(kind, concurrency) of every run of one repeat, in order."""
+def cases(args: argparse.Namespace) -> list[Case]:
+    """(kind, concurrency, prefetch) of every run of one repeat, in order:
+    smqsup at each concurrency and prefetch, then the baselines (prefetch 1:
+    the loops take one frame per round trip)."""
     if args.priority:
-        return [("smqsup", 1), ("prio", 1), ("raw", 1)]
-    found = [("smqsup", c) for c in args.concurrency] + [("raw", 1)]
+        return [("smqsup", 1, 1), ("prio", 1, 1), ("raw", 1, 1)]
+    found = [("smqsup", c, p) for c in args.concurrency for p in args.prefetch] + [("raw", 1, 1)]
     if args.handler == "noop":
         return found
-    return found + [("raw", c) for c in args.concurrency if c > 1] + [("bare", 1)]
+    return found + [("raw", c, 1) for c in args.concurrency if c > 1] + [("bare", 1, 1)]
 
 
 def run_cases(bench: Bench, args: argparse.Namespace) -> dict[tuple[str, int], list[float]]:
     """Every timed run, ``--repeats`` per case, the cases' order reversed every other repeat."""
     order = cases(args)
-    width = max(len(label(kind, c)) for kind, c in order)
+    width = max(len(label(*case)) for case in order)
     rates: dict[tuple[str, int], list[float]] = {}
     for nc in args.consumers:
         for rep in range(args.repeats):
-            for kind, concurrency in (order if rep % 2 == 0 else order[::-1]):
-                rate = bench.consume_run(kind, nc, concurrency=concurrency)
-                name = label(kind, concurrency)
+            for kind, concurrency, prefetch in (order if rep % 2 == 0 else order[::-1]):
+                rate = bench.consume_run(kind, nc, concurrency=concurrency, prefetch=prefetch)
+                name = label(kind, concurrency, prefetch)
                 rates.setdefault((name, nc), []).append(rate)
                 print(f"  run: {name:{width}s} x{nc}  {rate:9,.0f} msg/s", flush=True)
     return rates
 
 
-def runs(rates: dict[tuple[str, int], list[float]], kind: str, nc: int) -> str:
-    return ', '.join(f'{x:,.0f}' for x in rates[(kind, nc)])
+def profile_run(bench: Bench, args: argparse.Namespace, data_dir: str, case: tuple[int, int]) -> None:
+    """cProfile one smqsup consumer at ``case`` (concurrency, prefetch) over one run, and print it."""
+    path = os.path.join(data_dir, "consumer.prof")
+    kind = "prio" if args.priority else "smqsup"
+    concurrency, prefetch = case
+    rate = bench.consume_run(kind, 1, profile_path=path, concurrency=concurrency, prefetch=prefetch)
+    what = "priorities 0-9, " if args.priority else ""
+    if not plain(args):
+        what = f"handler {args.handler}, concurrency {concurrency}, prefetch {prefetch}, the loop's thread only, "
+    print(f"\ncProfile of one smqsup consumer ({what}1 consumer, {rate:,.0f} msg/s under the profiler)")
+    print(profile_report(path, args.profile_top))
 
 
-def print_consumers(rates: dict[tuple[str, int], list[float]], args: argparse.Namespace) -> float:
-    """The consumer table of the default mode; the worst smqsup / raw ratio."""
-    print("\nConsumers, no-op handler (median msg/s; all runs in brackets)")
-    print(f"{'consumers':>9} | {'smqsup':>9} | {'raw redis-py':>12} | {'ratio':>5} | target")
-    worst = float("inf")
-    for nc in args.consumers:
-        s, r = common.median(rates[("smqsup", nc)]), common.median(rates[("raw", nc)])
-        worst = min(worst, s / r)
-        target = ">= 0.90" if nc == 2 else "-"
-        print(f"{nc:>9} | {s:9,.0f} | {r:12,.0f} | {s / r:5.2f} | {target}"
-              f"   [smqsup {runs(rates, 'smqsup', nc)}; raw {runs(rates, 'raw', nc)}]")
-    return worst
-
-
-def print_handler(rates: dict[tuple[str, int], list[float]], args: argparse.Namespace) -> float:
-    """The consumer table of --handler / --concurrency; the worst smqsup / raw ratio."""
-    bare = args.handler != "noop"
-    what = ("redis2: INCR + RPUSH pipelined on its own client" if bare else "no-op")
-    print(f"\nConsumers, handler {what} (median msg/s; all runs in brackets)"
-          + ("\n  raw: BLMOVE + the handler + LREM; bare: BLMOVE + LREM, no handler" if bare else ""))
-    print(f"{'consumers':>9} | {'concurrency':>11} | {'smqsup':>9} | {'raw redis-py':>12} | {'ratio':>5}"
-          + (f" | {'bare loop':>9} | {'/bare':>5}" if bare else "") + " | target")
-    worst = float("inf")
-    for nc in args.consumers:
-        r = common.median(rates[("raw", nc)])
-        b = common.median(rates[("bare", nc)]) if bare else 0.0
-        for c in args.concurrency:
-            name = label("smqsup", c)
-            s = common.median(rates[(name, nc)])
-            worst = min(worst, s / r)
-            line = f"{nc:>9} | {c:>11} | {s:9,.0f} | {r:12,.0f} | {s / r:5.2f}"
-            if bare:
-                line += f" | {b:9,.0f} | {s / b:5.2f}"
-            line += f" | {handler_target(args, nc, c, s / r, s / b if bare else 0.0)}"
-            threads = (label("raw", c), nc)
-            if c > 1 and threads in rates:
-                t = common.median(rates[threads])
-                line += f" | raw loop on {c} threads {t:,.0f}: {s / t:.2f}"
-            print(f"{line}   [{name} {runs(rates, name, nc)}]")
-        print(f"{'':>9}   raw {runs(rates, 'raw', nc)}" + (f"; bare {runs(rates, 'bare', nc)}" if bare else "")
-              + "".join(f"; raw c{c} {runs(rates, label('raw', c), nc)}" for c in args.concurrency
-                        if c > 1 and (label("raw", c), nc) in rates))
-    return worst
-
-
-def handler_target(args: argparse.Namespace, nc: int, concurrency: int, to_raw: float, to_bare: float) -> str:
-    """The target column of one row of the --handler table."""
-    if args.handler == "noop":
-        return ">= 0.90" if nc == 2 and concurrency == 1 else "-"
-    if concurrency != 4:
-        return "-"
-    ok = to_raw >= 2.0 and to_bare >= 1.0
-    return f">= 2.00 raw, >= 1.00 bare: {'OK' if ok else 'MISSED'}"
-
-
-def print_priority(rates: dict[tuple[str, int], list[float]], args: argparse.Namespace) -> float:
-    """The consumer table of --priority; the worst prio / raw ratio."""
-    print(f"\nConsumers, no-op handler (median msg/s; all runs in brackets); p0: every message at priority 0,"
-          f"\n  p0-9: spread evenly over priorities 0-{LEVELS - 1}")
-    print(f"{'consumers':>9} | {'smqsup p0':>9} | {'smqsup p0-9':>11} | {'raw redis-py':>12} | "
-          f"{'p0/raw':>6} | {'p0-9/raw':>8} | {'p0-9/p0':>7}")
-    worst = float("inf")
-    for nc in args.consumers:
-        s, p, r = (common.median(rates[(k, nc)]) for k in ("smqsup", "prio", "raw"))
-        worst = min(worst, p / r)
-        print(f"{nc:>9} | {s:9,.0f} | {p:11,.0f} | {r:12,.0f} | {s / r:6.2f} | {p / r:8.2f} | {p / s:7.2f}"
-              f"   [p0 {runs(rates, 'smqsup', nc)}; p0-9 {runs(rates, 'prio', nc)}; raw {runs(rates, 'raw', nc)}]")
-    return worst
-
-
-def print_commands(bench: Bench) -> None:
-    print("\nRedis commands per message, consumer side, last run of each case (INFO commandstats;"
-          "\n  commands a Lua script runs are counted too: evalsha = 1 round trip doing lrem + lmove)")
-    for (kind, nc), per in sorted(bench.cmds.items()):
-        text = ", ".join(f"{k} {v:.3f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.0005)
-        print(f"  {kind:6s} x{nc}: {sum(per.values()):.3f} total  ({text})")
-
-
-def print_publishing(bench: Bench, args: argparse.Namespace) -> None:
-    pm_s, pm_r = bench.publish_many_rate()
-    rtt_s, rtt_r, per_pub = bench.single_publish_rtt()
-    print("\nPublishing (ratio = smqsup speed / raw speed)")
-    print(f"{'':38} | {'smqsup':>10} | {'raw redis-py':>12} | ratio | target")
-    print(f"{f'publish_many of {args.publish_many} (msg/s)':38} | {pm_s:10,.0f} | {pm_r:12,.0f} | "
-          f"{pm_s / pm_r:5.2f} | >= 100,000 msg/s {'OK' if pm_s >= 100_000 else 'MISSED'}")
-    print(f"{f'single publish, median of {args.single} (us)':38} | {rtt_s:10.1f} | {rtt_r:12.1f} | "
-          f"{rtt_r / rtt_s:5.2f} | one round trip: {per_pub:.2f} Redis commands/publish")
+# --- main ---------------------------------------------------------------------------------
 
 
 def parse_args() -> argparse.Namespace:
@@ -490,23 +315,42 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--publish-many", type=int, default=10_000, help="messages in publish_many")
     parser.add_argument("--single", type=int, default=1_000, help="single publishes timed")
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
-                        help="cProfile one smqsup consumer (auto: if a ratio is below 0.9)")
+                        help="cProfile one smqsup consumer, at the case of the worst ratio (auto: if it is below 0.9)")
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--priority", action="store_true",
                         help="also time runs with the messages spread over priorities 0-9")
-    parser.add_argument("--handler", choices=("noop", "redis2"), default="noop",
-                        help="the consumers' handler: noop, or redis2 (INCR + RPUSH pipelined, its own client)")
+    parser.add_argument("--handler", choices=HANDLERS, default="noop",
+                        help="the consumers' handler: noop; incr (one INCR), incr2 (INCR then RPUSH, two round "
+                             "trips) or redis2 (INCR + RPUSH pipelined), each on its own client")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1],
                         help="smqsup concurrency per consumer process, each a case (default 1)")
+    parser.add_argument("--prefetch", type=int, nargs="+", default=[1],
+                        help=f"smqsup prefetch (frames per take, 1-{PREFETCH_MAX}), each a case (default 1)")
     args = parser.parse_args()
-    if args.priority and (args.handler != "noop" or args.concurrency != [1]):
-        parser.error("--priority runs the no-op handler at concurrency 1 only")
+    if any(not 1 <= p <= PREFETCH_MAX for p in args.prefetch):
+        parser.error(f"--prefetch takes values from 1 to {PREFETCH_MAX}")
+    if args.priority and (args.handler != "noop" or args.concurrency != [1] or args.prefetch != [1]):
+        parser.error("--priority runs the no-op handler at concurrency 1 and prefetch 1 only")
     return args
 
 
 def plain(args: argparse.Namespace) -> bool:
-    """The default mode: the no-op handler at concurrency 1 (the standing throughput figure)."""
-    return args.handler == "noop" and args.concurrency == [1]
+    """The default mode: the no-op handler at concurrency 1, prefetch 1 (the standing throughput figure)."""
+    return args.handler == "noop" and args.concurrency == [1] and args.prefetch == [1]
+
+
+def report(bench: Bench, args: argparse.Namespace, data_dir: str) -> None:
+    """Run every case and print the mode's tables, and the profile if asked for (of the worst row's case)."""
+    rates = run_cases(bench, args)
+    if args.priority:
+        worst = print_priority(rates, args)
+    else:
+        worst = print_consumers(rates, args) if plain(args) else print_handler(rates, args)
+    print_commands(bench.cmds)
+    if plain(args) and not args.priority:
+        print_publishing(bench.client, bench.producer, args)
+    if args.profile == "always" or (args.profile == "auto" and worst[0] < 0.9):
+        profile_run(bench, args, data_dir, worst[1])  # the case of the table's worst ratio
 
 
 def main() -> int:
@@ -516,29 +360,12 @@ def main() -> int:
         bench = Bench(server.url, args)
         try:
             version = bench.client.info("server")["redis_version"]
-            over = "unix socket" if server.port is None else "TCP loopback"
-            print(f"redis-server {version}, {over}, appendfsync everysec; "
+            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; "
                   f"{args.messages} messages per run, median of {args.repeats}\n")
             if not plain(args):
-                print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}\n")
-            rates = run_cases(bench, args)
-            if args.priority:
-                worst = print_priority(rates, args)
-            else:
-                worst = print_consumers(rates, args) if plain(args) else print_handler(rates, args)
-            print_commands(bench)
-            if plain(args) and not args.priority:
-                print_publishing(bench, args)
-            if args.profile == "always" or (args.profile == "auto" and worst < 0.9):
-                path = os.path.join(str(server.data_dir), "consumer.prof")
-                kind = "prio" if args.priority else "smqsup"
-                concurrency = args.concurrency[0]
-                rate = bench.consume_run(kind, 1, profile_path=path, concurrency=concurrency)
-                what = "priorities 0-9, " if args.priority else ""
-                if not plain(args):
-                    what = f"handler {args.handler}, concurrency {concurrency}, the loop's thread only, "
-                print(f"\ncProfile of one smqsup consumer ({what}1 consumer, {rate:,.0f} msg/s under the profiler)")
-                print(profile_report(path, args.profile_top))
+                print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}, "
+                      f"prefetch {', '.join(map(str, args.prefetch))}\n")
+            report(bench, args, str(server.data_dir))
         except KeyboardInterrupt:
             print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
             return 130
