@@ -252,31 +252,25 @@ def _loads(payload: bytes) -> Any:
         raise MalformedMessage(f"payload cannot be decoded ({type(exc).__name__})") from None
 
 
-def _plain_envelope(data: bytes, bar: int) -> Any:
-    """The envelope of a frame with the plain head ``A|`` (``bar``: where its
-    '|' is), read as _loads reads a payload, without copying the payload
-    out of the frame first; MalformedMessage for any failure."""
-    try:
-        text = data.decode("utf-8")  # the head is ASCII: its byte offsets are the text's
-        if text[bar + 1:bar + 2] == "{":
-            try:
-                value, end = _SCAN(text, bar + 1)
-            except StopIteration:
-                end = -1
-            if end == len(text):
-                return value
-    except (RecursionError, UnicodeDecodeError, ValueError):
-        pass  # said as _loads says it, below
-    return _loads(data[bar + 1:])
-
-
 def decode(data: bytes) -> Message:
     """The Message held by a frame; MalformedMessage (and nothing else) if
     the bytes are not one, whatever they hold."""
     bar = data.find(_SEP, 0, 10)
+    env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
         attempts, priority = int(data[:bar]), 0
-        env = _plain_envelope(data, bar)
+        # The envelope, read as _loads reads a payload, without copying the
+        # payload out of the frame first (the head is ASCII: its byte offsets
+        # are the text's); anything but one whole object: _loads says why.
+        try:
+            text = data.decode("utf-8")
+            value, end = _SCAN(text, bar + 1) if text[bar + 1:bar + 2] == "{" else (None, -1)
+            if end == len(text):
+                env = value
+        except (RecursionError, UnicodeDecodeError, ValueError, StopIteration):
+            pass
+        if env is None:
+            env = _loads(data[bar + 1:])
     else:
         attempts, priority, _, payload = frame_head(data)
         env = _loads(payload)

@@ -98,6 +98,8 @@ class Consumer:
         self._stop = False
         self._fetching: Optional[Fetched] = None  # the blocking fetch under way
         self._unsettled_left = False  # stopped with outcomes Redis never took: the list is left for reclaim
+        self._finished = self.settler.finished  # (one list for the consumer's life)
+        self._each_end = None if self.runner.inline else on_busy  # told of each end (not inline: of each settle)
         self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.judge, self.in_hand,
                                self.settler, self.runner, on_busy)
 
@@ -284,13 +286,12 @@ class Consumer:
             return
         del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
-        assert att.msg is not None
         att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)
-        self.settler.finished.append(att)
-        if not self.runner.inline and self._on_busy is not None:
+        self._finished.append(att)
+        if self._each_end is not None:
             # The supervisor's stuck-loop clock hears each end now, even when
             # Redis is away and its settle waits.
-            self._on_busy(False)
+            self._each_end(False)
 
     def _time_out(self, att: Attempt) -> None:
         """message_timeout passed for ``att`` (out of the running ones): its

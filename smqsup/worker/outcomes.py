@@ -54,25 +54,23 @@ class Judge:
         self.identity = identity
         self.stats = stats
 
-    def decode(self, frame: bytes, where: str) -> "message.Message | Outcome":
-        """The message a frame holds, or the outcome of a frame that holds
-        none (dead-lettered "malformed" at once)."""
-        try:
-            return message.decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
-        except MalformedMessage as exc:
-            self.stats.malformed += 1
-            log.error("queue %s: malformed message dead-lettered (%s)", where, exc)
-            meta = scripts.meta_json("malformed", error=text_of(exc), consumer=self.identity.consumer_id)
-            return Outcome(False, meta, threshold=-1)
+    def malformed(self, exc: MalformedMessage, where: str) -> Outcome:
+        """The outcome of a frame message.decode refused with ``exc``: it
+        holds no message, and is dead-lettered "malformed" at once."""
+        self.stats.malformed += 1
+        log.error("queue %s: malformed message dead-lettered (%s)", where, exc)
+        meta = scripts.meta_json("malformed", error=text_of(exc), consumer=self.identity.consumer_id)
+        return Outcome(False, meta, threshold=-1)
 
-    def ended(self, msg: message.Message, exc: "BaseException | None", where: str) -> Outcome:
+    def ended(self, msg: "message.Message | None", exc: "BaseException | None", where: str) -> Outcome:
         """The outcome of a handler that returned (``exc`` None) or raised
-        ``exc``. SystemExit and KeyboardInterrupt are raised again: the
-        process ends, its list is reclaimed. Any other BaseException (a
-        CancelledError none of our timeouts caused, GeneratorExit...) is a
-        failed attempt."""
+        ``exc`` (``msg``: what it ran, never None once it ran). SystemExit
+        and KeyboardInterrupt are raised again: the process ends, its list
+        is reclaimed. Any other BaseException (a CancelledError none of our
+        timeouts caused, GeneratorExit...) is a failed attempt."""
         if exc is None:
             return OK
+        assert msg is not None
         if isinstance(exc, (SystemExit, KeyboardInterrupt)):
             raise exc
         if isinstance(exc, Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,9 @@ from smqsup.worker.fetching import Fetcher, Taken
 from smqsup.worker.records import OK, Attempt, ConsumerStats, Identity, Outcome
 
 log = logging.getLogger(__name__)
+
+_OUTCOME = operator.attrgetter("outcome")
+_FRAME = operator.attrgetter("frame")
 
 
 class Settler:
@@ -46,8 +50,8 @@ class Settler:
         with nothing to settle or take."""
         self.looked_at = time.monotonic()
         finished = self.finished
-        if len(finished) > 1 and len(finished) - self._nacks() > 1:
-            return self._batch(room, poll, give_back)
+        if acks := self._batched(room):
+            return self._batch(room, poll, give_back, acks)
         f = self.fetcher
         # The first ``fetching`` settles each take a successor (fetch_next).
         fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
@@ -87,8 +91,15 @@ class Settler:
             return scripts.ack(keys, cid, att.frame, fetch, self._counted, self.fetcher.rate)
         return self._nack(keys, cid, att.frame, outcome, fetch)
 
-    def _nacks(self) -> int:
-        return sum(1 for att in self.finished if att.outcome is not OK)
+    def _batched(self, room: int) -> int:
+        """The acks to settle, when one take.lua is to ack them all and take
+        for the room (more than one ack, or one and room for more than one
+        frame); else 0. Never at concurrency 1 and prefetch 1."""
+        finished = self.finished
+        if not finished or (room <= 1 and len(finished) == 1):
+            return 0
+        acks = list(map(_OUTCOME, finished)).count(OK)
+        return acks if acks > 1 or (acks and room > 1) else 0
 
     def _take_count(self, room: int, poll: bool) -> int:
         """Frames a take may ask for now: ``room``, while the queue had work
@@ -97,18 +108,18 @@ class Settler:
         f = self.fetcher
         return room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
 
-    def _batch(self, room: int, poll: bool, give_back: Sequence[bytes]) -> list[Taken]:
-        """exchange() with more than one ack: the nacks, then one take.lua
-        that acks the others and takes what there is room for."""
+    def _batch(self, room: int, poll: bool, give_back: Sequence[bytes], ok: int) -> list[Taken]:
+        """exchange() with more than one ack, or one and room for more than
+        one frame: the nacks, then one take.lua that acks the others and
+        takes what there is room for."""
         f = self.fetcher
         keys, cid = f.keys, self.identity.consumer_id
-        acks: list[bytes] = []
-        nacks: list[Attempt] = []
-        for att in self.finished:
-            if att.outcome is OK:
-                acks.append(att.frame)
-            else:
-                nacks.append(att)
+        finished = self.finished
+        if ok == len(finished):  # (the busy queue's case: every handler returned)
+            acks, nacks = list(map(_FRAME, finished)), []
+        else:
+            acks = [att.frame for att in finished if att.outcome is OK]
+            nacks = [att for att in finished if att.outcome is not OK]
         calls: list[scripts.Call[Any]] = [scripts.give_back(keys, cid, give_back)] if give_back else []
         given = len(calls)
         calls += [self._nack(keys, cid, att.frame, att.outcome, False) for att in nacks if att.outcome is not None]
@@ -201,7 +212,7 @@ class Settler:
                 self.broker.registry.count_late_ack(self.fetcher.name)
                 self.late(att.frame)
                 self.identity.lost = True
-        self.finished = kept
+        self.finished[:] = kept  # (the same list: the consumer holds it)
 
     def late(self, frame: bytes) -> None:
         """Count a settle that found its message reclaimed (a no-op in Redis)."""

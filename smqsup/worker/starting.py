@@ -11,19 +11,25 @@ the oldest of the consumer's list, and the slot counts a frame started
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable
 from typing import Optional
 
 from smqsup import defaults, message
 from smqsup.config.model import QueueConfig
+from smqsup.errors import MalformedMessage
+from smqsup.message import decode
 from smqsup.worker.fetching import Fetcher, Taken
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
 from smqsup.worker.partitions import ROTATE_EVERY
-from smqsup.worker.records import Attempt, BusyHook, ConsumerStats, Identity, Outcome
+from smqsup.worker.records import Attempt, BusyHook, ConsumerStats, Identity
 from smqsup.worker.runners import InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
+
+#: A Taken's frame and its wait, read in C over a batch.
+_FRAME, _WAIT = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class Starter:
@@ -62,11 +68,14 @@ class Starter:
         waiting = in_hand.waiting
         # Those that start now, first in line, were screened by the take that brought them.
         self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_hand.running)))
-        for frame, wait_us in frames:
-            if wait_us:
-                in_hand.book(frame, wait_us)
-            else:
-                waiting.append(frame)
+        if any(map(_WAIT, frames)):
+            for frame, wait_us in frames:
+                if wait_us:
+                    in_hand.book(frame, wait_us)
+                else:
+                    waiting.append(frame)
+        else:  # (no rate limit: no start booked)
+            waiting.extend(map(_FRAME, frames))
         if waiting and taking() and not self.fetcher.paused:
             self.start_waiting()
 
@@ -122,9 +131,10 @@ class Starter:
             # Told before the decoding: a frame that kills the process there
             # has started, and its reclaim charges it an attempt.
             self.on_busy(True)
-        msg = self.judge.decode(frame, f.name)
-        if isinstance(msg, Outcome):  # malformed: dead-lettered without a handler
-            self.settler.finished.append(Attempt(frame, None, outcome=msg))
+        try:
+            msg = decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
+        except MalformedMessage as exc:  # dead-lettered without a handler
+            self.settler.finished.append(Attempt(frame, None, outcome=self.judge.malformed(exc, f.name)))
             return
         self.runner.start(self.in_hand.start(frame, msg))
 

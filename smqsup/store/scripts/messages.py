@@ -112,7 +112,7 @@ def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count
 def _take_result(reply: Sequence[Any]) -> TakeResult:
     registered, paused, retry, late, *taken = reply
     frames, waits = taken[0::2], taken[1::2]
-    return TakeResult(bool(registered), tuple(bytes(f) for f in frames), bool(paused),
+    return TakeResult(bool(registered), tuple(map(bytes, frames)), bool(paused),
                       tuple(_wait_of(w) for w in waits) if any(waits) else (0,) * len(waits), _wait_of(retry),
                       tuple(i - 1 for i in late) if late else ())
 
