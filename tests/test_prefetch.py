@@ -106,11 +106,11 @@ def test_sigkill_with_eight_prefetched_charges_the_started_one_and_frees_seven_a
     assert redis_client.llen(K.dead) == 0 and redis_client.llen(K.pending) == 0
 
 
-def test_sigkill_charges_a_finished_unsettled_message_too_and_it_alone_runs_twice(
+def test_sigkill_frees_a_finished_unsettled_message_which_alone_runs_twice(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """prefetch 4: the first message ends and waits for its settle while the second (started right after
-    it) runs; a SIGKILL then charges both (attempts 1; the first runs again: the duplicate a started
-    frame may cost) and frees the two never started (attempts 0)."""
+    it) runs; a SIGKILL then charges the second alone (attempts 1); the first goes back free and runs
+    again (the duplicate a finished, unsettled frame may cost), the two never started go back free."""
     _pause(redis_url)
     sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "prefetch": 4}})
     procs.wait_registered(sup, 1, redis_client)
@@ -120,8 +120,25 @@ def test_sigkill_charges_a_finished_unsettled_message_too_and_it_alone_runs_twic
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: len(sup.events("done")) == 5, timeout_s=15)
     after = sorted(sup.events("done"), key=lambda e: e["t"])[1:]
-    assert [(e["id"], e["attempts"]) for e in after] == [(ids[0], 1), (ids[1], 1), (ids[2], 0), (ids[3], 0)]
+    assert [(e["id"], e["attempts"]) for e in after] == [(ids[0], 0), (ids[1], 1), (ids[2], 0), (ids[3], 0)]
     assert redis_client.llen(K.dead) == 0 and redis_client.llen(K.pending) == 0
+
+
+def test_a_poison_message_that_ends_its_process_never_costs_its_batch_neighbours_an_attempt(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
+    """prefetch 8, retry_threshold 1: a message that ends its process whenever it runs, taken behind 5
+    good ones that return first, is dead-lettered after its 2 deliveries; the 5 (handled again after
+    each death) and the 2 never started are never charged: none of them is dead-lettered."""
+    _pause(redis_url)
+    sup = supervise({"q": {"handler": "tests.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
+    procs.wait_registered(sup, 1, redis_client)
+    ids = _burst(redis_url, [{"n": i} for i in range(5)] + [{"n": 5, "kind": "exit"}] + [{"n": 6}, {"n": 7}])
+    wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=30)
+    [dead] = [message.DeadLetter(f) for f in redis_client.lrange(K.dead, 0, -1)]
+    assert dead.message() is not None and dead.message().id == ids[5]  # type: ignore[union-attr]
+    good = set(ids) - {ids[5]}
+    wait_for(lambda: good <= {e["id"] for e in sup.events("done")}, timeout_s=15)
+    assert all(e["attempts"] == 0 for e in sup.events("done"))
 
 
 @pytest.mark.parametrize("how", ["sigterm", "roll"])

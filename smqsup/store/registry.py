@@ -91,16 +91,17 @@ class Registry:
     # --- reclaim -------------------------------------------------------------------
 
     def reclaim_dead(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
-                     started: Optional[int] = None) -> scripts.ReclaimResult:
+                     started: Optional[int] = None, returned: int = 0) -> scripts.ReclaimResult:
         """Return a dead consumer's list to the queue, each message costing an
         attempt (dead-lettered past ``retry_threshold``): all of them, or with
         ``started`` (what its slot said) only the oldest ``started``, the
-        rest never having reached a handler; unregister the consumer
+        rest never having reached a handler, and of those not the oldest
+        ``returned``, whose handlers ran to the end; unregister the consumer
         (registry, heartbeat, dated in retired) once its list is empty."""
         link = self._link
         return link.drain(queue, scripts.reclaim(link.keys(queue), consumer_id, costs_attempt=True,
                                                  retry_threshold=retry_threshold, reason=reason,
-                                                 batch=link.reclaim_batch, started=started))
+                                                 batch=link.reclaim_batch, started=started, returned=returned))
 
     def reclaim_stale(self, queue: str, consumer_id: str, *, retry_threshold: int, reason: str,
                       stale_after_ms: int, lock: Optional[scripts.Lock] = None) -> scripts.ReclaimResult:

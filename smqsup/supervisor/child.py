@@ -221,12 +221,13 @@ class _SlotReport:
             return
         st = consumer.stats
         in_flight, since_us = consumer.flight()
+        started, returned = consumer.started()
         if starting:
             in_flight += 1
-            self.spec.slots.set_busy(self.spec.slot, st.received, in_flight, since_us, consumer.started() + 1)
+            self.spec.slots.set_busy(self.spec.slot, st.received, in_flight, since_us, started + 1, returned)
         else:
             self.spec.slots.set_idle(self.spec.slot, st.received, st.acked, st.retried, st.dead_lettered,
-                                     st.late_acks, int(st.busy_s * 1e6), in_flight, since_us, consumer.started())
+                                     st.late_acks, int(st.busy_s * 1e6), in_flight, since_us, started, returned)
         self._in_flight = in_flight
         now = time.monotonic()
         if now >= self._next_title:

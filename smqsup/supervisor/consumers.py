@@ -193,7 +193,7 @@ class Consumers:
         cause = describe_status(status)
         self._record_exit(c, cause)
         costs = decide.costs_attempt(c)
-        started = view.started  # what it took and never started goes back free
+        started = (view.started, view.returned)  # what it never started, or saw return, goes back free
         if c.stop_reason is StopReason.TIMEOUT:
             limit = q.config.message_timeout_s if q else 0
             self._reclaim(c, costs, f"timeout after {limit:g} s", threshold, started)
@@ -212,12 +212,16 @@ class Consumers:
         if q is not None and q.removed and not self.of(c.queue):
             del self.queues[c.queue]
 
-    def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int, started: int) -> Optional[int]:
+    def _reclaim(self, c: Child, costs: bool, reason: str, threshold: int,
+                 started: tuple[int, int]) -> Optional[int]:
         """Return the child's lists, in every partition of its queue; how many
         messages moved (None if a reclaim was postponed). Costly, only the
-        ``started`` oldest frames of a list cost an attempt."""
+        oldest frames of a list its slot said started (``started``: that
+        many, and of them the oldest that many returned, which go free) cost
+        an attempt."""
         kind = Kind.DEAD if costs else Kind.STOPPED
-        moved = [self.reclaims.run(Reclaim(kind, p, c.consumer_id, reason, threshold, started=started))
+        moved = [self.reclaims.run(Reclaim(kind, p, c.consumer_id, reason, threshold, started=started[0],
+                                           returned=started[1]))
                  for p in self.partitions(c.queue)]
         return None if None in moved else sum(m or 0 for m in moved)
 

@@ -37,11 +37,12 @@ class Reclaim:
     stale_after_ms: int = 0  # ORPHAN only
     #: DEAD only: the frames its slot said it had started (None: all cost).
     started: Optional[int] = None
+    returned: int = 0  # DEAD only: the oldest of those, ended by their handler returning: free
 
     def run(self, broker: Broker) -> ReclaimResult:
         if self.kind is Kind.DEAD:
             return broker.registry.reclaim_dead(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,
-                                                reason=self.reason, started=self.started)
+                                                reason=self.reason, started=self.started, returned=self.returned)
         if self.kind is Kind.STOPPED:
             return broker.messages.return_stopped(self.queue, self.consumer_id, reason=self.reason)
         return broker.registry.reclaim_stale(self.queue, self.consumer_id, retry_threshold=self.retry_threshold,

@@ -18,14 +18,12 @@ once, one at a time being its degenerate case.
 
 The loop is ``_turn``, the same at any concurrency; the runner drives it and
 waits between two turns. Inline, the handler runs on this thread before the
-next round trip, so a busy queue costs one round trip per message (the ack
-takes the next frame) and no thread, task or timer; with ``prefetch`` N, one
-per N messages (the frames taken together run one after another, and their
-settles go with the next take, within SETTLE_WITHIN_S of the first end, at
-once when nothing waits). With concurrency N an event loop waits for
-handlers running as tasks or on threads, and one round trip settles every
-message that ended meanwhile. No fork and no signals here: the supervisor's
-child or ``smqsup consume`` calls ``request_stop()``.
+next round trip: a busy queue costs one round trip per message (the ack
+takes the next frame), one per N with ``prefetch`` N (settled with the next
+take, within SETTLE_WITHIN_S of the first end), and no thread, task or
+timer. With concurrency N an event loop waits for handlers running as tasks
+or on threads; one round trip settles every message that ended meanwhile.
+No fork, no signals: the child or ``smqsup consume`` calls ``request_stop()``.
 
 Every message in hand sits in this consumer's own processing list from its
 take to its ack or nack (LREM by its exact bytes), so a SIGKILL returns all of
@@ -100,6 +98,7 @@ class Consumer:
         self._unsettled_left = False  # stopped with outcomes Redis never took: the list is left for reclaim
         self._finished = self.settler.finished  # (one list for the consumer's life)
         self._each_end = None if self.runner.inline else on_busy  # told of each end (not inline: of each settle)
+        self._returned = 0  # inline: the finished attempts, from the first, whose handler returned
         self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.judge, self.in_hand,
                                self.settler, self.runner, on_busy)
 
@@ -128,9 +127,10 @@ class Consumer:
         """Messages this consumer runs at once (1: one after another)."""
         return self.runner.size
 
-    def started(self) -> int:
-        """Frames of our list started and not settled: its oldest (Starter)."""
-        return len(self.in_hand.running) + len(self.settler.finished)
+    def started(self) -> tuple[int, int]:
+        """Frames of our list started and not settled (its oldest: Starter),
+        and of those the oldest whose handlers returned (inline only)."""
+        return len(self.in_hand.running) + len(self.settler.finished), self._returned
 
     @property
     def busy(self) -> bool:
@@ -151,15 +151,13 @@ class Consumer:
         self.runner.wake()
 
     def identity_lost(self, consumer_id: str) -> None:
-        """The collector declared ``consumer_id`` dead (a heartbeat said so).
-        Thread-safe: sets a flag the loop reads, and wakes it."""
+        """The collector declared ``consumer_id`` dead (a heartbeat said so); thread-safe."""
         if consumer_id == self.identity.consumer_id:
             self.identity.lost = True
             self.runner.wake()
 
     def start(self) -> None:
-        """Register in the queue's consumer registry, waiting for Redis as long
-        as it takes (or until a stop is requested). run() calls it if needed."""
+        """Register, waiting for Redis as long as it takes (or a stop); run() calls it if needed."""
         if not self.identity.registered:
             self.registration.enter()
 
@@ -219,6 +217,7 @@ class Consumer:
             try:  # the one round trip
                 frames = settler.exchange(self._room(taking), poll or self.starter.look_due(now), give_back)
             finally:
+                self._returned = 0  # (settled, or unknown after a failure: counted as not returned)
                 if settles and self._on_busy is not None:
                     self._on_busy(False)
             self.starter.accept(frames, self._taking)
@@ -287,6 +286,8 @@ class Consumer:
         del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)
+        if att.outcome is OK and self._returned == len(self._finished) and self._each_end is None:
+            self._returned += 1  # inline: finished in take order, so these are our list's oldest
         self._finished.append(att)
         if self._each_end is not None:
             # The supervisor's stuck-loop clock hears each end now, even when

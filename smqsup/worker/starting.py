@@ -66,6 +66,10 @@ class Starter:
             return
         in_hand = self.in_hand
         waiting = in_hand.waiting
+        # Whatever brought them (a script, or BLMOVE and its flag read after
+        # the move) said the paused flag just now: no look is due before
+        # they start, even after a long wait in BLMOVE.
+        self.settler.looked_at = time.monotonic()
         # Those that start now, first in line, were screened by the take that brought them.
         self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_hand.running)))
         if any(map(_WAIT, frames)):

@@ -19,6 +19,9 @@
 --          started, as its supervisor last read it: only that many, at the
 --          list's right end, cost an attempt; the rest (prefetched, never
 --          started) go back free. "-1" or absent: every frame costs
+-- ARGV[7]  (optional, with ARGV[6]) of those, how many at the right end
+--          ended by their handler returning: they go back free too (handled
+--          again, never charged for a death that came after them)
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
 -- again. Once KEYS[1] is empty the consumer leaves KEYS[5] and KEYS[6] and is
@@ -32,6 +35,7 @@ local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 local started = tonumber(ARGV[6] or '-1')
 if not started or started < 0 then started = nil end
+local returned = started and math.max(0, math.min(tonumber(ARGV[7] or '0') or 0, started)) or 0
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
@@ -42,6 +46,6 @@ local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'lis
 if refused then return refused end
 local at_ms = now_ms()
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, costs, threshold,
-                                                       meta, limit, at_ms, started)
+                                                       meta, limit, at_ms, started, returned)
 if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
 return {requeued, dead_lettered, remaining}

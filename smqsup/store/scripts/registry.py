@@ -46,15 +46,16 @@ def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
 
 
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
-            batch: int, started: Optional[int] = None) -> Call[ReclaimResult]:
+            batch: int, started: Optional[int] = None, returned: int = 0) -> Call[ReclaimResult]:
     """Return up to ``batch`` messages of a consumer that is gone to the
     queue (each one costing an attempt when ``costs_attempt``; with
     ``started``, only the oldest ``started`` of them: those the consumer had
-    started, the rest go back free); unregister it once its list is empty.
+    started, the rest go back free, as do the oldest ``returned`` of those,
+    whose handlers returned); unregister it once its list is empty.
     ``reason`` goes with any dead letter."""
     return Call(_RECLAIM, _reclaim_keys(keys, consumer_id),
                 (int(costs_attempt), retry_threshold, meta_json(reason, consumer=consumer_id), batch, consumer_id,
-                 -1 if started is None else max(0, started)), _reclaim_result)
+                 -1 if started is None else max(0, started), max(0, returned)), _reclaim_result)
 
 
 def reclaim_stale(keys: QueueKeys, consumer_id: str, *, retry_threshold: int, reason: str, batch: int,

@@ -1,6 +1,6 @@
 --- @include "attempts"
 --- @include "dead_letter"
--- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started):
+-- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned):
 -- return up to ``limit`` frames of a consumer's processing list to its queue.
 --
 -- list      the consumer's processing list
@@ -17,6 +17,8 @@
 --           frames at the list's right end (its oldest: those its consumer
 --           had started, which it starts in the order it took them) cost,
 --           the others (taken, never started) go back free
+-- returned  with ``started``: the first that many of those, from the right
+--           end, go back free too (their handlers returned); nil: none
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not.
@@ -26,7 +28,7 @@
 -- The caller has checked the types of list, pending and dead (wrong_type):
 -- a frame popped is always pushed somewhere. Counters use redis.pcall: a
 -- counters hash that holds garbage costs its statistics, never a message.
-local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started)
+local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned)
   local requeued, dead_lettered = 0, 0
   local left = started and redis.call('LLEN', list)  -- frames from the right end to the next popped
   for _ = 1, limit do
@@ -34,7 +36,7 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
     if not frame then break end
     local attempts, sep = attempts_of(frame)
     local to_dead = attempts == nil
-    local cost = costs and (not started or left <= started)
+    local cost = costs and (not started or (left <= started and left > (returned or 0)))
     if left then left = left - 1 end
     if attempts ~= nil and cost then
       attempts, frame = add_attempt(frame, attempts, sep)
