@@ -195,9 +195,8 @@ class Consumer:
         return room if room > 0 else 0
 
     def _turn(self) -> Optional[float]:
-        """One turn: what became due, then one round trip that records every
-        finished outcome and takes what there is room for, then start what
-        came; how long the runner may then wait (s), or None once done."""
+        """One turn: what became due, one round trip (every finished outcome recorded, room
+        taken), what came started; how long the runner may then wait (s), None once done."""
         try:
             settler, in_hand, f = self.settler, self.in_hand, self.fetcher
             taking = self._taking()
@@ -214,6 +213,8 @@ class Consumer:
             settles = bool(settler.finished)
             now = time.monotonic()
             poll = f.paused and taking and not settles and self._fetching is None and f.poll_due(now)
+            if settles and self.starter.prefetching and self._on_busy is not None:
+                self._on_busy(False)  # the slot says which ended before the batch's reply could land
             try:  # the one round trip
                 frames = settler.exchange(self._room(taking), poll or self.starter.look_due(now), give_back)
             finally:
@@ -232,8 +233,7 @@ class Consumer:
             return self._failed(exc)
 
     def _collect(self) -> None:
-        """What became due since the last turn: the blocking fetch's frame,
-        booked starts, the rate limit's next look, handlers past message_timeout."""
+        """What came due: the blocking fetch's frame, booked starts, a rate look, deadlines."""
         if self._fetching is not None and self._fetching.done():
             self._fetch_done()
         if self.in_hand.booked:
