@@ -4,8 +4,10 @@
 appendfsync always) SIGKILLed and restarted, all while messages flow.
 Afterwards every published message must have been handled (or dead-lettered,
 which counts as accounted for) and duplicates must not exceed
-``duplicate_bound``: per kill, the frames one consumer can have started and
-not yet settled (concurrency + prefetch - 1; 1 with the defaults).
+``duplicate_bound``: per chaos kill, the frames one consumer can have
+started and not yet settled (concurrency + prefetch - 1; 1 with the
+defaults), and per death of a poison message (it ends its process, or is
+killed hanging) those frames but itself.
 
 With ``poison`` a share of the messages is poison (a handler that raises,
 one that ends its process mid-message, one that hangs past
@@ -63,15 +65,26 @@ class ChaosResult:
     #: killed: its running ones plus the rest of its last take
     #: (concurrency + prefetch - 1); each may be delivered again.
     in_flight: int = 1
+    #: Deliveries of each poison message that ends its process ("exit") or
+    #: hangs past message_timeout ("hang"): a death each.
+    deaths: dict[str, int] = field(default_factory=dict)
 
     @property
     def kills(self) -> int:
         return self.consumer_kills + self.supervisor_kills * 4 + self.redis_kills
 
     @property
+    def poison_deaths(self) -> int:
+        """Deliveries of the poison messages that end their process or hang
+        until it is killed: a consumer's death each."""
+        return sum(self.deaths.values())
+
+    @property
     def duplicate_bound(self) -> int:
-        """Most duplicates the run may show: ``in_flight`` per kill."""
-        return self.kills * self.in_flight
+        """Most duplicates the run may show: ``in_flight`` per kill, and per
+        poison death the others its consumer held (``in_flight - 1``: the
+        poison itself is no duplicate; 0 with the defaults)."""
+        return self.kills * self.in_flight + self.poison_deaths * (self.in_flight - 1)
 
 
 def _start_supervisor(cfg: Path, out: Path, n: int) -> subprocess.Popen[bytes]:
@@ -213,6 +226,7 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     result.poison = Counter(kinds.values())
     result.poison_dead = len(dead_ids & set(kinds))
     result.poison_deliveries = Counter(seen[mid] for mid in kinds)
+    result.deaths = {mid: seen[mid] for mid, kind in kinds.items() if kind in ("exit", "hang")}
     limit = _rate_per_s(queue.get("rate_limit"))
     result.time_bound_s = time_bound_s(result, messages, min(rate, limit) if limit else rate, consumers)
     return result
@@ -275,7 +289,7 @@ def report(r: ChaosResult) -> dict[str, Any]:
     out = {"published": r.published, "uncertain": r.uncertain, "handled": r.handled_ids, "dead_lettered": r.dead,
            "lost": len(r.lost), "duplicates": r.duplicates, "consumer_kills": r.consumer_kills,
            "supervisor_kills": r.supervisor_kills, "redis_kills": r.redis_kills, "seconds": round(r.seconds, 1),
-           "duplicate_bound": r.duplicate_bound}
+           "duplicate_bound": r.duplicate_bound, "poison_deaths": r.poison_deaths}
     if r.poison:
         out.update(poison=dict(r.poison), poison_dead=r.poison_dead, good_dead=r.good_dead,
                    poison_deliveries=dict(sorted(r.poison_deliveries.items())),

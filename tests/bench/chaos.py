@@ -8,7 +8,8 @@ and redis-server (AOF, appendfsync always) is killed and restarted.
 Prints what was published, handled, dead-lettered, lost (must be 0) and
 duplicated, and how many of each kill happened. Duplicates must not exceed
 kills x (concurrency + prefetch - 1): the frames a consumer can have started
-and not yet settled when it is killed (with the defaults, 1 per kill).
+and not yet settled when it is killed (with the defaults, 1 per kill), plus,
+per death of a poison message, those frames but the poison itself.
 With --poison, 1 % of the messages raise, 0.5 % end their process and 0.5 %
 hang past message_timeout: each must be dead-lettered after retry_threshold
 + 1 deliveries, and the run must end within a bound computed from the work.
@@ -53,9 +54,10 @@ def parse_args() -> argparse.Namespace:
 def verdict(r: ChaosResult, args: argparse.Namespace) -> bool:
     """Print the run's figures against their targets; whether it passed."""
     ok = not r.lost and r.duplicates <= r.duplicate_bound
-    print(f"lost {len(r.lost)} of {r.published} (target 0); duplicates {r.duplicates} for {r.kills} kills "
-          f"(target <= {r.duplicate_bound}: {r.kills} kills x {r.in_flight} = concurrency {args.concurrency} "
-          f"+ prefetch {args.prefetch} - 1 per kill)")
+    print(f"lost {len(r.lost)} of {r.published} (target 0); duplicates {r.duplicates} for {r.kills} kills and "
+          f"{r.poison_deaths} poison deaths (target <= {r.duplicate_bound}: {r.in_flight} = concurrency "
+          f"{args.concurrency} + prefetch {args.prefetch} - 1 per kill, {r.in_flight - 1} per poison death); "
+          f"good messages dead-lettered: {r.good_dead}")
     if args.poison:
         poison = sum(r.poison.values())
         bounded = r.poison_dead == poison and max(r.poison_deliveries, default=0) <= POISON_THRESHOLD + 1
