@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -139,6 +140,25 @@ def test_a_poison_message_that_ends_its_process_never_costs_its_batch_neighbours
     good = set(ids) - {ids[5]}
     wait_for(lambda: good <= {e["id"] for e in sup.events("done")}, timeout_s=15)
     assert all(e["attempts"] == 0 for e in sup.events("done"))
+    # Its second delivery (attempts 1: it may kill again) waits for the 5 to be settled: they run twice, not 3 times.
+    assert max(Counter(e["id"] for e in sup.events("done")).values()) <= 2
+
+
+def test_a_failed_attempt_is_recorded_before_the_next_starts_so_a_later_death_never_charges_those_after_it(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
+    """prefetch 8, retry_threshold 1: a message that raises, then two good ones, then one that ends its
+    process: the raise's retry is settled before the next starts, so the death charges only the message
+    that died; the good ones after the raise go back free and are never dead-lettered."""
+    _pause(redis_url)
+    sup = supervise({"q": {"handler": "tests.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
+    procs.wait_registered(sup, 1, redis_client)
+    ids = _burst(redis_url, [{"n": 0}, {"n": 1, "kind": "raise"}, {"n": 2}, {"n": 3}, {"n": 4, "kind": "exit"}])
+    wait_for(lambda: redis_client.llen(K.dead) == 2, timeout_s=30)
+    dead = {message.DeadLetter(f).message().id for f in redis_client.lrange(K.dead, 0, -1)}  # type: ignore[union-attr]
+    assert dead == {ids[1], ids[4]}
+    wait_for(lambda: {ids[0], ids[2], ids[3]} <= {e["id"] for e in sup.events("done")}, timeout_s=15)
+    assert all(e["attempts"] == 0 for e in sup.events("done"))
+    assert sorted(e["attempts"] for e in sup.events("attempt") if e["id"] == ids[1]) == [0, 1]
 
 
 @pytest.mark.parametrize("how", ["sigterm", "roll"])

@@ -24,12 +24,22 @@ from smqsup.worker.fetching import Fetcher, Taken
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
 from smqsup.worker.partitions import ROTATE_EVERY
-from smqsup.worker.records import Attempt, BusyHook, ConsumerStats, Identity
+from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Identity
 from smqsup.worker.runners import InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
 
 #: A Taken's frame and its wait, read in C over a batch.
 _FRAME, _WAIT = operator.itemgetter(0), operator.itemgetter(1)
+
+
+def _settle_first(finished: list[Attempt], frame: bytes) -> bool:
+    """Inline, whether the outcomes drawn must be recorded before ``frame``
+    starts: the last one failed (an attempt its reclaim must charge, so
+    nothing may end after it unsettled), or ``frame`` was charged an attempt
+    before (its attempts prefix is not "0": it may be what killed a consumer;
+    were it to kill ours, the messages handled before it would be handled
+    again with it, each time it is delivered)."""
+    return finished[-1].outcome is not OK or frame[:1] != b"0"
 
 
 class Starter:
@@ -106,7 +116,8 @@ class Starter:
         look_ns, inline = int((self.settler.looked_at + self._look_s) * 1e9), self.runner.inline
         while waiting:
             now_ns = clock()
-            due = (finished and now_ns // 1000 - finished[0].since_us > settle_us) or now_ns > look_ns
+            due = (finished and (now_ns // 1000 - finished[0].since_us > settle_us
+                                 or (inline and _settle_first(finished, waiting[0])))) or now_ns > look_ns
             # A free slot takes its frame first; inline (the slot is this
             # thread) a due settle or look goes first.
             if len(running) >= size or (due and inline):
