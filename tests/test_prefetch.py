@@ -161,6 +161,22 @@ def test_a_failed_attempt_is_recorded_before_the_next_starts_so_a_later_death_ne
     assert sorted(e["attempts"] for e in sup.events("attempt") if e["id"] == ids[1]) == [0, 1]
 
 
+@pytest.mark.parametrize(("consumers", "ready", "taken"), [(1, 6, 6), (2, 6, 3), (3, 7, 3), (4, 2, 1), (2, 80, 32)])
+def test_a_take_takes_at_most_its_share_of_what_is_ready(redis_client: redis.Redis, consumers: int, ready: int,
+                                                         taken: int) -> None:
+    """take.lua asked for 32 takes its share of the ready frames, rounded up, among the consumers
+    registered: a short queue is spread over them (none idle while one holds the rest), a backlog
+    goes in full batches."""
+    for i in range(consumers):
+        redis_client.hset(K.consumers, f"c{i}", "{}")
+    redis_client.lpush(K.pending, *[message.frame(message.encode_payload("q", i, message_id=f"m{i}",
+                                                                          max_size_bytes=1024)[1])
+                                    for i in range(ready)])
+    took = scripts.take(K, "c0", 32).run(redis_client)
+    assert [message.decode(f).id for f in took.frames] == [f"m{i}" for i in range(taken)]
+    assert redis_client.llen(K.processing("c0")) == taken and redis_client.llen(K.pending) == ready - taken
+
+
 @pytest.mark.parametrize("how", ["sigterm", "roll"])
 def test_a_stop_gives_the_frames_never_started_back_free_at_once_while_the_running_finish(
         how: str, supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:

@@ -127,7 +127,9 @@ def take(keys: QueueKeys, consumer_id: str, count: int = 1, rate: Rate = NO_RATE
     queue's counters), then take up to ``count`` ready frames (0 to
     TAKE_MAX; 0: only look at the registration and the paused flag) into
     the consumer's list without blocking, in the order they must be
-    handled (each start booked under the queue's ``rate`` limit)."""
+    handled (each start booked under the queue's ``rate`` limit); never
+    more than its share of the ready frames, rounded up, among the
+    consumers registered on the queue."""
     return Call(_TAKE, _fetch_keys(keys, consumer_id),
                 (consumer_id, max(0, min(count, TAKE_MAX)), *rate, int(count_acks), *acks), _take_result)
 

@@ -17,7 +17,8 @@
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
---          the consumer is registered and the queue paused)
+--          the consumer is registered and the queue paused); it takes at
+--          most its share of the ready frames: ceil(ready / consumers in KEYS[4])
 -- ARGV[3]  the queue's rate limit: µs between handler starts across the
 --          whole queue, "0" for none
 -- ARGV[4]  its burst (>= 1)
@@ -106,6 +107,13 @@ if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked',
 if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
 local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
 local reply = {registered, paused, nxt and 0 or wait, late}
+if nxt and most > 1 then
+  -- At most its share of what is ready (rounded up): a short queue is
+  -- spread over the queue's consumers, none left idle while one holds the
+  -- rest; a backlog goes in full batches.
+  local ready = redis.call('LLEN', q.pending) + redis.call('ZCARD', q.priority) + 1
+  most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
+end
 if nxt and most > 1 and not q.rate and redis.call('EXISTS', q.priority) == 0 then
   reply[5], reply[6] = nxt, wait
   take_plain(reply, most - 1)
