@@ -211,6 +211,8 @@ def split_frame(data: bytes) -> tuple[int, bytes]:
 
 def has_expiry(data: bytes) -> bool:
     """Whether a frame's head carries an expiry (cheap: no payload is read)."""
+    if data[1:2] == _SEP:  # "N|": a plain frame, the usual one
+        return False
     colon = data.find(b":", 0, _HEAD_MAX)
     if colon < 0 or 0 <= data.find(_SEP, 0, colon) < colon:  # no head with options: "A|"
         return False

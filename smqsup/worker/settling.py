@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import logging
 import operator
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +39,6 @@ class Settler:
         self.fetcher = fetcher
         self.finished: list[Attempt] = []
         self._counted = broker.stats  # whether ack.lua counts in the queue counters (fixed per broker)
-        self.looked_at = 0.0  # monotonic: the last round trip, whose scripts said the paused flag
 
     def exchange(self, room: int, poll: bool = False, give_back: Sequence[bytes] = ()) -> list[Taken]:
         """Record every finished outcome, give back ``give_back`` (frames
@@ -48,7 +46,6 @@ class Settler:
         the frames taken. ``poll``: a look is due (the paused queue's, or
         one while frames wait to start): a script says the paused flag even
         with nothing to settle or take."""
-        self.looked_at = time.monotonic()
         finished = self.finished
         if acks := self._batched(room):
             return self._batch(room, poll, give_back, acks)
@@ -56,7 +53,7 @@ class Settler:
         # The first ``fetching`` settles each take a successor (fetch_next).
         fetching = 0 if f.paused or room <= 0 else min(room, len(finished))
         keys, cid = f.keys, self.identity.consumer_id
-        calls: list[scripts.Call[Any]] = [scripts.give_back(keys, cid, give_back)] if give_back else []
+        calls = _opening(keys, cid, give_back)
         given = len(calls)
         calls += [self._settle(keys, cid, att, i < fetching) for i, att in enumerate(finished)]
         # Fill the rest while the queue had work (the last fetch came back
@@ -120,7 +117,7 @@ class Settler:
         else:
             acks = [att.frame for att in finished if att.outcome is OK]
             nacks = [att for att in finished if att.outcome is not OK]
-        calls: list[scripts.Call[Any]] = [scripts.give_back(keys, cid, give_back)] if give_back else []
+        calls = _opening(keys, cid, give_back)
         given = len(calls)
         calls += [self._nack(keys, cid, att.frame, att.outcome, False) for att in nacks if att.outcome is not None]
         # As each ack would take a successor (fetch_next), the batch's take
@@ -219,3 +216,8 @@ class Settler:
         self.stats.late_acks += 1
         log.warning("queue %s: late ack of message %s by consumer %s: it had been reclaimed; no-op",
                     self.fetcher.name, message.peek_id(frame), self.identity.consumer_id)
+
+
+def _opening(keys: QueueKeys, cid: str, give_back: Sequence[bytes]) -> list[scripts.Call[Any]]:
+    """A round trip's first call: the frames given back (never started, free), if any."""
+    return [scripts.give_back(keys, cid, give_back)] if give_back else []

@@ -64,6 +64,7 @@ class Starter:
         self._settle_us = int(defaults.SETTLE_WITHIN_S * 1e6)
         self._look_s = defaults.PAUSED_POLL_S / 2  # while frames wait: how often a script says the paused flag
         self._fresh = 0  # waiting frames at the front that the take just screened (ttl, paused)
+        self.looked_at = 0.0  # monotonic: when a script (or BLMOVE's flag read) last said the paused flag
 
     # --- frames taken -----------------------------------------------------------
 
@@ -79,7 +80,7 @@ class Starter:
         # Whatever brought them (a script, or BLMOVE and its flag read after
         # the move) said the paused flag just now: no look is due before
         # they start, even after a long wait in BLMOVE.
-        self.settler.looked_at = time.monotonic()
+        self.looked_at = time.monotonic()
         # Those that start now, first in line, were screened by the take that brought them.
         self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_hand.running)))
         if any(map(_WAIT, frames)):
@@ -113,7 +114,7 @@ class Starter:
         in_hand, finished, size, f, identity = self.in_hand, self.settler.finished, self.runner.size, \
             self.fetcher, self.identity
         waiting, running, clock, settle_us = in_hand.waiting, in_hand.running, time.monotonic_ns, self._settle_us
-        look_ns, inline = int((self.settler.looked_at + self._look_s) * 1e9), self.runner.inline
+        look_ns, inline = int((self.looked_at + self._look_s) * 1e9), self.runner.inline
         while waiting:
             now_ns = clock()
             due = (finished and (now_ns // 1000 - finished[0].since_us > settle_us
@@ -127,7 +128,7 @@ class Starter:
             frame = waiting.popleft()
             if self._fresh:
                 self._fresh -= 1
-            elif frame[1:2] != b"|" and message.has_expiry(frame) and f.screen(frame) is None:
+            elif message.has_expiry(frame) and f.screen(frame) is None:
                 continue  # its ttl passed while it waited (or the queue turned out paused): not started
             self.launch(frame)
         return False
@@ -157,13 +158,13 @@ class Starter:
 
     def look_due(self, now: float) -> bool:
         """Frames wait, and no script has said the paused flag for a while."""
-        return bool(self.in_hand.waiting) and now >= self.settler.looked_at + self._look_s
+        return bool(self.in_hand.waiting) and now >= self.looked_at + self._look_s
 
     def next_due(self) -> Optional[float]:
         """While frames wait: when (monotonic) the next look or settle is due."""
         if not self.in_hand.waiting:
             return None
-        due = self.settler.looked_at + self._look_s
+        due = self.looked_at + self._look_s
         finished = self.settler.finished
         if finished:
             due = min(due, (finished[0].since_us + self._settle_us) / 1e6)
