@@ -63,13 +63,22 @@ class Messages:
                       [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
 
     def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
-        """push() of one chunk and nothing else: one script call on the held connection."""
+        """push() of one chunk and nothing else, on the held connection: one
+        LPUSH (the move, atomic by itself) and, with statistics on, the
+        count pipelined behind it in the same write. Not publish.lua: a
+        script call costs Redis several times an LPUSH (12.6 against 1.6 µs
+        measured), and a message waits behind it. Only the count can come out
+        wrong (Redis gone between the two commands, a key of the wrong
+        type), never the message."""
         link = self._link
+        k = link.keys(queue)
+        commands: list[tuple[Any, ...]] = [("LPUSH", k.pending, *frames)]
+        if link.stats:
+            commands.append(("HINCRBY", k.counters, "published", len(frames)))
         with wrapped(f"publish to {queue!r}"):
-            try:
-                scripts.publish(link.keys(queue), frames, link.stats).run(link.hot)
-            except rexc.ResponseError as exc:  # refused before it wrote anything
-                raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(frames)) from exc
+            pushed = link.hot.execute_many(*commands, raise_error=False)[0]
+            if isinstance(pushed, rexc.ResponseError):  # refused: LPUSH wrote nothing
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {pushed}", [False] * len(frames))
             link.replicated(queue, None)
 
     def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
