@@ -136,6 +136,24 @@ def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_fetches_nothing(
     assert redis_client.type(Q.pending) != b"list"
 
 
+def test_a_single_publish_into_a_pending_of_the_wrong_type_is_refused_and_a_garbage_counters_hash_costs_only_its_count(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """A publish alone (LPUSH and its count in one write): a pending key that is no list refuses it with
+    WRONGTYPE and keeps its value; a counters key that is no hash still lets the message in, uncounted."""
+    broker = Broker(redis_url, "smq")
+    try:
+        redis_client.set(Q.pending, "junk")
+        with pytest.raises(BrokerError, match="WRONGTYPE"):
+            broker.messages.push("q", [b"0|a"], register=False)
+        assert redis_client.get(Q.pending) == b"junk"
+        redis_client.delete(Q.pending)
+        redis_client.set(Q.counters, "junk")
+        broker.messages.push("q", [b"0|b"], register=False)
+    finally:
+        broker.close()
+    assert redis_client.lrange(Q.pending, 0, -1) == [b"0|b"] and redis_client.get(Q.counters) == b"junk"
+
+
 # --- the collector: one queue's garbage never stops another's -------------------
 
 
