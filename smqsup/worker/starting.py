@@ -32,16 +32,6 @@ from smqsup.worker.settling import Settler
 _FRAME, _WAIT = operator.itemgetter(0), operator.itemgetter(1)
 
 
-def _settle_first(finished: list[Attempt], frame: bytes) -> bool:
-    """Inline, whether the outcomes drawn must be recorded before ``frame``
-    starts: the last one failed (an attempt its reclaim must charge, so
-    nothing may end after it unsettled), or ``frame`` was charged an attempt
-    before (its attempts prefix is not "0": it may be what killed a consumer;
-    were it to kill ours, the messages handled before it would be handled
-    again with it, each time it is delivered)."""
-    return finished[-1].outcome is not OK or frame[:1] != b"0"
-
-
 class Starter:
     """Starts frames. ``capacity``: the frames the consumer may hold,
     ``concurrency + prefetch - 1`` (its running ones and the rest waiting in
@@ -117,8 +107,15 @@ class Starter:
         look_ns, inline = int((self.looked_at + self._look_s) * 1e9), self.runner.inline
         while waiting:
             now_ns = clock()
+            # Inline, the outcomes drawn are recorded before the next frame
+            # starts also when the last one failed (an attempt a reclaim must
+            # charge: nothing may end after it unsettled), or when the next
+            # was charged an attempt before (attempts prefix not "0": it may
+            # be what killed a consumer; were it to kill ours, the messages
+            # handled before it would run again with it at each delivery).
             due = (finished and (now_ns // 1000 - finished[0].since_us > settle_us
-                                 or (inline and _settle_first(finished, waiting[0])))) or now_ns > look_ns
+                                 or (inline and (finished[-1].outcome is not OK or waiting[0][:1] != b"0")))) \
+                or now_ns > look_ns
             # A free slot takes its frame first; inline (the slot is this
             # thread) a due settle or look goes first.
             if len(running) >= size or (due and inline):

@@ -107,14 +107,16 @@ if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked',
 if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
 local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
 local reply = {registered, paused, nxt and 0 or wait, late}
+local prioritised = 0  -- frames in the priority set (read only where it decides something)
 if nxt and most > 1 then
   -- At most its share of what is ready (rounded up): a short queue is
   -- spread over the queue's consumers, none left idle while one holds the
   -- rest; a backlog goes in full batches.
-  local ready = redis.call('LLEN', q.pending) + redis.call('ZCARD', q.priority) + 1
+  prioritised = redis.call('ZCARD', q.priority)
+  local ready = redis.call('LLEN', q.pending) + prioritised + 1
   most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
 end
-if nxt and most > 1 and not q.rate and redis.call('EXISTS', q.priority) == 0 then
+if nxt and most > 1 and not q.rate and prioritised == 0 then
   reply[5], reply[6] = nxt, wait
   take_plain(reply, most - 1)
   return reply
