@@ -136,6 +136,30 @@ def test_an_ack_with_a_pending_of_the_wrong_type_acks_and_fetches_nothing(
     assert redis_client.type(Q.pending) != b"list"
 
 
+@pytest.mark.parametrize("victim", ["processing", "pending", "consumers", "priority"])
+@pytest.mark.parametrize("acks", [0, 1, 3])
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_take_with_a_key_of_the_wrong_type_is_refused_before_it_writes(
+        redis_url: str, redis_client: "redis.Redis", victim: str, acks: int, paused: bool) -> None:
+    """take.lua, its hot path (no flag) and its general one (paused): a list, registry or priority set
+    of the wrong type is a WRONGTYPE error, and neither an ack nor a move has happened."""
+    from smqsup.store import scripts
+
+    Broker(redis_url).registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    if paused:
+        redis_client.set(Q.paused, 1)
+    held = [f"0|h{i}".encode() for i in range(acks)]
+    if held:
+        redis_client.lpush(Q.processing("c1"), *held)
+    redis_client.lpush(Q.pending, b"0|a", b"0|b")
+    key = Q.processing("c1") if victim == "processing" else getattr(Q, victim)
+    _wrong_type(redis_client, key)
+    before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        scripts.take(Q, "c1", 32, acks=tuple(reversed(held))).run(redis_client)
+    assert {k: redis_client.dump(k) for k in redis_client.keys("*")} == before
+
+
 def test_a_single_publish_into_a_pending_of_the_wrong_type_is_refused_and_a_garbage_counters_hash_costs_only_its_count(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """A publish alone (LPUSH and its count in one write): a pending key that is no list refuses it with

@@ -36,7 +36,8 @@
 -- ARGV[7]) of the acked frames that were not in KEYS[1] (late acks: counted
 -- in KEYS[3] "late_acks", nothing else touched).
 -- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
--- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua). A
+-- "WRONGTYPE ..." before anything is written (the hot path's first reads
+-- fail by themselves; elsewhere includes/wrong_type.lua checks). A
 -- dead-letter list of the wrong type matters only to an expired frame: the
 -- script then fails with that frame still in KEYS[1] (the consumer's
 -- recovery finds it there), so consumption of the others goes on meanwhile.
@@ -44,48 +45,83 @@ local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumer
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
---- @include "wrong_type"
---- @include "fetch_next"
-q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
+--- @include "plain"
 
-local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
-                           {q.priority, 'zset'}})
-if refused then return refused end
--- The acks: the frames a consumer finished are, when it started them in
--- the order it took them and they all ended, exactly the oldest of its
--- list (its right end, in ARGV order): one LRANGE proves it, one LTRIM
--- removes them. Otherwise each goes by LREM, from the right end.
-local function ack_all(first)
-  local count = #ARGV - first + 1
+-- The acks (ARGV[7..]), counted in KEYS[3]; returns the late positions.
+-- The frames a consumer finished are, when it started them in the order
+-- it took them and they all ended, exactly the oldest of its list (its
+-- right end, in ARGV order): one LRANGE proves it, one LTRIM removes them.
+-- Otherwise each goes by LREM, from the right end.
+local function ack_all()
+  local count = #ARGV - 6
+  local late, acked = {}, 0
   if count > 1 then
     local tail = redis.call('LRANGE', q.processing, -count, -1)
     local same = #tail == count
     for j = 1, count do
       if not same then break end
-      same = tail[count - j + 1] == ARGV[first + j - 1]
+      same = tail[count - j + 1] == ARGV[6 + j]
     end
     if same then
       redis.call('LTRIM', q.processing, 0, -count - 1)
-      return {}, count
+      acked = count
     end
   end
-  local late, acked = {}, 0
-  for i = first, #ARGV do
-    if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then late[#late + 1] = i - first + 1 else acked = acked + 1 end
+  if acked == 0 then
+    for i = 7, #ARGV do
+      if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then late[#late + 1] = i - 6 else acked = acked + 1 end
+    end
   end
-  return late, acked
+  if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
+  if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
+  return late
 end
 
--- More plain frames in one move (RPOP with a count, one LPUSH: the same
--- order as an LMOVE each), when nothing else decides the order: no rate
--- limit, no priority set. Each frame is in KEYS[1] before anything else
--- is done with it; one whose expiry passed is then dead-lettered and
--- leaves (fetch_next's order: a dead-letter list of the wrong type fails
--- the script with the frame still ours). Appends to ``reply``.
-local function take_plain(reply, count)
-  local frames = redis.call('RPOP', q.pending, count)
-  if not frames then return end
+-- The hot path: a registered consumer, no rate limit, neither a priority
+-- set nor a paused flag. No TYPE check is needed for the contract above:
+-- its reads come before any write and fail by themselves on a key of the
+-- wrong type (HEXISTS the registry, LLEN the pending list, the acks'
+-- LRANGE or LREM, or LLEN, the consumer's list). More frames move in one
+-- go (RPOP with a count, one LPUSH: the same order as an LMOVE each). It
+-- returns before the includes below exist (their functions are made only
+-- when a run reaches them), unless a frame it moved has a head to screen.
+local hot_reply, hot_frames = nil, nil
+if ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
+    and redis.call('EXISTS', q.paused, q.priority) == 0 then
+  local ready = redis.call('LLEN', q.pending)
+  if #ARGV < 7 and most > 0 and ready > 0 then redis.call('LLEN', q.processing) end
+  local reply = {1, 0, 0, ack_all()}
+  if most == 0 or ready == 0 then return reply end
+  -- At most its share of what is ready (rounded up): a short queue is
+  -- spread over the queue's consumers, none left idle while one holds the
+  -- rest; a backlog goes in full batches.
+  if most > 1 and ready > 1 then
+    most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
+  end
+  local frames = redis.call('RPOP', q.pending, math.min(most, ready))
   redis.call('LPUSH', q.processing, unpack(frames))
+  local all_plain = true
+  for _, frame in ipairs(frames) do
+    if not plain(frame) then all_plain = false break end
+  end
+  if all_plain then
+    for _, frame in ipairs(frames) do
+      reply[#reply + 1] = frame
+      reply[#reply + 1] = 0
+    end
+    return reply
+  end
+  hot_reply, hot_frames = reply, frames
+end
+
+--- @include "wrong_type"
+--- @include "fetch_next"
+
+-- Frames moved into KEYS[1], appended to ``reply`` in their order, except
+-- those whose expiry passed: each is dead-lettered then, and leaves
+-- (fetch_next's order: a dead-letter list of the wrong type fails the
+-- script with the frame still ours).
+local function screen_all(reply, frames)
   local at_ms = nil
   for _, frame in ipairs(frames) do
     local expires = not plain(frame) and select(3, head_of(frame))
@@ -100,26 +136,31 @@ local function take_plain(reply, count)
       reply[#reply + 1] = 0
     end
   end
+  return reply
 end
+if hot_frames then return screen_all(hot_reply, hot_frames) end
 
-local late, acked = ack_all(7)
-if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
-if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
+-- Every other case: the registration, the paused flag, a priority set or
+-- a rate limit decide; the keys' types are checked first.
+q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
+local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
+                           {q.priority, 'zset'}})
+if refused then return refused end
+local late = ack_all()
 local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
 local reply = {registered, paused, nxt and 0 or wait, late}
 local prioritised = 0  -- frames in the priority set (read only where it decides something)
 if nxt and most > 1 then
-  -- At most its share of what is ready (rounded up): a short queue is
-  -- spread over the queue's consumers, none left idle while one holds the
-  -- rest; a backlog goes in full batches.
   prioritised = redis.call('ZCARD', q.priority)
   local ready = redis.call('LLEN', q.pending) + prioritised + 1
   most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
 end
 if nxt and most > 1 and not q.rate and prioritised == 0 then
   reply[5], reply[6] = nxt, wait
-  take_plain(reply, most - 1)
-  return reply
+  local frames = redis.call('RPOP', q.pending, most - 1)
+  if not frames then return reply end
+  redis.call('LPUSH', q.processing, unpack(frames))
+  return screen_all(reply, frames)
 end
 -- After the first, the registration and the paused flag cannot change
 -- within this script: without a rate limit to book, each next frame costs
