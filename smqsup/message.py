@@ -116,7 +116,7 @@ def _encode(value: Any, what: str) -> str:
     try:
         # A dict is encoded as it is (a copy per body would tax every publish);
         # only another kind of mapping needs one for the encoder.
-        plain = dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value
+        plain = dict(value) if not isinstance(value, dict) and isinstance(value, Mapping) else value
         text = _ENCODER.encode(plain)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"{what} is not JSON-serialisable ({exc})") from None

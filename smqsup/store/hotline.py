@@ -100,7 +100,10 @@ class HotLine:
                 # now rather than send into it and be left not knowing whether
                 # the command ran.
                 conn.disconnect()
-            conn.connect()
+            if getattr(conn, "_sock", None) is None:
+                # (redis-py's connect() returns at once when connected, through
+                # four calls: skipped. Were ``_sock`` renamed, it runs each time.)
+                conn.connect()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             if conn is not None:
                 conn.disconnect()

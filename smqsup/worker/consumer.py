@@ -16,28 +16,25 @@ once, one at a time being its degenerate case.
     a Redis error ──▶ Recovery: backoff, then our list against what we hold
     declared dead ──▶ stop (a supervisor's child) or Registration.renew
 
-The loop is ``_turn``, the same at any concurrency; the runner drives it and
-waits between two turns. Inline, the handler runs on this thread before the
-next round trip: a busy queue costs one round trip per message (the ack
-takes the next frame), one per N with ``prefetch`` N (settled with the next
-take, within SETTLE_WITHIN_S of the first end), and no thread, task or
-timer. With concurrency N an event loop waits for handlers running as tasks
-or on threads; one round trip settles every message that ended meanwhile.
-No fork, no signals: the child or ``smqsup consume`` calls ``request_stop()``.
+The loop is ``_turn``, the same at any concurrency; the runner drives it and waits between two
+turns. Inline, the handler runs on this thread before the next round trip: a busy queue costs one
+round trip per message (the ack takes the next frame), one per N with ``prefetch`` N (settled with
+the next take, within SETTLE_WITHIN_S of the first end), and no thread, task or timer. With
+concurrency N an event loop waits for handlers running as tasks or on threads; one round trip
+settles every message that ended meanwhile. No fork, no signals: the child or ``smqsup consume``
+calls ``request_stop()``.
 
-Every message in hand sits in this consumer's own processing list from its
-take to its ack or nack (LREM by its exact bytes), so a SIGKILL returns all of
-them (those started costing an attempt), and a late ack is a counted no-op.
-A stop (or ``max_messages``, or an identity declared dead) takes nothing more
-and lets the messages running finish; prefetched frames go back free at once
-(and when the queue is paused), booked ones (the rate limit's) at the end.
+Every message in hand sits in this consumer's own processing list from its take to its ack or nack
+(LREM by its exact bytes), so a SIGKILL returns all of them (those started costing an attempt), and
+a late ack is a counted no-op. A stop (or ``max_messages``, or an identity declared dead) takes
+nothing more and lets the messages running finish; prefetched frames go back free at once (and when
+the queue is paused), booked ones (the rate limit's) at the end.
 
-message_timeout, one rule: a message past it costs one attempt, and whoever
-can stop waiting for its handler does. The runner of tasks and threads can
-(a task is cancelled, a thread left behind and replaced; reason "timeout").
-A handler holding the consumer's own thread cannot be left, inline or when
-it blocks the event loop: the supervisor kills the process then
-(decide.kill_after_s), and each message it had started costs an attempt.
+message_timeout, one rule: a message past it costs one attempt, and whoever can stop waiting for its
+handler does. The runner of tasks and threads can (a task is cancelled, a thread left behind and
+replaced; reason "timeout"). A handler holding the consumer's own thread cannot be left, inline or
+when it blocks the event loop: the supervisor kills the process then (decide.kill_after_s), and each
+message it had started costs an attempt.
 """
 
 from __future__ import annotations
@@ -343,6 +340,8 @@ class Consumer:
         if self._on_idle is not None and not self.in_hand.running:
             self._on_idle()
         self._fetching = self.runner.run_blocking(f.block_call())
+        if self.runner.inline:
+            self._fetch_done()  # it returned: its frame starts now, not a turn later
 
     def _fetch_done(self) -> None:
         """The blocking fetch returned: start its frame, screened when it must
