@@ -28,6 +28,9 @@ taken in one round trip; the raw loop always takes one). The table gives p50,
 p90, p99 and max of both; the last line compares the p99s: "OK" when smqsup's
 at that prefetch is no higher than the raw loop's in the same run, "WORSE"
 otherwise (taking frames ahead must not make a message wait longer to start).
+With more than one round, the p99 ratio of each round's two phases (run back
+to back) is printed too, its median and spread: on a noisy machine many short
+rounds (``--rounds 16``) say more than a few long ones.
 """
 
 from __future__ import annotations
@@ -217,14 +220,23 @@ def run_phases(url: str, client: "redis.Redis[bytes]", args: argparse.Namespace,
     per_phase = [args.messages // args.rounds + (1 if r < args.messages % args.rounds else 0)
                  for r in range(args.rounds)]
     phase = 0
+    ratios: list[float] = []
     for rnd in range(args.rounds):
+        p99: dict[str, float] = {}
         for kind in (("smqsup", "raw") if rnd % 2 == 0 else ("raw", "smqsup")):
             phase += 1
             got = run_phase(kind, url, client, args, phase, out_root, per_phase[rnd])
             samples[kind].extend(got)
             s = summary(got)
+            p99[kind] = s["p99"]
             print(f"  phase {phase}: {kind:6s} p50 {s['p50']:.3f} ms, p99 {s['p99']:.3f} ms, "
                   f"{s['n']} samples", flush=True)
+        ratios.append(p99["smqsup"] / p99["raw"])
+    if len(ratios) > 1:
+        # Each round's two phases ran back to back: their ratio is the least
+        # touched by the machine's drift; its spread says how noisy the run was.
+        print(f"  p99 smqsup/raw per round: median {common.median(ratios):.2f}, "
+              f"from {min(ratios):.2f} to {max(ratios):.2f} ({len(ratios)} rounds)", flush=True)
     return samples
 
 
