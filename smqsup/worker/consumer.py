@@ -352,8 +352,9 @@ class Consumer:
         self.fetcher.checked = False  # a timeout leaves no script's look behind: take.lua looks first
         if frame is None or not self._taking():
             return  # (taken during a stop: it stays in our list, given back free at the end)
-        taken = self.fetcher.fetched(frame, paused)
-        if taken is not None:
+        if self.runner.inline and not paused and self.starter.start_fetched(frame):
+            return
+        if (taken := self.fetcher.fetched(frame, paused)) is not None:
             self.starter.accept([taken], self._taking)
 
     # --- failures, recovery, identity ------------------------------------------

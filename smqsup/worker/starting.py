@@ -84,6 +84,18 @@ class Starter:
         if waiting and taking() and not self.fetcher.paused:
             self.start_waiting()
 
+    def start_fetched(self, frame: bytes) -> bool:
+        """Inline, the frame the blocking fetch just took, the queue not
+        paused (its flag read after the move): started now if it is plain (no
+        expiry to screen) and nothing else is in hand or limits its start,
+        what accept() would do, without the line of waiting frames; whether
+        it was."""
+        if frame[1:2] != b"|" or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
+            return False
+        self.looked_at = time.monotonic()  # (as accept: the fetch read the flag just now)
+        self.launch(frame)
+        return True
+
     def before_exchange(self, taking: bool) -> Optional[list[bytes]]:
         """Before a turn's round trip: start what may start; None if frames
         still wait for a slot and nothing is due (no round trip now); else
