@@ -77,7 +77,7 @@ class EnvelopeWriter:
         self.queue = queue
         self.max_size_bytes = max_size_bytes
         created = round(time.time() if created_at is None else created_at, 6)
-        if not isinstance(headers, (Mapping, type(None))):
+        if headers is not None and not isinstance(headers, Mapping):
             raise MessageError(f"queue {queue!r}: headers must be a mapping, got {type(headers).__name__}")
         head_json = _encode(headers if headers is not None else {}, f"queue {queue!r}: headers")
         try:
@@ -88,17 +88,23 @@ class EnvelopeWriter:
         #: What a body's errors name: formed once per writer, not once per message.
         self._body_what = f"queue {queue!r}: message body"
         self._middle = ',"queue":%s,"body":' % _ENCODER.encode(queue)
+        self._headers_json = head_json
         self._tail = ',"created_at":%r,"headers":%s}' % (created, head_json)
 
-    def payload(self, message_id: str, body: Any, dedup_key: Optional[str] = None) -> bytes:
-        """The payload bytes of one message; MessageError if the body is not
-        JSON-serialisable or the payload exceeds the size limit."""
+    def payload(self, message_id: str, body: Any, dedup_key: Optional[str] = None,
+                created_at: Optional[float] = None) -> bytes:
+        """The payload bytes of one message, created at the writer's time
+        or at ``created_at`` (a writer kept for many single publishes);
+        MessageError if the body is not JSON-serialisable or the payload
+        exceeds the size limit."""
         body_json = _encode(body, self._body_what)
         head = '{"id":' + _ENCODER.encode(message_id)
         if dedup_key is not None:
             head += ',"dedup_key":' + _ENCODER.encode(dedup_key)
+        tail = self._tail if created_at is None else \
+            ',"created_at":%r,"headers":%s}' % (round(created_at, 6), self._headers_json)
         try:
-            payload = (head + self._middle + body_json + self._tail).encode()
+            payload = (head + self._middle + body_json + tail).encode()
         except UnicodeEncodeError:
             raise MessageError(f"queue {self.queue!r}: message body holds a lone surrogate "
                                "(text that is not valid Unicode)") from None

@@ -64,6 +64,28 @@ def test_publish_accepts_nesting_up_to_the_limit(redis_url: str) -> None:
         producer.publish("q", {"text": "[" * 5000})
 
 
+def test_a_single_publish_writes_the_envelope_publish_many_would_and_keeps_bounded_writers(
+        redis_url: str, redis_client: "redis.Redis") -> None:
+    """A single publish without headers (its envelope's fixed parts kept per queue) writes the bytes
+    encode_payload writes, with its own created_at, still refuses an over-size body after a good one,
+    and a producer publishing to ever new queue names keeps at most 1,024 such writers."""
+    with Producer(redis_url, max_message_size=200) as producer:
+        producer.publish("q", {"x": [1, "é"]})
+        producer.publish("q", None)
+        with pytest.raises(MessageError, match="exceeds the limit of 200 bytes"):
+            producer.publish("q", "y" * 300)
+        first, second = reversed(redis_client.lrange(Q.pending, 0, -1))
+        for frame, body in ((first, {"x": [1, "é"]}), (second, None)):
+            msg = message.decode(frame)
+            _, payload = message.encode_payload("q", body, message_id=msg.id, created_at=msg.created_at,
+                                                max_size_bytes=200)
+            assert frame == message.frame(payload)
+        assert message.decode(second).created_at >= message.decode(first).created_at
+        for n in range(1_100):
+            producer.publish(f"q{n}", n)
+        assert len(producer._writers) <= 1_024
+
+
 #: Frames an attacker (or a bug) can LPUSH straight into a pending list.
 HOSTILE_FRAMES = [
     b"0|" + b"[" * 990 + b"1" + b"]" * 990,  # decodes at the top of a stack, not in a consumer

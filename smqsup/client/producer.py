@@ -47,6 +47,9 @@ from smqsup.store.broker import Broker
 
 log = logging.getLogger(__name__)
 
+#: Queues whose single-publish envelope writers a producer keeps at once (then forgets them all).
+_WRITERS_KEPT = 1024
+
 
 def _valid_name(name: object, what: str) -> str:
     """``name`` if it is a valid queue name or namespace; MessageError (one
@@ -148,6 +151,7 @@ class Producer:
         self._registered: set[str] = set()
         #: queue -> the last partition a message without a key went to.
         self._turns: dict[str, int] = {}
+        self._writers: dict[str, message.EnvelopeWriter] = {}
         self._stats = stats
         #: Messages this producer has published (the statistics read it).
         self.published = 0
@@ -194,8 +198,12 @@ class Producer:
         self._check_queue(queue)
         by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
-            mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
-                                                  max_size_bytes=self.max_message_size)
+            if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
+                mid = new_id()
+                payload = self._writer(queue).payload(mid, body, created_at=time.time())
+            else:
+                mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
+                                                      max_size_bytes=self.max_message_size)
             self._send(queue, [message.frame(payload)], [mid], target=self._partition(queue, by, [mid]))
             return mid
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
@@ -290,6 +298,16 @@ class Producer:
             return partition_name(queue, zlib.crc32(key.encode("utf-8")) % n)
         turn = self._turns[queue] = self._turns.get(queue, -1) + 1
         return partition_name(queue, turn % n)
+
+    def _writer(self, queue: str) -> message.EnvelopeWriter:
+        """The envelope writer of single publishes to ``queue`` without
+        headers, kept (for at most _WRITERS_KEPT queues at once)."""
+        writer = self._writers.get(queue)
+        if writer is None:
+            if len(self._writers) >= _WRITERS_KEPT:
+                self._writers.clear()
+            writer = self._writers[queue] = message.EnvelopeWriter(queue, None, self.max_message_size)
+        return writer
 
     def _check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self._registered:
