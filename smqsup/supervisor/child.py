@@ -102,6 +102,23 @@ def _main(spec: ChildSpec) -> int:
 _stop_requested = False
 
 
+def hold_term() -> "set[int | signal.Signals]":
+    """Block SIGTERM in the supervisor just before it forks; the signal mask
+    to restore with release_term() in the parent (and only there).
+
+    Invariant: a child starts with SIGTERM blocked and unblocks it only once
+    its own handler is in place, so a SIGTERM sent to it before that (a stop
+    right after a fork) waits and lands there, never in the handler it
+    inherited (the supervisor's, which records into a copy nobody reads: the
+    child would run on until the supervisor's shutdown_timeout SIGKILLs it)."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def release_term(held: "set[int | signal.Signals]") -> None:
+    """Restore the mask hold_term() returned (parent side, after the fork)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
     """Start clean: default signals, parent-death signal, no systemd vars, new seed."""
     signal.set_wakeup_fd(-1)
@@ -122,6 +139,7 @@ def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
             signal.alarm(_ORPHAN_GRACE_S)  # default SIGALRM action ends the process
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one sent since the fork lands now
     _set_parent_death_signal()
     if os.getppid() != spec.parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
@@ -138,6 +156,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
         for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
                     signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # (held across the fork: hold_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _set_parent_death_signal()
         if os.getppid() != parent_pid:
