@@ -1,5 +1,5 @@
 """A SIGTERM that reaches a freshly forked child before its own handler is in
-place: held across the fork (child.hold_term, as the supervisor forks its
+place: held across the fork (child.fork_holding_term, as the supervisor forks its
 consumers and its web UI), it lands in the child's handler once installed,
 never in the recording handler it inherited from the supervisor."""
 
@@ -40,14 +40,12 @@ def test_a_sigterm_sent_before_a_consumer_installs_its_handler_reaches_that_hand
     previous = signal.signal(signal.SIGTERM, supervisor_handler)
     ready_r, ready_w = os.pipe()
     try:
-        held = child_mod.hold_term()
-        pid = os.fork()
+        pid = child_mod.fork_holding_term()
         if pid == 0:
             try:
                 _child(ready_r)
             finally:
                 os._exit(2)
-        child_mod.release_term(held)
         os.kill(pid, signal.SIGTERM)  # before the child has any handler of its own
         os.write(ready_w, b"x")
         _, status = os.waitpid(pid, 0)

@@ -102,21 +102,24 @@ def _main(spec: ChildSpec) -> int:
 _stop_requested = False
 
 
-def hold_term() -> "set[int | signal.Signals]":
-    """Block SIGTERM in the supervisor just before it forks; the signal mask
-    to restore with release_term() in the parent (and only there).
+def fork_holding_term() -> int:
+    """os.fork() with SIGTERM blocked across it: the parent's mask is restored
+    at once (also when the fork fails: OSError), the child's stays blocked
+    until it has its own handler (_reset_process, run_web) and unblocks it.
 
-    Invariant: a child starts with SIGTERM blocked and unblocks it only once
-    its own handler is in place, so a SIGTERM sent to it before that (a stop
-    right after a fork) waits and lands there, never in the handler it
+    Invariant: a SIGTERM sent to a child before that (a stop right after a
+    fork) waits and lands in the child's handler, never in the one it
     inherited (the supervisor's, which records into a copy nobody reads: the
     child would run on until the supervisor's shutdown_timeout SIGKILLs it)."""
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-def release_term(held: "set[int | signal.Signals]") -> None:
-    """Restore the mask hold_term() returned (parent side, after the fork)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pid
 
 
 def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
@@ -156,7 +159,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
         for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
                     signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # (held across the fork: hold_term)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # (held across the fork: fork_holding_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _set_parent_death_signal()
         if os.getppid() != parent_pid:

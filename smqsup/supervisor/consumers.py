@@ -93,11 +93,9 @@ class Consumers:
             return None
         index = q.free_index({c.index for c in self.of(name) if c.live})
         token = os.urandom(3).hex()
-        held = child_mod.hold_term()  # until the child's own SIGTERM handler is in place
         try:
-            pid = os.fork()
+            pid = child_mod.fork_holding_term()
         except OSError as exc:  # EAGAIN: a process limit (ulimit -u) reached
-            child_mod.release_term(held)
             self.slots.release(slot)
             self._refuse(name, f"fork failed ({exc.strerror or exc}); trying again each tick")
             return None
@@ -105,7 +103,6 @@ class Consumers:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
                 index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name)))
-        child_mod.release_term(held)
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic(),
                   concurrency=q.config.concurrency)

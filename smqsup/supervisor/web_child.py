@@ -5,7 +5,6 @@ consumers (never FATAL by count; FATAL until SIGHUP on bad web settings)."""
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from typing import Optional
@@ -37,15 +36,9 @@ class WebChild:
         """Start the web UI if the config has one and the policy allows it now."""
         if cfg.web is None or self.proc is not None or not self.policy.may_start(now):
             return
-        held = child_mod.hold_term()  # until the child's own SIGTERM disposition is in place
-        try:
-            pid = os.fork()
-        except OSError:
-            child_mod.release_term(held)
-            raise
+        pid = child_mod.fork_holding_term()
         if pid == 0:
             child_mod.run_web(cfg, self.url, self.parent_pid)
-        child_mod.release_term(held)
         self.proc = Child(pid, "", 0, "", "", -1, now, state=State.RUNNING)
         log.info("web UI started (pid %d) on %s", pid, cfg.web.listen)
 

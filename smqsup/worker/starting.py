@@ -90,7 +90,7 @@ class Starter:
         expiry to screen) and nothing else is in hand or limits its start,
         what accept() would do, without the line of waiting frames; whether
         it was."""
-        if frame[1:2] != b"|" or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
+        if message.has_expiry(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
             return False
         self.looked_at = time.monotonic()  # (as accept: the fetch read the flag just now)
         self.launch(frame)
