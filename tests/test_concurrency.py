@@ -20,7 +20,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.runners import InlineRunner, LoopRunner, is_async_handler
-from tests.helpers import holds, wait_for
+from tests.helpers import holds, node_of, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -112,6 +112,8 @@ def test_the_highest_priority_ready_message_is_taken_first(start: Callable[..., 
     producer.publish("q", "first")
     start(handle, concurrency=2)
     wait_for(lambda: order == ["first"])
+    # The free slot's fetch must be waiting in BLMOVE before the backlog lands, or it takes by priority.
+    wait_for(lambda: node_of(redis_client, K.pending).info("clients")["blocked_clients"] >= 1)
     producer.publish_many("q", ["low-a", "low-b"])
     producer.publish_many("q", ["high-a", "high-b"], priority=9)
     producer.publish("q", "mid", priority=5)
