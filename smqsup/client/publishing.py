@@ -1,0 +1,381 @@
+"""What every producer shares, the Producer and the AsyncProducer alike: the
+checks of a publish's arguments, its envelopes and frames, the partition each
+message goes to, the error a failed send raises and the statistics a send
+carries. Nothing here does I/O: each producer sends what this prepares
+through its own store (store/messages.py, or store/aio.py for asyncio).
+
+    publish(...) ─▶ Publishing.one / many ─▶ Outgoing (checked, encoded)
+        ─▶ [the producer reads the partition count] ─▶ route ─▶ (partition, messages)...
+        ─▶ sending ─▶ Sending ─▶ [the producer sends it] ─▶ sent / failed ─▶ merged
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Union, cast
+
+from smqsup import defaults, message, safe
+from smqsup.client import options
+from smqsup.config import scalars
+from smqsup.config.names import validate_queue_name
+from smqsup.config.scalars import REDIS_STRING_MAX_BYTES
+from smqsup.errors import (
+    BrokerConnectionError,
+    BrokerError,
+    BrokerNotSent,
+    ConfigError,
+    MessageError,
+    NotReplicated,
+    PublishNotReplicated,
+    PublishNotSent,
+    PublishRefused,
+    PublishUncertain,
+    PushRefused,
+)
+from smqsup.ids import new_id, new_ids
+from smqsup.keys import partition_name
+from smqsup.logs import warn_once
+from smqsup.store import scripts
+
+#: The logger of every producer, sync or asyncio: one name, the Producer's
+#: module's (operators grep their logs by it).
+LOGGER = "smqsup.client.producer"
+log = logging.getLogger(LOGGER)
+
+#: Queues whose single-publish envelope writers a producer keeps at once (then forgets them all).
+WRITERS_KEPT = 1024
+
+#: Frames to send: plain frames, or (id, payload, dedup key) items sent with options.
+Frames = Union[list[bytes], list[tuple[str, bytes, Optional[str]]]]
+
+
+def valid_name(name: object, what: str) -> str:
+    """``name`` if it is a valid queue name or namespace; MessageError (one
+    bounded line) for anything else, whatever its type."""
+    if not isinstance(name, str):
+        raise MessageError(f"{what}: expected a name string, got a value of type {type(name).__name__}")
+    try:
+        return validate_queue_name(name)
+    except ConfigError as exc:
+        raise MessageError(f"{what} {safe.escape(repr(name), 80)}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+def valid_url(url: object) -> str:
+    """``url`` if it is a string (the store's connect checks the rest); ConfigError otherwise."""
+    if not isinstance(url, str):
+        raise ConfigError(f"redis.url: expected a url string, got a value of type {type(url).__name__}")
+    return url
+
+
+def valid_max_size(size: object) -> int:
+    """``size`` if it is a whole number of bytes Redis can hold; ConfigError otherwise."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= REDIS_STRING_MAX_BYTES:
+        shown = safe.escape(size, 40) if isinstance(size, (int, float, str)) else f"a value of type {type(size).__name__}"
+        raise ConfigError(f"max_message_size: expected bytes from 1 to {REDIS_STRING_MAX_BYTES}, got {shown}")
+    return size
+
+
+def materialise(queue: str, bodies: object) -> list[Any]:
+    """The bodies of a publish_many as a list, read before anything is sent;
+    MessageError when they are not an iterable of bodies, or when reading
+    them raised (then nothing was sent: the error says so)."""
+    if isinstance(bodies, (str, bytes, bytearray, Mapping)) or not isinstance(bodies, Iterable):
+        raise MessageError(f"queue {queue!r}: bodies must be an iterable of message bodies, "
+                           f"not a {type(bodies).__name__} (wrap one body in a list)")
+    try:
+        return list(bodies)
+    except Exception as exc:  # noqa: BLE001 - the caller's iterator failed: say that nothing was sent
+        raise MessageError(f"queue {queue!r}: reading the bodies raised {type(exc).__name__}: "
+                           f"{safe.escape(exc, 200)}; nothing was sent") from exc
+
+
+def dedup_keys(dedup_key: object, count: int) -> list[Optional[str]]:
+    """publish_many's dedup keys, one per body: one key for all, or a
+    sequence of keys (None: none) as long as the bodies."""
+    if dedup_key is None or isinstance(dedup_key, str):
+        return [None if dedup_key is None else options.dedup_key(dedup_key)] * count
+    if not isinstance(dedup_key, Sequence) or isinstance(dedup_key, (bytes, bytearray)):
+        raise MessageError(f"dedup_key: expected a string or a sequence of strings (one per body), "
+                           f"got a value of type {type(dedup_key).__name__}")
+    if len(dedup_key) != count:
+        raise MessageError(f"dedup_key: {len(dedup_key)} keys for {count} bodies (give one per body)")
+    return [None if k is None else options.dedup_key(k) for k in dedup_key]
+
+
+def one_error(failed: list[tuple[BrokerError, list[str]]]) -> BrokerError:
+    """One error for the partitions of a publish_many that failed (each
+    with its messages' ids), the others having queued theirs: the failure
+    itself when one partition failed; PublishNotSent when none of them sent
+    anything; else PublishUncertain naming every message of the failed
+    partitions (they carry dedup keys: publishing them again is safe)."""
+    if len(failed) == 1:
+        return failed[0][0]
+    ids = [mid for _, group in failed for mid in group]
+    text = "; ".join(str(exc) for exc, _ in failed)
+    if all(isinstance(exc, PublishNotSent) for exc, _ in failed):
+        return PublishNotSent(f"{len(failed)} partitions: {text}", ids)
+    return PublishUncertain(f"{len(failed)} partitions: {text}", ids)
+
+
+@dataclass
+class Outgoing:
+    """The messages of one publish call, checked and encoded, before a byte is sent."""
+
+    queue: str
+    ids: list[str]
+    frames: Frames
+    #: None: plain frames (publish.lua, or LPUSH); else the options of every item.
+    options: Optional[scripts.Options]
+    #: The partition key, if one was given.
+    by: Optional[str]
+    #: With options: each message's dedup key (None: none).
+    keys: list[Optional[str]]
+
+
+@dataclass
+class Sending:
+    """One round trip of an Outgoing: its messages bound for one partition."""
+
+    queue: str
+    target: str
+    frames: Frames
+    ids: list[str]
+    options: Optional[scripts.Options]
+    #: Whether the queue is to be added to the registry in the same round trip.
+    register: bool
+    #: The producer's statistics (id, JSON) riding along, or None.
+    stats: Optional[tuple[str, str]]
+    #: The monotonic time the statistics were read at.
+    now: float
+
+
+class Publishing:
+    """The state and the pure steps every producer shares (see the module's
+    docstring): its settings, checked; the queues it has registered; the
+    partition each queue without a key went to last; its envelope writers;
+    what it has published and the statistics it sends about that."""
+
+    def __init__(self, namespace: str, *, max_message_size: int, stats: bool, dedup_ttl: Any,
+                 dedup_ttls: Optional[Mapping[str, float]], wait_replicas: int, wait_timeout: Any) -> None:
+        """Check every setting (the first bad one raises, MessageError or
+        ConfigError, in the order of the Producer's arguments)."""
+        self.namespace = valid_name(namespace, "namespace")
+        self.dedup_ttl_s = options.seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
+        self.dedup_ttls = dict(dedup_ttls or {})
+        self.max_message_size = valid_max_size(max_message_size)
+        self.wait_replicas = scalars.int_range(0, defaults.WAIT_REPLICAS_MAX)(wait_replicas, "wait_replicas", "")
+        self.wait_timeout_s = scalars.wait_timeout(wait_timeout, "wait_timeout", "")
+        self.stats = stats
+        self.registered: set[str] = set()
+        #: queue -> the last partition a message without a key went to.
+        self.turns: dict[str, int] = {}
+        self.writers: dict[str, message.EnvelopeWriter] = {}
+        #: Messages this producer has published (the statistics read it).
+        self.published = 0
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        self._next_flush = 0.0
+        self._flushed: tuple[float, int] = (time.monotonic(), 0)
+        self._rate = 0.0
+
+    # --- before sending: checks and envelopes ---------------------------------
+
+    def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
+            priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
+            partition_key: Any) -> Outgoing:
+        """publish()'s message, checked and encoded (MessageError before anything is sent)."""
+        self.check_queue(queue)
+        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
+        if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+            if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
+                mid = new_id()
+                payload = self._writer(queue).payload(mid, body, created_at=time.time())
+            else:
+                mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
+                                                      max_size_bytes=self.max_message_size)
+            return Outgoing(queue, [mid], [message.frame(payload)], None, by, [])
+        keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
+        mid = message.check_message_id(message_id) if message_id is not None else new_id()
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl)
+        return self._with_options(queue, [body], [mid], headers, keys, opts, by)
+
+    def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], *, delay: Any,
+             at: Any, priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, partition_key: Any) -> Outgoing:
+        """publish_many()'s messages, checked and encoded (every body before anything is sent)."""
+        self.check_queue(queue)
+        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
+        items = materialise(queue, bodies)
+        if options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+            writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
+            ids = new_ids(len(items))
+            payload = writer.payload
+            frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
+            return Outgoing(queue, ids, frames, None, by, [])
+        keys = dedup_keys(dedup_key, len(items))
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl)
+        return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by)
+
+    def check_queue(self, queue: str) -> None:
+        if not isinstance(queue, str) or queue not in self.registered:
+            valid_name(queue, "queue")
+
+    def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
+                 dedup_ttl: Any) -> scripts.Options:
+        if dedup_ttl is not None and dedup_key is None:
+            raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
+        return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
+                             default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s))
+
+    def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
+                      keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> Outgoing:
+        """Messages for publish_options.lua: (id, payload, dedup key) items."""
+        writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
+        items = [(mid, writer.payload(mid, body, key), key) for mid, body, key in zip(ids, bodies, keys)]
+        return Outgoing(queue, ids, items, opts, by, keys)
+
+    def _writer(self, queue: str) -> message.EnvelopeWriter:
+        """The envelope writer of single publishes to ``queue`` without
+        headers, kept (for at most WRITERS_KEPT queues at once)."""
+        writer = self.writers.get(queue)
+        if writer is None:
+            if len(self.writers) >= WRITERS_KEPT:
+                self.writers.clear()
+            writer = self.writers[queue] = message.EnvelopeWriter(queue, None, self.max_message_size)
+        return writer
+
+    # --- partitions -------------------------------------------------------------
+
+    def uncounted(self, queue: str, ids: list[str], exc: BrokerError) -> int:
+        """The partition count to use when reading it raised ``exc``:
+        PublishNotSent if Redis could not be reached; a count Redis refuses
+        to read (a key of the wrong type) is said once, and the messages go
+        to the queue itself (1)."""
+        if isinstance(exc, BrokerConnectionError):
+            raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        warn_once(log, f"partitions:{queue}", "queue %s: the partition count cannot be read (%s); publishing "
+                  "to the queue itself (said once)", queue, exc)
+        return 1
+
+    def route(self, out: Outgoing, count: int) -> list[tuple[str, list[int]]]:
+        """(partition, positions of its messages) for ``out`` on a queue of
+        ``count`` partitions: all to the partition key's, else (options) to
+        each dedup key's, else to the next in turn."""
+        everything = list(range(len(out.ids)))
+        if out.options is None:
+            return [(self._partition(out.queue, out.by, count), everything)]
+        keys = out.keys
+        if out.by is not None or all(key is None for key in keys) or len(set(keys)) == 1:
+            return [(self._partition(out.queue, out.by if out.by is not None else keys[0], count), everything)]
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(self._partition(out.queue, key, count), []).append(i)
+        return list(groups.items())
+
+    def _partition(self, queue: str, key: Optional[str], count: int) -> str:
+        """The partition of ``queue`` a message with partition (or dedup)
+        ``key`` goes to: the key's (CRC-32, as a producer in any language
+        can compute it), or the next in turn."""
+        if count == 1:
+            return queue
+        if key is not None:
+            return partition_name(queue, zlib.crc32(key.encode("utf-8")) % count)
+        turn = self.turns[queue] = self.turns.get(queue, -1) + 1
+        return partition_name(queue, turn % count)
+
+    # --- sending and its outcome ------------------------------------------------
+
+    def sending(self, out: Outgoing, target: str, where: list[int]) -> Sending:
+        """The round trip of ``out``'s messages at ``where`` to partition
+        ``target``, with the registry and, about once a second, the
+        producer's statistics riding along."""
+        whole = len(where) == len(out.ids)
+        frames = out.frames if whole else [out.frames[i] for i in where]
+        ids = out.ids if whole else [out.ids[i] for i in where]
+        register = out.queue not in self.registered
+        now = time.monotonic()
+        flush = self.stats and now >= self._next_flush
+        stats = (self.id, self.stats_json(now, len(frames))) if flush else None
+        if flush:
+            # Taken now, so that sends in flight together (asyncio) carry one
+            # flush between them; given back if this one fails (failed()).
+            self._next_flush = now + 1.0
+        return Sending(out.queue, target, cast(Frames, frames), ids, out.options, register, stats, now)
+
+    def sent(self, s: Sending, pairs: list[tuple[str, bool]]) -> list[str]:
+        """Count a round trip that went through; the ids it returns (for
+        items: what the store's push_with returned, ``pairs``)."""
+        self.registered.add(s.queue)
+        self.published += len(s.frames) if s.options is None else sum(queued for _, queued in pairs)
+        return list(s.ids) if s.options is None else [mid for mid, _ in pairs]
+
+    def failed(self, s: Sending, exc: BrokerError) -> None:
+        """Raise the publish error for the store's error ``exc`` of round
+        trip ``s`` (counting what it queued); return for any other error,
+        which the caller raises as it is."""
+        ids = s.ids
+        if s.stats is not None:
+            self._next_flush = min(self._next_flush, s.now)  # the flush did not go: the next send tries
+        if isinstance(exc, BrokerNotSent):
+            raise PublishNotSent(f"{exc} (messages {ids[0]}..{ids[-1]} are not queued)", ids) from exc
+        if isinstance(exc, NotReplicated):
+            pairs = cast("list[tuple[str, bool]]", exc.result) if s.options is not None else []
+            self.published += len(s.frames) if s.options is None else sum(queued for _, queued in pairs)
+            self.registered.add(s.queue)
+            raise PublishNotReplicated(f"{exc} (messages {ids[0]}..{ids[-1]} are queued on the master, but a "
+                                       f"failover now could lose them)", ids, exc.replicas) from exc
+        if isinstance(exc, PushRefused):
+            queued = [mid for mid, ok in zip(ids, exc.queued) if ok]
+            self.published += len(queued)
+            raise PublishRefused(str(exc), queued, [mid for mid, ok in zip(ids, exc.queued) if not ok]) from exc
+        if isinstance(exc, BrokerConnectionError):
+            raise PublishUncertain(f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc
+
+    @staticmethod
+    def merged(out: Outgoing, groups: list[tuple[str, list[int]]],
+               results: "list[list[str] | BrokerError]") -> list[str]:
+        """The ids of ``out`` once each of its ``groups`` was sent (its
+        result: the ids returned, or the error it raised); one_error()'s
+        error if any failed (the others' messages are queued)."""
+        ids = list(out.ids)
+        failed: list[tuple[BrokerError, list[str]]] = []
+        for (_, where), result in zip(groups, results):
+            if isinstance(result, BrokerError):
+                failed.append((result, [out.ids[i] for i in where]))
+                continue
+            for i, mid in zip(where, result):
+                ids[i] = mid
+        if failed:
+            raise one_error(failed)
+        return ids
+
+    # --- statistics ---------------------------------------------------------------
+
+    def stats_json(self, now: float, sending: int) -> str:
+        then, count = self._flushed
+        published = self.published + sending
+        if now > then:
+            instant = (published - count) / (now - then)
+            self._rate += (instant - self._rate) * min(1.0, (now - then) / 10.0)
+        self._flushed = (now, published)
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "namespace": self.namespace,
+                           "published": published, "rate": round(self._rate, 2)}, separators=(",", ":"))
+
+    def closing_stats(self) -> Optional[str]:
+        """The statistics to flush at close, or None (none kept, nothing published)."""
+        return self.stats_json(time.monotonic(), 0) if self.stats and self.published else None
+
+    def not_flushed(self, exc: BrokerError) -> None:
+        """Say that the statistics flush at close failed: never raised (the
+        messages are queued whatever happens to their statistics); a
+        refusal is a warning once per process, a lost connection debug."""
+        if isinstance(exc, BrokerConnectionError):
+            log.debug("producer %s: statistics not flushed at close: %s", self.id, exc)
+        else:
+            warn_once(log, "refused:producer statistics", "producer %s: Redis refused the producer statistics "
+                      "(said once; later refusals at debug level): %s", self.id, exc)
