@@ -54,12 +54,14 @@ The subpackages:
 
 The leaves everyone uses, and the public face:
 
-- __init__.py: this map, and the public names (Producer, Message, Reject, Retry).
+- __init__.py: this map, and the public names (Producer, Message, Reject, Retry, MessageFailed,
+  ResultUnknown).
 - __main__.py: ``python -m smqsup``, the same as the ``smqsup`` command.
 - errors.py: the one exception tree, rooted at SmqsupError.
 - defaults.py: every default value, one line each, its unit in its name.
 - keys.py: the only place a Redis key name is formed; the key schema at its top.
 - message.py: the message envelope and its frame on the wire.
+- deadletter.py: one dead-letter entry (metadata and frame), read through one schema.
 - ids.py: message ids, unique across processes and sorted by creation time.
 - safe.py: text made safe to show: credentials masked, control characters escaped.
 - logs.py: log setup for the command line (journald priorities under systemd).
@@ -71,7 +73,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Producer", "Message", "Reject", "Retry", "__version__"]
+__all__ = ["Producer", "Message", "Reject", "Retry", "MessageFailed", "ResultUnknown", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -88,4 +90,8 @@ def __getattr__(name: str) -> Any:
         from smqsup.worker import verdicts
 
         return getattr(verdicts, name)
+    if name in ("MessageFailed", "ResultUnknown"):
+        from smqsup import errors
+
+        return getattr(errors, name)
     raise AttributeError(name)

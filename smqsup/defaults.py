@@ -6,6 +6,12 @@ from __future__ import annotations
 NAMESPACE = "smq"
 #: Largest payload (envelope JSON) a publish accepts, in bytes (1 MiB).
 MAX_MESSAGE_SIZE_BYTES = 1024 * 1024
+#: Largest result a tracked message's handler may return, as JSON (more: a failed attempt).
+RESULT_MAX_BYTES = 1024 * 1024
+#: Largest progress value a handler may report, as JSON (more: refused with MessageError).
+PROGRESS_MAX_BYTES = 16 * 1024
+#: Longest result_ttl, s: what a frame's head holds (8 digits, about three years).
+RESULT_TTL_MAX_S = 99_999_999
 #: How many times a failing message is retried before it is dead-lettered.
 RETRY_THRESHOLD = 3
 #: Wait before a failed message returns to pending, in seconds (0: at once).

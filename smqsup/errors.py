@@ -136,3 +136,21 @@ class RedisServerError(SmqsupError):
     """A private redis-server could not be found, started or stopped."""
 
     exit_code = 2
+
+
+class MessageFailed(SmqsupError):
+    """A tracked message ended in the dead letters: ``reason`` (failed:
+    the exception's text, "rejected: ...", "expired", "cancelled",
+    "removed", "consumer lost"...), after ``attempts`` failed attempts."""
+
+    def __init__(self, message: str, *, queue: str, message_id: str, reason: str, attempts: int) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.message_id = message_id
+        self.reason = reason
+        self.attempts = attempts
+
+
+class ResultUnknown(SmqsupError):
+    """Nothing is known of a message: it was never tracked (no result_ttl),
+    its result_ttl passed, or the id names no message of the queue."""

@@ -27,6 +27,15 @@ live in one Redis Cluster slot::
                                    expires once past (includes/rate.lua)
     ns:{Q}:dedup:KEY         STR   id of the message published with dedup key
                                    KEY; expires after the queue's dedup_ttl
+    ns:{Q}:tracked           HASH  tracked messages (result_ttl): ID -> state
+                                   record JSON, ID:r -> result JSON, ID:p ->
+                                   progress JSON (scripts/includes/track.lua);
+                                   each change published on channel
+                                   ns:{Q}:tracked:ID
+    ns:{Q}:tracked:expiry    ZSET  ID of an ended tracked message, score = when
+                                   its fields go (ms, Redis clock)
+    ns:{Q}:options           HASH  what the queue's consumers declared for
+                                   producers: result_ttl (s, 0: not tracked)
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:dead:purging:TOK  LIST  a whole dead-letter list set aside by a purge
@@ -81,8 +90,9 @@ live in one Redis Cluster slot::
     ns:{ns}:producers:seen   ZSET  producer id, score = last flush in ms; entries
                                    older than 10 minutes are dropped
 
-A frame is ``head + b"|" + payload``, the head ``<attempts>`` or
-``<attempts>:<priority>:<expires_ms>`` (message.py): the attempt count and
+A frame is ``head + b"|" + payload``, the head ``<attempts>``,
+``<attempts>:<priority>:<expires_ms>`` or, tracked, that and
+``:<result_ttl_s>`` (message.py): the attempt count and
 what the scripts route by travel beside the payload bytes, and scripts
 rewrite only the head, never the payload (DESIGN section 8: no JSON
 re-encoding inside Lua).
@@ -143,6 +153,22 @@ class QueueKeys:
         """The key holding the id of the message published with ``dedup_key``
         (any text: it follows the hash tag, so it cannot change the slot)."""
         return f"{self._prefix}:dedup:{dedup_key}"
+
+    @cached_property
+    def tracked(self) -> str:
+        return f"{self._prefix}:tracked"
+
+    @cached_property
+    def tracked_expiry(self) -> str:
+        return f"{self._prefix}:tracked:expiry"
+
+    def tracked_channel(self, message_id: str) -> str:
+        """Where each new state of tracked message ``message_id`` is published."""
+        return f"{self._prefix}:tracked:{message_id}"
+
+    @cached_property
+    def options(self) -> str:
+        return f"{self._prefix}:options"
 
     @cached_property
     def dead(self) -> str:

@@ -11,19 +11,21 @@ without touching the payload (DESIGN section 8):
     A:P:E    attempts, priority (one digit, 0-9), expiry in ms since the
              epoch by the Redis clock (1 to 15 digits, 0: none). Written by
              publish_options.lua for a message with a priority or a ttl.
+    A:P:E:R  the same, tracked: its state and outcome are kept until R
+             seconds (1 to 8 digits) after it ended (store/tracking.py).
 
 Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Optional, cast
+from typing import Any, NamedTuple, Optional
 
+from smqsup.defaults import PROGRESS_MAX_BYTES
 from smqsup.errors import MalformedMessage, MessageError
 from smqsup.ids import new_id
 
@@ -41,9 +43,12 @@ class Message:
     """What a handler receives: ``body``, ``id``, ``queue``, ``headers``,
     ``created_at`` (unix seconds), ``attempts`` (failed attempts before this
     one: 0 on the first delivery), ``priority`` (0-9) and ``dedup_key`` (the
-    key it was published with, or None)."""
+    key it was published with, or None). ``result_ttl_s``: how long its
+    outcome is kept once it ends (0: not tracked); ``progress(value)``
+    reports how far its handler got."""
 
-    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key")
+    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
+                 "result_ttl_s", "progress_sink")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None) -> None:
@@ -55,6 +60,20 @@ class Message:
         self.attempts = attempts
         self.priority = priority
         self.dedup_key = dedup_key
+        self.result_ttl_s = 0
+        #: Where progress() writes (the consumer sets it for a tracked message): JSON text -> recorded.
+        self.progress_sink: Optional[Callable[[str], bool]] = None
+
+    def progress(self, value: Any) -> bool:
+        """Report how far the handler got: a small JSON value (0.42,
+        ``{"rows": 1200, "of": 5000}``), readable at once with
+        Producer.progress and shown in the web UI. Whether it was recorded
+        (False: the message is not tracked, or has ended). MessageError for
+        a value that is not JSON or over PROGRESS_MAX_BYTES; a Redis error
+        is BrokerError (the handler decides whether that matters)."""
+        text = bounded_json(value, "progress", PROGRESS_MAX_BYTES)
+        sink = self.progress_sink
+        return False if sink is None else sink(text)
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
@@ -133,6 +152,20 @@ def _encode(value: Any, what: str) -> str:
     return text
 
 
+def bounded_json(value: Any, what: str, limit_bytes: int) -> str:
+    """``value`` as compact JSON text of at most ``limit_bytes`` in UTF-8,
+    checked as a body is; MessageError naming ``what`` otherwise (not JSON,
+    NaN or Infinity, nested too deep, a lone surrogate, too large)."""
+    text = _encode(value, what)
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise MessageError(f"{what} holds a lone surrogate (text that is not valid Unicode)") from None
+    if size > limit_bytes:
+        raise MessageError(f"{what} of {size} bytes exceeds the limit of {limit_bytes} bytes")
+    return text
+
+
 def too_deep(text: str) -> bool:
     """Whether JSON ``text`` nests lists and objects deeper than MAX_NESTING."""
     # Only text with that many brackets can be that deep: the exact count runs rarely.
@@ -182,9 +215,9 @@ def frame(payload: bytes, attempts: int = 0) -> bytes:
 
 #: A frame head: ``A`` or ``A:P:E`` (module docstring). The scripts'
 #: includes/attempts.lua reads the same grammar.
-_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15}))?")
-#: Longest head: 9 + 1 + 1 + 1 + 15 bytes.
-_HEAD_MAX = 27
+_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})(?::([1-9][0-9]{0,7}))?)?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 bytes.
+_HEAD_MAX = 36
 
 
 class FrameHead(NamedTuple):
@@ -194,6 +227,7 @@ class FrameHead(NamedTuple):
     priority: int
     expires_ms: Optional[int]  # ms since the epoch, Redis clock; None: never
     payload: bytes
+    result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
 
 
 def frame_head(data: bytes) -> FrameHead:
@@ -205,8 +239,9 @@ def frame_head(data: bytes) -> FrameHead:
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
-    attempts, priority, expires = match.groups()
-    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:])
+    attempts, priority, expires, result_ttl = match.groups()
+    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
+                     int(result_ttl or 0))
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -215,17 +250,30 @@ def split_frame(data: bytes) -> tuple[int, bytes]:
     return head.attempts, head.payload
 
 
-def has_expiry(data: bytes) -> bool:
-    """Whether a frame's head carries an expiry (cheap: no payload is read)."""
+def _options_head(data: bytes) -> Optional[FrameHead]:
+    """The head of a frame that has options (cheap: no payload is read);
+    None for a plain one ("A|") or bytes that are no frame."""
     if data[1:2] == _SEP:  # "N|": a plain frame, the usual one
-        return False
-    colon = data.find(b":", 0, _HEAD_MAX)
-    if colon < 0 or 0 <= data.find(_SEP, 0, colon) < colon:  # no head with options: "A|"
-        return False
+        return None
     try:
-        return frame_head(data).expires_ms is not None
+        head = frame_head(data)
     except MalformedMessage:
-        return False
+        return None
+    return head if head.expires_ms is not None or head.result_ttl_s or head.priority else None
+
+
+def has_expiry(data: bytes) -> bool:
+    """Whether a frame's head carries an expiry."""
+    head = _options_head(data)
+    return head is not None and head.expires_ms is not None
+
+
+def must_screen(data: bytes) -> bool:
+    """Whether a frame a blocking fetch took is screened (screen.lua) before
+    it starts: its head carries an expiry, or it is tracked (the screen
+    records it "active")."""
+    head = _options_head(data)
+    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -238,7 +286,7 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
-def _loads(payload: bytes) -> Any:
+def strict_loads(payload: bytes) -> Any:
     """Strict JSON (no NaN or Infinity); MalformedMessage for any failure,
     nesting too deep for the parser included."""
     try:
@@ -266,10 +314,10 @@ def decode(data: bytes) -> Message:
     bar = data.find(_SEP, 0, 10)
     env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
-        attempts, priority = int(data[:bar]), 0
-        # The envelope, read as _loads reads a payload, without copying the
+        attempts, priority, tracked_s = int(data[:bar]), 0, 0
+        # The envelope, read as strict_loads reads a payload, without copying the
         # payload out of the frame first (the head is ASCII: its byte offsets
-        # are the text's); anything but one whole object: _loads says why.
+        # are the text's); anything but one whole object: strict_loads says why.
         try:
             text = data.decode("utf-8")
             value, end = _SCAN(text, bar + 1) if text[bar + 1:bar + 2] == "{" else (None, -1)
@@ -278,10 +326,10 @@ def decode(data: bytes) -> Message:
         except (RecursionError, UnicodeDecodeError, ValueError, StopIteration):
             pass
         if env is None:
-            env = _loads(data[bar + 1:])
+            env = strict_loads(data[bar + 1:])
     else:
-        attempts, priority, _, payload = frame_head(data)
-        env = _loads(payload)
+        attempts, priority, _, payload, tracked_s = frame_head(data)
+        env = strict_loads(payload)
     # JSON decodes to exact types: ``__class__ is`` checks what isinstance
     # would (bool, a subclass of int, is no created_at), without a call each.
     if env.__class__ is not dict:
@@ -296,13 +344,16 @@ def decode(data: bytes) -> Message:
     if created_at.__class__ is not float and created_at.__class__ is not int:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
-    return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                   dedup_key if dedup_key.__class__ is str else None)
+    msg = Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
+                  dedup_key if dedup_key.__class__ is str else None)
+    if tracked_s:
+        msg.result_ttl_s = tracked_s
+    return msg
 
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15})?\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8})?)?\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 
 def peek_id(data: bytes) -> Optional[str]:
@@ -310,64 +361,3 @@ def peek_id(data: bytes) -> Optional[str]:
     and to name a dead letter whose body cannot be decoded)."""
     match = _PEEK_ID.match(data)
     return match[1].decode() if match else None
-
-
-#: DeadLetter's message before it is first asked for.
-_UNREAD = object()
-
-
-class DeadLetter:
-    """One dead-letter entry: the metadata the scripts wrote (reason, at_ms,
-    error type, traceback...) and the frame as it was when it died."""
-
-    __slots__ = ("raw", "meta", "frame", "_message")
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-        self._message: "Message | None | object" = _UNREAD
-        head, sep, rest = raw.partition(b"\n")
-        meta: Any = None
-        if sep:
-            try:
-                meta = _loads(head)
-            except MalformedMessage:
-                meta = None
-        if isinstance(meta, dict):
-            self.meta: dict[str, Any] = meta
-            self.frame = rest
-        else:
-            self.meta = {"reason": "unknown"}
-            self.frame = raw
-
-    @property
-    def reason(self) -> str:
-        reason = self.meta.get("reason", "unknown")
-        return reason if isinstance(reason, str) else "unknown"
-
-    @property
-    def at(self) -> Optional[float]:
-        """When it was dead-lettered, unix seconds by the Redis clock (None
-        when the entry holds no plausible time)."""
-        at_ms = self.meta.get("at_ms")
-        if isinstance(at_ms, bool) or not isinstance(at_ms, (int, float)) or not 0 <= at_ms < 1e15:
-            return None
-        return at_ms / 1000.0
-
-    def message(self) -> Optional[Message]:
-        """The message, or None when its bytes were malformed (decoded once:
-        a listing asks for it and for ``ref``)."""
-        if self._message is _UNREAD:
-            try:
-                self._message = decode(self.frame)
-            except MalformedMessage:
-                self._message = None
-        return cast(Optional[Message], self._message)
-
-    @property
-    def ref(self) -> str:
-        """How to name this entry in a requeue or purge: its message id, or,
-        when none can be read, ``raw-`` and a hash of its bytes."""
-        msg = self.message()
-        if msg is not None:
-            return msg.id
-        return peek_id(self.frame) or "raw-" + hashlib.sha1(self.raw).hexdigest()[:16]

@@ -198,3 +198,12 @@ def leak_secrets(msg: Any) -> None:
     _record("attempt", msg)
     raise ConnectionError(f"cannot reach redis://app:{os.environ['LEAK_PASSWORD']}@db.internal:6379/0 "
                           f"(token {os.environ['LEAK_TOKEN']})")
+
+
+def answer(msg: Any) -> Any:
+    """Record the start; a first attempt of body {"hang": true} sleeps (to be
+    killed); otherwise return what this attempt saw (the result)."""
+    _record("start", msg)
+    if msg.attempts == 0 and isinstance(msg.body, dict) and msg.body.get("hang"):
+        time.sleep(60)
+    return {"attempts": msg.attempts, "pid": os.getpid(), "body": msg.body}

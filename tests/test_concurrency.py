@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Reject, Retry, message
+from smqsup import Reject, Retry, deadletter
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.keys import QueueKeys
@@ -95,7 +95,7 @@ def test_reject_and_retry_with_many_in_flight(start: Callable[..., Running], pro
     producer.publish_many("q", ["reject", "retry"] + [f"ok{i}" for i in range(30)])
     wait_for(lambda: ("retry", 1) in seen, timeout_s=10)
     wait_for(lambda: redis_client.hget(K.counters, "acked") == b"31")
-    assert message.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason == "rejected: no"
+    assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason == "rejected: no"
     assert sorted(b for b, a in seen if a == 0) == sorted(["reject", "retry"] + [f"ok{i}" for i in range(30)])
 
 
@@ -330,7 +330,7 @@ def test_a_handler_raising_cancelled_error_or_another_base_exception_costs_an_at
     runner = threading.Thread(target=c.run, daemon=True)
     runner.start()
     wait_for(lambda: len(done) == 20 and redis_client.llen(K.dead) == 2, timeout_s=10)
-    reasons = sorted(message.DeadLetter(e).reason for e in redis_client.lrange(K.dead, 0, -1))
+    reasons = sorted(deadletter.DeadLetter(e).reason for e in redis_client.lrange(K.dead, 0, -1))
     assert reasons == ["RuntimeError: the handler raised CancelledError: ",
                        "RuntimeError: the handler raised GeneratorExit: "]
     assert c.flight() == (0, 0)

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from smqsup import message
+from smqsup import deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
@@ -96,7 +96,7 @@ def test_a_task_past_message_timeout_is_cancelled_while_its_nineteen_siblings_ac
         slow = p.publish("q", {"sleep": 60})
         p.publish_many("q", [{"sleep": 0.3}] * 19)
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=10)
-    dead = message.DeadLetter(redis_client.lindex(K.dead, 0) or b"")
+    dead = deadletter.DeadLetter(redis_client.lindex(K.dead, 0) or b"")
     assert dead.reason == "timeout" and dead.message() is not None and dead.message().id == slow  # type: ignore[union-attr]
     done = sup.events("done")
     assert len(done) == 19 and slow not in {e["id"] for e in done}

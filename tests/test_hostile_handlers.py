@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Retry, message
+from smqsup import Retry, deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
@@ -66,7 +66,7 @@ def test_a_retry_that_is_no_retry_is_a_failed_attempt_never_a_stranded_message(
     wait_for(lambda: redis_client.llen(K.dead) == len(_BAD_RETRIES), timeout_s=10)
     assert redis_client.llen(K.processing(r.consumer.consumer_id)) == 0
     assert redis_client.llen(K.pending) == 0 and redis_client.zcard(K.delayed) == 0
-    bodies = sorted(message.decode(message.DeadLetter(e).frame).body for e in redis_client.lrange(K.dead, 0, -1))
+    bodies = sorted(message.decode(deadletter.DeadLetter(e).frame).body for e in redis_client.lrange(K.dead, 0, -1))
     assert bodies == sorted(_BAD_RETRIES)
 
 
@@ -95,7 +95,7 @@ def test_a_handler_that_returns_a_generator_fails_its_attempt(
     start(handle, concurrency=concurrency, retry_threshold=0)
     producer.publish("q", "x")
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=10)
-    reason = message.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason
+    reason = deadletter.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason
     assert reason.startswith("TypeError: the handler returned generator") and "not yield" in reason
     assert redis_client.hget(K.counters, "acked") in (None, b"0")
 
@@ -145,7 +145,7 @@ def test_no_secret_reaches_a_dead_letter(supervise: Callable[..., procs.Supervis
     producer.publish("q", "x")
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=20)
     entry = redis_client.lindex(K.dead, 0) or b""
-    meta = message.DeadLetter(entry).meta
+    meta = deadletter.DeadLetter(entry).meta
     stored = entry.decode("utf-8", "replace")
     assert "never-shown" not in stored, stored
     assert "***" in meta["reason"] and "***" in meta["error"] and "***" in meta["traceback"]
@@ -181,6 +181,6 @@ def test_a_base_exception_whose_text_raises_is_a_failed_attempt_with_many_in_fli
     r = start(handle, concurrency=4, retry_threshold=0)
     producer.publish_many("q", ["bad", 1, 2, 3])
     wait_for(lambda: redis_client.llen(K.dead) == 1 and redis_client.hget(K.counters, "acked") == b"3", timeout_s=10)
-    assert message.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason.startswith(
+    assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason.startswith(
         "RuntimeError: the handler raised _Unprintable: <_Unprintable: str() failed>")
     assert redis_client.llen(K.processing(r.consumer.consumer_id)) == 0

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
@@ -129,7 +129,7 @@ def test_hostile_frames_become_dead_letters_while_good_messages_flow(
              message="good messages not all handled behind the hostile frames")
     wait_for(lambda: redis_client.llen(Q.dead) == len(HOSTILE_FRAMES) - len(delivered), 30,
              message="hostile frames not all dead-lettered")
-    reasons = Counter(message.DeadLetter(e).reason for e in redis_client.lrange(Q.dead, 0, -1))
+    reasons = Counter(deadletter.DeadLetter(e).reason for e in redis_client.lrange(Q.dead, 0, -1))
     assert reasons == {"malformed": len(HOSTILE_FRAMES) - len(delivered)}
     assert sup.proc.poll() is None and len(sup.children()) == 2
     assert "FATAL" not in sup.log() and "Traceback" not in sup.log()
@@ -199,7 +199,7 @@ def test_a_forged_attempts_prefix_stays_a_frame_with_its_id(
     mid, payload = message.encode_payload("q", "forged", max_size_bytes=1 << 20)
     redis_client.lpush(Q.pending, message.frame(payload, 999999999))
     wait_for(lambda: redis_client.llen(Q.dead) == 1, 15)
-    dead = message.DeadLetter(redis_client.lindex(Q.dead, 0))
+    dead = deadletter.DeadLetter(redis_client.lindex(Q.dead, 0))
     msg = dead.message()
     assert msg is not None and msg.id == mid and msg.attempts == 999999999
     assert dead.reason.startswith("ValueError: boom")
@@ -222,7 +222,7 @@ def test_poison_that_ends_its_process_costs_attempts_and_never_a_backoff(
     events = read_events(str(out_dir))
     deliveries = Counter(e["id"] for e in events if e["event"] == "attempt")
     assert set(deliveries) == poison and set(deliveries.values()) == {3}
-    reasons = {message.DeadLetter(e).reason for e in redis_client.lrange(Q.dead, 0, -1)}
+    reasons = {deadletter.DeadLetter(e).reason for e in redis_client.lrange(Q.dead, 0, -1)}
     assert reasons == {"exited with status 139"}
     assert "died at start" not in sup.log() and "FATAL" not in sup.log()
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Retry, message
+from smqsup import Retry, deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError, PublishRefused
 from smqsup.keys import QueueKeys
@@ -111,7 +111,7 @@ def test_forged_frames_in_the_priority_and_scheduled_sets_are_dead_lettered_or_h
     producer.publish("q", "after")
     wait_for(lambda: len(seen) + redis_client.llen(K.dead) == 3, timeout_s=10)
     assert "after" in seen and redis_client.zcard(K.scheduled) == 0 and redis_client.zcard(K.priority) == 0
-    dead = [message.DeadLetter(e).reason for e in redis_client.lrange(K.dead, 0, -1)]
+    dead = [deadletter.DeadLetter(e).reason for e in redis_client.lrange(K.dead, 0, -1)]
     assert all(r in ("malformed", "expired") for r in dead)
 
 

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 from smqsup import defaults
+from smqsup.deadletter import DeadLetter
 from smqsup.keys import QueueKeys
-from smqsup.message import DeadLetter, peek_id
+from smqsup.message import peek_id
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.views import browse, deadletters

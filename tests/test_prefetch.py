@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
@@ -136,7 +136,7 @@ def test_a_poison_message_that_ends_its_process_never_costs_its_batch_neighbours
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"n": i} for i in range(5)] + [{"n": 5, "kind": "exit"}] + [{"n": 6}, {"n": 7}])
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=30)
-    [dead] = [message.DeadLetter(f) for f in redis_client.lrange(K.dead, 0, -1)]
+    [dead] = [deadletter.DeadLetter(f) for f in redis_client.lrange(K.dead, 0, -1)]
     assert dead.message() is not None and dead.message().id == ids[5]  # type: ignore[union-attr]
     good = set(ids) - {ids[5]}
     wait_for(lambda: good <= {e["id"] for e in sup.events("done")}, timeout_s=15)
@@ -155,7 +155,7 @@ def test_a_failed_attempt_is_recorded_before_the_next_starts_so_a_later_death_ne
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"n": 0}, {"n": 1, "kind": "raise"}, {"n": 2}, {"n": 3}, {"n": 4, "kind": "exit"}])
     wait_for(lambda: redis_client.llen(K.dead) == 2, timeout_s=30)
-    dead = {message.DeadLetter(f).message().id for f in redis_client.lrange(K.dead, 0, -1)}  # type: ignore[union-attr]
+    dead = {deadletter.DeadLetter(f).message().id for f in redis_client.lrange(K.dead, 0, -1)}  # type: ignore[union-attr]
     assert dead == {ids[1], ids[4]}
     wait_for(lambda: {ids[0], ids[2], ids[3]} <= {e["id"] for e in sup.events("done")}, timeout_s=15)
     assert all(e["attempts"] == 0 for e in sup.events("done"))
@@ -318,7 +318,7 @@ def test_a_prefetched_message_whose_ttl_passed_while_it_waited_is_dead_lettered_
     broker.close()
     wait_for(lambda: redis_client.llen(K.dead) == 3, timeout_s=10)
     assert handled == [slow]
-    dead = [message.DeadLetter(f) for f in redis_client.lrange(K.dead, 0, -1)]
+    dead = [deadletter.DeadLetter(f) for f in redis_client.lrange(K.dead, 0, -1)]
     assert {d.reason for d in dead} == {"expired"}
     assert sorted(d.message().id for d in dead if d.message()) == sorted(short)  # type: ignore[union-attr]
     assert redis_client.hget(K.counters, "expired") == b"3"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Reject, Retry, message
+from smqsup import Reject, Retry, deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
@@ -214,7 +214,7 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
     broker.queues.resume("q")
     wait_for(lambda: seen == ["fresh"], timeout_s=5)
     [entry] = broker.contents.dead_letters("q")
-    d = message.DeadLetter(entry)
+    d = deadletter.DeadLetter(entry)
     assert d.reason == "expired" and d.message() is not None and d.message().body == "stale"  # type: ignore[union-attr]
     assert redis_client.hget(K.counters, "expired") == b"1"
 
@@ -238,7 +238,7 @@ def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(
     acked = broker.messages.ack("q", "c", took.next_frame, fetch_next=True)
     assert acked.acked and acked.next_frame is not None and acked.next_frame.startswith(b"0:0:")
     assert message.decode(acked.next_frame).body == "live"
-    assert [message.DeadLetter(e).reason for e in broker.contents.dead_letters("q")] == ["expired", "expired"]
+    assert [deadletter.DeadLetter(e).reason for e in broker.contents.dead_letters("q")] == ["expired", "expired"]
     assert redis_client.lrange(K.processing("c"), 0, -1) == [acked.next_frame]
     last = broker.messages.ack("q", "c", acked.next_frame, fetch_next=True)
     assert last.acked and last.next_frame is None and last.registered and not last.paused
@@ -252,7 +252,7 @@ def test_a_scheduled_message_whose_ttl_passes_before_it_is_due_is_expired(
     start(lambda m: seen.append(m.body))
     producer.publish("q", "never", delay=0.5, ttl=0.1)
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=5)
-    assert seen == [] and message.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "expired"
+    assert seen == [] and deadletter.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "expired"
 
 
 def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., Running], producer: Producer,
@@ -267,7 +267,7 @@ def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., 
     producer.publish("q", 1)
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=5)
     holds(lambda: deliveries == [0], 0.3)
-    assert message.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "rejected: no such customer"
+    assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0)).reason == "rejected: no such customer"
     assert redis_client.hget(K.counters, "rejected") == b"1"
 
 
@@ -283,7 +283,7 @@ def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., R
     producer.publish("q", 1)
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=10)
     assert len(times) == 3 and all(b - a >= 300 for a, b in zip(times, times[1:]))
-    assert message.DeadLetter(redis_client.lindex(K.dead, 0)).reason.startswith("Retry: ")
+    assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0)).reason.startswith("Retry: ")
 
 
 def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], producer: Producer,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import deadletter, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.ids import new_id
@@ -54,7 +54,7 @@ def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
     wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1)
     assert attempts == [0, 1, 2, 3]
     [entry] = broker.contents.dead_letters("q")
-    dead = message.DeadLetter(entry)
+    dead = deadletter.DeadLetter(entry)
     assert dead.reason == "KeyError: 'no such order 42'"
     assert dead.meta["error_type"] == "KeyError"
     assert "Traceback" in dead.meta["traceback"]
@@ -108,7 +108,7 @@ def test_malformed_bytes_are_dead_lettered_and_the_consumer_goes_on(
     wait_for(lambda: seen == ["good"])
     broker = Broker(redis_url, NS)
     wait_for(lambda: broker.statistics.sizes("q")["dead"] == 4)
-    dead = [message.DeadLetter(e) for e in broker.contents.dead_letters("q")]
+    dead = [deadletter.DeadLetter(e) for e in broker.contents.dead_letters("q")]
     assert {d.reason for d in dead} == {"malformed"}
     assert b"\xff\xfe not a frame" in {d.frame for d in dead}
 
@@ -130,13 +130,13 @@ def test_payload_bytes_survive_retries_and_dead_lettering(
     broker = Broker(redis_url, NS)
     wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1)
     [entry] = broker.contents.dead_letters("q")
-    assert message.DeadLetter(entry).frame == b"3|" + payload
+    assert deadletter.DeadLetter(entry).frame == b"3|" + payload
     assert bodies == [json.loads(payload_body)] * 3
     # And back through the dead-letter requeue: attempts reset, payload identical.
     broker.contents.dlq_requeue("q", [entry])
     wait_for(lambda: broker.statistics.sizes("q")["dead"] == 1 and len(bodies) == 6)
     [entry] = broker.contents.dead_letters("q")
-    assert message.DeadLetter(entry).frame == b"3|" + payload
+    assert deadletter.DeadLetter(entry).frame == b"3|" + payload
 
 
 def test_async_handlers_run_on_an_event_loop(start: Callable[..., Running], producer: Producer) -> None:
@@ -236,7 +236,7 @@ def test_reclaim_with_cost_dead_letters_past_the_threshold(redis_url: str, redis
     r = broker.registry.reclaim_dead("q", "c1", retry_threshold=3, reason="killed by signal 9")
     assert (r.requeued, r.dead_lettered) == (1, 2)
     assert redis_client.lrange(k.pending, 0, -1) == [b"2|y"]
-    dead = {message.DeadLetter(e).frame: message.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
+    dead = {deadletter.DeadLetter(e).frame: deadletter.DeadLetter(e).reason for e in redis_client.lrange(k.dead, 0, -1)}
     assert dead == {b"4|x": "killed by signal 9", b"garbage": "killed by signal 9"}
 
 
@@ -309,7 +309,7 @@ def test_reclaim_stale_takes_a_stale_consumers_list_at_a_cost(redis_url: str, re
                                       lock=(k.gc_lock, "mine"))
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"1|b"]
-    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).frame == b"4|a"
+    assert deadletter.DeadLetter(redis_client.lindex(k.dead, 0)).frame == b"4|a"
     assert not redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.retired, "c1") is not None
 
 
@@ -328,7 +328,7 @@ def test_sweep_retired_is_free_under_the_lock_and_leaves_the_registry_alone(redi
     r = broker.registry.sweep_retired("q", "c1", lock=(k.gc_lock, "mine"))
     assert (r.requeued, r.dead_lettered, r.remaining) == (1, 1, 0)
     assert redis_client.lrange(k.pending, 0, -1) == [b"3|a"]
-    assert message.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
+    assert deadletter.DeadLetter(redis_client.lindex(k.dead, 0)).reason == "found in a retired consumer's list"
     assert redis_client.hexists(k.consumers, "c1") and redis_client.zscore(k.heartbeats, "c1") is not None
     assert redis_client.zscore(k.retired, "c1") is None
 

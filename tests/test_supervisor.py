@@ -273,7 +273,7 @@ def test_message_timeout_kills_a_stuck_child_and_costs_an_attempt(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A handler past message_timeout: child killed, message dead-lettered with reason timeout, child replaced."""
-    from smqsup.message import DeadLetter
+    from smqsup.deadletter import DeadLetter
 
     sup = supervise({"q": {"handler": "tests.handlers:slow", "message_timeout": "1s", "retry_threshold": 0}},
                     notify)
@@ -311,7 +311,7 @@ def test_a_message_that_crashes_its_consumer_is_retried_then_dead_lettered(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A poison message that kills the process costs an attempt each time and ends dead-lettered; the queue goes on."""
-    from smqsup.message import DeadLetter
+    from smqsup.deadletter import DeadLetter
 
     sup = supervise({"q": {"handler": "tests.handlers:crash", "retry_threshold": 2}}, notify)
     notify.wait("READY=1")

@@ -1,4 +1,4 @@
-"""The publish options (delay, at, priority, dedup_key, dedup_ttl, ttl):
+"""The publish options (delay, at, priority, dedup_key, dedup_ttl, ttl, result_ttl):
 each checked by a small validator, then turned into what the publish script
 takes (scripts.Options, in ms).
 
@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from typing import Any
 
-from smqsup import safe
+from smqsup import defaults, safe
 from smqsup.errors import MessageError
 from smqsup.store import scripts
 
@@ -87,8 +87,25 @@ def dedup_key(value: object, what: str = "dedup_key") -> str:
     return value
 
 
+def result_ttl(value: object) -> int:
+    """Seconds (a number or a timedelta) from 0 (not tracked) to
+    RESULT_TTL_MAX_S, rounded up to whole seconds."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MessageError(f"result_ttl: expected seconds (a number or a timedelta), got {_shown(value)}")
+    try:
+        ok = math.isfinite(value) and 0 <= value <= defaults.RESULT_TTL_MAX_S
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise MessageError(f"result_ttl: expected seconds from 0 (not tracked) to {defaults.RESULT_TTL_MAX_S}, "
+                           f"got {_shown(value)}")
+    return math.ceil(value)
+
+
 def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
-          default_dedup_ttl_s: float) -> scripts.Options:
+          default_dedup_ttl_s: float, result_ttl_s: int = 0) -> scripts.Options:
     """The checked options of one publish call, in the script's units."""
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
@@ -97,7 +114,7 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     at_ms = -1 if at is None else math.ceil(due_time(at) * 1000)
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
-    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)))
+    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s)
 
 
 def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:

@@ -4,6 +4,8 @@
     producer = Producer("redis://127.0.0.1:6379/0")
     message_id = producer.publish("orders", {"order": 42})
     producer.publish("orders", {"order": 43}, delay=30, priority=9, dedup_key="order-43", ttl=600)
+    mid = producer.publish("resize", {"image": 7}, result_ttl=3600)
+    producer.result("resize", mid, timeout=30)   # what the handler returned
 
 A publish without options is one LPUSH script (publish.lua); one with any
 option goes through publish_options.lua (options.py checks them). The checks,
@@ -19,9 +21,11 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
+from smqsup.client import results
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
+from smqsup.store.tracking import Record
 
 
 class Producer:
@@ -79,7 +83,7 @@ class Producer:
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                 dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                partition_key: Optional[str] = None) -> str:
+                partition_key: Optional[str] = None, result_ttl: Any = None) -> str:
         """Queue one message in one round trip; return its id.
 
         ``delay`` (seconds or a timedelta, from when Redis receives it) or
@@ -93,7 +97,10 @@ class Producer:
         dead-lettered as "expired". ``partition_key``: on a queue with
         partitions, messages with the same key go to the same partition, so
         they keep their order (a message with a dedup key and no partition
-        key goes by its dedup key; the others round-robin).
+        key goes by its dedup key; the others round-robin). ``result_ttl``
+        (seconds; None: the queue's ``result_ttl`` option, as its consumers
+        declared it; 0: not tracked): its state, progress and outcome are
+        kept until that long after it ended (result(), state(), progress()).
 
         Raises MessageError (bad queue name, not JSON, over max_message_size,
         a bad option) before anything is sent, PublishUncertain if the reply
@@ -101,12 +108,13 @@ class Producer:
         """
         return self._deliver(self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
                                             dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
-                                            message_id=message_id, partition_key=partition_key))[0]
+                                            message_id=message_id, partition_key=partition_key,
+                                            result_ttl=result_ttl, declared_ttl_s=self._declared(queue)))[0]
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,
                      dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                     ttl: Any = None, partition_key: Optional[str] = None) -> list[str]:
+                     ttl: Any = None, partition_key: Optional[str] = None, result_ttl: Any = None) -> list[str]:
         """Queue many messages in one round trip; return their ids in order.
         Every body is encoded and checked before anything is sent; a lost
         reply raises PublishUncertain naming all of them.
@@ -123,7 +131,53 @@ class Producer:
         partition that failed (those sent before it are queued)."""
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
-                                             partition_key=partition_key))
+                                             partition_key=partition_key, result_ttl=result_ttl,
+                                             declared_ttl_s=self._declared(queue)))
+
+    def _declared(self, queue: str) -> int:
+        """The result_ttl ``queue``'s consumers declared (cached with its
+        partition count; 0 if unreadable: the publish then says why)."""
+        self._core.check_queue(queue)
+        try:
+            return self._broker.queues.result_ttl(queue)
+        except BrokerError:
+            return 0
+
+    # --- after publish -----------------------------------------------------------
+
+    def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
+        """What the handler of tracked message ``message_id`` returned,
+        waiting (without polling: its end is published) up to ``timeout``
+        seconds (None: for ever) for it to end; any number of waiters all
+        get it. Raises MessageFailed (``.reason``, ``.attempts``) if it
+        ended in the dead letters, TimeoutError if it has not ended in
+        time, ResultUnknown if it was never tracked or its result_ttl passed."""
+        wait_s = results.wait_s(timeout)
+        found = self._find(queue, message_id)
+        record = None if found is None else found[1]
+        if found is not None and not record.ended and wait_s > 0:  # type: ignore[union-attr]
+            record = self._broker.tracking.wait(found[0], message_id, wait_s)
+        return results.result_of(record, queue, message_id, timeout)
+
+    def state(self, queue: str, message_id: str) -> str:
+        """scheduled, waiting, active, retrying, done, dead, cancelled, or
+        unknown (never tracked, or past its result_ttl)."""
+        return results.state_of(self._record(queue, message_id))
+
+    def progress(self, queue: str, message_id: str) -> Any:
+        """The last value its handler gave message.progress() (None: none
+        yet); ResultUnknown as result() says."""
+        return results.progress_of(self._record(queue, message_id), queue, message_id)
+
+    def _record(self, queue: str, message_id: str) -> Optional[Record]:
+        found = self._find(queue, message_id)
+        return None if found is None else found[1]
+
+    def _find(self, queue: str, message_id: str) -> Optional[tuple[str, Record]]:
+        """(partition, record) of a tracked message; None when none holds one."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        return self._broker.tracking.find(self._broker.queues.partition_names(queue), message_id)
 
     def _deliver(self, out: Outgoing) -> list[str]:
         """Send ``out`` to its partitions (one round trip each, in turn);

@@ -106,6 +106,9 @@ class QueueConfig:
         return (max(1, round(1_000_000 / self.rate_limit_per_s)), self.rate_burst)
     #: How long a dedup key refuses duplicates; read by producers only.
     dedup_ttl_s: float = defaults.DEDUP_TTL_S
+    #: Messages published without result_ttl are tracked this long after they end (0: not tracked);
+    #: declared in Redis by the queue's consumers, read by producers.
+    result_ttl_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "rate_burst": ("rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
     "partitions": ("partitions", scalars.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
     "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
+    "result_ttl": ("result_ttl_s", scalars.result_ttl),
 }
 
 

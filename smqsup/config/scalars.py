@@ -166,6 +166,16 @@ def positive_long_duration(value: object, key: str = "", path: str = "") -> floa
     return seconds
 
 
+def result_ttl(value: object, key: str = "", path: str = "") -> int:
+    """How long a tracked message's outcome is kept after it ended: a
+    duration from 0 (not tracked) to defaults.RESULT_TTL_MAX_S, rounded up
+    to whole seconds (what a frame's head holds)."""
+    seconds = long_duration(value, key, path)
+    if seconds > defaults.RESULT_TTL_MAX_S:
+        raise error(f"expected a duration from 0 to {defaults.RESULT_TTL_MAX_S}s", value, path=path, key=key)
+    return math.ceil(seconds)
+
+
 #: rate_limit's periods, in seconds.
 _RATE_PERIODS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0,
                  "day": 86400.0}

@@ -9,6 +9,7 @@ one attribute each, all sharing the Broker's one link.Link:
     broker.contents     listings, removal by id, dead letters (contents.py)
     broker.statistics   sizes, counters, history, producers, read_queues (statistics.py)
     broker.schedules    schedules declared, fired, paused, read (schedules.py)
+    broker.tracking     tracked messages' records, waits, progress (tracking.py)
 
 Every operation turns redis-py's errors into smqsup's (connection.wrapped).
 """
@@ -29,6 +30,7 @@ from smqsup.store.queues import Queues
 from smqsup.store.registry import Registry
 from smqsup.store.schedules import Schedules
 from smqsup.store.statistics import Statistics
+from smqsup.store.tracking import Tracking
 
 
 class Broker:
@@ -50,6 +52,7 @@ class Broker:
         self.contents = Contents(self._link)
         self.statistics = Statistics(self._link, self.queues)
         self.schedules = Schedules(self._link)
+        self.tracking = Tracking(self._link)
 
     @property
     def url(self) -> str:

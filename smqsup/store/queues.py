@@ -32,6 +32,8 @@ class Queues:
         self._link = link
         #: queue -> (partitions, monotonic time read).
         self._partitions: dict[str, tuple[int, float]] = {}
+        #: Each queue's result_ttl as its consumers declared it (s, 0: none), read with its partitions.
+        self._result_ttls: dict[str, int] = {}
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -141,8 +143,15 @@ class Queues:
         known = self._partitions.get(queue)
         if not fresh and known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
             return known[0]
+        k = self._link.keys(queue)
         with wrapped(f"read the partitions of {queue!r}"):
-            raw = self._link.client.get(self._link.keys(queue).partitions)
+            pipe = self._link.client.pipeline(transaction=False)
+            pipe.get(k.partitions)
+            pipe.hget(k.options, "result_ttl")
+            raw, kept = pipe.execute(raise_on_error=False)
+            self._result_ttls[queue] = _result_ttl(kept)
+            if isinstance(raw, Exception):
+                raise raw
         # As partitions.lua reads it: a whole number from 1 (at most the most), else 1.
         text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
         digits = text.lstrip("0")
@@ -152,6 +161,22 @@ class Queues:
             n = defaults.PARTITIONS_MAX if len(digits) > 4 else min(int(digits), defaults.PARTITIONS_MAX)
         self._partitions[queue] = (n, time.monotonic())
         return self._partitions[queue][0]
+
+    def result_ttl(self, queue: str) -> int:
+        """The result_ttl (s) ``queue``'s consumers declared (0: none), read
+        with its partition count (cached as partitions() says)."""
+        self.partitions(queue)
+        return self._result_ttls.get(queue, 0)
+
+    def declare_options(self, queue: str, result_ttl_s: int) -> None:
+        """Store what producers of ``queue`` (every partition) are to apply
+        by default: its result_ttl (s, 0: not tracked). The last consumer
+        to start wins: supervisors whose configs disagree take turns."""
+        link = self._link
+        with wrapped(f"declare the options of {queue!r}"):
+            for name in partition_names(queue, self.partitions(queue)):
+                link.client.hset(link.keys(name).options, "result_ttl", str(result_ttl_s))
+        self._result_ttls[queue] = result_ttl_s
 
     def partition_names(self, queue: str, at_least: int = 1) -> list[str]:
         """The partitions of ``queue`` (its own name first): as many as
@@ -176,3 +201,12 @@ class Queues:
                 warn_once(log, f"ticket:{queue}", "queue %s: %s cannot be counted (%s); consumers draw their "
                           "partition at random (said once)", queue, key, exc)
                 return random.randrange(1 << 30)
+
+
+def _result_ttl(raw: object) -> int:
+    """A declared result_ttl as Redis returned it: whole seconds within
+    RESULT_TTL_MAX_S; anything else (junk someone wrote, an error) is 0."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else ""
+    if not (text.isascii() and text.isdigit()) or len(text) > 8:
+        return 0
+    return min(int(text), defaults.RESULT_TTL_MAX_S)

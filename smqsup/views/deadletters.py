@@ -18,8 +18,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from smqsup.deadletter import DeadLetter
 from smqsup.errors import MalformedMessage
-from smqsup.message import DeadLetter, frame_head, peek_id, too_deep
+from smqsup.message import frame_head, peek_id, too_deep
 from smqsup.safe import scrub
 from smqsup.store.broker import Broker
 from smqsup.store.scripts import Peeked, ReadBudget

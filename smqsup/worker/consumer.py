@@ -32,9 +32,8 @@ the queue is paused), booked ones (the rate limit's) at the end.
 
 message_timeout, one rule: a message past it costs one attempt, and whoever can stop waiting for its
 handler does. The runner of tasks and threads can (a task is cancelled, a thread left behind and
-replaced; reason "timeout"). A handler holding the consumer's own thread cannot be left, inline or
-when it blocks the event loop: the supervisor kills the process then (decide.kill_after_s), and each
-message it had started costs an attempt.
+replaced; reason "timeout"). A handler holding the consumer's own thread cannot be left, inline or when
+it blocks the event loop: the supervisor kills it then (decide.kill_after_s); each started costs an attempt.
 """
 
 from __future__ import annotations
@@ -282,8 +281,9 @@ class Consumer:
             return
         del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
-        att.outcome = OK if att.error is None else self.judge.ended(att.msg, att.error, self.fetcher.name)
-        if att.outcome is OK and self._returned == len(self._finished) and self._each_end is None:
+        tracked = att.msg is not None and att.msg.result_ttl_s  # (its outcome carries the result)
+        att.outcome = OK if att.error is None and not tracked else self.judge.drawn(att, self.fetcher.name)
+        if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
             self._returned += 1  # inline: finished in take order, so these are our list's oldest
         self._finished.append(att)
         if self._each_end is not None:

@@ -156,8 +156,8 @@ class Fetcher:
     def fetched(self, frame: bytes, paused: bool) -> Optional[Taken]:
         """A frame the blocking fetch took, screened when it must be (the
         queue turned out paused, the frame carries an expiry, the queue has
-        a rate limit); None if it is not to be handled."""
-        if paused or self.limited or message.has_expiry(frame):
+        a rate limit, it is tracked); None if it is not to be handled."""
+        if paused or self.limited or message.must_screen(frame):
             return self.screen(frame)
         return frame, 0
 

@@ -7,12 +7,12 @@ import inspect
 import logging
 import traceback
 
-from smqsup import message, safe
+from smqsup import defaults, message, safe
 from smqsup.client import options
 from smqsup.config.model import QueueConfig
-from smqsup.errors import MalformedMessage
+from smqsup.errors import MalformedMessage, MessageError
 from smqsup.store import scripts
-from smqsup.worker.records import OK, ConsumerStats, Identity, Outcome
+from smqsup.worker.records import OK, Attempt, ConsumerStats, Identity, Outcome
 from smqsup.worker.verdicts import Reject, Retry
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,20 @@ class Judge:
             return self.judged(msg, exc, where)
         text = safe.escape(exc, 500)  # (never raises, whatever its __str__ does)
         return self.judged(msg, RuntimeError(f"the handler raised {type(exc).__name__}: {text}"), where)
+
+    def drawn(self, att: Attempt, where: str) -> Outcome:
+        """The outcome of a handler that ended: ended()'s, or a tracked
+        message's that returned: done with its result as JSON text, or a
+        failed attempt when the result is not JSON (NaN, too deep, not
+        serialisable, a lone surrogate) or larger than RESULT_MAX_BYTES."""
+        msg = att.msg
+        if att.error is not None or msg is None:
+            return self.ended(msg, att.error, where)
+        try:
+            return Outcome(True, result=message.bounded_json(att.result, "the handler's result",
+                                                             defaults.RESULT_MAX_BYTES))
+        except MessageError as exc:
+            return self.judged(msg, exc, where)
 
     def judged(self, msg: message.Message, exc: Exception, where: str) -> Outcome:
         """The outcome of a handler that raised ``exc``: a dead letter now

@@ -57,6 +57,7 @@ class Outcome:
     threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
     delay_ms: int = 0
     dead_event: str = ""  # a counter to add 1 to when dead-lettered ("rejected")
+    result: Optional[str] = None  # a tracked message's result, JSON text (ok only)
 
 
 #: The outcome of a handler that returned.
@@ -68,7 +69,7 @@ class Attempt:
     the processing list), the decoded message (None: malformed, never run),
     when its handler started, how it ended and what becomes of it."""
 
-    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task")
+    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task", "result")
 
     def __init__(self, frame: bytes, msg: Optional[message.Message], since_us: int = 0,
                  outcome: Optional[Outcome] = None) -> None:
@@ -78,3 +79,4 @@ class Attempt:
         self.error: Optional[BaseException] = None  # what its handler raised
         self.outcome = outcome  # set once it is due to be settled
         self.task: Optional["asyncio.Task[None]"] = None  # an async handler's task (runners.LoopRunner)
+        self.result: Any = None  # what its handler returned (recorded when the message is tracked)

@@ -66,6 +66,7 @@ class Registration:
         f = self.fetcher
         if not f.partitions.drawn:
             f.repartition(self.broker.queues.declare_partitions(self.queue.name, self.queue.partitions))
+            self.broker.queues.declare_options(self.queue.name, self.queue.result_ttl_s)
             f.partitions.draw(self.broker.queues.partition_ticket(self.queue.name) if f.partitions.many else 0)
             f.move(f.partitions.home)
         info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())

@@ -108,9 +108,10 @@ class InlineRunner:
                 if inspect.isawaitable(result):
                     if self._loop is None:
                         self._loop = asyncio.new_event_loop()
-                    self._loop.run_until_complete(result)
+                    result = self._loop.run_until_complete(result)
                 else:
                     refuse_generator(result)
+                att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land (SystemExit, KeyboardInterrupt re-raised)
             att.error = exc
         self.land(att)
@@ -222,9 +223,10 @@ class LoopRunner:
             result = self.handler(att.msg)
             if result is not None:
                 if inspect.isawaitable(result):
-                    await result
+                    result = await result
                 else:
                     refuse_generator(result)
+                att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land (a CancelledError included)
             att.error = exc
         self._landed(att)
@@ -238,9 +240,10 @@ class LoopRunner:
             if result is None:
                 pass
             elif inspect.isawaitable(result):  # a plain def returning a coroutine: it runs on the loop
-                asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+                att.result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
             else:
                 refuse_generator(result)
+                att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land, in the loop
             att.error = exc
         self._ended.append(att)

@@ -85,7 +85,7 @@ class Settler:
         outcome = att.outcome
         assert outcome is not None
         if outcome.ok:
-            return scripts.ack(keys, cid, att.frame, fetch, self._counted, self.fetcher.rate)
+            return scripts.ack(keys, cid, att.frame, fetch, self._counted, self.fetcher.rate, outcome.result)
         return self._nack(keys, cid, att.frame, outcome, fetch)
 
     def _batched(self, room: int) -> int:
@@ -119,7 +119,7 @@ class Settler:
             nacks = [att for att in finished if att.outcome is not OK]
         calls = _opening(keys, cid, give_back)
         given = len(calls)
-        calls += [self._nack(keys, cid, att.frame, att.outcome, False) for att in nacks if att.outcome is not None]
+        calls += [self._settle(keys, cid, att, False) for att in nacks]
         # As each ack would take a successor (fetch_next), the batch's take
         # looks whenever there is room, the queue not known paused.
         take = room if room > 0 and (poll or not f.paused) else 0

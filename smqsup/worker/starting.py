@@ -11,6 +11,7 @@ the oldest of the consumer's list, and the slot counts a frame started
 
 from __future__ import annotations
 
+import functools
 import operator
 import time
 from collections.abc import Callable
@@ -90,7 +91,7 @@ class Starter:
         expiry to screen) and nothing else is in hand or limits its start,
         what accept() would do, without the line of waiting frames; whether
         it was."""
-        if message.has_expiry(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
+        if message.must_screen(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
             return False
         self.looked_at = time.monotonic()  # (as accept: the fetch read the flag just now)
         self.launch(frame)
@@ -161,6 +162,8 @@ class Starter:
         except MalformedMessage as exc:  # dead-lettered without a handler
             self.settler.finished.append(Attempt(frame, None, outcome=self.judge.malformed(exc, f.name)))
             return
+        if msg.result_ttl_s:  # tracked: its handler may report progress
+            msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id)
         self.runner.start(self.in_hand.start(frame, msg))
 
     # --- what is due ------------------------------------------------------------

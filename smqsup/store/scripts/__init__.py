@@ -16,12 +16,13 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 - contents.py: peek_range (bounded listings), remove, dlq_requeue,
   dlq_purge, partitions.
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
+- tracking.py: progress (tracked messages' scripts that move none).
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
 from __future__ import annotations
 
-from smqsup.store.scripts import contents, messages, registry
+from smqsup.store.scripts import contents, messages, registry, tracking
 from smqsup.store.scripts.calls import Batch, Call, Lock, Script, ScriptClient, meta_json
 from smqsup.store.scripts.contents import Peeked, ReadBudget, dlq_purge, dlq_requeue, partitions, peek_range, remove
 from smqsup.store.scripts.messages import (
@@ -64,15 +65,17 @@ from smqsup.store.scripts.registry import (
     return_free,
     stale,
 )
+from smqsup.store.scripts.tracking import progress
 
 #: Every script but the schedules' (schedules.ALL).
-ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS)
+ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS)
 
 __all__ = [
     "ALL", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
     "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
-    "meta_json", "nack", "partitions", "peek_range", "producer_stats", "promote", "publish", "publish_options",
+    "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "promote", "publish",
+    "publish_options",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

@@ -9,6 +9,7 @@
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
+-- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set (includes/track.lua)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
@@ -17,6 +18,8 @@
 --          whole queue, "0" for none
 -- ARGV[6]  its burst (starts allowed back to back, >= 1)
 -- ARGV[7]  partitions the consumer works (rate_of's ``known``)
+-- ARGV[8]  (a tracked message only) its result, JSON text: the record says
+--          "done" with it, unless the ack was late
 --
 -- Returns {acked, next, registered, paused, wait}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
@@ -57,19 +60,24 @@ if acked == 0 then
 elseif count then
   redis.pcall('HINCRBY', counters, 'acked', 1)
 end
-if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
+local result = ARGV[8]
 local taken = nil
 local limited = ARGV[5] ~= '0'
-if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
-  if not wanted then return {acked, false, 1, 0, 0} end
-  taken = redis.pcall('LMOVE', pending, processing, 'RIGHT', 'LEFT')
-  if type(taken) ~= 'string' then return {acked, false, 1, 0, 0} end
-  if plain(taken) then return {acked, taken, 1, 0, 0} end
+if not result then
+  if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
+  if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
+    if not wanted then return {acked, false, 1, 0, 0} end
+    taken = redis.pcall('LMOVE', pending, processing, 'RIGHT', 'LEFT')
+    if type(taken) ~= 'string' then return {acked, false, 1, 0, 0} end
+    if plain(taken) then return {acked, taken, 1, 0, 0} end
+  end
 end
 
 --- @include "fetch_next"
+local T = KEYS[11] and {hash = KEYS[10], expiry = KEYS[11]} or nil
+if result and acked == 1 then track(T, frame, 'done', nil, nil, result) end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
-           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7],
+           priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,
            rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}
 local registered, nxt, paused, wait = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
 return {acked, nxt, registered, paused, wait}

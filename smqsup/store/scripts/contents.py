@@ -26,7 +26,8 @@ SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE)
 def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str]]]) -> Call[list[bool]]:
     """Remove (where, frame, id, dedup key or None) waiting messages; per
     message whether it was still there."""
-    key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters]
+    key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters, keys.tracked,
+                keys.tracked_expiry]
     args: list[Any] = []
     for where, frame, mid, dedup_key in chosen:
         args += [where, frame, mid, dedup_index(key_list, keys, dedup_key)]
@@ -46,7 +47,8 @@ def dlq_purge(keys: QueueKeys, dead_key: str, entries: Sequence[tuple[bytes, str
 def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
     """Move the given dead-letter entries back to pending, attempts reset
     (call with at least one entry)."""
-    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq), entries,
+    return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq,
+                               keys.tracked, keys.tracked_expiry), entries,
                 int)
 
 

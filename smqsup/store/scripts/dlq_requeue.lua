@@ -8,6 +8,8 @@
 -- KEYS[4]  priority set of the queue (a requeued priority message is made
 --          ready as includes/ready.lua says)
 -- KEYS[5]  priority sequence counter of the queue
+-- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set (includes/track.lua:
+--          a tracked message requeued is "waiting" again, its end forgotten)
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
@@ -18,8 +20,10 @@
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
 local dead, pending, counters, prio_set, prio_seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local T = KEYS[7] and {hash = KEYS[6], expiry = KEYS[7]} or nil
 --- @include "wrong_type"
 --- @include "ready"
+--- @include "track"
 
 local refused = wrong_type({{dead, 'list'}, {pending, 'list'}, {prio_set, 'zset'}})
 if refused then return refused end
@@ -28,18 +32,25 @@ for _, entry in ipairs(ARGV) do
   if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
-    local attempts, priority = head_of(frame)
+    local attempts, priority, _, _, kept_s = head_of(frame)
     if attempts then
       local bar = string.find(frame, '|', 1, true)
       local head = '0'
-      if priority > 0 then head = '0:' .. string.format('%d', priority) .. ':0' end
+      if kept_s > 0 then
+        head = '0:' .. string.format('%d', priority) .. ':0:' .. string.format('%d', kept_s)
+      elseif priority > 0 then
+        head = '0:' .. string.format('%d', priority) .. ':0'
+      end
       frame = head .. string.sub(frame, bar)
+      local id = T and tracked_of(frame)
+      if id then redis.pcall('ZREM', T.expiry, id) end
     end
     ready[#ready + 1] = frame
     moved = moved + 1
   end
 end
 make_ready_all(pending, prio_set, prio_seq, ready)
+track_all(T, ready, 'waiting')
 if moved > 0 then
   redis.pcall('HINCRBY', counters, 'dlq_requeued', moved)
 end

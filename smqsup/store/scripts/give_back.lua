@@ -6,6 +6,8 @@
 --
 -- KEYS[1]  processing list of the consumer
 -- KEYS[2]  pending list of the queue
+-- KEYS[3]  tracking hash of the queue, KEYS[4] its expiry set
+--          (includes/track.lua: a tracked frame given back is "waiting")
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
 --
 -- Returns how many went back: a frame no longer in KEYS[1] (reclaimed
@@ -15,7 +17,9 @@
 -- before anything is written (includes/wrong_type.lua): the frames then
 -- stay in KEYS[1], where a reclaim finds them.
 local processing, pending = KEYS[1], KEYS[2]
+local T = KEYS[4] and {hash = KEYS[3], expiry = KEYS[4]} or nil
 --- @include "wrong_type"
+--- @include "track"
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
@@ -24,6 +28,7 @@ local given = 0
 for i = #ARGV, 1, -1 do
   if redis.call('LREM', processing, 1, ARGV[i]) > 0 then
     redis.call('RPUSH', pending, ARGV[i])
+    track(T, ARGV[i], 'waiting')
     given = given + 1
   end
 end

@@ -95,18 +95,19 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..9] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    """KEYS[1..11] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead, keys.rate, keys.partitions)
+            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
-        rate: Rate = NO_RATE) -> Call[AckResult]:
+        rate: Rate = NO_RATE, result: Optional[str] = None) -> Call[AckResult]:
     """Remove ``frame`` from the consumer's list; take the next one if asked
-    (booking its start under the queue's ``rate`` limit)."""
-    return Call(_ACK, _fetch_keys(keys, consumer_id), (frame, int(fetch_next), consumer_id, int(count), *rate),
-                _ack_result)
+    (booking its start under the queue's ``rate`` limit). ``result``: a
+    tracked message's result (JSON text), recorded with its "done"."""
+    args: tuple[Any, ...] = (frame, int(fetch_next), consumer_id, int(count), *rate)
+    return Call(_ACK, _fetch_keys(keys, consumer_id), args if result is None else (*args, result), _ack_result)
 
 
 def _take_result(reply: Sequence[Any]) -> TakeResult:
@@ -138,7 +139,8 @@ def give_back(keys: QueueKeys, consumer_id: str, frames: Sequence[bytes]) -> Cal
     """Return ``frames`` (taken in this order, never started) from the
     consumer's list to the consuming end of pending, free of cost; how many
     were still there to go back."""
-    return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending), tuple(frames), int)
+    return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending, keys.tracked, keys.tracked_expiry),
+                tuple(frames), int)
 
 
 def _screen_result(reply: Sequence[Any]) -> tuple[int, int]:
@@ -151,7 +153,8 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE
     back) or GONE; µs to wait before the start or the next look) for a frame
     a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
-                          keys.rate, keys.partitions), (frame, *rate), _screen_result)
+                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry), (frame, *rate),
+                _screen_result)
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
@@ -164,7 +167,8 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     """Count a failed attempt of ``frame``: retry, delay or dead-letter it
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
-                        keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions),
+                        keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
+                        keys.tracked, keys.tracked_expiry),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -177,7 +181,7 @@ def _promote_result(reply: Sequence[Any]) -> PromoteResult:
 def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
-                                keys.dead, keys.counters], [batch], lock)
+                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry], [batch], lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
 
 
@@ -190,6 +194,7 @@ class Options:
     at_ms: int = -1  # -1: none
     ttl_ms: int = 0  # 0: none
     dedup_ttl_ms: int = 86_400_000
+    result_ttl_s: int = 0  # 0: not tracked
 
 
 def _id_pairs(reply: Sequence[Any]) -> list[tuple[str, bool]]:
@@ -200,9 +205,10 @@ def publish_options(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[
                     count: bool = True) -> Call[list[tuple[str, bool]]]:
     """Publish (id, payload, dedup key or None) items with ``options``;
     per item (the id queued, True) or (the id holding its dedup key, False)."""
-    key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled]
+    key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled, keys.tracked,
+                keys.tracked_expiry]
     args: list[Any] = [int(count), options.priority, options.delay_ms, options.at_ms, options.ttl_ms,
-                       options.dedup_ttl_ms]
+                       options.dedup_ttl_ms, options.result_ttl_s]
     for mid, payload, dedup_key in items:
         args += [mid, dedup_index(key_list, keys, dedup_key), payload]
     return Call(_PUBLISH_OPTIONS, key_list, args, _id_pairs)

@@ -1,12 +1,13 @@
 -- Publish messages with options: a delay or a due time, a priority, a ttl,
--- dedup keys. (Plain messages go through publish.lua, the fast path.)
+-- dedup keys, tracking. (Plain messages go through publish.lua, the fast path.)
 --
 -- KEYS[1]  pending list of the queue
 -- KEYS[2]  counters hash of the queue ("published", "deduplicated")
 -- KEYS[3]  priority set of the queue
 -- KEYS[4]  priority sequence counter of the queue
 -- KEYS[5]  scheduled set of the queue (score: due time, ms, Redis clock)
--- KEYS[6..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
+-- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set (includes/track.lua)
+-- KEYS[8..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
 -- ARGV[1]  "1": count in KEYS[2] (statistics on)
 -- ARGV[2]  priority, 0-9
 -- ARGV[3]  delay in ms from now (integer >= 0), or -1: none
@@ -15,7 +16,10 @@
 -- ARGV[5]  ttl in ms (integer > 0), or 0: none. A message not taken by a
 --          consumer within ttl of now is dead-lettered as "expired"
 -- ARGV[6]  dedup ttl in ms (integer > 0)
--- ARGV[7..]  three per message, oldest first: its id, the index in KEYS of
+-- ARGV[7]  result_ttl in seconds (0: not tracked; else 1 to 99999999): the
+--          head says it and each message queued is tracked, "waiting" or
+--          "scheduled" (a message deduplicated is not: its holder is)
+-- ARGV[8..]  three per message, oldest first: its id, the index in KEYS of
 --          its dedup key (0: none), its payload
 --
 -- Returns {id1, queued1, id2, queued2, ...}: per message, 1 and its own id
@@ -29,12 +33,15 @@ local pending, counters, prio_set, prio_seq, scheduled = KEYS[1], KEYS[2], KEYS[
 local count, priority = ARGV[1] == '1', tonumber(ARGV[2])
 local delay_ms, due_at_ms, ttl_ms, dedup_ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
                                                   tonumber(ARGV[6])
+local kept_s = tonumber(ARGV[7])
+local T = kept_s > 0 and {hash = KEYS[6], expiry = KEYS[7]} or nil
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "ready"
+--- @include "track"
 
 local expected = {{pending, 'list'}, {prio_set, 'zset'}, {scheduled, 'zset'}}
-for i = 6, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
+for i = 8, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
 local refused = wrong_type(expected)
 if refused then return refused end
 
@@ -46,12 +53,15 @@ if delay_ms >= 0 then due = now_ms_up() + delay_ms elseif due_at_ms >= 0 then du
 local expires = 0
 if ttl_ms > 0 then expires = at_ms + ttl_ms end
 local head = '0|'
-if priority > 0 or expires > 0 then
+if kept_s > 0 then
+  head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. ':'
+    .. string.format('%d', kept_s) .. '|'
+elseif priority > 0 or expires > 0 then
   head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. '|'
 end
 
 local out, queued, deduplicated, ready = {}, 0, 0, {}
-for i = 7, #ARGV - 2, 3 do
+for i = 8, #ARGV - 2, 3 do
   local id, dk, payload = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local holder = nil
   if dk > 0 and not redis.call('SET', KEYS[dk], id, 'NX', 'PX', dedup_ttl_ms) then
@@ -65,8 +75,10 @@ for i = 7, #ARGV - 2, 3 do
     local frame = head .. payload
     if due > at_ms then
       redis.call('ZADD', scheduled, due, frame)
+      track(T, frame, 'scheduled', at_ms)
     else
       ready[#ready + 1] = frame
+      track(T, frame, 'waiting', at_ms)
     end
     out[#out + 1] = id
     out[#out + 1] = 1

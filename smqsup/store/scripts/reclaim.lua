@@ -9,6 +9,7 @@
 -- KEYS[5]  consumers registry hash of the queue
 -- KEYS[6]  heartbeats sorted set of the queue
 -- KEYS[7]  retired consumers sorted set (score: ms when unregistered, Redis clock)
+-- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set (includes/track.lua)
 -- ARGV[1]  "1": each message costs an attempt (the consumer died);
 --          "0": it does not (a stop asked for, a consumer re-registering)
 -- ARGV[2]  retry_threshold: past it a costly reclaim dead-letters a message
@@ -31,6 +32,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
+local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
 local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 local started = tonumber(ARGV[6] or '-1')
@@ -46,6 +48,6 @@ local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'lis
 if refused then return refused end
 local at_ms = now_ms()
 local requeued, dead_lettered, remaining = move_frames(processing, pending, dead, counters, costs, threshold,
-                                                       meta, limit, at_ms, started, returned)
+                                                       meta, limit, at_ms, started, returned, T)
 if remaining == 0 then unregister(consumers, heartbeats, retired, consumer_id, at_ms) end
 return {requeued, dead_lettered, remaining}

@@ -39,10 +39,11 @@ def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
 
 
 def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
-    """KEYS[1..7] of reclaim.lua and reclaim_stale.lua: the consumer's list,
-    pending, dead, counters, the registry, heartbeats and retired."""
+    """KEYS[1..9] of reclaim.lua and reclaim_stale.lua: the consumer's list,
+    pending, dead, counters, the registry, heartbeats, retired and the
+    tracking keys."""
     return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-            keys.retired]
+            keys.retired, keys.tracked, keys.tracked_expiry]
 
 
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
@@ -74,7 +75,8 @@ def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
     """Return up to ``batch`` messages of the consumer's list to the queue
     free of cost, registry untouched; with ``lock``, only if the lock holds
     its token (NOTLEADER otherwise)."""
-    key_list, args = with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters],
+    key_list, args = with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.tracked,
+                                keys.tracked_expiry],
                                [meta_json(reason, consumer=consumer_id), batch], lock)
     return Call(_RETURN_FREE, key_list, args, _reclaim_result)
 

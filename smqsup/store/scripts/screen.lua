@@ -10,6 +10,8 @@
 -- KEYS[5]  paused flag of the queue
 -- KEYS[6]  rate key of the queue (includes/rate.lua)
 -- KEYS[7]  partition count of the queue, this partition's copy (includes/rate.lua)
+-- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set
+--          (includes/track.lua: a tracked frame to handle is "active")
 -- ARGV[1]  the frame, the exact bytes fetched
 -- ARGV[2]  the queue's rate limit: µs between handler starts across the
 --          whole queue, "0" for none
@@ -35,6 +37,7 @@ local frame = ARGV[1]
 --- @include "dead_letter"
 --- @include "rate"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
+local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
@@ -46,7 +49,10 @@ end
 local _, _, expires = head_of(frame)
 local at_ms = now_ms()
 if not expires or expires == 0 or expires > at_ms then
-  if not rate then return {0, 0} end
+  if not rate then
+    track(T, frame, 'active', at_ms)
+    return {0, 0}
+  end
   local wait, tat, now = rate_wait(rate)
   if wait > RATE_HORIZON_US then
     if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
@@ -57,12 +63,13 @@ if not expires or expires == 0 or expires > at_ms then
     return {-1, 0}
   end
   rate_book(rate, tat, now)
+  track(T, frame, 'active', at_ms)
   return {0, wait}
 end
 refused = wrong_type({{dead, 'list'}})
 if refused then return refused end
 if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
-dead_letter(dead, '{"reason":"expired"}', at_ms, frame)
+dead_letter(dead, '{"reason":"expired"}', at_ms, frame, T)
 redis.pcall('HINCRBY', counters, 'expired', 1)
 redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
 return {2, 0}

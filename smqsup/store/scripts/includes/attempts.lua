@@ -1,8 +1,9 @@
 --- @include "plain"
 -- head_of(frame): what the head of a frame says (message.py has the
--- grammar: "A" or "A:P:E", then '|'): attempts, priority, expires_ms (0:
--- never), and the position where the attempts digits end; nil when the
--- bytes are not a frame.
+-- grammar: "A", "A:P:E" or "A:P:E:R", then '|'): attempts, priority,
+-- expires_ms (0: never), the position where the attempts digits end, and
+-- R, the seconds its outcome is kept once it ends (0: not tracked); nil
+-- when the bytes are not a frame.
 --
 -- attempts_of(frame): attempts and that position (nil when not a frame).
 --
@@ -12,16 +13,18 @@
 -- are copied, never decoded or re-encoded.
 local function head_of(frame)
   local bar = string.find(frame, '|', 1, true)
-  if not bar or bar > 28 then return nil end
+  if not bar or bar > 37 then return nil end
   local head = string.sub(frame, 1, bar - 1)
   local a = string.match(head, '^%d+$')
   if a then
     if #a > 9 then return nil end
-    return tonumber(a), 0, 0, bar
+    return tonumber(a), 0, 0, bar, 0
   end
   local a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
-  if not a2 or #a2 > 9 or #e > 15 then return nil end
-  return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1
+  local r = '0'
+  if not a2 then a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$') end
+  if not a2 or #a2 > 9 or #e > 15 or #r > 8 then return nil end
+  return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r)
 end
 
 local function attempts_of(frame)

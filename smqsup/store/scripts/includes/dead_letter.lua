@@ -1,10 +1,18 @@
--- dead_letter(dead, meta, at_ms, frame): LPUSH the dead-letter entry
--- "<meta with at_ms first>\n<frame>" on the list ``dead``.
+--- @include "track"
+-- dead_letter(dead, meta, at_ms, frame, T): LPUSH the dead-letter entry
+-- "<meta with at_ms first>\n<frame>" on the list ``dead``; a tracked
+-- message's record says "dead" (or "cancelled", for that reason) with the
+-- metadata (includes/track.lua; T nil: none).
 --
 -- meta  a JSON object text with at least "reason" and no raw newline
 --       (scripts.meta_json), so the first '\n' of an entry ends its metadata
 -- at_ms when it was dead-lettered, ms, Redis clock
-local function dead_letter(dead, meta, at_ms, frame)
+local function dead_letter(dead, meta, at_ms, frame, T)
   local stamped = '{"at_ms":' .. string.format('%d', at_ms) .. ',' .. string.sub(meta, 2)
   redis.call('LPUSH', dead, stamped .. '\n' .. frame)
+  if T then
+    local cancelled = string.sub(meta, 1, 22) == '{"reason":"cancelled"}'
+      or string.sub(meta, 1, 22) == '{"reason":"cancelled",'
+    track(T, frame, cancelled and 'cancelled' or 'dead', at_ms, stamped)
+  end
 end

@@ -11,8 +11,9 @@
 --              (ack.lua pays no type check; the consumer's next BLMOVE
 --              reports the key); redis.call: it is the caller's error reply
 -- q            the queue's keys: processing, pending, priority, paused,
---              dead, counters, consumers; and rate: nil, or the queue's
---              rate limit (includes/rate.lua)
+--              dead, counters, consumers; rate: nil, or the queue's
+--              rate limit (includes/rate.lua); track: nil, or its tracking
+--              keys (includes/track.lua: a tracked frame taken is "active")
 -- wanted       true: take the next ready frame (take_ready) into processing
 -- taken        nil, or a frame the caller already moved from pending into
 --              processing (ack.lua's hot path), on a queue with neither a
@@ -53,6 +54,7 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
   end
   local function booked(nxt)
     if tat then rate_book(q.rate, tat, now) end
+    if q.track and not plain(nxt) then track(q.track, nxt, 'active') end
     return 1, nxt, 0, wait
   end
   local at_ms = nil
@@ -67,7 +69,7 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
     if expires > at_ms then return booked(nxt) end
     -- Dead-lettered before it leaves the list: a dead-letter list of the
     -- wrong type fails the script with the frame still in ours (handled).
-    dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt)
+    dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt, q.track)
     redis.call('LREM', q.processing, 1, nxt)
     redis.pcall('HINCRBY', q.counters, 'expired', 1)
     redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)

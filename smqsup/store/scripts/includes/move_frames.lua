@@ -1,6 +1,6 @@
 --- @include "attempts"
 --- @include "dead_letter"
--- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned):
+-- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T):
 -- return up to ``limit`` frames of a consumer's processing list to its queue.
 --
 -- list      the consumer's processing list
@@ -19,6 +19,8 @@
 --           the others (taken, never started) go back free
 -- returned  with ``started``: the first that many of those, from the right
 --           end, go back free too (their handlers returned); nil: none
+-- T         the queue's tracking keys, or nil (includes/track.lua): a
+--           tracked frame requeued is "waiting", one dead-lettered "dead"
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not.
@@ -28,7 +30,7 @@
 -- The caller has checked the types of list, pending and dead (wrong_type):
 -- a frame popped is always pushed somewhere. Counters use redis.pcall: a
 -- counters hash that holds garbage costs its statistics, never a message.
-local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned)
+local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T)
   local requeued, dead_lettered = 0, 0
   local left = started and redis.call('LLEN', list)  -- frames from the right end to the next popped
   for _ = 1, limit do
@@ -43,10 +45,11 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
       to_dead = attempts > threshold
     end
     if to_dead then
-      dead_letter(dead, meta, at_ms, frame)
+      dead_letter(dead, meta, at_ms, frame, T)
       dead_lettered = dead_lettered + 1
     else
       redis.call('RPUSH', pending, frame)
+      track(T, frame, 'waiting', at_ms)
       requeued = requeued + 1
     end
   end

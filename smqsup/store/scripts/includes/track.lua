@@ -1,0 +1,77 @@
+--- @include "attempts"
+-- The records of tracked messages: a frame whose head is "A:P:E:R" with
+-- R > 0 (message.py) keeps its state and outcome until R seconds after it
+-- ended, written here by the scripts that move it (store/tracking.py reads
+-- them). ``T`` is the script's pair of tracking keys, or nil:
+--
+--   T.hash    HASH  field ID: the state record, JSON {"state", "attempts",
+--                   "at_ms"} and, once it died, "meta" (the dead-letter
+--                   metadata: "reason"...); field ID:r the result (JSON
+--                   text); field ID:p its last progress (JSON text)
+--   T.expiry  ZSET  ID, score = when its fields go (ms, Redis clock): R
+--                   seconds after it ended. A reader takes a record past
+--                   its time for gone; each end removes up to TRACK_PRUNE
+--                   of those (the collector the rest)
+--
+-- Every new state is published on the channel T.hash .. ":" .. ID (the
+-- state's name), which a waiter subscribes to before it reads the record.
+-- Writes use redis.pcall: garbage in these keys costs the records, never
+-- the move of a message.
+--
+-- track(T, frame, state, at_ms, meta, result): record ``state`` for the
+-- message of ``frame`` if it is tracked (its attempts read from the head);
+-- at_ms nil: now. track_all(T, frames, state, at_ms): the same for each.
+local TRACK_PRUNE = 16
+local TRACK_ENDS = {done = true, dead = true, cancelled = true}
+
+-- The id and result_ttl (s) of a tracked frame, or nil (a plain frame: at once).
+local function tracked_of(frame)
+  if string.byte(frame, 2) == 124 then return nil end  -- "A|": plain
+  local _, _, _, _, ttl = head_of(frame)
+  if not ttl or ttl == 0 then return nil end
+  local id = string.match(frame, '^[^|]+|{"id":"([A-Za-z0-9_.:-]+)"')
+  if not id then return nil end
+  return id, ttl
+end
+
+local function track_prune(T, at_ms)
+  local gone = redis.pcall('ZRANGEBYSCORE', T.expiry, '-inf', at_ms, 'LIMIT', 0, TRACK_PRUNE)
+  if type(gone) ~= 'table' or #gone == 0 then return end
+  local fields = {}
+  for _, id in ipairs(gone) do
+    fields[#fields + 1] = id
+    fields[#fields + 1] = id .. ':r'
+    fields[#fields + 1] = id .. ':p'
+  end
+  redis.pcall('HDEL', T.hash, unpack(fields))
+  redis.pcall('ZREM', T.expiry, unpack(gone))
+end
+
+local function track(T, frame, state, at_ms, meta, result)
+  if not T then return end
+  local id, ttl = tracked_of(frame)
+  if not id then return end
+  if not at_ms then
+    local t = redis.call('TIME')
+    at_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local record = '{"state":"' .. state .. '","attempts":' .. string.format('%d', attempts_of(frame))
+    .. ',"at_ms":' .. string.format('%d', at_ms)
+  if meta then record = record .. ',"meta":' .. meta end
+  record = record .. '}'
+  if result then
+    redis.pcall('HSET', T.hash, id, record, id .. ':r', result)
+  else
+    redis.pcall('HSET', T.hash, id, record)
+  end
+  if TRACK_ENDS[state] then
+    redis.pcall('ZADD', T.expiry, at_ms + ttl * 1000, id)
+    track_prune(T, at_ms)
+  end
+  redis.pcall('PUBLISH', T.hash .. ':' .. id, state)
+end
+
+local function track_all(T, frames, state, at_ms)
+  if not T then return end
+  for _, frame in ipairs(frames) do track(T, frame, state, at_ms) end
+end

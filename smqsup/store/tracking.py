@@ -1,0 +1,152 @@
+"""Tracked messages (result_ttl): their records read, an end waited for
+without polling, progress written. The scripts that move a message write
+its record (scripts/includes/track.lua has the schema); this reads it
+through one schema, Record, so the writer and the readers cannot drift.
+
+A wait subscribes to the message's channel, and only once Redis confirmed
+the subscription reads the record: an end published after that read is
+heard, one before it is read, so no end falls between the two.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import Link, ms_of
+
+#: The states a tracked message ends in: its record then lasts result_ttl.
+ENDED = frozenset({"done", "dead", "cancelled"})
+#: Every state a record may say (anything else in Redis reads as "unknown").
+STATES = frozenset({"scheduled", "waiting", "active", "retrying"}) | ENDED
+#: Longest a wait blocks on its subscription at once, s (then it reads the record again).
+_WAIT_SLICE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """What Redis holds on one tracked message. ``result`` and ``progress``
+    are JSON text as written (None: none); ``meta`` the dead-letter
+    metadata of one that died (reason, error...), else empty."""
+
+    state: str
+    attempts: int = 0
+    at_ms: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    result: Optional[str] = None
+    progress: Optional[str] = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def reason(self) -> str:
+        reason = self.meta.get("reason")
+        return reason if isinstance(reason, str) else ("cancelled" if self.state == "cancelled" else "unknown")
+
+
+def _text(value: Any) -> Optional[str]:
+    """Bytes Redis returned as text (None stays None; undecodable: None)."""
+    if value is None:
+        return None
+    try:
+        return bytes(value).decode("utf-8")
+    except (UnicodeDecodeError, TypeError):
+        return None
+
+
+def parse(raw: Any, result: Any, progress: Any, expires_ms: Any, now_ms: int) -> Optional[Record]:
+    """The Record of replies HMGET (record, result, progress) and ZSCORE
+    (its expiry) gave at ``now_ms``; None when there is none or its time has
+    passed (removal is lazy). A record that is not what track.lua writes
+    (garbage someone put there) reads as state "unknown", never an error."""
+    if raw is None:
+        return None
+    try:
+        if expires_ms is not None and float(expires_ms) <= now_ms:
+            return None
+    except (TypeError, ValueError):
+        pass
+    try:
+        data = json.loads(_text(raw) or "")
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        return Record("unknown")
+    state, attempts, at_ms, meta = data.get("state"), data.get("attempts"), data.get("at_ms"), data.get("meta")
+    return Record(state if state in STATES else "unknown",
+                  attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
+                  at_ms if isinstance(at_ms, int) and not isinstance(at_ms, bool) else 0,
+                  meta if isinstance(meta, dict) else {}, _text(result), _text(progress))
+
+
+class Tracking:
+    """Reads and waits of tracked messages; progress writes."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
+        """The partition (among ``names``, a queue's) holding the record of
+        ``message_id``, and the record; None when none does (never
+        tracked, or its result_ttl passed)."""
+        link = self._link
+
+        def ask(pipe: Any) -> None:
+            for name in names:
+                k = link.keys(name)
+                pipe.hmget(k.tracked, [message_id, f"{message_id}:r", f"{message_id}:p"])
+                pipe.zscore(k.tracked_expiry, message_id)
+        with wrapped(f"read message {message_id!r} of {names[0]!r}"):
+            now, replies = link.with_clock(ask, raise_on_error=False)
+        at_ms = ms_of(now)
+        for i, name in enumerate(names):
+            fields, expires = replies[2 * i], replies[2 * i + 1]
+            if isinstance(fields, Exception):  # a key of the wrong type: nothing readable there
+                continue
+            raw, result, progress = fields
+            record = parse(raw, result, progress, None if isinstance(expires, Exception) else expires, at_ms)
+            if record is not None:
+                return name, record
+        return None
+
+    def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
+        """The record of ``message_id`` in partition ``name`` once it ended,
+        or as it is when ``timeout_s`` passed first; None once it is gone."""
+        deadline = time.monotonic() + timeout_s
+        channel = self._link.keys(name).tracked_channel(message_id)
+        with wrapped(f"wait for message {message_id!r} of {name!r}"):
+            sub = self._link.on_node(name, lambda client: client.pubsub())
+            try:
+                sub.subscribe(channel)
+                while sub.get_message(timeout=max(0.0, deadline - time.monotonic())) is None:
+                    if time.monotonic() >= deadline:
+                        break
+                return self._waited(sub, name, message_id, deadline)
+            finally:
+                sub.close()
+
+    def _waited(self, sub: Any, name: str, message_id: str, deadline: float) -> Optional[Record]:
+        """wait() once subscribed: read, then block until a new state is
+        published (at most _WAIT_SLICE_S at once) and read again."""
+        while True:
+            found = self.find([name], message_id)
+            if found is None or found[1].ended:
+                return None if found is None else found[1]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return found[1]
+            sub.get_message(timeout=min(left, _WAIT_SLICE_S))
+
+    def progress(self, name: str, message_id: str, value: str) -> bool:
+        """Record ``value`` (JSON text) as the progress of tracked message
+        ``message_id`` in partition ``name``; whether it is tracked and
+        running (or waiting: a handler's retry reports too)."""
+        with wrapped(f"report the progress of message {message_id!r} of {name!r}"):
+            return scripts.progress(self._link.keys(name), message_id, value).run(self._link.client)

@@ -1,0 +1,228 @@
+"""Tracked messages (result_ttl): results, state and progress written by the
+scripts that move a message, read by the producer, waited for without
+polling; on one Redis and on the Redis Cluster, partitioned too."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from smqsup import MessageFailed, Reject, ResultUnknown
+from smqsup.client.producer import Producer
+from smqsup.errors import MessageError
+from smqsup.keys import QueueKeys
+from smqsup.store.broker import Broker
+from tests.helpers import wait_for
+from tests.inproc import NS, Running
+
+pytestmark = pytest.mark.topologies
+
+K = QueueKeys(NS, "q")
+
+
+def test_a_sync_handlers_return_value_is_the_result(start: Callable[..., Running], producer: Producer) -> None:
+    """result() returns what the handler returned: a dict, None, a list; state says done."""
+    start(lambda m: m.body["x"] * 2 if m.body.get("x") is not None else m.body.get("v"))
+    ids = [producer.publish("q", {"x": 21}, result_ttl=60), producer.publish("q", {"v": None}, result_ttl=60),
+           producer.publish("q", {"v": [1, {"a": "é"}]}, result_ttl=60)]
+    assert [producer.result("q", mid, timeout=10) for mid in ids] == [42, None, [1, {"a": "é"}]]
+    assert producer.state("q", ids[0]) == "done"
+
+
+def test_async_and_threaded_handlers_give_results_too(start: Callable[..., Running], producer: Producer) -> None:
+    """An async handler at concurrency 10 and a sync one on threads at concurrency 4 return results."""
+    async def handle(m: Any) -> Any:
+        await asyncio.sleep(0.01)
+        return {"twice": m.body * 2}
+    start(handle, concurrency=10)
+    start(lambda m: {"twice": m.body * 2}, name="t", concurrency=4)
+    ids = [producer.publish("q", i, result_ttl=60) for i in range(30)]
+    tids = [producer.publish("t", i, result_ttl=60) for i in range(30)]
+    assert [producer.result("q", mid, timeout=10) for mid in ids] == [{"twice": 2 * i} for i in range(30)]
+    assert [producer.result("t", mid, timeout=10) for mid in tids] == [{"twice": 2 * i} for i in range(30)]
+
+
+def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Running], producer: Producer,
+                                                         redis_url: str) -> None:
+    """50 threads wait on one message published before any consumer runs; each gets the result."""
+    mid = producer.publish("q", "go", result_ttl=60)
+    got: list[Any] = []
+    lock = threading.Lock()
+
+    def wait() -> None:
+        with Producer(redis_url) as p:
+            value = p.result("q", mid, timeout=20)
+        with lock:
+            got.append(value)
+    threads = [threading.Thread(target=wait) for _ in range(50)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: producer.state("q", mid) == "waiting")
+    start(lambda m: "answer")
+    for t in threads:
+        t.join(30)
+    assert got == ["answer"] * 50
+
+
+def test_failures_rejects_and_expiry_raise_message_failed_with_the_reason(
+        start: Callable[..., Running], producer: Producer) -> None:
+    """A handler that keeps failing, a Reject and an expired ttl each raise MessageFailed with its reason."""
+    def handle(m: Any) -> None:
+        if m.body == "reject":
+            raise Reject("bad order")
+        raise ValueError("boom")
+    failing = producer.publish("q", "fail", result_ttl=60)
+    rejected = producer.publish("q", "reject", result_ttl=60)
+    expired = producer.publish("q", "late", result_ttl=60, ttl=0.05)
+    time.sleep(0.1)  # (the ttl must pass before a consumer exists: not a synchronisation)
+    start(handle, retry_threshold=1)
+    with pytest.raises(MessageFailed) as failed:
+        producer.result("q", failing, timeout=10)
+    assert "boom" in failed.value.reason and failed.value.attempts == 2
+    with pytest.raises(MessageFailed) as rej:
+        producer.result("q", rejected, timeout=10)
+    assert rej.value.reason == "rejected: bad order"
+    with pytest.raises(MessageFailed) as exp:
+        producer.result("q", expired, timeout=10)
+    assert exp.value.reason == "expired"
+    assert producer.state("q", failing) == "dead"
+
+
+def test_a_result_that_is_not_json_fails_the_attempt_with_a_clear_reason(
+        start: Callable[..., Running], producer: Producer) -> None:
+    """A set, NaN, a lone surrogate and a 2 MiB string each fail the attempt, naming why."""
+    bad = {"set": {1}, "nan": float("nan"), "surrogate": "\ud800", "huge": "x" * (2 * 1024 * 1024),
+           "deep": [[[[[]]]]]}
+    deep: Any = []
+    for _ in range(200):
+        deep = [deep]
+    bad["deep"] = deep
+    start(lambda m: bad[m.body], retry_threshold=0)
+    reasons = {}
+    for name in bad:
+        mid = producer.publish("q", name, result_ttl=60)
+        with pytest.raises(MessageFailed) as failed:
+            producer.result("q", mid, timeout=10)
+        reasons[name] = failed.value.reason
+    assert "not JSON-serialisable" in reasons["set"] and "not JSON-serialisable" in reasons["nan"]
+    assert "lone surrogate" in reasons["surrogate"]
+    assert "exceeds the limit" in reasons["huge"] and "nested deeper" in reasons["deep"]
+
+
+def test_state_goes_scheduled_active_done(start: Callable[..., Running], producer: Producer) -> None:
+    """A delayed message is scheduled, then (promoted, taken) active while its handler runs, then done."""
+    gate = threading.Event()
+    start(lambda m: gate.wait(10) and "ok")
+    mid = producer.publish("q", "x", result_ttl=60, delay=0.5)
+    assert producer.state("q", mid) == "scheduled"
+    wait_for(lambda: producer.state("q", mid) == "active")
+    with pytest.raises(TimeoutError):
+        producer.result("q", mid, timeout=0.1)
+    gate.set()
+    assert producer.result("q", mid, timeout=10) == "ok"
+
+
+def test_progress_is_readable_at_once(start: Callable[..., Running], producer: Producer) -> None:
+    """A handler's progress() is what progress() reads while it runs; untracked, progress() records nothing."""
+    gate, said = threading.Event(), []
+
+    def handle(m: Any) -> str:
+        said.append(m.progress({"rows": 1200, "of": 5000}))
+        gate.wait(10)
+        return "done"
+    start(handle)
+    mid = producer.publish("q", 1, result_ttl=60)
+    wait_for(lambda: producer.progress("q", mid) == {"rows": 1200, "of": 5000})
+    gate.set()
+    assert producer.result("q", mid, timeout=10) == "done"
+    producer.publish("q", 2)
+    wait_for(lambda: len(said) == 2)
+    assert said == [True, False]
+
+
+def test_hostile_progress_values_are_refused_in_the_handler(producer: Producer, start: Callable[..., Running]) -> None:
+    """NaN, a 20 KiB value, a lone surrogate: progress() raises MessageError; the message still ends done."""
+    errors: list[str] = []
+
+    def handle(m: Any) -> str:
+        for value in (float("nan"), "y" * 20_000, "\udfff", {1, 2}):
+            try:
+                m.progress(value)
+            except MessageError as exc:
+                errors.append(str(exc))
+        return "fine"
+    start(handle)
+    mid = producer.publish("q", 1, result_ttl=60)
+    assert producer.result("q", mid, timeout=10) == "fine"
+    assert len(errors) == 4 and "exceeds the limit" in errors[1] and "lone surrogate" in errors[2]
+
+
+def test_untracked_and_unknown_ids_raise_result_unknown(producer: Producer, start: Callable[..., Running]) -> None:
+    """An untracked message, an id never published and a malformed id: ResultUnknown, unknown, MessageError."""
+    start(lambda m: "x")
+    mid = producer.publish("q", 1)
+    for asked in (mid, "no-such-id"):
+        with pytest.raises(ResultUnknown):
+            producer.result("q", asked, timeout=0.2)
+        assert producer.state("q", asked) == "unknown"
+    for odd in ("a b", "../x", "x" * 200, "", "\n"):
+        with pytest.raises(MessageError):
+            producer.state("q", odd)
+    for timeout in (-1, float("nan"), True, "3"):
+        with pytest.raises(MessageError):
+            producer.result("q", mid, timeout=timeout)  # type: ignore[arg-type]
+
+
+def test_result_ttl_passes_and_the_result_is_gone(start: Callable[..., Running], producer: Producer,
+                                                  redis_client: redis.Redis) -> None:
+    """result_ttl 1: readable at first, unknown once a second passed, and its fields are removed."""
+    start(lambda m: "short")
+    mid = producer.publish("q", 1, result_ttl=1)
+    assert producer.result("q", mid, timeout=10) == "short"
+    wait_for(lambda: producer.state("q", mid) == "unknown", timeout_s=5)
+    with pytest.raises(ResultUnknown):
+        producer.result("q", mid, timeout=0)
+    producer.publish("q", 2, result_ttl=60)  # an end prunes what is past its time
+    wait_for(lambda: not redis_client.hexists(K.tracked, mid) and redis_client.zscore(K.tracked_expiry, mid) is None)
+
+
+def test_the_queue_option_result_ttl_tracks_plain_publishes(redis_url: str, start: Callable[..., Running]) -> None:
+    """A queue whose consumers say result_ttl tracks what any producer publishes without it; 0 opts out."""
+    start(lambda m: m.body + 1, result_ttl_s=30)
+    with Producer(redis_url) as p:
+        wait_for(lambda: Broker(redis_url, NS).queues.result_ttl("q") == 30)
+        mid = p.publish("q", 1)
+        assert p.result("q", mid, timeout=10) == 2
+        many = p.publish_many("q", [10, 20])
+        assert [p.result("q", m, timeout=10) for m in many] == [11, 21]
+        untracked = p.publish("q", 5, result_ttl=0)
+        with pytest.raises(ResultUnknown):
+            p.result("q", untracked, timeout=0.5)
+
+
+def test_results_on_a_partitioned_queue(start: Callable[..., Running], producer: Producer, redis_url: str) -> None:
+    """Three partitions: each message's result is found in its own partition."""
+    start(lambda m: m.body * 3, partitions=3)
+    ids = [producer.publish("q", i, result_ttl=60) for i in range(12)]
+    assert [producer.result("q", mid, timeout=10) for mid in ids] == [3 * i for i in range(12)]
+
+
+def test_garbage_in_the_tracking_keys_costs_records_not_messages(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """A tracking hash holding a string: messages are still handled and acked; a record holding junk reads unknown."""
+    redis_client.set(K.tracked, "junk")
+    seen: list[Any] = []
+    start(lambda m: seen.append(m.body))
+    producer.publish_many("q", [1, 2], result_ttl=60)
+    wait_for(lambda: len(seen) == 2)
+    wait_for(lambda: redis_client.llen(K.pending) == 0)
+    redis_client.delete(K.tracked)
+    redis_client.hset(K.tracked, "odd", "{not json")
+    redis_client.hset(K.tracked, "odd2", '{"state":"exploded","attempts":"x"}')
+    assert producer.state("q", "odd") == "unknown" and producer.state("q", "odd2") == "unknown"
