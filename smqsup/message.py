@@ -346,8 +346,7 @@ def decode(data: bytes) -> Message:
     dedup_key = env.get("dedup_key")
     msg = Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
                   dedup_key if dedup_key.__class__ is str else None)
-    if tracked_s:
-        msg.result_ttl_s = tracked_s
+    msg.result_ttl_s = tracked_s
     return msg
 
 

@@ -5,6 +5,9 @@
 - producer.py: ``Producer``, the public API: publish one or many messages, with options, to a queue.
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
-- options.py: the publish options (delay, at, priority, dedup_key, dedup_ttl, ttl) checked into what
+- results.py: what a producer makes of a tracked message's record: its result, state, progress,
+  or MessageFailed / ResultUnknown / TimeoutError.
+- options.py: the publish options (delay, at, priority, dedup_key, dedup_ttl, ttl,
+  result_ttl) checked into what
   the publish scripts take; also how a frame's head carries them.
 """

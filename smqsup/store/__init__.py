@@ -15,6 +15,7 @@ redis-py's errors into smqsup's.
 - contents.py: Contents: listings, removal by id, dead letters.
 - statistics.py: Statistics: sizes, counters, history, read_queues.
 - schedules.py: Schedules in Redis, and reading their definitions back.
+- tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
 - consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
 - hotline.py: HotLine, the connection held per thread for the hot path.

@@ -39,6 +39,8 @@ local refused = not_leader(lock_key, token)
   or wrong_type({{delayed, 'zset'}, {scheduled, 'zset'}, {pending, 'list'}, {prio_set, 'zset'}, {dead, 'list'}})
 if refused then return refused end
 local at_ms = now_ms()
+-- The collector's share of removing tracked records past their time (each end removes some too).
+if T then track_prune(T, at_ms) end
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local r, p, expired, ready = 1, 1, 0, {}
