@@ -51,7 +51,7 @@ class Message:
                  "result_ttl_s", "progress_sink")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
-                 priority: int = 0, dedup_key: Optional[str] = None) -> None:
+                 priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -60,7 +60,7 @@ class Message:
         self.attempts = attempts
         self.priority = priority
         self.dedup_key = dedup_key
-        self.result_ttl_s = 0
+        self.result_ttl_s = result_ttl_s
         #: Where progress() writes (the consumer sets it for a tracked message): JSON text -> recorded.
         self.progress_sink: Optional[Callable[[str], bool]] = None
 
@@ -255,11 +255,13 @@ def _options_head(data: bytes) -> Optional[FrameHead]:
     None for a plain one ("A|") or bytes that are no frame."""
     if data[1:2] == _SEP:  # "N|": a plain frame, the usual one
         return None
+    bar = data.find(_SEP, 0, _HEAD_MAX + 1)
+    if bar < 0 or data.find(b":", 0, bar) < 0:  # "A|" with more digits (or no frame): no copy of the payload
+        return None
     try:
-        head = frame_head(data)
+        return frame_head(data)
     except MalformedMessage:
         return None
-    return head if head.expires_ms is not None or head.result_ttl_s or head.priority else None
 
 
 def has_expiry(data: bytes) -> bool:
@@ -344,10 +346,8 @@ def decode(data: bytes) -> Message:
     if created_at.__class__ is not float and created_at.__class__ is not int:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
-    msg = Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                  dedup_key if dedup_key.__class__ is str else None)
-    msg.result_ttl_s = tracked_s
-    return msg
+    return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
+                   dedup_key if dedup_key.__class__ is str else None, tracked_s)
 
 
 #: The start of every payload a Producer writes: its id is readable without

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +16,9 @@ from smqsup import MessageFailed, Reject, ResultUnknown
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
+from smqsup.message import frame_head, peek_id
 from smqsup.store.broker import Broker
-from tests.helpers import wait_for
+from tests.helpers import redis_ms, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -71,7 +71,7 @@ def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Ru
 
 
 def test_failures_rejects_and_expiry_raise_message_failed_with_the_reason(
-        start: Callable[..., Running], producer: Producer) -> None:
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """A handler that keeps failing, a Reject and an expired ttl each raise MessageFailed with its reason."""
     def handle(m: Any) -> None:
         if m.body == "reject":
@@ -80,7 +80,9 @@ def test_failures_rejects_and_expiry_raise_message_failed_with_the_reason(
     failing = producer.publish("q", "fail", result_ttl=60)
     rejected = producer.publish("q", "reject", result_ttl=60)
     expired = producer.publish("q", "late", result_ttl=60, ttl=0.05)
-    time.sleep(0.1)  # (the ttl must pass before a consumer exists: not a synchronisation)
+    [late] = [f for f in redis_client.lrange(K.pending, 0, -1) if peek_id(f) == expired]
+    due_ms = frame_head(late).expires_ms or 0
+    wait_for(lambda: redis_ms(redis_client) > due_ms)  # its ttl passes before any consumer exists
     start(handle, retry_threshold=1)
     with pytest.raises(MessageFailed) as failed:
         producer.result("q", failing, timeout=10)

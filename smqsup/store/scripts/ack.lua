@@ -74,7 +74,7 @@ if not result then
 end
 
 --- @include "fetch_next"
-local T = KEYS[11] and {hash = KEYS[10], expiry = KEYS[11]} or nil
+local T = {hash = KEYS[10], expiry = KEYS[11]}
 if result and acked == 1 then track(T, frame, 'done', nil, nil, result) end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,

@@ -20,7 +20,7 @@
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
 local dead, pending, counters, prio_set, prio_seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local T = KEYS[7] and {hash = KEYS[6], expiry = KEYS[7]} or nil
+local T = {hash = KEYS[6], expiry = KEYS[7]}
 --- @include "wrong_type"
 --- @include "ready"
 --- @include "track"
@@ -34,15 +34,8 @@ for _, entry in ipairs(ARGV) do
     local frame = nl and string.sub(entry, nl + 1) or entry
     local attempts, priority, _, _, kept_s = head_of(frame)
     if attempts then
-      local bar = string.find(frame, '|', 1, true)
-      local head = '0'
-      if kept_s > 0 then
-        head = '0:' .. string.format('%d', priority) .. ':0:' .. string.format('%d', kept_s)
-      elseif priority > 0 then
-        head = '0:' .. string.format('%d', priority) .. ':0'
-      end
-      frame = head .. string.sub(frame, bar)
-      local id = T and tracked_of(frame)
+      frame = head_for(priority, 0, kept_s) .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
+      local id = tracked_of(frame)
       if id then redis.pcall('ZREM', T.expiry, id) end
     end
     ready[#ready + 1] = frame

@@ -17,7 +17,7 @@
 -- before anything is written (includes/wrong_type.lua): the frames then
 -- stay in KEYS[1], where a reclaim finds them.
 local processing, pending = KEYS[1], KEYS[2]
-local T = KEYS[4] and {hash = KEYS[3], expiry = KEYS[4]} or nil
+local T = {hash = KEYS[3], expiry = KEYS[4]}
 --- @include "wrong_type"
 --- @include "track"
 

@@ -54,7 +54,7 @@ local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], 
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
-if KEYS[13] then q.track = {hash = KEYS[12], expiry = KEYS[13]} end
+q.track = {hash = KEYS[12], expiry = KEYS[13]}
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now

@@ -27,7 +27,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[10]
-local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
+local T = {hash = KEYS[8], expiry = KEYS[9]}
 local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"
@@ -40,7 +40,7 @@ local refused = not_leader(lock_key, token)
 if refused then return refused end
 local at_ms = now_ms()
 -- The collector's share of removing tracked records past their time (each end removes some too).
-if T then track_prune(T, at_ms) end
+track_prune(T, at_ms)
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local r, p, expired, ready = 1, 1, 0, {}

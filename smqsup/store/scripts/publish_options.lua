@@ -52,13 +52,7 @@ local due = -1
 if delay_ms >= 0 then due = now_ms_up() + delay_ms elseif due_at_ms >= 0 then due = due_at_ms end
 local expires = 0
 if ttl_ms > 0 then expires = at_ms + ttl_ms end
-local head = '0|'
-if kept_s > 0 then
-  head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. ':'
-    .. string.format('%d', kept_s) .. '|'
-elseif priority > 0 or expires > 0 then
-  head = '0:' .. string.format('%d', priority) .. ':' .. string.format('%d', expires) .. '|'
-end
+local head = head_for(priority, expires, kept_s)
 
 local out, queued, deduplicated, ready = {}, 0, 0, {}
 for i = 8, #ARGV - 2, 3 do

@@ -32,7 +32,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
-local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
+local T = {hash = KEYS[8], expiry = KEYS[9]}
 local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 local started = tonumber(ARGV[6] or '-1')

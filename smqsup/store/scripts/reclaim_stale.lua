@@ -30,7 +30,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[10]
-local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
+local T = {hash = KEYS[8], expiry = KEYS[9]}
 local threshold, meta, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 --- @include "lock"

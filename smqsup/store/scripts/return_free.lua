@@ -23,7 +23,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lock_key = KEYS[7]
-local T = KEYS[6] and {hash = KEYS[5], expiry = KEYS[6]} or nil
+local T = {hash = KEYS[5], expiry = KEYS[6]}
 local meta, limit, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 --- @include "lock"
 --- @include "wrong_type"

@@ -37,7 +37,7 @@ local frame = ARGV[1]
 --- @include "dead_letter"
 --- @include "rate"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
-local T = KEYS[9] and {hash = KEYS[8], expiry = KEYS[9]} or nil
+local T = {hash = KEYS[8], expiry = KEYS[9]}
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end

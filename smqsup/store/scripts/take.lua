@@ -45,7 +45,7 @@
 -- recovery finds it there), so consumption of the others goes on meanwhile.
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
-if KEYS[11] then q.track = {hash = KEYS[10], expiry = KEYS[11]} end
+q.track = {hash = KEYS[10], expiry = KEYS[11]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "plain"

@@ -5,6 +5,10 @@
 -- R, the seconds its outcome is kept once it ends (0: not tracked); nil
 -- when the bytes are not a frame.
 --
+-- head_for(priority, expires_ms, kept_s): the head of a frame with no
+-- attempts yet, and its '|': "0" when it has no option, else "0:P:E", or
+-- "0:P:E:R" when tracked (kept_s > 0).
+--
 -- attempts_of(frame): attempts and that position (nil when not a frame).
 --
 -- add_attempt(frame, attempts, sep): one more attempt, as (count, frame).
@@ -25,6 +29,15 @@ local function head_of(frame)
   if not a2 then a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$') end
   if not a2 or #a2 > 9 or #e > 15 or #r > 8 then return nil end
   return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r)
+end
+
+local function head_for(priority, expires_ms, kept_s)
+  if kept_s > 0 then
+    return string.format('0:%d:%d:%d|', priority, expires_ms, kept_s)
+  elseif priority > 0 or expires_ms > 0 then
+    return string.format('0:%d:%d|', priority, expires_ms)
+  end
+  return '0|'
 end
 
 local function attempts_of(frame)

@@ -11,8 +11,7 @@ local function dead_letter(dead, meta, at_ms, frame, T)
   local stamped = '{"at_ms":' .. string.format('%d', at_ms) .. ',' .. string.sub(meta, 2)
   redis.call('LPUSH', dead, stamped .. '\n' .. frame)
   if T then
-    local cancelled = string.sub(meta, 1, 22) == '{"reason":"cancelled"}'
-      or string.sub(meta, 1, 22) == '{"reason":"cancelled",'
+    local cancelled = string.find(meta, '^{"reason":"cancelled"[,}]') ~= nil
     track(T, frame, cancelled and 'cancelled' or 'dead', at_ms, stamped)
   end
 end
