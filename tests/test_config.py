@@ -425,7 +425,10 @@ def test_parse_size_rejects(value: object) -> None:
      ("rate_burst", "100000", "rate_burst", 100_000),
      ("concurrency", "1", "concurrency", 1),
      ("prefetch", "1000", "prefetch", 1000),
-     ("prefetch", "1", "prefetch", 1)],
+     ("prefetch", "1", "prefetch", 1),
+     ("result_ttl", "99999999", "result_ttl_s", 99_999_999),
+     ("result_ttl", "0", "result_ttl_s", 0),
+     ("result_ttl", "1ms", "result_ttl_s", 1)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -468,7 +471,14 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("rate_limit", ".nan", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got nan"),
      ("rate_limit", "'9" + "9" * 400 + "/s'", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got '99999"),
      ("rate_burst", "0", "expected a positive integer, got 0"),
-     ("rate_burst", "100001", "must be at most 100000 (starts back to back), got 100001")],
+     ("rate_burst", "100001", "must be at most 100000 (starts back to back), got 100001"),
+     ("result_ttl", "100000000", "expected a duration from 0 to 99999999s, got 100000000"),
+     ("result_ttl", "-1s", "got '-1s'"),
+     ("result_ttl", ".nan", "got nan"),
+     ("result_ttl", "true", "got True"),
+     ("result_ttl", "'forever'", "got 'forever'"),
+     ("result_ttl", "9" * 400, "got an integer of 400 digits"),
+     ("result_ttl", "[60]", "got a list")],
 )
 def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
     """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""

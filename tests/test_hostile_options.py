@@ -36,7 +36,10 @@ NAN = float("nan")
     ({"dedup_key": "\udcff"}, "dedup_key"), ({"dedup_key": b"k"}, "dedup_key"), ({"dedup_key": 5}, "dedup_key"),
     ({"dedup_key": "k", "dedup_ttl": 0}, "dedup_ttl"), ({"dedup_key": "k", "dedup_ttl": NAN}, "dedup_ttl"),
     ({"dedup_ttl": 5}, "dedup_ttl"), ({"ttl": 0}, "ttl"), ({"ttl": -5}, "ttl"), ({"ttl": NAN}, "ttl"),
-    ({"ttl": 10 ** 400}, "ttl"),
+    ({"ttl": 10 ** 400}, "ttl"), ({"result_ttl": -1}, "result_ttl"), ({"result_ttl": NAN}, "result_ttl"),
+    ({"result_ttl": float("inf")}, "result_ttl"), ({"result_ttl": 10 ** 400}, "result_ttl"),
+    ({"result_ttl": 100_000_000}, "result_ttl"), ({"result_ttl": True}, "result_ttl"),
+    ({"result_ttl": "1h"}, "result_ttl"), ({"result_ttl": dt.timedelta(seconds=-1)}, "result_ttl"),
 ])
 def test_a_bad_publish_option_is_one_line_naming_it_and_sends_nothing(
         producer: Producer, redis_client: redis.Redis, options: dict[str, Any], named: str) -> None:

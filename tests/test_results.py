@@ -228,3 +228,71 @@ def test_garbage_in_the_tracking_keys_costs_records_not_messages(
     redis_client.hset(K.tracked, "odd", "{not json")
     redis_client.hset(K.tracked, "odd2", '{"state":"exploded","attempts":"x"}')
     assert producer.state("q", "odd") == "unknown" and producer.state("q", "odd2") == "unknown"
+
+
+@pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b""])
+def test_junk_in_the_declared_options_leaves_publishes_untracked(redis_url: str, redis_client: redis.Redis,
+                                                                 junk: bytes) -> None:
+    """A result_ttl no consumer wrote (junk, negative, too long) reads as 0: publishes go on, untracked."""
+    redis_client.hset(K.options, "result_ttl", junk)
+    with Producer(redis_url) as p:
+        mid = p.publish("q", 1)
+        assert p.state("q", mid) == "unknown" and redis_client.llen(K.pending) == 1
+
+
+def test_options_and_partition_keys_of_the_wrong_type_cost_no_publish(redis_url: str,
+                                                                      redis_client: redis.Redis) -> None:
+    """An options key holding a list: publishes go on untracked. A partition count Redis cannot read does
+    not hide a declared result_ttl: the publish is tracked, on the queue itself."""
+    redis_client.rpush(K.options, "x")
+    with Producer(redis_url) as p:
+        assert p.state("q", p.publish("q", 1)) == "unknown"
+    redis_client.delete(K.options)
+    redis_client.hset(K.options, "result_ttl", "30")
+    redis_client.rpush(K.partitions, "x")
+    with Producer(redis_url) as p:
+        assert p.state("q", p.publish("q", 2)) == "waiting"
+
+
+def test_an_expiry_set_of_the_wrong_type_costs_no_message(start: Callable[..., Running], producer: Producer,
+                                                          redis_client: redis.Redis) -> None:
+    """The expiry set holding a string: messages still end and their results are read (never expiring)."""
+    redis_client.set(K.tracked_expiry, "junk")
+    start(lambda m: m.body)
+    ids = [producer.publish("q", i, result_ttl=1) for i in range(3)]
+    assert [producer.result("q", mid, timeout=10) for mid in ids] == [0, 1, 2]
+    redis_client.hset(K.tracked, ids[0] + ":r", b"\xff\xfe{")
+    assert producer.result("q", ids[0], timeout=0) is None  # undecodable bytes someone wrote: no error
+
+
+def _subscribed(client: redis.Redis) -> int:
+    """Clients subscribed to some channel now (CLIENT LIST's sub field)."""
+    return sum(1 for c in client.client_list() if int(c.get("sub", 0)) > 0)
+
+
+def test_thousands_of_waiters_time_out_on_one_subscription(producer: Producer, redis_client: redis.Redis) -> None:
+    """1,000 waits in a row and 100 at once on a message nobody handles: each a TimeoutError; the
+    row leaves no connection behind, and the 100 share one subscribed connection."""
+    mid = producer.publish("q", 1, result_ttl=60)
+    before = len(redis_client.client_list())
+    for _ in range(1000):
+        with pytest.raises(TimeoutError):
+            producer.result("q", mid, timeout=0.001)
+    assert len(redis_client.client_list()) <= before + 2  # (the shared subscription, a pooled connection)
+    timeouts: list[bool] = []
+    most: list[int] = []
+
+    def wait() -> None:
+        try:
+            producer.result("q", mid, timeout=1)
+        except TimeoutError:
+            timeouts.append(True)
+    threads = [threading.Thread(target=wait) for _ in range(100)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        most.append(_subscribed(redis_client))
+    for t in threads:
+        t.join(30)
+    assert len(timeouts) == 100 and max(most) <= 1
+    wait_for(lambda: _subscribed(redis_client) == 0)  # the last waiter of the channel unsubscribed

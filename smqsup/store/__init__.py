@@ -16,6 +16,7 @@ redis-py's errors into smqsup's.
 - statistics.py: Statistics: sizes, counters, history, read_queues.
 - schedules.py: Schedules in Redis, and reading their definitions back.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
+- waiters.py: Subscriber, the one pub/sub connection a process's waits share.
 - consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
 - hotline.py: HotLine, the connection held per thread for the hot path.

@@ -90,6 +90,7 @@ class Broker:
         return self._link.keys(queue)
 
     def close(self) -> None:
+        self.tracking.close()
         self._link.close()
 
     # --- server ------------------------------------------------------------

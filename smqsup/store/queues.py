@@ -164,8 +164,13 @@ class Queues:
 
     def result_ttl(self, queue: str) -> int:
         """The result_ttl (s) ``queue``'s consumers declared (0: none), read
-        with its partition count (cached as partitions() says)."""
-        self.partitions(queue)
+        with its partition count (cached as partitions() says): also when
+        the count itself could not be read (the publish says why)."""
+        try:
+            self.partitions(queue)
+        except BrokerError:
+            if queue not in self._result_ttls:
+                raise
         return self._result_ttls.get(queue, 0)
 
     def declare_options(self, queue: str, result_ttl_s: int) -> None:

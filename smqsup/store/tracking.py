@@ -5,7 +5,8 @@ through one schema, Record, so the writer and the readers cannot drift.
 
 A wait subscribes to the message's channel, and only once Redis confirmed
 the subscription reads the record: an end published after that read is
-heard, one before it is read, so no end falls between the two.
+heard, one before it is read, so no end falls between the two. The waits
+of one Broker share one subscription connection (waiters.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Optional
 from smqsup.store import scripts
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
+from smqsup.store.waiters import Subscriber, Watch
 
 #: The states a tracked message ends in: its record then lasts result_ttl.
 ENDED = frozenset({"done", "dead", "cancelled"})
@@ -91,6 +93,8 @@ class Tracking:
 
     def __init__(self, link: Link) -> None:
         self._link = link
+        # On a cluster a PUBLISH reaches every node: any node's connection hears them all.
+        self._subscriber = Subscriber(lambda: link.client.pubsub())
 
     def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
         """The partition (among ``names``, a queue's) holding the record of
@@ -118,31 +122,38 @@ class Tracking:
 
     def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
         """The record of ``message_id`` in partition ``name`` once it ended,
-        or as it is when ``timeout_s`` passed first; None once it is gone."""
+        or as it is when ``timeout_s`` passed first; None once it is gone.
+        Every wait of this Broker shares one subscription (waiters.py)."""
         deadline = time.monotonic() + timeout_s
         channel = self._link.keys(name).tracked_channel(message_id)
-        with wrapped(f"wait for message {message_id!r} of {name!r}"):
-            sub = self._link.on_node(name, lambda client: client.pubsub())
+        while True:
+            with wrapped(f"wait for message {message_id!r} of {name!r}"):
+                w = self._subscriber.watch(channel)
             try:
-                sub.subscribe(channel)
-                while sub.get_message(timeout=max(0.0, deadline - time.monotonic())) is None:
-                    if time.monotonic() >= deadline:
-                        break
-                return self._waited(sub, name, message_id, deadline)
+                w.subscribed.wait(max(0.0, deadline - time.monotonic()))
+                record = self._waited(w, name, message_id, deadline)
             finally:
-                sub.close()
+                self._subscriber.unwatch(w)
+            if not w.lost or record is None or record.ended or time.monotonic() >= deadline:
+                return record
 
-    def _waited(self, sub: Any, name: str, message_id: str, deadline: float) -> Optional[Record]:
+    def _waited(self, w: Watch, name: str, message_id: str, deadline: float) -> Optional[Record]:
         """wait() once subscribed: read, then block until a new state is
-        published (at most _WAIT_SLICE_S at once) and read again."""
+        published (at most _WAIT_SLICE_S at once) and read again; returns
+        early when the subscription was lost."""
         while True:
             found = self.find([name], message_id)
             if found is None or found[1].ended:
                 return None if found is None else found[1]
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or w.lost:
                 return found[1]
-            sub.get_message(timeout=min(left, _WAIT_SLICE_S))
+            w.changed.wait(min(left, _WAIT_SLICE_S))
+            w.changed.clear()
+
+    def close(self) -> None:
+        """Close the waits' shared subscription (a wait going on opens another)."""
+        self._subscriber.close()
 
     def progress(self, name: str, message_id: str, value: str) -> bool:
         """Record ``value`` (JSON text) as the progress of tracked message

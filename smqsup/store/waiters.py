@@ -1,0 +1,143 @@
+"""One pub/sub connection shared by every wait of a process on tracked
+messages (store/tracking.py): a thousand threads waiting cost one
+connection and one reading thread, not a thousand connections.
+
+    waiter threads ──SUBSCRIBE / UNSUBSCRIBE (sends only, under a lock)──▶ the connection
+    the reading thread ◀── confirmations, published states ── the connection
+                       └─▶ each Watch of that channel: subscribed, changed
+
+A waiter watches a channel, waits for ``subscribed`` (Redis confirmed the
+subscription: anything published from then on reaches it), reads the
+record, and waits for ``changed`` before it reads again. If the connection
+fails, every watch is told (``lost``) and woken; a waiter that still waits
+watches again, on a new connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Optional
+
+log = logging.getLogger(__name__)
+
+#: Longest the reading thread blocks at once, s (how soon it sees close()).
+_READ_S = 1.0
+
+
+class Watch:
+    """One waiter's view of one channel."""
+
+    __slots__ = ("channel", "subscribed", "changed", "lost")
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.subscribed = threading.Event()
+        self.changed = threading.Event()
+        self.lost = False
+
+
+class Subscriber:
+    """The shared subscription of one Broker. Thread-safe."""
+
+    def __init__(self, open_pubsub: Callable[[], Any]) -> None:
+        self._open = open_pubsub
+        self._lock = threading.Lock()
+        self._watches: dict[str, list[Watch]] = {}
+        self._pubsub: Any = None
+        self._reader: Optional[threading.Thread] = None
+
+    def watch(self, channel: str) -> Watch:
+        """Start watching ``channel``; the watch's ``subscribed`` is set once
+        Redis confirmed it (at once when another waiter had it already).
+        Raises what the connection raises when the SUBSCRIBE cannot be sent."""
+        w = Watch(channel)
+        with self._lock:
+            if self._pubsub is None:
+                self._pubsub = self._open()
+            watches = self._watches.setdefault(channel, [])
+            if watches and watches[0].subscribed.is_set():
+                w.subscribed.set()
+            watches.append(w)
+            if len(watches) == 1:
+                try:
+                    self._pubsub.subscribe(channel)
+                except Exception:
+                    self._drop(w)
+                    raise
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read, args=(self._pubsub,), daemon=True,
+                                                name="smqsup-waits")
+                self._reader.start()
+        return w
+
+    def unwatch(self, w: Watch) -> None:
+        """Stop watching (the last waiter of a channel unsubscribes it)."""
+        with self._lock:
+            if self._drop(w) and self._pubsub is not None and not w.lost:
+                try:
+                    self._pubsub.unsubscribe(w.channel)
+                except Exception:  # noqa: BLE001 - the reader sees the connection fail and starts over
+                    log.debug("unsubscribe of %s failed", w.channel, exc_info=True)
+
+    def _drop(self, w: Watch) -> bool:
+        """Forget ``w``; whether it was its channel's last watch."""
+        watches = self._watches.get(w.channel, [])
+        if w in watches:
+            watches.remove(w)
+        if watches:
+            return False
+        self._watches.pop(w.channel, None)
+        return True
+
+    def _read(self, pubsub: Any) -> None:
+        """The reading thread: hand each confirmation and publication to the
+        watches of its channel, until the connection fails or is closed."""
+        try:
+            while self._pubsub is pubsub:  # (close() or a failure replaces it)
+                message = pubsub.get_message(timeout=_READ_S)
+                if message is not None:
+                    self._deliver(message)
+        except Exception:  # noqa: BLE001 - any failure: every waiter reads again, on a new connection
+            log.debug("the waits' subscription failed", exc_info=True)
+        finally:
+            self._lost(pubsub)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        channel = message.get("channel")
+        name = channel.decode("utf-8", "replace") if isinstance(channel, bytes) else str(channel)
+        with self._lock:
+            watches = list(self._watches.get(name, ()))
+        for w in watches:
+            if message.get("type") == "subscribe":
+                w.subscribed.set()
+            w.changed.set()
+
+    def _lost(self, pubsub: Any) -> None:
+        """The connection is gone: wake every watch, marked lost; the next
+        watch() opens another."""
+        with self._lock:
+            if self._pubsub is pubsub:
+                self._pubsub, self._reader = None, None
+            lost = [w for watches in self._watches.values() for w in watches]
+            self._watches.clear()
+        for w in lost:
+            w.lost = True
+            w.subscribed.set()
+            w.changed.set()
+        try:
+            pubsub.close()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            pass
+
+    def close(self) -> None:
+        """Close the connection (its waiters read again, on a new one if
+        they still wait); the reading thread ends with it."""
+        with self._lock:
+            pubsub, self._pubsub, self._reader = self._pubsub, None, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
