@@ -91,6 +91,14 @@ def node_of(client: Any, key: str) -> Any:
     return client
 
 
+def servers_of(client: Any) -> list[Any]:
+    """A client of each server: ``client`` itself, or for a RedisCluster each
+    master (per-server readings and kills: CLIENT LIST, CLIENT KILL)."""
+    if hasattr(client, "get_primaries"):
+        return [node.redis_connection for node in client.get_primaries()]
+    return [client]
+
+
 class Monitored:
     """What one redis-server runs, as MONITOR shows it (each command a
     script runs too, client_type "lua"), read on a thread from creation to

@@ -18,7 +18,7 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.message import frame_head, peek_id
 from smqsup.store.broker import Broker
-from tests.helpers import redis_ms, wait_for
+from tests.helpers import redis_ms, servers_of, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -266,19 +266,20 @@ def test_an_expiry_set_of_the_wrong_type_costs_no_message(start: Callable[..., R
 
 
 def _subscribed(client: redis.Redis) -> int:
-    """Clients subscribed to some channel now (CLIENT LIST's sub field)."""
-    return sum(1 for c in client.client_list() if int(c.get("sub", 0)) > 0)
+    """Clients subscribed to some channel now, on every server (CLIENT LIST's sub field)."""
+    return sum(1 for server in servers_of(client) for c in server.client_list() if int(c.get("sub", 0)) > 0)
 
 
 def test_thousands_of_waiters_time_out_on_one_subscription(producer: Producer, redis_client: redis.Redis) -> None:
     """1,000 waits in a row and 100 at once on a message nobody handles: each a TimeoutError; the
     row leaves no connection behind, and the 100 share one subscribed connection."""
     mid = producer.publish("q", 1, result_ttl=60)
-    before = len(redis_client.client_list())
+    before = sum(len(server.client_list()) for server in servers_of(redis_client))
     for _ in range(1000):
         with pytest.raises(TimeoutError):
             producer.result("q", mid, timeout=0.001)
-    assert len(redis_client.client_list()) <= before + 2  # (the shared subscription, a pooled connection)
+    after = sum(len(server.client_list()) for server in servers_of(redis_client))
+    assert after <= before + 2  # (the shared subscription, a pooled connection)
     timeouts: list[bool] = []
     most: list[int] = []
 
@@ -296,3 +297,43 @@ def test_thousands_of_waiters_time_out_on_one_subscription(producer: Producer, r
         t.join(30)
     assert len(timeouts) == 100 and max(most) <= 1
     wait_for(lambda: _subscribed(redis_client) == 0)  # the last waiter of the channel unsubscribed
+
+
+def test_a_removed_message_fails_and_a_requeued_dead_letter_is_tracked_again(
+        start: Callable[..., Running], producer: Producer, redis_url: str) -> None:
+    """An operator's remove: MessageFailed "removed". A dead letter requeued: waiting again, then its new result."""
+    from smqsup.views import browse, deadletters
+    broker = Broker(redis_url, NS)
+    later = producer.publish("q", "later", result_ttl=60, delay=3600)
+    assert browse.remove(broker, "q", [later]) == {later: True}
+    with pytest.raises(MessageFailed) as removed:
+        producer.result("q", later, timeout=0)
+    assert removed.value.reason == "removed"
+    outcomes = iter([Reject("first"), None])
+
+    def handle(m: Any) -> str:
+        if (verdict := next(outcomes)) is not None:
+            raise verdict
+        return "second"
+    start(handle)
+    mid = producer.publish("q", "x", result_ttl=60)
+    with pytest.raises(MessageFailed):
+        producer.result("q", mid, timeout=10)
+    assert deadletters.requeue(broker, "q", [mid]) == 1
+    assert producer.result("q", mid, timeout=10) == "second"
+    broker.close()
+
+
+def test_a_wait_whose_subscription_is_killed_still_gets_the_result(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """CLIENT KILL of the waits' subscribed connection mid-wait: the waiter subscribes again and gets the result."""
+    mid = producer.publish("q", 5, result_ttl=60)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(producer.result("q", mid, timeout=20)))
+    waiter.start()
+    wait_for(lambda: _subscribed(redis_client) == 1)
+    for server in servers_of(redis_client):
+        server.client_kill_filter(_type="pubsub")
+    start(lambda m: m.body * 2)
+    waiter.join(30)
+    assert got == [10]
