@@ -67,7 +67,8 @@ def connect(
     options = _options(socket_timeout_s, connect_timeout_s, client_name, clustered=clustered)
     try:
         if clustered:
-            first, seeds = _cluster_seeds(url, options)
+            first, seeds = cluster_seeds(url)
+            _connect_url(first, options).close()  # its options checked as a one-server url's are
             with wrapped("read the slot map of the Redis Cluster"):
                 return _connect_cluster(first, seeds, options)  # type: ignore[return-value]
         if url.startswith("sentinel://"):
@@ -75,8 +76,7 @@ def connect(
         return _connect_url(url, options)
     except (TypeError, ValueError, rexc.RedisError) as exc:
         # Both cut short: a huge url (or an option value redis-py echoes) stays one readable line.
-        raise ConfigError(f"redis.url: {safe.shown(_url_problem(exc), safe.URL_CHARS)}, "
-                          f"got {safe.shown(url, safe.URL_CHARS)!r}") from None
+        raise url_error(url, exc) from None
 
 
 def _options(socket_timeout_s: float, connect_timeout_s: float, client_name: Optional[str], *,
@@ -91,11 +91,18 @@ def _options(socket_timeout_s: float, connect_timeout_s: float, client_name: Opt
     }
     if client_name:
         options["redis_connect_func"] = _handshake(client_name, handshake=not clustered)
-    return {**options, **_library()}
+    return {**options, **library()}
+
+
+def url_error(url: str, exc: Exception) -> ConfigError:
+    """The ConfigError for a url redis-py refused with ``exc``: cut short, so
+    a huge url (or an option value redis-py echoes) stays one readable line."""
+    return ConfigError(f"redis.url: {safe.shown(url_problem(exc), safe.URL_CHARS)}, "
+                       f"got {safe.shown(url, safe.URL_CHARS)!r}")
 
 
 @functools.cache
-def _library() -> dict[str, Any]:
+def library() -> dict[str, Any]:
     """redis-py's name and version for CLIENT SETINFO, read once per process
     (and so once in the supervisor, before its forks). Otherwise a redis-py
     with DriverInfo (8.1 here) reads its package metadata for every
@@ -113,13 +120,13 @@ def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
 
 
-def _cluster_seeds(url: str, options: dict[str, Any]) -> tuple[str, list[tuple[str, int]]]:
+def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
     """The seed nodes of ``redis+cluster://[user:password@]host:port
     [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS),
-    and the url of the first as a one-server url, its options checked as a
-    one-server url's are (no I/O): else a misspelt option or a NaN timeout
-    would only fail once a node answers. A cluster has one database: a path
-    naming another is a ValueError; a bad option raises what redis-py does."""
+    and the url of the first as a one-server url, whose options the caller
+    checks as a one-server url's are (no I/O): else a misspelt option or a
+    NaN timeout would only fail once a node answers. A cluster has one
+    database: a path naming another is a ValueError."""
     parts = urlsplit(url)
     scheme = CLUSTER_SCHEMES[parts.scheme.lower()]
     userinfo, _, hosts = parts.netloc.rpartition("@")
@@ -130,7 +137,6 @@ def _cluster_seeds(url: str, options: dict[str, Any]) -> tuple[str, list[tuple[s
         raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
     host, port = seeds[0]
     first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
-    _connect_url(first, options).close()
     return first, seeds
 
 
@@ -162,7 +168,7 @@ def _connect_url(url: str, options: dict[str, Any]) -> "redis.Redis":
     # so a misspelt option is reported here, as a config error.
     pool = client.connection_pool
     pool.connection_class(**pool.connection_kwargs)
-    _check_numbers(pool.connection_kwargs)
+    check_numbers(pool.connection_kwargs)
     return client
 
 
@@ -171,7 +177,7 @@ _URL_NUMBERS = {"socket_timeout": (0.0, 86400.0), "socket_connect_timeout": (0.0
                  "health_check_interval": (0.0, 86400.0), "db": (0, 2**31 - 1), "max_connections": (1, 2**31 - 1)}
 
 
-def _check_numbers(kwargs: Mapping[str, Any]) -> None:
+def check_numbers(kwargs: Mapping[str, Any]) -> None:
     """ValueError for a url option that is a number out of its bounds (NaN,
     1e999, a negative timeout): the socket layer would raise at the first
     command, far from the url."""
@@ -181,7 +187,7 @@ def _check_numbers(kwargs: Mapping[str, Any]) -> None:
             raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")
 
 
-def _url_problem(exc: Exception) -> str:
+def url_problem(exc: Exception) -> str:
     """What is wrong with a url, from what redis-py raised."""
     text = str(exc)
     unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
@@ -207,10 +213,10 @@ def _handshake(client_name: str, *, handshake: bool = True) -> Callable[[Any], N
     return on_connect
 
 
-def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
-    """``sentinel://[:password@]host:port[,host:port...]/service[/db]``."""
-    from redis.sentinel import Sentinel
-
+def sentinel_address(url: str) -> tuple[list[tuple[str, int]], str, int, Optional[str]]:
+    """(sentinels, service, db, password) of ``sentinel://[:password@]host:port
+    [,host:port...]/service[/db]``; ConfigError without a service, ValueError
+    for a db that is not a number."""
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     password = unquote(parts.password) if parts.password else None
@@ -222,9 +228,17 @@ def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
     if not path:
         raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.shown(url, safe.URL_CHARS)!r}")
     db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
+    return hosts, path[0], db, password
+
+
+def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
+    """``sentinel://[:password@]host:port[,host:port...]/service[/db]``."""
+    from redis.sentinel import Sentinel
+
+    hosts, service, db, password = sentinel_address(url)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"], **_library()}, **options)
-    master = sentinel.master_for(path[0], db=db, password=password)  # type: ignore[no-untyped-call]
+        hosts, sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"], **library()}, **options)
+    master = sentinel.master_for(service, db=db, password=password)  # type: ignore[no-untyped-call]
     return cast("redis.Redis", master)
 
 

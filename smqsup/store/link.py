@@ -46,6 +46,25 @@ def text(value: "bytes | str") -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
+def shortfall(got: Any, wanted: int, timeout_ms: int) -> Optional[tuple[int, str]]:
+    """(replicas that confirmed, why) when WAIT's reply ``got`` (or its
+    refusal) falls short of ``wanted``; None when it does not."""
+    if isinstance(got, Exception):
+        return 0, f"Redis refused WAIT ({got}), so no replica is known to have it"
+    if int(got) < wanted:
+        return int(got), f"{int(got)} of {wanted} replica(s) confirmed it within {timeout_ms} ms"
+    return None
+
+
+def confirmed(queue: str, result: T, got: Any, wanted: int, timeout_ms: int) -> T:
+    """``result`` if WAIT's reply ``got`` says ``wanted`` replicas have the
+    publish to ``queue``; NotReplicated (carrying ``result``) if fewer have it."""
+    short = shortfall(got, wanted, timeout_ms)
+    if short is not None:
+        raise NotReplicated(f"publish to {queue!r}: done on the master, but {short[1]}", short[0], result)
+    return result
+
+
 class Link:
     """One namespace's connection to Redis and what the operations on it
     share. One per Broker, one Broker per process: never used across fork."""
@@ -139,26 +158,14 @@ class Link:
         except rexc.ResponseError as exc:  # WAIT refused (an ACL without it): the write stands
             return exc
 
-    def _shortfall(self, got: Any) -> Optional[tuple[int, str]]:
-        """(replicas that confirmed, why) when WAIT's reply ``got`` (or its
-        refusal) falls short of wait_replicas; None when it does not."""
-        if isinstance(got, Exception):
-            return 0, f"Redis refused WAIT ({got}), so no replica is known to have it"
-        if int(got) < self.wait_replicas:
-            return int(got), (f"{int(got)} of {self.wait_replicas} replica(s) confirmed it within "
-                              f"{self.wait_timeout_ms} ms")
-        return None
-
     def replicated(self, queue: str, result: T, got: Any = None) -> T:
         """``result``, once wait_replicas replicas have the publish: ``got``,
         the reply of a WAIT already sent, or else one sent now (_waited);
         NotReplicated (carrying ``result``) if fewer have it."""
         if not self.wait_replicas:
             return result
-        short = self._shortfall(self._waited(queue) if got is None else got)
-        if short is not None:
-            raise NotReplicated(f"publish to {queue!r}: done on the master, but {short[1]}", short[0], result)
-        return result
+        return confirmed(queue, result, self._waited(queue) if got is None else got, self.wait_replicas,
+                         self.wait_timeout_ms)
 
     def settled(self, queue: str) -> None:
         """After an ack or nack, with wait_replicas: wait for the replicas, so
@@ -167,7 +174,7 @@ class Link:
         asked is said once, never raised: the settle stands on the master."""
         if time.monotonic() < self._settle_wait_off_until:
             return
-        short = self._shortfall(self._waited(queue))
+        short = shortfall(self._waited(queue), self.wait_replicas, self.wait_timeout_ms)
         if short is not None:
             # Not every settle pays wait_timeout while a replica is away: the
             # next ones do not wait for a while, then look again.

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Optional, cast
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol, cast
 
 import redis.exceptions as rexc
 
 from smqsup import defaults
 from smqsup.errors import BrokerError, NotReplicated, PushRefused
-from smqsup.keys import logical_name, queues_set
+from smqsup.keys import QueueKeys, logical_name, queues_set
 from smqsup.logs import warn_once
 from smqsup.store import scripts
 from smqsup.store.connection import wrapped
@@ -26,10 +27,82 @@ log = logging.getLogger(LOGGER)
 #: calls in one pipelined round trip).
 PUBLISH_CHUNK = 1000
 #: Producers silent this long drop out of the statistics, in ms.
-_PRODUCER_TTL_MS = 600_000
+PRODUCER_TTL_MS = 600_000
 
 
-def _check_queued(queue: str, sizes: Sequence[int], replies: Sequence[Any]) -> None:
+class Publisher(Protocol):
+    """What a publish batch is made from: a Link, or the asyncio store's (aio.py)."""
+
+    namespace: str
+    stats: bool
+    wait_replicas: int
+    wait_timeout_ms: int
+
+    def keys(self, queue: str) -> QueueKeys: ...
+
+
+@dataclass
+class PublishBatch:
+    """The batch of a publish (publish_batch()) and where its parts are."""
+
+    batch: scripts.Batch
+    #: Index of the first publish call, and how many there are.
+    first: int
+    count: int
+    #: Index of the WAIT (with wait_replicas), else -1.
+    waited: int = -1
+    #: What each call that does not queue messages is, for the log.
+    bookkeeping: dict[int, str] = field(default_factory=dict)
+
+
+def publish_batch(batch: scripts.Batch, on: Publisher, queue: str, calls: Sequence[scripts.Call[Any]], *,
+                  register: bool, producer: Optional[tuple[str, str]]) -> PublishBatch:
+    """Publish script ``calls`` in ``batch`` (empty), with SADD of the queue
+    name when ``register``, a WAIT after them with wait_replicas (on the
+    connection, and the master, the calls went on), and the producer's
+    statistics (id, JSON) when given."""
+    bookkeeping: dict[int, str] = {}
+    if register:
+        bookkeeping[len(batch)] = "queue registry"
+        batch.command("SADD", queues_set(on.namespace), logical_name(queue))
+    out = PublishBatch(batch, len(batch), len(calls), bookkeeping=bookkeeping)
+    for call in calls:
+        batch.add(call)
+    if on.wait_replicas:
+        out.waited = len(batch)
+        batch.command("WAIT", on.wait_replicas, on.wait_timeout_ms, route=on.keys(queue).pending)
+    if producer is not None:
+        bookkeeping[len(batch)] = "producer statistics"
+        batch.add(scripts.producer_stats(on.namespace, producer[0], producer[1], PRODUCER_TTL_MS))
+    return out
+
+
+def publish_replies(sent: PublishBatch, results: list[Any]) -> list[Any]:
+    """The replies of the publish calls of ``sent``, whose batch's replies
+    are ``results``. Raises if a master that holds the messages could not
+    be reached (whether they were queued is unknown): on a cluster the
+    registry and statistics live on other masters, and one of those
+    unreachable must not hide that."""
+    replies = results[sent.first:sent.first + sent.count]
+    unknown = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
+    if unknown is not None:
+        raise unknown
+    return replies
+
+
+def published(sent: PublishBatch, queue: str, sizes: Sequence[int], replies: list[Any], results: list[Any]) -> None:
+    """Raise PushRefused if Redis refused a publish call of ``sent`` (of
+    ``sizes`` messages), saying which were queued. The messages queued, a
+    refused registry entry or statistics flush (OOM, an ACL NOPERM) must
+    not turn that into an error: it is said once."""
+    check_queued(queue, sizes, replies)
+    for i, what in sent.bookkeeping.items():
+        if isinstance(results[i], Exception):
+            warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
+                      "(said once; later refusals at debug level): %s", queue, what, results[i])
+
+
+def check_queued(queue: str, sizes: Sequence[int], replies: Sequence[Any]) -> None:
     """Raise PushRefused, saying which messages were queued, if Redis refused
     any of the publish calls (one reply per call of ``sizes`` messages)."""
     queued = [not isinstance(reply, Exception) for reply, n in zip(replies, sizes) for _ in range(n)]
@@ -115,52 +188,20 @@ class Messages:
         trip with the registry and statistics push() describes; their replies.
         PushRefused if Redis refused any call, saying which messages were queued."""
         link = self._link
-        batch = scripts.Batch(link.client)
-        # What each call that does not queue messages is, for the log.
-        bookkeeping: dict[int, str] = {}
-        if register:
-            bookkeeping[len(batch)] = "queue registry"
-            batch.command("SADD", queues_set(link.namespace), logical_name(queue))
-        first = len(batch)
-        for call in calls:
-            batch.add(call)
-        waited = len(batch)
-        if link.wait_replicas:  # on the connection (and the master) the calls went on, after them
-            batch.command("WAIT", link.wait_replicas, link.wait_timeout_ms, route=link.keys(queue).pending)
-        if producer is not None:
-            bookkeeping[len(batch)] = "producer statistics"
-            batch.add(scripts.producer_stats(link.namespace, producer[0], producer[1], _PRODUCER_TTL_MS))
-        replies, results = self._sent(batch, queue, first, len(calls))
-        _check_queued(queue, sizes, replies)
-        # The messages are queued: a refused registry entry or statistics flush
-        # (OOM, an ACL NOPERM) must not turn that into an error.
-        for i, what in bookkeeping.items():
-            if isinstance(results[i], Exception):
-                warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
-                          "(said once; later refusals at debug level): %s", queue, what, results[i])
-        if link.wait_replicas:
-            link.replicated(queue, replies, got=results[waited])
-        return replies
-
-    def _sent(self, batch: scripts.Batch, queue: str, first: int, count: int) -> tuple[list[Any], list[Any]]:
-        """Send a publish ``batch``: (the replies of its ``count`` publish calls
-        from index ``first``, every reply). Raises if a master that holds the
-        messages could not be reached: whether they were queued is unknown."""
+        sent = publish_batch(scripts.Batch(link.client), link, queue, calls, register=register, producer=producer)
         with wrapped(f"publish to {queue!r}"):
-            results = self._link.send(batch)
-            replies = results[first:first + count]
-            # On a cluster the registry and statistics live on other masters:
-            # one of those unreachable must not hide whether messages were queued.
-            unknown = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
-            if unknown is not None:
-                raise unknown
-        return replies, results
+            results = link.send(sent.batch)
+            replies = publish_replies(sent, results)
+        published(sent, queue, sizes, replies, results)
+        if link.wait_replicas:
+            link.replicated(queue, replies, got=results[sent.waited])
+        return replies
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
         link = self._link
         with wrapped("producer statistics"):
-            scripts.producer_stats(link.namespace, producer_id, info, _PRODUCER_TTL_MS).run(link.client)
+            scripts.producer_stats(link.namespace, producer_id, info, PRODUCER_TTL_MS).run(link.client)
 
     # --- consuming -----------------------------------------------------------
 

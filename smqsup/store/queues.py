@@ -25,6 +25,17 @@ from smqsup.store.link import LOGGER, Link, ms_of
 log = logging.getLogger(LOGGER)
 
 
+def partition_count(raw: object) -> int:
+    """A partition count as stored (GET's reply), read as partitions.lua
+    reads it: a whole number from 1 (at most defaults.PARTITIONS_MAX), else 1."""
+    text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
+    digits = text.lstrip("0")
+    if not (text.isascii() and text.isdigit()) or not digits:
+        return 1
+    # (never int() of thousands of digits: Python refuses those)
+    return defaults.PARTITIONS_MAX if len(digits) > 4 else min(int(digits), defaults.PARTITIONS_MAX)
+
+
 class Queues:
     """Queues, their paused flags and partitions (see the module's docstring)."""
 
@@ -149,17 +160,10 @@ class Queues:
             pipe.get(k.partitions)
             pipe.hget(k.options, "result_ttl")
             raw, kept = pipe.execute(raise_on_error=False)
-            self._result_ttls[queue] = _result_ttl(kept)
+            self._result_ttls[queue] = declared_result_ttl(kept)
             if isinstance(raw, Exception):
                 raise raw
-        # As partitions.lua reads it: a whole number from 1 (at most the most), else 1.
-        text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
-        digits = text.lstrip("0")
-        if not (text.isascii() and text.isdigit()) or not digits:
-            n = 1
-        else:  # (never int() of thousands of digits: Python refuses those)
-            n = defaults.PARTITIONS_MAX if len(digits) > 4 else min(int(digits), defaults.PARTITIONS_MAX)
-        self._partitions[queue] = (n, time.monotonic())
+        self._partitions[queue] = (partition_count(raw), time.monotonic())
         return self._partitions[queue][0]
 
     def result_ttl(self, queue: str) -> int:
@@ -208,7 +212,7 @@ class Queues:
                 return random.randrange(1 << 30)
 
 
-def _result_ttl(raw: object) -> int:
+def declared_result_ttl(raw: object) -> int:
     """A declared result_ttl as Redis returned it: whole seconds within
     RESULT_TTL_MAX_S; anything else (junk someone wrote, an error) is 0."""
     text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else ""

@@ -120,6 +120,14 @@ class Batch:
         self._commands.append(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
         self._calls.append(call)
 
+    def args(self, i: int) -> tuple[Any, ...]:
+        """Command ``i`` as it is sent (a script call by EVALSHA)."""
+        return self._commands[i]
+
+    def call(self, i: int) -> Optional[Call[Any]]:
+        """The script call at ``i``, None for a plain command."""
+        return self._calls[i]
+
     def is_wait(self, i: int) -> bool:
         return self._calls[i] is None and str(self._commands[i][0]).upper() == "WAIT"
 
@@ -148,7 +156,7 @@ class Batch:
                    if self._calls[i] is not None and isinstance(reply, NoScriptError)]
         if unknown:
             self._again_by_text(client, indexes, replies, unknown)
-        return [self._read(i, reply) for i, reply in zip(indexes, replies)]
+        return [self.read(i, reply) for i, reply in zip(indexes, replies)]
 
     def _again_by_text(self, client: "redis.Redis", indexes: Sequence[int], replies: list[Any],
                        unknown: Sequence[int]) -> None:
@@ -175,7 +183,8 @@ class Batch:
         call = self._calls[i]
         return client.execute_command(*self._commands[i]) if call is None else call.run(client)
 
-    def _read(self, i: int, reply: Any) -> Any:
+    def read(self, i: int, reply: Any) -> Any:
+        """Reply ``i`` as its call reads it (an error reply left as it is)."""
         call = self._calls[i]
         return reply if call is None or isinstance(reply, Exception) else call.read(reply)
 
