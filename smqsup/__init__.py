@@ -2,7 +2,7 @@
 that runs its consumers as a service. This docstring is the map.
 
     queues.yaml ─▶ config/ ─▶ supervisor/ ─fork─▶ worker/ (the consumer engine, handlers) ─▶ store/ ─▶ scripts/*.lua
-    client/ (Producer) ─▶ store/          collector/ (elected: reclaim, promote, schedules, stats) ─▶ store/
+    client/ (Producer, AsyncProducer) ─▶ store/          collector/ (elected: reclaim, promote, schedules, stats) ─▶ store/
     views/, cli/, web/ read what the others write, through store/
 
 Each subpackage's ``__init__`` maps its own modules, a line each. Imports run
@@ -44,7 +44,7 @@ The subpackages:
 - config/: queues.yaml read within bounds and validated into frozen dataclasses.
 - store/: the one way to Redis: the Broker, its operation classes by concern,
   cluster routing, the Lua scripts (store/scripts/), the embedded redis-server.
-- client/: what programs publish with: the Producer and its options.
+- client/: what programs publish with: the Producer, the AsyncProducer (asyncio) and their options.
 - worker/: the consumer engine (one, at any concurrency), handlers, verdicts.
 - collector/: per queue, the elected housekeeper: reclaim, promote, schedules, stats.
 - views/: what operators read: status, listings, dead letters, schedules.
@@ -54,8 +54,8 @@ The subpackages:
 
 The leaves everyone uses, and the public face:
 
-- __init__.py: this map, and the public names (Producer, Message, Reject, Retry, MessageFailed,
-  ResultUnknown).
+- __init__.py: this map, and the public names (Producer, AsyncProducer, Message, Reject, Retry,
+  MessageFailed, ResultUnknown).
 - __main__.py: ``python -m smqsup``, the same as the ``smqsup`` command.
 - errors.py: the one exception tree, rooted at SmqsupError.
 - defaults.py: every default value, one line each, its unit in its name.
@@ -73,7 +73,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Producer", "Message", "Reject", "Retry", "MessageFailed", "ResultUnknown", "__version__"]
+__all__ = ["Producer", "AsyncProducer", "Message", "Reject", "Retry", "MessageFailed", "ResultUnknown",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -82,6 +83,10 @@ def __getattr__(name: str) -> Any:
         from smqsup.client.producer import Producer
 
         return Producer
+    if name == "AsyncProducer":
+        from smqsup.client.aio import AsyncProducer
+
+        return AsyncProducer
     if name == "Message":
         from smqsup.message import Message
 

@@ -122,6 +122,9 @@ PARTITIONS_MAX = 64
 #: How long a process trusts the partition count of a queue it read from
 #: Redis (a supervisor that raises it is followed within this), in seconds.
 PARTITIONS_READ_S = 10.0
+#: Most round trips an AsyncProducer has in flight at once, each on a connection of its own
+#: (per master on a cluster); more publishes awaited together wait their turn.
+AIO_ROUND_TRIPS = 16
 #: Longest the collector waits between looks at a queue's schedules (changed definitions, resumes), in s.
 SCHEDULE_POLL_S = 1.0
 #: Longest one look at a queue's schedules holds the supervisor's loop, in s (the round goes on next tick).

@@ -1,0 +1,153 @@
+"""Publishing from asyncio: the AsyncProducer, the Producer's API as coroutines.
+
+    from smqsup import AsyncProducer
+    async with AsyncProducer("redis://127.0.0.1:6379/0") as producer:
+        message_id = await producer.publish("orders", {"order": 42})
+        await producer.publish_many("orders", [{"order": 43}, {"order": 44}], priority=9)
+
+Its checks, envelopes, partition choice, errors and statistics are the
+Producer's own (publishing.py), so both write the same frames and raise the
+same errors; only the sending differs: store/aio.py, on redis.asyncio.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Optional
+
+from smqsup import defaults
+from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
+from smqsup.errors import BrokerError
+from smqsup.store.aio import AsyncBroker
+
+
+class AsyncProducer:
+    """Publishes JSON messages to queues from asyncio code; the Producer's
+    arguments, options, checks and errors (see its docstrings), each method a
+    coroutine. Made with no I/O (inside a running loop or not), it connects
+    at its first publish. Use it in one event loop only, and make one per
+    process (never across fork).
+
+    Publishes awaited together share at most defaults.AIO_ROUND_TRIPS
+    connections (per master on a cluster); none blocks the event loop
+    beyond encoding its messages (a body of many MB takes its JSON time).
+    Cancelling a publish leaves its messages as a lost reply would: maybe
+    queued (the connection is dropped, never reused out of step).
+    """
+
+    def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
+                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
+                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
+                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S) -> None:
+        """The Producer's arguments (``wait_replicas``: each publish returns
+        once that many replicas have its messages, else raises
+        PublishNotReplicated after ``wait_timeout`` seconds)."""
+        core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
+                                       dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
+                                       wait_timeout=wait_timeout)
+        self.namespace = core.namespace
+        self.dedup_ttl_s = core.dedup_ttl_s
+        self.max_message_size = core.max_message_size
+        self.id = core.id
+        self._broker = AsyncBroker(valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}",
+                                   stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
+
+    @property
+    def published(self) -> int:
+        """Messages this producer has published (the statistics read it)."""
+        return self._core.published
+
+    @classmethod
+    def from_config(cls, path: "str | os.PathLike[str]") -> "AsyncProducer":
+        """A producer using exactly the Redis and namespace that queues.yaml at
+        ``path`` names (its embedded server must be running). Reads the file
+        at once: call it at start-up, not in a busy loop."""
+        from smqsup.config import model as config_mod
+        from smqsup.store.embedded import redis_url
+
+        cfg = config_mod.load(path)
+        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
+                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s)
+
+    async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
+                      delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
+                      dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
+                      partition_key: Optional[str] = None) -> str:
+        """Producer.publish(): queue one message in one round trip; its id.
+        MessageError (raised before anything is sent, and before the
+        coroutine's first await) for a bad argument."""
+        out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
+                             dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key)
+        return (await self._deliver(out))[0]
+
+    async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
+                           delay: Any = None, at: Any = None, priority: int = 0,
+                           dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
+                           ttl: Any = None, partition_key: Optional[str] = None) -> list[str]:
+        """Producer.publish_many(): queue many messages in one round trip
+        (one per partition for a sequence of dedup keys on a partitioned
+        queue); their ids in order."""
+        out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
+                              dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key)
+        return await self._deliver(out)
+
+    async def _deliver(self, out: Outgoing) -> list[str]:
+        """Producer._deliver(), awaited: to each partition in turn."""
+        core = self._core
+        try:
+            count = await self._broker.partitions(out.queue)
+        except BrokerError as exc:
+            count = core.uncounted(out.queue, out.ids, exc)
+        groups = core.route(out, count)
+        results: list[list[str] | BrokerError] = []
+        for target, where in groups:
+            try:
+                results.append(await self._send(core.sending(out, target, where)))
+            except BrokerError as exc:  # the other partitions' messages are still sent
+                if len(groups) == 1:
+                    raise
+                results.append(exc)
+        return core.merged(out, groups, results)
+
+    async def _send(self, s: Sending) -> list[str]:
+        """Producer._send(), awaited."""
+        pairs: list[tuple[str, bool]] = []
+        try:
+            if s.options is None:
+                await self._broker.push(s.target, s.frames, register=s.register,  # type: ignore[arg-type]
+                                        producer=s.stats)
+            else:
+                pairs = await self._broker.push_with(s.target, s.frames, s.options,  # type: ignore[arg-type]
+                                                     register=s.register, producer=s.stats)
+        except BrokerError as exc:
+            self._core.failed(s, exc)
+            raise
+        return self._core.sent(s, pairs)
+
+    async def close(self) -> None:
+        """Producer.close(): flush the statistics (best effort, never
+        raised) and close the connections."""
+        info = self._core.closing_stats()
+        if info is not None:
+            try:
+                await self._broker.producer_stats(self.id, info)
+            except BrokerError as exc:
+                self._core.not_flushed(exc)
+        await self._broker.close()
+
+    async def __aenter__(self) -> "AsyncProducer":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        """Close; an exception already in flight is the one the caller sees,
+        never one from closing."""
+        try:
+            await self.close()
+        except Exception:
+            if exc is None:
+                raise
+            log.debug("producer %s: closing after %s failed too", self.id, exc_type, exc_info=True)

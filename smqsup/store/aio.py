@@ -1,0 +1,385 @@
+"""The asyncio way to Redis, for the AsyncProducer (client/aio.py): a
+redis.asyncio client (one server, Sentinel, or a Redis Cluster whose every
+command goes to the master of its key's hash tag) and the publish operations
+of store/messages.py, sending the same commands (messages.publish_batch),
+redis-py's errors wrapped into smqsup's (connection.wrapped).
+
+    AsyncBroker.push / push_with ─▶ scripts.Batch ─▶ _send: per master, one write on a
+        connection of its own (EVALSHA; what NOSCRIPT refused again by EVAL, then the WAITs)
+
+As in connection.py, nothing is retried after a connection error (the
+command may have run): a failure to connect before sending is NotSent, one
+after is the caller's to find out about. A refusal by a cluster redirection
+(it did not run) is sent again for up to cluster.REDIRECT_PATIENCE_S.
+At most AIO_ROUND_TRIPS round trips are in flight at once, each on a
+connection of its own, however many publishes are awaited together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Optional, cast
+
+import redis.asyncio as aredis
+import redis.exceptions as rexc
+from redis.asyncio import cluster as acluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from smqsup import defaults, safe
+from smqsup.errors import NotReplicated, PushRefused
+from smqsup.keys import QueueKeys
+from smqsup.logs import warn_once
+from smqsup.store import cluster, connection, scripts
+from smqsup.store.connection import NotSent, wrapped
+from smqsup.store.link import UNREACHABLE, confirmed
+from smqsup.store.messages import PRODUCER_TTL_MS, PUBLISH_CHUNK, publish_batch, publish_replies, published
+from smqsup.store.queues import partition_count
+
+#: Errors of a connection (after which it is not used again as it is).
+_LOST = (rexc.ConnectionError, rexc.TimeoutError, OSError)
+
+
+def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
+            connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S) -> tuple[Any, list[Any]]:
+    """(a redis.asyncio client for ``url``, the other clients to close with
+    it: a Sentinel's), for the urls connection.connect() takes, retries
+    off. No I/O: a cluster reads its slot map at the first command. A bad
+    url is the ConfigError connection.connect() raises."""
+    safe.register_url(url)
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_timeout": socket_timeout_s,
+                               "socket_connect_timeout": connect_timeout_s, "health_check_interval": 0,
+                               **connection.library()}
+    try:
+        if connection.is_cluster_url(url):
+            return _cluster_client(url, options, client_name), []
+        if client_name:
+            options["redis_connect_func"] = _handshake(client_name)
+        if url.startswith("sentinel://"):
+            return _sentinel_client(url, options)
+        return _one_client(url, options), []
+    except (TypeError, ValueError, rexc.RedisError) as exc:
+        raise connection.url_error(url, exc) from None
+
+
+def _one_client(url: str, options: dict[str, Any]) -> Any:
+    """A client for a redis://, rediss:// or unix:// url, its options checked
+    now (a connection object made, no I/O). TypeError or ValueError if bad."""
+    if not url.startswith("unix://"):
+        options = {**options, "socket_keepalive": True}  # TCP only: notice a dead peer
+    client = aredis.Redis.from_url(url, **options)
+    pool = client.connection_pool
+    pool.connection_class(**pool.connection_kwargs)
+    connection.check_numbers(pool.connection_kwargs)
+    return client
+
+
+def _cluster_client(url: str, options: dict[str, Any], client_name: Optional[str]) -> Any:
+    """A RedisCluster client for the seeds of a cluster url (connection.cluster_seeds)."""
+    first, seeds = connection.cluster_seeds(url)
+    _one_client(first, options)  # the options checked as a one-server url's are
+    nodes = [acluster.ClusterNode(host, port) for host, port in seeds]
+    client = acluster.RedisCluster.from_url(first, startup_nodes=nodes, **options)
+    if client_name:
+        # The nodes found when the slot map is read are made with these.
+        client.nodes_manager.connection_kwargs["redis_connect_func"] = _handshake(client_name)
+    return client
+
+
+def _sentinel_client(url: str, options: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The master of a sentinel:// url, and the Sentinels' clients."""
+    from redis.asyncio.sentinel import Sentinel
+
+    hosts, service, db, password = connection.sentinel_address(url)
+    watchers = {"socket_timeout": options["socket_connect_timeout"], **connection.library()}
+    sentinel = Sentinel(hosts, sentinel_kwargs=watchers, **options)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(service, db=db, password=password), list(sentinel.sentinels)
+
+
+def _handshake(client_name: str) -> Any:
+    """connection.py's handshake for redis.asyncio: the usual one, then
+    CLIENT SETNAME, skipped when Redis refuses it (an ACL without it)."""
+    async def on_connect(conn: Any) -> None:
+        await conn.on_connect()
+        try:
+            await conn.send_command("CLIENT", "SETNAME", client_name)
+            await conn.read_response()
+        except rexc.ResponseError as exc:
+            warn_once(connection.log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections "
+                      "stay unnamed (grant +client|setname to name them)", exc)
+    return on_connect
+
+
+async def _exchange(conn: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send ``commands`` in one write on ``conn`` and read every reply, an
+    error reply left in its place (the connection stays in step)."""
+    await conn.send_packed_command(conn.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await conn.read_response())
+        except rexc.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+async def _deliver(conn: Any, batch: scripts.Batch, indexes: Sequence[int]) -> list[Any]:
+    """The commands of ``batch`` at ``indexes`` sent on ``conn``, their
+    replies read by their calls. A script call NOSCRIPT refused (it did not
+    run) goes again by its text, then the batch's WAITs again after it (a
+    WAIT confirms the writes before it on its connection), as
+    scripts.Batch.deliver does."""
+    try:
+        replies = await _exchange(conn, [batch.args(i) for i in indexes])
+        unknown = [n for n, i in enumerate(indexes)
+                   if batch.call(i) is not None and isinstance(replies[n], rexc.NoScriptError)]
+        if unknown:
+            calls = [cast(scripts.Call[Any], batch.call(indexes[n])) for n in unknown]
+            waits = [n for n, i in enumerate(indexes) if batch.is_wait(i)]
+            again = await _exchange(conn, [("EVAL", c.script.text, len(c.keys), *c.keys, *c.args) for c in calls]
+                                    + [batch.args(indexes[n]) for n in waits])
+            for n, reply in zip(unknown + waits, again):
+                replies[n] = reply
+    except BaseException:
+        # Cancelled or broken mid-exchange: replies may be unread, so the
+        # connection is out of step; it connects afresh at its next use.
+        await conn.disconnect(nowait=True)
+        raise
+    return [batch.read(i, reply) for i, reply in zip(indexes, replies)]
+
+
+class AsyncBroker:
+    """The publish operations of one namespace on redis.asyncio (see the
+    module's docstring). Made outside or inside an event loop, used in one
+    loop only; never shared across fork."""
+
+    def __init__(self, url: str, namespace: str, *, client_name: Optional[str] = None,
+                 socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S, stats: bool = True, wait_replicas: int = 0,
+                 wait_timeout_s: float = defaults.WAIT_TIMEOUT_S) -> None:
+        """The arguments are store.broker.Broker's; no I/O until the first operation."""
+        self.url = url
+        self.namespace = namespace
+        self.stats = stats
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = max(1, round(wait_timeout_s * 1000))
+        self.client, self._others = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
+        self.clustered = isinstance(self.client, acluster.RedisCluster)
+        self._keys: dict[str, QueueKeys] = {}
+        #: queue -> (partitions, monotonic time read), as store.queues.Queues keeps them.
+        self._partitions: dict[str, tuple[int, float]] = {}
+        self._round_trips = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
+        self._map_read_at = 0.0
+        self._map_stale = False
+
+    def keys(self, queue: str) -> QueueKeys:
+        k = self._keys.get(queue)
+        if k is None:
+            k = self._keys[queue] = QueueKeys(self.namespace, queue)
+        return k
+
+    async def partitions(self, queue: str) -> int:
+        """store.queues.Queues.partitions(), the count read again at most every PARTITIONS_READ_S."""
+        known = self._partitions.get(queue)
+        if known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
+            return known[0]
+        batch = scripts.Batch(self.client)
+        batch.command("GET", self.keys(queue).partitions)
+        with wrapped(f"read the partitions of {queue!r}"):
+            raw = (await self._send(batch))[0]
+            if isinstance(raw, Exception):
+                raise raw
+        self._partitions[queue] = (partition_count(raw), time.monotonic())
+        return self._partitions[queue][0]
+
+    async def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
+                   producer: Optional[tuple[str, str]] = None) -> None:
+        """store.messages.Messages.push(): alone (no registry, no statistics),
+        LPUSH with the count pipelined behind it; else publish.lua calls."""
+        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
+            k = self.keys(queue)
+            batch = scripts.Batch(self.client)
+            batch.command("LPUSH", k.pending, *frames)
+            if self.stats:
+                batch.command("HINCRBY", k.counters, "published", len(frames))
+            await self._alone(queue, batch, len(frames))
+            return
+        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
+        await self._publish([scripts.publish(self.keys(queue), chunk, self.stats) for chunk in chunks],
+                            [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
+
+    async def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]],
+                        options: scripts.Options, *, register: bool,
+                        producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
+        """store.messages.Messages.push_with(): per item, (its id, True) when
+        queued, (the id holding its dedup key, False) when not."""
+        keys = self.keys(queue)
+        if not register and producer is None and len(items) <= PUBLISH_CHUNK:
+            batch = scripts.Batch(self.client)
+            batch.add(scripts.publish_options(keys, items, options, self.stats))
+            return cast("list[tuple[str, bool]]", await self._alone(queue, batch, len(items)))
+        chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
+        try:
+            replies = await self._publish([scripts.publish_options(keys, chunk, options, self.stats)
+                                           for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+                                          register=register, producer=producer)
+        except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
+            exc.result = [pair for reply in cast(list[Any], exc.result) for pair in reply]
+            raise
+        return [pair for reply in replies for pair in reply]
+
+    async def producer_stats(self, producer_id: str, info: str) -> None:
+        """Flush one producer's statistics on their own (at close)."""
+        batch = scripts.Batch(self.client)
+        batch.add(scripts.producer_stats(self.namespace, producer_id, info, PRODUCER_TTL_MS))
+        with wrapped("producer statistics"):
+            reply = (await self._send(batch))[0]
+            if isinstance(reply, Exception):
+                raise reply
+
+    async def close(self) -> None:
+        """Close every connection (of a Sentinel's clients too)."""
+        for client in [self.client, *self._others]:
+            await client.aclose()
+
+    # --- round trips ---------------------------------------------------------------
+
+    async def _alone(self, queue: str, batch: scripts.Batch, count: int) -> Any:
+        """Send one publish command (and its count) with, with wait_replicas,
+        a WAIT behind it on the same connection; the publish's reply.
+        PushRefused if Redis refused it (it wrote nothing), NotReplicated
+        if too few replicas confirmed it."""
+        if self.wait_replicas:
+            batch.command("WAIT", self.wait_replicas, self.wait_timeout_ms, route=self.keys(queue).pending)
+        with wrapped(f"publish to {queue!r}"):
+            replies = await self._send(batch)
+            first = replies[0]
+            if isinstance(first, UNREACHABLE):
+                raise first
+            if isinstance(first, rexc.ResponseError):
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {first}", [False] * count)
+        if not self.wait_replicas:
+            return first
+        return confirmed(queue, first, replies[-1], self.wait_replicas, self.wait_timeout_ms)
+
+    async def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *,
+                       register: bool, producer: Optional[tuple[str, str]]) -> list[Any]:
+        """store.messages.Messages._publish(): the same batch, sent here."""
+        sent = publish_batch(scripts.Batch(self.client), self, queue, calls, register=register, producer=producer)
+        with wrapped(f"publish to {queue!r}"):
+            results = await self._send(sent.batch)
+            replies = publish_replies(sent, results)
+        published(sent, queue, sizes, replies, results)
+        if self.wait_replicas:
+            confirmed(queue, replies, results[sent.waited], self.wait_replicas, self.wait_timeout_ms)
+        return replies
+
+    async def _send(self, batch: scripts.Batch) -> list[Any]:
+        """Send ``batch``: its replies in order, error replies left in place.
+        On one server, NotSent if Redis could not be reached before anything
+        was sent; a lost connection after raises. On a cluster, as
+        cluster.send(): one round trip per master."""
+        async with self._round_trips:
+            if not self.clustered:
+                pool = self.client.connection_pool
+                try:
+                    conn = await pool.get_connection()  # connected: a failure here sent nothing
+                except _LOST as exc:
+                    raise NotSent(str(exc)) from exc
+                try:
+                    return await _deliver(conn, batch, range(len(batch)))
+                finally:
+                    await pool.release(conn)
+            return await self._send_cluster(batch)
+
+    async def _send_cluster(self, batch: scripts.Batch) -> list[Any]:
+        """cluster.send() on redis.asyncio: the commands grouped by the
+        master of their key, each group in one round trip (the groups at
+        once); a master that cannot be reached leaves its exception as the
+        reply of each of its commands (NotSent raised when nothing could be
+        sent); a command a redirection refused is sent again alone, and then
+        a WAIT in the batch confirms nothing (its reply: 0)."""
+        groups = await self._by_master(batch, range(len(batch)))
+        sent = await asyncio.gather(*(self._to_master(node, batch, where) for node, where in groups))
+        replies: list[Any] = [None] * len(batch)
+        for (_, where), got in zip(groups, sent):
+            for i, reply in zip(where, got):
+                replies[i] = reply
+        if all(isinstance(r, NotSent) for r in replies):
+            raise replies[0]
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, cluster.REDIRECTIONS)]
+        for i in again:
+            replies[i] = await self._again(batch, i, replies[i])
+        if again:
+            for i in range(len(batch)):
+                if batch.is_wait(i) and not isinstance(replies[i], Exception):
+                    replies[i] = 0
+        return replies
+
+    async def _by_master(self, batch: scripts.Batch, indexes: Sequence[int]) -> list[tuple[Any, list[int]]]:
+        """(master, positions of its commands) for the commands at ``indexes``,
+        the slot map read first if there is none yet or it is stale. NotSent
+        if no node serves it (none answers, or a slot is not covered)."""
+        client = self.client
+        try:
+            await client.initialize()
+            if self._map_stale:
+                await self._read_map()
+            groups: dict[str, tuple[Any, list[int]]] = {}
+            for i in indexes:
+                node = client.get_node_from_key(batch.key(i))
+                groups.setdefault(node.name, (node, []))[1].append(i)
+        except (*_LOST, rexc.RedisClusterException) as exc:
+            self._map_stale = True
+            raise NotSent(f"no node of the Redis Cluster serves the keys: {exc}") from exc
+        return list(groups.values())
+
+    async def _to_master(self, node: Any, batch: scripts.Batch, indexes: Sequence[int]) -> list[Any]:
+        """The replies of the commands at ``indexes``, sent in one round trip
+        to ``node``; if it could not be reached, the exception as the reply
+        of each (NotSent when nothing was sent)."""
+        conn = node.acquire_connection()
+        try:
+            try:
+                if conn.is_connected and await conn.can_read_destructive():
+                    await conn.disconnect()  # closed by the server while idle (a restart): connect afresh
+                await conn.connect()
+            except _LOST as exc:
+                self._map_stale = True
+                return [NotSent(str(exc))] * len(indexes)
+            try:
+                return await _deliver(conn, batch, indexes)
+            except _LOST as exc:
+                self._map_stale = True
+                return [exc] * len(indexes)
+        finally:
+            node.release(conn)
+
+    async def _again(self, batch: scripts.Batch, i: int, refusal: Exception) -> Any:
+        """Command ``i``, refused by a redirection, sent again alone (after
+        following it) until it is not refused, for up to REDIRECT_PATIENCE_S."""
+        deadline = time.monotonic() + cluster.REDIRECT_PATIENCE_S
+        reply: Any = refusal
+        while isinstance(reply, cluster.REDIRECTIONS) and time.monotonic() < deadline:
+            if isinstance(reply, (rexc.AskError, rexc.TryAgainError)) and not isinstance(reply, rexc.MovedError):
+                await asyncio.sleep(cluster.MIGRATING_PAUSE_S)  # a slot being migrated: done in ms
+            else:
+                # MOVED (the slot has moved) or CLUSTERDOWN (a failover under way): the map read again.
+                moved = isinstance(reply, rexc.MovedError)
+                await asyncio.sleep(cluster.MIGRATING_PAUSE_S if moved else cluster.DOWN_PAUSE_S)
+                self._map_stale = True
+            try:
+                (node, where), = await self._by_master(batch, [i])
+            except NotSent as exc:
+                return exc
+            reply = (await self._to_master(node, batch, where))[0]
+        return reply
+
+    async def _read_map(self) -> None:
+        """Read the slot map again, at most every REFRESH_MIN_INTERVAL_S."""
+        if time.monotonic() - self._map_read_at < cluster.REFRESH_MIN_INTERVAL_S:
+            return
+        self._map_read_at = time.monotonic()
+        await self.client.nodes_manager.initialize()
+        self._map_stale = False
