@@ -30,9 +30,11 @@ class AsyncProducer:
     at its first publish. Use it in one event loop only, and make one per
     process (never across fork).
 
-    Publishes awaited together share at most defaults.AIO_ROUND_TRIPS
-    connections (per master on a cluster); none blocks the event loop
-    beyond encoding its messages (a body of many MB takes its JSON time).
+    Publishes awaited together take turns, at most defaults.AIO_ROUND_TRIPS
+    at once, so as many connections (per master on a cluster); each encodes
+    its messages in its turn, so a thousand awaited together do not hold
+    the event loop for the time of a thousand encodings at once (a body of
+    many MB still holds it for its own JSON time).
     Cancelling a publish leaves its messages as a lost reply would: maybe
     queued (the connection is dropped, never reused out of step).
     """
@@ -77,11 +79,11 @@ class AsyncProducer:
                       dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
                       partition_key: Optional[str] = None) -> str:
         """Producer.publish(): queue one message in one round trip; its id.
-        MessageError (raised before anything is sent, and before the
-        coroutine's first await) for a bad argument."""
-        out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                             dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key)
-        return (await self._deliver(out))[0]
+        MessageError (raised before anything is sent) for a bad argument."""
+        async with self._broker.turns:
+            out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
+                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key)
+            return (await self._deliver(out))[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                            delay: Any = None, at: Any = None, priority: int = 0,
@@ -90,9 +92,10 @@ class AsyncProducer:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
-        out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                              dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key)
-        return await self._deliver(out)
+        async with self._broker.turns:
+            out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
+                                  dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key)
+            return await self._deliver(out)
 
     async def _deliver(self, out: Outgoing) -> list[str]:
         """Producer._deliver(), awaited: to each partition in turn."""
@@ -133,7 +136,8 @@ class AsyncProducer:
         info = self._core.closing_stats()
         if info is not None:
             try:
-                await self._broker.producer_stats(self.id, info)
+                async with self._broker.turns:
+                    await self._broker.producer_stats(self.id, info)
             except BrokerError as exc:
                 self._core.not_flushed(exc)
         await self._broker.close()

@@ -21,7 +21,8 @@ redis-py's errors into smqsup's.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
 - hotline.py: HotLine, the connection held per thread for the hot path.
 - cluster.py: Redis Cluster routing of batches and of the held connection.
-- aio.py: AsyncBroker, the publish operations on redis.asyncio (the AsyncProducer's), cluster included.
+- aio.py: AsyncBroker, the publish operations on redis.asyncio (the AsyncProducer's).
+- aio_cluster.py: Redis Cluster routing of those on redis.asyncio; one round trip on a connection.
 - scripts/: the Lua scripts and their typed wrappers (its own map).
 - locate.py: where a private redis-server is (binary, data dir, socket).
 - redis_server.py: RedisServer, one private redis-server process.

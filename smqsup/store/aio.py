@@ -4,15 +4,17 @@ command goes to the master of its key's hash tag) and the publish operations
 of store/messages.py, sending the same commands (messages.publish_batch),
 redis-py's errors wrapped into smqsup's (connection.wrapped).
 
-    AsyncBroker.push / push_with ─▶ scripts.Batch ─▶ _send: per master, one write on a
-        connection of its own (EVALSHA; what NOSCRIPT refused again by EVAL, then the WAITs)
+    AsyncBroker.push / push_with ─▶ scripts.Batch ─▶ _send: one write on a connection of the pool,
+        or per master (aio_cluster.py) ─▶ EVALSHA; what NOSCRIPT refused again by EVAL, then the WAITs
 
 As in connection.py, nothing is retried after a connection error (the
 command may have run): a failure to connect before sending is NotSent, one
 after is the caller's to find out about. A refusal by a cluster redirection
-(it did not run) is sent again for up to cluster.REDIRECT_PATIENCE_S.
-At most AIO_ROUND_TRIPS round trips are in flight at once, each on a
-connection of its own, however many publishes are awaited together.
+(it did not run) is sent again for up to cluster.REDIRECT_PATIENCE_S
+(aio_cluster.py).
+Its callers take turns (AsyncBroker.turns): at most AIO_ROUND_TRIPS
+operations in flight at once, each on a connection of its own (per master),
+however many publishes are awaited together.
 """
 
 from __future__ import annotations
@@ -32,14 +34,12 @@ from smqsup import defaults, safe
 from smqsup.errors import NotReplicated, PushRefused
 from smqsup.keys import QueueKeys
 from smqsup.logs import warn_once
-from smqsup.store import cluster, connection, scripts
+from smqsup.store import connection, scripts
+from smqsup.store.aio_cluster import LOST, AsyncRouter, deliver
 from smqsup.store.connection import NotSent, wrapped
 from smqsup.store.link import UNREACHABLE, confirmed
 from smqsup.store.messages import PRODUCER_TTL_MS, PUBLISH_CHUNK, publish_batch, publish_replies, published
 from smqsup.store.queues import partition_count
-
-#: Errors of a connection (after which it is not used again as it is).
-_LOST = (rexc.ConnectionError, rexc.TimeoutError, OSError)
 
 
 def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
@@ -112,44 +112,6 @@ def _handshake(client_name: str) -> Any:
     return on_connect
 
 
-async def _exchange(conn: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send ``commands`` in one write on ``conn`` and read every reply, an
-    error reply left in its place (the connection stays in step)."""
-    await conn.send_packed_command(conn.pack_commands(commands))
-    replies: list[Any] = []
-    for _ in commands:
-        try:
-            replies.append(await conn.read_response())
-        except rexc.ResponseError as exc:
-            replies.append(exc)
-    return replies
-
-
-async def _deliver(conn: Any, batch: scripts.Batch, indexes: Sequence[int]) -> list[Any]:
-    """The commands of ``batch`` at ``indexes`` sent on ``conn``, their
-    replies read by their calls. A script call NOSCRIPT refused (it did not
-    run) goes again by its text, then the batch's WAITs again after it (a
-    WAIT confirms the writes before it on its connection), as
-    scripts.Batch.deliver does."""
-    try:
-        replies = await _exchange(conn, [batch.args(i) for i in indexes])
-        unknown = [n for n, i in enumerate(indexes)
-                   if batch.call(i) is not None and isinstance(replies[n], rexc.NoScriptError)]
-        if unknown:
-            calls = [cast(scripts.Call[Any], batch.call(indexes[n])) for n in unknown]
-            waits = [n for n, i in enumerate(indexes) if batch.is_wait(i)]
-            again = await _exchange(conn, [("EVAL", c.script.text, len(c.keys), *c.keys, *c.args) for c in calls]
-                                    + [batch.args(indexes[n]) for n in waits])
-            for n, reply in zip(unknown + waits, again):
-                replies[n] = reply
-    except BaseException:
-        # Cancelled or broken mid-exchange: replies may be unread, so the
-        # connection is out of step; it connects afresh at its next use.
-        await conn.disconnect(nowait=True)
-        raise
-    return [batch.read(i, reply) for i, reply in zip(indexes, replies)]
-
-
 class AsyncBroker:
     """The publish operations of one namespace on redis.asyncio (see the
     module's docstring). Made outside or inside an event loop, used in one
@@ -165,13 +127,16 @@ class AsyncBroker:
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = max(1, round(wait_timeout_s * 1000))
         self.client, self._others = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
-        self.clustered = isinstance(self.client, acluster.RedisCluster)
+        #: A cluster's router (None on one server).
+        self._router = AsyncRouter(self.client) if isinstance(self.client, acluster.RedisCluster) else None
         self._keys: dict[str, QueueKeys] = {}
         #: queue -> (partitions, monotonic time read), as store.queues.Queues keeps them.
         self._partitions: dict[str, tuple[int, float]] = {}
-        self._round_trips = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
-        self._map_read_at = 0.0
-        self._map_stale = False
+        #: queue -> its count being read (by the first publish that missed it).
+        self._reading: dict[str, asyncio.Future[int]] = {}
+        #: Held by each caller across its operations (a publish: encode, count, send):
+        #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
+        self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
 
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
@@ -180,10 +145,26 @@ class AsyncBroker:
         return k
 
     async def partitions(self, queue: str) -> int:
-        """store.queues.Queues.partitions(), the count read again at most every PARTITIONS_READ_S."""
+        """store.queues.Queues.partitions(), the count read again at most every
+        PARTITIONS_READ_S; publishes awaited together share one reading."""
         known = self._partitions.get(queue)
         if known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
             return known[0]
+        reading = self._reading.get(queue)
+        if reading is None:
+            reading = self._reading[queue] = asyncio.ensure_future(self._read_partitions(queue))
+            reading.add_done_callback(lambda done: self._read(queue, done))
+        # Shielded: one waiter cancelled does not cancel the others' reading.
+        return await asyncio.shield(reading)
+
+    def _read(self, queue: str, done: "asyncio.Future[int]") -> None:
+        """A reading of ``queue``'s count is over: the next one reads afresh
+        (its error is its waiters', and marked seen for when none is left)."""
+        self._reading.pop(queue, None)
+        if not done.cancelled():
+            done.exception()
+
+    async def _read_partitions(self, queue: str) -> int:
         batch = scripts.Batch(self.client)
         batch.command("GET", self.keys(queue).partitions)
         with wrapped(f"read the partitions of {queue!r}"):
@@ -280,106 +261,14 @@ class AsyncBroker:
         On one server, NotSent if Redis could not be reached before anything
         was sent; a lost connection after raises. On a cluster, as
         cluster.send(): one round trip per master."""
-        async with self._round_trips:
-            if not self.clustered:
-                pool = self.client.connection_pool
-                try:
-                    conn = await pool.get_connection()  # connected: a failure here sent nothing
-                except _LOST as exc:
-                    raise NotSent(str(exc)) from exc
-                try:
-                    return await _deliver(conn, batch, range(len(batch)))
-                finally:
-                    await pool.release(conn)
-            return await self._send_cluster(batch)
-
-    async def _send_cluster(self, batch: scripts.Batch) -> list[Any]:
-        """cluster.send() on redis.asyncio: the commands grouped by the
-        master of their key, each group in one round trip (the groups at
-        once); a master that cannot be reached leaves its exception as the
-        reply of each of its commands (NotSent raised when nothing could be
-        sent); a command a redirection refused is sent again alone, and then
-        a WAIT in the batch confirms nothing (its reply: 0)."""
-        groups = await self._by_master(batch, range(len(batch)))
-        sent = await asyncio.gather(*(self._to_master(node, batch, where) for node, where in groups))
-        replies: list[Any] = [None] * len(batch)
-        for (_, where), got in zip(groups, sent):
-            for i, reply in zip(where, got):
-                replies[i] = reply
-        if all(isinstance(r, NotSent) for r in replies):
-            raise replies[0]
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, cluster.REDIRECTIONS)]
-        for i in again:
-            replies[i] = await self._again(batch, i, replies[i])
-        if again:
-            for i in range(len(batch)):
-                if batch.is_wait(i) and not isinstance(replies[i], Exception):
-                    replies[i] = 0
-        return replies
-
-    async def _by_master(self, batch: scripts.Batch, indexes: Sequence[int]) -> list[tuple[Any, list[int]]]:
-        """(master, positions of its commands) for the commands at ``indexes``,
-        the slot map read first if there is none yet or it is stale. NotSent
-        if no node serves it (none answers, or a slot is not covered)."""
-        client = self.client
+        if self._router is not None:
+            return await self._router.send(batch)
+        pool = self.client.connection_pool
         try:
-            await client.initialize()
-            if self._map_stale:
-                await self._read_map()
-            groups: dict[str, tuple[Any, list[int]]] = {}
-            for i in indexes:
-                node = client.get_node_from_key(batch.key(i))
-                groups.setdefault(node.name, (node, []))[1].append(i)
-        except (*_LOST, rexc.RedisClusterException) as exc:
-            self._map_stale = True
-            raise NotSent(f"no node of the Redis Cluster serves the keys: {exc}") from exc
-        return list(groups.values())
-
-    async def _to_master(self, node: Any, batch: scripts.Batch, indexes: Sequence[int]) -> list[Any]:
-        """The replies of the commands at ``indexes``, sent in one round trip
-        to ``node``; if it could not be reached, the exception as the reply
-        of each (NotSent when nothing was sent)."""
-        conn = node.acquire_connection()
+            conn = await pool.get_connection()  # connected: a failure here sent nothing
+        except LOST as exc:
+            raise NotSent(str(exc)) from exc
         try:
-            try:
-                if conn.is_connected and await conn.can_read_destructive():
-                    await conn.disconnect()  # closed by the server while idle (a restart): connect afresh
-                await conn.connect()
-            except _LOST as exc:
-                self._map_stale = True
-                return [NotSent(str(exc))] * len(indexes)
-            try:
-                return await _deliver(conn, batch, indexes)
-            except _LOST as exc:
-                self._map_stale = True
-                return [exc] * len(indexes)
+            return await deliver(conn, batch, range(len(batch)))
         finally:
-            node.release(conn)
-
-    async def _again(self, batch: scripts.Batch, i: int, refusal: Exception) -> Any:
-        """Command ``i``, refused by a redirection, sent again alone (after
-        following it) until it is not refused, for up to REDIRECT_PATIENCE_S."""
-        deadline = time.monotonic() + cluster.REDIRECT_PATIENCE_S
-        reply: Any = refusal
-        while isinstance(reply, cluster.REDIRECTIONS) and time.monotonic() < deadline:
-            if isinstance(reply, (rexc.AskError, rexc.TryAgainError)) and not isinstance(reply, rexc.MovedError):
-                await asyncio.sleep(cluster.MIGRATING_PAUSE_S)  # a slot being migrated: done in ms
-            else:
-                # MOVED (the slot has moved) or CLUSTERDOWN (a failover under way): the map read again.
-                moved = isinstance(reply, rexc.MovedError)
-                await asyncio.sleep(cluster.MIGRATING_PAUSE_S if moved else cluster.DOWN_PAUSE_S)
-                self._map_stale = True
-            try:
-                (node, where), = await self._by_master(batch, [i])
-            except NotSent as exc:
-                return exc
-            reply = (await self._to_master(node, batch, where))[0]
-        return reply
-
-    async def _read_map(self) -> None:
-        """Read the slot map again, at most every REFRESH_MIN_INTERVAL_S."""
-        if time.monotonic() - self._map_read_at < cluster.REFRESH_MIN_INTERVAL_S:
-            return
-        self._map_read_at = time.monotonic()
-        await self.client.nodes_manager.initialize()
-        self._map_stale = False
+            await pool.release(conn)
