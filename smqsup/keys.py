@@ -34,6 +34,9 @@ live in one Redis Cluster slot::
                                    ns:{Q}:tracked:ID
     ns:{Q}:tracked:expiry    ZSET  ID of an ended tracked message, score = when
                                    its fields go (ms, Redis clock)
+    ns:{Q}:cancel            ZSET  ids of messages whose cancel was asked, score
+                                   = when (ms, Redis clock); their consumers stop
+                                   them; entries go after an hour (cancel.lua)
     ns:{Q}:options           HASH  what the queue's consumers declared for
                                    producers: result_ttl (s, 0: not tracked)
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
@@ -165,6 +168,10 @@ class QueueKeys:
     def tracked_channel(self, message_id: str) -> str:
         """Where each new state of tracked message ``message_id`` is published."""
         return f"{self._prefix}:tracked:{message_id}"
+
+    @cached_property
+    def cancel(self) -> str:
+        return f"{self._prefix}:cancel"
 
     @cached_property
     def options(self) -> str:

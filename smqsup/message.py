@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Optional
@@ -30,6 +31,8 @@ from smqsup.errors import MalformedMessage, MessageError
 from smqsup.ids import new_id
 
 _SEP = b"|"
+#: Guards the making of a message's ``cancelled`` Event (the handler's thread and the consumer's may race).
+_CANCEL_LOCK = threading.Lock()
 #: Deepest nesting of lists and objects a body or headers may have. The
 #: consumer decodes with Python's recursive JSON parser, which gives up
 #: somewhere near 1,000 levels depending on its own stack: a publish refuses
@@ -48,7 +51,7 @@ class Message:
     reports how far its handler got."""
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "progress_sink")
+                 "result_ttl_s", "progress_sink", "_cancelled")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0) -> None:
@@ -63,6 +66,21 @@ class Message:
         self.result_ttl_s = result_ttl_s
         #: Where progress() writes (the consumer sets it for a tracked message): JSON text -> recorded.
         self.progress_sink: Optional[Callable[[str], bool]] = None
+        self._cancelled: Optional[threading.Event] = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the message's cancel was asked (Producer.cancel): a
+        handler on a thread may look and return early; one that goes on is
+        left behind at message_timeout. (Made at the first look.)"""
+        with _CANCEL_LOCK:
+            if self._cancelled is None:
+                self._cancelled = threading.Event()
+            return self._cancelled
+
+    def cancel(self) -> None:
+        """Tell the handler (the consumer calls it; ``cancelled`` is set)."""
+        self.cancelled.set()
 
     def progress(self, value: Any) -> bool:
         """Report how far the handler got: a small JSON value (0.42,

@@ -485,7 +485,7 @@ def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
     assert list(broker.statistics.producers()) == [b"p1"]
     redis_client.script_flush()
     assert broker.registry.heartbeat({"q": [("c1", ConsumerInfo(pid=1)), ("gone", ConsumerInfo(pid=2))]}) == (
-        [("q", "gone")], {})
+        [("q", "gone")], {}, [])
     # Each script call that NOSCRIPT refused went again by EVAL, once: the first registration (a new
     # server), two publish chunks and the producer statistics, the heartbeat; a publish alone is no
     # script (LPUSH and its count). (A cluster's masters each count their own: the figures above are

@@ -50,3 +50,43 @@ def test_result_ttl_in_queues_yaml_tracks_every_publish(
         with pytest.raises(MessageFailed) as failed:
             p.result("r", rid, timeout=20)
         assert failed.value.reason.startswith("rejected")
+
+
+def test_cancel_of_a_running_message_at_concurrency_1_replaces_the_child(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """One consumer runs a 30 s message: cancel stops it within seconds (the child replaced), it is dead-lettered
+    "cancelled", and the message queued behind it is handled by the new child."""
+    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 1}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        long_id = p.publish("q", {"sleep": 30}, result_ttl=60)
+        [start] = wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "start"])
+        next_id = p.publish("q", {"sleep": 0}, result_ttl=60)
+        assert p.cancel("q", long_id) == "stopping"
+        with pytest.raises(MessageFailed) as failed:
+            p.result("q", long_id, timeout=15)
+        assert failed.value.reason == "cancelled"
+        assert p.result("q", next_id, timeout=15) is None
+    done = [e for e in read_events(str(out_dir)) if e["event"] == "done"]
+    assert [e["id"] for e in done] == [next_id] and done[0]["pid"] != start["pid"]
+    assert f"message {long_id} was cancelled while consumer #" in sup.log()
+
+
+def test_cancel_at_concurrency_10_stops_only_that_task(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """Ten tasks of one async consumer: the supervisor's SIGUSR2 makes it cancel one task; the process and the
+    other nine go on and end done."""
+    supervise({"q": {"handler": "tests.handlers:pause_async", "consumers": 1, "concurrency": 10}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        ids = [p.publish("q", {"sleep": 3}, result_ttl=60) for _ in range(10)]
+        wait_for(lambda: len([e for e in read_events(str(out_dir)) if e["event"] == "start"]) == 10)
+        assert p.cancel("q", ids[0]) == "stopping"
+        with pytest.raises(MessageFailed) as failed:
+            p.result("q", ids[0], timeout=10)
+        assert failed.value.reason == "cancelled"
+        assert [p.state("q", mid) for mid in ids[1:]] != ["done"] * 9  # (cancelled before the others ended)
+        for mid in ids[1:]:
+            assert p.result("q", mid, timeout=15) is None
+    events = read_events(str(out_dir))
+    assert len({e["pid"] for e in events}) == 1 and {e["id"] for e in events if e["event"] == "done"} == set(ids[1:])

@@ -11,6 +11,7 @@ modules, and one-line errors.
     smqsup pause|resume (-c FILE | --url URL) QUEUE
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...   (exit 1 if some id was not removed)
+    smqsup cancel (-c FILE | --url URL) QUEUE ID...   (exit 1 if some had ended or are unknown)
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
     smqsup schedules (-c FILE | --url URL) [--json] | pause NAME | resume NAME
     smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for add in (run.add_run_and_check, publish.add_publish, run.add_consume, status.add_status, web.add_web,
                 dlq.add_dlq, queue.add_pause_resume, queue.add_messages, queue.add_remove,
+                queue.add_cancel,
                 schedules.add_schedules):
         add(sub)
     return parser
@@ -62,6 +64,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "resume": queue.cmd_resume,
     "messages": queue.cmd_messages,
     "remove": queue.cmd_remove,
+    "cancel": queue.cmd_cancel,
     "schedules": schedules.cmd_schedules,
 }
 

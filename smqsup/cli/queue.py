@@ -79,6 +79,20 @@ def add_remove(sub: Commands[Parser]) -> None:
                    help="a message id, or the raw-... reference `smqsup messages` shows for a malformed one")
 
 
+def add_cancel(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup cancel``."""
+    p = sub.add_parser("cancel", help="cancel messages of QUEUE by id (exit 1 if some were unknown or had ended)",
+                       description="Cancel messages of QUEUE, tracked or not: a waiting, scheduled or retrying "
+                                   "one is dead-lettered \"cancelled\" at once; one a consumer holds is stopped "
+                                   "within about a second (a task cancelled, a thread told, a process replaced) "
+                                   "and dead-lettered \"cancelled\", never retried. Cancelling again is harmless. "
+                                   "Exit 0 when each was cancelled or is stopping; 1 when some had already ended "
+                                   "or are unknown.")
+    add_target(p, url=True)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", nargs="+", type=_message_id, metavar="ID", help="a message id")
+
+
 def _state(text: str) -> str:
     # Here, not at the top: browse imports the store, and so redis-py (see
     # cli.common.connect); only a --state given needs its list.
@@ -164,6 +178,22 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if not missed:
         return EXIT_OK
     print(f"smqsup remove: {missed} of {len(ids)} message(s) not removed from {queue}", file=sys.stderr)
+    return EXIT_NOT_ALL
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """``smqsup cancel``: cancel messages by id; EXIT_NOT_ALL when some had ended or are unknown."""
+    ids = list(dict.fromkeys(args.ids))
+    with _broker(args) as (broker, queue):
+        answers = {mid: broker.contents.cancel(broker.queues.partition_names(queue), mid) for mid in ids}
+    for mid, answer in answers.items():
+        print({"cancelled": f"cancelled {mid}", "stopping": f"stopping {mid}: a consumer holds it",
+               "unknown": f"unknown {mid}: not waiting or held (finished untracked, or never published)"}.get(
+                   answer, f"not cancelled {mid}: it had already ended ({answer})"))
+    missed = sum(answer not in ("cancelled", "stopping") for answer in answers.values())
+    if not missed:
+        return EXIT_OK
+    print(f"smqsup cancel: {missed} of {len(ids)} message(s) not cancelled in {queue}", file=sys.stderr)
     return EXIT_NOT_ALL
 
 

@@ -6,6 +6,7 @@
     producer.publish("orders", {"order": 43}, delay=30, priority=9, dedup_key="order-43", ttl=600)
     mid = producer.publish("resize", {"image": 7}, result_ttl=3600)
     producer.result("resize", mid, timeout=30)   # what the handler returned
+    producer.cancel("resize", mid)               # "cancelled", "stopping", "done"...
 
 A publish without options is one LPUSH script (publish.lua); one with any
 option goes through publish_options.lua (options.py checks them). The checks,
@@ -168,6 +169,18 @@ class Producer:
         """The last value its handler gave message.progress() (None: none
         yet); ResultUnknown as result() says."""
         return results.progress_of(self._record(queue, message_id), queue, message_id)
+
+    def cancel(self, queue: str, message_id: str) -> str:
+        """Cancel a message, tracked or not; idempotent. Returns "cancelled"
+        (it waited, was scheduled or waited to be retried: dead-lettered
+        "cancelled" now), "stopping" (a consumer holds it: within about a
+        second its task is cancelled, its thread told through
+        message.cancelled, or its process replaced; it is dead-lettered
+        "cancelled", never retried), the state a tracked message had already
+        ended in ("done", "dead", "cancelled": nothing done), or "unknown"."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        return self._broker.contents.cancel(self._broker.queues.partition_names(queue), message_id)
 
     def _record(self, queue: str, message_id: str) -> Optional[Record]:
         found = self._find(queue, message_id)

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, cast
 
-from smqsup import defaults, safe
+from smqsup import defaults, message, safe
 from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
 from smqsup.store import scripts
@@ -97,6 +97,32 @@ class Contents:
             for start in range(0, len(chosen), PAGE):
                 done += scripts.remove(k, chosen[start:start + PAGE]).run(self._link.client)
         return done
+
+    def cancel(self, names: Sequence[str], message_id: str) -> str:
+        """Cancel ``message_id`` in the partitions ``names`` of a queue, looked
+        for among the waiting messages, then in the lists of the registered
+        consumers, partition by partition until one knows it: "cancelled",
+        "stopping", the state it ended in, or "unknown" (cancel.lua)."""
+        for name in names:
+            seen, frame = self._locate(name, message_id)
+            with wrapped(f"cancel message {message_id!r} of {name!r}"):
+                answer = scripts.cancel(self._link.keys(name), message_id, seen, frame).run(self._link.client)
+            if answer != "unknown":
+                return answer
+        return "unknown"
+
+    def _locate(self, queue: str, message_id: str) -> tuple[str, bytes]:
+        """(where, frame) of ``message_id``: a waiting place, "processing", or ("", b"")."""
+        for where, frame in self.waiting(queue):
+            if message.peek_id(frame) == message_id:
+                return where, frame
+        k = self._link.keys(queue)
+        with wrapped(f"look for message {message_id!r} of {queue!r}"):
+            for cid in self.holders(queue):
+                for frame in self._link.client.lrange(k.processing(cid), 0, -1):
+                    if message.peek_id(frame) == message_id:
+                        return "processing", frame
+        return "", b""
 
     # --- dead letters --------------------------------------------------------
 

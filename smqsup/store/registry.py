@@ -37,16 +37,17 @@ class Registry:
             scripts.heartbeat(link.keys(queue), [(consumer_id, info.to_json())], register=True).run(link.client)
 
     def heartbeat(self, beats: Mapping[str, Sequence[tuple[str, ConsumerInfo]]]
-                  ) -> tuple[list[tuple[str, str]], dict[str, str]]:
+                  ) -> tuple[list[tuple[str, str]], dict[str, str], list[tuple[str, scripts.Cancel]]]:
         """Renew the heartbeats of registered consumers, queue -> [(id, info)],
         all queues in one pipelined round trip. Returns (queue, id) of those no
-        longer registered (declared dead, they must not go on), and queue ->
+        longer registered (declared dead, they must not go on), queue ->
         error text for the queues whose renewal Redis refused (OOM, a key of
-        the wrong type): one queue's refusal is not the others'. Raises
-        BrokerConnectionError if Redis could not be reached."""
+        the wrong type): one queue's refusal is not the others', and (queue,
+        cancel) for each message in a consumer's list whose cancel was asked.
+        Raises BrokerConnectionError if Redis could not be reached."""
         items = [(q, b) for q, b in beats.items() if b]
         if not items:
-            return [], {}
+            return [], {}, []
         link = self._link
         batch = scripts.Batch(link.client)
         for queue, queue_beats in items:
@@ -58,8 +59,9 @@ class Registry:
             if unreachable is not None:  # a master of a cluster (renewals are idempotent)
                 raise unreachable
         refused = {q: f"heartbeat: Redis error: {r}" for (q, _), r in zip(items, replies) if isinstance(r, Exception)}
-        lost = [(q, cid) for (q, _), unknown in zip(items, replies) if q not in refused for cid in unknown]
-        return lost, refused
+        answered = [(q, reply) for (q, _), reply in zip(items, replies) if q not in refused]
+        lost = [(q, cid) for q, (unknown, _) in answered for cid in unknown]
+        return lost, refused, [(q, cancel) for q, (_, cancels) in answered for cancel in cancels]
 
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""

@@ -151,6 +151,20 @@ class Tracking:
             w.changed.wait(min(left, _WAIT_SLICE_S))
             w.changed.clear()
 
+    def cancels_asked(self, names: Sequence[str], message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` (held by a consumer of partitions
+        ``names``) had their cancel asked (ZMSCORE of each cancel set)."""
+        if not message_ids:
+            return set()
+        link = self._link
+        batch = scripts.Batch(link.client)
+        for name in names:
+            batch.command("ZMSCORE", link.keys(name).cancel, *message_ids)
+        with wrapped(f"read the cancels of {names[0]!r}"):
+            replies = link.send(batch)
+        return {mid for reply in replies if isinstance(reply, list)
+                for mid, score in zip(message_ids, reply) if score is not None}
+
     def close(self) -> None:
         """Close the waits' shared subscription (a wait going on opens another)."""
         self._subscriber.close()

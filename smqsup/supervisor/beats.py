@@ -9,6 +9,7 @@ messages; one the collector already declared dead is stopped and replaced.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 from smqsup.collector.collector import Collector
@@ -16,8 +17,9 @@ from smqsup.errors import BrokerError
 from smqsup.keys import logical_name
 from smqsup.logs import Lasting
 from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.scripts import Cancel
 from smqsup.supervisor.consumers import Consumers
-from smqsup.supervisor.protocol import SlotView
+from smqsup.supervisor.protocol import SlotView, signal_child
 from smqsup.supervisor.states import Child, StopReason
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ class Heartbeats:
                 for p in self.pool.partitions(c.queue):  # registered in each
                     beats.setdefault(p, []).append((c.consumer_id, info))
         try:
-            lost, refused = self.broker.registry.heartbeat(beats)
+            lost, refused, cancels = self.broker.registry.heartbeat(beats)
         except BrokerError as exc:
             self._trouble.report("heartbeats", "not sent", "heartbeats not sent: %s", exc)
             self.collector.redis_trouble()
@@ -61,6 +63,7 @@ class Heartbeats:
             self.collector.redis_trouble()
         self._refused(refused)
         self._lost(lost)
+        self._cancel(cancels)
 
     def _lost(self, lost: list[tuple[str, str]]) -> None:
         by_id = {c.consumer_id: c for c in self.pool.children.values()}
@@ -75,6 +78,24 @@ class Heartbeats:
                             "garbage collector, or the queue gained partitions since it started); replacing it",
                             queue, dead.index, dead.pid, part)
                 self.pool.stop(dead, StopReason.DECLARED_DEAD)
+
+    def _cancel(self, cancels: list[tuple[str, Cancel]]) -> None:
+        """Children holding a message whose cancel was asked (said again each
+        heartbeat while it is in their list). One running it one at a time
+        (the oldest of its list, busy) is replaced: its reclaim dead-letters
+        the message "cancelled". Any other is told (SIGUSR2) and stops it
+        itself (consumer.request_cancels)."""
+        by_id = {c.consumer_id: c for c in self.pool.children.values()}
+        for part, (cid, mid, place) in cancels:
+            c = by_id.get(cid)
+            if c is None or c.stopping:
+                continue
+            if c.concurrency == 1 and place == 0 and self.pool.slots.read(c.slot).busy_since_us:
+                log.warning("queue %s: message %s was cancelled while consumer #%d (pid %d) runs it; replacing "
+                            "the consumer to stop its handler", logical_name(part), mid, c.index, c.pid)
+                signal_child(c.pid, signal.SIGKILL)
+            else:
+                signal_child(c.pid, signal.SIGUSR2)
 
     def _refused(self, refused: dict[str, str]) -> None:
         """Queues whose heartbeats Redis refused: said once per cause, and no

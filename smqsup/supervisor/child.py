@@ -141,7 +141,13 @@ def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
         if os.getppid() != spec.parent_pid:
             signal.alarm(_ORPHAN_GRACE_S)  # default SIGALRM action ends the process
 
+    def on_usr2(signum: int, frame: Optional[FrameType]) -> None:
+        # A cancel may concern a message we hold (supervisor/beats.py): only record.
+        if consumer_box:
+            consumer_box[0].request_cancels()
+
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR2, on_usr2)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one sent since the fork lands now
     _set_parent_death_signal()
     if os.getppid() != spec.parent_pid:  # the parent died before prctl took effect

@@ -3,6 +3,7 @@
 - consumer.py: Consumer, the one engine (its loop and the parts it composes), any concurrency.
 - fetching.py: Fetcher, the current partition, paused flag and rate limit; the take, BLMOVE and screen calls.
 - starting.py: Starter, the frames taken started in take order: at once, or prefetched, waiting for a slot.
+- stopping.py: Stopper, messages stopped before their handlers end: past message_timeout, or cancelled.
 - settling.py: Settler, the outcomes not yet recorded and the round trip that records them (ack.lua, nack.lua).
 - in_hand.py: InHand, the attempts running (with their deadlines), the frames booked for later and prefetched.
 - runners.py: InlineRunner (concurrency 1) and LoopRunner (tasks or threads beside an event loop).

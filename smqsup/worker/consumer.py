@@ -7,7 +7,7 @@ once, one at a time being its degenerate case.
        │     Starter: in take order, each waits for a free slot (prefetched), then
        │     Judge.decode ──▶ InHand.start ──▶ runner.start: inline (1) │ a task or a thread (N)
        │                                                               ▼ the handler returns or raises
-       │     _land: Judge draws the Outcome (_time_out: past message_timeout, N)
+       │     _land: Judge draws the Outcome (Stopper: past message_timeout, or cancelled)
        │                                                               │ Settler.finished
        │                                                               ▼
        └─ one round trip, Settler.exchange: nack.lua per failure; the acks in one
@@ -56,6 +56,7 @@ from smqsup.worker.registration import Registration, new_consumer_id
 from smqsup.worker.runners import Fetched, InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
 from smqsup.worker.starting import Starter
+from smqsup.worker.stopping import Stopper
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class Consumer:
         self._returned = 0  # inline: the finished attempts, from the first, whose handler returned
         self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.judge, self.in_hand,
                                self.settler, self.runner, on_busy)
+        self.stopper = Stopper(broker, self.identity, self.stats, self.fetcher, self.in_hand, self.settler,
+                               self.judge, self.runner, on_busy)
 
     # --- what the supervisor, the heartbeats and the tests read ------------
 
@@ -144,6 +147,11 @@ class Consumer:
         """Take nothing more; let what is in hand finish (signal-safe)."""
         self._stop = True
         self.starter.stopped = True
+        self.runner.wake()
+
+    def request_cancels(self) -> None:
+        """A cancel may concern a message we hold: look at the next turn (signal-safe)."""
+        self.stopper.cancels_due = True
         self.runner.wake()
 
     def identity_lost(self, consumer_id: str) -> None:
@@ -200,6 +208,8 @@ class Consumer:
                 return self._at_rest()
             if self.recovery.needed:
                 return self._recover()
+            if self.stopper.cancels_due:
+                self.stopper.apply_cancels()
             if self._fetching is not None or in_hand.booked or f.look_at or (in_hand.timeout_us and in_hand.running):
                 self._collect()
                 taking = self._taking()
@@ -239,7 +249,7 @@ class Consumer:
         if self.fetcher.look_at:
             self.fetcher.look_due(time.monotonic())
         for att in self.in_hand.overdue():
-            self._time_out(att)
+            self.stopper.time_out(att)
 
     def _wait_s(self) -> float:
         """How long the runner may wait: 0 with work at hand; else until the
@@ -281,7 +291,8 @@ class Consumer:
             return
         del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
-        tracked = att.msg is not None and att.msg.result_ttl_s  # (its outcome carries the result)
+        # (a tracked message's outcome carries its result; a cancelled one's is "cancelled")
+        tracked = att.msg is not None and att.msg.result_ttl_s or att.cancelled
         att.outcome = OK if att.error is None and not tracked else self.judge.drawn(att, self.fetcher.name)
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
             self._returned += 1  # inline: finished in take order, so these are our list's oldest
@@ -290,21 +301,6 @@ class Consumer:
             # The supervisor's stuck-loop clock hears each end now, even when
             # Redis is away and its settle waits.
             self._each_end(False)
-
-    def _time_out(self, att: Attempt) -> None:
-        """message_timeout passed for ``att`` (out of the running ones): its
-        message costs an attempt now, whatever its handler does after."""
-        assert att.msg is not None
-        self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
-        now = "cancelling it" if att.task is not None else "its thread is left behind"
-        att.outcome = self.judge.timed_out(att.msg, self.name, now)
-        self.settler.finished.append(att)
-        self.runner.abandon(att)
-        if self.runner.exhausted:
-            log.error("queue %s: consumer %s has %d handler threads stuck past message_timeout; it takes nothing "
-                      "more and ends once the others finish", self.name, self.consumer_id, self.runner.size)
-        if self._on_busy is not None:
-            self._on_busy(False)
 
     # --- partitions and the blocking fetch -----------------------------------
 

@@ -72,9 +72,9 @@ class LivenessThread(threading.Thread):
         info = [(c.consumer_id, self._info())]
         try:
             # Registered in every partition of the queue: renewed in each.
-            lost, refused = self.broker.registry.heartbeat({name: info for name in c.partitions.names})
+            lost, refused, cancels = self.broker.registry.heartbeat({name: info for name in c.partitions.names})
         except BrokerError as exc:
-            refused = {c.name: str(exc)}
+            refused, cancels = {c.name: str(exc)}, []
         if refused:
             # Our heartbeat lapses: the collector here must not take that (or
             # everyone's, under OOM) for a death, while its reads still work.
@@ -85,6 +85,8 @@ class LivenessThread(threading.Thread):
         self._trouble.clear("heartbeat", "queue %s: heartbeats sent again", c.name)
         for _, cid in lost:
             c.identity_lost(cid)
+        if cancels:  # (a handler running inline goes on: only a supervisor can stop it)
+            c.request_cancels()
 
     def _info(self) -> ConsumerInfo:
         st = self.consumer.stats

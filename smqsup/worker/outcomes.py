@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import traceback
+from typing import Optional
 
 from smqsup import defaults, message, safe
 from smqsup.client import options
@@ -84,6 +85,8 @@ class Judge:
         failed attempt when the result is not JSON (NaN, too deep, not
         serialisable, a lone surrogate) or larger than RESULT_MAX_BYTES."""
         msg = att.msg
+        if att.cancelled and msg is not None:
+            return self.cancelled(msg, where)
         if att.error is not None or msg is None:
             return self.ended(msg, att.error, where)
         try:
@@ -120,6 +123,17 @@ class Judge:
         meta = scripts.meta_json("timeout", error_type="TimeoutError", error=text, message_id=msg.id,
                                  consumer=self.identity.consumer_id)
         return Outcome(False, meta, threshold=failed.threshold, delay_ms=failed.delay_ms)
+
+    def cancelled(self, msg: message.Message, where: str) -> Outcome:
+        """A message whose cancel was asked: dead-lettered "cancelled" now,
+        whatever its handler did, never retried."""
+        log.info("queue %s: message %s cancelled", where, msg.id)
+        return self.cancelled_frame(msg.id)
+
+    def cancelled_frame(self, message_id: Optional[str]) -> Outcome:
+        """The outcome of a cancelled message (run or not)."""
+        meta = scripts.meta_json("cancelled", message_id=message_id, consumer=self.identity.consumer_id)
+        return Outcome(False, meta, threshold=-1, dead_event="cancelled")
 
     def _rejected(self, msg: message.Message, exc: Reject, where: str) -> Outcome:
         """Reject: dead-letter now, whatever the attempts."""

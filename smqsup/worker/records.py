@@ -69,7 +69,7 @@ class Attempt:
     the processing list), the decoded message (None: malformed, never run),
     when its handler started, how it ended and what becomes of it."""
 
-    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task", "result")
+    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task", "result", "cancelled")
 
     def __init__(self, frame: bytes, msg: Optional[message.Message], since_us: int = 0,
                  outcome: Optional[Outcome] = None) -> None:
@@ -80,3 +80,4 @@ class Attempt:
         self.outcome = outcome  # set once it is due to be settled
         self.task: Optional["asyncio.Task[None]"] = None  # an async handler's task (runners.LoopRunner)
         self.result: Any = None  # what its handler returned (recorded when the message is tracked)
+        self.cancelled = False  # its cancel was asked: it ends in the dead letters, "cancelled"

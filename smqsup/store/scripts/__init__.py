@@ -16,7 +16,7 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 - contents.py: peek_range (bounded listings), remove, dlq_requeue,
   dlq_purge, partitions.
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
-- tracking.py: progress (tracked messages' scripts that move none).
+- tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
@@ -54,6 +54,7 @@ from smqsup.store.scripts.messages import (
     take,
 )
 from smqsup.store.scripts.registry import (
+    Cancel,
     ReclaimResult,
     compare_and_delete,
     heartbeat,
@@ -65,17 +66,17 @@ from smqsup.store.scripts.registry import (
     return_free,
     stale,
 )
-from smqsup.store.scripts.tracking import progress
+from smqsup.store.scripts.tracking import cancel, progress
 
 #: Every script but the schedules' (schedules.ALL).
 ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS)
 
 __all__ = [
-    "ALL", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
+    "ALL", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
     "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
-    "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "promote", "publish",
+    "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
     "publish_options",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

@@ -39,11 +39,11 @@ def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
 
 
 def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
-    """KEYS[1..9] of reclaim.lua and reclaim_stale.lua: the consumer's list,
+    """KEYS[1..10] of reclaim.lua and reclaim_stale.lua: the consumer's list,
     pending, dead, counters, the registry, heartbeats, retired and the
-    tracking keys."""
+    tracking keys (its cancel set too)."""
     return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-            keys.retired, keys.tracked, keys.tracked_expiry]
+            keys.retired, keys.tracked, keys.tracked_expiry, keys.cancel]
 
 
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
@@ -76,18 +76,34 @@ def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
     free of cost, registry untouched; with ``lock``, only if the lock holds
     its token (NOTLEADER otherwise)."""
     key_list, args = with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.tracked,
-                                keys.tracked_expiry],
+                                keys.tracked_expiry, keys.cancel],
                                [meta_json(reason, consumer=consumer_id), batch], lock)
     return Call(_RETURN_FREE, key_list, args, _reclaim_result)
 
 
-def heartbeat(keys: QueueKeys, beats: Sequence[tuple[str, str]], *, register: bool) -> Call[list[str]]:
+#: A cancel asked for a message in a consumer's list: (consumer id, message
+#: id, its place from the list's right end: 0 is the oldest).
+Cancel = tuple[str, str, int]
+
+
+def _heartbeat_result(reply: Sequence[Any]) -> tuple[list[str], list[Cancel]]:
+    unknown, cancels = reply
+    texts = escaped_texts(cancels[0::3]), escaped_texts(cancels[1::3])
+    return escaped_texts(unknown), [(cid, mid, int(place)) for cid, mid, place in zip(*texts, cancels[2::3])]
+
+
+def heartbeat(keys: QueueKeys, beats: Sequence[tuple[str, str]], *,
+              register: bool) -> Call[tuple[list[str], list[Cancel]]]:
     """Register or renew consumers (id, info JSON); the ids that are no
-    longer registered (declared dead)."""
+    longer registered (declared dead), and (renewing) the cancels asked for
+    messages in their lists."""
     args: list[Any] = [int(register)]
     for cid, info in beats:
         args += [cid, info]
-    return Call(_HEARTBEAT, (keys.consumers, keys.heartbeats), args, escaped_texts)
+    key_list = [keys.consumers, keys.heartbeats]
+    if not register:
+        key_list += [keys.cancel, *(keys.processing(cid) for cid, _ in beats)]
+    return Call(_HEARTBEAT, key_list, args, _heartbeat_result)
 
 
 def stale(keys: QueueKeys, *, timeout_ms: int, limit: int) -> Call[tuple[list[str], list[str]]]:

@@ -20,7 +20,9 @@
 -- returned  with ``started``: the first that many of those, from the right
 --           end, go back free too (their handlers returned); nil: none
 -- T         the queue's tracking keys, or nil (includes/track.lua): a
---           tracked frame requeued is "waiting", one dead-lettered "dead"
+--           tracked frame requeued is "waiting", one dead-lettered "dead";
+--           a message whose cancel was asked (T.cancel) is dead-lettered
+--           "cancelled", cost or not, never requeued
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not.
@@ -33,6 +35,7 @@
 local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T)
   local requeued, dead_lettered = 0, 0
   local left = started and redis.call('LLEN', list)  -- frames from the right end to the next popped
+  local cancels = T and T.cancel and redis.pcall('EXISTS', T.cancel) == 1
   for _ = 1, limit do
     local frame = redis.call('LPOP', list)
     if not frame then break end
@@ -44,7 +47,10 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
       attempts, frame = add_attempt(frame, attempts, sep)
       to_dead = attempts > threshold
     end
-    if to_dead then
+    if cancels and cancel_asked(T, frame) then
+      dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
+      dead_lettered = dead_lettered + 1
+    elseif to_dead then
       dead_letter(dead, meta, at_ms, frame, T)
       dead_lettered = dead_lettered + 1
     else

@@ -1,4 +1,5 @@
 --- @include "attempts"
+--- @include "frame_id"
 -- The records of tracked messages: a frame whose head is "A:P:E:R" with
 -- R > 0 (message.py) keeps its state and outcome until R seconds after it
 -- ended, written here by the scripts that move it (store/tracking.py reads
@@ -12,6 +13,10 @@
 --                   seconds after it ended. A reader takes a record past
 --                   its time for gone; each end removes up to TRACK_PRUNE
 --                   of those (the collector the rest)
+--
+--   T.cancel  ZSET  (where a script has it) ids of messages whose cancel was
+--                   asked, score = when (ms): their consumers stop them
+--                   (cancel.lua; the heartbeat finds them in consumers' lists)
 --
 -- Every new state is published on the channel T.hash .. ":" .. ID (the
 -- state's name), which a waiter subscribes to before it reads the record.
@@ -29,9 +34,19 @@ local function tracked_of(frame)
   if string.byte(frame, 2) == 124 then return nil end  -- "A|": plain
   local _, _, _, _, ttl = head_of(frame)
   if not ttl or ttl == 0 then return nil end
-  local id = string.match(frame, '^[^|]+|{"id":"([A-Za-z0-9_.:-]+)"')
+  local id = frame_id(frame)
   if not id then return nil end
   return id, ttl
+end
+
+-- Whether the cancel of ``frame``'s message was asked (T.cancel); if so it
+-- leaves the cancel set (the caller dead-letters it "cancelled").
+local function cancel_asked(T, frame)
+  if not T or not T.cancel then return false end
+  local id = frame_id(frame)
+  if not id or not redis.pcall('ZSCORE', T.cancel, id) then return false end
+  redis.pcall('ZREM', T.cancel, id)
+  return true
 end
 
 local function track_prune(T, at_ms)

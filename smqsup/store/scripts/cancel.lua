@@ -1,0 +1,57 @@
+-- Cancel one message: dead-letter it "cancelled" if it still waits where it
+-- was seen; otherwise, unless it is known to have ended, ask its consumer to
+-- stop it (the cancel set: the supervisors' heartbeats find it in their
+-- consumers' lists, and a reclaim dead-letters it instead of requeueing it).
+--
+-- KEYS[1]  pending list of the queue
+-- KEYS[2]  priority set of the queue
+-- KEYS[3]  scheduled set of the queue
+-- KEYS[4]  delayed set of the queue (retries)
+-- KEYS[5]  dead-letter list of the queue
+-- KEYS[6]  counters hash of the queue ("cancelled", "dead_lettered")
+-- KEYS[7]  tracking hash, KEYS[8] its expiry set, KEYS[9] the cancel set
+--          (includes/track.lua)
+-- ARGV[1]  the message's id
+-- ARGV[2]  where it was seen: "pending", "priority", "scheduled", "delayed",
+--          "processing" (a consumer's list), or "" (nowhere)
+-- ARGV[3]  the frame seen there ("" when nowhere)
+--
+-- Returns "cancelled" (it waited: dead-lettered now), "stopping" (taken by a
+-- consumer, or seen waiting and taken since: its consumer stops it), the
+-- state it ended in ("done", "dead", "cancelled": a tracked message), or
+-- "unknown" (seen nowhere, no record: finished untracked, or never was).
+-- Asking twice is harmless. Cancel requests go after CANCEL_KEEP_MS.
+-- A key of the wrong type among KEYS[1..5] is an error reply "WRONGTYPE ..."
+-- before anything is written; the others' garbage costs records only.
+local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
+local dead, counters = KEYS[5], KEYS[6]
+local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9]}
+local id, seen, frame = ARGV[1], ARGV[2], ARGV[3]
+local CANCEL_KEEP_MS = 3600000
+--- @include "wrong_type"
+--- @include "now_ms"
+--- @include "dead_letter"
+
+local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'},
+                           {dead, 'list'}})
+if refused then return refused end
+local at_ms = now_ms()
+redis.pcall('ZREMRANGEBYSCORE', T.cancel, '-inf', at_ms - CANCEL_KEEP_MS)
+local key, removed = where[seen], 0
+if key == KEYS[1] then
+  removed = redis.call('LREM', key, 1, frame)
+elseif key then
+  removed = redis.call('ZREM', key, frame)
+end
+if removed > 0 then
+  dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
+  redis.pcall('HINCRBY', counters, 'cancelled', 1)
+  redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
+  return 'cancelled'
+end
+local record = redis.pcall('HGET', T.hash, id)
+local state = type(record) == 'string' and string.match(record, '^{"state":"(%a+)"') or nil
+if state == 'done' or state == 'dead' or state == 'cancelled' then return state end
+if seen == '' and not state then return 'unknown' end
+redis.pcall('ZADD', T.cancel, at_ms, id)
+return 'stopping'
