@@ -241,6 +241,20 @@ def test_remove_frees_the_dedup_key(redis_url: str, redis_client: "redis.Redis")
     assert row["id"] == second != first and row["preview"] == "3"
 
 
+def test_cancel_dead_letters_waiting_messages_and_answers_each_id(
+        redis_url: str, redis_client: "redis.Redis", every_state: dict[str, str]) -> None:
+    """Pending, scheduled and retrying: cancelled; the held one: stopping; an unknown id: exit 1 with a summary."""
+    asked = [every_state["pending"], every_state["scheduled"], every_state["retry"], every_state["processing"],
+             "no-such-id"]
+    r = procs.run("cancel", "--url", redis_url, "q", *asked)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [f"cancelled {m}" for m in asked[:3]] + [
+        f"stopping {asked[3]}: a consumer holds it",
+        "unknown no-such-id: not waiting or held (finished untracked, or never published)"]
+    assert r.stderr == "smqsup cancel: 1 of 5 message(s) not cancelled in q\n"
+    assert redis_client.zscore(K.cancel, every_state["processing"]) is not None
+
+
 # --- hostile arguments -------------------------------------------------------
 
 
@@ -267,7 +281,8 @@ def test_a_hostile_state_is_one_line(redis_url: str, state: str) -> None:
     assert "\u202e" not in r.stderr
 
 
-@pytest.mark.parametrize("command", [["pause"], ["resume"], ["messages"], ["remove", "--", "x", "id1"]])
+@pytest.mark.parametrize("command", [["pause"], ["resume"], ["messages"], ["remove", "--", "x", "id1"],
+                                     ["cancel", "--", "x", "id1"]])
 @pytest.mark.parametrize("queue, problem", [("a{b}", "'{' or '}'"), ("x" * 10_000, "1 to 128 characters"),
                                             ("", "1 to 128 characters"), ("\udcff", "1 to 128 characters")])
 def test_a_hostile_queue_name_is_one_line(redis_url: str, command: list[str], queue: str, problem: str) -> None:
@@ -278,9 +293,10 @@ def test_a_hostile_queue_name_is_one_line(redis_url: str, command: list[str], qu
 
 
 @pytest.mark.parametrize("bad", ["", "\udcff", "x\udce9x", "a b", "x" * 129, "9" * 5000, "id\n", "é", "raw-\u202e"])
-def test_a_hostile_id_is_one_line(redis_url: str, bad: str) -> None:
+@pytest.mark.parametrize("command", ["remove", "cancel"])
+def test_a_hostile_id_is_one_line(redis_url: str, bad: str, command: str) -> None:
     """An id empty, undecodable, with a lone surrogate, a space, a newline, or too long: one line naming ID."""
-    r = procs.run("remove", "--url", redis_url, "q", "ok-id", bad)
+    r = procs.run(command, "--url", redis_url, "q", "ok-id", bad)
     _one_line_error(r, "argument ID", "expected a message id")
     assert "\udcff" not in r.stderr and "\u202e" not in r.stderr and "\n" not in r.stderr[:-1]
 
