@@ -33,3 +33,20 @@ def stamp(msg: Any) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def returned_at(msg: Any) -> int:
+    """Return ``time.time_ns()`` as the result: when the handler returned (tests/bench/results.py)."""
+    return time.time_ns()
+
+
+def hold(msg: Any) -> None:
+    """Hold the consumer's thread for ``msg.body`` seconds (a message to cancel)."""
+    time.sleep(float(msg.body))
+
+
+async def hold_async(msg: Any) -> None:
+    """Hold a task for ``msg.body`` seconds (a message to cancel)."""
+    import asyncio
+
+    await asyncio.sleep(float(msg.body))
