@@ -30,7 +30,7 @@ live in one Redis Cluster slot::
     ns:{Q}:tracked           HASH  tracked messages (result_ttl): ID -> state
                                    record JSON, ID:r -> result JSON, ID:p ->
                                    progress JSON (scripts/includes/track.lua);
-                                   each change published on channel
+                                   its end published on channel
                                    ns:{Q}:tracked:ID
     ns:{Q}:tracked:expiry    ZSET  ID of an ended tracked message, score = when
                                    its fields go (ms, Redis clock)

@@ -138,7 +138,7 @@ class Tracking:
                 return record
 
     def _waited(self, w: Watch, name: str, message_id: str, deadline: float) -> Optional[Record]:
-        """wait() once subscribed: read, then block until a new state is
+        """wait() once subscribed: read, then block until its end (or a progress) is
         published (at most _WAIT_SLICE_S at once) and read again; returns
         early when the subscription was lost."""
         while True:

@@ -18,8 +18,9 @@
 --                   asked, score = when (ms): their consumers stop them
 --                   (cancel.lua; the heartbeat finds them in consumers' lists)
 --
--- Every new state is published on the channel T.hash .. ":" .. ID (the
--- state's name), which a waiter subscribes to before it reads the record.
+-- Its end is published on the channel T.hash .. ":" .. ID (the state's
+-- name), which a waiter subscribes to before it reads the record (the
+-- states before the end are not: nobody waits on them).
 -- Writes use redis.pcall: garbage in these keys costs the records, never
 -- the move of a message.
 --
@@ -29,14 +30,15 @@
 local TRACK_PRUNE = 16
 local TRACK_ENDS = {done = true, dead = true, cancelled = true}
 
--- The id and result_ttl (s) of a tracked frame, or nil (a plain frame: at once).
+-- The id, result_ttl (s) and attempts of a tracked frame, or nil (a plain
+-- frame: at once).
 local function tracked_of(frame)
   if string.byte(frame, 2) == 124 then return nil end  -- "A|": plain
-  local _, _, _, _, ttl = head_of(frame)
+  local attempts, _, _, _, ttl = head_of(frame)
   if not ttl or ttl == 0 then return nil end
   local id = frame_id(frame)
   if not id then return nil end
-  return id, ttl
+  return id, ttl, attempts
 end
 
 -- Whether the cancel of ``frame``'s message was asked (T.cancel); if so it
@@ -64,13 +66,13 @@ end
 
 local function track(T, frame, state, at_ms, meta, result)
   if not T then return end
-  local id, ttl = tracked_of(frame)
+  local id, ttl, attempts = tracked_of(frame)
   if not id then return end
   if not at_ms then
     local t = redis.call('TIME')
     at_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
-  local record = '{"state":"' .. state .. '","attempts":' .. string.format('%d', attempts_of(frame))
+  local record = '{"state":"' .. state .. '","attempts":' .. string.format('%d', attempts)
     .. ',"at_ms":' .. string.format('%d', at_ms)
   if meta then record = record .. ',"meta":' .. meta end
   record = record .. '}'
@@ -82,8 +84,8 @@ local function track(T, frame, state, at_ms, meta, result)
   if TRACK_ENDS[state] then
     redis.pcall('ZADD', T.expiry, at_ms + ttl * 1000, id)
     track_prune(T, at_ms)
+    redis.pcall('PUBLISH', T.hash .. ':' .. id, state)
   end
-  redis.pcall('PUBLISH', T.hash .. ':' .. id, state)
 end
 
 local function track_all(T, frames, state, at_ms)
