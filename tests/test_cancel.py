@@ -68,13 +68,16 @@ def test_a_running_async_task_is_cancelled_and_only_it(start: Callable[..., Runn
         return "ok"
     run = start(handle, concurrency=10)
     ids = [producer.publish("q", i, result_ttl=60) for i in range(10)]
-    wait_for(lambda: len(started) == 10)
-    assert producer.cancel("q", ids[3]) == "stopping"
-    run.consumer.request_cancels()  # (what the supervisor's SIGUSR2 does; the heartbeat test sends it for real)
-    with pytest.raises(MessageFailed) as failed:
-        producer.result("q", ids[3], timeout=10)
-    assert failed.value.reason == "cancelled" and cancelled == [3]
-    run.consumer.runner.loop.call_soon_threadsafe(gate.set)  # type: ignore[union-attr]
+    try:
+        wait_for(lambda: len(started) == 10)
+        assert producer.cancel("q", ids[3]) == "stopping"
+        run.consumer.request_cancels()  # (what the supervisor's SIGUSR2 does; a process test sends it for real)
+        with pytest.raises(MessageFailed) as failed:
+            producer.result("q", ids[3], timeout=10)
+        assert failed.value.reason == "cancelled"
+        wait_for(lambda: cancelled == [3])  # (settled as it is cancelled: the task sees it on its next step)
+    finally:
+        run.consumer.runner.loop.call_soon_threadsafe(gate.set)  # type: ignore[union-attr]
     assert [producer.result("q", mid, timeout=10) for mid in ids if mid != ids[3]] == ["ok"] * 9
     assert _dead(redis_client) == [(ids[3], "cancelled")]
 
