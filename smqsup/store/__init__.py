@@ -21,8 +21,10 @@ redis-py's errors into smqsup's.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
 - hotline.py: HotLine, the connection held per thread for the hot path.
 - cluster.py: Redis Cluster routing of batches and of the held connection.
-- aio.py: AsyncBroker, the publish operations on redis.asyncio (the AsyncProducer's).
+- aio.py: AsyncBroker, the publish and tracking operations on redis.asyncio (the AsyncProducer's).
 - aio_cluster.py: Redis Cluster routing of those on redis.asyncio; one round trip on a connection.
+- aio_tracking.py: AsyncTracking: tracked messages' records read and their ends awaited, on redis.asyncio.
+- aio_waiters.py: AsyncSubscriber, the one pub/sub connection and reading task an AsyncBroker's waits share.
 - scripts/: the Lua scripts and their typed wrappers (its own map).
 - locate.py: where a private redis-server is (binary, data dir, socket).
 - redis_server.py: RedisServer, one private redis-server process.

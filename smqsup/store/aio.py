@@ -6,6 +6,8 @@ redis-py's errors wrapped into smqsup's (connection.wrapped).
 
     AsyncBroker.push / push_with ─▶ scripts.Batch ─▶ _send: one write on a connection of the pool,
         or per master (aio_cluster.py) ─▶ EVALSHA; what NOSCRIPT refused again by EVAL, then the WAITs
+    AsyncBroker.tracking ─▶ tracked messages read through _send, waited for on one subscription
+        connection of its own (aio_tracking.py, aio_waiters.py)
 
 As in connection.py, nothing is retried after a connection error (the
 command may have run): a failure to connect before sending is NotSent, one
@@ -20,6 +22,7 @@ however many publishes are awaited together.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Sequence
 from typing import Any, Optional, cast
@@ -31,15 +34,16 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from smqsup import defaults, safe
-from smqsup.errors import NotReplicated, PushRefused
-from smqsup.keys import QueueKeys
+from smqsup.errors import BrokerError, NotReplicated, PushRefused
+from smqsup.keys import QueueKeys, partition_names
 from smqsup.logs import warn_once
 from smqsup.store import connection, scripts
 from smqsup.store.aio_cluster import LOST, AsyncRouter, deliver
+from smqsup.store.aio_tracking import AsyncTracking
 from smqsup.store.connection import NotSent, wrapped
 from smqsup.store.link import UNREACHABLE, confirmed
 from smqsup.store.messages import PRODUCER_TTL_MS, PUBLISH_CHUNK, publish_batch, publish_replies, published
-from smqsup.store.queues import partition_count
+from smqsup.store.queues import declared_result_ttl, partition_count
 
 
 def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
@@ -134,9 +138,12 @@ class AsyncBroker:
         self._partitions: dict[str, tuple[int, float]] = {}
         #: queue -> its count being read (by the first publish that missed it).
         self._reading: dict[str, asyncio.Future[int]] = {}
+        #: Each queue's result_ttl as its consumers declared it (s, 0: none), read with its partitions.
+        self._result_ttls: dict[str, int] = {}
         #: Held by each caller across its operations (a publish: encode, count, send):
         #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
         self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
+        self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener)
 
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
@@ -165,14 +172,51 @@ class AsyncBroker:
             done.exception()
 
     async def _read_partitions(self, queue: str) -> int:
+        """Read ``queue``'s partition count and declared result_ttl in one
+        round trip, as store.queues.Queues.partitions() does."""
+        k = self.keys(queue)
         batch = scripts.Batch(self.client)
-        batch.command("GET", self.keys(queue).partitions)
+        batch.command("GET", k.partitions)
+        batch.command("HGET", k.options, "result_ttl")
         with wrapped(f"read the partitions of {queue!r}"):
-            raw = (await self._send(batch))[0]
+            raw, kept = await self._send(batch)
+            if isinstance(kept, UNREACHABLE):
+                raise kept
+            self._result_ttls[queue] = declared_result_ttl(kept)
             if isinstance(raw, Exception):
                 raise raw
         self._partitions[queue] = (partition_count(raw), time.monotonic())
         return self._partitions[queue][0]
+
+    async def result_ttl(self, queue: str) -> int:
+        """store.queues.Queues.result_ttl(): the result_ttl (s) ``queue``'s
+        consumers declared (0: none), read with its partition count: also
+        when the count itself could not be read (the publish says why)."""
+        try:
+            await self.partitions(queue)
+        except BrokerError:
+            if queue not in self._result_ttls:
+                raise
+        return self._result_ttls.get(queue, 0)
+
+    async def partition_names(self, queue: str) -> list[str]:
+        """store.queues.Queues.partition_names(): never raises (with Redis
+        unreachable, the count read last)."""
+        try:
+            n = await self.partitions(queue)
+        except BrokerError:
+            n = self._partitions.get(queue, (1, 0.0))[0]
+        return partition_names(queue, n)
+
+    async def _listener(self) -> Any:
+        """A connection of its own (no pool's, not connected yet) for the
+        waits' subscription: to the server, or to one master of a cluster (a
+        PUBLISH, from a script too, reaches every node of a cluster)."""
+        if self._router is None:
+            return self.client.connection_pool.make_connection()
+        await self.client.initialize()
+        node = random.choice(self.client.get_primaries())
+        return node.connection_class(**node.connection_kwargs)
 
     async def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
                    producer: Optional[tuple[str, str]] = None) -> None:
@@ -220,7 +264,8 @@ class AsyncBroker:
                 raise reply
 
     async def close(self) -> None:
-        """Close every connection (of a Sentinel's clients too)."""
+        """Close every connection (the waits' subscription, a Sentinel's clients too)."""
+        await self.tracking.close()
         for client in [self.client, *self._others]:
             await client.aclose()
 

@@ -88,6 +88,22 @@ def parse(raw: Any, result: Any, progress: Any, expires_ms: Any, now_ms: int) ->
                   meta if isinstance(meta, dict) else {}, _text(result), _text(progress))
 
 
+def found_in(names: Sequence[str], replies: Sequence[Any], now_ms: int) -> Optional[tuple[str, Record]]:
+    """The first of ``names`` (partitions) whose replies, HMGET (record,
+    result, progress) and ZSCORE (its expiry) in pairs, hold a record at
+    ``now_ms``, and that record; None when none does. A key of the wrong
+    type (its reply an error) holds nothing readable."""
+    for i, name in enumerate(names):
+        fields, expires = replies[2 * i], replies[2 * i + 1]
+        if isinstance(fields, Exception):
+            continue
+        raw, result, progress = fields
+        record = parse(raw, result, progress, None if isinstance(expires, Exception) else expires, now_ms)
+        if record is not None:
+            return name, record
+    return None
+
+
 class Tracking:
     """Reads and waits of tracked messages; progress writes."""
 
@@ -109,16 +125,7 @@ class Tracking:
                 pipe.zscore(k.tracked_expiry, message_id)
         with wrapped(f"read message {message_id!r} of {names[0]!r}"):
             now, replies = link.with_clock(ask, raise_on_error=False)
-        at_ms = ms_of(now)
-        for i, name in enumerate(names):
-            fields, expires = replies[2 * i], replies[2 * i + 1]
-            if isinstance(fields, Exception):  # a key of the wrong type: nothing readable there
-                continue
-            raw, result, progress = fields
-            record = parse(raw, result, progress, None if isinstance(expires, Exception) else expires, at_ms)
-            if record is not None:
-                return name, record
-        return None
+        return found_in(names, replies, ms_of(now))
 
     def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
         """The record of ``message_id`` in partition ``name`` once it ended,
