@@ -3,7 +3,8 @@
     your program ─▶ Producer.publish ─▶ options (checked) ─▶ message frame ─▶ store (publish*.lua)
 
 - producer.py: ``Producer``, the public API: publish one or many messages, with options, to a queue.
-- aio.py: ``AsyncProducer``, the same API as coroutines for asyncio programs (sent through store/aio.py).
+- aio.py: ``AsyncProducer``, the same API as coroutines for asyncio programs (sent through store/aio.py),
+  results, state and progress of tracked messages too.
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
 - results.py: what a producer makes of a tracked message's record: its result, state, progress,

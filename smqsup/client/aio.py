@@ -4,10 +4,14 @@
     async with AsyncProducer("redis://127.0.0.1:6379/0") as producer:
         message_id = await producer.publish("orders", {"order": 42})
         await producer.publish_many("orders", [{"order": 43}, {"order": 44}], priority=9)
+        mid = await producer.publish("resize", {"image": 7}, result_ttl=3600)
+        await producer.result("resize", mid, timeout=30)   # what the handler returned
 
 Its checks, envelopes, partition choice, errors and statistics are the
 Producer's own (publishing.py), so both write the same frames and raise the
 same errors; only the sending differs: store/aio.py, on redis.asyncio.
+The same goes for tracked messages: results.py makes the answer of the
+record store/aio_tracking.py reads, and its waits share one subscription.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup import defaults
+from smqsup import defaults, message
+from smqsup.client import results
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
 from smqsup.errors import BrokerError
 from smqsup.store.aio import AsyncBroker
+from smqsup.store.tracking import Record
 
 
 class AsyncProducer:
@@ -77,25 +83,77 @@ class AsyncProducer:
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                       delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                       dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                      partition_key: Optional[str] = None) -> str:
+                      partition_key: Optional[str] = None, result_ttl: Any = None) -> str:
         """Producer.publish(): queue one message in one round trip; its id.
-        MessageError (raised before anything is sent) for a bad argument."""
+        MessageError (raised before anything is sent) for a bad argument.
+        ``result_ttl`` (s; None: the queue's declared one; 0: not tracked):
+        keep its state, progress and outcome (result(), state(), progress())."""
         async with self._broker.turns:
+            declared = await self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key)
+                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
+                                 result_ttl=result_ttl, declared_ttl_s=declared)
             return (await self._deliver(out))[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                            delay: Any = None, at: Any = None, priority: int = 0,
                            dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                           ttl: Any = None, partition_key: Optional[str] = None) -> list[str]:
+                           ttl: Any = None, partition_key: Optional[str] = None,
+                           result_ttl: Any = None) -> list[str]:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
         async with self._broker.turns:
+            declared = await self._declared(queue)
             out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
-                                  dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key)
+                                  dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
+                                  result_ttl=result_ttl, declared_ttl_s=declared)
             return await self._deliver(out)
+
+    async def _declared(self, queue: str) -> int:
+        """Producer._declared(): the result_ttl ``queue``'s consumers declared,
+        read with its partition count (0 if unreadable: the publish says why)."""
+        self._core.check_queue(queue)
+        try:
+            return await self._broker.result_ttl(queue)
+        except BrokerError:
+            return 0
+
+    # --- after publish -----------------------------------------------------------
+
+    async def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
+        """Producer.result(), awaited: what the handler of tracked message
+        ``message_id`` returned, waiting (without polling) up to ``timeout``
+        seconds (None: for ever) for it to end. MessageFailed if it ended in
+        the dead letters, TimeoutError if not in time, ResultUnknown if it
+        was never tracked or its result_ttl passed. Waits awaited together
+        share one subscription connection."""
+        wait_s = results.wait_s(timeout)
+        found = await self._find(queue, message_id)
+        record = None if found is None else found[1]
+        if found is not None and not found[1].ended and wait_s > 0:
+            record = await self._broker.tracking.wait(found[0], message_id, wait_s)
+        return results.result_of(record, queue, message_id, timeout)
+
+    async def state(self, queue: str, message_id: str) -> str:
+        """Producer.state(): scheduled, waiting, active, retrying, done, dead,
+        cancelled, or unknown (never tracked, or past its result_ttl)."""
+        return results.state_of(await self._record(queue, message_id))
+
+    async def progress(self, queue: str, message_id: str) -> Any:
+        """Producer.progress(): the last value its handler gave
+        message.progress() (None: none yet); ResultUnknown as result() says."""
+        return results.progress_of(await self._record(queue, message_id), queue, message_id)
+
+    async def _record(self, queue: str, message_id: str) -> Optional[Record]:
+        found = await self._find(queue, message_id)
+        return None if found is None else found[1]
+
+    async def _find(self, queue: str, message_id: str) -> Optional[tuple[str, Record]]:
+        """(partition, record) of a tracked message; None when none holds one."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        return await self._broker.tracking.find(await self._broker.partition_names(queue), message_id)
 
     async def _deliver(self, out: Outgoing) -> list[str]:
         """Producer._deliver(), awaited: to each partition in turn."""
@@ -132,7 +190,7 @@ class AsyncProducer:
 
     async def close(self) -> None:
         """Producer.close(): flush the statistics (best effort, never
-        raised) and close the connections."""
+        raised) and close the connections (the waits' subscription too)."""
         info = self._core.closing_stats()
         if info is not None:
             try:
