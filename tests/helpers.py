@@ -1,7 +1,8 @@
-"""Small helpers shared by the tests: waiting on a condition with a deadline."""
+"""Small helpers shared by the tests: waiting on a condition with a deadline, timing an event loop's gaps."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -143,3 +144,51 @@ class Starts:
     def note(self, *_message: object) -> None:
         with self.lock:
             self.times.append(time.monotonic())
+
+
+async def ticking(work: Callable[[], Any]) -> tuple[Any, list[tuple[float, float]]]:
+    """``await work()`` while a ticker task sleeps 1 ms at a time; (its result, (wall, thread CPU) time of
+    each gap between ticks)."""
+    gaps: list[tuple[float, float]] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last, last_cpu = time.perf_counter(), time.thread_time()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now, cpu = time.perf_counter(), time.thread_time()
+            gaps.append((now - last, cpu - last_cpu))
+            last, last_cpu = now, cpu
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.005)
+    try:
+        result = await work()
+    finally:
+        done.set()
+        await tick
+    return result, gaps
+
+
+def worst_gap(gaps: list[tuple[float, float]]) -> str:
+    """The worst gaps of ticking(), as a line for a test's report."""
+    wall, cpu = max(gaps), max(gaps, key=lambda g: g[1])
+    return (f"worst gap {wall[0] * 1000:.1f} ms wall ({wall[1] * 1000:.1f} ms CPU in it), most CPU in a gap "
+            f"{cpu[1] * 1000:.1f} ms, over {len(gaps)} ticks")
+
+
+async def until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.01,
+                message: str = "condition not met before the deadline") -> Any:
+    """wait_for() inside a running event loop: ``predicate`` (a plain call, or
+    one returning an awaitable, awaited) every ``interval_s`` until it is
+    truthy; its value. AssertionError(message) once ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if value:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(message)
+        await asyncio.sleep(min(interval_s, remaining))

@@ -28,6 +28,7 @@ from smqsup.errors import (
 from smqsup.keys import QueueKeys, partition_names, producers_hash, queues_set
 from smqsup.store.broker import Broker
 from smqsup.store.redis_server import RedisServer
+from tests.helpers import ticking, worst_gap
 from tests.topology import SentinelTopology
 
 pytestmark = pytest.mark.topologies
@@ -287,35 +288,6 @@ def test_wait_replicas_without_enough_replicas_raises_as_the_producer_does(redis
 STALL_BOUND_S = 0.050
 
 
-async def _ticking(work: Callable[[], Any]) -> tuple[Any, list[tuple[float, float]]]:
-    """``await work()`` while a ticker task sleeps 1 ms at a time; (its result, (wall, thread CPU) time of
-    each gap between ticks)."""
-    gaps: list[tuple[float, float]] = []
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        last, last_cpu = time.perf_counter(), time.thread_time()
-        while not done.is_set():
-            await asyncio.sleep(0.001)
-            now, cpu = time.perf_counter(), time.thread_time()
-            gaps.append((now - last, cpu - last_cpu))
-            last, last_cpu = now, cpu
-    tick = asyncio.create_task(ticker())
-    await asyncio.sleep(0.005)
-    try:
-        result = await work()
-    finally:
-        done.set()
-        await tick
-    return result, gaps
-
-
-def _worst(gaps: list[tuple[float, float]]) -> str:
-    wall, cpu = max(gaps), max(gaps, key=lambda g: g[1])
-    return (f"worst gap {wall[0] * 1000:.1f} ms wall ({wall[1] * 1000:.1f} ms CPU in it), most CPU in a gap "
-            f"{cpu[1] * 1000:.1f} ms, over {len(gaps)} ticks")
-
-
 @pytest.mark.exclusive
 def test_a_thousand_publishes_awaited_together_keep_the_event_loop_responsive(
         redis_url: str, redis_client: redis.Redis, topology: str) -> None:
@@ -323,9 +295,9 @@ def test_a_thousand_publishes_awaited_together_keep_the_event_loop_responsive(
     queued, and the loop's longest gap between 1 ms ticks stays under STALL_BOUND_S."""
     async def main() -> tuple[list[str], list[tuple[float, float]], list[tuple[float, float]]]:
         async with AsyncProducer(redis_url) as producer:
-            plain, gaps = await _ticking(lambda: asyncio.gather(*(producer.publish("q", {"n": i})
+            plain, gaps = await ticking(lambda: asyncio.gather(*(producer.publish("q", {"n": i})
                                                                    for i in range(1000))))
-            rich, more = await _ticking(lambda: asyncio.gather(*(producer.publish("q", i, priority=1 + i % 9,
+            rich, more = await ticking(lambda: asyncio.gather(*(producer.publish("q", i, priority=1 + i % 9,
                                                                                   dedup_key=f"k{i}")
                                                                   for i in range(1000))))
         return plain + rich, gaps, more
@@ -340,8 +312,8 @@ def test_a_thousand_publishes_awaited_together_keep_the_event_loop_responsive(
         gc.unfreeze()
     k = QueueKeys("smq", "q")
     assert len(set(ids)) == 2000 and redis_client.llen(k.pending) + redis_client.zcard(k.priority) == 2000
-    print(f"\nloop stall ({topology}): plain: {_worst(gaps)}; options: {_worst(more)}", file=sys.stderr)
-    assert max(wall for wall, _ in gaps + more) < STALL_BOUND_S, (_worst(gaps), _worst(more))
+    print(f"\nloop stall ({topology}): plain: {worst_gap(gaps)}; options: {worst_gap(more)}", file=sys.stderr)
+    assert max(wall for wall, _ in gaps + more) < STALL_BOUND_S, (worst_gap(gaps), worst_gap(more))
 
 
 @pytest.mark.timeout(60)
