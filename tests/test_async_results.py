@@ -18,7 +18,7 @@ import redis
 
 from smqsup import AsyncProducer, MessageFailed, Producer, Reject, ResultUnknown
 from smqsup.config.model import QueueConfig
-from smqsup.errors import MessageError, SmqsupError
+from smqsup.errors import BrokerError, MessageError, SmqsupError
 from smqsup.store.broker import Broker
 from tests.helpers import servers_of, ticking, until, wait_for, worst_gap
 from tests.inproc import NS, Running
@@ -318,3 +318,18 @@ def test_results_through_sentinel(sentinel_group: SentinelTopology) -> None:
         assert run(sentinel_group.url, work) == [-1, -2, -3]
     finally:
         consumer.stop()
+
+
+@pytest.mark.single_node("the ACL is set on the one server")
+def test_a_refused_subscribe_is_a_broker_error_at_once(redis_url: str, redis_client: redis.Redis) -> None:
+    """An ACL without channels (NOPERM on SUBSCRIBE): result() raises BrokerError naming it, well before
+    its timeout, instead of subscribing again and again."""
+    redis_client.execute_command("ACL", "SETUSER", "default", "resetchannels")
+
+    async def work(p: AsyncProducer) -> float:
+        mid = await p.publish("q", 1, result_ttl=60)
+        began = time.monotonic()
+        with pytest.raises(BrokerError, match=r"\(SUBSCRIBE .*\): Redis error: .*no permissions"):
+            await p.result("q", mid, timeout=10)
+        return time.monotonic() - began
+    assert run(redis_url, work) < 5

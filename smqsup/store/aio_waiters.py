@@ -15,7 +15,9 @@ the channel's last UNSUBSCRIBE, never an older one's. watch() and unwatch()
 only queue their commands (one sending task writes them in order), so a
 waiter cancelled between the two leaves no command half sent. If the
 connection fails, every watch is told (``lost``) and woken; a waiter that
-still waits watches again, on a new connection.
+still waits watches again, on a new connection. If Redis refuses a
+SUBSCRIBE (an ACL without the channels: NOPERM), every watch is told that
+too (``refused``): watching again would only be refused again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
+
+import redis.exceptions as rexc
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ class AsyncWatch:
     """One waiter's view of one channel: ``needs`` is the count of the
     channel's confirmations after which it is subscribed."""
 
-    __slots__ = ("channel", "needs", "subscribed", "changed", "lost")
+    __slots__ = ("channel", "needs", "subscribed", "changed", "lost", "refused")
 
     def __init__(self, channel: str, needs: int) -> None:
         self.channel = channel
@@ -43,6 +47,8 @@ class AsyncWatch:
         self.subscribed = asyncio.Event()
         self.changed = asyncio.Event()
         self.lost = False
+        #: Redis's refusal of a SUBSCRIBE (the connection then counts as lost).
+        self.refused: Optional[Exception] = None
 
 
 class _Channel:
@@ -174,6 +180,9 @@ class AsyncSubscriber:
                 reply = await conn.read_response(timeout=_READ_S, push_request=True)
                 if reply is not None:
                     self._deliver(reply)
+        except rexc.ResponseError as exc:  # a refusal: told to every waiter, none subscribes again
+            log.debug("Redis refused a command of the waits' subscription", exc_info=True)
+            await self._drop(conn, exc)
         except Exception:  # noqa: BLE001 - any failure: every waiter reads again, on a new connection
             log.debug("the waits' subscription failed", exc_info=True)
         finally:
@@ -196,16 +205,16 @@ class AsyncSubscriber:
             for w in ch.watches:
                 w.changed.set()
 
-    async def _drop(self, conn: Any) -> None:
-        """``conn`` is gone (failed or closed): wake every watch, marked lost,
-        and close it; the next watch() makes another."""
+    async def _drop(self, conn: Any, refusal: Optional[Exception] = None) -> None:
+        """``conn`` is gone (failed, closed, or a command refused: ``refusal``):
+        wake every watch, marked lost, and close it; the next watch() makes another."""
         if self._conn is conn:
             self._conn = None
             self._outbox.clear()
             channels, self._channels = self._channels, {}
             for ch in channels.values():
                 for w in ch.watches:
-                    w.lost = True
+                    w.lost, w.refused = True, refusal
                     w.subscribed.set()
                     w.changed.set()
         await conn.disconnect(nowait=True)
