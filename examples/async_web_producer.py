@@ -1,12 +1,17 @@
 """A tiny asyncio web endpoint that publishes each request's JSON body with
-the AsyncProducer, using only the standard library (asyncio.start_server).
+the AsyncProducer and answers with what the queue's handler returned, using
+only the standard library (asyncio.start_server).
 
     python examples/async_web_producer.py -c examples/queues.yaml --port 8090
     curl -X POST --data '{"id": 1, "item": "widget", "qty": 2}' http://127.0.0.1:8090/orders
 
-POST /<queue> with a JSON body answers 202 and the message id; a bad queue
-name or body answers 400 (MessageError), Redis away 503. It is an example:
-one request per connection, no keep-alive, bodies up to 1 MiB.
+POST /<queue> with a JSON body publishes it tracked and awaits its result:
+200 with the id and the result once the handler returned, 422 with the
+reason if the message ended in the dead letters, 202 with the id and its
+state if it has not ended within RESULT_WAIT_S (the consumers are busy or
+down; it stays queued). A bad queue name or body answers 400
+(MessageError), Redis away 503. It is an example: one request per
+connection, no keep-alive, bodies up to 1 MiB.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from smqsup import AsyncProducer
+from smqsup import AsyncProducer, MessageFailed
 from smqsup.errors import BrokerConnectionError, MessageError, SmqsupError
 
 HERE = Path(__file__).resolve().parent
 MAX_BODY_BYTES = 1 << 20
+#: How long a request waits for its message's result, s.
+RESULT_WAIT_S = 5.0
+#: How long the result is kept after the message ended, s (for asking again by id, with state()).
+RESULT_TTL_S = 600
 
 
 def reply(writer: asyncio.StreamWriter, status: str, payload: dict[str, object]) -> None:
@@ -43,24 +52,32 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
     return method, path, await reader.readexactly(length)
 
 
+async def publish_and_wait(producer: AsyncProducer, writer: asyncio.StreamWriter, queue: str,
+                           body: object) -> None:
+    """Publish ``body`` tracked, await what its handler returns and answer with it."""
+    message_id = await producer.publish(queue, body, result_ttl=RESULT_TTL_S)
+    try:
+        result = await producer.result(queue, message_id, timeout=RESULT_WAIT_S)
+    except TimeoutError:  # not ended yet: still queued or running; the id to ask about it later
+        reply(writer, "202 Accepted", {"id": message_id, "state": await producer.state(queue, message_id)})
+    except MessageFailed as exc:  # rejected, failed every attempt, expired...
+        reply(writer, "422 Unprocessable Content", {"id": message_id, "error": exc.reason})
+    else:
+        reply(writer, "200 OK", {"id": message_id, "result": result})
+
+
 def handler(producer: AsyncProducer) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-    """The connection handler: one request, one publish, one answer."""
+    """The connection handler: one request, one publish, one awaited result, one answer."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             method, path, raw = await read_request(reader)
             if method != "POST":
                 reply(writer, "405 Method Not Allowed", {"error": "POST /<queue> with a JSON body"})
                 return
-            message_id = await producer.publish(path.strip("/"), json.loads(raw))
-            # ---- LATER: await the handler's result here -----------------------------------
-            # When the Producer can wait for a message's result, this is where the handler
-            # will await it and answer 200 with it, instead of 202 and the id:
-            #     result = await producer.result(message_id, timeout=5)
-            # ---------------------------------------------------------------------------------
-            reply(writer, "202 Accepted", {"id": message_id})
+            await publish_and_wait(producer, writer, path.strip("/"), json.loads(raw))
         except (ValueError, asyncio.IncompleteReadError, MessageError) as exc:  # JSONDecodeError is a ValueError
             reply(writer, "400 Bad Request", {"error": str(exc)})
-        except BrokerConnectionError as exc:  # PublishNotSent, PublishUncertain: Redis away
+        except BrokerConnectionError as exc:  # PublishNotSent, PublishUncertain, a wait's read: Redis away
             reply(writer, "503 Service Unavailable", {"error": str(exc)})
         finally:
             with contextlib.suppress(ConnectionError):  # the client went away: nothing to answer
