@@ -333,3 +333,32 @@ def test_a_refused_subscribe_is_a_broker_error_at_once(redis_url: str, redis_cli
             await p.result("q", mid, timeout=10)
         return time.monotonic() - began
     assert run(redis_url, work) < 5
+
+
+def test_cancel_from_asyncio_answers_as_the_producer_does(start: Callable[..., Running], redis_url: str) -> None:
+    """AsyncProducer.cancel: a scheduled message "cancelled", a held one "stopping" then dead-lettered
+    "cancelled" (the consumer told), a finished one "done", an unknown id "unknown", a bad id MessageError."""
+    gate = threading.Event()
+    run_ = start(lambda m: gate.wait(10) and "ok", concurrency=2)
+
+    async def work(p: AsyncProducer) -> list[Any]:
+        later = await p.publish("q", "later", delay=3600)
+        held = await p.publish("q", "held", result_ttl=60)
+        async def active() -> bool:
+            return await p.state("q", held) == "active"
+        await until(active)
+        answers = [await p.cancel("q", later), await p.cancel("q", held)]
+        run_.consumer.request_cancels()
+        with pytest.raises(MessageFailed) as failed:
+            await p.result("q", held, timeout=10)
+        gate.set()
+        done = await p.publish("q", "done", result_ttl=60)
+        await p.result("q", done, timeout=10)
+        answers += [failed.value.reason, await p.cancel("q", done), await p.cancel("q", "nothing-here")]
+        with pytest.raises(MessageError):
+            await p.cancel("q", "a b")
+        return answers
+    try:
+        assert run(redis_url, work) == ["cancelled", "stopping", "cancelled", "done", "unknown"]
+    finally:
+        gate.set()

@@ -145,6 +145,14 @@ class AsyncProducer:
         message.progress() (None: none yet); ResultUnknown as result() says."""
         return results.progress_of(await self._record(queue, message_id), queue, message_id)
 
+    async def cancel(self, queue: str, message_id: str) -> str:
+        """Producer.cancel(): "cancelled", "stopping", the state a tracked
+        message had already ended in, or "unknown"."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        names = await self._broker.partition_names(queue)
+        return await self._broker.tracking.cancel(names, message_id)
+
     async def _record(self, queue: str, message_id: str) -> Optional[Record]:
         found = await self._find(queue, message_id)
         return None if found is None else found[1]

@@ -18,10 +18,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Optional
 
+from smqsup import message
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.aio_waiters import AsyncSubscriber, AsyncWatch
 from smqsup.store.connection import wrapped
+from smqsup.store.contents import PAGE
 from smqsup.store.link import UNREACHABLE, ms_of
 from smqsup.store.tracking import Record, found_in
 
@@ -104,6 +106,51 @@ class AsyncTracking:
                 return found[1]
             await _until(w.changed, min(left, _WAIT_SLICE_S))
             w.changed.clear()
+
+    async def cancel(self, names: Sequence[str], message_id: str) -> str:
+        """contents.Contents.cancel(), awaited: cancel ``message_id`` in the
+        first partition of ``names`` that knows it (cancel.lua's answers)."""
+        for name in names:
+            with wrapped(f"cancel message {message_id!r} of {name!r}"):
+                seen, frame = await self._locate(name, message_id)
+                batch = scripts.Batch(self._client)
+                batch.add(scripts.cancel(self._keys(name), message_id, seen, frame))
+                async with self._turns:
+                    [answer] = await self._send(batch)
+                if isinstance(answer, Exception):
+                    raise answer
+            if answer != "unknown":
+                return str(answer)
+        return "unknown"
+
+    async def _locate(self, name: str, message_id: str) -> tuple[str, bytes]:
+        """(where, frame) of ``message_id`` in partition ``name``: a waiting
+        place, "processing" (a registered consumer's list), or ("", b"");
+        read PAGE entries a round trip, as Contents.waiting reads them."""
+        k = self._keys(name)
+        places = [("priority", "ZRANGE", k.priority), ("scheduled", "ZRANGE", k.scheduled),
+                  ("delayed", "ZRANGE", k.delayed), ("pending", "LRANGE", k.pending)]
+        for where, command, key in places:
+            start = 0
+            while page := await self._one(command, key, start, start + PAGE - 1):
+                found = next((f for f in page if message.peek_id(f) == message_id), None)
+                if found is not None:
+                    return where, found
+                start += PAGE
+        for cid in await self._one("HKEYS", k.consumers):
+            for frame in await self._one("LRANGE", k.processing(cid.decode("utf-8", "backslashreplace")), 0, -1):
+                if message.peek_id(frame) == message_id:
+                    return "processing", frame
+        return "", b""
+
+    async def _one(self, *command: Any) -> Any:
+        batch = scripts.Batch(self._client)
+        batch.command(*command)
+        async with self._turns:
+            [reply] = await self._send(batch)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def close(self) -> None:
         """Close the waits' shared subscription and its tasks."""
