@@ -323,6 +323,13 @@ def test_end_to_end_under_exactly_the_documented_acl_user(
     assert "purged 1" in cli("dlq", "--url", url, "purge", "bad").stdout
     assert admin.llen(bad.dead) == 0
 
+    # A tracked message's result is waited for on the README user's channels; a cancel goes through too.
+    with Producer(url) as p:
+        tracked = p.publish("q", {"sleep": 0}, result_ttl=60)
+        assert p.result("q", tracked, timeout=20) is None
+        later = p.publish("q", {"sleep": 0}, delay=3600)
+        assert p.cancel("q", later) == "cancelled"
+
     assert "q" in cli("status", "--url", url).stdout
     snap = json.loads(cli("status", "--url", url, "--json").stdout)
     assert snap["queues"]["q"]["counters"]["acked"] >= 3 and len(snap["queues"]["q"]["consumers"]) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import redis
 
 from smqsup import MessageFailed, Reject, ResultUnknown
 from smqsup.client.producer import Producer
-from smqsup.errors import MessageError
+from smqsup.errors import BrokerError, MessageError
 from smqsup.keys import QueueKeys
 from smqsup.message import frame_head, peek_id
 from smqsup.store.broker import Broker
@@ -337,3 +338,15 @@ def test_a_wait_whose_subscription_is_killed_still_gets_the_result(
     start(lambda m: m.body * 2)
     waiter.join(30)
     assert got == [10]
+
+
+@pytest.mark.single_node("the ACL is set on the one server")
+def test_a_refused_subscribe_is_a_broker_error_at_once(producer: Producer, redis_client: redis.Redis) -> None:
+    """An ACL without channels (NOPERM on SUBSCRIBE): result() raises BrokerError naming it, well before its
+    timeout, instead of opening a new connection per read until then."""
+    redis_client.execute_command("ACL", "SETUSER", "default", "resetchannels")
+    mid = producer.publish("q", 1, result_ttl=60)
+    began = time.monotonic()
+    with pytest.raises(BrokerError, match=r"\(SUBSCRIBE .*\): Redis error: .*no permissions"):
+        producer.result("q", mid, timeout=10)
+    assert time.monotonic() - began < 5

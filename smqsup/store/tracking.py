@@ -141,6 +141,9 @@ class Tracking:
                 record = self._waited(w, name, message_id, deadline)
             finally:
                 self._subscriber.unwatch(w)
+            if w.refused is not None:
+                with wrapped(f"wait for message {message_id!r} of {name!r} (SUBSCRIBE {channel})"):
+                    raise w.refused
             if not w.lost or record is None or record.ended or time.monotonic() >= deadline:
                 return record
 

@@ -10,7 +10,9 @@ A waiter watches a channel, waits for ``subscribed`` (Redis confirmed the
 subscription: anything published from then on reaches it), reads the
 record, and waits for ``changed`` before it reads again. If the connection
 fails, every watch is told (``lost``) and woken; a waiter that still waits
-watches again, on a new connection.
+watches again, on a new connection. If Redis refuses a SUBSCRIBE (an ACL
+without the channels: NOPERM), every watch is told that too (``refused``):
+watching again would only be refused again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Optional
+
+import redis.exceptions as rexc
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +33,15 @@ _READ_S = 1.0
 class Watch:
     """One waiter's view of one channel."""
 
-    __slots__ = ("channel", "subscribed", "changed", "lost")
+    __slots__ = ("channel", "subscribed", "changed", "lost", "refused")
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
         self.subscribed = threading.Event()
         self.changed = threading.Event()
         self.lost = False
+        #: Redis's refusal of a SUBSCRIBE (the connection then counts as lost).
+        self.refused: Optional[Exception] = None
 
 
 class Subscriber:
@@ -99,10 +105,13 @@ class Subscriber:
                 message = pubsub.get_message(timeout=_READ_S)
                 if message is not None:
                     self._deliver(message)
+        except rexc.ResponseError as exc:  # a refusal: told to every waiter, none subscribes again
+            log.debug("Redis refused a command of the waits' subscription", exc_info=True)
+            self._lost(pubsub, exc)
+            return
         except Exception:  # noqa: BLE001 - any failure: every waiter reads again, on a new connection
             log.debug("the waits' subscription failed", exc_info=True)
-        finally:
-            self._lost(pubsub)
+        self._lost(pubsub)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         channel = message.get("channel")
@@ -114,16 +123,17 @@ class Subscriber:
                 w.subscribed.set()
             w.changed.set()
 
-    def _lost(self, pubsub: Any) -> None:
-        """The connection is gone: wake every watch, marked lost; the next
-        watch() opens another."""
+    def _lost(self, pubsub: Any, refusal: Optional[Exception] = None) -> None:
+        """The connection is gone (failed, closed, or a command refused:
+        ``refusal``): wake every watch, marked lost; the next watch() opens
+        another."""
         with self._lock:
             if self._pubsub is pubsub:
                 self._pubsub, self._reader = None, None
             lost = [w for watches in self._watches.values() for w in watches]
             self._watches.clear()
         for w in lost:
-            w.lost = True
+            w.lost, w.refused = True, refusal
             w.subscribed.set()
             w.changed.set()
         try:
