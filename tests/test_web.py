@@ -453,3 +453,34 @@ def test_api_status_and_metrics_show_messages_in_flight_per_consumer_and_per_que
     assert samples[("smqsup_consumer_busy", c1)] == 1
     per_consumer = {dict(labels)["consumer"] for (name, labels) in samples if name == "smqsup_consumer_in_flight"}
     assert per_consumer == {"c1", "c2"}  # the entry without the figure has no sample
+
+
+def test_cancel_answers_each_id_and_processing_rows_show_progress(
+        redis_url: str, redis_client: redis.Redis, web: WebFactory) -> None:
+    """POST cancel: a scheduled message cancelled, a held one stopping, an unknown id unknown; a held tracked
+    message's row carries the progress its handler reported; junk in the tracking hash shows none."""
+    jobs = QueueKeys("smq", "jobs")
+    with Producer(redis_url) as p:
+        later = p.publish("jobs", "later", delay=3600)
+        held = p.publish("jobs", {"n": 1}, result_ttl=60)
+    broker = Broker(redis_url)
+    try:
+        broker.registry.register_consumer("jobs", "c1", ConsumerInfo(pid=1, host="h"))
+        assert broker.messages.fetch("jobs", "c1", 1)[0] is not None
+        assert broker.tracking.progress("jobs", held, '{"rows":12,"of":50}')
+    finally:
+        broker.close()
+    server = web()
+    [row] = server.json("/api/queues/jobs/messages?state=processing")["messages"]
+    assert row["id"] == held and row["progress"] == {"rows": 12, "of": 50}
+    status, _, body = server.request("POST", "/api/queues/jobs/cancel", {"ids": [later, held, "no-such-id"]},
+                                     origin=True)
+    assert status == 200, body
+    assert json.loads(body) == {"queue": "jobs", "cancelled": 2,
+                                "ids": {later: "cancelled", held: "stopping", "no-such-id": "unknown"}}
+    assert "web cancelled 2 of 3 message(s)" in server.log()
+    assert redis_client.zscore(jobs.cancel, held) is not None
+    redis_client.delete(jobs.tracked)
+    redis_client.set(jobs.tracked, "junk")
+    [row] = server.json("/api/queues/jobs/messages?state=processing")["messages"]
+    assert row["progress"] is None

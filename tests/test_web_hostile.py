@@ -370,7 +370,8 @@ def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(
         assert status == 400 and problem.startswith("state: expected one of pending, scheduled, processing, dead"), \
             problem
     for method, path, body in (("GET", "messages", b""), ("POST", "remove", b'{"ids": ["x"]}'),
-                               ("POST", "pause", b"{}"), ("POST", "resume", b"{}")):
+                               ("POST", "cancel", b'{"ids": ["x"]}'), ("POST", "pause", b"{}"),
+                               ("POST", "resume", b"{}")):
         status, problem = _refusal(server, method, f"/api/queues/nosuch/{path}", body)
         assert status == 404 and problem.startswith("queue: no queue named 'nosuch'"), problem
         for name in _BAD_QUEUES:
@@ -380,8 +381,9 @@ def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(
     for body in (b'{"ids": []}', b'{"ids": "x"}', b'{"ids": [1]}', b'{"ids": [null]}', b'{"ids": ["a b"]}',
                  b'{"ids": ["' + b"x" * 129 + b'"]}', lone, b'{"ids": ["\\u0000"]}', b'{"all": true}', b"{}",
                  b'{"ids": [' + b'"x",' * 9_999 + b'"y"]}', b'{"ids": {"a": 1}}'):
-        status, problem = _refusal(server, "POST", "/api/queues/q/remove", body)
-        assert status == 400 and problem.startswith("ids: expected "), (body[:60], problem)
+        for path in ("remove", "cancel"):
+            status, problem = _refusal(server, "POST", f"/api/queues/q/{path}", body)
+            assert status == 400 and problem.startswith("ids: expected "), (path, body[:60], problem)
     for body, content_type, expected in (
             (b"", b"application/json", "the body is not valid JSON"), (b"[]", b"application/json", "expected a JSON "
             "object"), (b'{"ids": [NaN]}', b"application/json", "the body is not valid JSON"),
@@ -394,7 +396,7 @@ def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(
         assert _refusal(server, "POST", f"/api/queues/q/{path}", b'{"by": "me"}')[1].startswith("body: ")
         assert _refusal(server, "POST", f"/api/queues/q/{path}", b"", b"text/plain")[1].startswith("expected a JSON")
     huge = b'{"ids": ["' + b"x" * (2 << 20) + b'"]}'
-    for path in ("remove", "pause"):
+    for path in ("remove", "cancel", "pause"):
         assert _refusal(server, "POST", f"/api/queues/q/{path}", huge) == (
             413, "body: larger than the 1024 KiB a request may carry")
     for method, path in (("GET", "pause"), ("GET", "resume"), ("GET", "remove"), ("POST", "messages"),
@@ -414,7 +416,7 @@ def test_the_new_endpoints_need_the_token_when_listening_beyond_loopback(
     assert server.address.startswith("0.0.0.0:")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     for method, path, body in (("GET", "messages?state=dead", None), ("POST", "remove", {"ids": ["x"]}),
-                               ("POST", "pause", {}), ("POST", "resume", {})):
+                               ("POST", "cancel", {"ids": ["x"]}), ("POST", "pause", {}), ("POST", "resume", {})):
         target = f"/api/queues/q/{path}"
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer"}):
             status, reply_headers, reply = server.request(method, target, body, headers, origin=True)
@@ -441,7 +443,8 @@ _KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit", "state", "state"]
 _PATHS = ["/", "/ws", "/api/status", "/metrics", "/static/app.js", "/static/{n}", "/api/queues/{n}/history",
           "/api/queues/{n}/dead", "/api/queues/{n}/dead/requeue", "/api/queues/{n}/dead/purge", "/api/queues/{n}",
           "/api/queues/{n}/dead/../../status", "//", "/%ff", "/api/../api/status", "*", "/favicon.ico",
-          "/api/queues/{n}/messages", "/api/queues/{n}/remove", "/api/queues/{n}/pause", "/api/queues/{n}/resume"]
+          "/api/queues/{n}/messages", "/api/queues/{n}/remove", "/api/queues/{n}/pause", "/api/queues/{n}/resume",
+          "/api/queues/{n}/cancel"]
 _METHODS = ["GET"] * 6 + ["POST"] * 4 + ["HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "FOO"]
 _BODIES = [b"", b'{"ids": ["zz"]}', b'{"ids": []}', b'{"ids": "x"}', b'{"all": "yes"}', b"null", b"[]", b"NaN",
            b'{"ids": [NaN]}', DEEP, b"\xff\xfe", b'{"ids": ["\\udcff"]}', b'{"ids": ["\xff"]}', b"{" * 5000,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store import scripts
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
@@ -61,6 +62,13 @@ def _text(value: Any) -> Optional[str]:
         return bytes(value).decode("utf-8")
     except (UnicodeDecodeError, TypeError):
         return None
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def parse(raw: Any, result: Any, progress: Any, expires_ms: Any, now_ms: int) -> Optional[Record]:
@@ -160,6 +168,21 @@ class Tracking:
                 return found[1]
             w.changed.wait(min(left, _WAIT_SLICE_S))
             w.changed.clear()
+
+    def progresses(self, name: str, message_ids: Sequence[str]) -> dict[str, Any]:
+        """The last progress (decoded JSON; text that is not JSON as it is)
+        of each of ``message_ids`` in partition ``name`` that has one."""
+        if not message_ids:
+            return {}
+        try:
+            with wrapped(f"read the progress of messages of {name!r}"):
+                raw = self._link.client.hmget(self._link.keys(name).tracked, [f"{mid}:p" for mid in message_ids])
+        except BrokerError as exc:
+            if isinstance(exc, BrokerConnectionError):
+                raise
+            return {}  # (a tracking hash someone filled with garbage: no progress to show)
+        found = {mid: _text(value) for mid, value in zip(message_ids, raw) if value is not None}
+        return {mid: _json_or_text(text) for mid, text in found.items() if text is not None}
 
     def cancels_asked(self, names: Sequence[str], message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` (held by a consumer of partitions

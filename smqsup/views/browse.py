@@ -163,9 +163,13 @@ def _held(broker: Broker, queue: str, k: QueueKeys, limit: int, budget: ReadBudg
     for consumer in broker.contents.holders(queue):
         if left <= 0:
             return
-        for seen in broker.contents.peek_range(k.processing(consumer), "list", left, budget):
-            left -= 1
-            yield _row_of(seen, "processing", "processing", consumer=consumer)
+        rows = [_row_of(seen, "processing", "processing", consumer=consumer)
+                for seen in broker.contents.peek_range(k.processing(consumer), "list", left, budget)]
+        left -= len(rows)
+        progress = broker.tracking.progresses(queue, [row["id"] for row in rows if row["id"]])
+        for row in rows:
+            row["progress"] = progress.get(row["id"])
+            yield row
 
 
 def _score(seen: Peeked) -> float:

@@ -114,6 +114,18 @@ async def api_remove(request: web.Request) -> web.Response:
     return response({"queue": queue, "removed": n, "ids": done})
 
 
+async def api_cancel(request: web.Request) -> web.Response:
+    """Cancel messages by id, waiting or held (Producer.cancel's answer for each)."""
+    queue = await _known_queue(request)
+    ids = args.message_ids(await args.json_object(request), REMOVE_IDS_MAX)
+    source = request.app[SOURCE]
+    done = await source.call(source.cancel, queue, ids)
+    n = sum(answer in ("cancelled", "stopping") for answer in done.values())
+    log.info("queue %s: web cancelled %d of %d message(s) (%s) for %s", queue, n, len(ids),
+             safe.shown(", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), 300), safe.shown(request.remote))
+    return response({"queue": queue, "cancelled": n, "ids": done})
+
+
 async def api_pause(request: web.Request) -> web.Response:
     """Pause the queue: its consumers on every host take nothing until resumed."""
     return await _pause_action(request, pause=True)

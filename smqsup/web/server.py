@@ -10,6 +10,7 @@
     POST /api/queues/{queue}/dead/purge     {"ids": [...]} or {"all": true}
     GET  /api/queues/{queue}/messages       ?state=pending|scheduled|processing|dead&limit=N (browse.listing)
     POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
+    POST /api/queues/{queue}/cancel         {"ids": [...]}: waiting or held messages (contents.cancel)
     POST /api/queues/{queue}/pause          {} (Broker.queues.pause)
     POST /api/queues/{queue}/resume         {} (Broker.queues.resume)
     GET  /metrics                           Prometheus text format 0.0.4
@@ -160,6 +161,7 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
         web.post(f"{_QUEUE}/dead/purge", api.api_purge),
         web.get(f"{_QUEUE}/messages", api.api_messages),
         web.post(f"{_QUEUE}/remove", api.api_remove),
+        web.post(f"{_QUEUE}/cancel", api.api_cancel),
         web.post(f"{_QUEUE}/pause", api.api_pause),
         web.post(f"{_QUEUE}/resume", api.api_resume),
         web.get("/metrics", api.get_metrics),

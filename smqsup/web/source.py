@@ -96,6 +96,11 @@ class Source:
                   "dead": sizes["dead"], "processing": len(rows) if len(rows) < limit else None}
         return {"queue": queue, "state": state, "total": totals[state], "messages": rows}
 
+    def cancel(self, queue: str, ids: Sequence[str]) -> dict[str, str]:
+        """Each id's answer to a cancel (Producer.cancel says what they mean)."""
+        names = self.broker.queues.partition_names(queue)
+        return {mid: self.broker.contents.cancel(names, mid) for mid in ids}
+
     def requeue(self, queue: str, ids: Optional[Sequence[str]]) -> int:
         """See deadletters.requeue."""
         return deadletters.requeue(self.broker, queue, ids)

@@ -16,7 +16,7 @@ window.SMQ.messages = (function (SMQ) {
   const COLUMNS = {
     pending: ["id", "created", "attempts", "priority", "size", "body", ""],
     scheduled: ["id", "due", "kind", "created", "attempts", "priority", "size", "body", ""],
-    processing: ["id", "consumer", "created", "attempts", "priority", "size", "body"],
+    processing: ["id", "consumer", "created", "attempts", "priority", "progress", "size", "body", ""],
     dead: ["id", "dead at", "attempts", "reason", "size", "body", ""],
   };
   const B = {queue: "", state: "pending", names: "", snap: null, key: "", loadedAt: 0, seq: 0, shown: ""};
@@ -152,7 +152,10 @@ window.SMQ.messages = (function (SMQ) {
         cell(when(m.created_at)), ...common, cell(fmtBytes(m.size)), body, removeCell(queue, m)];
     }
     if (state === "processing") {
-      return [id, cell(m.consumer ?? "–"), cell(when(m.created_at)), ...common, cell(fmtBytes(m.size)), body];
+      const progress = m.progress === undefined || m.progress === null ? "–" : JSON.stringify(m.progress);
+      return [id, cell(m.consumer ?? "–"), cell(when(m.created_at)), ...common,
+        cell(progress.length > 80 ? progress.slice(0, 79) + "…" : progress, {dataset: {testid: "progress"}}),
+        cell(fmtBytes(m.size)), body, el("td", {}, [cancelButton(queue, m)])];
     }
     return [id, cell(when(m.dead_at)), cell(m.attempts ?? "–"), cell(m.reason ?? "–", {className: "reason"}),
       cell(fmtBytes(m.size)), body, el("td", {}, [
@@ -169,11 +172,17 @@ window.SMQ.messages = (function (SMQ) {
 
   function removeCell(queue, m) {
     return el("td", {}, [button("Remove", "browse-remove", () => act(queue, "remove", m.id,
-      "Remove message " + m.id + " from " + queue + "? This cannot be undone."), "danger")]);
+      "Remove message " + m.id + " from " + queue + "? This cannot be undone."), "danger"), cancelButton(queue, m)]);
+  }
+
+  function cancelButton(queue, m) {
+    return button("Cancel", "browse-cancel", () => act(queue, "cancel", m.id,
+      "Cancel message " + m.id + " of " + queue + "? It is dead-lettered \"cancelled\", never retried."), "danger");
   }
 
   /** What each row action posts to, and the field of the answer that counts what it did. */
   const ACTIONS = {remove: {path: "remove", field: "removed", verb: "Remove"},
+    cancel: {path: "cancel", field: "cancelled", verb: "Cancel"},
     requeue: {path: "dead/requeue", field: "requeued", verb: "Requeue"},
     purge: {path: "dead/purge", field: "purged", verb: "Purge"}};
 
