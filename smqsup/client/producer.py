@@ -107,10 +107,11 @@ class Producer:
         a bad option) before anything is sent, PublishUncertain if the reply
         was lost.
         """
+        count, kept = self._declared(queue)
         return self._deliver(self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
                                             dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                             message_id=message_id, partition_key=partition_key,
-                                            result_ttl=result_ttl, declared_ttl_s=self._declared(queue)))[0]
+                                            result_ttl=result_ttl, declared_ttl_s=kept), count)[0]
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,
@@ -130,19 +131,19 @@ class Producer:
         partition key: each message then goes to its key's partition, one
         round trip per partition, and an error names the messages of the
         partition that failed (those sent before it are queued)."""
+        count, kept = self._declared(queue)
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                              partition_key=partition_key, result_ttl=result_ttl,
-                                             declared_ttl_s=self._declared(queue)))
+                                             declared_ttl_s=kept), count)
 
-    def _declared(self, queue: str) -> int:
-        """The result_ttl ``queue``'s consumers declared (cached with its
-        partition count; 0 if unreadable: the publish then says why)."""
+    def _declared(self, queue: str) -> "tuple[int | BrokerError, int]":
+        """What ``queue``'s consumers declared, read together and cached: its
+        partition count (or the error reading it, which the publish turns
+        into its own once the messages are checked) and its result_ttl (0
+        when unreadable)."""
         self._core.check_queue(queue)
-        try:
-            return self._broker.queues.result_ttl(queue)
-        except BrokerError:
-            return 0
+        return self._broker.queues.declared(queue)
 
     # --- after publish -----------------------------------------------------------
 
@@ -192,15 +193,16 @@ class Producer:
         message.check_message_id(message_id)
         return self._broker.tracking.find(self._broker.queues.partition_names(queue), message_id)
 
-    def _deliver(self, out: Outgoing) -> list[str]:
-        """Send ``out`` to its partitions (one round trip each, in turn);
-        the ids, as publishing.Publishing.merged says."""
+    def _deliver(self, out: Outgoing, count: "int | BrokerError") -> list[str]:
+        """Send ``out`` to its partitions (one round trip each, in turn), of
+        which there are ``count`` (or the error reading it); the ids, as
+        publishing.Publishing.merged says."""
         core = self._core
-        try:
-            count = self._broker.queues.partitions(out.queue)
-        except BrokerError as exc:
-            count = core.uncounted(out.queue, out.ids, exc)
+        if isinstance(count, BrokerError):
+            count = core.uncounted(out.queue, out.ids, count)
         groups = core.route(out, count)
+        if len(groups) == 1:  # one round trip for them all: its error is the caller's (the usual case)
+            return self._send(core.sending(out, *groups[0]))
         results: list[list[str] | BrokerError] = []
         for target, where in groups:
             try:

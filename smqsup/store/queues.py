@@ -168,14 +168,22 @@ class Queues:
 
     def result_ttl(self, queue: str) -> int:
         """The result_ttl (s) ``queue``'s consumers declared (0: none), read
-        with its partition count (cached as partitions() says): also when
-        the count itself could not be read (the publish says why)."""
+        with its partition count (cached as partitions() says)."""
+        count, kept = self.declared(queue)
+        if isinstance(count, BrokerError) and queue not in self._result_ttls:
+            raise count
+        return kept
+
+    def declared(self, queue: str) -> "tuple[int | BrokerError, int]":
+        """What ``queue``'s consumers declared, in one cached read: its
+        partition count, or the BrokerError reading it raised, and its
+        result_ttl (s; 0: none, or unreadable). A result_ttl read with a
+        count that could not be read still counts."""
         try:
-            self.partitions(queue)
-        except BrokerError:
-            if queue not in self._result_ttls:
-                raise
-        return self._result_ttls.get(queue, 0)
+            count: "int | BrokerError" = self.partitions(queue)
+        except BrokerError as exc:
+            count = exc
+        return count, self._result_ttls.get(queue, 0)
 
     def declare_options(self, queue: str, result_ttl_s: int) -> None:
         """Store what producers of ``queue`` (every partition) are to apply
