@@ -73,7 +73,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Producer", "AsyncProducer", "Message", "Reject", "Retry", "MessageFailed", "ResultUnknown",
+__all__ = ["Producer", "AsyncProducer", "Message", "Event", "Reject", "Retry", "MessageFailed", "ResultUnknown",
            "__version__"]
 
 
@@ -91,6 +91,10 @@ def __getattr__(name: str) -> Any:
         from smqsup.message import Message
 
         return Message
+    if name == "Event":
+        from smqsup.store.events import Event
+
+        return Event
     if name in ("Reject", "Retry"):
         from smqsup.worker import verdicts
 

@@ -12,6 +12,12 @@ RESULT_MAX_BYTES = 1024 * 1024
 PROGRESS_MAX_BYTES = 16 * 1024
 #: Longest result_ttl, s: what a frame's head holds (8 digits, about three years).
 RESULT_TTL_MAX_S = 99_999_999
+#: Entries a queue's event stream keeps (about: it is trimmed with MAXLEN ~), unless events_max says.
+EVENTS_MAX = 10_000
+#: The largest events_max: what a frame's head holds (7 digits).
+EVENTS_MAX_MAX = 1_000_000
+#: Most events one read of an event stream returns (Producer.events, the web UI).
+EVENTS_READ_COUNT = 500
 #: How many times a failing message is retried before it is dead-lettered.
 RETRY_THRESHOLD = 3
 #: Wait before a failed message returns to pending, in seconds (0: at once).

@@ -38,7 +38,12 @@ live in one Redis Cluster slot::
                                    = when (ms, Redis clock); their consumers stop
                                    them; entries go after an hour (cancel.lua)
     ns:{Q}:options           HASH  what the queue's consumers declared for
-                                   producers: result_ttl (s, 0: not tracked)
+                                   producers: result_ttl (s, 0: not tracked),
+                                   events_max (0: no events)
+    ns:{Q}:events            STREAM the lifecycle of each message whose head
+                                   has events_max: entries {event, id,
+                                   attempts[, data]}, capped at about
+                                   events_max (scripts/includes/track.lua)
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:dead:purging:TOK  LIST  a whole dead-letter list set aside by a purge
@@ -172,6 +177,10 @@ class QueueKeys:
     @cached_property
     def cancel(self) -> str:
         return f"{self._prefix}:cancel"
+
+    @cached_property
+    def events(self) -> str:
+        return f"{self._prefix}:events"
 
     @cached_property
     def options(self) -> str:

@@ -13,6 +13,9 @@ without touching the payload (DESIGN section 8):
              publish_options.lua for a message with a priority or a ttl.
     A:P:E:R  the same, tracked: its state and outcome are kept until R
              seconds (1 to 8 digits) after it ended (store/tracking.py).
+    A:P:E:R:V  the same (R may be 0: not tracked), with events: each step
+             of its life is added to its queue's event stream, which is
+             capped at about V entries (1 to 7 digits; store/events.py).
 
 Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
@@ -47,14 +50,16 @@ class Message:
     ``created_at`` (unix seconds), ``attempts`` (failed attempts before this
     one: 0 on the first delivery), ``priority`` (0-9) and ``dedup_key`` (the
     key it was published with, or None). ``result_ttl_s``: how long its
-    outcome is kept once it ends (0: not tracked); ``progress(value)``
+    outcome is kept once it ends (0: not tracked); ``events_max``: its
+    lifecycle goes to its queue's event stream (0: not); ``progress(value)``
     reports how far its handler got."""
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "progress_sink", "_cancelled")
+                 "result_ttl_s", "events_max", "progress_sink", "_cancelled")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
-                 priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0) -> None:
+                 priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
+                 events_max: int = 0) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -64,7 +69,9 @@ class Message:
         self.priority = priority
         self.dedup_key = dedup_key
         self.result_ttl_s = result_ttl_s
-        #: Where progress() writes (the consumer sets it for a tracked message): JSON text -> recorded.
+        self.events_max = events_max
+        #: Where progress() writes (the consumer sets it for a tracked message, or one with events):
+        #: JSON text -> recorded.
         self.progress_sink: Optional[Callable[[str], bool]] = None
         self._cancelled: Optional[threading.Event] = None
 
@@ -86,7 +93,8 @@ class Message:
         """Report how far the handler got: a small JSON value (0.42,
         ``{"rows": 1200, "of": 5000}``), readable at once with
         Producer.progress and shown in the web UI. Whether it was recorded
-        (False: the message is not tracked, or has ended). MessageError for
+        (False: the message is neither tracked nor in a queue with events,
+        or has ended). MessageError for
         a value that is not JSON or over PROGRESS_MAX_BYTES; a Redis error
         is BrokerError (the handler decides whether that matters)."""
         text = bounded_json(value, "progress", PROGRESS_MAX_BYTES)
@@ -231,11 +239,12 @@ def frame(payload: bytes, attempts: int = 0) -> bytes:
     return b"%d|%b" % (attempts, payload)
 
 
-#: A frame head: ``A`` or ``A:P:E`` (module docstring). The scripts'
-#: includes/attempts.lua reads the same grammar.
-_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})(?::([1-9][0-9]{0,7}))?)?")
-#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 bytes.
-_HEAD_MAX = 36
+#: A frame head: ``A``, ``A:P:E``, ``A:P:E:R`` or ``A:P:E:R:V`` (module
+#: docstring). The scripts' includes/attempts.lua reads the same grammar.
+_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
+                   rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6}))?)?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 bytes.
+_HEAD_MAX = 44
 
 
 class FrameHead(NamedTuple):
@@ -246,6 +255,7 @@ class FrameHead(NamedTuple):
     expires_ms: Optional[int]  # ms since the epoch, Redis clock; None: never
     payload: bytes
     result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
+    events_max: int = 0  # its lifecycle goes to its queue's event stream, capped at this; 0: no events
 
 
 def frame_head(data: bytes) -> FrameHead:
@@ -257,9 +267,9 @@ def frame_head(data: bytes) -> FrameHead:
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
-    attempts, priority, expires, result_ttl = match.groups()
+    attempts, priority, expires, result_ttl, kept_too, events_max = match.groups()
     return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
-                     int(result_ttl or 0))
+                     int(result_ttl or kept_too or 0), int(events_max or 0))
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -290,10 +300,10 @@ def has_expiry(data: bytes) -> bool:
 
 def must_screen(data: bytes) -> bool:
     """Whether a frame a blocking fetch took is screened (screen.lua) before
-    it starts: its head carries an expiry, or it is tracked (the screen
-    records it "active")."""
+    it starts: its head carries an expiry, or it is tracked or has events
+    (the screen records it "active", "started")."""
     head = _options_head(data)
-    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0)
+    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -334,7 +344,7 @@ def decode(data: bytes) -> Message:
     bar = data.find(_SEP, 0, 10)
     env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
-        attempts, priority, tracked_s = int(data[:bar]), 0, 0
+        attempts, priority, tracked_s, events_max = int(data[:bar]), 0, 0, 0
         # The envelope, read as strict_loads reads a payload, without copying the
         # payload out of the frame first (the head is ASCII: its byte offsets
         # are the text's); anything but one whole object: strict_loads says why.
@@ -348,8 +358,9 @@ def decode(data: bytes) -> Message:
         if env is None:
             env = strict_loads(data[bar + 1:])
     else:
-        attempts, priority, _, payload, tracked_s = frame_head(data)
-        env = strict_loads(payload)
+        head = frame_head(data)
+        attempts, priority, tracked_s, events_max = head.attempts, head.priority, head.result_ttl_s, head.events_max
+        env = strict_loads(head.payload)
     # JSON decodes to exact types: ``__class__ is`` checks what isinstance
     # would (bool, a subclass of int, is no created_at), without a call each.
     if env.__class__ is not dict:
@@ -365,7 +376,7 @@ def decode(data: bytes) -> Message:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
     return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                   dedup_key if dedup_key.__class__ is str else None, tracked_s)
+                   dedup_key if dedup_key.__class__ is str else None, tracked_s, events_max)
 
 
 #: The start of every payload a Producer writes: its id is readable without

@@ -17,15 +17,18 @@ record store/aio_tracking.py reads, and its waits share one subscription.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
 from smqsup.client import results
+from smqsup.client.events import Reading
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
 from smqsup.errors import BrokerError
 from smqsup.store.aio import AsyncBroker
+from smqsup.store.events import BLOCK_SLICE_MS, Event
+from smqsup.store.queues import NOTHING_DECLARED, Declared
 from smqsup.store.tracking import Record
 
 
@@ -92,7 +95,7 @@ class AsyncProducer:
             declared = await self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                                  dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                                 result_ttl=result_ttl, declared_ttl_s=declared)
+                                 result_ttl=result_ttl, declared=declared)
             return (await self._deliver(out))[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
@@ -107,19 +110,39 @@ class AsyncProducer:
             declared = await self._declared(queue)
             out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                   dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
-                                  result_ttl=result_ttl, declared_ttl_s=declared)
+                                  result_ttl=result_ttl, declared=declared)
             return await self._deliver(out)
 
-    async def _declared(self, queue: str) -> int:
-        """Producer._declared(): the result_ttl ``queue``'s consumers declared,
-        read with its partition count (0 if unreadable: the publish says why)."""
+    async def _declared(self, queue: str) -> Declared:
+        """Producer._declared(): what ``queue``'s consumers declared, read
+        with its partition count (nothing if unreadable: the publish says why)."""
         self._core.check_queue(queue)
         try:
-            return await self._broker.result_ttl(queue)
+            return await self._broker.declared(queue)
         except BrokerError:
-            return 0
+            return NOTHING_DECLARED
 
     # --- after publish -----------------------------------------------------------
+
+    def events(self, queue: str, since: Any = None, *, follow: bool = False) -> AsyncIterator[Event]:
+        """Producer.events() as an async iterator: ``async for event in
+        producer.events("q", follow=True)``. A bad argument raises
+        MessageError here, before the iteration."""
+        self._core.check_queue(queue)
+        return self._events(queue, Reading(since), follow)
+
+    async def _events(self, queue: str, reading: Reading, follow: bool) -> AsyncIterator[Event]:
+        ev, block = self._broker.events, BLOCK_SLICE_MS if follow else 0
+        while True:
+            names = await self._broker.partition_names(queue)
+            fresh = reading.fresh(names)
+            if fresh:
+                reading.start(fresh, await ev.last(fresh) if reading.needs_last() else None)
+            got = await ev.read(names, reading.after, block_ms=block)
+            for event in got:
+                yield event
+            if not got and not follow:
+                return
 
     async def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
         """Producer.result(), awaited: what the handler of tracked message

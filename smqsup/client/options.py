@@ -105,7 +105,7 @@ def result_ttl(value: object) -> int:
 
 
 def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
-          default_dedup_ttl_s: float, result_ttl_s: int = 0) -> scripts.Options:
+          default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0) -> scripts.Options:
     """The checked options of one publish call, in the script's units."""
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
@@ -114,7 +114,8 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     at_ms = -1 if at is None else math.ceil(due_time(at) * 1000)
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
-    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s)
+    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s,
+                           events_max)
 
 
 def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:

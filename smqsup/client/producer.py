@@ -17,15 +17,18 @@ AsyncProducer (aio.py); this module sends what it prepares through the Broker.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
 from smqsup.client import results
+from smqsup.client.events import Reading
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
+from smqsup.store.events import BLOCK_SLICE_MS, Event
+from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record
 
 
@@ -107,11 +110,11 @@ class Producer:
         a bad option) before anything is sent, PublishUncertain if the reply
         was lost.
         """
-        count, kept = self._declared(queue)
+        count, said = self._declared(queue)
         return self._deliver(self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
                                             dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                             message_id=message_id, partition_key=partition_key,
-                                            result_ttl=result_ttl, declared_ttl_s=kept), count)[0]
+                                            result_ttl=result_ttl, declared=said), count)[0]
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,
@@ -131,21 +134,44 @@ class Producer:
         partition key: each message then goes to its key's partition, one
         round trip per partition, and an error names the messages of the
         partition that failed (those sent before it are queued)."""
-        count, kept = self._declared(queue)
+        count, said = self._declared(queue)
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                              partition_key=partition_key, result_ttl=result_ttl,
-                                             declared_ttl_s=kept), count)
+                                             declared=said), count)
 
-    def _declared(self, queue: str) -> "tuple[int | BrokerError, int]":
+    def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
         """What ``queue``'s consumers declared, read together and cached: its
         partition count (or the error reading it, which the publish turns
-        into its own once the messages are checked) and its result_ttl (0
-        when unreadable)."""
+        into its own once the messages are checked) and the options
+        producers apply (each 0 when unreadable)."""
         self._core.check_queue(queue)
         return self._broker.queues.declared(queue)
 
     # --- after publish -----------------------------------------------------------
+
+    def events(self, queue: str, since: Any = None, *, follow: bool = False) -> Iterator[Event]:
+        """The events of ``queue`` (its option ``events: true``), oldest
+        first: from the oldest its stream keeps, or after ``since`` (an
+        Event, its ``cursor``, unix seconds, or "now"). Without ``follow`` the
+        iterator ends when none is left; with it, it waits for more for ever
+        (break out of the loop to stop). MessageError for a bad argument,
+        BrokerError when Redis fails; garbage in a stream is an Event
+        "malformed"."""
+        self._core.check_queue(queue)
+        return self._events(queue, Reading(since), follow)
+
+    def _events(self, queue: str, reading: Reading, follow: bool) -> Iterator[Event]:
+        ev, block = self._broker.events, BLOCK_SLICE_MS if follow else 0
+        while True:
+            names = self._broker.queues.partition_names(queue)
+            fresh = reading.fresh(names)
+            if fresh:
+                reading.start(fresh, ev.last(fresh) if reading.needs_last() else None)
+            got = ev.read(names, reading.after, block_ms=block)
+            yield from got
+            if not got and not follow:
+                return
 
     def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
         """What the handler of tracked message ``message_id`` returned,

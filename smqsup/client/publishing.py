@@ -43,6 +43,7 @@ from smqsup.ids import new_id, new_ids
 from smqsup.keys import partition_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.queues import NOTHING_DECLARED, Declared
 
 #: The logger of every producer, sync or asyncio: one name, the Producer's
 #: module's (operators grep their logs by it).
@@ -188,14 +189,16 @@ class Publishing:
 
     def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
             priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
-            partition_key: Any, result_ttl: Any = None, declared_ttl_s: int = 0) -> Outgoing:
+            partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED) -> Outgoing:
         """publish()'s message, checked and encoded (MessageError before
         anything is sent); tracked for ``result_ttl``, or, when that is
-        None, for the queue's ``declared_ttl_s`` (0: not tracked)."""
+        None, for the queue's declared result_ttl (0: not tracked); with
+        events when the queue declared them."""
         self.check_queue(queue)
         by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
-        kept = declared_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
-        if not kept and options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+        kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
+        if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
+                and dedup_ttl is None:
             if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
                 mid = new_id()
                 payload = self._writer(queue).payload(mid, body, created_at=time.time())
@@ -205,26 +208,27 @@ class Publishing:
             return Outgoing(queue, [mid], [message.frame(payload)], None, by, [])
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
         mid = message.check_message_id(message_id) if message_id is not None else new_id()
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept)
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max)
         return self._with_options(queue, [body], [mid], headers, keys, opts, by)
 
     def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], *, delay: Any,
              at: Any, priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, partition_key: Any,
-             result_ttl: Any = None, declared_ttl_s: int = 0) -> Outgoing:
+             result_ttl: Any = None, declared: Declared = NOTHING_DECLARED) -> Outgoing:
         """publish_many()'s messages, checked and encoded (every body before
         anything is sent); tracked as one() says."""
         self.check_queue(queue)
         by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         items = materialise(queue, bodies)
-        kept = declared_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
-        if not kept and options.plain(delay, at, priority, ttl, dedup_key) and dedup_ttl is None:
+        kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
+        if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
+                and dedup_ttl is None:
             writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
             ids = new_ids(len(items))
             payload = writer.payload
             frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             return Outgoing(queue, ids, frames, None, by, [])
         keys = dedup_keys(dedup_key, len(items))
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept)
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max)
         return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by)
 
     def check_queue(self, queue: str) -> None:
@@ -232,11 +236,12 @@ class Publishing:
             valid_name(queue, "queue")
 
     def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
-                 dedup_ttl: Any, kept: int) -> scripts.Options:
+                 dedup_ttl: Any, kept: int, events_max: int = 0) -> scripts.Options:
         if dedup_ttl is not None and dedup_key is None:
             raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
         return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
-                             default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s), result_ttl_s=kept)
+                             default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s), result_ttl_s=kept,
+                             events_max=events_max)
 
     def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
                       keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> Outgoing:

@@ -109,6 +109,15 @@ class QueueConfig:
     #: Messages published without result_ttl are tracked this long after they end (0: not tracked);
     #: declared in Redis by the queue's consumers, read by producers.
     result_ttl_s: int = 0
+    #: Whether each message's lifecycle goes to the queue's event stream, and how long it gets (entries);
+    #: declared in Redis by the queue's consumers, read by producers.
+    events: bool = False
+    events_max: int = defaults.EVENTS_MAX
+
+    @property
+    def events_cap(self) -> int:
+        """The event stream's cap a producer stamps on each message: events_max, or 0 without events."""
+        return self.events_max if self.events else 0
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,8 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "partitions": ("partitions", scalars.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
     "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
     "result_ttl": ("result_ttl_s", scalars.result_ttl),
+    "events": ("events", scalars.boolean),
+    "events_max": ("events_max", scalars.int_range(1, defaults.EVENTS_MAX_MAX, " (entries the event stream keeps)")),
 }
 
 

@@ -16,6 +16,7 @@ redis-py's errors into smqsup's.
 - statistics.py: Statistics: sizes, counters, history, read_queues.
 - schedules.py: Schedules in Redis, and reading their definitions back.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
+- events.py: Events: queues' event streams read, one Event per entry, partitions merged.
 - waiters.py: Subscriber, the one pub/sub connection a process's waits share.
 - consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
@@ -24,6 +25,7 @@ redis-py's errors into smqsup's.
 - aio.py: AsyncBroker, the publish and tracking operations on redis.asyncio (the AsyncProducer's).
 - aio_cluster.py: Redis Cluster routing of those on redis.asyncio; one round trip on a connection.
 - aio_tracking.py: AsyncTracking: tracked messages' records read and their ends awaited, on redis.asyncio.
+- aio_events.py: AsyncEvents: queues' event streams read on redis.asyncio.
 - aio_waiters.py: AsyncSubscriber, the one pub/sub connection and reading task an AsyncBroker's waits share.
 - scripts/: the Lua scripts and their typed wrappers (its own map).
 - locate.py: where a private redis-server is (binary, data dir, socket).

@@ -39,11 +39,12 @@ from smqsup.keys import QueueKeys, partition_names
 from smqsup.logs import warn_once
 from smqsup.store import connection, scripts
 from smqsup.store.aio_cluster import LOST, AsyncRouter, deliver
+from smqsup.store.aio_events import AsyncEvents
 from smqsup.store.aio_tracking import AsyncTracking
 from smqsup.store.connection import NotSent, wrapped
 from smqsup.store.link import UNREACHABLE, confirmed
 from smqsup.store.messages import PRODUCER_TTL_MS, PUBLISH_CHUNK, publish_batch, publish_replies, published
-from smqsup.store.queues import declared_result_ttl, partition_count
+from smqsup.store.queues import DECLARED_FIELDS, NOTHING_DECLARED, Declared, partition_count
 
 
 def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
@@ -138,12 +139,13 @@ class AsyncBroker:
         self._partitions: dict[str, tuple[int, float]] = {}
         #: queue -> its count being read (by the first publish that missed it).
         self._reading: dict[str, asyncio.Future[int]] = {}
-        #: Each queue's result_ttl as its consumers declared it (s, 0: none), read with its partitions.
-        self._result_ttls: dict[str, int] = {}
+        #: What each queue's consumers declared for producers, read with its partitions.
+        self._declared: dict[str, Declared] = {}
         #: Held by each caller across its operations (a publish: encode, count, send):
         #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
         self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
         self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener)
+        self.events = AsyncEvents(self.client, self.keys, self._router is not None, self.turns)
 
     def keys(self, queue: str) -> QueueKeys:
         k = self._keys.get(queue)
@@ -172,32 +174,32 @@ class AsyncBroker:
             done.exception()
 
     async def _read_partitions(self, queue: str) -> int:
-        """Read ``queue``'s partition count and declared result_ttl in one
+        """Read ``queue``'s partition count and declared options in one
         round trip, as store.queues.Queues.partitions() does."""
         k = self.keys(queue)
         batch = scripts.Batch(self.client)
         batch.command("GET", k.partitions)
-        batch.command("HGET", k.options, "result_ttl")
+        batch.command("HMGET", k.options, *DECLARED_FIELDS)
         with wrapped(f"read the partitions of {queue!r}"):
-            raw, kept = await self._send(batch)
-            if isinstance(kept, UNREACHABLE):
-                raise kept
-            self._result_ttls[queue] = declared_result_ttl(kept)
+            raw, said = await self._send(batch)
+            if isinstance(said, UNREACHABLE):
+                raise said
+            self._declared[queue] = Declared.read(said)
             if isinstance(raw, Exception):
                 raise raw
         self._partitions[queue] = (partition_count(raw), time.monotonic())
         return self._partitions[queue][0]
 
-    async def result_ttl(self, queue: str) -> int:
-        """store.queues.Queues.result_ttl(): the result_ttl (s) ``queue``'s
-        consumers declared (0: none), read with its partition count: also
-        when the count itself could not be read (the publish says why)."""
+    async def declared(self, queue: str) -> Declared:
+        """store.queues.Queues.declared(): what ``queue``'s consumers
+        declared, read with its partition count: also when the count itself
+        could not be read (the publish says why)."""
         try:
             await self.partitions(queue)
         except BrokerError:
-            if queue not in self._result_ttls:
+            if queue not in self._declared:
                 raise
-        return self._result_ttls.get(queue, 0)
+        return self._declared.get(queue, NOTHING_DECLARED)
 
     async def partition_names(self, queue: str) -> list[str]:
         """store.queues.Queues.partition_names(): never raises (with Redis

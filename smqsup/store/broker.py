@@ -24,6 +24,7 @@ from smqsup import defaults
 from smqsup.keys import QueueKeys
 from smqsup.store.connection import check_server, wrapped
 from smqsup.store.contents import Contents
+from smqsup.store.events import Events
 from smqsup.store.link import Link
 from smqsup.store.messages import Messages
 from smqsup.store.queues import Queues
@@ -53,6 +54,7 @@ class Broker:
         self.statistics = Statistics(self._link, self.queues)
         self.schedules = Schedules(self._link)
         self.tracking = Tracking(self._link)
+        self.events = Events(self._link)
 
     @property
     def url(self) -> str:

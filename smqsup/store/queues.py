@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Optional, cast
+from typing import NamedTuple, Optional, cast
 
 import redis.exceptions as rexc
 
@@ -43,8 +43,8 @@ class Queues:
         self._link = link
         #: queue -> (partitions, monotonic time read).
         self._partitions: dict[str, tuple[int, float]] = {}
-        #: Each queue's result_ttl as its consumers declared it (s, 0: none), read with its partitions.
-        self._result_ttls: dict[str, int] = {}
+        #: What each queue's consumers declared for producers, read with its partitions.
+        self._declared: dict[str, Declared] = {}
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -158,9 +158,9 @@ class Queues:
         with wrapped(f"read the partitions of {queue!r}"):
             pipe = self._link.client.pipeline(transaction=False)
             pipe.get(k.partitions)
-            pipe.hget(k.options, "result_ttl")
-            raw, kept = pipe.execute(raise_on_error=False)
-            self._result_ttls[queue] = declared_result_ttl(kept)
+            pipe.hmget(k.options, DECLARED_FIELDS)
+            raw, said = pipe.execute(raise_on_error=False)
+            self._declared[queue] = Declared.read(said)
             if isinstance(raw, Exception):
                 raise raw
         self._partitions[queue] = (partition_count(raw), time.monotonic())
@@ -169,31 +169,31 @@ class Queues:
     def result_ttl(self, queue: str) -> int:
         """The result_ttl (s) ``queue``'s consumers declared (0: none), read
         with its partition count (cached as partitions() says)."""
-        count, kept = self.declared(queue)
-        if isinstance(count, BrokerError) and queue not in self._result_ttls:
+        count, said = self.declared(queue)
+        if isinstance(count, BrokerError) and queue not in self._declared:
             raise count
-        return kept
+        return said.result_ttl_s
 
-    def declared(self, queue: str) -> "tuple[int | BrokerError, int]":
+    def declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
         """What ``queue``'s consumers declared, in one cached read: its
-        partition count, or the BrokerError reading it raised, and its
-        result_ttl (s; 0: none, or unreadable). A result_ttl read with a
-        count that could not be read still counts."""
+        partition count, or the BrokerError reading it raised, and the
+        options producers apply (each 0 when unreadable). Options read with
+        a count that could not be read still count."""
         try:
             count: "int | BrokerError" = self.partitions(queue)
         except BrokerError as exc:
             count = exc
-        return count, self._result_ttls.get(queue, 0)
+        return count, self._declared.get(queue, NOTHING_DECLARED)
 
-    def declare_options(self, queue: str, result_ttl_s: int) -> None:
+    def declare_options(self, queue: str, said: Declared) -> None:
         """Store what producers of ``queue`` (every partition) are to apply
-        by default: its result_ttl (s, 0: not tracked). The last consumer
-        to start wins: supervisors whose configs disagree take turns."""
+        by default (Declared). The last consumer to start wins: supervisors
+        whose configs disagree take turns."""
         link = self._link
         with wrapped(f"declare the options of {queue!r}"):
             for name in partition_names(queue, self.partitions(queue)):
-                link.client.hset(link.keys(name).options, "result_ttl", str(result_ttl_s))
-        self._result_ttls[queue] = result_ttl_s
+                link.client.hset(link.keys(name).options, mapping=said.fields())
+        self._declared[queue] = said
 
     def partition_names(self, queue: str, at_least: int = 1) -> list[str]:
         """The partitions of ``queue`` (its own name first): as many as
@@ -220,10 +220,35 @@ class Queues:
                 return random.randrange(1 << 30)
 
 
-def declared_result_ttl(raw: object) -> int:
-    """A declared result_ttl as Redis returned it: whole seconds within
-    RESULT_TTL_MAX_S; anything else (junk someone wrote, an error) is 0."""
+#: The fields of ns:{Q}:options, in Declared's order.
+DECLARED_FIELDS = ("result_ttl", "events_max")
+
+
+class Declared(NamedTuple):
+    """What a queue's consumers declare for its producers to apply to
+    every message published without saying otherwise (ns:{Q}:options)."""
+
+    result_ttl_s: int = 0  # tracked this long after it ends; 0: not tracked
+    events_max: int = 0  # its lifecycle goes to the event stream, capped at this; 0: no events
+
+    def fields(self) -> dict[str, str]:
+        return {"result_ttl": str(self.result_ttl_s), "events_max": str(self.events_max)}
+
+    @classmethod
+    def read(cls, said: object) -> "Declared":
+        """The options as HMGET DECLARED_FIELDS returned them: a field that
+        holds junk (someone wrote it, or an error came back) is 0."""
+        values = list(said) if isinstance(said, list) and len(said) == len(DECLARED_FIELDS) else [None, None]
+        return cls(_whole(values[0], defaults.RESULT_TTL_MAX_S), _whole(values[1], defaults.EVENTS_MAX_MAX))
+
+
+NOTHING_DECLARED = Declared()
+
+
+def _whole(raw: object, most: int) -> int:
+    """A declared number as Redis returned it: a whole number up to
+    ``most``; anything else is 0."""
     text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else ""
-    if not (text.isascii() and text.isdigit()) or len(text) > 8:
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(most)):
         return 0
-    return min(int(text), defaults.RESULT_TTL_MAX_S)
+    return min(int(text), most)

@@ -202,9 +202,13 @@ class Tracking:
         """Close the waits' shared subscription (a wait going on opens another)."""
         self._subscriber.close()
 
-    def progress(self, name: str, message_id: str, value: str) -> bool:
-        """Record ``value`` (JSON text) as the progress of tracked message
-        ``message_id`` in partition ``name``; whether it is tracked and
-        running (or waiting: a handler's retry reports too)."""
+    def progress(self, name: str, message_id: str, value: str, *, tracked: bool = True, events_max: int = 0,
+                 attempts: int = 0) -> bool:
+        """Record ``value`` (JSON text) as the progress of message
+        ``message_id`` in partition ``name``: in its record when ``tracked``
+        (then whether it is still running, or waiting: a handler's retry
+        reports too), and in the event stream when ``events_max`` (its
+        head's, with its ``attempts``); whether it was recorded."""
         with wrapped(f"report the progress of message {message_id!r} of {name!r}"):
-            return scripts.progress(self._link.keys(name), message_id, value).run(self._link.client)
+            return scripts.progress(self._link.keys(name), message_id, value, tracked=tracked,
+                                    events_max=events_max, attempts=attempts).run(self._link.client)

@@ -50,7 +50,7 @@ from smqsup.worker.fetching import Fetcher
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
 from smqsup.worker.partitions import Partitions
-from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
+from smqsup.worker.records import OK, OK_EVENTS, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
 from smqsup.worker.recovery import Recovery
 from smqsup.worker.registration import Registration, new_consumer_id
 from smqsup.worker.runners import Fetched, InlineRunner, LoopRunner
@@ -292,8 +292,12 @@ class Consumer:
         del running[att]
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         # (a tracked message's outcome carries its result; a cancelled one's is "cancelled")
-        tracked = att.msg is not None and att.msg.result_ttl_s or att.cancelled
-        att.outcome = OK if att.error is None and not tracked else self.judge.drawn(att, self.fetcher.name)
+        msg = att.msg
+        tracked = msg is not None and msg.result_ttl_s or att.cancelled
+        if att.error is None and not tracked:
+            att.outcome = OK_EVENTS if msg is not None and msg.events_max else OK
+        else:
+            att.outcome = self.judge.drawn(att, self.fetcher.name)
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
             self._returned += 1  # inline: finished in take order, so these are our list's oldest
         self._finished.append(att)

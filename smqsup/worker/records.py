@@ -62,6 +62,9 @@ class Outcome:
 
 #: The outcome of a handler that returned.
 OK = Outcome(True)
+#: The outcome of a handler that returned a message with events, not tracked:
+#: acked by ack.lua (which adds "done"), its result not kept.
+OK_EVENTS = Outcome(True, result="null")
 
 
 class Attempt:

@@ -14,6 +14,7 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.queues import Declared
 from smqsup.worker.fetching import Fetcher
 from smqsup.worker.records import Identity
 from smqsup.worker.runners import sleep_unless
@@ -66,7 +67,7 @@ class Registration:
         f = self.fetcher
         if not f.partitions.drawn:
             f.repartition(self.broker.queues.declare_partitions(self.queue.name, self.queue.partitions))
-            self.broker.queues.declare_options(self.queue.name, self.queue.result_ttl_s)
+            self.broker.queues.declare_options(self.queue.name, Declared(self.queue.result_ttl_s, self.queue.events_cap))
             f.partitions.draw(self.broker.queues.partition_ticket(self.queue.name) if f.partitions.many else 0)
             f.move(f.partitions.home)
         info = ConsumerInfo(pid=os.getpid(), host=socket.gethostname(), queue=self.queue.name, started_at=time.time())

@@ -162,8 +162,10 @@ class Starter:
         except MalformedMessage as exc:  # dead-lettered without a handler
             self.settler.finished.append(Attempt(frame, None, outcome=self.judge.malformed(exc, f.name)))
             return
-        if msg.result_ttl_s:  # tracked: its handler may report progress
-            msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id)
+        if msg.result_ttl_s or msg.events_max:  # tracked, or with events: its handler may report progress
+            msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id,
+                                                  tracked=msg.result_ttl_s > 0, events_max=msg.events_max,
+                                                  attempts=msg.attempts)
         self.runner.start(self.in_hand.start(frame, msg))
 
     # --- what is due ------------------------------------------------------------

@@ -9,7 +9,8 @@
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
--- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set (includes/track.lua)
+-- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
+--          event stream (includes/track.lua)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
@@ -74,8 +75,8 @@ if not result then
 end
 
 --- @include "fetch_next"
-local T = {hash = KEYS[10], expiry = KEYS[11]}
-if result and acked == 1 then track(T, frame, 'done', nil, nil, result) end
+local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
+if result and acked == 1 then track(T, frame, 'done', 'done', nil, nil, result) end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,
            rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}

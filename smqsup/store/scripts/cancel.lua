@@ -9,7 +9,8 @@
 -- KEYS[4]  delayed set of the queue (retries)
 -- KEYS[5]  dead-letter list of the queue
 -- KEYS[6]  counters hash of the queue ("cancelled", "dead_lettered")
--- KEYS[7]  tracking hash, KEYS[8] its expiry set, KEYS[9] the cancel set
+-- KEYS[7]  tracking hash, KEYS[8] its expiry set, KEYS[9] the cancel set,
+--          KEYS[10] the event stream
 --          (includes/track.lua)
 -- ARGV[1]  the message's id
 -- ARGV[2]  where it was seen: "pending", "priority", "scheduled", "delayed",
@@ -25,7 +26,7 @@
 -- before anything is written; the others' garbage costs records only.
 local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
 local dead, counters = KEYS[5], KEYS[6]
-local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9]}
+local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9], events = KEYS[10]}
 local id, seen, frame = ARGV[1], ARGV[2], ARGV[3]
 local CANCEL_KEEP_MS = 3600000
 --- @include "wrong_type"

@@ -27,7 +27,7 @@ def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str
     """Remove (where, frame, id, dedup key or None) waiting messages; per
     message whether it was still there."""
     key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters, keys.tracked,
-                keys.tracked_expiry]
+                keys.tracked_expiry, keys.events]
     args: list[Any] = []
     for where, frame, mid, dedup_key in chosen:
         args += [where, frame, mid, dedup_index(key_list, keys, dedup_key)]
@@ -48,7 +48,7 @@ def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
     """Move the given dead-letter entries back to pending, attempts reset
     (call with at least one entry)."""
     return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq,
-                               keys.tracked, keys.tracked_expiry), entries,
+                               keys.tracked, keys.tracked_expiry, keys.events), entries,
                 int)
 
 

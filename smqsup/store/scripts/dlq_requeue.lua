@@ -9,7 +9,8 @@
 --          ready as includes/ready.lua says)
 -- KEYS[5]  priority sequence counter of the queue
 -- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set (includes/track.lua:
---          a tracked message requeued is "waiting" again, its end forgotten)
+--          a tracked message requeued is "waiting" again, its end forgotten),
+--          KEYS[8] its event stream ("requeued")
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
@@ -20,7 +21,7 @@
 -- Counters use redis.pcall: a counters hash that holds garbage costs its
 -- statistics, never the move of a message.
 local dead, pending, counters, prio_set, prio_seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local T = {hash = KEYS[6], expiry = KEYS[7]}
+local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8]}
 --- @include "wrong_type"
 --- @include "ready"
 --- @include "track"
@@ -32,9 +33,9 @@ for _, entry in ipairs(ARGV) do
   if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
-    local attempts, priority, _, _, kept_s = head_of(frame)
+    local attempts, priority, _, _, kept_s, events_max = head_of(frame)
     if attempts then
-      frame = head_for(priority, 0, kept_s) .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
+      frame = head_for(priority, 0, kept_s, events_max) .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
       local id = tracked_of(frame)
       if id then redis.pcall('ZREM', T.expiry, id) end
     end
@@ -43,7 +44,7 @@ for _, entry in ipairs(ARGV) do
   end
 end
 make_ready_all(pending, prio_set, prio_seq, ready)
-track_all(T, ready, 'waiting')
+track_all(T, ready, 'waiting', 'requeued')
 if moved > 0 then
   redis.pcall('HINCRBY', counters, 'dlq_requeued', moved)
 end

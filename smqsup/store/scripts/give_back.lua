@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  processing list of the consumer
 -- KEYS[2]  pending list of the queue
--- KEYS[3]  tracking hash of the queue, KEYS[4] its expiry set
+-- KEYS[3]  tracking hash of the queue, KEYS[4] its expiry set, KEYS[5] its
+--          event stream
 --          (includes/track.lua: a tracked frame given back is "waiting")
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
 --
@@ -17,7 +18,7 @@
 -- before anything is written (includes/wrong_type.lua): the frames then
 -- stay in KEYS[1], where a reclaim finds them.
 local processing, pending = KEYS[1], KEYS[2]
-local T = {hash = KEYS[3], expiry = KEYS[4]}
+local T = {hash = KEYS[3], expiry = KEYS[4], events = KEYS[5]}
 --- @include "wrong_type"
 --- @include "track"
 
@@ -28,7 +29,7 @@ local given = 0
 for i = #ARGV, 1, -1 do
   if redis.call('LREM', processing, 1, ARGV[i]) > 0 then
     redis.call('RPUSH', pending, ARGV[i])
-    track(T, ARGV[i], 'waiting')
+    track(T, ARGV[i], 'waiting', 'returned')
     given = given + 1
   end
 end

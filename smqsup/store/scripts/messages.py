@@ -95,10 +95,10 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..11] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    """KEYS[1..12] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry)
+            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
@@ -139,7 +139,8 @@ def give_back(keys: QueueKeys, consumer_id: str, frames: Sequence[bytes]) -> Cal
     """Return ``frames`` (taken in this order, never started) from the
     consumer's list to the consuming end of pending, free of cost; how many
     were still there to go back."""
-    return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending, keys.tracked, keys.tracked_expiry),
+    return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending, keys.tracked, keys.tracked_expiry,
+                                keys.events),
                 tuple(frames), int)
 
 
@@ -153,7 +154,7 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE
     back) or GONE; µs to wait before the start or the next look) for a frame
     a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
-                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry), (frame, *rate),
+                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events), (frame, *rate),
                 _screen_result)
 
 
@@ -168,7 +169,7 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
-                        keys.tracked, keys.tracked_expiry),
+                        keys.tracked, keys.tracked_expiry, keys.events),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -181,7 +182,8 @@ def _promote_result(reply: Sequence[Any]) -> PromoteResult:
 def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
-                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry], [batch], lock)
+                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events], [batch],
+                               lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
 
 
@@ -195,6 +197,7 @@ class Options:
     ttl_ms: int = 0  # 0: none
     dedup_ttl_ms: int = 86_400_000
     result_ttl_s: int = 0  # 0: not tracked
+    events_max: int = 0  # 0: no events; else the event stream's cap
 
 
 def _id_pairs(reply: Sequence[Any]) -> list[tuple[str, bool]]:
@@ -206,9 +209,9 @@ def publish_options(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[
     """Publish (id, payload, dedup key or None) items with ``options``;
     per item (the id queued, True) or (the id holding its dedup key, False)."""
     key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled, keys.tracked,
-                keys.tracked_expiry]
+                keys.tracked_expiry, keys.events]
     args: list[Any] = [int(count), options.priority, options.delay_ms, options.at_ms, options.ttl_ms,
-                       options.dedup_ttl_ms, options.result_ttl_s]
+                       options.dedup_ttl_ms, options.result_ttl_s, options.events_max]
     for mid, payload, dedup_key in items:
         args += [mid, dedup_index(key_list, keys, dedup_key), payload]
     return Call(_PUBLISH_OPTIONS, key_list, args, _id_pairs)

@@ -12,7 +12,8 @@
 -- KEYS[9]  paused flag of the queue
 -- KEYS[10] rate key of the queue (includes/rate.lua)
 -- KEYS[11] partition count of the queue, this partition's copy (includes/rate.lua)
--- KEYS[12] tracking hash of the queue, KEYS[13] its expiry set
+-- KEYS[12] tracking hash of the queue, KEYS[13] its expiry set, KEYS[14] its
+--          event stream
 --          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
@@ -54,7 +55,7 @@ local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], 
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
-q.track = {hash = KEYS[12], expiry = KEYS[13]}
+q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14]}
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now
@@ -90,7 +91,7 @@ else
     redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
     if dead_event and dead_event ~= '' then redis.pcall('HINCRBY', counters, dead_event, 1) end
   else
-    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', at_ms)
+    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', 'retried', at_ms)
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end

@@ -7,7 +7,8 @@
 -- KEYS[5]  counters hash of the queue ("removed")
 -- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set
 --          (includes/track.lua: a tracked message removed is "dead", reason "removed")
--- KEYS[8..]  dedup keys of the chosen messages that have one
+-- KEYS[8]  its event stream (a message removed: "removed")
+-- KEYS[9..]  dedup keys of the chosen messages that have one
 -- ARGV[1..]  four per message: where it was seen ("pending", "priority",
 --          "scheduled" or "delayed"), its frame (the exact bytes read there),
 --          its id, the index in KEYS of its dedup key (0: none)
@@ -18,7 +19,7 @@
 -- freed if it still names that message (includes/release.lua).
 local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
 local counters = KEYS[5]
-local T = {hash = KEYS[6], expiry = KEYS[7]}
+local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8]}
 --- @include "release"
 --- @include "track"
 
@@ -32,7 +33,7 @@ for i = 1, #ARGV - 3, 4 do
     n = redis.call('ZREM', key, frame)
   end
   if n > 0 and dk > 0 then release(KEYS[dk], id) end
-  if n > 0 then track(T, frame, 'dead', nil, '{"reason":"removed"}') end
+  if n > 0 then track(T, frame, 'dead', 'removed', nil, '{"reason":"removed"}') end
   removed = removed + n
   out[#out + 1] = n
 end

@@ -10,7 +10,8 @@
 -- KEYS[5]  paused flag of the queue
 -- KEYS[6]  rate key of the queue (includes/rate.lua)
 -- KEYS[7]  partition count of the queue, this partition's copy (includes/rate.lua)
--- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set
+-- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its
+--          event stream
 --          (includes/track.lua: a tracked frame to handle is "active")
 -- ARGV[1]  the frame, the exact bytes fetched
 -- ARGV[2]  the queue's rate limit: µs between handler starts across the
@@ -37,7 +38,7 @@ local frame = ARGV[1]
 --- @include "dead_letter"
 --- @include "rate"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
-local T = {hash = KEYS[8], expiry = KEYS[9]}
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10]}
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
@@ -50,7 +51,7 @@ local _, _, expires = head_of(frame)
 local at_ms = now_ms()
 if not expires or expires == 0 or expires > at_ms then
   if not rate then
-    track(T, frame, 'active', at_ms)
+    track(T, frame, 'active', 'started', at_ms)
     return {0, 0}
   end
   local wait, tat, now = rate_wait(rate)
@@ -63,7 +64,7 @@ if not expires or expires == 0 or expires > at_ms then
     return {-1, 0}
   end
   rate_book(rate, tat, now)
-  track(T, frame, 'active', at_ms)
+  track(T, frame, 'active', 'started', at_ms)
   return {0, wait}
 end
 refused = wrong_type({{dead, 'list'}})

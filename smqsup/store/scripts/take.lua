@@ -15,7 +15,8 @@
 -- KEYS[7]  dead-letter list of the queue (expired frames)
 -- KEYS[8]  rate key of the queue (includes/rate.lua)
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
--- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set
+-- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
+--          event stream
 --          (includes/track.lua: a tracked frame taken is "active")
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
@@ -45,7 +46,7 @@
 -- recovery finds it there), so consumption of the others goes on meanwhile.
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
-q.track = {hash = KEYS[10], expiry = KEYS[11]}
+q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "plain"
@@ -135,7 +136,7 @@ local function screen_all(reply, frames)
       redis.pcall('HINCRBY', q.counters, 'expired', 1)
       redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
     else
-      if q.track and expires then track(q.track, frame, 'active', at_ms) end
+      if q.track and expires then track(q.track, frame, 'active', 'started', at_ms) end
       reply[#reply + 1] = frame
       reply[#reply + 1] = 0
     end

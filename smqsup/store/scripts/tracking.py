@@ -12,10 +12,12 @@ _CANCEL = Script("cancel")
 SCRIPTS = (_PROGRESS, _CANCEL)
 
 
-def progress(keys: QueueKeys, message_id: str, value: str) -> Call[bool]:
-    """Record ``value`` (JSON text) as the progress of tracked message
-    ``message_id``; whether it was (tracked, not ended)."""
-    return Call(_PROGRESS, (keys.tracked,), (message_id, value), bool)
+def progress(keys: QueueKeys, message_id: str, value: str, *, tracked: bool = True, events_max: int = 0,
+             attempts: int = 0) -> Call[bool]:
+    """Record ``value`` (JSON text) as the progress of message
+    ``message_id``, ``tracked`` or not, whose head says ``events_max`` and
+    ``attempts``; whether it was (progress.lua)."""
+    return Call(_PROGRESS, (keys.tracked, keys.events), (message_id, value, int(tracked), events_max, attempts), bool)
 
 
 def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"") -> Call[str]:
@@ -23,5 +25,5 @@ def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"")
     "scheduled", "delayed", "processing" or "": nowhere) as ``frame``:
     "cancelled", "stopping", the state it ended in, or "unknown" (cancel.lua)."""
     return Call(_CANCEL, (keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.dead, keys.counters,
-                          keys.tracked, keys.tracked_expiry, keys.cancel), (message_id, seen, frame),
+                          keys.tracked, keys.tracked_expiry, keys.cancel, keys.events), (message_id, seen, frame),
                 lambda reply: bytes(reply).decode("ascii", "replace") if isinstance(reply, bytes) else str(reply))

@@ -54,7 +54,7 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
   end
   local function booked(nxt)
     if tat then rate_book(q.rate, tat, now) end
-    if q.track and not plain(nxt) then track(q.track, nxt, 'active') end
+    if q.track and not plain(nxt) then track(q.track, nxt, 'active', 'started') end
     return 1, nxt, 0, wait
   end
   local at_ms = nil

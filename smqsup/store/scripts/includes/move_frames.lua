@@ -55,7 +55,7 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
       dead_lettered = dead_lettered + 1
     else
       redis.call('RPUSH', pending, frame)
-      track(T, frame, 'waiting', at_ms)
+      track(T, frame, 'waiting', 'reclaimed', at_ms)
       requeued = requeued + 1
     end
   end

@@ -1,9 +1,12 @@
 --- @include "attempts"
 --- @include "frame_id"
--- The records of tracked messages: a frame whose head is "A:P:E:R" with
--- R > 0 (message.py) keeps its state and outcome until R seconds after it
--- ended, written here by the scripts that move it (store/tracking.py reads
--- them). ``T`` is the script's pair of tracking keys, or nil:
+-- The records of tracked messages, and the event streams of queues with
+-- events on: a frame whose head is "A:P:E:R" with R > 0 (message.py) keeps
+-- its state and outcome until R seconds after it ended; one whose head is
+-- "A:P:E:R:V" with V > 0 also adds each step of its life to its queue's
+-- event stream, capped at about V entries. Both are written here by the
+-- scripts that move it (store/tracking.py and store/events.py read them).
+-- ``T`` is the script's tracking keys, or nil:
 --
 --   T.hash    HASH  field ID: the state record, JSON {"state", "attempts",
 --                   "at_ms"} and, once it died, "meta" (the dead-letter
@@ -13,6 +16,9 @@
 --                   seconds after it ended. A reader takes a record past
 --                   its time for gone; each end removes up to TRACK_PRUNE
 --                   of those (the collector the rest)
+--   T.events  STREAM (where a script has it) the queue's events: entries
+--                   {event, id, attempts[, data]}, data a JSON text (the
+--                   dead-letter metadata, or the progress); XADD MAXLEN ~ V
 --
 --   T.cancel  ZSET  (where a script has it) ids of messages whose cancel was
 --                   asked, score = when (ms): their consumers stop them
@@ -21,24 +27,38 @@
 -- Its end is published on the channel T.hash .. ":" .. ID (the state's
 -- name), which a waiter subscribes to before it reads the record (the
 -- states before the end are not: nobody waits on them).
--- Writes use redis.pcall: garbage in these keys costs the records, never
--- the move of a message.
+-- Writes use redis.pcall: garbage in these keys costs the records or the
+-- events, never the move of a message.
 --
--- track(T, frame, state, at_ms, meta, result): record ``state`` for the
--- message of ``frame`` if it is tracked (its attempts read from the head);
--- at_ms nil: now. track_all(T, frames, state, at_ms): the same for each.
+-- track(T, frame, state, event, at_ms, meta, result): record ``state`` for
+-- the message of ``frame`` if it is tracked (its attempts read from the
+-- head), and add ``event`` (nil: none) to the stream if its head says so;
+-- at_ms nil: now. track_all(T, frames, state, event, at_ms): the same for
+-- each.
 local TRACK_PRUNE = 16
 local TRACK_ENDS = {done = true, dead = true, cancelled = true}
 
--- The id, result_ttl (s) and attempts of a tracked frame, or nil (a plain
--- frame: at once).
+-- The id, result_ttl (s), attempts and event stream cap of a frame that is
+-- tracked or has events, or nil (a plain frame: at once).
 local function tracked_of(frame)
   if string.byte(frame, 2) == 124 then return nil end  -- "A|": plain
-  local attempts, _, _, _, ttl = head_of(frame)
-  if not ttl or ttl == 0 then return nil end
+  local attempts, _, _, _, ttl, events_max = head_of(frame)
+  if not ttl or (ttl == 0 and events_max == 0) then return nil end
   local id = frame_id(frame)
   if not id then return nil end
-  return id, ttl, attempts
+  return id, ttl, attempts, events_max
+end
+
+-- Add ``event`` of message ``id`` to T.events, capped at about ``cap``.
+local function add_event(T, cap, event, id, attempts, data)
+  if not T.events then return end
+  if data then
+    redis.pcall('XADD', T.events, 'MAXLEN', '~', cap, '*', 'event', event, 'id', id,
+                'attempts', string.format('%d', attempts), 'data', data)
+  else
+    redis.pcall('XADD', T.events, 'MAXLEN', '~', cap, '*', 'event', event, 'id', id,
+                'attempts', string.format('%d', attempts))
+  end
 end
 
 -- Whether the cancel of ``frame``'s message was asked (T.cancel); if so it
@@ -64,10 +84,12 @@ local function track_prune(T, at_ms)
   redis.pcall('ZREM', T.expiry, unpack(gone))
 end
 
-local function track(T, frame, state, at_ms, meta, result)
+local function track(T, frame, state, event, at_ms, meta, result)
   if not T then return end
-  local id, ttl, attempts = tracked_of(frame)
+  local id, ttl, attempts, events_max = tracked_of(frame)
   if not id then return end
+  if event and events_max > 0 then add_event(T, events_max, event, id, attempts, meta) end
+  if ttl == 0 then return end
   if not at_ms then
     local t = redis.call('TIME')
     at_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -88,7 +110,7 @@ local function track(T, frame, state, at_ms, meta, result)
   end
 end
 
-local function track_all(T, frames, state, at_ms)
+local function track_all(T, frames, state, event, at_ms)
   if not T then return end
-  for _, frame in ipairs(frames) do track(T, frame, state, at_ms) end
+  for _, frame in ipairs(frames) do track(T, frame, state, event, at_ms) end
 end
