@@ -381,7 +381,8 @@ def decode(data: bytes) -> Message:
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8})?)?\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7})?)?)?'
+                      rb'\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 
 def peek_id(data: bytes) -> Optional[str]:

@@ -428,7 +428,10 @@ def test_parse_size_rejects(value: object) -> None:
      ("prefetch", "1", "prefetch", 1),
      ("result_ttl", "99999999", "result_ttl_s", 99_999_999),
      ("result_ttl", "0", "result_ttl_s", 0),
-     ("result_ttl", "1ms", "result_ttl_s", 1)],
+     ("result_ttl", "1ms", "result_ttl_s", 1),
+     ("events_max", "1000000", "events_max", 1_000_000),
+     ("events_max", "1", "events_max", 1),
+     ("events", "true", "events", True)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -478,7 +481,17 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("result_ttl", "true", "got True"),
      ("result_ttl", "'forever'", "got 'forever'"),
      ("result_ttl", "9" * 400, "got an integer of 400 digits"),
-     ("result_ttl", "[60]", "got a list")],
+     ("result_ttl", "[60]", "got a list"),
+     ("events", "'yes'", "expected true or false, got 'yes'"),
+     ("events", "1", "expected true or false, got 1"),
+     ("events", "~", "a value is required, got None"),
+     ("events_max", "1000001", "must be at most 1000000 (entries the event stream keeps), got 1000001"),
+     ("events_max", "0", "expected a positive integer, got 0"),
+     ("events_max", "-1", "expected a positive integer, got -1"),
+     ("events_max", ".nan", "expected a positive integer, got nan"),
+     ("events_max", "true", "expected a positive integer, got True"),
+     ("events_max", "1.5", "expected a positive integer, got 1.5"),
+     ("events_max", "9" * 400, "got an integer of 400 digits")],
 )
 def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
     """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""

@@ -94,7 +94,7 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "concurrency", "prefetch", "rate_limit", "rate_burst", "partitions", "result_ttl", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "prefetch", "rate_limit", "rate_burst", "partitions", "result_ttl", "events", "events_max", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
 KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]

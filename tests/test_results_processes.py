@@ -1,5 +1,6 @@
-"""Tracked messages under a real supervisor: a consumer SIGKILLed mid-message
-and the result that the redelivery gives; the queue option from queues.yaml."""
+"""Tracked messages and lifecycle events under a real supervisor: a consumer
+SIGKILLed mid-message and the result (and events) the redelivery gives; the
+queue options from queues.yaml."""
 
 from __future__ import annotations
 
@@ -90,3 +91,22 @@ def test_cancel_at_concurrency_10_stops_only_that_task(
             assert p.result("q", mid, timeout=15) is None
     events = read_events(str(out_dir))
     assert len({e["pid"] for e in events}) == 1 and {e["id"] for e in events if e["event"] == "done"} == set(ids[1:])
+
+
+def test_events_in_queues_yaml_show_a_sigkilled_message_reclaimed_and_redone(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """``events: true``: a plain publish's child is SIGKILLed mid-message; its events read published, started,
+    reclaimed (an attempt charged), started, done, written by the publish, take, reclaim and ack scripts."""
+    supervise({"q": {"handler": "tests.handlers:answer", "consumers": 1, "events": True}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        queues = p._broker.queues
+        wait_for(lambda: queues.partitions("q", fresh=True) and queues.declared("q")[1].events_max == 10_000)
+        mid = p.publish("q", {"hang": True})
+        [start] = wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "start"])
+        os.kill(start["pid"], signal.SIGKILL)
+        wait_for(lambda: [e.event for e in p.events("q")][-1:] == ["done"], timeout_s=20)
+        events = list(p.events("q"))
+    assert [(e.event, e.attempts) for e in events] == [
+        ("published", 0), ("started", 0), ("reclaimed", 1), ("started", 1), ("done", 1)]
+    assert {e.message_id for e in events} == {mid}
