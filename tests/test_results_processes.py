@@ -110,3 +110,20 @@ def test_events_in_queues_yaml_show_a_sigkilled_message_reclaimed_and_redone(
     assert [(e.event, e.attempts) for e in events] == [
         ("published", 0), ("started", 0), ("reclaimed", 1), ("started", 1), ("done", 1)]
     assert {e.message_id for e in events} == {mid}
+
+
+def test_a_cancel_is_found_between_heartbeats(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """heartbeat_interval 8s: a cancel of a running message still stops it long before the next heartbeat, as
+    the supervisor looks for new cancels every 0.2 s and beats at once on one (else this times out)."""
+    supervise({"q": {"handler": "tests.handlers:slow", "consumers": 1}}, notify,
+              heartbeat_interval="8s", heartbeat_timeout="60s")
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        mid = p.publish("q", {"sleep": 30}, result_ttl=60)
+        wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "start"])
+        wait_for(lambda: p.state("q", mid) == "active")
+        assert p.cancel("q", mid) == "stopping"
+        with pytest.raises(MessageFailed) as failed:
+            p.result("q", mid, timeout=4)
+        assert failed.value.reason == "cancelled"

@@ -63,6 +63,22 @@ class Registry:
         lost = [(q, cid) for q, (unknown, _) in answered for cid in unknown]
         return lost, refused, [(q, cancel) for q, (_, cancels) in answered for cancel in cancels]
 
+    def newest_cancels(self, queues: Sequence[str]) -> dict[str, float]:
+        """When the newest cancel of each of ``queues`` was asked (its cancel
+        set's highest score, ms, Redis clock; 0: none, or unreadable), all in
+        one pipelined round trip. Raises BrokerConnectionError if Redis
+        could not be reached."""
+        link = self._link
+        batch = scripts.Batch(link.client)
+        for queue in queues:
+            batch.command("ZREVRANGE", link.keys(queue).cancel, 0, 0, "WITHSCORES")
+        with wrapped("look for cancels"):
+            replies = link.send(batch)
+            unreachable = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
+            if unreachable is not None:
+                raise unreachable
+        return {q: _newest(r) for q, r in zip(queues, replies)}
+
     def stale_consumers(self, queue: str, timeout_ms: int, limit: int = 100) -> tuple[list[str], list[str]]:
         """(stale, orphan) consumer ids of the queue, judged by the Redis clock."""
         with wrapped(f"find stale consumers of {queue!r}"):
@@ -173,3 +189,11 @@ class Registry:
         with wrapped(f"read {key}"):
             value = self._link.client.get(key)
         return None if value is None else text(cast(bytes, value))
+
+
+def _newest(reply: Any) -> float:
+    """ZREVRANGE 0 0 WITHSCORES's score, or 0 (none, an error, junk)."""
+    if isinstance(reply, list) and reply and isinstance(reply[0], (list, tuple)) and len(reply[0]) == 2:
+        score = reply[0][1]
+        return float(score) if isinstance(score, (int, float)) else 0.0
+    return 0.0

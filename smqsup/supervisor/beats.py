@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 
+from smqsup import defaults
 from smqsup.collector.collector import Collector
 from smqsup.errors import BrokerError
 from smqsup.keys import logical_name
@@ -34,11 +35,18 @@ class Heartbeats:
         self.collector = collector
         self._trouble = trouble
         self._next = 0.0
+        self._next_look = 0.0
+        self._flowing = False  # the last heartbeat reached Redis: only then look for cancels between them
+        #: partition -> the newest cancel seen there (ms, Redis clock).
+        self._cancels_seen: dict[str, float] = {}
 
     def tick(self, interval_s: float) -> None:
-        """Renew every ready child's heartbeat once per ``interval_s``."""
+        """Renew every ready child's heartbeat once per ``interval_s``, and
+        at once when a cancel was asked since the last look (every
+        CANCEL_LOOK_S): the heartbeat is what finds the message in a
+        consumer's list, so a running message is stopped within about that."""
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next and not self._cancel_asked(now):
             return
         self._next = now + interval_s
         beats: dict[str, list[tuple[str, ConsumerInfo]]] = {}
@@ -55,7 +63,9 @@ class Heartbeats:
         except BrokerError as exc:
             self._trouble.report("heartbeats", "not sent", "heartbeats not sent: %s", exc)
             self.collector.redis_trouble()
+            self._flowing = False
             return
+        self._flowing = True
         self._trouble.clear("heartbeats", "heartbeats sent again")
         if refused and refused.keys() >= beats.keys():
             # Refused everywhere (OOM, most likely): other hosts' heartbeats
@@ -64,6 +74,24 @@ class Heartbeats:
         self._refused(refused)
         self._lost(lost)
         self._cancel(cancels)
+
+    def _cancel_asked(self, now: float) -> bool:
+        """Whether a queue of ours has a cancel newer than the last seen
+        (looked at most every CANCEL_LOOK_S; Redis trouble: no, the
+        heartbeat says it). A cancel no consumer of ours holds makes one
+        early heartbeat, not one per look."""
+        if now < self._next_look or not self._flowing:
+            return False
+        self._next_look = now + defaults.CANCEL_LOOK_S
+        partitions = [p for q in self.pool.queues for p in self.pool.partitions(q)]
+        try:
+            newest = self.broker.registry.newest_cancels(partitions)
+        except BrokerError:
+            self._flowing = False
+            return False
+        asked = [p for p, at in newest.items() if at > self._cancels_seen.get(p, 0.0)]
+        self._cancels_seen.update(newest)
+        return bool(asked)
 
     def _lost(self, lost: list[tuple[str, str]]) -> None:
         by_id = {c.consumer_id: c for c in self.pool.children.values()}
