@@ -239,6 +239,17 @@ def frame(payload: bytes, attempts: int = 0) -> bytes:
     return b"%d|%b" % (attempts, payload)
 
 
+def new_frame(payload: bytes, result_ttl_s: int = 0, events_max: int = 0) -> bytes:
+    """The frame of a new message without priority or expiry, tracked for
+    ``result_ttl_s`` and with events capped at ``events_max`` (0: neither,
+    the plain head): what includes/attempts.lua's head_for writes."""
+    if events_max:
+        return b"0:0:0:%d:%d|%b" % (result_ttl_s, events_max, payload)
+    if result_ttl_s:
+        return b"0:0:0:%d|%b" % (result_ttl_s, payload)
+    return b"0|" + payload
+
+
 #: A frame head: ``A``, ``A:P:E``, ``A:P:E:R`` or ``A:P:E:R:V`` (module
 #: docstring). The scripts' includes/attempts.lua reads the same grammar.
 _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"

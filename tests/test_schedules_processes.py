@@ -282,3 +282,16 @@ def test_a_cron_schedule_follows_the_redis_clock_through_a_dst_change_and_a_jump
         sup.stop()  # while its Redis is still there to stop against
     finally:
         server.stop()
+
+
+def test_a_fired_message_is_tracked_and_has_events_as_its_queue_says(supervise: Supervise, redis_url: str) -> None:
+    """A queue with result_ttl and events: each message its schedule fires carries both (the collector writes
+    its head), so its events read published, started, done and its result is kept."""
+    from smqsup.client.producer import Producer
+    supervise({"q": {"handler": "tests.handlers:record_fire", "result_ttl": "1m", "events": True}},
+              schedules=_schedules(), **HB)
+    with Producer(redis_url) as p:
+        [first] = wait_for(lambda: [e for e in p.events("q") if e.event == "done"][:1], timeout_s=15)
+        assert [e.event for e in p.events("q") if e.message_id == first.message_id] == ["published", "started",
+                                                                                      "done"]
+        assert p.state("q", first.message_id) == "done" and p.result("q", first.message_id, timeout=0) is None

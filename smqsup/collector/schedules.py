@@ -173,9 +173,10 @@ class Firing:
         writer = message.EnvelopeWriter(s.queue, schedule.fire_headers(s, f.slot_ms, f.catch_up),
                                         self.cfg.max_message_size_bytes)
         payload = writer.payload(mid, s.body)
+        q = self.cfg.queues.get(s.queue)  # (always there: a schedule names a queue of its file)
+        frame = message.new_frame(payload, q.result_ttl_s, q.events_cap) if q else message.frame(payload)
         try:
-            outcome, now_ms = self.broker.schedules.fire(s.queue, s.name, digest, f.slot_ms,
-                                                         message.frame(payload), mid, lock)
+            outcome, now_ms = self.broker.schedules.fire(s.queue, s.name, digest, f.slot_ms, frame, mid, lock)
         except NotReplicated as exc:  # fired on the master: the slot is done whatever happens next
             outcome, now_ms = cast(tuple[int, int], exc.result)
             log.warning("queue %s: schedule %s fired (message %s), but %s", s.queue, s.name, mid, exc)

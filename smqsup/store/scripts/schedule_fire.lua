@@ -8,12 +8,16 @@
 -- KEYS[5]  pending list of the queue
 -- KEYS[6]  counters hash of the queue ("published")
 -- KEYS[7]  the queue's garbage-collector lock
+-- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its
+--          event stream (includes/track.lua: a tracked message fired is
+--          "waiting"; one with events adds "published")
 -- ARGV[1]  the caller's lock token: nothing is done unless KEYS[7] holds it
 -- ARGV[2]  schedule name
 -- ARGV[3]  SHA-1 (hex) of the definition the caller computed the slot from
 -- ARGV[4]  the slot, in ms since the epoch
--- ARGV[5]  the message's frame ("0|" + payload; its headers name the
---          schedule and the slot)
+-- ARGV[5]  the message's frame ("0|" + payload, or a head with its queue's
+--          result_ttl and events_max; its headers name the schedule and
+--          the slot)
 -- ARGV[6]  the message's id
 -- ARGV[7]  "1": count it in KEYS[6] "published" (statistics on)
 --
@@ -36,6 +40,8 @@ local token, name, digest, slot, frame, id, count =
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "schedule"
+--- @include "track"
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10]}
 
 local refused = not_leader(lock_key, token)
   or wrong_type({{defs, 'hash'}, {state, 'hash'}, {declarers, 'zset'}, {pending, 'list'}})
@@ -52,5 +58,6 @@ if slot > now then return {-1, now} end
 redis.call('HSET', state, 'last_fire_ms', slot, 'fired_at_ms', now, 'last_id', id)
 redis.pcall('HINCRBY', state, 'fires', 1)
 redis.call('LPUSH', pending, frame)
+track(T, frame, 'waiting', 'published', now)
 if count then redis.pcall('HINCRBY', counters, 'published', 1) end
 return {1, now}

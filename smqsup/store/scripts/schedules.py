@@ -56,7 +56,8 @@ def fire(keys: QueueKeys, name: str, digest: str, slot_ms: int, frame: bytes, me
     """Publish ``frame`` for slot ``slot_ms`` unless it is settled, paused,
     undeclared or the definition changed: (outcome, Redis now in ms)."""
     return Call(_FIRE, (keys.schedules, keys.schedule(name), keys.schedule_declarers(name),
-                        keys.schedule_paused(name), keys.pending, keys.counters, lock[0]),
+                        keys.schedule_paused(name), keys.pending, keys.counters, lock[0], keys.tracked,
+                        keys.tracked_expiry, keys.events),
                 (lock[1], name, digest, slot_ms, frame, message_id, int(count)),
                 lambda reply: (int(reply[0]), int(reply[1])))
 
