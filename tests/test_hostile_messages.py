@@ -107,6 +107,9 @@ HOSTILE_FRAMES = [
     b"0|" + b'{"a":' * 3000,
     b"0|[]",
     b"0|null",
+    b'0:0:0:0:0|{"id":"v0","queue":"q","body":1,"created_at":1,"headers":{}}',  # events_max 0 is no head
+    b'0:0:0:1:12345678|{"id":"v8","queue":"q","body":1,"created_at":1,"headers":{}}',  # 8 digits: too long
+    b'0:0:0:0:1:1|{"id":"v6","queue":"q","body":1,"created_at":1,"headers":{}}',  # six fields
 ]
 
 
