@@ -13,7 +13,7 @@ client/ and collector/, worker/ and views/, web/, supervisor/, cli/
 The path of one message, as a newcomer would follow it:
 
 1. ``Producer.publish`` (client/producer.py) builds the envelope and its
-   frame ``attempts|json`` (message.py) and calls ``broker.messages.push``
+   frame ``attempts|json`` (framing.py) and calls ``broker.messages.push``
    (store/messages.py), which runs publish.lua: LPUSH on the queue's pending
    list (key names: keys.py). With options (delay or at, priority, dedup_key,
    ttl: client/options.py checks them) it is ``push_with`` and
@@ -60,7 +60,8 @@ The leaves everyone uses, and the public face:
 - errors.py: the one exception tree, rooted at SmqsupError.
 - defaults.py: every default value, one line each, its unit in its name.
 - keys.py: the only place a Redis key name is formed; the key schema at its top.
-- message.py: the message envelope and its frame on the wire.
+- message.py: the message envelope, and Message, what a handler receives.
+- framing.py: a message's frame on the wire: the head the scripts read and rewrite, then the payload.
 - deadletter.py: one dead-letter entry (metadata and frame), read through one schema.
 - ids.py: message ids, unique across processes and sorted by creation time.
 - safe.py: text made safe to show: credentials masked, control characters escaped.

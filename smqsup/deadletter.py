@@ -7,7 +7,8 @@ import hashlib
 from typing import Any, Optional, cast
 
 from smqsup.errors import MalformedMessage
-from smqsup.message import Message, decode, peek_id, strict_loads
+from smqsup.framing import peek_id
+from smqsup.message import Message, decode, strict_loads
 
 #: DeadLetter's message before it is first asked for.
 _UNREAD = object()

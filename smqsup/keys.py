@@ -100,7 +100,7 @@ live in one Redis Cluster slot::
 
 A frame is ``head + b"|" + payload``, the head ``<attempts>``,
 ``<attempts>:<priority>:<expires_ms>`` or, tracked, that and
-``:<result_ttl_s>`` (message.py): the attempt count and
+``:<result_ttl_s>``, and with events ``:<events_max>`` too (framing.py): the attempt count and
 what the scripts route by travel beside the payload bytes, and scripts
 rewrite only the head, never the payload (DESIGN section 8: no JSON
 re-encoding inside Lua).

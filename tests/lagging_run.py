@@ -44,7 +44,7 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotReplicated
-from smqsup.message import peek_id
+from smqsup.framing import peek_id
 from tests.failover_run import KEYS, QUEUE
 from tests.helpers import wait_for
 from tests.topology import FAILOVER_TIMEOUT_S, SentinelTopology

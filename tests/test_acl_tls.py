@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import keys, logs, message
+from smqsup import framing, keys, logs, message
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, RedisServerError
@@ -211,7 +211,7 @@ def test_supervisor_under_the_acl_reclaims_local_orphans_at_start(
     secs, usecs = admin.time()
     admin.hset(Q.consumers, orphan, json.dumps({"host": socket.gethostname(), "pid": 99999999}))
     admin.zadd(Q.heartbeats, {orphan: secs * 1000 + usecs // 1000 - 60_000})
-    admin.lpush(Q.processing(orphan), message.frame(payload))
+    admin.lpush(Q.processing(orphan), framing.frame(payload))
     sup = supervise(readme_user(admin, server),
                     {"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
@@ -293,7 +293,7 @@ def test_end_to_end_under_exactly_the_documented_acl_user(
     secs, usecs = admin.time()
     admin.hset(Q.consumers, "elsewhere:4242:gone", json.dumps({"host": "elsewhere", "pid": 4242}))
     admin.zadd(Q.heartbeats, {"elsewhere:4242:gone": secs * 1000 + usecs // 1000 - 60_000})
-    admin.lpush(Q.processing("elsewhere:4242:gone"), message.frame(payload))
+    admin.lpush(Q.processing("elsewhere:4242:gone"), framing.frame(payload))
     sup = supervise(url, {"q": {"handler": "tests.handlers:slow", "consumers": 2},
                           "bad": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 0}},
                     notify, heartbeat_interval="200ms", heartbeat_timeout="2s")

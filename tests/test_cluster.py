@@ -20,8 +20,8 @@ from smqsup.client.producer import Producer
 from smqsup.config import addresses
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
+from smqsup.framing import peek_id
 from smqsup.keys import QueueKeys, partition_names
-from smqsup.message import peek_id
 from smqsup.store.broker import Broker
 from smqsup.store.locate import free_port
 from smqsup.store.redis_server import RedisServer

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from smqsup import deadletter, message
+from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
@@ -135,7 +135,7 @@ def test_messages_still_running_at_shutdown_timeout_go_back_free(
     wait_for(lambda: len(sup.events("start")) == 5)
     sup.signal(signal.SIGTERM)
     assert sup.proc.wait(20) == 0
-    back = [message.split_frame(f) for f in redis_client.lrange(K.pending, 0, -1)]
+    back = [framing.split_frame(f) for f in redis_client.lrange(K.pending, 0, -1)]
     assert sorted(message.decode(b"%d|%b" % (a, p)).id for a, p in back) == sorted(ids)
     assert {a for a, _ in back} == {0}
     assert not sup.events("done")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Retry, deadletter, message
+from smqsup import Retry, deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
@@ -156,7 +156,7 @@ def test_a_secret_already_stored_in_a_dead_letter_is_masked_when_shown(redis_url
                                                                          redis_client: redis.Redis) -> None:
     """A dead letter written before reasons were masked (or by hand) shows a url's password as *** in
     `smqsup dlq list`, as text and as JSON."""
-    frame = message.frame(message.encode_payload("q", "x", max_size_bytes=1 << 20)[1])
+    frame = framing.frame(message.encode_payload("q", "x", max_size_bytes=1 << 20)[1])
     redis_client.lpush(K.dead, b'{"reason":"cannot reach redis://app:pw-Lq55-stored@db:6379/0"}\n' + frame)
     for extra in ([], ["--json"]):
         done = procs.run("dlq", "list", "q", "--url", redis_url, *extra)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import deadletter, message
+from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
@@ -79,7 +79,7 @@ def test_a_single_publish_writes_the_envelope_publish_many_would_and_keeps_bound
             msg = message.decode(frame)
             _, payload = message.encode_payload("q", body, message_id=msg.id, created_at=msg.created_at,
                                                 max_size_bytes=200)
-            assert frame == message.frame(payload)
+            assert frame == framing.frame(payload)
         assert message.decode(second).created_at >= message.decode(first).created_at
         for n in range(1_100):
             producer.publish(f"q{n}", n)
@@ -177,7 +177,7 @@ def test_random_frames_fuzz_never_stops_the_queue(
 def _random_frame(rng: random.Random) -> bytes:
     """A random frame: garbage, a mutated good frame, or a good frame made deep."""
     _, payload = message.encode_payload("q", {"n": rng.random()}, max_size_bytes=1 << 20)
-    good = message.frame(payload, rng.choice([0, 1, 999999999]))
+    good = framing.frame(payload, rng.choice([0, 1, 999999999]))
     roll = rng.random()
     if roll < 0.25:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(0, 200)))
@@ -200,7 +200,7 @@ def test_a_forged_attempts_prefix_stays_a_frame_with_its_id(
     supervise({"q": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 3}}, notify)
     notify.wait("READY=1")
     mid, payload = message.encode_payload("q", "forged", max_size_bytes=1 << 20)
-    redis_client.lpush(Q.pending, message.frame(payload, 999999999))
+    redis_client.lpush(Q.pending, framing.frame(payload, 999999999))
     wait_for(lambda: redis_client.llen(Q.dead) == 1, 15)
     dead = deadletter.DeadLetter(redis_client.lindex(Q.dead, 0))
     msg = dead.message()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import framing, message
 from smqsup.collector.collector import Collector
 from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerError
@@ -31,7 +31,7 @@ HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
 
 
 def _frame(message_id: str) -> bytes:
-    return message.frame(message.encode_payload("q", None, message_id=message_id, max_size_bytes=1 << 20)[1])
+    return framing.frame(message.encode_payload("q", None, message_id=message_id, max_size_bytes=1 << 20)[1])
 
 
 def _wrong_type(client: "redis.Redis", key: str) -> None:
@@ -273,7 +273,7 @@ def test_a_standalone_consumer_under_oom_is_not_declared_dead_by_its_own_collect
         wait_for(lambda: redis_client.hlen(Q.consumers) == 1, 15, message="consumer never registered")
         # Its collector leads and has seen Redis answer for longer than heartbeat_timeout.
         wait_for(lambda: redis_client.llen(Q.series) >= 3, 15, message="the collector never sampled")
-        redis_client.lpush(Q.pending, message.frame(message.encode_payload(
+        redis_client.lpush(Q.pending, framing.frame(message.encode_payload(
             "q", {"sleep": 5}, message_id="long", max_size_bytes=1 << 20)[1]))
         wait_for(lambda: read_events(str(out_dir)), 15, message="handler never started")
         redis_client.config_set("maxmemory-policy", "noeviction")

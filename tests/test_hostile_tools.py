@@ -13,7 +13,7 @@ import psutil
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.locate import free_port
@@ -60,7 +60,7 @@ def test_dlq_lists_and_acts_on_every_hostile_entry(redis_url: str, redis_client:
     r = procs.run("dlq", "--url", redis_url, "purge", "q", "--id", raw_ref, "--id", "nan")
     assert r.returncode == 0 and "purged 2" in r.stdout, r.stderr
     assert redis_client.llen(Q.dead) == len(HOSTILE_DEAD) - 3
-    assert message.peek_id(redis_client.lindex(Q.pending, 0)) == "deep"
+    assert framing.peek_id(redis_client.lindex(Q.pending, 0)) == "deep"
 
 
 def _no_constant(name: str) -> None:

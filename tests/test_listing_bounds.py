@@ -13,8 +13,8 @@ import redis
 
 from smqsup import defaults
 from smqsup.deadletter import DeadLetter
+from smqsup.framing import peek_id
 from smqsup.keys import QueueKeys
-from smqsup.message import peek_id
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.views import browse, deadletters
@@ -256,7 +256,9 @@ HEADS = [b'1|{"id":"a"', b'123456789|{"id":"a"', b'1234567890|{"id":"a"', b'0:7:
          b'0:7:' + b"1" * 15 + b'|{"id":"a"', b'0:7:' + b"1" * 16 + b'|{"id":"a"', b'0:7|{"id":"a"',
          b'1|{"id":"' + b"i" * 128 + b'"', b'1|{"id":"' + b"i" * 129 + b'"', b'1|{"id":""', b'1|{"id":"a b"',
          b'1|{"id":"a-b.c:d_E9"', b'1|{"id":"a', b' 1|{"id":"a"', b'1|{ "id":"a"', b'|{"id":"a"', b'1{"id":"a"',
-         b'\xff1|{"id":"a"', b'1|{"id":"\xc3\xa9"']
+         b'\xff1|{"id":"a"', b'1|{"id":"\xc3\xa9"', b'0:0:0:60|{"id":"a"', b'0:0:0:0:100|{"id":"a"',
+         b'0:0:0:123456789|{"id":"a"', b'0:0:0:1:12345678|{"id":"a"', b'0:0:0:1:1:1|{"id":"a"', b'0:0:0:|{"id":"a"',
+         b'0:0:0:1:1234567|{"id":"a"']
 
 
 def test_the_script_sends_a_digest_exactly_when_the_head_holds_no_id_message_py_reads(

@@ -189,7 +189,7 @@ def test_generation_covers_every_other_field() -> None:
         "handler": "examples.handlers:send_email", "retry_threshold": 9, "retry_delay_s": 2.5,
         "retry_backoff": 3.0, "retry_delay_max_s": 10.0, "message_timeout_s": 4.0,
         "max_messages": 5, "max_memory_bytes": 1024, "concurrency": 8, "prefetch": 32, "rate_limit_per_s": 50.0, "rate_burst": 3, "partitions": 3,
-        "result_ttl_s": 60,
+        "result_ttl_s": 60, "events": True, "events_max": 50,
     }
     covered = {f.name for f in dataclasses.fields(QueueConfig)} - {"name", "consumers", "dedup_ttl_s"}
     assert set(changed) == covered, "a new QueueConfig field needs a case here"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import deadletter, message
+from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
@@ -67,7 +67,7 @@ def _held(client: redis.Redis) -> int:
 def test_a_costly_reclaim_with_started_charges_only_the_oldest_frames(redis_client: redis.Redis) -> None:
     """reclaim.lua with started=2 over a list of 5: the 2 oldest cost an attempt, the 3 newer go back
     free, and all 5 land at the consuming end of pending, oldest first, ahead of a newer message."""
-    frames = [message.frame(message.encode_payload("q", {"i": i}, message_id=f"m{i}", max_size_bytes=1024)[1])
+    frames = [framing.frame(message.encode_payload("q", {"i": i}, message_id=f"m{i}", max_size_bytes=1024)[1])
               for i in range(5)]
     redis_client.lpush(K.processing("c1"), *frames)  # m0 oldest, at the right end
     redis_client.hset(K.consumers, "c1", "{}")
@@ -170,7 +170,7 @@ def test_a_take_takes_at_most_its_share_of_what_is_ready(redis_client: redis.Red
     registered: a short queue is spread over them (none idle while one holds the rest), a backlog
     goes in full batches; a registry swollen with junk entries still lets each take take one."""
     redis_client.hset(K.consumers, mapping={f"c{i}": "{}" for i in range(consumers)})
-    redis_client.lpush(K.pending, *[message.frame(message.encode_payload("q", i, message_id=f"m{i}",
+    redis_client.lpush(K.pending, *[framing.frame(message.encode_payload("q", i, message_id=f"m{i}",
                                                                           max_size_bytes=1024)[1])
                                     for i in range(ready)])
     took = scripts.take(K, "c0", 32).run(redis_client)

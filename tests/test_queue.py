@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import deadletter, message
+from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.ids import new_id
@@ -119,7 +119,7 @@ def test_payload_bytes_survive_retries_and_dead_lettering(
     """Big integers, [] and {} come out of retries and the dead-letter list byte for byte."""
     k = QueueKeys(NS, "q")
     payload = ('{"id":"01","queue":"q","body":%s,"created_at":1.5,"headers":{}}' % payload_body).encode()
-    redis_client.lpush(k.pending, message.frame(payload))
+    redis_client.lpush(k.pending, framing.frame(payload))
     bodies: list[Any] = []
 
     def handler(m: Any) -> None:

@@ -16,8 +16,8 @@ import redis
 from smqsup import MessageFailed, Reject, ResultUnknown
 from smqsup.client.producer import Producer
 from smqsup.errors import BrokerError, MessageError
+from smqsup.framing import frame_head, peek_id
 from smqsup.keys import QueueKeys
-from smqsup.message import frame_head, peek_id
 from smqsup.store.broker import Broker
 from tests.helpers import redis_ms, servers_of, wait_for
 from tests.inproc import NS, Running

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import message
+from smqsup import framing
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
@@ -47,7 +47,7 @@ CLOCKS_APART_S = 0.005
 def due_ms(client: "redis.Redis", mid: str) -> int:
     """The due time (ms, Redis clock) of scheduled message ``mid``: its score."""
     for frame, score in client.zrange(Q.scheduled, 0, -1, withscores=True):
-        if message.peek_id(frame) == mid:
+        if framing.peek_id(frame) == mid:
             return int(score)
     raise AssertionError(f"message {mid} is not in the scheduled set")
 
@@ -160,7 +160,7 @@ def test_a_ttl_that_passes_while_the_queue_is_paused_dead_letters_it_unhandled(
         mid = p.publish("q", "short-lived", ttl=1)
         # A consumer blocked in BLMOVE may take it, see the pause and give it back.
         [frame] = wait_for(lambda: redis_client.lrange(Q.pending, 0, -1), message="not given back to pending")
-        expires = message.frame_head(frame).expires_ms
+        expires = framing.frame_head(frame).expires_ms
         assert expires is not None
         wait_for(lambda: redis_ms(redis_client) > expires, timeout_s=3)
         assert redis_client.lrange(Q.pending, 0, -1) == [frame]  # paused: nobody took it

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union, cast
 
-from smqsup import defaults, message, safe
+from smqsup import defaults, framing, message, safe
 from smqsup.client import options
 from smqsup.config import scalars
 from smqsup.config.names import validate_queue_name
@@ -205,7 +205,7 @@ class Publishing:
             else:
                 mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
                                                       max_size_bytes=self.max_message_size)
-            return Outgoing(queue, [mid], [message.frame(payload)], None, by, [])
+            return Outgoing(queue, [mid], [framing.frame(payload)], None, by, [])
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
         mid = message.check_message_id(message_id) if message_id is not None else new_id()
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max)

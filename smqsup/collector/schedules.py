@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Optional, cast
 
-from smqsup import defaults, message
+from smqsup import defaults, framing, message
 from smqsup.config import schedule
 from smqsup.config.model import Config
 from smqsup.errors import ConfigError, MessageError, NotLeader, NotReplicated
@@ -174,7 +174,7 @@ class Firing:
                                         self.cfg.max_message_size_bytes)
         payload = writer.payload(mid, s.body)
         q = self.cfg.queues.get(s.queue)  # (always there: a schedule names a queue of its file)
-        frame = message.new_frame(payload, q.result_ttl_s, q.events_cap) if q else message.frame(payload)
+        frame = framing.new_frame(payload, q.result_ttl_s, q.events_cap) if q else framing.frame(payload)
         try:
             outcome, now_ms = self.broker.schedules.fire(s.queue, s.name, digest, f.slot_ms, frame, mid, lock)
         except NotReplicated as exc:  # fired on the master: the slot is done whatever happens next

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import message
+from smqsup import framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.aio_waiters import AsyncSubscriber, AsyncWatch
@@ -133,13 +133,13 @@ class AsyncTracking:
         for where, command, key in places:
             start = 0
             while page := await self._one(command, key, start, start + PAGE - 1):
-                found = next((f for f in page if message.peek_id(f) == message_id), None)
+                found = next((f for f in page if framing.peek_id(f) == message_id), None)
                 if found is not None:
                     return where, found
                 start += PAGE
         for cid in await self._one("HKEYS", k.consumers):
             for frame in await self._one("LRANGE", k.processing(cid.decode("utf-8", "backslashreplace")), 0, -1):
-                if message.peek_id(frame) == message_id:
+                if framing.peek_id(frame) == message_id:
                     return "processing", frame
         return "", b""
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, cast
 
-from smqsup import defaults, message, safe
+from smqsup import defaults, framing, safe
 from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
 from smqsup.store import scripts
@@ -114,13 +114,13 @@ class Contents:
     def _locate(self, queue: str, message_id: str) -> tuple[str, bytes]:
         """(where, frame) of ``message_id``: a waiting place, "processing", or ("", b"")."""
         for where, frame in self.waiting(queue):
-            if message.peek_id(frame) == message_id:
+            if framing.peek_id(frame) == message_id:
                 return where, frame
         k = self._link.keys(queue)
         with wrapped(f"look for message {message_id!r} of {queue!r}"):
             for cid in self.holders(queue):
                 for frame in self._link.client.lrange(k.processing(cid), 0, -1):
-                    if message.peek_id(frame) == message_id:
+                    if framing.peek_id(frame) == message_id:
                         return "processing", frame
         return "", b""
 

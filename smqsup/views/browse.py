@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
-from smqsup import message, safe
+from smqsup import framing, message, safe
 from smqsup.errors import MalformedMessage
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
@@ -41,7 +41,7 @@ _PRIORITY_SPAN = 2 ** 44
 def ref(frame: bytes) -> str:
     """How a listing names a frame: its message id, or ``raw-`` and a hash
     of its bytes when none can be read."""
-    return message.peek_id(frame) or "raw-" + hashlib.sha1(frame).hexdigest()[:16]
+    return framing.peek_id(frame) or "raw-" + hashlib.sha1(frame).hexdigest()[:16]
 
 
 def row(frame: bytes, state: str, where: str, due_ms: Optional[float] = None,
@@ -88,7 +88,7 @@ def _cut_row(seen: Peeked, state: str, where: str, due_ms: Optional[float],
     out = _blank(deadletters.cut_ref(seen.data, seen), state, where, due_ms, consumer, seen.size)
     out["cut"] = True
     try:
-        head = message.frame_head(seen.data)
+        head = framing.frame_head(seen.data)
     except MalformedMessage:
         out.update(malformed=True, preview=seen.data[:PREVIEW_CHARS].decode("utf-8", "backslashreplace"))
         return out
@@ -201,7 +201,7 @@ def _set_priority(score: float) -> int:
 
 def _priority(frame: bytes) -> int:
     try:
-        return message.frame_head(frame).priority
+        return framing.frame_head(frame).priority
     except MalformedMessage:
         return 0
 

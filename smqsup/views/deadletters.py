@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 from smqsup.deadletter import DeadLetter
 from smqsup.errors import MalformedMessage
-from smqsup.message import frame_head, peek_id, too_deep
+from smqsup.framing import frame_head, peek_id
+from smqsup.message import too_deep
 from smqsup.safe import scrub
 from smqsup.store.broker import Broker
 from smqsup.store.scripts import Peeked, ReadBudget
@@ -89,7 +90,7 @@ def _cut_row(entry: Peeked) -> dict[str, Any]:
 def cut_ref(head: bytes, entry: Peeked) -> str:
     """The reference of an element read cut, named by ``head``: the message
     id there, else ``raw-`` and the digest of the whole element, as
-    message.peek_id and browse.ref give them for the whole bytes."""
+    framing.peek_id and browse.ref give them for the whole bytes."""
     digest = entry.digest or hashlib.sha1(entry.data).hexdigest()  # (the script sends one when no id is there)
     return peek_id(head) or "raw-" + digest[:16]
 

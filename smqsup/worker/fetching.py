@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Optional
 
-from smqsup import defaults, message
+from smqsup import defaults, framing
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
@@ -157,7 +157,7 @@ class Fetcher:
         """A frame the blocking fetch took, screened when it must be (the
         queue turned out paused, the frame carries an expiry, the queue has
         a rate limit, it is tracked); None if it is not to be handled."""
-        if paused or self.limited or message.must_screen(frame):
+        if paused or self.limited or framing.must_screen(frame):
             return self.screen(frame)
         return frame, 0
 
@@ -175,5 +175,5 @@ class Fetcher:
         elif verdict == scripts.EXPIRED:
             self.stats.expired += 1
             log.info("queue %s: message %s expired before a handler took it; dead-lettered",
-                     self.name, message.peek_id(frame))
+                     self.name, framing.peek_id(frame))
         return None

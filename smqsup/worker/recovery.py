@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Optional
 
-from smqsup import defaults, message
+from smqsup import defaults, framing
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher, Taken
@@ -79,5 +79,5 @@ class Recovery:
         taken = self.fetcher.screen(frame)
         if taken is not None:
             log.info("queue %s: consumer %s handles message %s found in its list",
-                     self.fetcher.name, self.identity.consumer_id, message.peek_id(frame))
+                     self.fetcher.name, self.identity.consumer_id, framing.peek_id(frame))
         return taken

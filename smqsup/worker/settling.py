@@ -9,7 +9,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from smqsup import message
+from smqsup import framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
@@ -215,7 +215,7 @@ class Settler:
         """Count a settle that found its message reclaimed (a no-op in Redis)."""
         self.stats.late_acks += 1
         log.warning("queue %s: late ack of message %s by consumer %s: it had been reclaimed; no-op",
-                    self.fetcher.name, message.peek_id(frame), self.identity.consumer_id)
+                    self.fetcher.name, framing.peek_id(frame), self.identity.consumer_id)
 
 
 def _opening(keys: QueueKeys, cid: str, give_back: Sequence[bytes]) -> list[scripts.Call[Any]]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Optional
 
-from smqsup import defaults, message
+from smqsup import defaults, framing
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MalformedMessage
 from smqsup.message import decode
@@ -91,7 +91,7 @@ class Starter:
         expiry to screen) and nothing else is in hand or limits its start,
         what accept() would do, without the line of waiting frames; whether
         it was."""
-        if message.must_screen(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
+        if framing.must_screen(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
             return False
         self.looked_at = time.monotonic()  # (as accept: the fetch read the flag just now)
         self.launch(frame)
@@ -138,7 +138,7 @@ class Starter:
             frame = waiting.popleft()
             if self._fresh:
                 self._fresh -= 1
-            elif message.has_expiry(frame) and f.screen(frame) is None:
+            elif framing.has_expiry(frame) and f.screen(frame) is None:
                 continue  # its ttl passed while it waited (or the queue turned out paused): not started
             self.launch(frame)
         return False

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Optional
 
-from smqsup import message
+from smqsup import framing
 from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher
 from smqsup.worker.in_hand import InHand
@@ -62,7 +62,7 @@ class Stopper:
         self.cancels_due = False
         in_hand = self.in_hand
         held = {att.msg.id: att for att in in_hand.running if att.msg is not None}
-        waiting = {mid: frame for frame in in_hand.waiting if (mid := message.peek_id(frame)) is not None}
+        waiting = {mid: frame for frame in in_hand.waiting if (mid := framing.peek_id(frame)) is not None}
         asked = self.broker.tracking.cancels_asked(self.fetcher.partitions.names, [*held, *waiting])
         for mid in asked:
             if mid in held:

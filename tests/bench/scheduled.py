@@ -71,7 +71,7 @@ import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
 import supervisor as supbench  # noqa: E402  (tests/bench/supervisor.py: Supervisor, Notify)
 
-from smqsup import message, options  # noqa: E402
+from smqsup import framing, options  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 
@@ -198,7 +198,7 @@ def scheduled(rig: Rig, args: argparse.Namespace) -> list[Scheduled]:
         pipe.zrangebyscore(rig.keys.scheduled, low, low + READ_BACK_MS, withscores=True)
         (sec, usec), found = pipe.execute()
         high = int(sec) * 1000 + int(usec) // 1000 + d
-        score = next((int(s) for frame, s in found if message.peek_id(frame) == mid), None)
+        score = next((int(s) for frame, s in found if framing.peek_id(frame) == mid), None)
         rows.append(Scheduled(mid, delays_ms[n] * 1_000_000, before, low, high, score))
 
     steady(args.messages, args.rate, send)

@@ -33,10 +33,11 @@ local first, step, count = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4
 local head, whole, sep = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local cut_cost = sep == '' and head or 2 * head
 
--- Whether ``s`` opens with a frame head and a message id, as message.py's
+-- Whether ``s`` opens with a frame head and a message id, as framing.py's
 -- peek_id reads one: 1-9 digits, optionally ":P:E" (one digit, 1-15
--- digits), '|{"id":"', 1-128 of A-Z a-z 0-9 _ . : -, '"'. Exactly that
--- grammar: a cut element the reader finds no id in always has its digest.
+-- digits) then ":R" (1-8 digits) then ":V" (1-7 digits), '|{"id":"', 1-128
+-- of A-Z a-z 0-9 _ . : -, '"'. Exactly that grammar: a cut element the
+-- reader finds no id in always has its digest.
 local function has_id(s)
   local attempts, at = string.match(s, '^([0-9]+)()')
   if not attempts or #attempts > 9 then return false end
@@ -44,6 +45,12 @@ local function has_id(s)
   if expires then
     if #expires > 15 then return false end
     at = after
+    for _, most in ipairs({8, 7}) do  -- R, then V
+      local digits, next_at = string.match(s, '^:([0-9]+)()', at)
+      if not digits then break end
+      if #digits > most then return false end
+      at = next_at
+    end
   end
   local id = string.match(s, '^|{"id":"([A-Za-z0-9_.:%-]+)"', at)
   return id ~= nil and #id <= 128

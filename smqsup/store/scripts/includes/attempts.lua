@@ -1,5 +1,5 @@
 --- @include "plain"
--- head_of(frame): what the head of a frame says (message.py has the
+-- head_of(frame): what the head of a frame says (framing.py has the
 -- grammar: "A", "A:P:E", "A:P:E:R" or "A:P:E:R:V", then '|'): attempts,
 -- priority, expires_ms (0: never), the position where the attempts digits
 -- end, R, the seconds its outcome is kept once it ends (0: not tracked),

@@ -1,7 +1,7 @@
 --- @include "attempts"
 --- @include "frame_id"
 -- The records of tracked messages, and the event streams of queues with
--- events on: a frame whose head is "A:P:E:R" with R > 0 (message.py) keeps
+-- events on: a frame whose head is "A:P:E:R" with R > 0 (framing.py) keeps
 -- its state and outcome until R seconds after it ended; one whose head is
 -- "A:P:E:R:V" with V > 0 also adds each step of its life to its queue's
 -- event stream, capped at about V entries. Both are written here by the

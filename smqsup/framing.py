@@ -1,0 +1,124 @@
+"""A message's frame: what the Redis lists and sets hold, ``head + b"|" +
+payload`` (the payload: smqsup.message). The head is what the scripts may
+read and rewrite without touching the payload (DESIGN section 8); the
+scripts' includes/attempts.lua reads the same grammar:
+
+    A        attempts (1 to 9 digits): priority 0, no expiry. Every plain
+             publish, and every frame written before priorities existed.
+    A:P:E    attempts, priority (one digit, 0-9), expiry in ms since the
+             epoch by the Redis clock (1 to 15 digits, 0: none). Written by
+             publish_options.lua for a message with a priority or a ttl.
+    A:P:E:R  the same, tracked: its state and outcome are kept until R
+             seconds (1 to 8 digits) after it ended (store/tracking.py).
+    A:P:E:R:V  the same (R may be 0: not tracked), with events: each step
+             of its life is added to its queue's event stream, which is
+             capped at about V entries (1 to 7 digits; store/events.py).
+
+Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Optional
+
+from smqsup.errors import MalformedMessage
+
+#: What ends a frame's head.
+SEP = b"|"
+
+
+def frame(payload: bytes, attempts: int = 0) -> bytes:
+    """The bytes a queue list holds for ``payload`` after ``attempts`` failures."""
+    return b"%d|%b" % (attempts, payload)
+
+
+def new_frame(payload: bytes, result_ttl_s: int = 0, events_max: int = 0) -> bytes:
+    """The frame of a new message without priority or expiry, tracked for
+    ``result_ttl_s`` and with events capped at ``events_max`` (0: neither,
+    the plain head): what includes/attempts.lua's head_for writes."""
+    if events_max:
+        return b"0:0:0:%d:%d|%b" % (result_ttl_s, events_max, payload)
+    if result_ttl_s:
+        return b"0:0:0:%d|%b" % (result_ttl_s, payload)
+    return b"0|" + payload
+
+
+#: A frame head: ``A``, ``A:P:E``, ``A:P:E:R`` or ``A:P:E:R:V`` (module
+#: docstring). The scripts' includes/attempts.lua reads the same grammar.
+_HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
+                   rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6}))?)?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 bytes.
+_HEAD_MAX = 44
+
+
+class FrameHead(NamedTuple):
+    """What a frame's head says, and its payload."""
+
+    attempts: int
+    priority: int
+    expires_ms: Optional[int]  # ms since the epoch, Redis clock; None: never
+    payload: bytes
+    result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
+    events_max: int = 0  # its lifecycle goes to its queue's event stream, capped at this; 0: no events
+
+
+def frame_head(data: bytes) -> FrameHead:
+    """The head of a frame; MalformedMessage if the bytes are not a frame."""
+    bar = data.find(SEP, 0, _HEAD_MAX + 1)
+    head = data[:bar]
+    if 0 < bar <= 9 and head.isdigit():  # "A|": the plain head, every message without options
+        return FrameHead(int(head), 0, None, data[bar + 1:])
+    match = _HEAD.fullmatch(head) if bar >= 0 else None
+    if match is None:
+        raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
+    attempts, priority, expires, result_ttl, kept_too, events_max = match.groups()
+    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
+                     int(result_ttl or kept_too or 0), int(events_max or 0))
+
+
+def split_frame(data: bytes) -> tuple[int, bytes]:
+    """``(attempts, payload)`` of a frame; MalformedMessage if it is not one."""
+    head = frame_head(data)
+    return head.attempts, head.payload
+
+
+def _options_head(data: bytes) -> Optional[FrameHead]:
+    """The head of a frame that has options (cheap: no payload is read);
+    None for a plain one ("A|") or bytes that are no frame."""
+    if data[1:2] == SEP:  # "N|": a plain frame, the usual one
+        return None
+    bar = data.find(SEP, 0, _HEAD_MAX + 1)
+    if bar < 0 or data.find(b":", 0, bar) < 0:  # "A|" with more digits (or no frame): no copy of the payload
+        return None
+    try:
+        return frame_head(data)
+    except MalformedMessage:
+        return None
+
+
+def has_expiry(data: bytes) -> bool:
+    """Whether a frame's head carries an expiry."""
+    head = _options_head(data)
+    return head is not None and head.expires_ms is not None
+
+
+def must_screen(data: bytes) -> bool:
+    """Whether a frame a blocking fetch took is screened (screen.lua) before
+    it starts: its head carries an expiry, or it is tracked or has events
+    (the screen records it "active", "started")."""
+    head = _options_head(data)
+    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0)
+
+
+#: The start of every payload a Producer writes: its id is readable without
+#: decoding the rest (which may be too deep or broken to decode).
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7})?)?)?'
+                      rb'\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
+
+
+def peek_id(data: bytes) -> Optional[str]:
+    """The id at the start of a frame, or None when there is none (for logs,
+    and to name a dead letter whose body cannot be decoded)."""
+    match = _PEEK_ID.match(data)
+    return match[1].decode() if match else None
