@@ -86,6 +86,10 @@ def seed_hostile(client: redis.Redis, queue: str = "q") -> None:
     client.zadd(f"{k}:scheduled", {b"\xff": float("inf"), nan_frame: float("-inf"), b"1|{}": 1e300})
     client.zadd(f"{k}:delayed", {b"x|" + DEEP: 5, b"": 1})
     client.rpush(f"{k}:processing:c1", b"\xff", DEEP, nan_frame)
+    for fields in ({"event": "progress", "id": b"\xff\xfe", "attempts": "0", "data": b'{"v": NaN, "w": "\\udcff"}'},
+                   {"event": "dead", "id": "d", "attempts": "9" * 400, "data": DEEP}, {b"\xff": DEEP},
+                   {"event": "done", "id": "x", "attempts": "1", "data": FAIRLY_DEEP}):
+        client.xadd(f"{k}:events", fields)
 
 
 @pytest.fixture
@@ -438,13 +442,14 @@ FUZZ_SECONDS = 20.0
 _NAMES = ["q", ".", "..", "%2e", "%2E%2e", "é", "%C3%A9", "日本", "%ff", "%00", "a:b", "%7Bq%7D", "x" * 300, "",
           "%ED%A0%80", "%c0%ae", "q%2F..", "%", "%zz", "~", "q;x", "a b", "%0d%0aX:%20y"]
 _VALUES = ["1", "0", "-1", "²", "9" * 5000, "1e3", "%ff", "１２", "", "NaN", "0x10", "+5", "1000", "1001", "%00",
-           "900", TOKEN, "%ED%A0%80", "1" * 30, "pending", "scheduled", "processing", "dead", "bogus"]
-_KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit", "state", "state"]
+           "900", TOKEN, "%ED%A0%80", "1" * 30, "pending", "scheduled", "processing", "dead", "bogus", "0=1-1",
+           "0=0-0,1=5-5", "63=1-1", "0=18446744073709551615-18446744073709551615"]
+_KEYS = ["limit", "seconds", "token", "x", "%ff", "", "limit", "state", "state", "after", "after"]
 _PATHS = ["/", "/ws", "/api/status", "/metrics", "/static/app.js", "/static/{n}", "/api/queues/{n}/history",
           "/api/queues/{n}/dead", "/api/queues/{n}/dead/requeue", "/api/queues/{n}/dead/purge", "/api/queues/{n}",
           "/api/queues/{n}/dead/../../status", "//", "/%ff", "/api/../api/status", "*", "/favicon.ico",
           "/api/queues/{n}/messages", "/api/queues/{n}/remove", "/api/queues/{n}/pause", "/api/queues/{n}/resume",
-          "/api/queues/{n}/cancel"]
+          "/api/queues/{n}/cancel", "/api/queues/{n}/events"]
 _METHODS = ["GET"] * 6 + ["POST"] * 4 + ["HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "FOO"]
 _BODIES = [b"", b'{"ids": ["zz"]}', b'{"ids": []}', b'{"ids": "x"}', b'{"all": "yes"}', b"null", b"[]", b"NaN",
            b'{"ids": [NaN]}', DEEP, b"\xff\xfe", b'{"ids": ["\\udcff"]}', b'{"ids": ["\xff"]}', b"{" * 5000,

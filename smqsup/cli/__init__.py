@@ -9,6 +9,7 @@ commands that need them, so that `smqsup --help` stays light.
 - run.py: ``run`` (the supervisor), ``check`` (validate without starting) and ``consume`` (one consumer).
 - publish.py: ``publish``, its flags' parsers and the publish itself.
 - queue.py: ``pause``, ``resume``, ``messages`` and ``remove``: an operator's commands on one queue.
+- events.py: ``events``: a queue's lifecycle events, oldest first, as text or JSON lines; --follow for what comes next.
 - schedules.py: ``schedules``: list them, or pause, resume or reset one.
 - status.py: ``status``: the statistics snapshot, once or every few seconds.
 - dlq.py: ``dlq``: list, requeue or purge dead letters.

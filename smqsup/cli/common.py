@@ -1,6 +1,7 @@
 """What every ``smqsup`` command shares: the parser that errs in one line, the
-target options (-c FILE, --url, --namespace) and where they lead, the types
-of the flags several commands take, and the exit statuses.
+target options (-c FILE, --url, --namespace) and where they lead (connect(),
+queue_broker() for the commands on one queue), the types of the flags several
+commands take, and the exit statuses.
 
 A command module imports this one, never main.py (which imports them all);
 nothing here imports redis-py at module level (see connect()).
@@ -10,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import defaults
 from smqsup.config import model as config_mod
+from smqsup.config.names import validate_queue_name
 from smqsup.errors import UsageError
 from smqsup.store.embedded import redis_url
 
@@ -99,3 +104,19 @@ def connect(url: str, namespace: str, client_name: Optional[str] = None) -> Brok
     from smqsup.store.broker import Broker
 
     return Broker(url, namespace, client_name=client_name)
+
+
+@contextmanager
+def queue_broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
+    """A Broker on the command's Redis and its validated QUEUE; a note on
+    stderr when no producer or consumer has ever used that queue (a typo)."""
+    url, namespace, _ = target(args)
+    queue = validate_queue_name(args.queue, path=f"smqsup {args.command}", key="QUEUE")
+    broker = connect(url, namespace, client_name=f"smqsup-{args.command}")
+    try:
+        if queue not in broker.queues.known_queues():
+            print(f"smqsup {args.command}: note: no producer or consumer has used queue {queue} "
+                  f"in namespace {namespace} yet", file=sys.stderr)
+        yield broker, queue
+    finally:
+        broker.close()

@@ -12,6 +12,7 @@ modules, and one-line errors.
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...   (exit 1 if some id was not removed)
     smqsup cancel (-c FILE | --url URL) QUEUE ID...   (exit 1 if some had ended or are unknown)
+    smqsup events (-c FILE | --url URL) QUEUE [--since now|MS-SEQ|TIME] [--follow] [--json] [--limit N]
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
     smqsup schedules (-c FILE | --url URL) [--json] | pause NAME | resume NAME
     smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from smqsup import __version__, logs, safe
-from smqsup.cli import dlq, publish, queue, run, schedules, status, web
+from smqsup.cli import dlq, events, publish, queue, run, schedules, status, web
 from smqsup.cli.common import EXIT_ERROR, EXIT_OK, Parser, nonempty
 from smqsup.errors import SmqsupError, UsageError
 
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for add in (run.add_run_and_check, publish.add_publish, run.add_consume, status.add_status, web.add_web,
                 dlq.add_dlq, queue.add_pause_resume, queue.add_messages, queue.add_remove,
-                queue.add_cancel,
+                queue.add_cancel, events.add_events,
                 schedules.add_schedules):
         add(sub)
     return parser
@@ -65,6 +66,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "messages": queue.cmd_messages,
     "remove": queue.cmd_remove,
     "cancel": queue.cmd_cancel,
+    "events": events.cmd_events,
     "schedules": schedules.cmd_schedules,
 }
 

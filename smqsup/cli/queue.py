@@ -8,7 +8,7 @@ waiting messages by id).
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...
 
-Each command reaches Redis as ``smqsup dlq`` does (cli.common.target: -c FILE,
+Each command reaches Redis as ``smqsup dlq`` does (cli.common.queue_broker: -c FILE,
 --url, $SMQSUP_REDIS_URL, --namespace). Every value shown comes from Redis,
 which anybody may have written: it is escaped to one bounded line.
 """
@@ -20,13 +20,10 @@ import json
 import re
 import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
-from smqsup.config.names import validate_queue_name
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, limit, queue_broker
 from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:
@@ -117,7 +114,7 @@ def _message_id(text: str) -> str:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     """``smqsup pause``: set the queue's paused flag (or say who set it)."""
-    with _broker(args) as (broker, queue):
+    with queue_broker(args) as (broker, queue):
         by = f"cli@{socket.gethostname()}"
         if broker.queues.pause(queue, by=by):
             print(f"paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`")
@@ -128,7 +125,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``smqsup resume``: clear the queue's paused flag."""
-    with _broker(args) as (broker, queue):
+    with queue_broker(args) as (broker, queue):
         if broker.queues.resume(queue):
             print(f"resumed {queue}: its consumers take messages again")
         else:
@@ -141,7 +138,7 @@ def cmd_messages(args: argparse.Namespace) -> int:
     # Here, not at the top: browse imports the store (see cli.common.connect).
     from smqsup.views import browse
 
-    with _broker(args) as (broker, queue):
+    with queue_broker(args) as (broker, queue):
         rows = browse.listing(broker, queue, args.state, args.limit)
         total = _total(broker, queue, args.state) if len(rows) == args.limit and not args.json else None
     for row in rows:
@@ -170,7 +167,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     from smqsup.views import browse
 
     ids = list(dict.fromkeys(args.ids))  # an id given twice is removed once, reported once
-    with _broker(args) as (broker, queue):
+    with queue_broker(args) as (broker, queue):
         done = browse.remove(broker, queue, ids)
     for mid in ids:
         print(f"removed {mid}" if done[mid] else f"not removed {mid}: not waiting {_NOT_WAITING}")
@@ -184,7 +181,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``smqsup cancel``: cancel messages by id; EXIT_NOT_ALL when some had ended or are unknown."""
     ids = list(dict.fromkeys(args.ids))
-    with _broker(args) as (broker, queue):
+    with queue_broker(args) as (broker, queue):
         answers = {mid: broker.contents.cancel(broker.queues.partition_names(queue), mid) for mid in ids}
     for mid, answer in answers.items():
         print({"cancelled": f"cancelled {mid}", "stopping": f"stopping {mid}: a consumer holds it",
@@ -198,22 +195,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 # --- helpers -----------------------------------------------------------------
-
-
-@contextmanager
-def _broker(args: argparse.Namespace) -> Iterator[tuple[Broker, str]]:
-    """A Broker on the command's Redis and the validated queue name; a note on
-    stderr when no producer or consumer has ever used that queue (a typo)."""
-    url, namespace, _ = target(args)
-    queue = validate_queue_name(args.queue, path=f"smqsup {args.command}", key="QUEUE")
-    broker = connect(url, namespace, client_name=f"smqsup-{args.command}")
-    try:
-        if queue not in broker.queues.known_queues():
-            print(f"smqsup {args.command}: note: no producer or consumer has used queue {queue} "
-                  f"in namespace {namespace} yet", file=sys.stderr)
-        yield broker, queue
-    finally:
-        broker.close()
 
 
 def _pause_info(broker: Broker, queue: str) -> str:

@@ -5,11 +5,12 @@ from its start (they are new: all their events are)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
 from smqsup.errors import MessageError
-from smqsup.store.events import cursor_after
+from smqsup.store.broker import Broker
+from smqsup.store.events import BLOCK_SLICE_MS, Event, cursor_after
 
 
 class Reading:
@@ -40,3 +41,20 @@ class Reading:
         for name in names:
             self.after[name] = (last or {}).get(name) or self.first or "0-0"
         self._started = True
+
+
+def read_on(broker: Broker, queue: str, reading: Reading, follow: bool,
+            stopped: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+    """The events of ``queue`` after ``reading``'s cursors (Producer.events);
+    with ``follow`` those that come next too, until ``stopped()`` says so
+    (asked between reads, each of which waits at most BLOCK_SLICE_MS)."""
+    events, block = broker.events, BLOCK_SLICE_MS if follow else 0
+    while not stopped():
+        names = broker.queues.partition_names(queue)
+        fresh = reading.fresh(names)
+        if fresh:  # the first read, or partitions added while following: all their events are new
+            reading.start(fresh, events.last(fresh) if reading.needs_last() else None)
+        got = events.read(names, reading.after, block_ms=block)
+        yield from got
+        if not got and not follow:
+            return

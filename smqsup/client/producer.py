@@ -23,11 +23,11 @@ from typing import Any, Optional
 
 from smqsup import defaults, message
 from smqsup.client import results
-from smqsup.client.events import Reading
+from smqsup.client.events import Reading, read_on
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
-from smqsup.store.events import BLOCK_SLICE_MS, Event
+from smqsup.store.events import Event
 from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record
 
@@ -159,19 +159,7 @@ class Producer:
         BrokerError when Redis fails; garbage in a stream is an Event
         "malformed"."""
         self._core.check_queue(queue)
-        return self._events(queue, Reading(since), follow)
-
-    def _events(self, queue: str, reading: Reading, follow: bool) -> Iterator[Event]:
-        ev, block = self._broker.events, BLOCK_SLICE_MS if follow else 0
-        while True:
-            names = self._broker.queues.partition_names(queue)
-            fresh = reading.fresh(names)
-            if fresh:
-                reading.start(fresh, ev.last(fresh) if reading.needs_last() else None)
-            got = ev.read(names, reading.after, block_ms=block)
-            yield from got
-            if not got and not follow:
-                return
+        return read_on(self._broker, queue, Reading(since), follow)
 
     def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
         """What the handler of tracked message ``message_id`` returned,

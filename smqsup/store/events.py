@@ -147,6 +147,20 @@ class Events:
                 cursors[name] = text(newest[0][0]) if newest else "0-0"
         return cursors
 
+    def newest(self, names: Sequence[str], count: int) -> tuple[list[Event], dict[str, str]]:
+        """The newest ``count`` events of ``names`` merged (oldest first),
+        and each stream's newest entry id ("0-0": empty): where a reader of
+        what comes next starts. One XREVRANGE a stream."""
+        found: list[Event] = []
+        cursors: dict[str, str] = {}
+        with wrapped(f"read the events of {names[0]!r}"):
+            for name in names:
+                entries = self._link.client.xrevrange(self._link.keys(name).events, count=max(1, count))
+                cursors[name] = text(entries[0][0]) if entries else "0-0"
+                found.extend(parse(name, entry_id, fields) for entry_id, fields in reversed(entries))
+        found.sort(key=lambda e: sort_key(e.cursor))
+        return found[-count:] if count else [], cursors
+
     def _xread(self, streams: dict[str, str], count: int, block: Optional[int]) -> dict[str, Any]:
         """XREAD of ``streams`` as {key: entries}: one call on one server; on
         a Redis Cluster one per stream (their slots differ), the blocking
@@ -178,9 +192,9 @@ def merged(names: Sequence[str], keys: Callable[[str], QueueKeys], found: dict[s
             events.append(parse(name, entry_id, fields))
     for e in events:
         after[e.queue] = e.cursor
-    return sorted(events, key=lambda e: _sort_key(e.cursor))
+    return sorted(events, key=lambda e: sort_key(e.cursor))
 
 
-def _sort_key(cursor: str) -> tuple[int, int]:
+def sort_key(cursor: str) -> tuple[int, int]:
     ms, _, seq = cursor.partition("-")
     return (int(ms) if ms.isdigit() else 0, int(seq) if seq.isdigit() else 0)

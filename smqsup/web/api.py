@@ -18,7 +18,7 @@ from smqsup import safe
 from smqsup.collector import stats
 from smqsup.errors import ConfigError
 from smqsup.views import browse
-from smqsup.web import args, metrics
+from smqsup.web import args, events, metrics
 from smqsup.web.jsonout import response
 from smqsup.web.source import Source
 
@@ -39,6 +39,8 @@ IDS_MAX = 10_000
 MESSAGES_LIMIT_MAX = 1000
 #: Most message ids one remove names (a listing shows at most MESSAGES_LIMIT_MAX).
 REMOVE_IDS_MAX = 1000
+#: Events one answer of the events endpoint holds, by default and at most.
+EVENTS_LIMIT, EVENTS_LIMIT_MAX = 100, 500
 
 
 # --- JSON API ------------------------------------------------------------------------
@@ -124,6 +126,15 @@ async def api_cancel(request: web.Request) -> web.Response:
     log.info("queue %s: web cancelled %d of %d message(s) (%s) for %s", queue, n, len(ids),
              safe.shown(", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""), 300), safe.shown(request.remote))
     return response({"queue": queue, "cancelled": n, "ids": done})
+
+
+async def api_events(request: web.Request) -> web.Response:
+    """The queue's newest events, or those after ``after`` (web.events.page);
+    never waits for one: the page polls."""
+    limit, after = args.int_arg(request, "limit", EVENTS_LIMIT, EVENTS_LIMIT_MAX), args.events_after(request)
+    queue = await _known_queue(request)
+    source = request.app[SOURCE]
+    return response(await source.call(events.page, source.broker, queue, after, limit))
 
 
 async def api_pause(request: web.Request) -> web.Response:

@@ -6,14 +6,21 @@ with one line naming the argument."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, NoReturn, Optional
 
 from aiohttp import web
 
-from smqsup import message, safe
+from smqsup import defaults, message, safe
 from smqsup.config.names import validate_queue_name
 from smqsup.errors import ConfigError, MessageError
 from smqsup.views import browse
+
+#: One pair of the events endpoint's ``after``: a partition's index (0: the
+#: queue itself) and the entry id ("ms-seq") of its last event the client was given.
+_AFTER_PAIR = re.compile(r"([0-9]{1,2})=([0-9]{1,20})-([0-9]{1,20})")
+#: Longest ``after`` read, in characters (a pair for each of the most partitions).
+AFTER_CHARS = defaults.PARTITIONS_MAX * 48
 
 
 class NotFound(Exception):
@@ -36,6 +43,27 @@ def int_arg(request: web.Request, name: str, default: int, high: int) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 20 and 1 <= int(text) <= high):
         raise ConfigError(f"{name}: expected an integer from 1 to {high}, got {text[:40]!r}")
     return int(text)
+
+
+def events_after(request: web.Request) -> Optional[dict[int, str]]:
+    """The query argument ``after``: None when absent, else the cursors the
+    last answer's ``after`` gave ("I=MS-SEQ,...": partition index, entry id;
+    each index once, each number below 2**64). Whether the queue has each
+    partition is for the reader to say (that takes Redis)."""
+    text = request.query.get("after")
+    if text is None:
+        return None
+    if len(text) > AFTER_CHARS:
+        raise ConfigError(f"after: longer than {AFTER_CHARS} characters (expected what the last answer's after gave)")
+    cursors: dict[int, str] = {}
+    for pair in text.split(","):
+        match = _AFTER_PAIR.fullmatch(pair)
+        if (match is None or int(match[1]) in cursors or int(match[1]) >= defaults.PARTITIONS_MAX
+                or int(match[2]) >= 2**64 or int(match[3]) >= 2**64):
+            raise ConfigError(f"after: expected INDEX=MS-SEQ pairs, as the last answer's after gave, "
+                              f"got {safe.escape(repr(pair), 60)}")
+        cursors[int(match[1])] = f"{match[2]}-{match[3]}"
+    return cursors
 
 
 def state_arg(request: web.Request) -> str:

@@ -11,13 +11,15 @@
     GET  /api/queues/{queue}/messages       ?state=pending|scheduled|processing|dead&limit=N (browse.listing)
     POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
     POST /api/queues/{queue}/cancel         {"ids": [...]}: waiting or held messages (contents.cancel)
+    GET  /api/queues/{queue}/events         ?after=I=MS-SEQ,...&limit=N (default 100, at most 500)
     POST /api/queues/{queue}/pause          {} (Broker.queues.pause)
     POST /api/queues/{queue}/resume         {} (Broker.queues.resume)
     GET  /metrics                           Prometheus text format 0.0.4
 
 Every POST carries a JSON body (``Content-Type: application/json``: a page on
 another site cannot send one without the browser asking first); the queue in
-the path of the last four must be configured or known to Redis (404).
+the path of messages, remove, cancel, events, pause and resume must be
+configured or known to Redis (404).
 
 The JSON API's and /metrics' handlers are in ``api``; access rules in
 ``security``; what a request asks is read and checked in ``args``; Redis is
@@ -55,7 +57,8 @@ _MAX_BODY = 1024 * 1024
 REDIS_TIMEOUT_S = 5.0
 
 #: The page's files, served from memory: name -> content type.
-_STATIC = {"ui.js": "text/javascript", "messages.js": "text/javascript", "app.js": "text/javascript",
+_STATIC = {"ui.js": "text/javascript", "messages.js": "text/javascript", "events.js": "text/javascript",
+           "app.js": "text/javascript",
            "app.css": "text/css", "favicon.svg": "image/svg+xml"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' {ws}; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -162,6 +165,7 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
         web.get(f"{_QUEUE}/messages", api.api_messages),
         web.post(f"{_QUEUE}/remove", api.api_remove),
         web.post(f"{_QUEUE}/cancel", api.api_cancel),
+        web.get(f"{_QUEUE}/events", api.api_events),
         web.post(f"{_QUEUE}/pause", api.api_pause),
         web.post(f"{_QUEUE}/resume", api.api_resume),
         web.get("/metrics", api.get_metrics),
