@@ -1,15 +1,16 @@
-"""Tracked messages (result_ttl): what tracking costs, how soon a result is
-read, how soon a cancel stops a message.
+"""Tracked messages (result_ttl) and lifecycle events: what tracking and
+events cost, how soon a result is read, how soon a cancel stops a message.
 
     SMQSUP_BENCH_TCP=1 python tests/bench/results.py [--messages 20000] [--repeats 3] [--waits 1000] [--cancels 10]
 
 1. Drain: 2 consumer processes (fork, no-op handler returning None) drain
    ``--messages`` messages staged in one go (published to a staging queue,
    then RENAMEd into the pending list once both consumers block in BLMOVE),
-   untracked and tracked (result_ttl 60) in ABBA order, ``--repeats`` each;
-   the clock runs from the RENAME until every list is empty. Publishing is
-   outside the clock. Reported: median msg/s of each, the ratio, and the
-   extra consumer-side time per tracked message (µs).
+   plain, tracked (result_ttl 60) and with events (events: true, the
+   stream capped at 10,000), each of ``--repeats`` rounds in that order or
+   its reverse (ABBA); the clock runs from the RENAME until every list is
+   empty. Publishing is outside the clock. Reported: median msg/s of each,
+   the ratios, and the extra consumer-side time per message (µs).
 2. Result: one consumer process whose handler returns ``time.time_ns()``;
    the parent publishes a tracked message, calls ``result()`` and records
    now - that value: the time from the handler's return to ``result()``
@@ -53,23 +54,31 @@ def _consume(url: str) -> None:
     common.run_consumer(url, "q", _noop)
 
 
+def _consume_events(url: str) -> None:
+    common.run_consumer(url, "q", _noop, events=True)
+
+
 def _returner(url: str) -> None:
     import _supervisor_handlers
 
     common.run_consumer(url, "q", _supervisor_handlers.returned_at)
 
 
-def _drain_once(url: str, client: "redis.Redis[bytes]", n: int, tracked: bool) -> float:
-    """msg/s of 2 consumers draining ``n`` staged messages."""
+def _drain_once(url: str, client: "redis.Redis[bytes]", n: int, kind: str) -> float:
+    """msg/s of 2 consumers draining ``n`` staged messages of ``kind``
+    (plain, tracked or events)."""
     client.flushdb()
     children = common.Children()
     try:
         for _ in range(2):
-            children.start(_consume, url)
+            children.start(_consume_events if kind == "events" else _consume, url)
         common.wait_ready(client, Q.consumers, 2, children=children)
+        if kind == "events":  # the staging queue's producers stamp events on its frames, as q's would
+            client.hset(STAGE.options, mapping={"result_ttl": "0", "events_max": "10000"})
         with Producer(url, common.NAMESPACE) as p:
             for start in range(0, n, 1000):
-                p.publish_many("stage", range(start, min(n, start + 1000)), result_ttl=60 if tracked else None)
+                p.publish_many("stage", range(start, min(n, start + 1000)),
+                               result_ttl=60 if kind == "tracked" else None)
         began = time.perf_counter()
         client.rename(STAGE.pending, Q.pending)
         while client.llen(Q.pending) or any(client.llen(Q.processing(c.decode())) for c in client.hkeys(Q.consumers)):
@@ -80,14 +89,17 @@ def _drain_once(url: str, client: "redis.Redis[bytes]", n: int, tracked: bool) -
 
 
 def drain(url: str, client: "redis.Redis[bytes]", n: int, repeats: int) -> None:
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    kinds = ("plain", "tracked", "events")
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
     for r in range(repeats):
-        for tracked in ((False, True) if r % 2 == 0 else (True, False)):
-            rates[tracked].append(_drain_once(url, client, n, tracked))
-    plain, tracked = common.median(rates[False]), common.median(rates[True])
-    print(f"drain, 2 consumers, {n} messages, median of {repeats}: untracked {plain:,.0f} msg/s, "
-          f"tracked {tracked:,.0f} msg/s ({tracked / plain:.2f}x); per tracked message "
-          f"+{(1 / tracked - 1 / plain) * 2e6:.1f} µs of consumer time")
+        for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+            rates[kind].append(_drain_once(url, client, n, kind))
+    plain = common.median(rates["plain"])
+    print(f"drain, 2 consumers, {n} messages, median of {repeats}: untracked {plain:,.0f} msg/s")
+    for kind in kinds[1:]:
+        rate = common.median(rates[kind])
+        print(f"  {kind}: {rate:,.0f} msg/s ({rate / plain:.2f}x); per message "
+              f"+{(1 / rate - 1 / plain) * 2e6:.1f} µs of consumer time")
 
 
 def result_latency(url: str, client: "redis.Redis[bytes]", waits: int) -> None:
