@@ -57,9 +57,11 @@ def _started_cluster(tmp_path_factory: pytest.TempPathFactory, *, failover: bool
     return cluster
 
 
-@pytest.fixture(scope="module")
-def _module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClusterTopology]]:
-    """The module's shared cluster, in a one-item list so ``redis_cluster`` can replace it."""
+@pytest.fixture(scope="session")
+def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClusterTopology]]:
+    """The cluster the tests of this process share (one per xdist worker: starting one
+    costs seconds, 27 modules use it), in a one-item list so ``redis_cluster`` can
+    replace it."""
     shared: list[ClusterTopology] = []
     try:
         yield shared
@@ -69,17 +71,17 @@ def _module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[C
 
 
 @pytest.fixture
-def redis_cluster(_module_cluster: list[ClusterTopology],
+def redis_cluster(_shared_cluster: list[ClusterTopology],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
     """A Redis Cluster of 3 masters and 3 replicas (tests/topology.py), shared by the
-    tests of a module and flushed for each; started afresh when an earlier test left it
+    tests of a worker process and flushed for each; started afresh when an earlier test left it
     changed (a node killed, roles or slots moved). Its replicas never fail over: a test
     that kills nodes takes ``fresh_cluster``."""
-    if _module_cluster and not _module_cluster[0].intact():
-        _module_cluster.pop().stop()
-    if not _module_cluster:
-        _module_cluster.append(_started_cluster(tmp_path_factory, failover=False))
-    cluster = _module_cluster[0]
+    if _shared_cluster and not _shared_cluster[0].intact():
+        _shared_cluster.pop().stop()
+    if not _shared_cluster:
+        _shared_cluster.append(_started_cluster(tmp_path_factory, failover=False))
+    cluster = _shared_cluster[0]
     cluster.flushall()
     yield cluster
     script_coverage.record(cluster)
