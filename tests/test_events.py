@@ -201,9 +201,21 @@ def test_garbage_in_the_stream_reads_as_malformed_events(producer: Producer, red
     redis_client.xadd(K.events, {"event": "exploded", "id": "a", "attempts": "0"})
     redis_client.xadd(K.events, {"event": b"\xff\xfe", "id": b"\x00\x1b[31m", "attempts": "-1"})
     redis_client.xadd(K.events, {"event": "done", "id": "b", "attempts": "9" * 30, "data": "{"})
+    redis_client.xadd(K.events, {"event": "dead", "id": "c", "attempts": "1",
+                                 "data": '{"reason":"failed: redis://:hunter2@db:6379/0 down"}'})
     mid = producer.publish("q", 1)
     events = list(producer.events("q"))
-    assert [e.event for e in events] == ["malformed"] * 4 + ["published"] and events[-1].message_id == mid
+    assert [e.event for e in events] == ["malformed"] * 4 + ["dead", "published"] and events[-1].message_id == mid
+    assert "hunter2" not in events[4].data["reason"] and events[4].data["reason"].startswith("failed: redis://")
+
+
+@pytest.mark.parametrize("reply, newest", [
+    ([b"m", b"1700000000000"], 1.7e12), ([[b"m", 1.7e12]], 1.7e12), ([(b"m", 5.0)], 5.0), ([], 0.0),
+    (None, 0.0), ([b"m", b"junk"], 0.0), ([b"m", b"nan"], 0.0), ([[b"m"]], 0.0), (ValueError("x"), 0.0)])
+def test_the_newest_cancel_is_read_from_either_reply_shape(reply: Any, newest: float) -> None:
+    """ZREVRANGE WITHSCORES as RESP2 (flat, bytes) or RESP3 (pairs, floats) gives the score; junk gives 0."""
+    from smqsup.store.registry import _newest
+    assert _newest(reply) == newest
 
 
 def test_a_stream_of_the_wrong_type_costs_events_not_messages(start: Callable[..., Running], producer: Producer,

@@ -109,6 +109,8 @@ def test_partitions_are_merged_and_a_busy_stream_says_more(redis_client: "redis.
     assert behind["after"] == "0=1000000-0,1=1000001-0"
     rest = _get(server, f"?limit=100&after={behind['after']}")
     assert len(rest["events"]) == 4 and rest["more"] is False
+    exact = _get(server, f"?limit=4&after={behind['after']}")  # exactly limit left: no "more"
+    assert len(exact["events"]) == 4 and exact["more"] is False
 
 
 def test_the_newest_events_of_partitions_are_merged_with_their_cursors(redis_client: "redis.Redis[Any]",

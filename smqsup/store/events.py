@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from smqsup import defaults
+from smqsup import defaults, safe
 from smqsup.keys import QueueKeys
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, text
@@ -62,8 +62,9 @@ def parse(queue: str, entry_id: Any, fields: Any) -> Event:
     if event not in EVENTS or not mid or not (attempts.isascii() and attempts.isdigit() and len(attempts) <= 9):
         shown = " ".join(f"{k}={v}" for k, v in got.items())[:_MALFORMED_TEXT]
         return Event(cursor, queue, "malformed", mid or "", 0, at_ms, shown)
-    data = got.get("data")
-    return Event(cursor, queue, event, mid, int(attempts), at_ms, None if data is None else _json_or_text(data))
+    data = got.get("data")  # (scrubbed: entries written by hand or by older code may hold a secret)
+    return Event(cursor, queue, event, mid, int(attempts), at_ms,
+                 None if data is None else _json_or_text(safe.scrub(data)))
 
 
 def _fields(fields: Any) -> dict[str, str]:

@@ -192,8 +192,16 @@ class Registry:
 
 
 def _newest(reply: Any) -> float:
-    """ZREVRANGE 0 0 WITHSCORES's score, or 0 (none, an error, junk)."""
-    if isinstance(reply, list) and reply and isinstance(reply[0], (list, tuple)) and len(reply[0]) == 2:
-        score = reply[0][1]
-        return float(score) if isinstance(score, (int, float)) else 0.0
-    return 0.0
+    """ZREVRANGE 0 0 WITHSCORES's score, or 0 (none, an error, junk): a
+    flat [member, score] (RESP2, the score as bytes) or [[member, score]]
+    (RESP3, a float), as the connection's protocol gives it."""
+    if not isinstance(reply, list) or not reply:
+        return 0.0
+    pair = reply[0] if isinstance(reply[0], (list, tuple)) else reply
+    if len(pair) != 2:
+        return 0.0
+    try:
+        score = float(pair[1])
+    except (TypeError, ValueError):
+        return 0.0
+    return score if score == score else 0.0

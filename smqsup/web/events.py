@@ -47,10 +47,9 @@ def following(events: Events, names: Sequence[str], after: dict[str, str],
     """The oldest ``limit`` events after ``after`` (a partition it does not
     name: from its start), the cursors past them, and whether more wait."""
     start = {name: after.get(name, "0-0") for name in names}
-    got = events.read(names, dict(start), count=limit)
+    got = events.read(names, dict(start), count=limit + 1)  # one more a partition: "more" is exact
     shown = got[:limit]
-    per_partition = {name: sum(e.queue == name for e in got) for name in names}
-    return shown, moved_past(start, shown), len(got) > limit or limit in per_partition.values()
+    return shown, moved_past(start, shown), len(got) > limit
 
 
 def moved_past(cursors: dict[str, str], events: Sequence[Event]) -> dict[str, str]:

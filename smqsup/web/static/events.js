@@ -15,7 +15,8 @@ window.SMQ.events = (function (SMQ) {
   const LIMIT = 100;
   const ROWS_MAX = 200;
   const DATA_CHARS = 300;
-  const E = {queue: "", after: "", seq: 0, timer: 0, shown: 0, on: false, busy: false, again: false};
+  const E = {queue: "", after: "", seq: 0, timer: 0, shown: 0, on: false, busy: false, again: false,
+    seen: new Set()};
 
   const pad = (n, w) => String(n).padStart(w || 2, "0");
 
@@ -33,8 +34,11 @@ window.SMQ.events = (function (SMQ) {
     return text.length > DATA_CHARS ? text.slice(0, DATA_CHARS - 1) + "…" : text;
   }
 
+  /** An event's identity: its partition and its cursor. */
+  const keyOf = (e) => String(e.queue) + " " + String(e.cursor);
+
   function row(e) {
-    return el("tr", {dataset: {testid: "event-row", event: String(e.event), id: String(e.id)}}, [
+    return el("tr", {dataset: {testid: "event-row", event: String(e.event), id: String(e.id), key: keyOf(e)}}, [
       cell(when(e.at_ms)),
       cell(e.event, {className: "event event-" + String(e.event).replace(/[^a-z]/g, "")}),
       cell(e.id || "–", {className: "id"}),
@@ -50,6 +54,7 @@ window.SMQ.events = (function (SMQ) {
     E.queue = queue;
     E.after = "";
     E.shown = 0;
+    E.seen = new Set();
     E.seq++;
     $("event-rows").replaceChildren();
     $("events-queue").textContent = queue ? "of " + queue : "";
@@ -58,13 +63,18 @@ window.SMQ.events = (function (SMQ) {
 
   function show(data) {
     const rows = $("event-rows");
-    for (const e of data.events) rows.prepend(row(e));
-    E.shown += data.events.length;
+    // After a skip to the newest ("more"), those may overlap the rows shown: each event once.
+    const fresh = data.events.filter((e) => !E.seen.has(keyOf(e)));
+    for (const e of fresh) { E.seen.add(keyOf(e)); rows.prepend(row(e)); }
+    E.shown += fresh.length;
     if (data.more) {
       rows.prepend(el("tr", {className: "gap", dataset: {testid: "event-gap"}}, [el("td", {colspan: 5,
         text: "… more events than the page keeps up with: skipped to the newest"})]));
     }
     while (rows.childElementCount > ROWS_MAX) rows.lastElementChild.remove();
+    if (E.seen.size > 10 * ROWS_MAX) {  // forget what no longer shows (an older event never comes back)
+      E.seen = new Set(Array.from(rows.children, (tr) => tr.dataset.key).filter(Boolean));
+    }
     E.on = data.events_max > 0;
     if (!E.shown) {
       info(E.on ? "No events yet." : "no events: set `events: true` on this queue");
