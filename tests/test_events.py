@@ -209,6 +209,15 @@ def test_garbage_in_the_stream_reads_as_malformed_events(producer: Producer, red
     assert "hunter2" not in events[4].data["reason"] and events[4].data["reason"].startswith("failed: redis://")
 
 
+@pytest.mark.parametrize("reply", [
+    [[b"k", [(b"1-0", {b"event": b"done"})]]], {b"k": [(b"1-0", {b"event": b"done"})]},
+    {b"k": [[(b"1-0", {b"event": b"done"})]]}])
+def test_xread_replies_of_every_shape_read_alike(reply: Any) -> None:
+    """XREAD as RESP2 lists, a RESP3 dict, or a RESP3 dict of wrapped lists: the same entries by key."""
+    from smqsup.store.events import by_key
+    assert by_key(reply) == {"k": [(b"1-0", {b"event": b"done"})]} and by_key(None) == by_key([]) == {}
+
+
 @pytest.mark.parametrize("reply, newest", [
     ([b"m", b"1700000000000"], 1.7e12), ([[b"m", 1.7e12]], 1.7e12), ([(b"m", 5.0)], 5.0), ([], 0.0),
     (None, 0.0), ([b"m", b"junk"], 0.0), ([b"m", b"nan"], 0.0), ([[b"m"]], 0.0), (ValueError("x"), 0.0)])

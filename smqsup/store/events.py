@@ -179,8 +179,19 @@ class Events:
 
 
 def by_key(reply: Any) -> dict[str, Any]:
-    """XREAD's reply, [[key, entries]...], as {key: entries}."""
-    return {text(item[0]): item[1] for item in reply or ()}
+    """XREAD's reply as {key: entries}, whichever shape redis-py gives:
+    [[key, entries]...] (RESP2, and redis-py 8 always), {key: entries}, or
+    {key: [entries]} (RESP3 in redis-py 5 to 7)."""
+    if not reply:
+        return {}
+    items = reply.items() if isinstance(reply, dict) else ((item[0], item[1]) for item in reply)
+    found: dict[str, Any] = {}
+    for key, entries in items:
+        wrapped_once = isinstance(entries, list) and len(entries) == 1 and isinstance(entries[0], list)
+        if wrapped_once and (not entries[0] or isinstance(entries[0][0], (list, tuple))):
+            entries = entries[0]  # [[(id, fields)...]]: the list of entries, wrapped once
+        found[text(key)] = entries
+    return found
 
 
 def merged(names: Sequence[str], keys: Callable[[str], QueueKeys], found: dict[str, Any],
