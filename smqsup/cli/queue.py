@@ -81,7 +81,7 @@ def add_cancel(sub: Commands[Parser]) -> None:
     p = sub.add_parser("cancel", help="cancel messages of QUEUE by id (exit 1 if some were unknown or had ended)",
                        description="Cancel messages of QUEUE, tracked or not: a waiting, scheduled or retrying "
                                    "one is dead-lettered \"cancelled\" at once; one a consumer holds is stopped "
-                                   "within about a second (a task cancelled, a thread told, a process replaced) "
+                                   "within a fraction of a second (a task cancelled, a thread told, a process replaced) "
                                    "and dead-lettered \"cancelled\", never retried. Cancelling again is harmless. "
                                    "Exit 0 when each was cancelled or is stopping; 1 when some had already ended "
                                    "or are unknown.")

@@ -188,8 +188,8 @@ class Producer:
     def cancel(self, queue: str, message_id: str) -> str:
         """Cancel a message, tracked or not; idempotent. Returns "cancelled"
         (it waited, was scheduled or waited to be retried: dead-lettered
-        "cancelled" now), "stopping" (a consumer holds it: within about a
-        second its task is cancelled, its thread told through
+        "cancelled" now), "stopping" (a consumer holds it: within a fraction
+        of a second its task is cancelled, its thread told through
         message.cancelled, or its process replaced; it is dead-lettered
         "cancelled", never retried), the state a tracked message had already
         ended in ("done", "dead", "cancelled": nothing done), or "unknown"."""

@@ -43,7 +43,16 @@ from smqsup.store.aio_events import AsyncEvents
 from smqsup.store.aio_tracking import AsyncTracking
 from smqsup.store.connection import NotSent, wrapped
 from smqsup.store.link import UNREACHABLE, confirmed
-from smqsup.store.messages import PRODUCER_TTL_MS, PUBLISH_CHUNK, publish_batch, publish_replies, published
+from smqsup.store.messages import (
+    PRODUCER_TTL_MS,
+    PUBLISH_CHUNK,
+    flat_pairs,
+    option_calls,
+    plain_calls,
+    publish_batch,
+    publish_replies,
+    published,
+)
 from smqsup.store.queues import DECLARED_FIELDS, NOTHING_DECLARED, Declared, partition_count
 
 
@@ -232,9 +241,8 @@ class AsyncBroker:
                 batch.command("HINCRBY", k.counters, "published", len(frames))
             await self._alone(queue, batch, len(frames))
             return
-        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
-        await self._publish([scripts.publish(self.keys(queue), chunk, self.stats) for chunk in chunks],
-                            [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
+        await self._publish(*plain_calls(self.keys(queue), frames, self.stats), queue, register=register,
+                            producer=producer)
 
     async def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]],
                         options: scripts.Options, *, register: bool,
@@ -246,15 +254,13 @@ class AsyncBroker:
             batch = scripts.Batch(self.client)
             batch.add(scripts.publish_options(keys, items, options, self.stats))
             return cast("list[tuple[str, bool]]", await self._alone(queue, batch, len(items)))
-        chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
         try:
-            replies = await self._publish([scripts.publish_options(keys, chunk, options, self.stats)
-                                           for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+            replies = await self._publish(*option_calls(keys, items, options, self.stats), queue,
                                           register=register, producer=producer)
         except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
-            exc.result = [pair for reply in cast(list[Any], exc.result) for pair in reply]
+            exc.result = flat_pairs(exc.result)
             raise
-        return [pair for reply in replies for pair in reply]
+        return flat_pairs(replies)
 
     async def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""

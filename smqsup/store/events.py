@@ -141,12 +141,7 @@ class Events:
     def last(self, names: Sequence[str]) -> dict[str, str]:
         """Each stream's newest entry id now ("0-0" for an empty one): a
         follower that wants only what comes next starts there."""
-        cursors: dict[str, str] = {}
-        with wrapped(f"read the events of {names[0]!r}"):
-            for name in names:
-                newest = self._link.client.xrevrange(self._link.keys(name).events, count=1)
-                cursors[name] = text(newest[0][0]) if newest else "0-0"
-        return cursors
+        return self.newest(names, 1)[1]
 
     def newest(self, names: Sequence[str], count: int) -> tuple[list[Event], dict[str, str]]:
         """The newest ``count`` events of ``names`` merged (oldest first),

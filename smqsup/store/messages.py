@@ -55,6 +55,25 @@ class PublishBatch:
     bookkeeping: dict[int, str] = field(default_factory=dict)
 
 
+def plain_calls(keys: QueueKeys, frames: Sequence[bytes], stats: bool) -> tuple[list[scripts.Call[Any]], list[int]]:
+    """publish.lua calls of at most PUBLISH_CHUNK ``frames`` each, and their sizes."""
+    chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
+    return [scripts.publish(keys, chunk, stats) for chunk in chunks], [len(chunk) for chunk in chunks]
+
+
+def option_calls(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
+                 stats: bool) -> tuple[list[scripts.Call[Any]], list[int]]:
+    """publish_options.lua calls of at most PUBLISH_CHUNK ``items`` each, and their sizes."""
+    chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
+    return [scripts.publish_options(keys, chunk, options, stats) for chunk in chunks], [len(c) for c in chunks]
+
+
+def flat_pairs(replies: Any) -> list[tuple[str, bool]]:
+    """The (id, queued) pairs of option_calls' replies, in order: what one
+    call gives (also as a NotReplicated's result, which is mended in place)."""
+    return [pair for reply in cast(list[Any], replies) for pair in reply]
+
+
 def publish_batch(batch: scripts.Batch, on: Publisher, queue: str, calls: Sequence[scripts.Call[Any]], *,
                   register: bool, producer: Optional[tuple[str, str]]) -> PublishBatch:
     """Publish script ``calls`` in ``batch`` (empty), with SADD of the queue
@@ -131,9 +150,8 @@ class Messages:
         if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
             self._push_alone(queue, frames)
             return
-        chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
-        self._publish([scripts.publish(link.keys(queue), chunk, link.stats) for chunk in chunks],
-                      [len(chunk) for chunk in chunks], queue, register=register, producer=producer)
+        self._publish(*plain_calls(link.keys(queue), frames, link.stats), queue, register=register,
+                      producer=producer)
 
     def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
         """push() of one chunk and nothing else, on the held connection: one
@@ -172,15 +190,13 @@ class Messages:
                     raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
                                       [False] * len(items)) from exc
                 return link.replicated(queue, pairs)
-        chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
         try:
-            replies = self._publish([scripts.publish_options(link.keys(queue), chunk, options, link.stats)
-                                     for chunk in chunks], [len(chunk) for chunk in chunks], queue,
+            replies = self._publish(*option_calls(link.keys(queue), items, options, link.stats), queue,
                                     register=register, producer=producer)
         except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
-            exc.result = [pair for reply in cast(list[Any], exc.result) for pair in reply]
+            exc.result = flat_pairs(exc.result)
             raise
-        return [pair for reply in replies for pair in reply]
+        return flat_pairs(replies)
 
     def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *, register: bool,
                  producer: Optional[tuple[str, str]]) -> list[Any]:

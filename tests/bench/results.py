@@ -140,7 +140,10 @@ def cancel_latency(url: str, cancels: int) -> None:
                 samples = []
                 for _ in range(cancels):
                     mid = p.publish(queue, 30, result_ttl=60)
+                    deadline = time.monotonic() + 30
                     while p.state(queue, mid) != "active":
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"message {mid} of {queue} was not active within 30 s")
                         time.sleep(0.005)
                     began = time.perf_counter()
                     p.cancel(queue, mid)

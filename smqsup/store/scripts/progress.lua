@@ -16,8 +16,9 @@
 -- the stream gets a "progress" entry whose data is the value.
 -- A tracking hash of the wrong type is an error reply "WRONGTYPE ...",
 -- nothing written; an event stream of the wrong type costs the event.
-local hash, events, id, value = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local hash, id, value = KEYS[1], ARGV[1], ARGV[2]
 local tracked, events_max = ARGV[3] == '1', tonumber(ARGV[4]) or 0
+--- @include "track"
 if tracked then
   local record = redis.call('HGET', hash, id)
   if not record then return 0 end
@@ -26,8 +27,5 @@ if tracked then
   redis.call('HSET', hash, id .. ':p', value)
   redis.call('PUBLISH', hash .. ':' .. id, 'progress')
 end
-if events_max > 0 then
-  redis.pcall('XADD', events, 'MAXLEN', '~', events_max, '*', 'event', 'progress', 'id', id,
-              'attempts', ARGV[5], 'data', value)
-end
+if events_max > 0 then add_event({events = KEYS[2]}, events_max, 'progress', id, tonumber(ARGV[5]) or 0, value) end
 return (tracked or events_max > 0) and 1 or 0
