@@ -131,6 +131,23 @@ def test_a_bad_since_is_one_line_naming_it() -> None:
         assert "\x1b" not in r.stderr and len(r.stderr) < 300, r.stderr
 
 
+@pytest.mark.parametrize("args, named", [
+    (["--since", "9" * 5000], "--since"), (["--since", "nan"], "--since"), (["--since", "-1"], "--since"),
+    (["--since", "1e400"], "--since"), (["--since", "1-" + "9" * 30], "--since"), (["--limit", "0"], "--limit"),
+    (["--limit", "-1"], "--limit"), (["--limit", "9" * 5000], "--limit"), (["--limit", "nan"], "--limit")])
+def test_hostile_since_and_limit_are_one_line_naming_them(args: list[str], named: str) -> None:
+    """Huge, negative, NaN, overflowing: exit 2 with one short line naming the flag, before any connection."""
+    r = procs.run("events", "--url", "redis://127.0.0.1:1/0", "q", *args, timeout=30)
+    _one_line_error(r, f"smqsup events: argument {named}: ", 2)
+    assert len(r.stderr) < 300, r.stderr
+
+
+def test_a_missing_queue_is_one_line() -> None:
+    """No QUEUE: exit 2, the usage error names it."""
+    r = procs.run("events", "--url", "redis://127.0.0.1:1/0", timeout=30)
+    assert r.returncode == 2 and "QUEUE" in r.stderr and "Traceback" not in r.stderr
+
+
 class _Follower:
     """``smqsup events --follow`` in a subprocess, its stdout read as it comes."""
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup import Reject
+from smqsup import Reject, framing
 from smqsup.client.producer import Producer
 from smqsup.errors import BrokerError, MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
 from tests.conftest import client_for
-from tests.helpers import servers_of, until, wait_for
+from tests.helpers import redis_ms, servers_of, until, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -77,7 +77,7 @@ def test_retries_and_death_are_events_with_the_reason(start: Callable[..., Runni
 
 
 def test_expiry_cancel_removal_and_requeue_are_events(start: Callable[..., Running], producer: Producer,
-                                                      redis_url: str) -> None:
+                                                      redis_url: str, redis_client: redis.Redis) -> None:
     """expired (ttl passed before a take), cancelled (waiting), removed (scheduled), requeued (from the
     dead letters): each its own event, the reason in data."""
     from smqsup.views import browse, deadletters
@@ -88,7 +88,9 @@ def test_expiry_cancel_removal_and_requeue_are_events(start: Callable[..., Runni
     later = producer.publish("q", "later", delay=3600)
     assert producer.cancel("q", stopped) == "cancelled"
     assert browse.remove(broker, "q", [later]) == {later: True}
-    time.sleep(0.06)  # the ttl's own time passing is the behaviour under test, not a synchronisation
+    [expires] = [framing.frame_head(f).expires_ms for f in redis_client.lrange(K.pending, 0, -1)
+                 if framing.peek_id(f) == gone]
+    wait_for(lambda: redis_ms(redis_client) > (expires or 0))  # its ttl passed, by the clock the scripts read
     start(lambda m: None, events=True)
     wait_for(lambda: _of(producer, gone)[-1:] == ["expired"])
     assert _of(producer, stopped) == ["published", "cancelled"] and _of(producer, later) == ["published", "removed"]
@@ -207,6 +209,17 @@ def test_garbage_in_the_stream_reads_as_malformed_events(producer: Producer, red
     events = list(producer.events("q"))
     assert [e.event for e in events] == ["malformed"] * 4 + ["dead", "published"] and events[-1].message_id == mid
     assert "hunter2" not in events[4].data["reason"] and events[4].data["reason"].startswith("failed: redis://")
+
+
+@pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b"", b"0"])
+def test_junk_in_the_declared_events_max_leaves_publishes_plain(redis_url: str, redis_client: redis.Redis,
+                                                               junk: bytes) -> None:
+    """An events_max no consumer wrote (junk, negative, too long, 0) reads as none: publishes stay plain."""
+    redis_client.hset(K.options, mapping={"result_ttl": b"0", "events_max": junk})
+    with Producer(redis_url) as p:
+        p.publish("q", 1)
+        assert redis_client.lindex(K.pending, 0).startswith(b"0|")  # type: ignore[union-attr]
+        assert list(p.events("q")) == [] and redis_client.llen(K.pending) == 1
 
 
 @pytest.mark.parametrize("reply", [
