@@ -156,3 +156,16 @@ LISTING_HEAD_MAX_BYTES = 2048
 LISTING_HEAD_MIN_BYTES = 256
 #: Most elements one listing script call reads (Redis is busy with one call at a time).
 LISTING_CHUNK = 1000
+#: Most parents one message may depend on (a fan-in of more is a batch's job: it has no such bound).
+MAX_PARENTS = 10_000
+#: How often the collector drains a queue's outbox (children of ended parents to tell), in s: the
+#: consumer that acked a parent tells its children at once; this repairs a consumer that died first.
+OUTBOX_LOOK_S = 0.5
+#: A held child whose producer has not told all its parents after this long (it died between the
+#: steps) is registered by the collector, in s.
+HOLD_REPAIR_S = 10.0
+#: Partitions one drain follows down a cascade (children dead-lettered with children of their own) at once.
+DRAIN_ROUNDS = 16
+#: How long the steps of a chain keep their results for the next step when neither the step nor its
+#: queue says (result_ttl), in s.
+CHAIN_RESULT_TTL_S = 86_400

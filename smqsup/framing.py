@@ -13,6 +13,9 @@ scripts' includes/attempts.lua reads the same grammar:
     A:P:E:R:V  the same (R may be 0: not tracked), with events: each step
              of its life is added to its queue's event stream, which is
              capped at about V entries (1 to 7 digits; store/events.py).
+    A:P:E:R:V:L  the same (R and V may be 0), linked (L is 1): the message
+             has entries in its queue's deps set that go when it ends (a
+             dependency's child: its parents' outcomes; store/workflows.py).
 
 Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
@@ -44,12 +47,14 @@ def new_frame(payload: bytes, result_ttl_s: int = 0, events_max: int = 0) -> byt
     return b"0|" + payload
 
 
-#: A frame head: ``A``, ``A:P:E``, ``A:P:E:R`` or ``A:P:E:R:V`` (module
-#: docstring). The scripts' includes/attempts.lua reads the same grammar.
+#: A frame head: ``A``, ``A:P:E``, ``A:P:E:R``, ``A:P:E:R:V`` or
+#: ``A:P:E:R:V:L`` (module docstring). The scripts' includes/attempts.lua
+#: reads the same grammar.
 _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
-                   rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6}))?)?")
-#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 bytes.
-_HEAD_MAX = 44
+                   rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6})"
+                   rb"|:([0-9]{1,8}):([0-9]{1,7}):(1))?)?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 + 1 + 1 bytes.
+_HEAD_MAX = 46
 
 
 class FrameHead(NamedTuple):
@@ -61,6 +66,7 @@ class FrameHead(NamedTuple):
     payload: bytes
     result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
     events_max: int = 0  # its lifecycle goes to its queue's event stream, capped at this; 0: no events
+    linked: bool = False  # it has entries in its queue's deps set (a dependency's child)
 
 
 def frame_head(data: bytes) -> FrameHead:
@@ -72,9 +78,9 @@ def frame_head(data: bytes) -> FrameHead:
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
-    attempts, priority, expires, result_ttl, kept_too, events_max = match.groups()
+    attempts, priority, expires, result_ttl, kept_too, events_max, kept_l, events_l, linked = match.groups()
     return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
-                     int(result_ttl or kept_too or 0), int(events_max or 0))
+                     int(result_ttl or kept_too or kept_l or 0), int(events_max or events_l or 0), linked is not None)
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -113,7 +119,7 @@ def must_screen(data: bytes) -> bool:
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7})?)?)?'
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7}(?::1)?)?)?)?'
                       rb'\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 

@@ -44,6 +44,13 @@ live in one Redis Cluster slot::
                                    has events_max: entries {event, id,
                                    attempts[, data]}, capped at about
                                    events_max (scripts/includes/track.lua)
+    ns:{Q}:deps              ZSET  the queue's dependencies, all of score 0
+                                   (lexicographic ranges): children waiting
+                                   for its messages, the outbox of their
+                                   release, its own children's waits and
+                                   parents' outcomes (scripts/includes/deps.lua)
+    ns:{Q}:blocked           HASH  ID -> "D:T:F|frame" of a message held until
+                                   its parents are done (store/workflows.py)
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:dead:purging:TOK  LIST  a whole dead-letter list set aside by a purge
@@ -181,6 +188,14 @@ class QueueKeys:
     @cached_property
     def events(self) -> str:
         return f"{self._prefix}:events"
+
+    @cached_property
+    def deps(self) -> str:
+        return f"{self._prefix}:deps"
+
+    @cached_property
+    def blocked(self) -> str:
+        return f"{self._prefix}:blocked"
 
     @cached_property
     def options(self) -> str:

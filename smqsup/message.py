@@ -37,14 +37,17 @@ class Message:
     key it was published with, or None). ``result_ttl_s``: how long its
     outcome is kept once it ends (0: not tracked); ``events_max``: its
     lifecycle goes to its queue's event stream (0: not); ``progress(value)``
-    reports how far its handler got."""
+    reports how far its handler got. A message published with ``depends_on``
+    reads its parents' results as ``parents``, and the reasons of those that
+    failed (``on_parent_failure="run"``) as ``failed_parents``."""
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "events_max", "progress_sink", "_cancelled")
+                 "result_ttl_s", "events_max", "linked", "progress_sink", "parents_source", "_cancelled",
+                 "_parents")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
-                 events_max: int = 0) -> None:
+                 events_max: int = 0, linked: bool = False) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -55,6 +58,12 @@ class Message:
         self.dedup_key = dedup_key
         self.result_ttl_s = result_ttl_s
         self.events_max = events_max
+        #: Whether it has entries in its queue's deps set (a dependency's child: it has parents).
+        self.linked = linked
+        #: Where parents are read from (the consumer sets it for a linked message): -> (done, failed).
+        self.parents_source: Optional[Callable[[], tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]]] \
+            = None
+        self._parents: Optional[tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]] = None
         #: Where progress() writes (the consumer sets it for a tracked message, or one with events):
         #: JSON text -> recorded.
         self.progress_sink: Optional[Callable[[str], bool]] = None
@@ -73,6 +82,25 @@ class Message:
     def cancel(self) -> None:
         """Tell the handler (the consumer calls it; ``cancelled`` is set)."""
         self.cancelled.set()
+
+    @property
+    def parents(self) -> dict[tuple[str, str], Any]:
+        """The results of the messages this one depended on (depends_on),
+        by (queue, message id); empty for a message without any. Read from
+        Redis at the first look (BrokerError if it cannot be)."""
+        return self._family()[0]
+
+    @property
+    def failed_parents(self) -> dict[tuple[str, str], str]:
+        """The parents that failed, by (queue, message id), with the reason
+        this message would have been dead-lettered for (it runs anyway:
+        ``on_parent_failure="run"``)."""
+        return self._family()[1]
+
+    def _family(self) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]:
+        if self._parents is None:
+            self._parents = ({}, {}) if self.parents_source is None else self.parents_source()
+        return self._parents
 
     def progress(self, value: Any) -> bool:
         """Report how far the handler got: a small JSON value (0.42,
@@ -257,7 +285,7 @@ def decode(data: bytes) -> Message:
     bar = data.find(SEP, 0, 10)
     env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
-        attempts, priority, tracked_s, events_max = int(data[:bar]), 0, 0, 0
+        attempts, priority, tracked_s, events_max, linked = int(data[:bar]), 0, 0, 0, False
         # The envelope, read as strict_loads reads a payload, without copying the
         # payload out of the frame first (the head is ASCII: its byte offsets
         # are the text's); anything but one whole object: strict_loads says why.
@@ -273,6 +301,7 @@ def decode(data: bytes) -> Message:
     else:
         head = frame_head(data)
         attempts, priority, tracked_s, events_max = head.attempts, head.priority, head.result_ttl_s, head.events_max
+        linked = head.linked
         env = strict_loads(head.payload)
     # JSON decodes to exact types: ``__class__ is`` checks what isinstance
     # would (bool, a subclass of int, is no created_at), without a call each.
@@ -289,4 +318,4 @@ def decode(data: bytes) -> Message:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
     return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                   dedup_key if dedup_key.__class__ is str else None, tracked_s, events_max)
+                   dedup_key if dedup_key.__class__ is str else None, tracked_s, events_max, linked)

@@ -207,3 +207,15 @@ def answer(msg: Any) -> Any:
     if msg.attempts == 0 and isinstance(msg.body, dict) and msg.body.get("hang"):
         time.sleep(60)
     return {"attempts": msg.attempts, "pid": os.getpid(), "body": msg.body}
+
+
+def family(msg: Any) -> Any:
+    """Record the message with its parents' results (``parents``: [queue, id,
+    result] each) and failures; sleep body["sleep"] s if given; return
+    body["i"] * 10 for a dict with "i", else the body."""
+    _record("done", msg, parents=sorted([q, mid, r] for (q, mid), r in msg.parents.items()),
+            failed=sorted(f"{q}/{mid}" for q, mid in msg.failed_parents))
+    body = msg.body
+    if isinstance(body, dict) and body.get("sleep"):
+        time.sleep(body["sleep"])
+    return body["i"] * 10 if isinstance(body, dict) and "i" in body else body

@@ -7,6 +7,7 @@
   results, state and progress of tracked messages too.
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
+- dependencies.py: what depends_on adds to a publish (parents checked, what a hold keeps) and a chain's steps.
 - events.py: Reading, where a reading of a queue's event stream is (Producer.events, AsyncProducer.events).
 - results.py: what a producer makes of a tracked message's record: its result, state, progress,
   or MessageFailed / ResultUnknown / TimeoutError.

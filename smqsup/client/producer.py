@@ -22,14 +22,15 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.client import results
+from smqsup.client import dependencies, results
 from smqsup.client.events import Reading, read_on
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
-from smqsup.errors import BrokerError
+from smqsup.errors import BrokerError, MessageError
 from smqsup.store.broker import Broker
 from smqsup.store.events import Event
 from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record
+from smqsup.store.workflows import DEDUPLICATED, IN_USE
 
 
 class Producer:
@@ -87,7 +88,8 @@ class Producer:
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                 dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                partition_key: Optional[str] = None, result_ttl: Any = None) -> str:
+                partition_key: Optional[str] = None, result_ttl: Any = None,
+                depends_on: Optional[Sequence[tuple[str, str]]] = None, on_parent_failure: str = "fail") -> str:
         """Queue one message in one round trip; return its id.
 
         ``delay`` (seconds or a timedelta, from when Redis receives it) or
@@ -106,15 +108,81 @@ class Producer:
         declared it; 0: not tracked): its state, progress and outcome are
         kept until that long after it ended (result(), state(), progress()).
 
+        ``depends_on``: (queue, id) pairs of tracked messages it waits for:
+        held ("blocked") until each is done, then queued (``delay`` and
+        ``ttl`` from then; no ``at``), its handler reads their results as
+        ``message.parents``; dead-lettered "dependency failed: QUEUE/ID
+        (reason)" when one fails, unless ``on_parent_failure="run"``.
+
         Raises MessageError (bad queue name, not JSON, over max_message_size,
-        a bad option) before anything is sent, PublishUncertain if the reply
-        was lost.
+        a bad option, a parent not known) before anything is sent,
+        PublishUncertain if the reply was lost.
         """
         count, said = self._declared(queue)
-        return self._deliver(self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
-                                            dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
-                                            message_id=message_id, partition_key=partition_key,
-                                            result_ttl=result_ttl, declared=said), count)[0]
+        out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
+                             dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
+                             result_ttl=result_ttl, declared=said)
+        if depends_on is not None:
+            return self._held(out, count, depends_on, on_parent_failure)
+        return self._deliver(out, count)[0]
+
+    def chain(self, steps: Sequence[Any]) -> list[str]:
+        """Publish ``steps``, each (queue, body) or (queue, body, {options})
+        with publish()'s keywords, so that each waits for the one before
+        (depends_on) and reads its result (message.parents); their ids, in
+        order. Every step but the last is tracked: its ``result_ttl``, else
+        its queue's, else CHAIN_RESULT_TTL_S. A step whose parent failed is
+        dead-lettered, and with it each after it, but one with
+        ``on_parent_failure="run"``. Every step is checked before the
+        first is sent (MessageError)."""
+        plan = dependencies.steps(steps)
+        for i, (queue, body, opts) in enumerate(plan):
+            if i < len(plan) - 1 and opts.get("result_ttl") is None:
+                opts["result_ttl"] = self._declared(queue)[1].result_ttl_s or defaults.CHAIN_RESULT_TTL_S
+            if i < len(plan) - 1 and opts["result_ttl"] == 0:
+                raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
+            rule = opts.pop("on_parent_failure", "fail")
+            dependencies.failure_rule(rule)
+            self._core.one(queue, body, opts.pop("headers", None), **{"delay": None, "at": None, "priority": 0,
+                           "dedup_key": None, "dedup_ttl": None, "ttl": None, "message_id": None,
+                           "partition_key": None, **opts})
+            opts["on_parent_failure"] = rule
+        ids: list[str] = []
+        for i, (queue, body, opts) in enumerate(plan):
+            after: dict[str, Any] = {"depends_on": [(plan[i - 1][0], ids[-1])]} if i else {}
+            if not i:
+                opts.pop("on_parent_failure")
+            ids.append(self.publish(queue, body, **opts, **after))
+        return ids
+
+    def _held(self, out: Outgoing, count: "int | BrokerError", depends_on: object, on_parent_failure: object) -> str:
+        """publish() of a message with ``depends_on`` (store/workflows.py)."""
+        wanted, run = dependencies.parents(depends_on), dependencies.failure_rule(on_parent_failure)
+        core, flows = self._core, self._broker.workflows
+        mid, kept, key, dedup_ttl_ms = dependencies.kept(out, run)
+        if (out.queue, mid) in wanted:
+            raise MessageError(f"depends_on: message {mid} of queue {out.queue} cannot depend on itself")
+        if isinstance(count, BrokerError):
+            count = core.uncounted(out.queue, out.ids, count)
+        target = core.route(out, count)[0][0]
+        try:
+            found = flows.locate(wanted)
+            waits = [(found[p] or "", p[1]) for p in dependencies.known(wanted, found)]
+            status, holder, mark = flows.hold(target, mid, kept, waits, key, dedup_ttl_ms)
+        except BrokerError as exc:
+            raise dependencies.publish_error(exc, mid) from exc
+        if status == IN_USE:
+            raise MessageError(f"message_id {mid}: in use in queue {out.queue} (a message held or tracked there "
+                               "has it); nothing was published")
+        if status == DEDUPLICATED:
+            return holder
+        core.published += 1
+        try:
+            flows.register(target, mid, waits, mark)
+        except BrokerError as exc:
+            log.warning("queue %s: message %s is held, but telling its parents failed (%s); the queue's collector "
+                        "does it within %.0f s", out.queue, mid, exc, defaults.HOLD_REPAIR_S)
+        return mid
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,

@@ -19,6 +19,10 @@ delayed messages to pending.
                                  published once (schedule_fire.lua)
             stats.sample         once a second, one point of the queue's
                                  history (counters and sizes)
+            workflows.drain_all  every OUTBOX_LOOK_S, the children of its
+                                 ended messages no consumer told (it died)
+            workflows.repair_holds  children whose producer died before it
+                                 told all their parents
 
 It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
 that changes something checks the lock token in Redis, so a leader that was
@@ -76,6 +80,8 @@ class _QueueGC:
     next_sample: float = 0.0
     next_retired: float = 0.0
     next_fire: float = 0.0
+    next_tell: float = 0.0
+    next_holds: float = 0.0
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
 
@@ -178,30 +184,49 @@ class Collector:
         if not lock.still_valid():
             return
         try:
-            if now >= state.next_scan and self._may_reclaim(now, state):
-                state.next_scan = now + self.cfg.heartbeat_interval_s
-                self._step(name, state, "reclaim lost consumers", self._collect)
-            if now >= state.next_retired and self._may_reclaim(now, state):
-                state.next_retired = now + defaults.RETIRED_SCAN_S
-                self._step(name, state, "sweep retired consumers", self._sweep_retired)
-            if now >= state.next_promote:
-                state.next_promote = now + _FAILED_PROMOTE_RETRY_S
-                wait_s = self._step(name, state, "promote delayed messages", self._promote)
-                if wait_s is not None:
-                    state.next_promote = now + wait_s
-            if now >= state.next_fire:
-                state.next_fire = now + _FAILED_PROMOTE_RETRY_S
-                lock_pair = (lock.key, lock.token)
-                wait_s = self._step(name, state, "fire schedules", lambda n, _: self.firing.look(n, lock_pair))
-                if wait_s is not None:
-                    state.next_fire = time.monotonic() + wait_s
-            if self.cfg.stats and now >= state.next_sample:
-                # On the second grid, so points are about 1 s apart.
-                state.next_sample = max(state.next_sample + 1.0, now + 0.5)
-                self._step(name, state, "sample statistics", lambda n, _: stats.sample(self.broker, n))
+            self._lead(name, state, now)
         except NotLeader:
             lock.drop()
             log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
+
+    def _lead(self, name: str, state: _QueueGC, now: float) -> None:
+        """The steps of a queue this process leads that are due at ``now``."""
+        lock = state.lock
+        if now >= state.next_scan and self._may_reclaim(now, state):
+            state.next_scan = now + self.cfg.heartbeat_interval_s
+            self._step(name, state, "reclaim lost consumers", self._collect)
+        if now >= state.next_retired and self._may_reclaim(now, state):
+            state.next_retired = now + defaults.RETIRED_SCAN_S
+            self._step(name, state, "sweep retired consumers", self._sweep_retired)
+        if now >= state.next_promote:
+            state.next_promote = now + _FAILED_PROMOTE_RETRY_S
+            wait_s = self._step(name, state, "promote delayed messages", self._promote)
+            if wait_s is not None:
+                state.next_promote = now + wait_s
+        if now >= state.next_fire:
+            state.next_fire = now + _FAILED_PROMOTE_RETRY_S
+            lock_pair = (lock.key, lock.token)
+            wait_s = self._step(name, state, "fire schedules", lambda n, _: self.firing.look(n, lock_pair))
+            if wait_s is not None:
+                state.next_fire = time.monotonic() + wait_s
+        if self.cfg.stats and now >= state.next_sample:
+            # On the second grid, so points are about 1 s apart.
+            state.next_sample = max(state.next_sample + 1.0, now + 0.5)
+            self._step(name, state, "sample statistics", lambda n, _: stats.sample(self.broker, n))
+        self._dependencies(name, state, now)
+
+    def _dependencies(self, name: str, state: _QueueGC, now: float) -> None:
+        """Tell the children of the queue's ended messages that a consumer
+        did not (it died first), and finish the holds a producer left half
+        done (store/workflows.py): both steps repeat without effect."""
+        flows = self.broker.workflows
+        if now >= state.next_tell:
+            state.next_tell = now + defaults.OUTBOX_LOOK_S
+            self._step(name, state, "tell children their parents ended", lambda n, _: flows.drain_all(n))
+        if now >= state.next_holds:
+            state.next_holds = now + defaults.HOLD_REPAIR_S / 2
+            self._step(name, state, "register held messages with their parents",
+                       lambda n, _: flows.repair_holds(n, int(defaults.HOLD_REPAIR_S * 1000)))
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an

@@ -10,6 +10,7 @@ one attribute each, all sharing the Broker's one link.Link:
     broker.statistics   sizes, counters, history, producers, read_queues (statistics.py)
     broker.schedules    schedules declared, fired, paused, read (schedules.py)
     broker.tracking     tracked messages' records, waits, progress (tracking.py)
+    broker.workflows    dependencies: children held, told, released (workflows.py)
 
 Every operation turns redis-py's errors into smqsup's (connection.wrapped).
 """
@@ -32,6 +33,7 @@ from smqsup.store.registry import Registry
 from smqsup.store.schedules import Schedules
 from smqsup.store.statistics import Statistics
 from smqsup.store.tracking import Tracking
+from smqsup.store.workflows import Workflows
 
 
 class Broker:
@@ -55,6 +57,7 @@ class Broker:
         self.schedules = Schedules(self._link)
         self.tracking = Tracking(self._link)
         self.events = Events(self._link)
+        self.workflows = Workflows(self._link, self.queues)
 
     @property
     def url(self) -> str:

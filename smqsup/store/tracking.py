@@ -26,7 +26,7 @@ from smqsup.store.waiters import Subscriber, Watch
 #: The states a tracked message ends in: its record then lasts result_ttl.
 ENDED = frozenset({"done", "dead", "cancelled"})
 #: Every state a record may say (anything else in Redis reads as "unknown").
-STATES = frozenset({"scheduled", "waiting", "active", "retrying"}) | ENDED
+STATES = frozenset({"blocked", "scheduled", "waiting", "active", "retrying"}) | ENDED
 #: Longest a wait blocks on its subscription at once, s (then it reads the record again).
 _WAIT_SLICE_S = 5.0
 

@@ -295,7 +295,7 @@ class Consumer:
         msg = att.msg
         tracked = msg is not None and msg.result_ttl_s or att.cancelled
         if att.error is None and not tracked:
-            att.outcome = OK_EVENTS if msg is not None and msg.events_max else OK
+            att.outcome = OK_EVENTS if msg is not None and (msg.events_max or msg.linked) else OK
         else:
             att.outcome = self.judge.drawn(att, self.fetcher.name)
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from smqsup import framing
+from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
@@ -144,6 +145,7 @@ class Settler:
         f = self.fetcher
         frames: list[Taken] = []
         limited = 0  # µs before the rate limit allows a start, when it allowed none
+        told = 0  # children of the messages settled, waiting in the outbox
         for i, att in enumerate(settled):
             result = results[i]
             if result.__class__ is scripts.AckResult and result.acked:
@@ -152,6 +154,7 @@ class Settler:
                 self._count(att, result)
             if not result.registered:
                 self.identity.lost = True
+            told = told or result.told
             if result.paused != f.paused:
                 f.note_paused(result.paused)
             if result.next_frame is not None:
@@ -160,7 +163,19 @@ class Settler:
                 limited = result.wait_us
         if limited:
             f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
+        if told:
+            self._tell()
         return frames
+
+    def _tell(self) -> None:
+        """Tell the children of a message just settled that it ended (its
+        outbox: store/workflows.py), now rather than at the collector's next
+        look; a failure is the collector's to repair."""
+        try:
+            self.broker.workflows.drain_all(self.fetcher.name)
+        except BrokerError as exc:
+            log.warning("queue %s: the children of a message that ended are not told yet (%s); the queue's "
+                        "collector tells them", self.fetcher.name, exc)
 
     def _took(self, take: scripts.TakeResult, looked: bool) -> list[Taken]:
         """Note what take.lua said (``looked``: it was asked for frames); the

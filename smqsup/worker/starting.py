@@ -15,12 +15,13 @@ import functools
 import operator
 import time
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 from smqsup import defaults, framing
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MalformedMessage
 from smqsup.message import decode
+from smqsup.store.broker import Broker
 from smqsup.worker.fetching import Fetcher, Taken
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
@@ -166,6 +167,8 @@ class Starter:
             msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id,
                                                   tracked=msg.result_ttl_s > 0, events_max=msg.events_max,
                                                   attempts=msg.attempts)
+        if msg.linked:  # a dependency's child: its handler may read its parents
+            msg.parents_source = functools.partial(_family, f.broker, f.name, msg.id)
         self.runner.start(self.in_hand.start(frame, msg))
 
     # --- what is due ------------------------------------------------------------
@@ -183,3 +186,9 @@ class Starter:
         if finished:
             due = min(due, (finished[0].since_us + self._settle_us) / 1e6)
         return due
+
+
+def _family(broker: Broker, name: str, message_id: str) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]:
+    """What the parents of ``message_id`` of partition ``name`` became (Message.parents)."""
+    parents = broker.workflows.parents(name, message_id)
+    return parents.done, parents.failed

@@ -17,12 +17,13 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
   dlq_purge, partitions.
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
 - tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
+- workflows.py: hold, depend, unblock (dependencies between messages).
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
 from __future__ import annotations
 
-from smqsup.store.scripts import contents, messages, registry, tracking
+from smqsup.store.scripts import contents, messages, registry, tracking, workflows
 from smqsup.store.scripts.calls import Batch, Call, Lock, Script, ScriptClient, meta_json
 from smqsup.store.scripts.contents import Peeked, ReadBudget, dlq_purge, dlq_requeue, partitions, peek_range, remove
 from smqsup.store.scripts.messages import (
@@ -67,9 +68,10 @@ from smqsup.store.scripts.registry import (
     stale,
 )
 from smqsup.store.scripts.tracking import cancel, progress
+from smqsup.store.scripts.workflows import depend, hold, unblock
 
 #: Every script but the schedules' (schedules.ALL).
-ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS)
+ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS)
 
 __all__ = [
     "ALL", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
@@ -77,6 +79,6 @@ __all__ = [
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
-    "publish_options",
+    "publish_options", "depend", "hold", "unblock",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

@@ -11,6 +11,7 @@
 -- KEYS[9]  partition count of the queue, this partition's copy (includes/rate.lua)
 -- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
 --          event stream (includes/track.lua)
+-- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
@@ -22,7 +23,7 @@
 -- ARGV[8]  (a tracked message only) its result, JSON text: the record says
 --          "done" with it, unless the ack was late
 --
--- Returns {acked, next, registered, paused, wait}
+-- Returns {acked, next, registered, paused, wait[, told]}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
 --          there (a late ack: the message was reclaimed, and is counted in
 --          KEYS[3] "late_acks"; nothing else is touched, so another copy of
@@ -34,6 +35,8 @@
 --   paused 1 if the queue is paused (nothing is taken)
 --   wait   µs to wait before starting ``next`` (rate limit), or before
 --          looking again when the limit gave no start (includes/rate.lua)
+--   told   (a tracked message's ack) its waiting children now in the
+--          outbox of KEYS[13]: the consumer drains it (store/workflows.py)
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
@@ -75,10 +78,10 @@ if not result then
 end
 
 --- @include "fetch_next"
-local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
+local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
 if result and acked == 1 then track(T, frame, 'done', 'done', nil, nil, result) end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,
            rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}
 local registered, nxt, paused, wait = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
-return {acked, nxt, registered, paused, wait}
+return {acked, nxt, registered, paused, wait, DEPS.told}

@@ -11,6 +11,7 @@
 -- KEYS[6]  counters hash of the queue ("cancelled", "dead_lettered")
 -- KEYS[7]  tracking hash, KEYS[8] its expiry set, KEYS[9] the cancel set,
 --          KEYS[10] the event stream
+-- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 --          (includes/track.lua)
 -- ARGV[1]  the message's id
 -- ARGV[2]  where it was seen: "pending", "priority", "scheduled", "delayed",
@@ -26,7 +27,7 @@
 -- before anything is written; the others' garbage costs records only.
 local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
 local dead, counters = KEYS[5], KEYS[6]
-local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9], events = KEYS[10]}
+local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 local id, seen, frame = ARGV[1], ARGV[2], ARGV[3]
 local CANCEL_KEEP_MS = 3600000
 --- @include "wrong_type"

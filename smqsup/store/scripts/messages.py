@@ -47,6 +47,8 @@ class AckResult:
     #: Rate limit: µs to wait before starting next_frame (booked), or with
     #: none taken, before looking again; 0 otherwise.
     wait_us: int = 0
+    #: Children of the acked message waiting in its queue's outbox (store/workflows.py).
+    told: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class NackResult:
     registered: bool = True
     paused: bool = False
     wait_us: int = 0  # as AckResult's
+    told: int = 0  # as AckResult's (a message dead-lettered)
 
 
 @dataclass(frozen=True)
@@ -89,16 +92,19 @@ def _wait_of(reply: Any) -> int:
 
 
 def _ack_result(reply: Sequence[Any]) -> AckResult:
-    acked, nxt, registered, paused, wait = reply
-    return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
+    if len(reply) == 5:  # (the hot path's early return)
+        acked, nxt, registered, paused, wait = reply
+        return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
+    acked, nxt, registered, paused, wait, told = reply
+    return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait), int(told))
 
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..12] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    """KEYS[1..13] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events)
+            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
@@ -154,13 +160,15 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE
     back) or GONE; µs to wait before the start or the next look) for a frame
     a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
-                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events), (frame, *rate),
+                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps),
+                (frame, *rate),
                 _screen_result)
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
-    outcome, nxt, registered, paused, wait = reply
-    return NackResult(int(outcome), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
+    outcome, nxt, registered, paused, wait, *told = reply
+    return NackResult(int(outcome), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait),
+                      int(told[0]) if told else 0)
 
 
 def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,
@@ -169,7 +177,7 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
-                        keys.tracked, keys.tracked_expiry, keys.events),
+                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -182,7 +190,8 @@ def _promote_result(reply: Sequence[Any]) -> PromoteResult:
 def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
-                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events], [batch],
+                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps],
+                               [batch],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
 

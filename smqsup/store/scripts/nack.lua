@@ -15,6 +15,7 @@
 -- KEYS[12] tracking hash of the queue, KEYS[13] its expiry set, KEYS[14] its
 --          event stream
 --          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
+-- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
@@ -55,7 +56,7 @@ local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], 
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
-q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14]}
+q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15]}
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now
@@ -96,4 +97,4 @@ else
   end
 end
 local registered, nxt, is_paused, wait = fetch_next(redis.call, q, consumer_id, wanted)
-return {outcome, nxt, registered, is_paused, wait}
+return {outcome, nxt, registered, is_paused, wait, DEPS.told}

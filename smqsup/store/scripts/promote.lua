@@ -11,10 +11,11 @@
 -- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its
 --          event stream
 --          (includes/track.lua: a tracked message made ready is "waiting")
--- KEYS[11] (optional) garbage-collector lock key
+-- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
+-- KEYS[12] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  (with KEYS[11]) the caller's lock token; the script refuses to act
---          unless KEYS[11] holds exactly this token
+-- ARGV[2]  (with KEYS[12]) the caller's lock token; the script refuses to act
+--          unless KEYS[12] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
 -- message of either set is due (0 if more are due now, -1 if both are
@@ -27,8 +28,8 @@
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[11]
-local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10]}
+local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[12]
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"

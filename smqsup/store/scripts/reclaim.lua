@@ -11,6 +11,7 @@
 -- KEYS[7]  retired consumers sorted set (score: ms when unregistered, Redis clock)
 -- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its cancel set,
 --          KEYS[11] its event stream
+-- KEYS[12] its dependencies (includes/deps.lua: an end tells the children)
 --          (includes/track.lua: a message whose cancel was asked is dead-lettered "cancelled")
 -- ARGV[1]  "1": each message costs an attempt (the consumer died);
 --          "0": it does not (a stop asked for, a consumer re-registering)
@@ -34,7 +35,7 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
-local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11]}
+local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12]}
 local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 local started = tonumber(ARGV[6] or '-1')

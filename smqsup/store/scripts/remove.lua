@@ -8,7 +8,8 @@
 -- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set
 --          (includes/track.lua: a tracked message removed is "dead", reason "removed")
 -- KEYS[8]  its event stream (a message removed: "removed")
--- KEYS[9..]  dedup keys of the chosen messages that have one
+-- KEYS[9]  its dependencies (includes/deps.lua: an end tells the children)
+-- KEYS[10..]  dedup keys of the chosen messages that have one
 -- ARGV[1..]  four per message: where it was seen ("pending", "priority",
 --          "scheduled" or "delayed"), its frame (the exact bytes read there),
 --          its id, the index in KEYS of its dedup key (0: none)
@@ -19,7 +20,7 @@
 -- freed if it still names that message (includes/release.lua).
 local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
 local counters = KEYS[5]
-local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8]}
+local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8], deps = KEYS[9]}
 --- @include "release"
 --- @include "track"
 

@@ -13,6 +13,7 @@
 -- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its
 --          event stream
 --          (includes/track.lua: a tracked frame to handle is "active")
+-- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 -- ARGV[1]  the frame, the exact bytes fetched
 -- ARGV[2]  the queue's rate limit: µs between handler starts across the
 --          whole queue, "0" for none
@@ -38,7 +39,7 @@ local frame = ARGV[1]
 --- @include "dead_letter"
 --- @include "rate"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
-local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10]}
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end

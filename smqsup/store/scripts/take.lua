@@ -18,6 +18,7 @@
 -- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
 --          event stream
 --          (includes/track.lua: a tracked frame taken is "active")
+-- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
 --          the consumer is registered and the queue paused); it takes at
@@ -46,7 +47,7 @@
 -- recovery finds it there), so consumption of the others goes on meanwhile.
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
-q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
+q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "plain"

@@ -25,5 +25,6 @@ def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"")
     "scheduled", "delayed", "processing" or "": nowhere) as ``frame``:
     "cancelled", "stopping", the state it ended in, or "unknown" (cancel.lua)."""
     return Call(_CANCEL, (keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.dead, keys.counters,
-                          keys.tracked, keys.tracked_expiry, keys.cancel, keys.events), (message_id, seen, frame),
+                          keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps),
+                (message_id, seen, frame),
                 lambda reply: bytes(reply).decode("ascii", "replace") if isinstance(reply, bytes) else str(reply))

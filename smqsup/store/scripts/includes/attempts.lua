@@ -1,15 +1,19 @@
 --- @include "plain"
 -- head_of(frame): what the head of a frame says (framing.py has the
--- grammar: "A", "A:P:E", "A:P:E:R" or "A:P:E:R:V", then '|'): attempts,
--- priority, expires_ms (0: never), the position where the attempts digits
--- end, R, the seconds its outcome is kept once it ends (0: not tracked),
--- and V, the length its queue's event stream is capped at (0: no events,
--- includes/track.lua); nil when the bytes are not a frame.
+-- grammar: "A", "A:P:E", "A:P:E:R", "A:P:E:R:V" or "A:P:E:R:V:L", then
+-- '|'): attempts, priority, expires_ms (0: never), the position where the
+-- attempts digits end, R, the seconds its outcome is kept once it ends (0:
+-- not tracked), V, the length its queue's event stream is capped at (0: no
+-- events, includes/track.lua), and L, 1 when the message has entries in its
+-- queue's deps set to clean up when it ends (a dependency's child: its
+-- parents' outcomes; includes/deps.lua), else 0; nil when the bytes are not
+-- a frame.
 --
--- head_for(priority, expires_ms, kept_s, events_max): the head of a frame
--- with no attempts yet, and its '|': "0" when it has no option, else
--- "0:P:E", "0:P:E:R" when tracked (kept_s > 0), or "0:P:E:R:V" when its
--- lifecycle goes to the event stream (events_max > 0).
+-- head_for(priority, expires_ms, kept_s, events_max, linked): the head of a
+-- frame with no attempts yet, and its '|': "0" when it has no option, else
+-- "0:P:E", "0:P:E:R" when tracked (kept_s > 0), "0:P:E:R:V" when its
+-- lifecycle goes to the event stream (events_max > 0), "0:P:E:R:V:1" when
+-- linked (linked > 0; nil: 0).
 --
 -- attempts_of(frame): attempts and that position (nil when not a frame).
 --
@@ -19,23 +23,26 @@
 -- are copied, never decoded or re-encoded.
 local function head_of(frame)
   local bar = string.find(frame, '|', 1, true)
-  if not bar or bar > 45 then return nil end
+  if not bar or bar > 47 then return nil end
   local head = string.sub(frame, 1, bar - 1)
   local a = string.match(head, '^%d+$')
   if a then
     if #a > 9 then return nil end
-    return tonumber(a), 0, 0, bar, 0, 0
+    return tonumber(a), 0, 0, bar, 0, 0, 0
   end
   local a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
-  local r, v = '0', '0'
+  local r, v, l = '0', '0', '0'
   if not a2 then a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$') end
   if not a2 then a2, p, e, r, v = string.match(head, '^(%d+):(%d):(%d+):(%d+):([1-9]%d*)$') end
+  if not a2 then a2, p, e, r, v, l = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):(1)$') end
   if not a2 or #a2 > 9 or #e > 15 or #r > 8 or #v > 7 then return nil end
-  return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r), tonumber(v)
+  return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r), tonumber(v), tonumber(l)
 end
 
-local function head_for(priority, expires_ms, kept_s, events_max)
-  if events_max > 0 then
+local function head_for(priority, expires_ms, kept_s, events_max, linked)
+  if linked and linked > 0 then
+    return string.format('0:%d:%d:%d:%d:1|', priority, expires_ms, kept_s, events_max)
+  elseif events_max > 0 then
     return string.format('0:%d:%d:%d:%d|', priority, expires_ms, kept_s, events_max)
   elseif kept_s > 0 then
     return string.format('0:%d:%d:%d|', priority, expires_ms, kept_s)

@@ -1,5 +1,6 @@
 --- @include "attempts"
 --- @include "frame_id"
+--- @include "deps"
 -- The records of tracked messages, and the event streams of queues with
 -- events on: a frame whose head is "A:P:E:R" with R > 0 (framing.py) keeps
 -- its state and outcome until R seconds after it ended; one whose head is
@@ -20,6 +21,9 @@
 --                   {event, id, attempts[, data]}, data a JSON text (the
 --                   dead-letter metadata, or the progress); XADD MAXLEN ~ V
 --
+--   T.deps    ZSET  (where a script may end a message) the queue's
+--                   dependencies (includes/deps.lua): an end tells them
+--
 --   T.cancel  ZSET  (where a script has it) ids of messages whose cancel was
 --                   asked, score = when (ms): their consumers stop them
 --                   (cancel.lua; the heartbeat finds them in consumers' lists)
@@ -38,15 +42,16 @@
 local TRACK_PRUNE = 16
 local TRACK_ENDS = {done = true, dead = true, cancelled = true}
 
--- The id, result_ttl (s), attempts and event stream cap of a frame that is
--- tracked or has events, or nil (a plain frame: at once).
+-- The id, result_ttl (s), attempts, event stream cap and link flag of a
+-- frame that is tracked, has events or is linked, or nil (a plain frame: at
+-- once).
 local function tracked_of(frame)
   if string.byte(frame, 2) == 124 then return nil end  -- "A|": plain
-  local attempts, _, _, _, ttl, events_max = head_of(frame)
-  if not ttl or (ttl == 0 and events_max == 0) then return nil end
+  local attempts, _, _, _, ttl, events_max, linked = head_of(frame)
+  if not ttl or (ttl == 0 and events_max == 0 and linked == 0) then return nil end
   local id = frame_id(frame)
   if not id then return nil end
-  return id, ttl, attempts, events_max
+  return id, ttl, attempts, events_max, linked
 end
 
 -- Add ``event`` of message ``id`` to T.events, capped at about ``cap``.
@@ -86,9 +91,10 @@ end
 
 local function track(T, frame, state, event, at_ms, meta, result)
   if not T then return end
-  local id, ttl, attempts, events_max = tracked_of(frame)
+  local id, ttl, attempts, events_max, linked = tracked_of(frame)
   if not id then return end
   if event and events_max > 0 then add_event(T, events_max, event, id, attempts, meta) end
+  if TRACK_ENDS[state] then deps_ended(T, id, state, result or meta, ttl > 0, linked) end
   if ttl == 0 then return end
   if not at_ms then
     local t = redis.call('TIME')

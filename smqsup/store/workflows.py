@@ -1,0 +1,267 @@
+"""Dependencies between messages: a child held until its parents are done,
+its parents on any queues, partitions and Redis Cluster nodes. Each step is
+one script on one slot, and each can run again without effect, so whoever
+finds a step undone finishes it: the producer, the consumer that acked a
+parent, or the elected collector after a crash.
+
+    publish(child, depends_on=parents)
+        ─▶ locate()      the partition holding each parent's record
+        ─▶ hold.lua      child's slot: the child aside ("blocked"), one "w"
+                         entry per parent, an "h" mark (not all told yet)
+        ─▶ depend.lua    each parent partition's slot: a "c" entry per
+                         parent still running, or the outcome of one ended
+        ─▶ unblock.lua   child's slot: the outcomes known now, "h" removed;
+                         with no "w" left the child enters its queue
+    a parent ends (ack.lua, any dead-lettering: includes/deps.lua)
+        ─▶ in the same step its "c" entries become "o" outbox entries
+    drain(parent partition)  the consumer at once, the collector every
+        ─▶ unblock.lua       OUTBOX_LOOK_S: each child told, then its "o"
+        ─▶ ZREM "o"          entries go (a crash between: told again, no effect)
+    repair_holds(partition)  the collector: "h" marks older than
+                             HOLD_REPAIR_S (a producer died) run depend and
+                             unblock again
+
+A parent must be tracked (result_ttl): its record says whether it ended and
+keeps the result its children read (message.parents).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from smqsup import defaults
+from smqsup.keys import logical_name
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import Link, ms_of
+from smqsup.store.queues import Queues
+from smqsup.store.scripts.workflows import DEDUPLICATED, HELD, IN_USE
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEDUPLICATED", "HELD", "IN_USE", "Parents", "Workflows", "failed_meta"]
+
+#: Outbox entries one drain() reads at once.
+_DRAIN_BATCH = 500
+#: Parent ids one depend.lua call registers.
+_DEPEND_CHUNK = 1000
+
+
+def failed_meta(queue: str, parent_id: str, why: str) -> bytes:
+    """The dead-letter metadata of a child whose parent ``queue``/``parent_id``
+    failed for reason ``why``."""
+    return scripts.meta_json(f"dependency failed: {queue}/{parent_id} ({why})",
+                             parent=f"{queue}/{parent_id}").encode()
+
+
+def _reason(meta: bytes) -> str:
+    """The reason in a dead letter's metadata (JSON text), or "dead"."""
+    try:
+        reason = json.loads(meta).get("reason")
+    except (ValueError, AttributeError, RecursionError):
+        return "dead"
+    return reason if isinstance(reason, str) else "dead"
+
+
+def _outcome(partition: str, parent_id: str, outcome: str, data: bytes) -> tuple[str, str, str, bytes]:
+    """The outcome of a parent as unblock.lua takes it: a failure turned into
+    the child's dead-letter metadata."""
+    if outcome == "done":
+        return partition, parent_id, "done", data
+    why = _reason(data) if outcome == "dead" else "unknown: never tracked, or past its result_ttl"
+    return partition, parent_id, "dead", failed_meta(logical_name(partition), parent_id, why)
+
+
+@dataclass(frozen=True)
+class Parents:
+    """What a child's parents became: ``done`` maps (queue, id) to the
+    parent's result (decoded JSON), ``failed`` (queue, id) to the reason the
+    child would have died for (on_parent_failure="run")."""
+
+    done: dict[tuple[str, str], Any]
+    failed: dict[tuple[str, str], str]
+
+
+def _split(entry: bytes, fields: int) -> Optional[list[str]]:
+    """The fields of a deps entry, or None for bytes that are not one."""
+    try:
+        parts = entry.decode("utf-8").split("\t", fields - 1)
+    except UnicodeDecodeError:
+        return None
+    return parts if len(parts) == fields else None
+
+
+class Workflows:
+    """Hold, register, release and read dependencies (module docstring)."""
+
+    def __init__(self, link: Link, queues: Queues) -> None:
+        self._link = link
+        self._queues = queues
+
+    def locate(self, parents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Optional[str]]:
+        """The partition holding the record of each (queue, id) of
+        ``parents``, or None where none does (one pipelined round trip)."""
+        link = self._link
+        names = {q: self._queues.partition_names(q) for q in {q for q, _ in parents}}
+        batch = scripts.Batch(link.client)
+        asked: list[tuple[str, list[str]]] = []
+        for q, partitions in names.items():
+            ids = [mid for pq, mid in parents if pq == q]
+            for name in partitions:
+                for i in range(0, len(ids), _DEPEND_CHUNK):
+                    chunk = ids[i:i + _DEPEND_CHUNK]
+                    batch.command("HMGET", link.keys(name).tracked, *chunk)
+                    asked.append((name, chunk))
+        with wrapped("find the parents' records"):
+            replies = link.send(batch)
+        found: dict[tuple[str, str], Optional[str]] = {p: None for p in parents}
+        for (name, chunk), reply in zip(asked, replies):
+            if isinstance(reply, Exception):
+                continue
+            for mid, value in zip(chunk, reply):
+                key = (logical_name(name), mid)
+                if value is not None and found.get(key) is None:
+                    found[key] = name
+        return found
+
+    def hold(self, name: str, message_id: str, kept: bytes, waits: Sequence[tuple[str, str]],
+             dedup_key: Optional[str], dedup_ttl_ms: int) -> tuple[int, str, str]:
+        """Hold ``kept`` ("D:T:F|frame") in partition ``name`` waiting for
+        ``waits`` (parent partition, id); (HELD, id, its hold mark for
+        register()), (DEDUPLICATED, the holder's id, "") or (IN_USE, id, "")."""
+        link = self._link
+        call = scripts.hold(link.keys(name), message_id, kept, [f"{p}\t{mid}" for p, mid in waits],
+                            count=link.stats, dedup_key=dedup_key, dedup_ttl_ms=dedup_ttl_ms)
+        with wrapped(f"hold message {message_id!r} of {name!r}"):
+            return call.run(link.client)
+
+    def register(self, name: str, message_id: str, waits: Sequence[tuple[str, str]], mark: str = "") -> str:
+        """Register held ``message_id`` of partition ``name`` with each of
+        ``waits`` (parent partition, id), tell it the outcomes of those that
+        ended, and remove its hold ``mark``; what unblock.lua said
+        ("released", "dead", "waiting", "gone")."""
+        link = self._link
+        child = f"{name}\t{message_id}"
+        by_partition: dict[str, list[str]] = {}
+        for partition, mid in waits:
+            by_partition.setdefault(partition, []).append(mid)
+        batch = scripts.Batch(link.client)
+        asked: list[str] = []
+        for partition, ids in by_partition.items():
+            for i in range(0, len(ids), _DEPEND_CHUNK):
+                batch.add(scripts.depend(link.keys(partition), child, ids[i:i + _DEPEND_CHUNK]))
+                asked.append(partition)
+        with wrapped(f"register message {message_id!r} of {name!r} with its parents"):
+            replies = link.send(batch) if asked else []
+        outcomes = []
+        for partition, reply in zip(asked, replies):
+            if isinstance(reply, Exception):
+                # The hold keeps its mark: the collector registers it again.
+                with wrapped(f"register message {message_id!r} of {name!r} with its parents in {partition!r}"):
+                    raise reply
+            outcomes += [_outcome(partition, pid, out, data) for pid, out, data in reply if out != "wait"]
+        with wrapped(f"tell message {message_id!r} of {name!r} its parents' outcomes"):
+            status, _ = scripts.unblock(link.keys(name), message_id, outcomes, mark).run(link.client)
+        return status
+
+    def drain(self, name: str) -> list[str]:
+        """Tell the children of partition ``name``'s ended messages (its
+        outbox: "o" entries); the partitions whose own outbox got entries
+        meanwhile (children dead-lettered with children of their own)."""
+        link = self._link
+        deps = link.keys(name).deps
+        with wrapped(f"read the outbox of {name!r}"):
+            entries = link.client.zrangebylex(deps, "[o\t", "(o\n", start=0, num=_DRAIN_BATCH)
+        told: dict[tuple[str, str], tuple[list[tuple[str, str, str, bytes]], list[bytes]]] = {}
+        gone: list[bytes] = []
+        for entry in entries:
+            parts = _split(entry, 6)
+            if parts is None or parts[4] not in ("done", "dead"):
+                log.warning("queue %s: an outbox entry that is not one, dropped: %r", name, entry[:200])
+                gone.append(entry)
+                continue
+            _, cq, cid, pid, out, data = parts
+            outcomes, raw = told.setdefault((cq, cid), ([], []))
+            outcomes.append(_outcome(name, pid, out, data.encode()))
+            raw.append(entry)
+        batch = scripts.Batch(link.client)
+        for (cq, cid), (outcomes, _) in told.items():
+            batch.add(scripts.unblock(link.keys(cq), cid, outcomes))
+        with wrapped(f"release the children of {name!r}"):
+            replies = link.send(batch) if told else []
+        cascade = []
+        for ((cq, cid), (_, raw)), reply in zip(told.items(), replies):
+            if isinstance(reply, Exception):
+                log.warning("queue %s: message %s of %s cannot be told its parent ended yet: %s", name, cid, cq,
+                            reply)
+                continue
+            gone += raw
+            if reply[1]:
+                cascade.append(cq)
+        if gone:
+            with wrapped(f"clear the outbox of {name!r}"):
+                link.client.zrem(deps, *gone)
+        return cascade
+
+    def drain_all(self, name: str) -> None:
+        """drain() ``name`` and every partition its children's ends put
+        entries in, until none is left or DRAIN_ROUNDS passed."""
+        todo = [name]
+        for _ in range(defaults.DRAIN_ROUNDS):
+            if not todo:
+                return
+            todo = [more for n in dict.fromkeys(todo) for more in self.drain(n)]
+
+    def repair_holds(self, name: str, older_than_ms: int) -> int:
+        """Finish the holds of partition ``name`` whose producer stopped
+        before telling all their parents (an "h" mark older than
+        ``older_than_ms``); how many were."""
+        link = self._link
+        deps = link.keys(name).deps
+        with wrapped(f"read the holds of {name!r}"):
+            now, [marks] = link.with_clock(lambda pipe: pipe.zrangebylex(deps, "[h\t", "(h\n", start=0, num=100))
+        now_ms = ms_of(now)
+        repaired = 0
+        for mark in marks:
+            parts = _split(mark, 3)
+            if parts is None or not parts[2].isdigit():
+                with wrapped(f"drop a hold mark of {name!r} that is not one"):
+                    link.client.zrem(deps, mark)
+                continue
+            if now_ms - int(parts[2]) < older_than_ms:
+                continue
+            self.register(name, parts[1], self.waits(name, parts[1]), mark.decode())
+            repaired += 1
+        return repaired
+
+    def waits(self, name: str, message_id: str) -> list[tuple[str, str]]:
+        """(parent partition, id) of each parent held ``message_id`` still waits for."""
+        with wrapped(f"read the waits of message {message_id!r} of {name!r}"):
+            entries = self._link.client.zrangebylex(self._link.keys(name).deps, f"[w\t{message_id}\t",
+                                                    f"(w\t{message_id}\n")
+        return [(parts[2], parts[3]) for parts in (_split(e, 4) for e in entries) if parts is not None]
+
+    def parents(self, name: str, message_id: str) -> Parents:
+        """What the parents of ``message_id`` of partition ``name`` became."""
+        with wrapped(f"read the parents of message {message_id!r} of {name!r}"):
+            entries = self._link.client.zrangebylex(self._link.keys(name).deps, f"[p\t{message_id}\t",
+                                                    f"(p\t{message_id}\n")
+        done: dict[tuple[str, str], Any] = {}
+        failed: dict[tuple[str, str], str] = {}
+        for entry in entries:
+            parts = _split(entry, 6)
+            if parts is None:
+                continue
+            key = (logical_name(parts[2]), parts[3])
+            if parts[4] == "done":
+                try:
+                    done[key] = json.loads(parts[5])
+                except (ValueError, RecursionError):
+                    done[key] = parts[5]
+            else:
+                failed[key] = _reason(parts[5].encode())
+        return Parents(done, failed)

@@ -1,0 +1,84 @@
+"""Dependencies under real supervisors: a fan-in of 100 parents on 3
+queues while consumers are SIGKILLed, and a consumer that dies between a
+parent's ack and telling its children (the collector releases them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from smqsup.client.producer import Producer
+from tests import procs
+from tests.handlers import read_events
+from tests.helpers import wait_for
+from tests.procs import NotifySocket
+
+pytestmark = pytest.mark.topologies
+
+
+def _kill_every(sup: procs.Supervisor, period_s: float, stop: threading.Event) -> list[int]:
+    """SIGKILL one consumer of ``sup`` every ``period_s`` until ``stop``; the pids killed."""
+    killed: list[int] = []
+
+    def run() -> None:
+        while not stop.wait(period_s):
+            kids = sup.children()
+            if kids:
+                victim = kids[len(killed) % len(kids)].pid
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                    killed.append(victim)
+                except ProcessLookupError:
+                    pass
+    threading.Thread(target=run, daemon=True).start()
+    return killed
+
+
+def test_a_fan_in_of_100_parents_runs_its_child_once_after_the_last_while_consumers_die(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """100 parents on 3 queues, consumers SIGKILLed every 200 ms while they run: the child runs exactly once,
+    after the last parent's ack, with all 100 results."""
+    queue = {"handler": "tests.handlers:family", "consumers": 2, "result_ttl": "5m", "retry_threshold": 50}
+    sup = supervise({"x": queue, "y": queue, "z": queue, "c": {**queue, "consumers": 1}}, notify,
+                    heartbeat_interval="0.5s", heartbeat_timeout="2s")
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        stop = threading.Event()
+        killed = _kill_every(sup, 0.2, stop)
+        parents = [(q, p.publish(q, {"i": i, "sleep": 0.05}, result_ttl=300)) for i in range(100) for q in ["xyz"[i % 3]]]
+        child = p.publish("c", "fan-in", depends_on=parents, result_ttl=300)
+        for q, mid in parents:
+            p.result(q, mid, timeout=60)
+        stop.set()
+        assert p.result("c", child, timeout=30) == "fan-in"
+    assert len(killed) >= 3
+    events = read_events(str(out_dir))
+    runs = [e for e in events if e["id"] == child]
+    assert len(runs) == 1
+    ends = {e["id"]: e["t"] for e in events if e["id"] != child}
+    assert set(ends) == {mid for _, mid in parents}
+    assert runs[0]["t"] > max(ends.values())
+    assert runs[0]["parents"] == sorted([q, mid, (int(i) * 10)] for (q, mid), i in
+                                        zip(parents, range(100)))
+
+
+def test_a_consumer_dying_between_the_ack_and_the_telling_leaves_it_to_the_collector(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """The parent's consumer exits right after the ack, before it tells the children: the elected collector
+    releases them (both children, on two queues), each runs once."""
+    supervise({"a": {"handler": "tests.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
+               "b": {"handler": "tests.handlers:family", "consumers": 1},
+               "c": {"handler": "tests.handlers:family", "consumers": 1}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        parent = p.publish("a", {"i": 4}, result_ttl=300, delay=0.5)
+        kids = [p.publish(q, f"child-{q}", depends_on=[("a", parent)], result_ttl=300) for q in "bc"]
+        assert [p.result(q, mid, timeout=20) for q, mid in zip("bc", kids)] == ["child-b", "child-c"]
+    events = read_events(str(out_dir))
+    assert [e["parents"] for e in events if e["id"] in kids] == [[["a", parent, 40]]] * 2
+    assert len([e for e in events if e["id"] == parent]) == 1
