@@ -169,3 +169,6 @@ DRAIN_ROUNDS = 16
 #: How long the steps of a chain keep their results for the next step when neither the step nor its
 #: queue says (result_ttl), in s.
 CHAIN_RESULT_TTL_S = 86_400
+#: How long a batch's keys (its status) last once its callbacks fired, in s; also how long the dedup key
+#: of an on_success callback for another queue holds (so a repeated drain publishes it once).
+BATCH_KEEP_S = 86_400

@@ -111,10 +111,12 @@ def has_expiry(data: bytes) -> bool:
 
 def must_screen(data: bytes) -> bool:
     """Whether a frame a blocking fetch took is screened (screen.lua) before
-    it starts: its head carries an expiry, or it is tracked or has events
-    (the screen records it "active", "started")."""
+    it starts: its head carries an expiry, or it is tracked, has events or
+    is linked (the screen records it "active", "started", and frees a dedup
+    key held until its start)."""
     head = _options_head(data)
-    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0)
+    return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0
+                                 or head.linked)
 
 
 #: The start of every payload a Producer writes: its id is readable without

@@ -51,6 +51,13 @@ live in one Redis Cluster slot::
                                    parents' outcomes (scripts/includes/deps.lua)
     ns:{Q}:blocked           HASH  ID -> "D:T:F|frame" of a message held until
                                    its parents are done (store/workflows.py)
+    ns:{Q}:batch:BID         HASH  batch BID, whose home is queue Q (its callback's
+                                   queue): closed, fired, done, failed, its
+                                   callbacks' frames (scripts/batch_settle.lua)
+    ns:{Q}:batch:BID:members SET   its members' ids; :ended SET those that ended;
+                                   :failures LIST the first 100 failed ones
+    ns:{Q}:batches           ZSET  open batches whose home is Q, score = when
+                                   opened (ms)
     ns:{Q}:dead              LIST  dead letters: one meta JSON line, "\\n", the
                                    frame (newest on the left)
     ns:{Q}:dead:purging:TOK  LIST  a whole dead-letter list set aside by a purge
@@ -196,6 +203,23 @@ class QueueKeys:
     @cached_property
     def blocked(self) -> str:
         return f"{self._prefix}:blocked"
+
+    def batch(self, batch_id: str) -> str:
+        """The hash of batch ``batch_id``, whose home is this queue."""
+        return f"{self._prefix}:batch:{batch_id}"
+
+    def batch_members(self, batch_id: str) -> str:
+        return f"{self._prefix}:batch:{batch_id}:members"
+
+    def batch_ended(self, batch_id: str) -> str:
+        return f"{self._prefix}:batch:{batch_id}:ended"
+
+    def batch_failures(self, batch_id: str) -> str:
+        return f"{self._prefix}:batch:{batch_id}:failures"
+
+    @cached_property
+    def batches(self) -> str:
+        return f"{self._prefix}:batches"
 
     @cached_property
     def options(self) -> str:

@@ -42,8 +42,8 @@ class Message:
     failed (``on_parent_failure="run"``) as ``failed_parents``."""
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "events_max", "linked", "progress_sink", "parents_source", "_cancelled",
-                 "_parents")
+                 "result_ttl_s", "events_max", "linked", "progress_sink", "parents_source", "batch_source",
+                 "_cancelled", "_parents", "_batch")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
@@ -64,6 +64,9 @@ class Message:
         self.parents_source: Optional[Callable[[], tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]]] \
             = None
         self._parents: Optional[tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]] = None
+        #: Where its batch is read from (the consumer sets it for a linked message): -> a Batch, or None.
+        self.batch_source: Optional[Callable[[], Any]] = None
+        self._batch: Any = False
         #: Where progress() writes (the consumer sets it for a tracked message, or one with events):
         #: JSON text -> recorded.
         self.progress_sink: Optional[Callable[[str], bool]] = None
@@ -96,6 +99,15 @@ class Message:
         this message would have been dead-lettered for (it runs anyway:
         ``on_parent_failure="run"``)."""
         return self._family()[1]
+
+    @property
+    def batch(self) -> Any:
+        """The batch this message is a member of (client/batches.py Batch),
+        or None: ``message.batch.publish(...)`` adds a message to it, and
+        the batch waits for that one too. Read at the first look."""
+        if self._batch is False:
+            self._batch = None if self.batch_source is None else self.batch_source()
+        return self._batch
 
     def _family(self) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]:
         if self._parents is None:

@@ -219,3 +219,11 @@ def family(msg: Any) -> Any:
     if isinstance(body, dict) and body.get("sleep"):
         time.sleep(body["sleep"])
     return body["i"] * 10 if isinstance(body, dict) and "i" in body else body
+
+
+def grow(msg: Any) -> Any:
+    """Record; a body below 100 adds two messages to its batch (100 more, and one)."""
+    _record("done", msg)
+    if isinstance(msg.body, int) and msg.body < 100:
+        msg.batch.publish(msg.queue, msg.body * 100 + 100)
+        msg.batch.publish_many(msg.queue, [msg.body * 100 + 101])

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from smqsup import MessageFailed
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
@@ -122,7 +123,7 @@ def test_a_dead_parent_dead_letters_its_children_with_the_reason(start: Callable
     start(fail, name="a", retry_threshold=1)
     parent = producer.publish("a", "p", result_ttl=60)
     child = producer.publish("b", "c", depends_on=[("a", parent)], result_ttl=60)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(MessageFailed) as info:
         producer.result("b", child, timeout=10)
     assert f"dependency failed: a/{parent} (" in str(info.value)
     assert producer.state("b", child) == "dead"

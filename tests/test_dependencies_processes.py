@@ -15,7 +15,6 @@ import pytest
 from smqsup.client.producer import Producer
 from tests import procs
 from tests.handlers import read_events
-from tests.helpers import wait_for
 from tests.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies

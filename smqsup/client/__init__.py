@@ -7,6 +7,10 @@
   results, state and progress of tracked messages too.
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
+- batches.py: ``Batch``, a batch's handle (publish, publish_many, close) and its callbacks' frames.
+- flows.py: the publishes of more than one step: a held child, a chain, a batch opened and its members.
+- checks.py: the checks of a publish's arguments (names, url, size, bodies, dedup keys) and a failed
+  publish_many's one error.
 - dependencies.py: what depends_on adds to a publish (parents checked, what a hold keeps) and a chain's steps.
 - events.py: Reading, where a reading of a queue's event stream is (Producer.events, AsyncProducer.events).
 - results.py: what a producer makes of a tracked message's record: its result, state, progress,

@@ -23,8 +23,9 @@ from typing import Any, Optional
 
 from smqsup import defaults, message
 from smqsup.client import results
+from smqsup.client.checks import valid_url
 from smqsup.client.events import Reading
-from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
+from smqsup.client.publishing import Outgoing, Publishing, Sending, log
 from smqsup.errors import BrokerError
 from smqsup.store.aio import AsyncBroker
 from smqsup.store.events import BLOCK_SLICE_MS, Event
@@ -86,7 +87,8 @@ class AsyncProducer:
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                       delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                       dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                      partition_key: Optional[str] = None, result_ttl: Any = None) -> str:
+                      partition_key: Optional[str] = None, result_ttl: Any = None,
+                      dedup_until: Optional[str] = None) -> str:
         """Producer.publish(): queue one message in one round trip; its id.
         MessageError (raised before anything is sent) for a bad argument.
         ``result_ttl`` (s; None: the queue's declared one; 0: not tracked):
@@ -95,14 +97,14 @@ class AsyncProducer:
             declared = await self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                                  dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                                 result_ttl=result_ttl, declared=declared)
+                                 result_ttl=result_ttl, declared=declared, dedup_until=dedup_until)
             return (await self._deliver(out))[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                            delay: Any = None, at: Any = None, priority: int = 0,
                            dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
                            ttl: Any = None, partition_key: Optional[str] = None,
-                           result_ttl: Any = None) -> list[str]:
+                           result_ttl: Any = None, dedup_until: Optional[str] = None) -> list[str]:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
@@ -110,7 +112,7 @@ class AsyncProducer:
             declared = await self._declared(queue)
             out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                   dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
-                                  result_ttl=result_ttl, declared=declared)
+                                  result_ttl=result_ttl, declared=declared, dedup_until=dedup_until)
             return await self._deliver(out)
 
     async def _declared(self, queue: str) -> Declared:

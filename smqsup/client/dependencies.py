@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from smqsup import defaults, message, safe
-from smqsup.client.publishing import Outgoing, valid_name
+from smqsup.client.checks import valid_name
+from smqsup.client.publishing import Outgoing
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
@@ -82,6 +83,8 @@ def kept(out: Outgoing, run: bool) -> tuple[str, bytes, Optional[str], int]:
     else:
         assert isinstance(item, tuple)
         mid, payload, key = item
+        if opts.dedup_until:
+            raise MessageError("dedup_until: not with depends_on (a held message's dedup key holds for dedup_ttl)")
         if opts.at_ms >= 0:
             raise MessageError("at: not with depends_on (a child enters its queue when its parents are done; "
                                "give a delay from then instead)")

@@ -104,8 +104,24 @@ def result_ttl(value: object) -> int:
     return math.ceil(value)
 
 
+def dedup_until(value: object, dedup_key: object, dedup_ttl: object) -> str:
+    """publish()'s ``dedup_until``: None (""), "done" or "start", only with
+    a dedup_key and without a dedup_ttl (the key then holds until its
+    message ends, or starts, however long that takes)."""
+    if value is None:
+        return ""
+    if value not in ("done", "start"):
+        raise MessageError(f"dedup_until: expected \"done\" or \"start\", got {_shown(value)}")
+    if dedup_key is None:
+        raise MessageError("dedup_until: given without dedup_key (it says how long a dedup key holds)")
+    if dedup_ttl is not None:
+        raise MessageError("dedup_until: not with dedup_ttl (the key holds until its message ends or starts)")
+    return str(value)
+
+
 def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
-          default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0) -> scripts.Options:
+          default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0, until: str = "",
+          link: str = "") -> scripts.Options:
     """The checked options of one publish call, in the script's units."""
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
@@ -115,7 +131,7 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
     return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s,
-                           events_max)
+                           events_max, until, link)
 
 
 def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:

@@ -22,20 +22,46 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.client import dependencies, results
+from smqsup.client import batches, flows, results
+from smqsup.client.checks import valid_url
 from smqsup.client.events import Reading, read_on
-from smqsup.client.publishing import Outgoing, Publishing, Sending, log, valid_url
+from smqsup.client.publishing import Outgoing, Publishing, Sending, log
 from smqsup.errors import BrokerError, MessageError
+from smqsup.store.batches import BatchStatus, parse_id
 from smqsup.store.broker import Broker
 from smqsup.store.events import Event
 from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record
-from smqsup.store.workflows import DEDUPLICATED, IN_USE
 
 
 class Producer:
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
+
+    The options of publish() (and publish_many(), each message):
+
+    ``delay`` (seconds or a timedelta, from when Redis receives it) or
+    ``at`` (an aware datetime or epoch seconds, by the Redis clock): not
+    handed to a consumer before then. ``priority`` 0-9: consumers take the
+    highest ready priority first, FIFO within one. ``dedup_key``: while a
+    message published with the same key on this queue less than
+    ``dedup_ttl`` ago holds it, nothing is queued and that message's id is
+    returned (so publishing again after PublishUncertain is safe); with
+    ``dedup_until="done"`` the key holds until that message ends (done or
+    dead, however long that takes, retries and reclaims included), with
+    ``"start"`` until it starts. ``ttl``: not handed to a handler within ttl
+    of its publish, it is dead-lettered as "expired". ``partition_key``: on
+    a queue with partitions, messages with the same key go to the same
+    partition, so they keep their order (a message with a dedup key and no
+    partition key goes by its dedup key; the others round-robin).
+    ``result_ttl`` (seconds; None: the queue's ``result_ttl`` option, as its
+    consumers declared it; 0: not tracked): its state, progress and outcome
+    are kept until that long after it ended (result(), state(), progress()).
+    ``depends_on`` (publish() only): (queue, id) pairs of tracked messages
+    it waits for: held ("blocked") until each is done, then queued
+    (``delay`` and ``ttl`` from then; no ``at``), its handler reads their
+    results as ``message.parents``; dead-lettered "dependency failed:
+    QUEUE/ID (reason)" when one fails, unless ``on_parent_failure="run"``.
 
     Neither method retries on its own. When Redis cannot be reached they raise
     PublishNotSent (nothing queued: safe to publish again); when the request
@@ -88,106 +114,61 @@ class Producer:
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                 dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                partition_key: Optional[str] = None, result_ttl: Any = None,
+                partition_key: Optional[str] = None, result_ttl: Any = None, dedup_until: Optional[str] = None,
                 depends_on: Optional[Sequence[tuple[str, str]]] = None, on_parent_failure: str = "fail") -> str:
-        """Queue one message in one round trip; return its id.
-
-        ``delay`` (seconds or a timedelta, from when Redis receives it) or
-        ``at`` (an aware datetime or epoch seconds, by the Redis clock): not
-        handed to a consumer before then. ``priority`` 0-9: consumers take
-        the highest ready priority first, FIFO within one. ``dedup_key``:
-        while a message published with the same key on this queue less than
-        ``dedup_ttl`` ago holds it, nothing is queued and that message's id
-        is returned (so publishing again after PublishUncertain is safe).
-        ``ttl``: not handed to a handler within ttl of its publish, it is
-        dead-lettered as "expired". ``partition_key``: on a queue with
-        partitions, messages with the same key go to the same partition, so
-        they keep their order (a message with a dedup key and no partition
-        key goes by its dedup key; the others round-robin). ``result_ttl``
-        (seconds; None: the queue's ``result_ttl`` option, as its consumers
-        declared it; 0: not tracked): its state, progress and outcome are
-        kept until that long after it ended (result(), state(), progress()).
-
-        ``depends_on``: (queue, id) pairs of tracked messages it waits for:
-        held ("blocked") until each is done, then queued (``delay`` and
-        ``ttl`` from then; no ``at``), its handler reads their results as
-        ``message.parents``; dead-lettered "dependency failed: QUEUE/ID
-        (reason)" when one fails, unless ``on_parent_failure="run"``.
-
-        Raises MessageError (bad queue name, not JSON, over max_message_size,
-        a bad option, a parent not known) before anything is sent,
-        PublishUncertain if the reply was lost.
-        """
+        """Queue one message in one round trip (with ``depends_on``, a few);
+        return its id. The options are the class docstring's. Raises
+        MessageError (bad queue name, not JSON, over max_message_size, a bad
+        option, a parent not known) before anything is sent,
+        PublishUncertain if the reply was lost."""
         count, said = self._declared(queue)
         out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                              dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                             result_ttl=result_ttl, declared=said)
+                             result_ttl=result_ttl, declared=said, dedup_until=dedup_until)
         if depends_on is not None:
-            return self._held(out, count, depends_on, on_parent_failure)
+            return flows.held(self, out, count, depends_on, on_parent_failure)
         return self._deliver(out, count)[0]
 
     def chain(self, steps: Sequence[Any]) -> list[str]:
         """Publish ``steps``, each (queue, body) or (queue, body, {options})
         with publish()'s keywords, so that each waits for the one before
         (depends_on) and reads its result (message.parents); their ids, in
-        order. Every step but the last is tracked: its ``result_ttl``, else
-        its queue's, else CHAIN_RESULT_TTL_S. A step whose parent failed is
-        dead-lettered, and with it each after it, but one with
-        ``on_parent_failure="run"``. Every step is checked before the
-        first is sent (MessageError)."""
-        plan = dependencies.steps(steps)
-        for i, (queue, body, opts) in enumerate(plan):
-            if i < len(plan) - 1 and opts.get("result_ttl") is None:
-                opts["result_ttl"] = self._declared(queue)[1].result_ttl_s or defaults.CHAIN_RESULT_TTL_S
-            if i < len(plan) - 1 and opts["result_ttl"] == 0:
-                raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
-            rule = opts.pop("on_parent_failure", "fail")
-            dependencies.failure_rule(rule)
-            self._core.one(queue, body, opts.pop("headers", None), **{"delay": None, "at": None, "priority": 0,
-                           "dedup_key": None, "dedup_ttl": None, "ttl": None, "message_id": None,
-                           "partition_key": None, **opts})
-            opts["on_parent_failure"] = rule
-        ids: list[str] = []
-        for i, (queue, body, opts) in enumerate(plan):
-            after: dict[str, Any] = {"depends_on": [(plan[i - 1][0], ids[-1])]} if i else {}
-            if not i:
-                opts.pop("on_parent_failure")
-            ids.append(self.publish(queue, body, **opts, **after))
-        return ids
+        order (client/flows.py)."""
+        return flows.chain(self, steps)
 
-    def _held(self, out: Outgoing, count: "int | BrokerError", depends_on: object, on_parent_failure: object) -> str:
-        """publish() of a message with ``depends_on`` (store/workflows.py)."""
-        wanted, run = dependencies.parents(depends_on), dependencies.failure_rule(on_parent_failure)
-        core, flows = self._core, self._broker.workflows
-        mid, kept, key, dedup_ttl_ms = dependencies.kept(out, run)
-        if (out.queue, mid) in wanted:
-            raise MessageError(f"depends_on: message {mid} of queue {out.queue} cannot depend on itself")
-        if isinstance(count, BrokerError):
-            count = core.uncounted(out.queue, out.ids, count)
-        target = core.route(out, count)[0][0]
-        try:
-            found = flows.locate(wanted)
-            waits = [(found[p] or "", p[1]) for p in dependencies.known(wanted, found)]
-            status, holder, mark = flows.hold(target, mid, kept, waits, key, dedup_ttl_ms)
-        except BrokerError as exc:
-            raise dependencies.publish_error(exc, mid) from exc
-        if status == IN_USE:
-            raise MessageError(f"message_id {mid}: in use in queue {out.queue} (a message held or tracked there "
-                               "has it); nothing was published")
-        if status == DEDUPLICATED:
-            return holder
-        core.published += 1
-        try:
-            flows.register(target, mid, waits, mark)
-        except BrokerError as exc:
-            log.warning("queue %s: message %s is held, but telling its parents failed (%s); the queue's collector "
-                        "does it within %.0f s", out.queue, mid, exc, defaults.HOLD_REPAIR_S)
-        return mid
+    def batch(self, on_complete: Optional[tuple[str, Any]] = None,
+              on_success: Optional[tuple[str, Any]] = None) -> batches.Batch:
+        """A new batch (client/batches.py): once it is closed and every one
+        of its messages ended, one message goes to ``on_complete`` (queue,
+        body), and one to ``on_success`` when none failed, exactly once;
+        their body: {"batch", "body" (the given one), "done", "failed",
+        "failures" (the first 100: {"id", "queue", "reason"})}. At least
+        one callback (MessageError)."""
+        return flows.open_batch(self, on_complete, on_success)
+
+    def batch_status(self, batch_id: str) -> Optional[BatchStatus]:
+        """What Redis holds on batch ``batch_id`` (Batch.id): its counts,
+        whether it is closed and fired, its first failures; None when
+        unknown (or a day after it fired)."""
+        where = parse_id(batch_id) if isinstance(batch_id, str) else None
+        if where is None:
+            raise MessageError(f"batch_id: expected an id Batch.id gave, got {str(batch_id)[:80]!r}")
+        return self._broker.batches.status(*where)
+
+    def publish_members(self, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+                        headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
+        """Batch.publish / publish_many (client/flows.py)."""
+        return flows.members(self, batch, queue, bodies, headers, options, many=many)
+
+    def close_batch(self, batch: batches.Batch) -> bool:
+        """Batch.close: whether its callbacks were published now."""
+        return self._broker.batches.close(batch.home, batch.batch_id)
 
     def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                      delay: Any = None, at: Any = None, priority: int = 0,
                      dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                     ttl: Any = None, partition_key: Optional[str] = None, result_ttl: Any = None) -> list[str]:
+                     ttl: Any = None, partition_key: Optional[str] = None, result_ttl: Any = None,
+                     dedup_until: Optional[str] = None) -> list[str]:
         """Queue many messages in one round trip; return their ids in order.
         Every body is encoded and checked before anything is sent; a lost
         reply raises PublishUncertain naming all of them.
@@ -206,7 +187,7 @@ class Producer:
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                              partition_key=partition_key, result_ttl=result_ttl,
-                                             declared=said), count)
+                                             declared=said, dedup_until=dedup_until), count)
 
     def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
         """What ``queue``'s consumers declared, read together and cached: its

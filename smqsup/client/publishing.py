@@ -17,20 +17,18 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union, cast
 
-from smqsup import defaults, framing, message, safe
+from smqsup import defaults, framing, message
 from smqsup.client import options
+from smqsup.client.checks import dedup_keys, materialise, one_error, valid_max_size, valid_name
 from smqsup.config import scalars
-from smqsup.config.names import validate_queue_name
-from smqsup.config.scalars import REDIS_STRING_MAX_BYTES
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
     BrokerNotSent,
-    ConfigError,
     MessageError,
     NotReplicated,
     PublishNotReplicated,
@@ -55,74 +53,6 @@ WRITERS_KEPT = 1024
 
 #: Frames to send: plain frames, or (id, payload, dedup key) items sent with options.
 Frames = Union[list[bytes], list[tuple[str, bytes, Optional[str]]]]
-
-
-def valid_name(name: object, what: str) -> str:
-    """``name`` if it is a valid queue name or namespace; MessageError (one
-    bounded line) for anything else, whatever its type."""
-    if not isinstance(name, str):
-        raise MessageError(f"{what}: expected a name string, got a value of type {type(name).__name__}")
-    try:
-        return validate_queue_name(name)
-    except ConfigError as exc:
-        raise MessageError(f"{what} {safe.escape(repr(name), 80)}: {str(exc).split(': ', 1)[-1]}") from None
-
-
-def valid_url(url: object) -> str:
-    """``url`` if it is a string (the store's connect checks the rest); ConfigError otherwise."""
-    if not isinstance(url, str):
-        raise ConfigError(f"redis.url: expected a url string, got a value of type {type(url).__name__}")
-    return url
-
-
-def valid_max_size(size: object) -> int:
-    """``size`` if it is a whole number of bytes Redis can hold; ConfigError otherwise."""
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= REDIS_STRING_MAX_BYTES:
-        shown = safe.escape(size, 40) if isinstance(size, (int, float, str)) else f"a value of type {type(size).__name__}"
-        raise ConfigError(f"max_message_size: expected bytes from 1 to {REDIS_STRING_MAX_BYTES}, got {shown}")
-    return size
-
-
-def materialise(queue: str, bodies: object) -> list[Any]:
-    """The bodies of a publish_many as a list, read before anything is sent;
-    MessageError when they are not an iterable of bodies, or when reading
-    them raised (then nothing was sent: the error says so)."""
-    if isinstance(bodies, (str, bytes, bytearray, Mapping)) or not isinstance(bodies, Iterable):
-        raise MessageError(f"queue {queue!r}: bodies must be an iterable of message bodies, "
-                           f"not a {type(bodies).__name__} (wrap one body in a list)")
-    try:
-        return list(bodies)
-    except Exception as exc:  # noqa: BLE001 - the caller's iterator failed: say that nothing was sent
-        raise MessageError(f"queue {queue!r}: reading the bodies raised {type(exc).__name__}: "
-                           f"{safe.escape(exc, 200)}; nothing was sent") from exc
-
-
-def dedup_keys(dedup_key: object, count: int) -> list[Optional[str]]:
-    """publish_many's dedup keys, one per body: one key for all, or a
-    sequence of keys (None: none) as long as the bodies."""
-    if dedup_key is None or isinstance(dedup_key, str):
-        return [None if dedup_key is None else options.dedup_key(dedup_key)] * count
-    if not isinstance(dedup_key, Sequence) or isinstance(dedup_key, (bytes, bytearray)):
-        raise MessageError(f"dedup_key: expected a string or a sequence of strings (one per body), "
-                           f"got a value of type {type(dedup_key).__name__}")
-    if len(dedup_key) != count:
-        raise MessageError(f"dedup_key: {len(dedup_key)} keys for {count} bodies (give one per body)")
-    return [None if k is None else options.dedup_key(k) for k in dedup_key]
-
-
-def one_error(failed: list[tuple[BrokerError, list[str]]]) -> BrokerError:
-    """One error for the partitions of a publish_many that failed (each
-    with its messages' ids), the others having queued theirs: the failure
-    itself when one partition failed; PublishNotSent when none of them sent
-    anything; else PublishUncertain naming every message of the failed
-    partitions (they carry dedup keys: publishing them again is safe)."""
-    if len(failed) == 1:
-        return failed[0][0]
-    ids = [mid for _, group in failed for mid in group]
-    text = "; ".join(str(exc) for exc, _ in failed)
-    if all(isinstance(exc, PublishNotSent) for exc, _ in failed):
-        return PublishNotSent(f"{len(failed)} partitions: {text}", ids)
-    return PublishUncertain(f"{len(failed)} partitions: {text}", ids)
 
 
 @dataclass
@@ -189,16 +119,18 @@ class Publishing:
 
     def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
             priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
-            partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED) -> Outgoing:
+            partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED,
+            dedup_until: Any = None, link: str = "") -> Outgoing:
         """publish()'s message, checked and encoded (MessageError before
         anything is sent); tracked for ``result_ttl``, or, when that is
         None, for the queue's declared result_ttl (0: not tracked); with
-        events when the queue declared them."""
+        events when the queue declared them; a member of batch ``link``
+        ("HOME\tBID") if given."""
         self.check_queue(queue)
         by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None:
+                and dedup_ttl is None and dedup_until is None and not link:
             if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
                 mid = new_id()
                 payload = self._writer(queue).payload(mid, body, created_at=time.time())
@@ -208,27 +140,30 @@ class Publishing:
             return Outgoing(queue, [mid], [framing.frame(payload)], None, by, [])
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
         mid = message.check_message_id(message_id) if message_id is not None else new_id()
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max)
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
+                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link)
         return self._with_options(queue, [body], [mid], headers, keys, opts, by)
 
     def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], *, delay: Any,
              at: Any, priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, partition_key: Any,
-             result_ttl: Any = None, declared: Declared = NOTHING_DECLARED) -> Outgoing:
+             result_ttl: Any = None, declared: Declared = NOTHING_DECLARED, dedup_until: Any = None,
+             link: str = "") -> Outgoing:
         """publish_many()'s messages, checked and encoded (every body before
-        anything is sent); tracked as one() says."""
+        anything is sent); tracked, and members of a batch, as one() says."""
         self.check_queue(queue)
         by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
         items = materialise(queue, bodies)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None:
+                and dedup_ttl is None and dedup_until is None and not link:
             writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
             ids = new_ids(len(items))
             payload = writer.payload
             frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             return Outgoing(queue, ids, frames, None, by, [])
         keys = dedup_keys(dedup_key, len(items))
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max)
+        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
+                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link)
         return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by)
 
     def check_queue(self, queue: str) -> None:
@@ -236,12 +171,12 @@ class Publishing:
             valid_name(queue, "queue")
 
     def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
-                 dedup_ttl: Any, kept: int, events_max: int = 0) -> scripts.Options:
+                 dedup_ttl: Any, kept: int, events_max: int = 0, until: str = "", link: str = "") -> scripts.Options:
         if dedup_ttl is not None and dedup_key is None:
             raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
         return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
                              default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s), result_ttl_s=kept,
-                             events_max=events_max)
+                             events_max=events_max, until=until, link=link)
 
     def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
                       keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> Outgoing:

@@ -27,6 +27,12 @@ def queue_or_namespace(value: object, key: str, path: str) -> str:
     raise error(problem, value, path=path, key=key)
 
 
+def is_queue_name(value: object) -> bool:
+    """Whether ``value`` is a queue name (bytes read back from Redis, say)."""
+    return isinstance(value, str) and value not in (".", "..") and re.fullmatch(r"[A-Za-z0-9_.-]{1,128}",
+                                                                                  value) is not None
+
+
 def validate_queue_name(name: object, *, path: str = "", key: str = "") -> str:
     """``name`` if it is a valid queue name, else ConfigError (for config and producer)."""
     return queue_or_namespace(name, key, path)

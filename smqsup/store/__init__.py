@@ -17,6 +17,7 @@ redis-py's errors into smqsup's.
 - schedules.py: Schedules in Redis, and reading their definitions back.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
 - events.py: Events: queues' event streams read, one Event per entry, partitions merged.
+- batches.py: Batches: batches opened, grown, their members' ends counted, callbacks fired once, read.
 - workflows.py: Workflows: dependencies, children held, registered with their parents, told, released.
 - waiters.py: Subscriber, the one pub/sub connection a process's waits share.
 - consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.

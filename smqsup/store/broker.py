@@ -11,6 +11,7 @@ one attribute each, all sharing the Broker's one link.Link:
     broker.schedules    schedules declared, fired, paused, read (schedules.py)
     broker.tracking     tracked messages' records, waits, progress (tracking.py)
     broker.workflows    dependencies: children held, told, released (workflows.py)
+    broker.batches      batches: opened, members added and counted, callbacks fired (batches.py)
 
 Every operation turns redis-py's errors into smqsup's (connection.wrapped).
 """
@@ -23,6 +24,7 @@ from redis.cluster import RedisCluster
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
+from smqsup.store.batches import Batches
 from smqsup.store.connection import check_server, wrapped
 from smqsup.store.contents import Contents
 from smqsup.store.events import Events
@@ -57,7 +59,8 @@ class Broker:
         self.schedules = Schedules(self._link)
         self.tracking = Tracking(self._link)
         self.events = Events(self._link)
-        self.workflows = Workflows(self._link, self.queues)
+        self.batches = Batches(self._link)
+        self.workflows = Workflows(self._link, self.queues, self.batches)
 
     @property
     def url(self) -> str:

@@ -35,7 +35,9 @@ from typing import Any, Optional
 
 from smqsup import defaults
 from smqsup.keys import logical_name
+from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.batches import Batches, split_entry
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
 from smqsup.store.queues import Queues
@@ -86,21 +88,13 @@ class Parents:
     failed: dict[tuple[str, str], str]
 
 
-def _split(entry: bytes, fields: int) -> Optional[list[str]]:
-    """The fields of a deps entry, or None for bytes that are not one."""
-    try:
-        parts = entry.decode("utf-8").split("\t", fields - 1)
-    except UnicodeDecodeError:
-        return None
-    return parts if len(parts) == fields else None
-
-
 class Workflows:
     """Hold, register, release and read dependencies (module docstring)."""
 
-    def __init__(self, link: Link, queues: Queues) -> None:
+    def __init__(self, link: Link, queues: Queues, batches: Batches) -> None:
         self._link = link
         self._queues = queues
+        self._batches = batches
 
     def locate(self, parents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Optional[str]]:
         """The partition holding the record of each (queue, id) of
@@ -179,7 +173,7 @@ class Workflows:
         told: dict[tuple[str, str], tuple[list[tuple[str, str, str, bytes]], list[bytes]]] = {}
         gone: list[bytes] = []
         for entry in entries:
-            parts = _split(entry, 6)
+            parts = split_entry(entry, 6)
             if parts is None or parts[4] not in ("done", "dead"):
                 log.warning("queue %s: an outbox entry that is not one, dropped: %r", name, entry[:200])
                 gone.append(entry)
@@ -196,8 +190,8 @@ class Workflows:
         cascade = []
         for ((cq, cid), (_, raw)), reply in zip(told.items(), replies):
             if isinstance(reply, Exception):
-                log.warning("queue %s: message %s of %s cannot be told its parent ended yet: %s", name, cid, cq,
-                            reply)
+                warn_once(log, f"child:{cq}:{cid}", "queue %s: message %s of %s cannot be told its parent ended "
+                          "yet (said once; the collector tries again): %s", name, cid, cq, reply)
                 continue
             gone += raw
             if reply[1]:
@@ -214,7 +208,7 @@ class Workflows:
         for _ in range(defaults.DRAIN_ROUNDS):
             if not todo:
                 return
-            todo = [more for n in dict.fromkeys(todo) for more in self.drain(n)]
+            todo = [more for n in dict.fromkeys(todo) for more in (*self.drain(n), *self._batches.drain(n))]
 
     def repair_holds(self, name: str, older_than_ms: int) -> int:
         """Finish the holds of partition ``name`` whose producer stopped
@@ -227,7 +221,7 @@ class Workflows:
         now_ms = ms_of(now)
         repaired = 0
         for mark in marks:
-            parts = _split(mark, 3)
+            parts = split_entry(mark, 3)
             if parts is None or not parts[2].isdigit():
                 with wrapped(f"drop a hold mark of {name!r} that is not one"):
                     link.client.zrem(deps, mark)
@@ -243,7 +237,7 @@ class Workflows:
         with wrapped(f"read the waits of message {message_id!r} of {name!r}"):
             entries = self._link.client.zrangebylex(self._link.keys(name).deps, f"[w\t{message_id}\t",
                                                     f"(w\t{message_id}\n")
-        return [(parts[2], parts[3]) for parts in (_split(e, 4) for e in entries) if parts is not None]
+        return [(parts[2], parts[3]) for parts in (split_entry(e, 4) for e in entries) if parts is not None]
 
     def parents(self, name: str, message_id: str) -> Parents:
         """What the parents of ``message_id`` of partition ``name`` became."""
@@ -253,7 +247,7 @@ class Workflows:
         done: dict[tuple[str, str], Any] = {}
         failed: dict[tuple[str, str], str] = {}
         for entry in entries:
-            parts = _split(entry, 6)
+            parts = split_entry(entry, 6)
             if parts is None:
                 continue
             key = (logical_name(parts[2]), parts[3])

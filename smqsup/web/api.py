@@ -39,6 +39,8 @@ IDS_MAX = 10_000
 MESSAGES_LIMIT_MAX = 1000
 #: Most message ids one remove names (a listing shows at most MESSAGES_LIMIT_MAX).
 REMOVE_IDS_MAX = 1000
+#: Open batches the batches endpoint lists per queue, by default and at most.
+BATCHES_LIMIT, BATCHES_LIMIT_MAX = 100, 1000
 #: Events one answer of the events endpoint holds, by default and at most.
 EVENTS_LIMIT, EVENTS_LIMIT_MAX = 100, 500
 
@@ -135,6 +137,13 @@ async def api_events(request: web.Request) -> web.Response:
     queue = await _known_queue(request)
     source = request.app[SOURCE]
     return response(await source.call(events.page, source.broker, queue, after, limit))
+
+
+async def api_batches(request: web.Request) -> web.Response:
+    """Every queue's open batches (Producer.batch), with their counts."""
+    limit = args.int_arg(request, "limit", BATCHES_LIMIT, BATCHES_LIMIT_MAX)
+    source = request.app[SOURCE]
+    return response(await source.call(source.batches, limit))
 
 
 async def api_pause(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@
     POST /api/queues/{queue}/remove         {"ids": [...]}: waiting messages (browse.remove)
     POST /api/queues/{queue}/cancel         {"ids": [...]}: waiting or held messages (contents.cancel)
     GET  /api/queues/{queue}/events         ?after=I=MS-SEQ,...&limit=N (default 100, at most 500)
+    GET  /api/batches                       ?limit=N a queue (default 100, at most 1000): open batches
     POST /api/queues/{queue}/pause          {} (Broker.queues.pause)
     POST /api/queues/{queue}/resume         {} (Broker.queues.resume)
     GET  /metrics                           Prometheus text format 0.0.4
@@ -58,6 +59,7 @@ REDIS_TIMEOUT_S = 5.0
 
 #: The page's files, served from memory: name -> content type.
 _STATIC = {"ui.js": "text/javascript", "messages.js": "text/javascript", "events.js": "text/javascript",
+           "batches.js": "text/javascript",
            "app.js": "text/javascript",
            "app.css": "text/css", "favicon.svg": "image/svg+xml"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' {ws}; "
@@ -166,6 +168,7 @@ def build_app(source: Source, token: Optional[str]) -> web.Application:
         web.post(f"{_QUEUE}/remove", api.api_remove),
         web.post(f"{_QUEUE}/cancel", api.api_cancel),
         web.get(f"{_QUEUE}/events", api.api_events),
+        web.get("/api/batches", api.api_batches),
         web.post(f"{_QUEUE}/pause", api.api_pause),
         web.post(f"{_QUEUE}/resume", api.api_resume),
         web.get("/metrics", api.get_metrics),

@@ -96,6 +96,17 @@ class Source:
                   "dead": sizes["dead"], "processing": len(rows) if len(rows) < limit else None}
         return {"queue": queue, "state": state, "total": totals[state], "messages": rows}
 
+    def batches(self, limit: int) -> dict[str, Any]:
+        """The open batches of every queue (at most ``limit`` a queue), with
+        their counts: what GET /api/batches answers."""
+        rows = []
+        for queue in self.queues():
+            for batch_id in self.broker.batches.open_ids(queue, limit):
+                status = self.broker.batches.status(queue, batch_id.rpartition("@")[0])
+                if status is not None:
+                    rows.append({**status.to_json(), "home": queue})
+        return {"batches": rows}
+
     def cancel(self, queue: str, ids: Sequence[str]) -> dict[str, str]:
         """Each id's answer to a cancel (Producer.cancel says what they mean)."""
         names = self.broker.queues.partition_names(queue)

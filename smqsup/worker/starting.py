@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import time
 from collections.abc import Callable
 from typing import Any, Optional
 
 from smqsup import defaults, framing
+from smqsup.client.batches import Batch
+from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MalformedMessage
 from smqsup.message import decode
@@ -167,8 +170,9 @@ class Starter:
             msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id,
                                                   tracked=msg.result_ttl_s > 0, events_max=msg.events_max,
                                                   attempts=msg.attempts)
-        if msg.linked:  # a dependency's child: its handler may read its parents
+        if msg.linked:  # a dependency's child, a batch's member: its handler may read its parents, its batch
             msg.parents_source = functools.partial(_family, f.broker, f.name, msg.id)
+            msg.batch_source = functools.partial(_batch_of, f.broker, f.name, msg.id)
         self.runner.start(self.in_hand.start(frame, msg))
 
     # --- what is due ------------------------------------------------------------
@@ -192,3 +196,22 @@ def _family(broker: Broker, name: str, message_id: str) -> tuple[dict[tuple[str,
     """What the parents of ``message_id`` of partition ``name`` became (Message.parents)."""
     parents = broker.workflows.parents(name, message_id)
     return parents.done, parents.failed
+
+
+#: The Producers of this process's handlers' batch additions (message.batch), made at the first:
+#: (pid, url, namespace) -> it.
+_PRODUCERS: dict[tuple[int, str, str], Producer] = {}
+
+
+def _batch_of(broker: Broker, name: str, message_id: str) -> Any:
+    """The batch (client/batches.py) ``message_id`` of partition ``name`` is a member of, or None."""
+    found = broker.batches.member_of(name, message_id)
+    if found is None:
+        return None
+    key = (os.getpid(), broker.url, broker.namespace)
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        if any(pid != key[0] for pid, _, _ in _PRODUCERS):
+            _PRODUCERS.clear()  # (those made before a fork are not this process's)
+        producer = _PRODUCERS[key] = Producer(broker.url, broker.namespace)
+    return Batch(producer, *found, owned=False)

@@ -17,7 +17,7 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
   dlq_purge, partitions.
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
 - tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
-- workflows.py: hold, depend, unblock (dependencies between messages).
+- workflows.py: hold, depend, unblock (dependencies between messages), batch_settle.
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
@@ -68,7 +68,7 @@ from smqsup.store.scripts.registry import (
     stale,
 )
 from smqsup.store.scripts.tracking import cancel, progress
-from smqsup.store.scripts.workflows import depend, hold, unblock
+from smqsup.store.scripts.workflows import batch_settle, depend, hold, unblock
 
 #: Every script but the schedules' (schedules.ALL).
 ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS)
@@ -79,6 +79,6 @@ __all__ = [
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
-    "publish_options", "depend", "hold", "unblock",
+    "publish_options", "batch_settle", "depend", "hold", "unblock",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

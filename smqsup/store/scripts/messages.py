@@ -207,6 +207,8 @@ class Options:
     dedup_ttl_ms: int = 86_400_000
     result_ttl_s: int = 0  # 0: not tracked
     events_max: int = 0  # 0: no events; else the event stream's cap
+    dedup_until: str = ""  # "": a dedup key holds for dedup_ttl_ms; "done" / "start": until its message ends / starts
+    link: str = ""  # "": none; "HOME\tBID": each message is a member of batch BID (store/batches.py)
 
 
 def _id_pairs(reply: Sequence[Any]) -> list[tuple[str, bool]]:
@@ -218,9 +220,10 @@ def publish_options(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[
     """Publish (id, payload, dedup key or None) items with ``options``;
     per item (the id queued, True) or (the id holding its dedup key, False)."""
     key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled, keys.tracked,
-                keys.tracked_expiry, keys.events]
+                keys.tracked_expiry, keys.events, keys.deps]
     args: list[Any] = [int(count), options.priority, options.delay_ms, options.at_ms, options.ttl_ms,
-                       options.dedup_ttl_ms, options.result_ttl_s, options.events_max]
+                       options.dedup_ttl_ms, options.result_ttl_s, options.events_max, options.dedup_until,
+                       options.link]
     for mid, payload, dedup_key in items:
         args += [mid, dedup_index(key_list, keys, dedup_key), payload]
     return Call(_PUBLISH_OPTIONS, key_list, args, _id_pairs)

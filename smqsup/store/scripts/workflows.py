@@ -1,5 +1,6 @@
-"""Wrappers of the scripts of dependencies (store/workflows.py has the
-protocol): hold a child, register it with its parents, unblock it."""
+"""Wrappers of the scripts of dependencies and batches (store/workflows.py
+and store/batches.py have the protocols): hold a child, register it with
+its parents, unblock it; settle a batch."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from smqsup.store.scripts.calls import Call, Script
 _HOLD = Script("hold")
 _DEPEND = Script("depend")
 _UNBLOCK = Script("unblock")
+_BATCH_SETTLE = Script("batch_settle")
 
-SCRIPTS = (_HOLD, _DEPEND, _UNBLOCK)
+SCRIPTS = (_HOLD, _DEPEND, _UNBLOCK, _BATCH_SETTLE)
 
 #: hold()'s answers: held; deduplicated (its dedup key names another message); the id is in use.
 HELD, DEDUPLICATED, IN_USE = 1, 0, -1
@@ -56,3 +58,18 @@ def unblock(keys: QueueKeys, message_id: str, outcomes: Sequence[tuple[str, str,
     return Call(_UNBLOCK, (keys.blocked, keys.deps, keys.pending, keys.priority, keys.priority_seq, keys.scheduled,
                            keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events), args,
                 lambda reply: (_text(reply[0]), int(reply[1])))
+
+
+def batch_settle(home: QueueKeys, batch_id: str, ended: Sequence[tuple[str, str, str]], *, close: bool,
+                 keep_s: int) -> Call[tuple[bool, bool]]:
+    """Record the (member id, "done" | "dead", failure JSON or "") ``ended``
+    of batch ``batch_id`` whose home is ``home``, and its close; (fired now,
+    an on_success callback for another queue left in the home's deps)
+    (batch_settle.lua)."""
+    args: list[Any] = [batch_id, int(close), keep_s]
+    for item in ended:
+        args.extend(item)
+    return Call(_BATCH_SETTLE, (home.batch(batch_id), home.batch_members(batch_id), home.batch_ended(batch_id),
+                                home.batch_failures(batch_id), home.batches, home.pending, home.priority,
+                                home.priority_seq, home.deps, home.tracked, home.tracked_expiry, home.events),
+                args, lambda reply: (bool(reply[0]), bool(reply[1])))

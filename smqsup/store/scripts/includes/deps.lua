@@ -16,22 +16,69 @@
 --   h CID MS              CID was held at MS (ms, Redis clock) and its
 --                         parents are not all told yet; the collector
 --                         finishes that after a crash (unblock.lua removes it)
+--   k LEN:KEY ID          dedup key KEY (its full name, LEN bytes) is held by
+--                         message ID until it ends or starts
+--   u ID MODE K           message ID holds "k" entry K until it ends (MODE
+--                         "done") or starts ("start")
+--   b ID HOME BID         message ID is a member of batch BID (its keys on
+--                         queue HOME's slot: store/batches.py)
+--   B HOME BID ID OUT DATA  the batch outbox: member ID ended, OUT "done" or
+--                         "dead" (DATA: its dead-letter metadata); the
+--                         drainer hands it to batch_settle.lua on HOME's slot
+--   S Q ID PAYLOAD        (on a batch's home) its on_success callback, to be
+--                         published on queue Q (another slot) as ID
 --
 -- deps_ended(T, id, state, data, tracked, linked): the message ``id`` of
 -- this queue ended in ``state`` (done, dead, cancelled) with ``data``
--- (result or metadata JSON). Its own parents' outcomes go (``linked``); its
--- waiting children (a ``tracked`` one only: only those can be parents) turn
--- into outbox entries, in the same step as its end, and DEPS.told counts
--- them (ack.lua and nack.lua say so, and their consumer drains at once).
+-- (result or metadata JSON). A ``linked`` one's parents' outcomes go, its
+-- dedup key held to its end is freed, and its batch hears of its end (a "B"
+-- entry); its waiting children (a ``tracked`` one only: only those can be
+-- parents) turn into outbox entries; all in the same step as its end, and
+-- DEPS.told counts the entries (ack.lua and nack.lua say so, and their
+-- consumer drains at once).
+--
+-- deps_started(T, id): linked message ``id`` started: a dedup key it held
+-- until its start is freed.
 -- Writes use redis.pcall: garbage in the deps key costs the dependencies of
 -- this queue, never the move of a message.
 local DEPS = {told = 0}
 local DEPS_CHUNK = 1000
 
+-- The entries of ``kind`` for message ``id`` (a table, maybe empty).
+local function deps_of(deps, kind, id)
+  local found = redis.pcall('ZRANGEBYLEX', deps, '[' .. kind .. '\t' .. id .. '\t', '(' .. kind .. '\t' .. id .. '\n')
+  return type(found) == 'table' and found or {}
+end
+
+-- Free the dedup keys message ``id`` holds until a moment in ``modes``.
+local function deps_unhold(deps, id, modes)
+  for _, u in ipairs(deps_of(deps, 'u', id)) do
+    local mode, k = string.match(u, '^u\t[^\t]+\t(%l+)\t(.*)$')
+    if modes[mode] then redis.pcall('ZREM', deps, k, u) end
+  end
+end
+
+local function deps_started(T, id)
+  if T.deps then deps_unhold(T.deps, id, {start = true}) end
+end
+
+-- The ends of linked message ``id``: its parents' outcomes, its holds, its batch.
+local function deps_unlink(deps, id, state, data)
+  redis.pcall('ZREMRANGEBYLEX', deps, '[p\t' .. id .. '\t', '(p\t' .. id .. '\n')
+  deps_unhold(deps, id, {start = true, done = true})
+  for _, b in ipairs(deps_of(deps, 'b', id)) do
+    local batch = string.sub(b, #id + 4)
+    redis.pcall('ZREM', deps, b)
+    redis.pcall('ZADD', deps, 0, 'B\t' .. batch .. '\t' .. id .. '\t' .. (state == 'done' and 'done\tnull' or
+                'dead\t' .. (data or '{}')))
+    DEPS.told = DEPS.told + 1
+  end
+end
+
 local function deps_ended(T, id, state, data, tracked, linked)
   local deps = T.deps
   if not deps then return end
-  if linked > 0 then redis.pcall('ZREMRANGEBYLEX', deps, '[p\t' .. id .. '\t', '(p\t' .. id .. '\n') end
+  if linked > 0 then deps_unlink(deps, id, state, data) end
   if not tracked then return end
   local lo, hi = '[c\t' .. id .. '\t', '(c\t' .. id .. '\n'
   local kids = redis.pcall('ZRANGEBYLEX', deps, lo, hi)

@@ -94,7 +94,11 @@ local function track(T, frame, state, event, at_ms, meta, result)
   local id, ttl, attempts, events_max, linked = tracked_of(frame)
   if not id then return end
   if event and events_max > 0 then add_event(T, events_max, event, id, attempts, meta) end
-  if TRACK_ENDS[state] then deps_ended(T, id, state, result or meta, ttl > 0, linked) end
+  if TRACK_ENDS[state] then
+    deps_ended(T, id, state, result or meta, ttl > 0, linked)
+  elseif state == 'active' and linked > 0 then
+    deps_started(T, id)
+  end
   if ttl == 0 then return end
   if not at_ms then
     local t = redis.call('TIME')

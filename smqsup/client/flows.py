@@ -1,0 +1,149 @@
+"""The publishes that take more than one step, each step through the
+Producer's store: a message held until its parents are done (depends_on),
+a chain, a batch and its members. The checks and the bytes are
+dependencies.py's and batches.py's; the protocols store/workflows.py's and
+store/batches.py's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Optional, Protocol
+
+from smqsup import defaults
+from smqsup.client import batches, dependencies
+from smqsup.client.publishing import Outgoing, Publishing, log
+from smqsup.errors import BrokerError, MessageError
+from smqsup.ids import new_id
+from smqsup.store.batches import public_id
+from smqsup.store.broker import Broker
+from smqsup.store.queues import Declared
+from smqsup.store.workflows import DEDUPLICATED, IN_USE
+
+
+class Producer(Protocol):
+    """The Producer, as these steps use it."""
+
+    _core: Publishing
+    _broker: Broker
+
+    def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
+        ...
+
+    def _deliver(self, out: Outgoing, count: "int | BrokerError") -> list[str]:
+        ...
+
+    @property
+    def publish(self) -> Callable[..., str]:
+        ...
+
+    def publish_members(self, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+                        headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
+        ...
+
+    def close_batch(self, batch: batches.Batch) -> bool:
+        ...
+
+
+def chain(producer: Producer, steps: Sequence[Any]) -> list[str]:
+    """Publish ``steps``, each (queue, body) or (queue, body, {options})
+    with publish()'s keywords, so that each waits for the one before
+    (depends_on) and reads its result (message.parents); their ids, in
+    order. Every step but the last is tracked: its ``result_ttl``, else
+    its queue's, else CHAIN_RESULT_TTL_S. A step whose parent failed is
+    dead-lettered, and with it each after it, but one with
+    ``on_parent_failure="run"``. Every step is checked before the
+    first is sent (MessageError)."""
+    plan = dependencies.steps(steps)
+    for i, (queue, body, opts) in enumerate(plan):
+        if i < len(plan) - 1 and opts.get("result_ttl") is None:
+            opts["result_ttl"] = producer._declared(queue)[1].result_ttl_s or defaults.CHAIN_RESULT_TTL_S
+        if i < len(plan) - 1 and opts["result_ttl"] == 0:
+            raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
+        dependencies.failure_rule(opts.get("on_parent_failure", "fail"))
+        checked = {k: v for k, v in opts.items() if k not in ("headers", "on_parent_failure")}
+        producer._core.one(queue, body, opts.get("headers"), **{"delay": None, "at": None, "priority": 0,
+                           "dedup_key": None, "dedup_ttl": None, "ttl": None, "message_id": None,
+                           "partition_key": None, **checked})
+    ids: list[str] = []
+    for i, (queue, body, opts) in enumerate(plan):
+        after: dict[str, Any] = {"depends_on": [(plan[i - 1][0], ids[-1])]} if i else {}
+        if not i:
+            opts.pop("on_parent_failure", None)
+        ids.append(producer.publish(queue, body, **opts, **after))
+    return ids
+
+
+def held(producer: Producer, out: Outgoing, count: "int | BrokerError", depends_on: object,
+         on_parent_failure: object) -> str:
+    """publish() of a message with ``depends_on`` (store/workflows.py)."""
+    wanted, run = dependencies.parents(depends_on), dependencies.failure_rule(on_parent_failure)
+    core, flows = producer._core, producer._broker.workflows
+    mid, kept, key, dedup_ttl_ms = dependencies.kept(out, run)
+    if (out.queue, mid) in wanted:
+        raise MessageError(f"depends_on: message {mid} of queue {out.queue} cannot depend on itself")
+    if isinstance(count, BrokerError):
+        count = core.uncounted(out.queue, out.ids, count)
+    target = core.route(out, count)[0][0]
+    try:
+        found = flows.locate(wanted)
+        waits = [(found[p] or "", p[1]) for p in dependencies.known(wanted, found)]
+        status, holder, mark = flows.hold(target, mid, kept, waits, key, dedup_ttl_ms)
+    except BrokerError as exc:
+        raise dependencies.publish_error(exc, mid) from exc
+    if status == IN_USE:
+        raise MessageError(f"message_id {mid}: in use in queue {out.queue} (a message held or tracked there "
+                           "has it); nothing was published")
+    if status == DEDUPLICATED:
+        return holder
+    core.published += 1
+    try:
+        flows.register(target, mid, waits, mark)
+    except BrokerError as exc:
+        log.warning("queue %s: message %s is held, but telling its parents failed (%s); the queue's collector "
+                    "does it within %.0f s", out.queue, mid, exc, defaults.HOLD_REPAIR_S)
+    return mid
+
+
+def open_batch(producer: Producer, on_complete: Optional[tuple[str, Any]],
+               on_success: Optional[tuple[str, Any]]) -> batches.Batch:
+    """A new batch (client/batches.py): once it is closed and every one
+    of its messages ended, one message goes to ``on_complete`` (queue,
+    body), and one to ``on_success`` when none failed, exactly once;
+    their body: {"batch", "body" (the given one), "done", "failed",
+    "failures" (the first 100: {"id", "queue", "reason"})}. At least
+    one callback (MessageError)."""
+    complete, success = batches.callback(on_complete, "on_complete"), batches.callback(on_success, "on_success")
+    if complete is None and success is None:
+        raise MessageError("batch: give on_complete or on_success (a (queue, body) pair)")
+    home = (complete or success or ("", None))[0]
+    bid = new_id()
+    fields: dict[str, Any] = {"created_ms": int(time.time() * 1000), "success_queue": ""}
+    for name, cb in (("complete", complete), ("success", success)):
+        if cb is not None:
+            said = producer._declared(cb[0])[1]
+            head = batches.frame_head_of(said.result_ttl_s, said.events_max)
+            fields[name], fields["tail"] = batches.callback_frame(cb[0], cb[1], public_id(home, bid), head,
+                                                                  producer._core.max_message_size)
+    if success is not None and success[0] != home:
+        fields["success_queue"] = success[0]
+    producer._broker.batches.open(home, bid, fields)
+    return batches.Batch(producer, home, bid)
+
+
+def members(producer: Producer, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+            headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
+    """Batch.publish / publish_many: the messages, linked to ``batch``,
+    then counted as its members on its home."""
+    batch.check_open()
+    count, said = producer._declared(queue)
+    kw: dict[str, Any] = {"delay": None, "at": None, "priority": 0, "dedup_key": None, "dedup_ttl": None,
+                          "ttl": None, "partition_key": None, **options}
+    if many:
+        out = producer._core.many(queue, bodies, headers, declared=said, link=batch.link, **kw)
+    else:
+        out = producer._core.one(queue, next(iter(bodies)), headers, message_id=None, declared=said,
+                             link=batch.link, **kw)
+    ids = producer._deliver(out, count)
+    producer._broker.batches.add(batch.home, batch.batch_id, ids)
+    return ids

@@ -1,0 +1,258 @@
+"""Batches: messages published together, or added by their own handlers,
+whose ends are counted on the batch's home slot (the queue of its
+callback), and whose callbacks are published exactly once, when every one
+of them has ended. Each step is one script on one slot and repeats without
+effect, as a dependency's do (workflows.py):
+
+    Producer.batch(on_complete, on_success)
+        ─▶ open()            the batch's hash, in its home's open batches (MULTI)
+    batch.publish(...)       publish_options.lua with a link: each member gets
+                             a "b" entry on its own slot (includes/deps.lua)
+        ─▶ add()             its id in the members set, on the home slot
+    a member ends (ack.lua, any dead-lettering)
+        ─▶ in the same step a "B" outbox entry on its queue's slot
+    drain(member partition)  the consumer at once, the collector every
+        ─▶ batch_settle.lua  OUTBOX_LOOK_S: the end counted once, on the home
+        ─▶ ZREM "B"          slot; a crash between: counted again, no effect
+    batch.close()  ─▶ batch_settle.lua: closed; it fires once every member ended
+    firing         ─▶ the callbacks queued in the same step as the "fired" flag
+                      (an on_success for another queue: an "S" entry on the
+                      home's deps, published by drain() with a dedup key)
+
+A member counts itself at its end too, so a member its handler added and
+whose add() was lost (the process died between) is still waited for once it
+ended, and the batch never waits for a member that was never published.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from smqsup import defaults, framing
+from smqsup.config import names
+from smqsup.errors import MalformedMessage
+from smqsup.keys import logical_name, queues_set
+from smqsup.logs import warn_once
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import Link
+
+log = logging.getLogger(__name__)
+
+#: Outbox entries one drain() reads at once.
+_DRAIN_BATCH = 500
+#: Between a batch's own id and its home queue in the id users see ("ID@orders").
+_AT = "@"
+
+
+def public_id(home: str, batch_id: str) -> str:
+    """The id users see of batch ``batch_id`` whose home is ``home``."""
+    return f"{batch_id}{_AT}{home}"
+
+
+def parse_id(text: str) -> Optional[tuple[str, str]]:
+    """(home, batch id) of an id public_id() made, or None."""
+    batch_id, at, home = text.rpartition(_AT)
+    return (home, batch_id) if at and batch_id and home else None
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """What Redis holds on a batch: its members, how many ended done or
+    failed, whether its producer closed it and whether its callbacks fired,
+    and the first failures ({"id", "queue", "reason"} each)."""
+
+    id: str
+    total: int
+    done: int
+    failed: int
+    closed: bool
+    fired: bool
+    created_ms: int
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.total - self.done - self.failed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.id, "total": self.total, "done": self.done, "failed": self.failed,
+                "pending": self.pending, "closed": self.closed, "fired": self.fired,
+                "created_ms": self.created_ms, "failures": self.failures}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _failure(entry: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(entry)
+    except (ValueError, TypeError, RecursionError):
+        return {"reason": "unreadable"}
+    return value if isinstance(value, dict) else {"reason": "unreadable"}
+
+
+def _reason(meta: str) -> str:
+    try:
+        reason = json.loads(meta).get("reason")
+    except (ValueError, AttributeError, RecursionError):
+        return "dead"
+    return reason if isinstance(reason, str) else "dead"
+
+
+class Batches:
+    """Open, grow, close, drain and read batches (module docstring)."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def open(self, home: str, batch_id: str, fields: dict[str, Any]) -> None:
+        """Record batch ``batch_id`` with home ``home`` and its ``fields``
+        (its callbacks' frames: scripts/batch_settle.lua), open."""
+        k = self._link.keys(home)
+        pipe = self._link.client.pipeline(transaction=True)
+        pipe.hset(k.batch(batch_id), mapping={**fields, "closed": 0, "fired": 0, "done": 0, "failed": 0})
+        pipe.zadd(k.batches, {batch_id: fields["created_ms"]})
+        with wrapped(f"open a batch on {home!r}"):
+            pipe.execute()
+            # (a slot of its own on a cluster: apart from the MULTI) so that the web UI finds its batches
+            self._link.client.sadd(queues_set(self._link.namespace), home)
+
+    def add(self, home: str, batch_id: str, ids: Sequence[str]) -> None:
+        """Count ``ids`` as members of the batch (before they can end unseen)."""
+        if ids:
+            with wrapped(f"add messages to batch {public_id(home, batch_id)!r}"):
+                self._link.client.sadd(self._link.keys(home).batch_members(batch_id), *ids)
+
+    def close(self, home: str, batch_id: str) -> bool:
+        """Close the batch: no more members from its producer; whether its callbacks fired now."""
+        call = scripts.batch_settle(self._link.keys(home), batch_id, [], close=True, keep_s=defaults.BATCH_KEEP_S)
+        with wrapped(f"close batch {public_id(home, batch_id)!r}"):
+            fired, told = call.run(self._link.client)
+        if told:
+            self.drain(home)
+        return fired
+
+    def drain(self, name: str) -> list[str]:
+        """Count the ends of partition ``name``'s batch members ("B"
+        entries) on their homes, and publish the on_success callbacks for
+        other queues it holds as a home ("S"); the homes that got "S"
+        entries meanwhile."""
+        link = self._link
+        deps = link.keys(name).deps
+        with wrapped(f"read the batch outbox of {name!r}"):
+            entries = link.client.zrangebylex(deps, "[B\t", "(B\n", start=0, num=_DRAIN_BATCH)
+            callbacks = link.client.zrangebylex(deps, "[S\t", "(S\n", start=0, num=_DRAIN_BATCH)
+        gone, settled = self._ends(name, entries)
+        gone += self._callbacks(name, callbacks)
+        if gone:
+            with wrapped(f"clear the batch outbox of {name!r}"):
+                link.client.zrem(deps, *gone)
+        return [home for home, told in settled if told]
+
+    def _ends(self, name: str, entries: Sequence[bytes]) -> tuple[list[bytes], list[tuple[str, bool]]]:
+        """Settle the "B" ``entries`` of partition ``name``: the entries done
+        with, and (home, whether it got an "S" entry) per batch settled."""
+        link = self._link
+        batches: dict[tuple[str, str], tuple[list[tuple[str, str, str]], list[bytes]]] = {}
+        gone: list[bytes] = []
+        for entry in entries:
+            parts = split_entry(entry, 6)
+            if parts is None or parts[4] not in ("done", "dead"):
+                log.warning("queue %s: a batch outbox entry that is not one, dropped: %r", name, entry[:200])
+                gone.append(entry)
+                continue
+            _, home, bid, mid, out, data = parts
+            failure = "" if out == "done" else json.dumps(
+                {"id": mid, "queue": logical_name(name), "reason": _reason(data)}, separators=(",", ":"))
+            ended, raw = batches.setdefault((home, bid), ([], []))
+            ended.append((mid, out, failure))
+            raw.append(entry)
+        batch = scripts.Batch(link.client)
+        for (home, bid), (ended, _) in batches.items():
+            batch.add(scripts.batch_settle(link.keys(home), bid, ended, close=False, keep_s=defaults.BATCH_KEEP_S))
+        with wrapped(f"count the ends of batch members of {name!r}"):
+            replies = link.send(batch) if batches else []
+        settled = []
+        for ((home, bid), (_, raw)), reply in zip(batches.items(), replies):
+            if isinstance(reply, Exception):
+                warn_once(log, f"batch:{home}:{bid}", "queue %s: batch %s cannot count its members' ends yet "
+                          "(said once; the collector tries again): %s", name, public_id(home, bid), reply)
+                continue
+            gone += raw
+            settled.append((home, reply[1]))
+        return gone, settled
+
+    def _callbacks(self, home: str, entries: Sequence[bytes]) -> list[bytes]:
+        """Publish the on_success callbacks ("S" ``entries``) a batch of
+        ``home`` left for other queues, each with a dedup key (a drain that
+        died before removing the entry publishes nothing twice); the
+        entries done with."""
+        done = []
+        for entry in entries:
+            done.append(entry)
+            parts = split_entry(entry, 3)
+            frame = parts[2].encode() if parts is not None else b""
+            mid = framing.peek_id(frame)
+            try:
+                head = framing.frame_head(frame)
+            except MalformedMessage:
+                mid = None
+            if parts is None or mid is None or not names.is_queue_name(parts[1]):
+                log.warning("queue %s: a batch callback entry that is not one, dropped: %r", home, entry[:200])
+                continue
+            target = parts[1]
+            options = scripts.Options(dedup_ttl_ms=defaults.BATCH_KEEP_S * 1000, result_ttl_s=head.result_ttl_s,
+                                      events_max=head.events_max)
+            call = scripts.publish_options(self._link.keys(target), [(mid, head.payload, f"smqsup:batch:{mid}")],
+                                           options, self._link.stats)
+            with wrapped(f"publish a batch callback on {target!r}"):
+                call.run(self._link.client)
+        return done
+
+    def status(self, home: str, batch_id: str) -> Optional[BatchStatus]:
+        """The batch's status, or None when Redis holds none (never opened,
+        or BATCH_KEEP_S after it fired)."""
+        k = self._link.keys(home)
+        pipe = self._link.client.pipeline(transaction=False)
+        pipe.hmget(k.batch(batch_id), ["closed", "fired", "done", "failed", "created_ms"])
+        pipe.scard(k.batch_members(batch_id))
+        pipe.lrange(k.batch_failures(batch_id), 0, 99)
+        with wrapped(f"read batch {public_id(home, batch_id)!r}"):
+            (closed, fired, done, failed, created), total, failures = pipe.execute()
+        if created is None:
+            return None
+        return BatchStatus(public_id(home, batch_id), _int(total), _int(done), _int(failed), closed == b"1",
+                           fired == b"1", _int(created), [_failure(f) for f in failures])
+
+    def member_of(self, name: str, message_id: str) -> Optional[tuple[str, str]]:
+        """(home, batch id) of the batch message ``message_id`` of partition
+        ``name`` is a member of, or None."""
+        with wrapped(f"read the batch of message {message_id!r} of {name!r}"):
+            entries = self._link.client.zrangebylex(self._link.keys(name).deps, f"[b\t{message_id}\t",
+                                                    f"(b\t{message_id}\n", start=0, num=1)
+        parts = split_entry(entries[0], 4) if entries else None
+        return (parts[2], parts[3]) if parts is not None else None
+
+    def open_ids(self, home: str, limit: int = 100) -> list[str]:
+        """The ids (public) of the open batches whose home is ``home``, oldest first."""
+        with wrapped(f"list the open batches of {home!r}"):
+            ids = self._link.client.zrange(self._link.keys(home).batches, 0, limit - 1)
+        return [public_id(home, bytes(i).decode("utf-8", "replace")) for i in ids]
+
+
+def split_entry(entry: bytes, fields: int) -> Optional[list[str]]:
+    """The fields of a deps entry, or None for bytes that are not one."""
+    try:
+        parts = entry.decode("utf-8").split("\t", fields - 1)
+    except UnicodeDecodeError:
+        return None
+    return parts if len(parts) == fields else None
