@@ -17,6 +17,7 @@ redis-py's errors into smqsup's.
 - schedules.py: Schedules in Redis, and reading their definitions back.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
 - events.py: Events: queues' event streams read, one Event per entry, partitions merged.
+- outbox.py: the outboxes in queues' deps sets: read by kind, grouped by target, one script a target, cleared.
 - batches.py: Batches: batches opened, grown, their members' ends counted, callbacks fired once, read.
 - workflows.py: Workflows: dependencies, children held, registered with their parents, told, released.
 - waiters.py: Subscriber, the one pub/sub connection a process's waits share.

@@ -36,15 +36,13 @@ from smqsup import defaults, framing
 from smqsup.config import names
 from smqsup.errors import MalformedMessage
 from smqsup.keys import logical_name, queues_set
-from smqsup.logs import warn_once
-from smqsup.store import scripts
+from smqsup.store import outbox, scripts
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link
+from smqsup.store.outbox import split_entry
 
 log = logging.getLogger(__name__)
 
-#: Outbox entries one drain() reads at once.
-_DRAIN_BATCH = 500
 #: Between a batch's own id and its home queue in the id users see ("ID@orders").
 _AT = "@"
 
@@ -100,6 +98,15 @@ def _failure(entry: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"reason": "unreadable"}
 
 
+def _failure_of(name: str, fields: list[str]) -> str:
+    """The JSON object a dead member of partition ``name`` is listed as in
+    its batch's failures ("" for one done), from its "B" entry's fields."""
+    if fields[4] == "done":
+        return ""
+    return json.dumps({"id": fields[3], "queue": logical_name(name), "reason": _reason(fields[5])},
+                      separators=(",", ":"))
+
+
 def _reason(meta: str) -> str:
     try:
         reason = json.loads(meta).get("reason")
@@ -147,49 +154,15 @@ class Batches:
         other queues it holds as a home ("S"); the homes that got "S"
         entries meanwhile."""
         link = self._link
-        deps = link.keys(name).deps
-        with wrapped(f"read the batch outbox of {name!r}"):
-            entries = link.client.zrangebylex(deps, "[B\t", "(B\n", start=0, num=_DRAIN_BATCH)
-            callbacks = link.client.zrangebylex(deps, "[S\t", "(S\n", start=0, num=_DRAIN_BATCH)
-        gone, settled = self._ends(name, entries)
-        gone += self._callbacks(name, callbacks)
-        if gone:
-            with wrapped(f"clear the batch outbox of {name!r}"):
-                link.client.zrem(deps, *gone)
-        return [home for home, told in settled if told]
+        groups, junk = outbox.group(name, outbox.read(link, name, "B"))
 
-    def _ends(self, name: str, entries: Sequence[bytes]) -> tuple[list[bytes], list[tuple[str, bool]]]:
-        """Settle the "B" ``entries`` of partition ``name``: the entries done
-        with, and (home, whether it got an "S" entry) per batch settled."""
-        link = self._link
-        batches: dict[tuple[str, str], tuple[list[tuple[str, str, str]], list[bytes]]] = {}
-        gone: list[bytes] = []
-        for entry in entries:
-            parts = split_entry(entry, 6)
-            if parts is None or parts[4] not in ("done", "dead"):
-                log.warning("queue %s: a batch outbox entry that is not one, dropped: %r", name, entry[:200])
-                gone.append(entry)
-                continue
-            _, home, bid, mid, out, data = parts
-            failure = "" if out == "done" else json.dumps(
-                {"id": mid, "queue": logical_name(name), "reason": _reason(data)}, separators=(",", ":"))
-            ended, raw = batches.setdefault((home, bid), ([], []))
-            ended.append((mid, out, failure))
-            raw.append(entry)
-        batch = scripts.Batch(link.client)
-        for (home, bid), (ended, _) in batches.items():
-            batch.add(scripts.batch_settle(link.keys(home), bid, ended, close=False, keep_s=defaults.BATCH_KEEP_S))
-        with wrapped(f"count the ends of batch members of {name!r}"):
-            replies = link.send(batch) if batches else []
-        settled = []
-        for ((home, bid), (_, raw)), reply in zip(batches.items(), replies):
-            if isinstance(reply, Exception):
-                warn_once(log, f"batch:{home}:{bid}", "queue %s: batch %s cannot count its members' ends yet "
-                          "(said once; the collector tries again): %s", name, public_id(home, bid), reply)
-                continue
-            gone += raw
-            settled.append((home, reply[1]))
-        return gone, settled
+        def settle(home: str, bid: str, fields: list[list[str]]) -> scripts.Call[Any]:
+            ended = [(f[3], f[4], _failure_of(name, f)) for f in fields]
+            return scripts.batch_settle(link.keys(home), bid, ended, close=False, keep_s=defaults.BATCH_KEEP_S)
+        done, ran = outbox.run(link, name, groups, settle, "count batch members' ends")
+        done += self._callbacks(name, outbox.read(link, name, "S"))
+        outbox.clear(link, name, junk + done)
+        return [home for (home, _), (_, told) in ran if told]
 
     def _callbacks(self, home: str, entries: Sequence[bytes]) -> list[bytes]:
         """Publish the on_success callbacks ("S" ``entries``) a batch of
@@ -247,12 +220,3 @@ class Batches:
         with wrapped(f"list the open batches of {home!r}"):
             ids = self._link.client.zrange(self._link.keys(home).batches, 0, limit - 1)
         return [public_id(home, bytes(i).decode("utf-8", "replace")) for i in ids]
-
-
-def split_entry(entry: bytes, fields: int) -> Optional[list[str]]:
-    """The fields of a deps entry, or None for bytes that are not one."""
-    try:
-        parts = entry.decode("utf-8").split("\t", fields - 1)
-    except UnicodeDecodeError:
-        return None
-    return parts if len(parts) == fields else None

@@ -35,11 +35,11 @@ from typing import Any, Optional
 
 from smqsup import defaults
 from smqsup.keys import logical_name
-from smqsup.logs import warn_once
-from smqsup.store import scripts
-from smqsup.store.batches import Batches, split_entry
+from smqsup.store import outbox, scripts
+from smqsup.store.batches import Batches
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
+from smqsup.store.outbox import split_entry
 from smqsup.store.queues import Queues
 from smqsup.store.scripts.workflows import DEDUPLICATED, HELD, IN_USE
 
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEDUPLICATED", "HELD", "IN_USE", "Parents", "Workflows", "failed_meta"]
 
-#: Outbox entries one drain() reads at once.
-_DRAIN_BATCH = 500
 #: Parent ids one depend.lua call registers.
 _DEPEND_CHUNK = 1000
 
@@ -167,39 +165,13 @@ class Workflows:
         outbox: "o" entries); the partitions whose own outbox got entries
         meanwhile (children dead-lettered with children of their own)."""
         link = self._link
-        deps = link.keys(name).deps
-        with wrapped(f"read the outbox of {name!r}"):
-            entries = link.client.zrangebylex(deps, "[o\t", "(o\n", start=0, num=_DRAIN_BATCH)
-        told: dict[tuple[str, str], tuple[list[tuple[str, str, str, bytes]], list[bytes]]] = {}
-        gone: list[bytes] = []
-        for entry in entries:
-            parts = split_entry(entry, 6)
-            if parts is None or parts[4] not in ("done", "dead"):
-                log.warning("queue %s: an outbox entry that is not one, dropped: %r", name, entry[:200])
-                gone.append(entry)
-                continue
-            _, cq, cid, pid, out, data = parts
-            outcomes, raw = told.setdefault((cq, cid), ([], []))
-            outcomes.append(_outcome(name, pid, out, data.encode()))
-            raw.append(entry)
-        batch = scripts.Batch(link.client)
-        for (cq, cid), (outcomes, _) in told.items():
-            batch.add(scripts.unblock(link.keys(cq), cid, outcomes))
-        with wrapped(f"release the children of {name!r}"):
-            replies = link.send(batch) if told else []
-        cascade = []
-        for ((cq, cid), (_, raw)), reply in zip(told.items(), replies):
-            if isinstance(reply, Exception):
-                warn_once(log, f"child:{cq}:{cid}", "queue %s: message %s of %s cannot be told its parent ended "
-                          "yet (said once; the collector tries again): %s", name, cid, cq, reply)
-                continue
-            gone += raw
-            if reply[1]:
-                cascade.append(cq)
-        if gone:
-            with wrapped(f"clear the outbox of {name!r}"):
-                link.client.zrem(deps, *gone)
-        return cascade
+        groups, junk = outbox.group(name, outbox.read(link, name, "o"))
+
+        def unblock(cq: str, cid: str, fields: list[list[str]]) -> scripts.Call[Any]:
+            return scripts.unblock(link.keys(cq), cid, [_outcome(name, f[3], f[4], f[5].encode()) for f in fields])
+        done, ran = outbox.run(link, name, groups, unblock, "tell the children")
+        outbox.clear(link, name, junk + done)
+        return [cq for (cq, _), (_, told) in ran if told]
 
     def drain_all(self, name: str) -> None:
         """drain() ``name`` and every partition its children's ends put

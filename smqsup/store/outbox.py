@@ -1,0 +1,89 @@
+"""The outboxes in queues' deps sets (scripts/includes/deps.lua): entries a
+script left, in the same step as a message's end, for a step on another
+slot (a child to tell, a batch to count a member's end in). Read by kind,
+grouped by the target they are for, one script call a target, removed
+once that call ran: a crash between runs the call again, which the
+scripts make harmless."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+from smqsup.logs import warn_once
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import Link
+
+log = logging.getLogger(__name__)
+
+#: Outbox entries one drain reads at once.
+DRAIN_BATCH = 500
+
+#: A target (its queue partition, an id) -> the fields of each of its entries, and the entries' bytes.
+Groups = dict[tuple[str, str], tuple[list[list[str]], list[bytes]]]
+
+
+def split_entry(entry: bytes, fields: int) -> Optional[list[str]]:
+    """The fields of a deps entry, or None for bytes that are not one."""
+    try:
+        parts = entry.decode("utf-8").split("\t", fields - 1)
+    except UnicodeDecodeError:
+        return None
+    return parts if len(parts) == fields else None
+
+
+def read(link: Link, name: str, kind: str) -> list[bytes]:
+    """Up to DRAIN_BATCH outbox entries of ``kind`` ("o", "B", "S") in partition ``name``'s deps set."""
+    with wrapped(f"read the outbox of {name!r}"):
+        return list(link.client.zrangebylex(link.keys(name).deps, f"[{kind}\t", f"({kind}\n", start=0,
+                                            num=DRAIN_BATCH))
+
+
+def group(name: str, entries: Sequence[bytes]) -> tuple[Groups, list[bytes]]:
+    """The "o" or "B" ``entries`` (six fields: kind, target queue, target
+    id, message id, "done" | "dead", data) by target, and those that are
+    not one (logged: to be removed)."""
+    groups: Groups = {}
+    junk: list[bytes] = []
+    for entry in entries:
+        parts = split_entry(entry, 6)
+        if parts is None or parts[4] not in ("done", "dead"):
+            log.warning("queue %s: an outbox entry that is not one, dropped: %r", name, entry[:200])
+            junk.append(entry)
+            continue
+        fields, raw = groups.setdefault((parts[1], parts[2]), ([], []))
+        fields.append(parts)
+        raw.append(entry)
+    return groups, junk
+
+
+def run(link: Link, name: str, groups: Groups, call_of: Callable[[str, str, list[list[str]]], scripts.Call[Any]],
+        what: str) -> tuple[list[bytes], list[tuple[tuple[str, str], Any]]]:
+    """One call a target of ``groups`` (``call_of(queue, id, fields)``), in
+    one round trip; the entries of the targets whose call ran (to remove),
+    and (target, reply) of each. A target whose call failed keeps its
+    entries for the next drain (said once)."""
+    batch = scripts.Batch(link.client)
+    for (queue, target), (fields, _) in groups.items():
+        batch.add(call_of(queue, target, fields))
+    with wrapped(f"{what} of {name!r}"):
+        replies = link.send(batch) if groups else []
+    done: list[bytes] = []
+    ran = []
+    for (key, (_, raw)), reply in zip(groups.items(), replies):
+        if isinstance(reply, Exception):
+            warn_once(log, f"outbox:{key}", "queue %s: cannot %s %s of %s yet (said once; the collector tries "
+                      "again): %s", name, what, key[1], key[0], reply)
+            continue
+        done += raw
+        ran.append((key, reply))
+    return done, ran
+
+
+def clear(link: Link, name: str, entries: Sequence[bytes]) -> None:
+    """Remove ``entries`` from partition ``name``'s deps set."""
+    if entries:
+        with wrapped(f"clear the outbox of {name!r}"):
+            link.client.zrem(link.keys(name).deps, *entries)
