@@ -164,7 +164,8 @@ OUTBOX_LOOK_S = 0.5
 #: A held child whose producer has not told all its parents after this long (it died between the
 #: steps) is registered by the collector, in s.
 HOLD_REPAIR_S = 10.0
-#: Partitions one drain follows down a cascade (children dead-lettered with children of their own) at once.
+#: Rounds one drain makes at most: down a cascade (children dead-lettered with children of their own), and
+#: again on a partition whose read was full (500 entries a read).
 DRAIN_ROUNDS = 16
 #: How long the steps of a chain keep their results for the next step when neither the step nor its
 #: queue says (result_ttl), in s.
@@ -172,3 +173,6 @@ CHAIN_RESULT_TTL_S = 86_400
 #: How long a batch's keys (its status) last once its callbacks fired, in s; also how long the dedup key
 #: of an on_success callback for another queue holds (so a repeated drain publishes it once).
 BATCH_KEEP_S = 86_400
+#: How often a consumer counts its batch members' ends on their batches (in bulk), at most, in s; at
+#: once when it is about to wait for work.
+BATCH_ENDS_S = 0.05

@@ -13,9 +13,10 @@ scripts' includes/attempts.lua reads the same grammar:
     A:P:E:R:V  the same (R may be 0: not tracked), with events: each step
              of its life is added to its queue's event stream, which is
              capped at about V entries (1 to 7 digits; store/events.py).
-    A:P:E:R:V:L  the same (R and V may be 0), linked (L is 1): the message
-             has entries in its queue's deps set that go when it ends (a
-             dependency's child: its parents' outcomes; store/workflows.py).
+    A:P:E:R:V:L  the same (R and V may be 0), linked: L (1 to 7) says
+             what the message has in its queue's deps set to see to when it
+             starts or ends, the sum of LINK_PARENTS (1), LINK_HOLD (2) and
+             LINK_BATCH (4) (scripts/includes/deps.lua).
 
 Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
@@ -26,6 +27,10 @@ import re
 from typing import NamedTuple, Optional
 
 from smqsup.errors import MalformedMessage
+
+#: The parts of a head's link field, L (summed): a dependency's child (its parents' outcomes), a dedup key
+#: held until its message ends or starts, a batch's member.
+LINK_PARENTS, LINK_HOLD, LINK_BATCH = 1, 2, 4
 
 #: What ends a frame's head.
 SEP = b"|"
@@ -52,7 +57,7 @@ def new_frame(payload: bytes, result_ttl_s: int = 0, events_max: int = 0) -> byt
 #: reads the same grammar.
 _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
                    rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6})"
-                   rb"|:([0-9]{1,8}):([0-9]{1,7}):(1))?)?")
+                   rb"|:([0-9]{1,8}):([0-9]{1,7}):([1-7]))?)?")
 #: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 + 1 + 1 bytes.
 _HEAD_MAX = 46
 
@@ -66,7 +71,7 @@ class FrameHead(NamedTuple):
     payload: bytes
     result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
     events_max: int = 0  # its lifecycle goes to its queue's event stream, capped at this; 0: no events
-    linked: bool = False  # it has entries in its queue's deps set (a dependency's child)
+    linked: int = 0  # what it has in its queue's deps set: LINK_PARENTS | LINK_HOLD | LINK_BATCH; 0: nothing
 
 
 def frame_head(data: bytes) -> FrameHead:
@@ -80,7 +85,7 @@ def frame_head(data: bytes) -> FrameHead:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
     attempts, priority, expires, result_ttl, kept_too, events_max, kept_l, events_l, linked = match.groups()
     return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
-                     int(result_ttl or kept_too or kept_l or 0), int(events_max or events_l or 0), linked is not None)
+                     int(result_ttl or kept_too or kept_l or 0), int(events_max or events_l or 0), int(linked or 0))
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -112,16 +117,16 @@ def has_expiry(data: bytes) -> bool:
 def must_screen(data: bytes) -> bool:
     """Whether a frame a blocking fetch took is screened (screen.lua) before
     it starts: its head carries an expiry, or it is tracked, has events or
-    is linked (the screen records it "active", "started", and frees a dedup
-    key held until its start)."""
+    holds a dedup key until it starts (the screen records it "active",
+    "started", and frees the key)."""
     head = _options_head(data)
     return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0
-                                 or head.linked)
+                                 or head.linked & LINK_HOLD > 0)
 
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7}(?::1)?)?)?)?'
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7}(?::[1-7])?)?)?)?'
                       rb'\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 

@@ -47,7 +47,7 @@ class Message:
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
-                 events_max: int = 0, linked: bool = False) -> None:
+                 events_max: int = 0, linked: int = 0) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -58,7 +58,7 @@ class Message:
         self.dedup_key = dedup_key
         self.result_ttl_s = result_ttl_s
         self.events_max = events_max
-        #: Whether it has entries in its queue's deps set (a dependency's child: it has parents).
+        #: What it has in its queue's deps set (framing.LINK_*: parents, a held dedup key, a batch; 0: nothing).
         self.linked = linked
         #: Where parents are read from (the consumer sets it for a linked message): -> (done, failed).
         self.parents_source: Optional[Callable[[], tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]]] \
@@ -297,7 +297,7 @@ def decode(data: bytes) -> Message:
     bar = data.find(SEP, 0, 10)
     env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
-        attempts, priority, tracked_s, events_max, linked = int(data[:bar]), 0, 0, 0, False
+        attempts, priority, tracked_s, events_max, linked = int(data[:bar]), 0, 0, 0, 0
         # The envelope, read as strict_loads reads a payload, without copying the
         # payload out of the frame first (the head is ASCII: its byte offsets
         # are the text's); anything but one whole object: strict_loads says why.

@@ -109,7 +109,7 @@ HOSTILE_FRAMES = [
     b"0|null",
     b'0:0:0:0:0|{"id":"v0","queue":"q","body":1,"created_at":1,"headers":{}}',  # events_max 0 is no head
     b'0:0:0:1:12345678|{"id":"v8","queue":"q","body":1,"created_at":1,"headers":{}}',  # 8 digits: too long
-    b'0:0:0:0:1:2|{"id":"v6","queue":"q","body":1,"created_at":1,"headers":{}}',  # a link flag but 1
+    b'0:0:0:0:1:8|{"id":"v6","queue":"q","body":1,"created_at":1,"headers":{}}',  # a link field past 7
     b'0:0:0:0:1:1:1|{"id":"v7","queue":"q","body":1,"created_at":1,"headers":{}}',  # seven fields
 ]
 

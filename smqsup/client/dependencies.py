@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from smqsup import defaults, message, safe
+from smqsup import defaults, framing, message, safe
 from smqsup.client.checks import valid_name
 from smqsup.client.publishing import Outgoing
 from smqsup.errors import (
@@ -90,7 +90,8 @@ def kept(out: Outgoing, run: bool) -> tuple[str, bytes, Optional[str], int]:
                                "give a delay from then instead)")
         priority, delay_ms, ttl_ms = opts.priority, max(0, opts.delay_ms), opts.ttl_ms
         kept_s, events_max, dedup_ttl_ms = opts.result_ttl_s, opts.events_max, opts.dedup_ttl_ms
-    head = b"%d:%d:%d|0:%d:0:%d:%d:1|" % (delay_ms, ttl_ms, int(run), priority, kept_s, events_max)
+    head = b"%d:%d:%d|0:%d:0:%d:%d:%d|" % (delay_ms, ttl_ms, int(run), priority, kept_s, events_max,
+                                           framing.LINK_PARENTS)
     return mid, head + payload, key, dedup_ttl_ms
 
 

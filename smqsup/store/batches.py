@@ -152,9 +152,10 @@ class Batches:
         """Count the ends of partition ``name``'s batch members ("B"
         entries) on their homes, and publish the on_success callbacks for
         other queues it holds as a home ("S"); the homes that got "S"
-        entries meanwhile."""
+        entries meanwhile, and ``name`` when more wait than one read takes."""
         link = self._link
-        groups, junk = outbox.group(name, outbox.read(link, name, "B"))
+        entries = outbox.read(link, name, "B")
+        groups, junk = outbox.group(name, entries)
 
         def settle(home: str, bid: str, fields: list[list[str]]) -> scripts.Call[Any]:
             ended = [(f[3], f[4], _failure_of(name, f)) for f in fields]
@@ -162,7 +163,7 @@ class Batches:
         done, ran = outbox.run(link, name, groups, settle, "count batch members' ends")
         done += self._callbacks(name, outbox.read(link, name, "S"))
         outbox.clear(link, name, junk + done)
-        return [home for (home, _), (_, told) in ran if told]
+        return [home for (home, _), (_, told) in ran if told] + outbox.more(name, entries)
 
     def _callbacks(self, home: str, entries: Sequence[bytes]) -> list[bytes]:
         """Publish the on_success callbacks ("S" ``entries``) a batch of

@@ -41,6 +41,11 @@ def read(link: Link, name: str, kind: str) -> list[bytes]:
                                             num=DRAIN_BATCH))
 
 
+def more(name: str, entries: Sequence[bytes]) -> list[str]:
+    """[``name``] when ``entries`` filled a whole read (more may wait), else []."""
+    return [name] if len(entries) >= DRAIN_BATCH else []
+
+
 def group(name: str, entries: Sequence[bytes]) -> tuple[Groups, list[bytes]]:
     """The "o" or "B" ``entries`` (six fields: kind, target queue, target
     id, message id, "done" | "dead", data) by target, and those that are

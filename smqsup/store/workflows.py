@@ -163,15 +163,17 @@ class Workflows:
     def drain(self, name: str) -> list[str]:
         """Tell the children of partition ``name``'s ended messages (its
         outbox: "o" entries); the partitions whose own outbox got entries
-        meanwhile (children dead-lettered with children of their own)."""
+        meanwhile (children dead-lettered with children of their own), and
+        ``name`` when more wait than one read takes."""
         link = self._link
-        groups, junk = outbox.group(name, outbox.read(link, name, "o"))
+        entries = outbox.read(link, name, "o")
+        groups, junk = outbox.group(name, entries)
 
         def unblock(cq: str, cid: str, fields: list[list[str]]) -> scripts.Call[Any]:
             return scripts.unblock(link.keys(cq), cid, [_outcome(name, f[3], f[4], f[5].encode()) for f in fields])
         done, ran = outbox.run(link, name, groups, unblock, "tell the children")
         outbox.clear(link, name, junk + done)
-        return [cq for (cq, _), (_, told) in ran if told]
+        return [cq for (cq, _), (_, told) in ran if told] + outbox.more(name, entries)
 
     def drain_all(self, name: str) -> None:
         """drain() ``name`` and every partition its children's ends put

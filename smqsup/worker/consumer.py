@@ -13,8 +13,7 @@ once, one at a time being its degenerate case.
        └─ one round trip, Settler.exchange: nack.lua per failure; the acks in one
           take.lua that also takes for the room left (one alone: ack.lua) ──▶ frames
 
-    a Redis error ──▶ Recovery: backoff, then our list against what we hold
-    declared dead ──▶ stop (a supervisor's child) or Registration.renew
+    a Redis error ──▶ Recovery: backoff, then our list against what we hold; declared dead ──▶ stop or renew
 
 The loop is ``_turn``, the same at any concurrency; the runner drives it and waits between two
 turns. Inline, the handler runs on this thread before the next round trip: a busy queue costs one
@@ -50,7 +49,7 @@ from smqsup.worker.fetching import Fetcher
 from smqsup.worker.in_hand import InHand
 from smqsup.worker.outcomes import Judge
 from smqsup.worker.partitions import Partitions
-from smqsup.worker.records import OK, OK_EVENTS, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
+from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
 from smqsup.worker.recovery import Recovery
 from smqsup.worker.registration import Registration, new_consumer_id
 from smqsup.worker.runners import Fetched, InlineRunner, LoopRunner
@@ -295,7 +294,7 @@ class Consumer:
         msg = att.msg
         tracked = msg is not None and msg.result_ttl_s or att.cancelled
         if att.error is None and not tracked:
-            att.outcome = OK_EVENTS if msg is not None and (msg.events_max or msg.linked) else OK
+            att.outcome = OK
         else:
             att.outcome = self.judge.drawn(att, self.fetcher.name)
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
@@ -339,6 +338,7 @@ class Consumer:
             f.move(f.partitions.home)
         if self._on_idle is not None and not self.in_hand.running:
             self._on_idle()
+        self.settler.flush_ends()
         self._fetching = self.runner.run_blocking(f.block_call())
         if self.runner.inline:
             self._fetch_done()  # it returned: its frame starts now, not a turn later

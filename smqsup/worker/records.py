@@ -60,11 +60,9 @@ class Outcome:
     result: Optional[str] = None  # a tracked message's result, JSON text (ok only)
 
 
-#: The outcome of a handler that returned.
+#: The outcome of a handler that returned (a message not tracked: a frame that is not plain, with events or
+#: links, ends in the ack's script all the same, ack.lua or take.lua).
 OK = Outcome(True)
-#: The outcome of a handler that returned a message with events, not tracked:
-#: acked by ack.lua (which adds "done"), its result not kept.
-OK_EVENTS = Outcome(True, result="null")
 
 
 class Attempt:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import collections
 import logging
 import operator
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
-from smqsup import framing
+from smqsup import defaults, framing
 from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
@@ -40,6 +41,8 @@ class Settler:
         self.fetcher = fetcher
         self.finished: list[Attempt] = []
         self._counted = broker.stats  # whether ack.lua counts in the queue counters (fixed per broker)
+        self._ends_due = False  # batch members' ends wait in the outbox (flush_ends)
+        self._next_ends = 0.0  # (monotonic) not before then, but when the consumer is about to wait
 
     def exchange(self, room: int, poll: bool = False, give_back: Sequence[bytes] = ()) -> list[Taken]:
         """Record every finished outcome, give back ``give_back`` (frames
@@ -145,7 +148,7 @@ class Settler:
         f = self.fetcher
         frames: list[Taken] = []
         limited = 0  # µs before the rate limit allows a start, when it allowed none
-        told = 0  # children of the messages settled, waiting in the outbox
+        told = ended = 0  # children of the messages settled, and batch members' ends, waiting in the outbox
         for i, att in enumerate(settled):
             result = results[i]
             if result.__class__ is scripts.AckResult and result.acked:
@@ -154,7 +157,7 @@ class Settler:
                 self._count(att, result)
             if not result.registered:
                 self.identity.lost = True
-            told = told or result.told
+            told, ended = told or result.told, ended or result.ended
             if result.paused != f.paused:
                 f.note_paused(result.paused)
             if result.next_frame is not None:
@@ -163,9 +166,26 @@ class Settler:
                 limited = result.wait_us
         if limited:
             f.no_start(limited)  # the queue has work: no BLMOVE; the other partitions once all landed
+        self._outbox(told, ended)
+        return frames
+
+    def _outbox(self, told: int, ended: int) -> None:
+        """After settles that left ``told`` children and ``ended`` batch
+        members' ends in the outbox: the children now, the ends in bulk."""
         if told:
             self._tell()
-        return frames
+        elif ended:
+            self._ends_due = True
+            self.flush_ends(time.monotonic())
+
+    def flush_ends(self, now: Optional[float] = None) -> None:
+        """Count the ends of batch members settled so far on their batches
+        (their outbox: store/batches.py), in bulk: at most every
+        BATCH_ENDS_S, or at once (``now`` None: the consumer is about to wait)."""
+        if self._ends_due and (now is None or now >= self._next_ends):
+            self._ends_due = False
+            self._next_ends = (time.monotonic() if now is None else now) + defaults.BATCH_ENDS_S
+            self._tell()
 
     def _tell(self) -> None:
         """Tell the children of a message just settled that it ended (its
@@ -182,6 +202,7 @@ class Settler:
         frames it took."""
         if not take.registered:
             self.identity.lost = True
+        self._outbox(take.told, take.ended)
         self.fetcher.note_paused(take.paused)
         if take.retry_us:
             self.fetcher.no_start(take.retry_us)

@@ -170,8 +170,9 @@ class Starter:
             msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id,
                                                   tracked=msg.result_ttl_s > 0, events_max=msg.events_max,
                                                   attempts=msg.attempts)
-        if msg.linked:  # a dependency's child, a batch's member: its handler may read its parents, its batch
+        if msg.linked & framing.LINK_PARENTS:  # a dependency's child: its handler may read its parents
             msg.parents_source = functools.partial(_family, f.broker, f.name, msg.id)
+        if msg.linked & framing.LINK_BATCH:  # a batch's member: its handler may add to its batch
             msg.batch_source = functools.partial(_batch_of, f.broker, f.name, msg.id)
         self.runner.start(self.in_hand.start(frame, msg))
 

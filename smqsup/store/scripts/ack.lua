@@ -23,7 +23,7 @@
 -- ARGV[8]  (a tracked message only) its result, JSON text: the record says
 --          "done" with it, unless the ack was late
 --
--- Returns {acked, next, registered, paused, wait[, told]}
+-- Returns {acked, next, registered, paused, wait[, told, ended]}
 --   acked  1 if the frame was in KEYS[1] and is now gone; 0 if it was not
 --          there (a late ack: the message was reclaimed, and is counted in
 --          KEYS[3] "late_acks"; nothing else is touched, so another copy of
@@ -37,6 +37,8 @@
 --          looking again when the limit gave no start (includes/rate.lua)
 --   told   (a tracked message's ack) its waiting children now in the
 --          outbox of KEYS[13]: the consumer drains it (store/workflows.py)
+--   ended  (a batch member's ack) 1: its end is in that outbox for its
+--          batch (store/batches.py)
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.
@@ -47,8 +49,9 @@
 -- that is garbage only means nothing is fetched (redis.pcall: the consumer's
 -- next BLMOVE reports the key). Counters use redis.pcall as well: a counters
 -- hash that holds garbage costs its statistics, never the ack.
--- Runs once a message. The hot path (a registered consumer, a queue with no
--- rate limit, no priority set and no paused flag, a plain frame next) calls LREM, HINCRBY,
+-- Runs once a message. The hot path (a plain frame acked, a registered
+-- consumer, a queue with no rate limit, no priority set and no paused flag,
+-- a plain frame next) calls LREM, HINCRBY,
 -- HEXISTS, EXISTS and LMOVE and returns before the includes below it: their
 -- local functions are created only when a script run reaches them, so a
 -- plain queue does not pay for the priority and expiry helpers (about 2 us
@@ -67,7 +70,7 @@ end
 local result = ARGV[8]
 local taken = nil
 local limited = ARGV[5] ~= '0'
-if not result then
+if not result and plain(frame) then
   if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
   if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
     if not wanted then return {acked, false, 1, 0, 0} end
@@ -79,9 +82,10 @@ end
 
 --- @include "fetch_next"
 local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
-if result and acked == 1 then track(T, frame, 'done', 'done', nil, nil, result) end
+-- (a frame that is not plain ends here: its record, its event, its links)
+if acked == 1 and (result or not plain(frame)) then track(T, frame, 'done', 'done', nil, nil, result or 'null') end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,
            rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}
 local registered, nxt, paused, wait = fetch_next(redis.pcall, q, consumer_id, wanted, taken)
-return {acked, nxt, registered, paused, wait, DEPS.told}
+return {acked, nxt, registered, paused, wait, DEPS.told, DEPS.ended}

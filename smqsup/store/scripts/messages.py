@@ -49,6 +49,8 @@ class AckResult:
     wait_us: int = 0
     #: Children of the acked message waiting in its queue's outbox (store/workflows.py).
     told: int = 0
+    #: Its end waiting in that outbox for its batch (store/batches.py).
+    ended: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class NackResult:
     paused: bool = False
     wait_us: int = 0  # as AckResult's
     told: int = 0  # as AckResult's (a message dead-lettered)
+    ended: int = 0  # as AckResult's
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class TakeResult:
     retry_us: int = 0
     #: Positions (0-based) among the acks sent along of those that were late.
     late: tuple[int, ...] = ()
+    #: As AckResult's: children told, batch members' ends, now in the queue's outbox.
+    told: int = 0
+    ended: int = 0
 
     @property
     def next_frame(self) -> Optional[bytes]:
@@ -95,8 +101,9 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
     if len(reply) == 5:  # (the hot path's early return)
         acked, nxt, registered, paused, wait = reply
         return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait))
-    acked, nxt, registered, paused, wait, told = reply
-    return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait), int(told))
+    acked, nxt, registered, paused, wait, told, ended = reply
+    return AckResult(bool(acked), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait), int(told),
+                     int(ended))
 
 
 @functools.lru_cache(maxsize=256)
@@ -117,11 +124,11 @@ def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count
 
 
 def _take_result(reply: Sequence[Any]) -> TakeResult:
-    registered, paused, retry, late, *taken = reply
+    registered, paused, retry, late, told, ended, *taken = reply
     frames, waits = taken[0::2], taken[1::2]
     return TakeResult(bool(registered), tuple(map(bytes, frames)), bool(paused),
                       tuple(_wait_of(w) for w in waits) if any(waits) else (0,) * len(waits), _wait_of(retry),
-                      tuple(i - 1 for i in late) if late else ())
+                      tuple(i - 1 for i in late) if late else (), int(told), int(ended))
 
 
 #: Most frames one take call moves (take.lua caps ARGV[2] there too).
@@ -166,9 +173,9 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE
 
 
 def _nack_result(reply: Sequence[Any]) -> NackResult:
-    outcome, nxt, registered, paused, wait, *told = reply
-    return NackResult(int(outcome), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait),
-                      int(told[0]) if told else 0)
+    outcome, nxt, registered, paused, wait, told, ended = reply
+    return NackResult(int(outcome), bytes_or_none(nxt), bool(registered), bool(paused), _wait_of(wait), int(told),
+                      int(ended))
 
 
 def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: int, delay_ms: int, meta: str,

@@ -97,4 +97,4 @@ else
   end
 end
 local registered, nxt, is_paused, wait = fetch_next(redis.call, q, consumer_id, wanted)
-return {outcome, nxt, registered, is_paused, wait, DEPS.told}
+return {outcome, nxt, registered, is_paused, wait, DEPS.told, DEPS.ended}

@@ -68,7 +68,8 @@ local due = -1
 if delay_ms >= 0 then due = now_ms_up() + delay_ms elseif due_at_ms >= 0 then due = due_at_ms end
 local expires = 0
 if ttl_ms > 0 then expires = at_ms + ttl_ms end
-local head = head_for(priority, expires, kept_s, events_max, (hold_to ~= '' or link ~= '') and 1 or 0)
+local head = head_for(priority, expires, kept_s, events_max,
+                      (hold_to ~= '' and LINK_HOLD or 0) + (link ~= '' and LINK_BATCH or 0))
 
 -- Who holds dedup key ``key`` (its full name) for message ``id``, or nil
 -- once this call took it: the holder of an end or start hold ("k" entry:

@@ -31,8 +31,10 @@
 -- ARGV[7..] frames to ack first, the exact bytes the consumer fetched (none:
 --          a take alone), each removed as ack.lua removes one
 --
--- Returns {registered, paused, wait, late, frame, start...}: registered and
--- paused as ack.lua says; wait: with a rate limit that allowed no start
+-- Returns {registered, paused, wait, late, told, ended, frame, start...}:
+-- registered and paused as ack.lua says; told and ended as ack.lua says, of
+-- the acked frames (one not plain ends there: its record, events, links)
+-- and of those dead-lettered; wait: with a rate limit that allowed no start
 -- now, µs before looking again (else 0); then each frame taken, in the
 -- order they must be handled, with the µs its consumer must wait before
 -- starting it (0 without a rate limit): none when the queue had none, is
@@ -53,10 +55,13 @@ local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "plain"
 
 -- The acks (ARGV[7..]), counted in KEYS[3]; returns the late positions.
+-- Those acked that are not plain go to ``ended`` (their end is tracked
+-- once the includes exist: after the hot path).
 -- The frames a consumer finished are, when it started them in the order
 -- it took them and they all ended, exactly the oldest of its list (its
 -- right end, in ARGV order): one LRANGE proves it, one LTRIM removes them.
 -- Otherwise each goes by LREM, from the right end.
+local ended = {}
 local function ack_all()
   local count = #ARGV - 6
   local late, acked = {}, 0
@@ -70,11 +75,19 @@ local function ack_all()
     if same then
       redis.call('LTRIM', q.processing, 0, -count - 1)
       acked = count
+      for i = 7, #ARGV do
+        if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
+      end
     end
   end
   if acked == 0 then
     for i = 7, #ARGV do
-      if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then late[#late + 1] = i - 6 else acked = acked + 1 end
+      if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then
+        late[#late + 1] = i - 6
+      else
+        acked = acked + 1
+        if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
+      end
     end
   end
   if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
@@ -95,17 +108,20 @@ if ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
     and redis.call('EXISTS', q.paused, q.priority) == 0 then
   local ready = redis.call('LLEN', q.pending)
   if #ARGV < 7 and most > 0 and ready > 0 then redis.call('LLEN', q.processing) end
-  local reply = {1, 0, 0, ack_all()}
-  if most == 0 or ready == 0 then return reply end
+  local reply = {1, 0, 0, ack_all(), 0, 0}
+  if most == 0 or ready == 0 then
+    if #ended == 0 then return reply end
+    hot_reply, hot_frames = reply, {}
+  end
   -- At most its share of what is ready (rounded up): a short queue is
   -- spread over the queue's consumers, none left idle while one holds the
   -- rest; a backlog goes in full batches.
-  if most > 1 and ready > 1 then
+  if not hot_frames and most > 1 and ready > 1 then
     most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
   end
-  local frames = redis.call('RPOP', q.pending, math.min(most, ready))
-  redis.call('LPUSH', q.processing, unpack(frames))
-  local all_plain = true
+  local frames = hot_frames or redis.call('RPOP', q.pending, math.min(most, ready))
+  if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
+  local all_plain = #ended == 0
   for _, frame in ipairs(frames) do
     if not plain(frame) then all_plain = false break end
   end
@@ -144,7 +160,15 @@ local function screen_all(reply, frames)
   end
   return reply
 end
-if hot_frames then return screen_all(hot_reply, hot_frames) end
+-- The end of each acked frame that is not plain (its record, its event,
+-- its links: includes/track.lua), then the counts of outbox entries in the
+-- reply (``finished``).
+for _, frame in ipairs(ended) do track(q.track, frame, 'done', 'done', nil, nil, 'null') end
+local function finished(reply)
+  reply[5], reply[6] = DEPS.told, DEPS.ended
+  return reply
+end
+if hot_frames then return finished(screen_all(hot_reply, hot_frames)) end
 
 -- Every other case: the registration, the paused flag, a priority set or
 -- a rate limit decide; the keys' types are checked first.
@@ -153,8 +177,9 @@ local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.cons
                            {q.priority, 'zset'}})
 if refused then return refused end
 local late = ack_all()
+for _, frame in ipairs(ended) do track(q.track, frame, 'done', 'done', nil, nil, 'null') end
 local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
-local reply = {registered, paused, nxt and 0 or wait, late}
+local reply = {registered, paused, nxt and 0 or wait, late, 0, 0}
 local prioritised = 0  -- frames in the priority set (read only where it decides something)
 if nxt and most > 1 then
   prioritised = redis.call('ZCARD', q.priority)
@@ -162,11 +187,11 @@ if nxt and most > 1 then
   most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
 end
 if nxt and most > 1 and not q.rate and prioritised == 0 then
-  reply[5], reply[6] = nxt, wait
+  reply[7], reply[8] = nxt, wait
   local frames = redis.call('RPOP', q.pending, most - 1)
-  if not frames then return reply end
+  if not frames then return finished(reply) end
   redis.call('LPUSH', q.processing, unpack(frames))
-  return screen_all(reply, frames)
+  return finished(screen_all(reply, frames))
 end
 -- After the first, the registration and the paused flag cannot change
 -- within this script: without a rate limit to book, each next frame costs
@@ -174,7 +199,7 @@ end
 while nxt do
   reply[#reply + 1] = nxt
   reply[#reply + 1] = wait
-  if (#reply - 4) / 2 >= most then break end
+  if (#reply - 6) / 2 >= most then break end
   if q.rate then
     registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, true)
   else
@@ -184,4 +209,4 @@ while nxt do
     end
   end
 end
-return reply
+return finished(reply)

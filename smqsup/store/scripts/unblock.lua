@@ -58,7 +58,7 @@ if failed then
   redis.call('ZREMRANGEBYLEX', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n')
   dead_letter(dead, failed, at_ms, frame, T)
   redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
-  return {'dead', DEPS.told}
+  return {'dead', DEPS.told + DEPS.ended}
 end
 if redis.call('ZLEXCOUNT', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n') > 0 then return {'waiting', 0} end
 redis.call('HDEL', blocked, id)

@@ -1,19 +1,21 @@
 --- @include "plain"
+local LINK_PARENTS, LINK_HOLD, LINK_BATCH = 1, 2, 4
 -- head_of(frame): what the head of a frame says (framing.py has the
 -- grammar: "A", "A:P:E", "A:P:E:R", "A:P:E:R:V" or "A:P:E:R:V:L", then
 -- '|'): attempts, priority, expires_ms (0: never), the position where the
 -- attempts digits end, R, the seconds its outcome is kept once it ends (0:
 -- not tracked), V, the length its queue's event stream is capped at (0: no
--- events, includes/track.lua), and L, 1 when the message has entries in its
--- queue's deps set to clean up when it ends (a dependency's child: its
--- parents' outcomes; includes/deps.lua), else 0; nil when the bytes are not
--- a frame.
+-- events, includes/track.lua), and L, what the message has in its queue's
+-- deps set to see to when it starts or ends (includes/deps.lua), the sum of
+-- LINK_PARENTS (1: a dependency's child, its parents' outcomes),
+-- LINK_HOLD (2: a dedup key held until its end or start) and LINK_BATCH (4:
+-- a batch's member), else 0; nil when the bytes are not a frame.
 --
 -- head_for(priority, expires_ms, kept_s, events_max, linked): the head of a
 -- frame with no attempts yet, and its '|': "0" when it has no option, else
 -- "0:P:E", "0:P:E:R" when tracked (kept_s > 0), "0:P:E:R:V" when its
--- lifecycle goes to the event stream (events_max > 0), "0:P:E:R:V:1" when
--- linked (linked > 0; nil: 0).
+-- lifecycle goes to the event stream (events_max > 0), "0:P:E:R:V:L" when
+-- linked (linked L > 0; nil: 0).
 --
 -- attempts_of(frame): attempts and that position (nil when not a frame).
 --
@@ -34,14 +36,14 @@ local function head_of(frame)
   local r, v, l = '0', '0', '0'
   if not a2 then a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$') end
   if not a2 then a2, p, e, r, v = string.match(head, '^(%d+):(%d):(%d+):(%d+):([1-9]%d*)$') end
-  if not a2 then a2, p, e, r, v, l = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):(1)$') end
+  if not a2 then a2, p, e, r, v, l = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):([1-7])$') end
   if not a2 or #a2 > 9 or #e > 15 or #r > 8 or #v > 7 then return nil end
   return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r), tonumber(v), tonumber(l)
 end
 
 local function head_for(priority, expires_ms, kept_s, events_max, linked)
   if linked and linked > 0 then
-    return string.format('0:%d:%d:%d:%d:1|', priority, expires_ms, kept_s, events_max)
+    return string.format('0:%d:%d:%d:%d:%d|', priority, expires_ms, kept_s, events_max, linked)
   elseif events_max > 0 then
     return string.format('0:%d:%d:%d:%d|', priority, expires_ms, kept_s, events_max)
   elseif kept_s > 0 then

@@ -33,16 +33,22 @@
 -- (result or metadata JSON). A ``linked`` one's parents' outcomes go, its
 -- dedup key held to its end is freed, and its batch hears of its end (a "B"
 -- entry); its waiting children (a ``tracked`` one only: only those can be
--- parents) turn into outbox entries; all in the same step as its end, and
--- DEPS.told counts the entries (ack.lua and nack.lua say so, and their
--- consumer drains at once).
+-- parents) turn into outbox entries; all in the same step as its end.
+-- DEPS.told counts the children's entries (ack.lua and nack.lua say so, and
+-- their consumer drains at once), DEPS.ended the batches' (their consumer
+-- drains those in bulk: store/batches.py).
 --
--- deps_started(T, id): linked message ``id`` started: a dedup key it held
--- until its start is freed.
+-- deps_started(T, id, linked): linked message ``id`` started: a dedup key
+-- it held until its start is freed.
 -- Writes use redis.pcall: garbage in the deps key costs the dependencies of
 -- this queue, never the move of a message.
-local DEPS = {told = 0}
+local DEPS = {told = 0, ended = 0}
 local DEPS_CHUNK = 1000
+
+-- Whether link field ``linked`` has ``part`` (LINK_PARENTS, LINK_HOLD or LINK_BATCH).
+local function links_have(linked, part)
+  return math.floor(linked / part) % 2 == 1
+end
 
 -- The entries of ``kind`` for message ``id`` (a table, maybe empty).
 local function deps_of(deps, kind, id)
@@ -58,27 +64,31 @@ local function deps_unhold(deps, id, modes)
   end
 end
 
-local function deps_started(T, id)
-  if T.deps then deps_unhold(T.deps, id, {start = true}) end
+local function deps_started(T, id, linked)
+  if T.deps and links_have(linked, LINK_HOLD) then deps_unhold(T.deps, id, {start = true}) end
 end
 
--- The ends of linked message ``id``: its parents' outcomes, its holds, its batch.
-local function deps_unlink(deps, id, state, data)
-  redis.pcall('ZREMRANGEBYLEX', deps, '[p\t' .. id .. '\t', '(p\t' .. id .. '\n')
-  deps_unhold(deps, id, {start = true, done = true})
+-- The ends of linked message ``id``: its parents' outcomes, its holds, its
+-- batch (as much as its link field ``linked`` says it has).
+local function deps_unlink(deps, id, state, data, linked)
+  if links_have(linked, LINK_PARENTS) then
+    redis.pcall('ZREMRANGEBYLEX', deps, '[p\t' .. id .. '\t', '(p\t' .. id .. '\n')
+  end
+  if links_have(linked, LINK_HOLD) then deps_unhold(deps, id, {start = true, done = true}) end
+  if not links_have(linked, LINK_BATCH) then return end
   for _, b in ipairs(deps_of(deps, 'b', id)) do
     local batch = string.sub(b, #id + 4)
     redis.pcall('ZREM', deps, b)
     redis.pcall('ZADD', deps, 0, 'B\t' .. batch .. '\t' .. id .. '\t' .. (state == 'done' and 'done\tnull' or
                 'dead\t' .. (data or '{}')))
-    DEPS.told = DEPS.told + 1
+    DEPS.ended = DEPS.ended + 1
   end
 end
 
 local function deps_ended(T, id, state, data, tracked, linked)
   local deps = T.deps
   if not deps then return end
-  if linked > 0 then deps_unlink(deps, id, state, data) end
+  if linked > 0 then deps_unlink(deps, id, state, data, linked) end
   if not tracked then return end
   local lo, hi = '[c\t' .. id .. '\t', '(c\t' .. id .. '\n'
   local kids = redis.pcall('ZRANGEBYLEX', deps, lo, hi)

@@ -97,7 +97,7 @@ local function track(T, frame, state, event, at_ms, meta, result)
   if TRACK_ENDS[state] then
     deps_ended(T, id, state, result or meta, ttl > 0, linked)
   elseif state == 'active' and linked > 0 then
-    deps_started(T, id)
+    deps_started(T, id, linked)
   end
   if ttl == 0 then return end
   if not at_ms then
