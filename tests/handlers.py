@@ -227,3 +227,14 @@ def grow(msg: Any) -> Any:
     if isinstance(msg.body, int) and msg.body < 100:
         msg.batch.publish(msg.queue, msg.body * 100 + 100)
         msg.batch.publish_many(msg.queue, [msg.body * 100 + 101])
+
+
+def step(msg: Any) -> Any:
+    """A chain's step: its parent's result (0 for none) plus its body; a body of -1 fails for good (Reject)."""
+    from smqsup import Reject
+
+    _record("done", msg, parents=sorted([q, mid, r] for (q, mid), r in msg.parents.items()),
+            failed=sorted(f"{q}/{mid}" for q, mid in msg.failed_parents))
+    if msg.body == -1:
+        raise Reject("minus one")
+    return sum(msg.parents.values()) + msg.body

@@ -1,6 +1,7 @@
 """Dependencies under real supervisors: a fan-in of 100 parents on 3
-queues while consumers are SIGKILLed, and a consumer that dies between a
-parent's ack and telling its children (the collector releases them)."""
+queues while consumers are SIGKILLed, a consumer that dies between a
+parent's ack and telling its children (the collector releases them), a
+chain, a failed parent and a child that runs anyway."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from smqsup import MessageFailed
 from smqsup.client.producer import Producer
 from tests import procs
 from tests.handlers import read_events
@@ -81,3 +83,26 @@ def test_a_consumer_dying_between_the_ack_and_the_telling_leaves_it_to_the_colle
     events = read_events(str(out_dir))
     assert [e["parents"] for e in events if e["id"] in kids] == [[["a", parent, 40]]] * 2
     assert len([e for e in events if e["id"] == parent]) == 1
+
+
+def test_a_chain_a_failed_parent_and_a_child_that_runs_anyway_under_a_supervisor(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """Consumer processes: a chain of 5 steps on 2 queues passes results along; a parent that fails for good
+    dead-letters its waiting child with the reason, and its other child, published with on_parent_failure="run",
+    runs with the failure said."""
+    queue = {"handler": "tests.handlers:step", "consumers": 2, "result_ttl": "5m"}
+    supervise({"a": queue, "b": queue}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        ids = p.chain([("a", 1), ("b", 10), ("a", 100), ("b", 1000), ("a", 10000)])
+        assert p.result("a", ids[-1], timeout=20) == 11111
+        bad = p.publish("a", -1, result_ttl=300, delay=0.3)
+        doomed = p.publish("b", 5, depends_on=[("a", bad)])
+        anyway = p.publish("b", 7, depends_on=[("a", bad)], on_parent_failure="run")
+        with pytest.raises(MessageFailed) as failed:
+            p.result("b", doomed, timeout=20)
+        assert failed.value.reason.startswith(f"dependency failed: a/{bad} (rejected")
+        assert p.result("b", anyway, timeout=20) == 7
+    events = {e["id"]: e for e in read_events(str(out_dir))}
+    assert events[anyway]["failed"] == [f"a/{bad}"] and doomed not in events
+    assert [events[mid]["t"] for mid in ids] == sorted(events[mid]["t"] for mid in ids)

@@ -8,6 +8,7 @@
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
 - batches.py: ``Batch``, a batch's handle (publish, publish_many, close) and its callbacks' frames.
+- aio_flows.py: the AsyncProducer's depends_on, chain and batches: the Producer's, on a thread; AsyncBatch.
 - flows.py: the publishes of more than one step: a held child, a chain, a batch opened and its members.
 - checks.py: the checks of a publish's arguments (names, url, size, bodies, dedup keys) and a failed
   publish_many's one error.

@@ -23,11 +23,14 @@ from typing import Any, Optional
 
 from smqsup import defaults, message
 from smqsup.client import results
+from smqsup.client.aio_flows import AsyncBatch, Steps
 from smqsup.client.checks import valid_url
 from smqsup.client.events import Reading
+from smqsup.client.producer import Producer
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log
 from smqsup.errors import BrokerError
 from smqsup.store.aio import AsyncBroker
+from smqsup.store.batches import BatchStatus
 from smqsup.store.events import BLOCK_SLICE_MS, Event
 from smqsup.store.queues import NOTHING_DECLARED, Declared
 from smqsup.store.tracking import Record
@@ -65,6 +68,9 @@ class AsyncProducer:
         self.id = core.id
         self._broker = AsyncBroker(valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}",
                                    stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
+        self._steps = Steps(lambda: Producer(url, namespace, max_message_size=max_message_size, stats=stats,
+                                             dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
+                                             wait_timeout=wait_timeout))
 
     @property
     def published(self) -> int:
@@ -88,11 +94,18 @@ class AsyncProducer:
                       delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                       dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
                       partition_key: Optional[str] = None, result_ttl: Any = None,
-                      dedup_until: Optional[str] = None) -> str:
+                      dedup_until: Optional[str] = None, depends_on: Optional[Sequence[tuple[str, str]]] = None,
+                      on_parent_failure: str = "fail") -> str:
         """Producer.publish(): queue one message in one round trip; its id.
         MessageError (raised before anything is sent) for a bad argument.
         ``result_ttl`` (s; None: the queue's declared one; 0: not tracked):
-        keep its state, progress and outcome (result(), state(), progress())."""
+        keep its state, progress and outcome (result(), state(), progress()).
+        With ``depends_on``: the Producer's, on a thread (aio_flows.py)."""
+        if depends_on is not None:
+            return await self._steps.publish(
+                queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
+                ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
+                dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure)
         async with self._broker.turns:
             declared = await self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
@@ -114,6 +127,20 @@ class AsyncProducer:
                                   dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
                                   result_ttl=result_ttl, declared=declared, dedup_until=dedup_until)
             return await self._deliver(out)
+
+    async def chain(self, steps: Sequence[Any]) -> list[str]:
+        """Producer.chain(), on a thread (aio_flows.py)."""
+        return await self._steps.chain(steps)
+
+    def batch(self, on_complete: Optional[tuple[str, Any]] = None,
+              on_success: Optional[tuple[str, Any]] = None) -> AsyncBatch:
+        """Producer.batch() for asyncio: ``async with producer.batch(...) as
+        batch:`` opens it, ``await batch.publish(...)``, closed at the end."""
+        return AsyncBatch(self._steps, on_complete, on_success)
+
+    async def batch_status(self, batch_id: str) -> Optional[BatchStatus]:
+        """Producer.batch_status(), on a thread."""
+        return await self._steps.batch_status(batch_id)
 
     async def _declared(self, queue: str) -> Declared:
         """Producer._declared(): what ``queue``'s consumers declared, read
@@ -231,6 +258,7 @@ class AsyncProducer:
                     await self._broker.producer_stats(self.id, info)
             except BrokerError as exc:
                 self._core.not_flushed(exc)
+        await self._steps.close()
         await self._broker.close()
 
     async def __aenter__(self) -> "AsyncProducer":
