@@ -19,7 +19,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import wait_for
+from tests.helpers import redis_ms, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -299,3 +299,48 @@ def test_garbage_in_the_deps_key_costs_the_dependencies_not_the_messages(
     redis_client.set(k.deps, "garbage")
     mid = producer.publish("a", "still works", result_ttl=60)
     assert producer.result("a", mid, timeout=10) == "still works"
+
+
+def test_garbage_in_the_held_keys_costs_that_child_only(start: Callable[..., Running], producer: Producer,
+                                                        redis_client: redis.Redis) -> None:
+    """A held child whose kept bytes are garbage is dropped when its parent ends; a child queue whose blocked
+    hash is a string keeps its outbox entry (said once) while another child of the same parent is released."""
+    seen = Seen()
+    parent = producer.publish("a", "p", result_ttl=60, delay=0.3)
+    junk = producer.publish("b", "junk", depends_on=[("a", parent)])
+    stuck = producer.publish("x", "stuck", depends_on=[("a", parent)])
+    fine = producer.publish("c", "fine", depends_on=[("a", parent)], result_ttl=60)
+    redis_client.hset(QueueKeys(NS, "b").blocked, junk, b"\xff garbage")
+    redis_client.delete(QueueKeys(NS, "x").blocked)
+    redis_client.set(QueueKeys(NS, "x").blocked, "garbage")
+    for q in "abcx":
+        start(seen.handler(), name=q)
+    assert producer.result("c", fine, timeout=10) == "fine"
+    wait_for(lambda: redis_client.hexists(QueueKeys(NS, "b").blocked, junk) == 0)
+    assert seen.bodies("b") == [] and seen.bodies("x") == []
+    outbox = [m for m in redis_client.zrange(QueueKeys(NS, "a").deps, 0, -1) if m.startswith(b"o\t")]
+    assert [m.split(b"\t")[1:3] for m in outbox] == [[b"x", stuck.encode()]]
+
+
+def test_parents_in_partitions_and_a_parent_that_expires(start: Callable[..., Running], producer: Producer,
+                                                         redis_client: redis.Redis) -> None:
+    """Parents on both partitions of a queue release their child; a parent whose ttl passes before a consumer
+    takes it dead-letters its child "dependency failed: ... (expired)"."""
+    seen = Seen()
+    redis_client.set(QueueKeys(NS, "pp").partitions, "2")
+    parents = [("pp", producer.publish("pp", i, result_ttl=60, partition_key=f"k{i}")) for i in range(6)]
+    assert {producer._broker.tracking.find(["pp", "pp~1"], mid)[0] for _, mid in parents} == {"pp", "pp~1"}
+    child = producer.publish("c", "joined", depends_on=parents, result_ttl=60)
+    published_ms = redis_ms(redis_client)
+    doomed_parent = producer.publish("e", "late", result_ttl=60, ttl=0.2)
+    doomed = producer.publish("c", "never", depends_on=[("e", doomed_parent)], result_ttl=60)
+    start(seen.handler(), name="pp", partitions=2)
+    start(seen.handler(), name="c")
+    assert producer.result("c", child, timeout=10) == "joined"
+    assert set(seen.of("joined")[2]) == set(parents)
+    wait_for(lambda: producer._broker.statistics.total_sizes("e")["pending"] == 1)
+    wait_for(lambda: redis_ms(redis_client) > published_ms + 250)  # the parent's ttl passed, by the Redis clock
+    start(seen.handler(), name="e")
+    with pytest.raises(MessageFailed) as failed:
+        producer.result("c", doomed, timeout=10)
+    assert failed.value.reason == f"dependency failed: e/{doomed_parent} (expired)"

@@ -103,16 +103,8 @@ def _failure_of(name: str, fields: list[str]) -> str:
     its batch's failures ("" for one done), from its "B" entry's fields."""
     if fields[4] == "done":
         return ""
-    return json.dumps({"id": fields[3], "queue": logical_name(name), "reason": _reason(fields[5])},
+    return json.dumps({"id": fields[3], "queue": logical_name(name), "reason": outbox.reason_of(fields[5])},
                       separators=(",", ":"))
-
-
-def _reason(meta: str) -> str:
-    try:
-        reason = json.loads(meta).get("reason")
-    except (ValueError, AttributeError, RecursionError):
-        return "dead"
-    return reason if isinstance(reason, str) else "dead"
 
 
 class Batches:

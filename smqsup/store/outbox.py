@@ -7,6 +7,7 @@ scripts make harmless."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
@@ -32,6 +33,15 @@ def split_entry(entry: bytes, fields: int) -> Optional[list[str]]:
     except UnicodeDecodeError:
         return None
     return parts if len(parts) == fields else None
+
+
+def reason_of(meta: "str | bytes") -> str:
+    """The reason in a dead letter's metadata (JSON text), or "dead"."""
+    try:
+        reason = json.loads(meta).get("reason")
+    except (ValueError, AttributeError, RecursionError):
+        return "dead"
+    return reason if isinstance(reason, str) else "dead"
 
 
 def read(link: Link, name: str, kind: str) -> list[bytes]:

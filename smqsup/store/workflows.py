@@ -58,21 +58,12 @@ def failed_meta(queue: str, parent_id: str, why: str) -> bytes:
                              parent=f"{queue}/{parent_id}").encode()
 
 
-def _reason(meta: bytes) -> str:
-    """The reason in a dead letter's metadata (JSON text), or "dead"."""
-    try:
-        reason = json.loads(meta).get("reason")
-    except (ValueError, AttributeError, RecursionError):
-        return "dead"
-    return reason if isinstance(reason, str) else "dead"
-
-
 def _outcome(partition: str, parent_id: str, outcome: str, data: bytes) -> tuple[str, str, str, bytes]:
     """The outcome of a parent as unblock.lua takes it: a failure turned into
     the child's dead-letter metadata."""
     if outcome == "done":
         return partition, parent_id, "done", data
-    why = _reason(data) if outcome == "dead" else "unknown: never tracked, or past its result_ttl"
+    why = outbox.reason_of(data) if outcome == "dead" else "unknown: never tracked, or past its result_ttl"
     return partition, parent_id, "dead", failed_meta(logical_name(partition), parent_id, why)
 
 
@@ -231,5 +222,5 @@ class Workflows:
                 except (ValueError, RecursionError):
                     done[key] = parts[5]
             else:
-                failed[key] = _reason(parts[5].encode())
+                failed[key] = outbox.reason_of(parts[5].encode())
         return Parents(done, failed)
