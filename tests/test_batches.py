@@ -172,10 +172,14 @@ def test_garbage_in_the_batch_keys_costs_that_batch_only(start: Callable[..., Ru
     redis_client.delete(QueueKeys(NS, "done").batch(doomed.batch_id))
     redis_client.set(QueueKeys(NS, "done").batch(doomed.batch_id), "garbage")
     doomed.publish("w", "member")
-    redis_client.zadd(QueueKeys(NS, "w").deps, {b"B\tjunk": 0, b"S\tdone\tnot a frame": 0, b"B\tdone\tx\ty\tmaybe\t": 0})
+    redis_client.zadd(QueueKeys(NS, "w").deps, {b"B\tjunk": 0, b"S\tdone\tnot a frame": 0, b"B\tdone\tx\ty\tmaybe\t": 0,
+                                                b"B\tdone\tgone-batch\tm1\tdone\tnull": 0})
     with producer.batch(on_complete=("done", "fine")) as fine:
         fine.publish("w", "other")
     wait_for(lambda: [b for b in calls.of("done") if b["body"] == "fine"], timeout_s=15)
     assert "member" in calls.of("w")
     wait_for(lambda: not [m for m in redis_client.zrange(QueueKeys(NS, "w").deps, 0, -1) if b"junk" in m
-                          or b"maybe" in m], timeout_s=10)
+                          or b"maybe" in m or b"gone-batch" in m], timeout_s=10)
+    done = QueueKeys(NS, "done")
+    assert redis_client.exists(done.batch("gone-batch"), done.batch_members("gone-batch"),
+                               done.batch_ended("gone-batch")) == 0  # (an end after its keys went makes none)

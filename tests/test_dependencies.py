@@ -291,7 +291,7 @@ def test_garbage_in_the_deps_key_costs_the_dependencies_not_the_messages(
     seen = Seen()
     k = QueueKeys(NS, "a")
     redis_client.zadd(k.deps, {b"o\tjunk": 0, b"o\tb\tid\tp\tmaybe\tx": 0, b"h\tid\tnot-ms": 0,
-                               b"o\t\xff\xfe\tid\tp\tdone\tnull": 0})
+                               b"o\t\xff\xfe\tid\tp\tdone\tnull": 0, "h\tid2\t\u00b2".encode(): 0})
     start(seen.handler(), name="a")
     wait_for(lambda: redis_client.zcard(k.deps) == 0 or
              all(not m.startswith((b"o", b"h")) for m in redis_client.zrange(k.deps, 0, -1)), timeout_s=10)
@@ -344,3 +344,10 @@ def test_parents_in_partitions_and_a_parent_that_expires(start: Callable[..., Ru
     with pytest.raises(MessageFailed) as failed:
         producer.result("c", doomed, timeout=10)
     assert failed.value.reason == f"dependency failed: e/{doomed_parent} (expired)"
+
+
+def test_a_held_child_sees_a_dedup_key_held_until_done(producer: Producer) -> None:
+    """A key another message holds until it is done deduplicates a publish with depends_on too."""
+    parent = producer.publish("a", "p", result_ttl=60)
+    holder = producer.publish("b", 1, dedup_key="K", dedup_until="done")
+    assert producer.publish("b", 2, dedup_key="K", depends_on=[("a", parent)]) == holder

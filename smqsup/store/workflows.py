@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from smqsup import defaults
+from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.keys import logical_name
+from smqsup.logs import warn_once
 from smqsup.store import outbox, scripts
 from smqsup.store.batches import Batches
 from smqsup.store.connection import wrapped
@@ -187,13 +189,20 @@ class Workflows:
         repaired = 0
         for mark in marks:
             parts = split_entry(mark, 3)
-            if parts is None or not parts[2].isdigit():
+            if parts is None or not (parts[2].isascii() and parts[2].isdigit()):
                 with wrapped(f"drop a hold mark of {name!r} that is not one"):
                     link.client.zrem(deps, mark)
                 continue
             if now_ms - int(parts[2]) < older_than_ms:
                 continue
-            self.register(name, parts[1], self.waits(name, parts[1]), mark.decode())
+            try:
+                self.register(name, parts[1], self.waits(name, parts[1]), mark.decode())
+            except BrokerConnectionError:
+                raise
+            except BrokerError as exc:  # (one hold Redis refuses costs that hold, not the others' repair)
+                warn_once(log, f"hold:{name}:{parts[1]}", "queue %s: held message %s cannot be registered with "
+                          "its parents yet (said once; the collector tries again): %s", name, parts[1], exc)
+                continue
             repaired += 1
         return repaired
 

@@ -26,6 +26,7 @@
 --          one the JSON object its failure is listed as (else "")
 --
 -- Returns {fired, told}: fired 1 when this call published its callbacks;
+-- {0, 0} for a batch whose hash is gone (nothing is written then);
 -- told 1 when it left an on_success callback for another queue in KEYS[9].
 local batch, members, ended, failures, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, prio_set, prio_seq, deps = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -34,6 +35,9 @@ local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
 --- @include "ready"
 --- @include "track"
 
+-- A batch Redis holds nothing of (past its keep time after it fired, or
+-- never opened) counts nothing: its keys are not made again, without expiry.
+if redis.call('EXISTS', batch) == 0 then return {0, 0} end
 for i = 4, #ARGV - 2, 3 do
   local id, outcome = ARGV[i], ARGV[i + 1]
   redis.call('SADD', members, id)

@@ -30,8 +30,13 @@ local T = {hash = KEYS[4], expiry = KEYS[5], events = KEYS[6]}
 --- @include "track"
 
 if redis.call('HEXISTS', blocked, id) == 1 or redis.pcall('HEXISTS', T.hash, id) == 1 then return {-1, id} end
-if KEYS[7] and not redis.call('SET', KEYS[7], id, 'NX', 'PX', dedup_ttl_ms) then
-  return {0, redis.call('GET', KEYS[7])}
+if KEYS[7] then
+  -- Its holder: one holding it until its end or start (a "k" entry, as
+  -- publish_options.lua writes it), else one within the dedup ttl.
+  local k = 'k\t' .. #KEYS[7] .. ':' .. KEYS[7] .. '\t'
+  local held = redis.call('ZRANGEBYLEX', deps, '[' .. k, '(' .. string.sub(k, 1, -2) .. '\n', 'LIMIT', 0, 1)
+  if #held > 0 then return {0, string.sub(held[1], #k + 1)} end
+  if not redis.call('SET', KEYS[7], id, 'NX', 'PX', dedup_ttl_ms) then return {0, redis.call('GET', KEYS[7])} end
 end
 local at_ms = tonumber(ARGV[5])
 if at_ms < 0 then at_ms = now_ms() end

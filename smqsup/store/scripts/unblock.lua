@@ -44,6 +44,11 @@ if not d then
   return {'gone', 0}
 end
 local frame = string.sub(kept, at)
+if not string.find(frame, '|', 1, true) then  -- (garbage after a good prefix: nothing to release)
+  redis.call('HDEL', blocked, id)
+  redis.call('ZREMRANGEBYLEX', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n')
+  return {'gone', 0}
+end
 local failed = nil
 for i = 3, #ARGV - 3, 4 do
   local pair = id .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1]
