@@ -22,6 +22,14 @@ from tests.inproc import NS, Running
 pytestmark = pytest.mark.topologies
 
 
+def _deep(depth: int) -> Any:
+    """A list nested ``depth`` deep."""
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 class Calls:
     """The bodies each queue's handler saw."""
 
@@ -142,6 +150,8 @@ def test_an_empty_batch_fires_at_its_close(start: Callable[..., Running], produc
     ({}, "give on_complete or on_success"), ({"on_complete": "q"}, "pair"), ({"on_complete": ("a b", 1)}, "queue"),
     ({"on_complete": ("q", object())}, "JSON"), ({"on_success": ("q",)}, "pair"), ({"on_complete": ("", 1)}, "queue"),
     ({"on_complete": ("q{x}", 1)}, "queue"), ({"on_complete": ("q", 1), "on_success": ["x" * 200, 1]}, "queue"),
+    ({"on_complete": ("q", "x" * 2_000_000)}, "callback on 'q'"), ({"on_complete": ("q", float("nan"))}, "callback"),
+    ({"on_success": ("q", _deep(5000))}, "callback"),
 ])
 def test_hostile_callbacks_are_one_line(producer: Producer, kwargs: dict[str, Any], match: str) -> None:
     """No callback, not a pair, a queue that cannot exist, a body that is not JSON: MessageError."""

@@ -19,7 +19,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import redis_ms, wait_for
+from tests.helpers import holds, redis_ms, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -55,8 +55,7 @@ def test_a_child_waits_for_its_parent_and_reads_its_result(start: Callable[..., 
     child = producer.publish("b", "child", depends_on=[("a", parent)], result_ttl=60)
     assert producer.state("b", child) == "blocked"
     start(seen.handler(), name="b")
-    time.sleep(0.3)  # (b's consumer runs: nothing reaches it while the parent waits)
-    assert seen.bodies("b") == []
+    holds(lambda: seen.bodies("b") == [], 0.3)  # b's consumer runs: nothing reaches it while the parent waits
     start(seen.handler(lambda m: {"got": m.body["n"]}), name="a")
     assert producer.result("b", child, timeout=10) == "child"
     assert seen.of("child")[2] == {("a", parent): {"got": 1}}
@@ -73,8 +72,7 @@ def test_a_fan_in_of_many_parents_on_three_queues_runs_once_after_the_last(
     for q in "xyz":
         start(seen.handler(lambda m: m.body["i"] * 10), name=q)
     wait_for(lambda: seen.bodies("c"), timeout_s=15)
-    time.sleep(0.3)
-    assert seen.bodies("c") == ["fan-in"]
+    holds(lambda: seen.bodies("c") == ["fan-in"], 0.3)  # and it runs no second time
     _, _, got, failed, at = seen.of("fan-in")
     assert failed == {}
     assert got == {(q, mid): int(i) * 10 for (q, mid), i in zip(parents, [i for i in range(20) for _ in "xyz"])}

@@ -20,6 +20,10 @@ from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
 from smqsup.store.workflows import DEDUPLICATED, IN_USE
 
+#: publish()'s options as a call without any gives them (what Publishing.one and many need spelled out).
+_UNSET: dict[str, Any] = {"delay": None, "at": None, "priority": 0, "dedup_key": None, "dedup_ttl": None,
+                          "ttl": None, "partition_key": None}
+
 
 class Producer(Protocol):
     """The Producer, as these steps use it."""
@@ -62,9 +66,7 @@ def chain(producer: Producer, steps: Sequence[Any]) -> list[str]:
             raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
         dependencies.failure_rule(opts.get("on_parent_failure", "fail"))
         checked = {k: v for k, v in opts.items() if k not in ("headers", "on_parent_failure")}
-        producer._core.one(queue, body, opts.get("headers"), **{"delay": None, "at": None, "priority": 0,
-                           "dedup_key": None, "dedup_ttl": None, "ttl": None, "message_id": None,
-                           "partition_key": None, **checked})
+        producer._core.one(queue, body, opts.get("headers"), **{**_UNSET, "message_id": None, **checked})
     ids: list[str] = []
     for i, (queue, body, opts) in enumerate(plan):
         after: dict[str, Any] = {"depends_on": [(plan[i - 1][0], ids[-1])]} if i else {}
@@ -137,8 +139,7 @@ def members(producer: Producer, batch: batches.Batch, queue: str, bodies: Iterab
     then counted as its members on its home."""
     batch.check_open()
     count, said = producer._declared(queue)
-    kw: dict[str, Any] = {"delay": None, "at": None, "priority": 0, "dedup_key": None, "dedup_ttl": None,
-                          "ttl": None, "partition_key": None, **options}
+    kw: dict[str, Any] = {**_UNSET, **options}
     if many:
         out = producer._core.many(queue, bodies, headers, declared=said, link=batch.link, **kw)
     else:

@@ -25,6 +25,7 @@ from smqsup.collector import stats
 from smqsup.config.names import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
+from smqsup.store.batches import parse_id
 from smqsup.store.broker import Broker
 from smqsup.store.scripts import Peeked
 from smqsup.views import browse, deadletters
@@ -101,8 +102,9 @@ class Source:
         their counts: what GET /api/batches answers."""
         rows = []
         for queue in self.queues():
-            for batch_id in self.broker.batches.open_ids(queue, limit):
-                status = self.broker.batches.status(queue, batch_id.rpartition("@")[0])
+            for public in self.broker.batches.open_ids(queue, limit):
+                where = parse_id(public)
+                status = self.broker.batches.status(*where) if where is not None else None
                 if status is not None:
                     rows.append({**status.to_json(), "home": queue})
         return {"batches": rows}

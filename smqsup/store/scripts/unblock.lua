@@ -36,17 +36,17 @@ local refused = wrong_type({{blocked, 'hash'}, {deps, 'zset'}, {pending, 'list'}
                             {scheduled, 'zset'}, {dead, 'list'}})
 if refused then return refused end
 if ARGV[2] ~= '' then redis.call('ZREM', deps, ARGV[2]) end
+local waits_lo, waits_hi = '[w\t' .. id .. '\t', '(w\t' .. id .. '\n'
+-- Forget the hold: the kept frame and its waits.
+local function drop()
+  redis.call('HDEL', blocked, id)
+  redis.call('ZREMRANGEBYLEX', deps, waits_lo, waits_hi)
+end
 local kept = redis.call('HGET', blocked, id)
 local d, t, f, at = string.match(kept or '', '^(%d+):(%d+):([01])|()')
-if not d then
-  if kept then redis.call('HDEL', blocked, id) end  -- (garbage: nothing to release)
-  redis.call('ZREMRANGEBYLEX', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n')
-  return {'gone', 0}
-end
-local frame = string.sub(kept, at)
-if not string.find(frame, '|', 1, true) then  -- (garbage after a good prefix: nothing to release)
-  redis.call('HDEL', blocked, id)
-  redis.call('ZREMRANGEBYLEX', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n')
+local frame = d and string.sub(kept, at)
+if not frame or not string.find(frame, '|', 1, true) then  -- (not held, or garbage: nothing to release)
+  drop()
   return {'gone', 0}
 end
 local failed = nil
@@ -59,13 +59,12 @@ for i = 3, #ARGV - 3, 4 do
 end
 local at_ms = now_ms()
 if failed then
-  redis.call('HDEL', blocked, id)
-  redis.call('ZREMRANGEBYLEX', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n')
+  drop()
   dead_letter(dead, failed, at_ms, frame, T)
   redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
   return {'dead', DEPS.told + DEPS.ended}
 end
-if redis.call('ZLEXCOUNT', deps, '[w\t' .. id .. '\t', '(w\t' .. id .. '\n') > 0 then return {'waiting', 0} end
+if redis.call('ZLEXCOUNT', deps, waits_lo, waits_hi) > 0 then return {'waiting', 0} end
 redis.call('HDEL', blocked, id)
 local _, priority, _, _, kept_s, events_max = head_of(frame)
 local ttl_ms = tonumber(t)
