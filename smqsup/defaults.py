@@ -96,6 +96,14 @@ RESTART_BACKOFF_MAX_S = 30.0
 RESTART_BACKOFF_RESET_S = 60.0
 #: Consecutive failed starts after which a queue goes FATAL.
 RESTART_LIMIT = 10
+#: New consumers of a roll that die at start, in a row, before the roll fails (the old ones keep running).
+ROLL_START_FAILURES = 3
+#: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).
+SCALE_LOOK_S = 0.5
+#: An autoscaled queue sits idle while one consumer fewer would be busy at most this share of the time.
+SCALE_DOWN_BUSY = 0.75
+#: Bytes a consumer's report to its supervisor (its handler's files, or why its import failed) may hold.
+CHILD_REPORT_MAX_BYTES = 4 * 1024 * 1024
 #: A ready consumer that dies sooner than this without handling a message is a crash, s.
 MIN_UPTIME_S = 2.0
 #: How often the supervisor loop wakes when nothing happens, in seconds.
@@ -176,3 +184,33 @@ BATCH_KEEP_S = 86_400
 #: How often a consumer counts its batch members' ends on their batches (in bulk), at most, in s; at
 #: once when it is about to wait for work.
 BATCH_ENDS_S = 0.05
+
+# --- lag and supervisor info
+#: Bytes of a ready frame lag.lua sends back: its head (46 at most), '|{"id":"' and a 26-character id fit,
+#: so a frame of megabytes is never sent whole.
+LAG_HEAD_BYTES = 120
+#: A message id dated further back than this gives no lag (its id does not hold smqsup's time), in s.
+LAG_MAX_AGE_S = 10 * 365 * 86_400
+#: A supervisor's info not rewritten for this many of its own intervals (its every_s) is stale: its
+#: supervisor is gone, and readers drop it ...
+SUPERVISOR_INFO_STALE_EVERIES = 3
+#: ... never sooner than this, in s.
+SUPERVISOR_INFO_STALE_MIN_S = 3.0
+#: How often a supervisor rewrites its info on each queue it runs consumers of, in s.
+SUPERVISOR_INFO_EVERY_S = 1.0
+#: How long a queue's supervisors hash outlasts its last write (PEXPIRE), in s: a supervisor SIGKILLed
+#: leaves its field until then (readers drop it sooner, as stale).
+SUPERVISOR_INFO_KEEP_S = 60.0
+#: Longest text a supervisor's info keeps when read (host, roll failure, scale reason), in characters.
+SUPERVISOR_INFO_TEXT_CHARS = 300
+
+# --- autoscaling
+#: An autoscaled queue adds a consumer when its lag (the age of its oldest ready message) passes this, in s.
+SCALE_UP_LAG_S = 5.0
+#: An autoscaled queue adds a consumer when its ready messages per running consumer (per unit of
+#: concurrency) pass this.
+SCALE_UP_BACKLOG = 20
+#: An autoscaled queue removes a consumer once its consumers sat idle this long, in s.
+SCALE_DOWN_AFTER_S = 60.0
+#: The least time between two scale steps of an autoscaled queue, in s.
+SCALE_COOLDOWN_S = 1.0

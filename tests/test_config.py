@@ -179,6 +179,62 @@ def test_yaml_one_point_one_booleans_stay_strings() -> None:
     assert loads("redis:\n  appendfsync: no\n" + ORDERS).redis.appendfsync == "no"
 
 
+# --- autoscaling -------------------------------------------------------------------
+
+
+def test_a_plain_consumer_count_is_not_autoscaled() -> None:
+    """consumers: 3 is a fixed count: consumers_max stays None."""
+    orders = loads(ORDERS + "    consumers: 3\n").queues["orders"]
+    assert (orders.consumers, orders.consumers_max, orders.autoscaled, orders.consumers_most) == (3, None, False, 3)
+
+
+def test_a_consumer_range_parses_per_queue() -> None:
+    """consumers: {min: 2, max: 8} is the min in consumers and the max in consumers_max."""
+    orders = loads(ORDERS + "    consumers: {min: 2, max: 8}\n").queues["orders"]
+    assert (orders.consumers, orders.consumers_max, orders.autoscaled, orders.consumers_most) == (2, 8, True, 8)
+
+
+def test_a_consumer_range_without_min_starts_at_one() -> None:
+    """min is optional: consumers: {max: 4} is 1..4; min equal to max is allowed."""
+    assert loads(ORDERS + "    consumers:\n      max: 4\n").queues["orders"].consumers == 1
+    orders = loads(ORDERS + "    consumers: {min: 1000, max: 1000}\n").queues["orders"]
+    assert (orders.consumers, orders.consumers_max) == (1000, 1000)
+
+
+def test_a_consumer_range_in_defaults_applies_unless_a_queue_sets_its_own() -> None:
+    """A range under defaults: autoscales every queue that is silent; a queue's plain count overrides it whole."""
+    cfg = loads("defaults:\n  consumers: {min: 2, max: 6}\n" + ORDERS
+                + "  emails:\n    handler: m:f\n    consumers: 3\n"
+                + "  reports:\n    handler: m:f\n    consumers: {max: 9}\n")
+    counts = {name: (q.consumers, q.consumers_max) for name, q in cfg.queues.items()}
+    assert counts == {"orders": (2, 6), "emails": (3, None), "reports": (1, 9)}
+
+
+def test_a_consumer_range_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """min and max may be ${VAR}s, as a plain count may."""
+    monkeypatch.setenv("SMQSUP_TEST_MAX", "12")
+    orders = loads(ORDERS + "    consumers: {min: 3, max: '${SMQSUP_TEST_MAX}'}\n").queues["orders"]
+    assert (orders.consumers, orders.consumers_max) == (3, 12)
+
+
+def test_scale_options_have_their_defaults() -> None:
+    """Without scale_* keys a queue gets defaults.py's SCALE_* values (5s, 20, 60s, 1s)."""
+    orders = loads(ORDERS + "    consumers: {max: 4}\n").queues["orders"]
+    assert (orders.scale_up_lag_s, orders.scale_up_backlog, orders.scale_down_after_s, orders.scale_cooldown_s) == (
+        defaults.SCALE_UP_LAG_S, defaults.SCALE_UP_BACKLOG, defaults.SCALE_DOWN_AFTER_S, defaults.SCALE_COOLDOWN_S)
+    assert (defaults.SCALE_UP_LAG_S, defaults.SCALE_UP_BACKLOG, defaults.SCALE_DOWN_AFTER_S,
+            defaults.SCALE_COOLDOWN_S) == (5.0, 20, 60.0, 1.0)
+
+
+def test_scale_options_parse_per_queue_and_in_defaults() -> None:
+    """scale_* keys take durations with units, in defaults: and per queue, the queue's winning."""
+    cfg = loads("defaults:\n  scale_up_lag: 2s\n  scale_cooldown: 500ms\n  scale_up_backlog: 50\n" + ORDERS
+                + "    consumers: {min: 1, max: 8}\n    scale_up_lag: 1m\n    scale_down_after: 2m\n")
+    orders = cfg.queues["orders"]
+    assert (orders.scale_up_lag_s, orders.scale_up_backlog, orders.scale_down_after_s, orders.scale_cooldown_s) == (
+        60.0, 50, 120.0, 0.5)
+
+
 # --- bad files ---------------------------------------------------------------------
 
 
@@ -431,7 +487,15 @@ def test_parse_size_rejects(value: object) -> None:
      ("result_ttl", "1ms", "result_ttl_s", 1),
      ("events_max", "1000000", "events_max", 1_000_000),
      ("events_max", "1", "events_max", 1),
-     ("events", "true", "events", True)],
+     ("events", "true", "events", True),
+     ("scale_up_lag", "100ms", "scale_up_lag_s", 0.1),
+     ("scale_up_lag", "1h", "scale_up_lag_s", 3600.0),
+     ("scale_up_backlog", "1", "scale_up_backlog", 1),
+     ("scale_up_backlog", "1000000", "scale_up_backlog", 1_000_000),
+     ("scale_down_after", "1s", "scale_down_after_s", 1.0),
+     ("scale_down_after", "1d", "scale_down_after_s", 86400.0),
+     ("scale_cooldown", "100ms", "scale_cooldown_s", 0.1),
+     ("scale_cooldown", "10m", "scale_cooldown_s", 600.0)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""

@@ -45,11 +45,16 @@ heartbeat_timeout: 10s
 shutdown_timeout: 30s
 defaults: &defaults
   retry_threshold: 3
+  consumers: {min: 1, max: 8}
+  scale_cooldown: 1s
 queues:
   orders:
     <<: *defaults
     handler: myapp.handlers:process_order
     consumers: 4
+    scale_up_lag: 5s
+    scale_up_backlog: 20
+    scale_down_after: 1m
     retry_delay: 5s
     message_timeout: 60s
     max_messages: 10000
@@ -87,6 +92,7 @@ SCALARS = [
     "!!binary '!!!'", "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!pairs [a: 1]", "!!str [1]",
     "!custom 1", "!!python/object/apply:os.system [ls]", "[]", "{}", "[1, [2]]", "{a: 1}", "*undefined",
     "m:f", "'tests.handlers:record'", "redis://h:99999/0", "'[::1]:0'", "16MB", "1.5", "3",
+    "{min: 5, max: 2}", "{max: 8}", "{min: 1, max: 1024}", "{max: ~}",
 ]
 #: What ${SMQSUP_FUZZ_A}, _B and _C may hold (surrogate-escaped bytes included).
 ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", "", "true", " 3 ", "٣", "-0", "1s",
@@ -94,7 +100,8 @@ ENV_VALUES = ["nan", "inf", "-inf", "1e999", "9" * 500, "9" * 5000, "\udcff", ""
 KEYS = ["redis", "url", "namespace", "max_message_size", "heartbeat_interval", "heartbeat_timeout",
         "shutdown_timeout", "preload", "stats", "defaults", "queues", "web", "listen", "token", "handler",
         "consumers", "retry_threshold", "retry_delay", "retry_backoff", "retry_delay_max", "message_timeout",
-        "max_messages", "max_memory", "dedup_ttl", "concurrency", "prefetch", "rate_limit", "rate_burst", "partitions", "result_ttl", "events", "events_max", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
+        "max_messages", "max_memory", "dedup_ttl", "concurrency", "prefetch", "rate_limit", "rate_burst", "partitions", "result_ttl", "events", "events_max", "min", "max", "scale_up_lag",
+        "scale_up_backlog", "scale_down_after", "scale_cooldown", "orders", "<<", "'\\ud800'", "9" * 600, "~", "[a]", "'.'", "é"]
 
 
 KEYS += ["schedules", "queue", "cron", "every", "timezone", "body", "headers", "catch_up", "grace", "nightly"]
@@ -271,6 +278,8 @@ def _bad_files(rng: random.Random, queue: str) -> list[bytes]:
         lambda: option(f"max_memory: {'9' * 400}MB"),
         lambda: option(f"retry_delay: 1{'0' * 400}s"),
         lambda: option(f"consumers: {rng.choice(['[1]', '{a: 1}', 'true', '2.5'])}"),
+        lambda: option(rng.choice(["consumers: {min: 5, max: 2}", "consumers: {min: 2}", "consumers: {max: 0}",
+                                   "scale_up_lag: .nan", "scale_cooldown: 0", "scale_up_backlog: true"])),
         lambda: option(f"{rng.choice(['consumerz', 'retry', '9' * 600])}: 1"),
         lambda: option("#" * 300_000),
         lambda: bytes(rng.randrange(256) for _ in range(rng.randint(1, 2000))),
@@ -406,6 +415,119 @@ def test_a_failing_fork_refuses_to_start_a_child_and_says_so_once(
     assert _messages(caplog) == [
         "queue a: not starting a consumer: fork failed (Resource temporarily unavailable); trying again each tick"]
     assert _take_every_slot(arbiter) == MAX_SLOTS
+
+
+# --- autoscaling: consumers as a range, the scale_* options ---------------------------------
+
+ORDERS = "queues:\n  orders:\n    handler: myapp.handlers:process_order\n"
+HUGE = str(10**30)
+#: (option, value, the key path's tail after the section, what the error says).
+HOSTILE_SCALING = [
+    ("consumers", "{min: 5, max: 2}", "consumers", "min (5) is greater than max (2)"),
+    ("consumers", "{max: 0}", "consumers.max", "expected a positive integer, got 0"),
+    ("consumers", "{min: 0, max: 2}", "consumers.min", "expected a positive integer, got 0"),
+    ("consumers", "{max: -1}", "consumers.max", "expected a positive integer, got -1"),
+    ("consumers", "{min: -1, max: 3}", "consumers.min", "expected a positive integer, got -1"),
+    ("consumers", "{max: 1001}", "consumers.max", "must be at most 1000 (consumers per queue), got 1001"),
+    ("consumers", f"{{max: {HUGE}}}", "consumers.max", f"must be at most 1000 (consumers per queue), got {HUGE}"),
+    ("consumers", f"{{min: {HUGE}, max: 2}}", "consumers.min", "must be at most 1000 (consumers per queue)"),
+    ("consumers", "{max: .nan}", "consumers.max", "expected a positive integer, got nan"),
+    ("consumers", "{max: .inf}", "consumers.max", "expected a positive integer, got inf"),
+    ("consumers", "{max: true}", "consumers.max", "expected a positive integer, got True"),
+    ("consumers", "{max: '8'}", "consumers.max", "expected a positive integer, got '8'"),
+    ("consumers", "{max: 2.5}", "consumers.max", "expected a positive integer, got 2.5"),
+    ("consumers", "{max: [1]}", "consumers.max", "expected a positive integer, got a list"),
+    ("consumers", "{max: {n: 1}}", "consumers.max", "expected a positive integer, got a mapping"),
+    ("consumers", "{max: null}", "consumers.max", "a value is required, got None"),
+    ("consumers", "{min: null, max: 3}", "consumers.min", "a value is required, got None"),
+    ("consumers", "{mx: 4}", "consumers.mx", "unknown key, did you mean 'max'?"),
+    ("consumers", "{max: 4, step: 1}", "consumers.step", "unknown key (expected one of: min, max)"),
+    ("consumers", "{1: 4}", "consumers.1", "unknown key"),
+    ("consumers", "{min: 2}", "consumers.max", "missing: a range needs its max"),
+    ("consumers", "{}", "consumers.max", "missing: a range needs its max"),
+    ("consumers", "[1, 8]", "consumers", "expected a positive integer, got a list"),
+    ("consumers", "true", "consumers", "expected a positive integer, got True"),
+    ("consumers", "'8'", "consumers", "expected a positive integer, got '8'"),
+    ("consumers", "0", "consumers", "expected a positive integer, got 0"),
+    ("consumers", "-1", "consumers", "expected a positive integer, got -1"),
+    ("consumers", ".nan", "consumers", "expected a positive integer, got nan"),
+    ("consumers", HUGE, "consumers", f"must be at most 1000 (consumers per queue), got {HUGE}"),
+    ("consumers", "~", "consumers", "a value is required, got None"),
+    ("scale_up_lag", "0", "scale_up_lag", "expected a duration from 100ms to 1h, got 0"),
+    ("scale_up_lag", "50ms", "scale_up_lag", "expected a duration from 100ms to 1h, got '50ms'"),
+    ("scale_up_lag", "61m", "scale_up_lag", "expected a duration from 100ms to 1h, got '61m'"),
+    ("scale_up_lag", "-1", "scale_up_lag", "a duration must not be negative, got -1"),
+    ("scale_up_lag", HUGE, "scale_up_lag", f"a duration must be at most 365d, got {HUGE}"),
+    ("scale_up_lag", ".nan", "scale_up_lag", "expected a duration like 500ms, 5s, 2m or 1h, got nan"),
+    ("scale_up_lag", ".inf", "scale_up_lag", "expected a duration like 500ms, 5s, 2m or 1h, got inf"),
+    ("scale_up_lag", "true", "scale_up_lag", "expected a duration like 500ms, 5s, 2m or 1h, got True"),
+    ("scale_up_lag", "'nan'", "scale_up_lag", "expected a duration like 500ms, 5s, 2m or 1h, got 'nan'"),
+    ("scale_up_lag", "[1]", "scale_up_lag", "got a list"),
+    ("scale_up_lag", "~", "scale_up_lag", "a value is required, got None"),
+    ("scale_down_after", "0", "scale_down_after", "expected a duration from 1s to 1d, got 0"),
+    ("scale_down_after", "999ms", "scale_down_after", "expected a duration from 1s to 1d, got '999ms'"),
+    ("scale_down_after", "25h", "scale_down_after", "expected a duration from 1s to 1d, got '25h'"),
+    ("scale_down_after", "-1s", "scale_down_after", "a duration must not be negative, got '-1s'"),
+    ("scale_down_after", HUGE, "scale_down_after", f"a duration must be at most 365d, got {HUGE}"),
+    ("scale_down_after", ".nan", "scale_down_after", "got nan"),
+    ("scale_down_after", "-.inf", "scale_down_after", "got -inf"),
+    ("scale_down_after", "true", "scale_down_after", "got True"),
+    ("scale_down_after", "{a: 1}", "scale_down_after", "got a mapping"),
+    ("scale_cooldown", "0", "scale_cooldown", "expected a duration from 100ms to 10m, got 0"),
+    ("scale_cooldown", "11m", "scale_cooldown", "expected a duration from 100ms to 10m, got '11m'"),
+    ("scale_cooldown", "-1", "scale_cooldown", "a duration must not be negative, got -1"),
+    ("scale_cooldown", HUGE, "scale_cooldown", f"a duration must be at most 365d, got {HUGE}"),
+    ("scale_cooldown", ".nan", "scale_cooldown", "got nan"),
+    ("scale_cooldown", ".inf", "scale_cooldown", "got inf"),
+    ("scale_cooldown", "false", "scale_cooldown", "got False"),
+    ("scale_cooldown", "'1 fortnight'", "scale_cooldown", "got '1 fortnight'"),
+    ("scale_up_backlog", "0", "scale_up_backlog", "expected a positive integer, got 0"),
+    ("scale_up_backlog", "-1", "scale_up_backlog", "expected a positive integer, got -1"),
+    ("scale_up_backlog", "1000001", "scale_up_backlog",
+     "must be at most 1000000 (ready messages per running consumer), got 1000001"),
+    ("scale_up_backlog", HUGE, "scale_up_backlog", f"got {HUGE}"),
+    ("scale_up_backlog", ".nan", "scale_up_backlog", "expected a positive integer, got nan"),
+    ("scale_up_backlog", ".inf", "scale_up_backlog", "expected a positive integer, got inf"),
+    ("scale_up_backlog", "true", "scale_up_backlog", "expected a positive integer, got True"),
+    ("scale_up_backlog", "'8'", "scale_up_backlog", "expected a positive integer, got '8'"),
+    ("scale_up_backlog", "2.5", "scale_up_backlog", "expected a positive integer, got 2.5"),
+    ("scale_up_backlog", "[1]", "scale_up_backlog", "expected a positive integer, got a list"),
+    ("scale_up_backlog", "~", "scale_up_backlog", "a value is required, got None"),
+]
+
+
+def _scaling_error(text: str) -> str:
+    """The ConfigError loading ``text`` raises, checked to be one short printable line."""
+    with pytest.raises(ConfigError) as caught:
+        config.loads(text, "queues.yaml")
+    message = str(caught.value)
+    assert "\n" not in message and message.isprintable() and len(message) < 200, message
+    return message
+
+
+@pytest.mark.parametrize("section", ["queues.orders", "defaults"])
+@pytest.mark.parametrize(("option", "value", "key", "problem"), HOSTILE_SCALING,
+                         ids=[f"{o}={v[:20]}" for o, v, _, _ in HOSTILE_SCALING])
+def test_a_hostile_scaling_value_is_one_line_naming_its_key(
+        section: str, option: str, value: str, key: str, problem: str) -> None:
+    """Each hostile consumers range or scale_* value, per queue and in defaults:, is one line at its key path."""
+    if section == "defaults":
+        text = f"defaults:\n  {option}: {value}\n" + ORDERS
+    else:
+        text = ORDERS + f"    {option}: {value}\n"
+    message = _scaling_error(text)
+    assert message.startswith(f"queues.yaml: {section}.{key}: ") and problem in message, message
+
+
+def test_the_total_of_consumers_counts_an_autoscaled_queue_by_its_max() -> None:
+    """Four queues of {max: 256} fill the 1024; one more consumer anywhere is refused, the max counted, not the min."""
+    queues = "".join(f"  q{i}:\n    handler: m:f\n    consumers: {{min: 1, max: 256}}\n" for i in range(4))
+    assert sum(q.consumers_most for q in config.loads("queues:\n" + queues, "queues.yaml").queues.values()) == 1024
+    assert _scaling_error("queues:\n" + queues + "  extra:\n    handler: m:f\n") == (
+        "queues.yaml: queues: at most 1024 consumers in all queues together (an autoscaled queue counts its max), "
+        "got 1025")
+    message = _scaling_error("defaults:\n  consumers: {max: 1000}\nqueues:\n  a: {handler: m:f}\n  b: {handler: m:f}\n")
+    assert message.startswith("queues.yaml: queues: at most 1024 consumers") and message.endswith("got 2000")
 
 
 # --- web.listen ------------------------------------------------------------------------------

@@ -55,6 +55,47 @@ def test_scale_down() -> None:
     assert result.describe() == "scaled: orders 2->1"
 
 
+def test_fixed_count_to_autoscaled_range() -> None:
+    """A fixed count turned into a range scales the queue in place, shown as min..max, and rolls nothing."""
+    result = plan_from_base("autoscaled")
+    assert result == ReloadPlan(scaled={"orders": (2, 1)}, scaled_max={"orders": (None, 4)}, unchanged=("emails",))
+    assert result.describe() == "scaled: orders 2->1..4"
+
+
+def test_autoscaled_range_widened() -> None:
+    """A new max with the same min is a scale (both sides shown as ranges), not a roll."""
+    result = plan(config("autoscaled"), config("autoscaled_wider"))
+    assert result == ReloadPlan(scaled={"orders": (1, 1)}, scaled_max={"orders": (4, 8)}, unchanged=("emails",))
+    assert result.describe() == "scaled: orders 1..4->1..8"
+
+
+def test_autoscaled_range_back_to_a_fixed_count() -> None:
+    """A range turned back into a fixed count scales the queue in place."""
+    result = plan(config("autoscaled"), config("base"))
+    assert result == ReloadPlan(scaled={"orders": (1, 2)}, scaled_max={"orders": (4, None)}, unchanged=("emails",))
+    assert result.describe() == "scaled: orders 1..4->2"
+
+
+def test_scale_options_changed_roll_and_scale_nothing() -> None:
+    """New scale_up_lag, scale_up_backlog, scale_down_after and scale_cooldown roll no consumer; the applied
+    config holds them."""
+    old, new = config("autoscaled"), config("autoscale_tuned")
+    assert plan(old, new) == ReloadPlan(unchanged=("orders", "emails"))
+    orders = effective(old, new).queues["orders"]
+    assert (orders.scale_up_lag_s, orders.scale_up_backlog, orders.scale_down_after_s, orders.scale_cooldown_s) == (
+        0.5, 100, 300.0, 2.0)
+
+
+def test_autoscaled_range_changed_with_a_roll() -> None:
+    """A range and a rolled option changed at once: the queue is both scaled and rolled."""
+    old = config("autoscaled")
+    text = (RELOAD / "autoscaled_wider.yaml").read_text(encoding="utf-8").replace("60s", "90s", 1)
+    result = plan(old, loads(text, "new.yaml"))
+    assert result == ReloadPlan(scaled={"orders": (1, 1)}, scaled_max={"orders": (4, 8)}, rolled=("orders",),
+                                unchanged=("emails",))
+    assert result.describe() == "scaled: orders 1..4->1..8; rolled: orders"
+
+
 def test_handler_changed_rolls_the_queue() -> None:
     """A new handler path rolls that queue's consumers and nothing else."""
     result = plan_from_base("handler_changed")
@@ -165,25 +206,29 @@ def test_web_section_change() -> None:
 def test_describe_lists_every_part_in_order() -> None:
     """describe() joins every non-empty part with '; ' in a fixed order."""
     result = ReloadPlan(
-        added=("a", "c"), removed=("b",), scaled={"orders": (2, 5)}, rolled=("emails",),
-        restart_required=("redis.url",), global_changed=("preload",), web_changed=True,
+        added=("a", "c"), removed=("b",), scaled={"orders": (2, 5), "jobs": (1, 2)}, scaled_max={"jobs": (4, 8)},
+        rolled=("emails",), restart_required=("redis.url",), global_changed=("preload",), web_changed=True,
     )
     assert result.describe() == (
-        "added: a, c; removed: b; scaled: orders 2->5; rolled: emails; "
+        "added: a, c; removed: b; scaled: orders 2->5, jobs 1..4->2..8; rolled: emails; "
         "changed: preload; web: changed; needs restart: redis.url"
     )
 
 
-def test_generation_ignores_consumers_name_and_dedup_ttl() -> None:
-    """A queue's generation is unaffected by its consumer count, its name and its dedup_ttl."""
+def test_generation_ignores_consumers_name_dedup_ttl_and_scaling() -> None:
+    """A queue's generation is unaffected by its consumer count or range, its name, its dedup_ttl and the
+    scale_* options."""
     queue = config("base").queues["orders"]
     assert generation(dataclasses.replace(queue, consumers=7)) == generation(queue)
+    assert generation(dataclasses.replace(queue, consumers_max=9)) == generation(queue)
     assert generation(dataclasses.replace(queue, name="other")) == generation(queue)
     assert generation(dataclasses.replace(queue, dedup_ttl_s=60.0)) == generation(queue)
+    scaling = {"scale_up_lag_s": 0.5, "scale_up_backlog": 3, "scale_down_after_s": 2.0, "scale_cooldown_s": 9.0}
+    assert generation(dataclasses.replace(queue, **scaling)) == generation(queue)
 
 
 def test_generation_covers_every_other_field() -> None:
-    """Changing any queue field other than consumers, name and dedup_ttl changes the generation."""
+    """Changing any queue field other than name, the consumers, dedup_ttl and scale_* changes the generation."""
     queue = QueueConfig(name="q", handler="examples.handlers:flaky")
     changed: dict[str, Any] = {
         "handler": "examples.handlers:send_email", "retry_threshold": 9, "retry_delay_s": 2.5,
@@ -191,7 +236,9 @@ def test_generation_covers_every_other_field() -> None:
         "max_messages": 5, "max_memory_bytes": 1024, "concurrency": 8, "prefetch": 32, "rate_limit_per_s": 50.0, "rate_burst": 3, "partitions": 3,
         "result_ttl_s": 60, "events": True, "events_max": 50,
     }
-    covered = {f.name for f in dataclasses.fields(QueueConfig)} - {"name", "consumers", "dedup_ttl_s"}
+    covered = {f.name for f in dataclasses.fields(QueueConfig)} - {
+        "name", "consumers", "consumers_max", "dedup_ttl_s",
+        "scale_up_lag_s", "scale_up_backlog", "scale_down_after_s", "scale_cooldown_s"}
     assert set(changed) == covered, "a new QueueConfig field needs a case here"
     for field_name, value in changed.items():
         assert generation(dataclasses.replace(queue, **{field_name: value})) != generation(queue), field_name

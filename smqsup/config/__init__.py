@@ -1,10 +1,12 @@
 """queues.yaml read, validated completely and frozen before anything starts:
-yamlfile.py reads the file within bounds, model.py builds the frozen
+yamlfile.py reads the file within bounds, model.py (queue.py for each queue) builds the frozen
 dataclasses, each value passing a validator (scalars.X, names.X,
 addresses.X: each takes the value, its key path and the file path) that
 returns it coerced or raises a one-line ConfigError naming file, key and value.
 
-- model.py: the config as frozen dataclasses (Config, QueueConfig, RedisConfig, WebConfig) and load().
+- model.py: the config as frozen dataclasses (Config, RedisConfig, WebConfig; QueueConfig re-exported) and load().
+- queue.py: a queue's options, consumers as a count or an autoscaled range, the defaults: section, QueueConfig.
+- mappings.py: a section read as a mapping: known keys only, values env-expanded, each validated or defaulted.
 - yamlfile.py: reading a queues.yaml within bounds (a regular file, size, depth, nodes).
 - schedule.py: the ``schedules:`` section, a schedule's stored definition, and when its slots come due.
 - problems.py: the one-line error every validator raises, with the value and key shown short.

@@ -152,6 +152,18 @@ def wait_timeout(value: object, key: str = "", path: str = "") -> float:
     return seconds
 
 
+def duration_range(low_s: float, high_s: float, low_text: str, high_text: str) -> Validator[float]:
+    """A validator of durations from ``low_s`` to ``high_s`` seconds, which its error names as the texts say."""
+
+    def validate(value: object, key: str, path: str) -> float:
+        seconds = parse_duration(value, key, path)
+        if not low_s <= seconds <= high_s:
+            raise error(f"expected a duration from {low_text} to {high_text}", value, path=path, key=key)
+        return seconds
+
+    return validate
+
+
 def long_duration(value: object, key: str = "", path: str = "") -> float:
     """Seconds, as parse_duration reads them, up to 3650d: a message's delay or
     time to live, or how long its dedup key is kept."""

@@ -10,14 +10,19 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Optional
 
 from smqsup.config.model import Config, QueueConfig
 
 #: QueueConfig fields that are not part of a queue's generation: the name is
-#: the queue's identity, a consumer count is applied by scaling in place, and
-#: dedup_ttl is read by producers only (each reads the file when it starts),
-#: so no consumer is rolled for it.
-_NOT_GENERATION = frozenset({"name", "consumers", "dedup_ttl_s"})
+#: the queue's identity, a consumer count or range (and when an autoscaled
+#: queue steps within it: the scale_* options, read by the supervisor only)
+#: is applied by scaling in place, and dedup_ttl is read by producers only
+#: (each reads the file when it starts), so no consumer is rolled for them.
+_NOT_GENERATION = frozenset({
+    "name", "consumers", "consumers_max", "dedup_ttl_s",
+    "scale_up_lag_s", "scale_up_backlog", "scale_down_after_s", "scale_cooldown_s",
+})
 
 #: Config fields every child holds from its start, so a change rolls every
 #: queue (Config field -> its name in queues.yaml and in the plan).
@@ -57,8 +62,9 @@ def _canonical(value: object) -> object:
 def generation(q: QueueConfig, config: Config | None = None) -> str:
     """A short stable hash of everything about a queue that its running consumers depend on.
 
-    Covers every QueueConfig field except ``consumers``, ``name`` and the
-    producers' ``dedup_ttl_s`` (new fields are covered without a change here). With ``config`` it also covers
+    Covers every QueueConfig field except those of _NOT_GENERATION (``name``,
+    the consumers and the scale_* options, the producers' ``dedup_ttl_s``):
+    new fields are covered without a change here. With ``config`` it also covers
     the top-level settings a child holds from its start (max_message_size,
     heartbeat_interval, heartbeat_timeout), so that comparing the generation a
     child was started under with the current one tells whether it must be
@@ -90,8 +96,13 @@ class ReloadPlan:
     added: tuple[str, ...] = ()
     #: Queues in the old config only: drain and stop them.
     removed: tuple[str, ...] = ()
-    #: Queue -> (old consumers, new consumers) where the count changed, rolled or not.
+    #: Queue -> (old consumers, new consumers) where the count or the autoscaled
+    #: range changed, rolled or not (of a range: its min).
     scaled: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    #: Queue -> (old consumers_max, new consumers_max) for each scaled queue
+    #: autoscaled before or after (None: a fixed count then); a queue with a
+    #: fixed count in both files is left out, ``scaled`` says all about it.
+    scaled_max: dict[str, tuple[Optional[int], Optional[int]]] = dataclasses.field(default_factory=dict)
     #: Queues whose generation changed: replace their consumers one at a time.
     rolled: tuple[str, ...] = ()
     #: Queues in both configs with nothing to do.
@@ -115,9 +126,10 @@ class ReloadPlan:
     def describe(self) -> str:
         """One log line: ``added: a; removed: b; scaled: orders 2->5; rolled: emails; needs restart: redis.url``.
 
-        Parts with nothing in them are left out; ``no changes`` when the plan is empty.
+        An autoscaled range shows as min..max: ``scaled: orders 2->1..8, emails 1..4->1..8``. Parts
+        with nothing in them are left out; ``no changes`` when the plan is empty.
         """
-        scaled = ", ".join(f"{name} {old}->{new}" for name, (old, new) in self.scaled.items())
+        scaled = ", ".join(f"{name} {self._consumers(name, 0)}->{self._consumers(name, 1)}" for name in self.scaled)
         parts = [
             ("added", ", ".join(self.added)),
             ("removed", ", ".join(self.removed)),
@@ -129,6 +141,12 @@ class ReloadPlan:
         ]
         text = "; ".join(f"{label}: {items}" for label, items in parts if items)
         return text or "no changes"
+
+    def _consumers(self, name: str, side: int) -> str:
+        """A scaled queue's consumers in the old (``side`` 0) or new (1) file: ``2``, or ``1..8`` when autoscaled."""
+        least = self.scaled[name][side]
+        most = self.scaled_max.get(name, (None, None))[side]
+        return str(least) if most is None else f"{least}..{most}"
 
 
 def _restart_required(old: Config, new: Config) -> tuple[str, ...]:
@@ -152,6 +170,11 @@ def _global_changed(old: Config, new: Config) -> tuple[str, ...]:
     )
 
 
+def _counts(q: QueueConfig) -> tuple[int, Optional[int]]:
+    """What a scale compares: the consumer count (or min) and the autoscaled max (None: a fixed count)."""
+    return (q.consumers, q.consumers_max)
+
+
 def plan(old: Config, new: Config) -> ReloadPlan:
     """The actions that take a supervisor running ``old`` to ``effective(old, new)``.
 
@@ -161,7 +184,12 @@ def plan(old: Config, new: Config) -> ReloadPlan:
     scaled = {
         name: (old.queues[name].consumers, new.queues[name].consumers)
         for name in kept
-        if old.queues[name].consumers != new.queues[name].consumers
+        if _counts(old.queues[name]) != _counts(new.queues[name])
+    }
+    scaled_max = {
+        name: (old.queues[name].consumers_max, new.queues[name].consumers_max)
+        for name in scaled
+        if old.queues[name].autoscaled or new.queues[name].autoscaled
     }
     rolled = tuple(
         name for name in kept
@@ -171,6 +199,7 @@ def plan(old: Config, new: Config) -> ReloadPlan:
         added=tuple(name for name in new.queues if name not in old.queues),
         removed=tuple(name for name in old.queues if name not in new.queues),
         scaled=scaled,
+        scaled_max=scaled_max,
         rolled=rolled,
         unchanged=tuple(name for name in kept if name not in scaled and name not in rolled),
         restart_required=_restart_required(old, new),
