@@ -81,6 +81,12 @@ live in one Redis Cluster slot::
                                    the left, trimmed to 900 by the collector
     ns:{Q}:slots             HASH  "host:#index" -> restarts and last exit cause
                                    of that consumer slot (its supervisor writes)
+    ns:{Q}:supervisors       HASH  "HOST:PID" of a supervisor running consumers
+                                   of Q -> what it says of them: target count,
+                                   bounds, running, roll, last scale event
+                                   (JSON, store/supervisors.py), rewritten
+                                   every few seconds; each write sets the
+                                   hash's expiry, readers drop stale fields
     ns:{Q}:schedules         HASH  schedule name -> its definition (canonical JSON,
                                    schedule.py), upserted by the supervisors
                                    whose config declares a schedule on queue Q
@@ -111,6 +117,8 @@ live in one Redis Cluster slot::
                                    seen_at_ms}, flushed about once a second
     ns:{ns}:producers:seen   ZSET  producer id, score = last flush in ms; entries
                                    older than 10 minutes are dropped
+    ns:{ns}:roll:HOST:PID    STR   ``smqsup roll``'s request to one supervisor:
+                                   the queues to roll (JSON), taken on SIGUSR1
 
 A frame is ``head + b"|" + payload``, the head ``<attempts>``,
 ``<attempts>:<priority>:<expires_ms>`` or, tracked, that and
@@ -269,6 +277,10 @@ class QueueKeys:
     def slots(self) -> str:
         return f"{self._prefix}:slots"
 
+    @cached_property
+    def supervisors(self) -> str:
+        return f"{self._prefix}:supervisors"
+
     def processing(self, consumer_id: str) -> str:
         """The processing list owned by ``consumer_id``."""
         return f"{self._prefix}:processing:{consumer_id}"
@@ -324,3 +336,10 @@ def producers_hash(namespace: str) -> str:
 def producers_seen(namespace: str) -> str:
     """When each producer last flushed its statistics (same slot as producers_hash)."""
     return f"{namespace}:{{{namespace}}}:producers:seen"
+
+
+def roll_request(namespace: str, host: str, pid: int) -> str:
+    """``smqsup roll``'s request to the supervisor ``pid`` of ``host``: a
+    JSON list of queue names, or null for every queue; taken (read and
+    deleted) by that supervisor on SIGUSR1, gone after a minute otherwise."""
+    return f"{namespace}:{{{namespace}}}:roll:{host}:{pid}"

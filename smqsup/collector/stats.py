@@ -11,7 +11,12 @@ Where the numbers come from (none costs a round trip per message):
     round trip of a publish;
   - history: once a second the queue's collector appends one point (counters
     and sizes, Redis clock) to a list trimmed to SERIES_POINTS, so memory is
-    bounded and a dashboard opened now shows the last 15 minutes.
+    bounded and a dashboard opened now shows the last 15 minutes;
+  - lag (the age of the oldest ready message): read with each snapshot, one
+    round trip for all queues (store/lag.py);
+  - supervisors (target, bounds, rolls, last scale event): what each
+    supervisor rewrites every few seconds, stale entries dropped
+    (store/supervisors.py).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from smqsup.keys import logical_name
+from smqsup.store import supervisors
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.lag import QueueLag
 from smqsup.store.statistics import QueueReading, redis_int
 
 #: Points kept per queue: one a second, 15 minutes.
@@ -78,17 +85,18 @@ def rates(points: Sequence[dict[str, Any]], window_s: float = 10.0) -> dict[str,
 
 
 def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -> dict[str, Any]:
-    """Everything an operator looks at, for ``queues``: sizes, counters, rates,
-    consumers (with CPU, memory, messages in flight, heartbeat age) and the
-    messages in flight and concurrency summed over them (``flight``),
-    collector leader and facts, consumer slots (restarts, last exit),
-    producers, and totals."""
+    """Everything an operator looks at, for ``queues``: sizes, lag, counters,
+    rates, consumers (with CPU, memory, messages in flight, heartbeat age)
+    and the messages in flight and concurrency summed over them
+    (``flight``), collector leader and facts, consumer slots (restarts, last
+    exit), supervisors, producers, and totals (the lag: the largest)."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
     now_ms, readings = broker.statistics.read_queues(queues, recent=int(window_s) + 2)
+    lags = broker.lags.read({name: readings[name].partitions for name in queues})
     out["t"] = now_ms
     for name in queues:
-        out["queues"][name] = _queue_snapshot(readings[name], now_ms, window_s)
+        out["queues"][name] = _queue_snapshot(readings[name], lags[name], now_ms, window_s)
     totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers", *FLIGHT)}
     total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}
     for q in out["queues"].values():
@@ -98,6 +106,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
             if value is not None:
                 total_rates[name] = round((total_rates[name] or 0) + value, 2)
     totals["rates"] = total_rates
+    totals["lag_s"] = max((q["lag_s"] for q in out["queues"].values() if q["lag_s"] is not None), default=None)
     out["totals"] = totals
     out["schedules"] = schedules(broker, queues)
     return out
@@ -129,7 +138,7 @@ def flight(consumers: Sequence[dict[str, Any]]) -> dict[str, int]:
     return {key: sum(c.get(key) or 0 for c in consumers) for key in FLIGHT}
 
 
-def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, Any]:
+def _queue_snapshot(r: QueueReading, lag: QueueLag, now_ms: int, window_s: float) -> dict[str, Any]:
     beat_at = {_text(m): at for m, s in r.heartbeats if (at := finite_number(float(s))) is not None}  # ZADD takes +inf
     rows = []
     for (cid, info), held in zip(r.consumers.items(), r.held):
@@ -140,6 +149,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
+        "lag_s": None if lag.lag_s is None else round(lag.lag_s, 3),
         "paused": r.paused,
         "partitions": r.partitions,
         "counters": {c: redis_int(r.counters.get(c.encode())) or 0 for c in COUNTERS},
@@ -149,6 +159,7 @@ def _queue_snapshot(r: QueueReading, now_ms: int, window_s: float) -> dict[str, 
         "leader": None if r.leader is None else _text(r.leader),
         "gc": {_text(f): n for f, v in r.gc.items() if (n := redis_int(v)) is not None},
         "slots": {_text(f): _record(v, _SLOT_NUMBERS) for f, v in r.slots.items()},
+        "supervisors": [info.to_dict() for info in supervisors.live(r.supervisors, now_ms)],
     }
 
 

@@ -13,7 +13,10 @@ redis-py's errors into smqsup's.
 - registry.py: Registry: consumers, heartbeats, reclaims, the leader lock.
 - queues.py: Queues: known queues, pause and resume, partitions.
 - contents.py: Contents: listings, removal by id, dead letters.
+- control.py: Control: requests to a running supervisor that a signal cannot carry (smqsup roll).
 - statistics.py: Statistics: sizes, counters, history, read_queues.
+- lag.py: Lags: the lag of queues (their oldest ready message's age, Redis clock), QueueLag.
+- supervisors.py: Supervisors, SupervisorInfo: what each supervisor says of its consumers of a queue.
 - schedules.py: Schedules in Redis, and reading their definitions back.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
 - events.py: Events: queues' event streams read, one Event per entry, partitions merged.

@@ -7,11 +7,14 @@ one attribute each, all sharing the Broker's one link.Link:
     broker.registry     consumers, heartbeats, reclaims, the leader lock (registry.py)
     broker.queues       known queues, pause and resume, partitions (queues.py)
     broker.contents     listings, removal by id, dead letters (contents.py)
+    broker.control      requests to a running supervisor: smqsup roll (control.py)
     broker.statistics   sizes, counters, history, producers, read_queues (statistics.py)
     broker.schedules    schedules declared, fired, paused, read (schedules.py)
     broker.tracking     tracked messages' records, waits, progress (tracking.py)
     broker.workflows    dependencies: children held, told, released (workflows.py)
     broker.batches      batches: opened, members added and counted, callbacks fired (batches.py)
+    broker.lags         the lag of queues: their oldest ready message's age (lag.py)
+    broker.supervisors  what each supervisor says of its consumers of a queue (supervisors.py)
 
 Every operation turns redis-py's errors into smqsup's (connection.wrapped).
 """
@@ -27,13 +30,16 @@ from smqsup.keys import QueueKeys
 from smqsup.store.batches import Batches
 from smqsup.store.connection import check_server, wrapped
 from smqsup.store.contents import Contents
+from smqsup.store.control import Control
 from smqsup.store.events import Events
+from smqsup.store.lag import Lags
 from smqsup.store.link import Link
 from smqsup.store.messages import Messages
 from smqsup.store.queues import Queues
 from smqsup.store.registry import Registry
 from smqsup.store.schedules import Schedules
 from smqsup.store.statistics import Statistics
+from smqsup.store.supervisors import Supervisors
 from smqsup.store.tracking import Tracking
 from smqsup.store.workflows import Workflows
 
@@ -55,12 +61,15 @@ class Broker:
         self.registry = Registry(self._link)
         self.queues = Queues(self._link)
         self.contents = Contents(self._link)
+        self.control = Control(self._link)
         self.statistics = Statistics(self._link, self.queues)
         self.schedules = Schedules(self._link)
         self.tracking = Tracking(self._link)
         self.events = Events(self._link)
         self.batches = Batches(self._link)
         self.workflows = Workflows(self._link, self.queues, self.batches)
+        self.lags = Lags(self._link, self.queues)
+        self.supervisors = Supervisors(self._link)
 
     @property
     def url(self) -> str:

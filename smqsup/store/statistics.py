@@ -1,7 +1,8 @@
 """The Redis operations of the statistics: a queue's sizes by state, its
 counters, collector facts and history, the producers' statistics, and
-read_queues, which reads all of that for many queues in two round trips
-(collector/stats.py makes sense of it, trusting none of it).
+read_queues, which reads all of that (and what the queues' supervisors say)
+for many queues in two round trips (collector/stats.py makes sense of it,
+trusting none of it).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ class QueueReading:
     gc: dict[bytes, bytes]  # collector facts
     slots: dict[bytes, bytes]  # consumer slot -> restarts and last exit (JSON)
     recent: list[bytes]  # the latest history points (JSON), newest first
+    supervisors: dict[bytes, bytes]  # supervisor HOST:PID -> what it says of its consumers (JSON)
     partitions: int = 1  # how many partitions were read and summed
 
 
 #: Replies of _ask_sizes.
 _SIZE_READS = 5
 #: Replies of _ask_reading beyond the sizes (without the history points).
-_OTHER_READS = 7
+_OTHER_READS = 8
 
 
 def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
@@ -68,7 +70,7 @@ def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
         pipe.hgetall(key)
     pipe.zrange(k.heartbeats, 0, -1, withscores=True)
     pipe.get(k.gc_lock)
-    for key in (k.gc, k.slots):
+    for key in (k.gc, k.slots, k.supervisors):
         pipe.hgetall(key)
     if recent > 0:
         pipe.lrange(k.series, 0, recent - 1)
@@ -77,17 +79,17 @@ def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
 def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     """A QueueReading from _ask_reading's replies, its consumers' list
     lengths taken from ``held`` in the order of its consumers."""
-    paused, counters, consumers, beats, leader, gc, slots, *recent = replies[_SIZE_READS:]
+    paused, counters, consumers, beats, leader, gc, slots, supervisors, *recent = replies[_SIZE_READS:]
     lengths = [int(next(held)) for _ in consumers]
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
-                        counters, consumers, beats, leader, gc, slots, recent[0] if recent else [])
+                        counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors)
 
 
 def _merged(readings: list[QueueReading]) -> QueueReading:
     """The partitions of one queue as one reading: sizes, counters and
     collector facts summed, a consumer's lists summed over partitions,
-    paused if any partition is; the collector leader, slots and history
-    are partition 0's (the first)."""
+    paused if any partition is; the collector leader, slots, history and
+    supervisors are partition 0's (the first)."""
     if len(readings) == 1:
         return readings[0]
     first = readings[0]
@@ -103,7 +105,8 @@ def _merged(readings: list[QueueReading]) -> QueueReading:
     sizes = {name: sum(r.sizes[name] for r in readings) for name in first.sizes}
     return QueueReading(sizes, any(r.paused for r in readings), [held[cid] for cid in consumers],
                         _summed([r.counters for r in readings]), consumers, sorted(beats.items()), first.leader,
-                        _summed([r.gc for r in readings]), first.slots, first.recent, partitions=len(readings))
+                        _summed([r.gc for r in readings]), first.slots, first.recent, first.supervisors,
+                        partitions=len(readings))
 
 
 def _summed(hashes: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional, TextIO
 
+from smqsup import safe
 from smqsup.collector import stats
 from smqsup.store.broker import Broker
 from smqsup.views.schedules import render as render_schedules
@@ -44,14 +45,16 @@ _SIZE_COLUMNS = (("pending", "pending"), ("processing", "processing"), ("schedul
                  ("delayed", "retrying"), ("dead", "dead"))
 #: Counters shown under the queue table when not zero.
 _EVENT_NOTES = ("expired", "deduplicated", "rejected", "removed")
+#: Longest free text (a roll failure, why a queue was scaled) shown in a supervisor's line, in characters.
+_NOTE_CHARS = 200
 
 
 def render(snap: dict[str, Any]) -> str:
     """The snapshot as aligned text tables."""
     out = [_queue_table(snap)]
-    notes = _event_notes(snap)
-    if notes:
-        out.append(notes)
+    for notes in (_supervisor_lines(snap), _event_notes(snap)):
+        if notes:
+            out.append(notes)
     if snap.get("schedules"):
         out.append(render_schedules(snap["schedules"]))
     for name, q in sorted(snap["queues"].items()):
@@ -68,22 +71,57 @@ def render(snap: dict[str, Any]) -> str:
 
 def _queue_table(snap: dict[str, Any]) -> str:
     """One row per queue (its name marked ``(paused)`` while paused), then the
-    totals; "in flight" is the messages its consumers run now of the most they
-    may run at once."""
-    rows = [("queue", *(heading for _, heading in _SIZE_COLUMNS), "published/s", "acked/s", "retried/s", "dead/s",
-             "consumers", "in flight", "collector")]
+    totals; "lag" is how long its oldest ready message has waited (the
+    totals': the largest), "in flight" the messages its consumers run now of
+    the most they may run at once."""
+    rows = [("queue", *(heading for _, heading in _SIZE_COLUMNS), "lag", "published/s", "acked/s", "retried/s",
+             "dead/s", "consumers", "in flight", "collector")]
     for name, q in sorted(snap["queues"].items()):
         s, r = q["sizes"], q["rates"]
         parts = q.get("partitions") or 1
         label = cell(name) + (f" ({parts} partitions)" if parts > 1 else "") + (" (paused)" if q.get("paused") else "")
-        rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(r["published"]),
-                     _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]), str(len(q["consumers"])),
-                     _summed_flight(q), cell((q["leader"] or "-").rsplit(":", 1)[0])))
+        rows.append((label, *(str(s.get(key, 0)) for key, _ in _SIZE_COLUMNS), _lag(q.get("lag_s")),
+                     _num(r["published"]), _num(r["acked"]), _num(r["retried"]), _num(r["dead_lettered"]),
+                     str(len(q["consumers"])), _summed_flight(q), cell((q["leader"] or "-").rsplit(":", 1)[0])))
     t = snap["totals"]
-    rows.append(("TOTAL", *(str(t.get(key, 0)) for key, _ in _SIZE_COLUMNS), _num(t["rates"]["published"]),
-                 _num(t["rates"]["acked"]), _num(t["rates"]["retried"]), _num(t["rates"]["dead_lettered"]),
-                 str(t["consumers"]), _summed_flight(t), ""))
+    rows.append(("TOTAL", *(str(t.get(key, 0)) for key, _ in _SIZE_COLUMNS), _lag(t.get("lag_s")),
+                 _num(t["rates"]["published"]), _num(t["rates"]["acked"]), _num(t["rates"]["retried"]),
+                 _num(t["rates"]["dead_lettered"]), str(t["consumers"]), _summed_flight(t), ""))
     return _table(rows)
+
+
+def _lag(seconds: Any) -> str:
+    """A lag as ``12.3s``; ``-`` when unknown."""
+    number = stats.finite_number(seconds)
+    return "-" if number is None else f"{number:.1f}s"
+
+
+def _supervisor_lines(snap: dict[str, Any]) -> str:
+    """A line per supervisor of each queue: the consumers it aims at (of
+    min..max when autoscaled) and runs, its last scale event, its roll."""
+    lines = []
+    for name, q in sorted(snap["queues"].items()):
+        for sup in q.get("supervisors") or []:
+            lines.append(f"  {cell(name)}: {_supervisor(sup, snap['t'])}")
+    return "\n".join(lines)
+
+
+def _supervisor(sup: dict[str, Any], now_ms: int) -> str:
+    """One supervisor's line (after the queue's name); its fields are
+    store.supervisors.SupervisorInfo's, checked when read."""
+    bounds = f" of {sup['min']}..{sup['max']}" if sup["autoscaled"] else ""
+    parts = [f"target {sup['target']}{bounds} on {cell(sup['host'])}:{sup['pid']} ({sup['running']} running)"]
+    scaled = sup.get("scaled")
+    if scaled:
+        way = "up " if scaled["to"] > scaled["from"] else "down " if scaled["to"] < scaled["from"] else ""
+        why = f" ({safe.escape(scaled['why'], _NOTE_CHARS)})" if scaled["why"] else ""
+        age = max(0.0, (now_ms - scaled["at_ms"]) / 1000.0)
+        parts.append(f"scaled {way}{scaled['from']}->{scaled['to']} {age:.0f}s ago{why}")
+    if sup.get("roll_failed") is not None:
+        parts.append(f"roll failed: {safe.escape(sup['roll_failed'], _NOTE_CHARS)}")
+    elif sup.get("rolling"):
+        parts.append("rolling")
+    return ", ".join(parts)
 
 
 def _event_notes(snap: dict[str, Any]) -> str:

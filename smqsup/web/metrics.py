@@ -5,7 +5,8 @@ Every series comes from one ``stats.snapshot``: queue sizes and counters are
 exact (the scripts count them), per-consumer values are those of each
 consumer's last heartbeat (about a second old). Consumer series carry the
 consumer id, so a replaced consumer starts new series rather than resetting
-an old counter.
+an old counter; supervisor series carry its HOST:PID the same way. A queue's
+lag comes with the snapshot too (a round trip of its own, store/lag.py).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def _queue_samples(queues: Mapping[str, Any], field: str) -> list[Sample]:
 def render(snap: Mapping[str, Any]) -> str:
     """The whole exposition for one ``stats.snapshot`` (ends with a newline)."""
     queues: Mapping[str, Any] = dict(sorted(snap["queues"].items()))
-    lines = _queue_families(queues) + _consumer_families(queues)
+    lines = _queue_families(queues) + _supervisor_families(queues) + _consumer_families(queues)
     lines += family("smqsup_gc_leader", "gauge", "1 for the process currently elected garbage collector of the queue.",
                     [({"queue": n, "owner": q["leader"]}, 1) for n, q in queues.items() if q["leader"]])
     lines += family("smqsup_consumer_slot_restarts", "counter", "Restarts of a consumer slot (host:#index).",
@@ -118,6 +119,9 @@ def _queue_families(queues: Mapping[str, Any]) -> list[str]:
     lines += family("smqsup_queue_partitions", "gauge", "Partitions (hash tags) the queue spreads over; every "
                     "other figure of the queue is their sum.",
                     [({"queue": n}, q.get("partitions") or 1) for n, q in queues.items()])
+    lines += family("smqsup_queue_lag_seconds", "gauge", "Age of the queue's oldest ready message (the next in "
+                    "line), by the Redis clock; 0 when none is ready, no sample when its id holds no time.",
+                    _queue_samples(queues, "lag_s"))
     lines += family("smqsup_queue_paused", "gauge", "1 while the queue is paused (its consumers take nothing), "
                     "else 0.", [({"queue": n}, 1 if q.get("paused") else 0) for n, q in queues.items()])
     lines += family("smqsup_messages", "counter",
@@ -129,6 +133,18 @@ def _queue_families(queues: Mapping[str, Any]) -> list[str]:
                     "that report it).", _queue_samples(queues, "in_flight"))
     lines += family("smqsup_queue_concurrency", "gauge", "Messages the queue's consumers may run at once (the sum of "
                     "their concurrency).", _queue_samples(queues, "concurrency"))
+    return lines
+
+
+def _supervisor_families(queues: Mapping[str, Any]) -> list[str]:
+    """What each supervisor of each queue aims at, and whether its last roll failed."""
+    supervisors = [({"queue": n, "supervisor": f"{s['host']}:{s['pid']}"}, s) for n, q in queues.items()
+                   for s in q.get("supervisors") or []]
+    lines = family("smqsup_consumers_target", "gauge", "Consumers of the queue the supervisor aims at now (its "
+                   "autoscaler's choice, else its fixed count).",
+                   [(labels, target) for labels, s in supervisors if (target := _float(s.get("target"))) is not None])
+    lines += family("smqsup_roll_failed", "gauge", "1 while the supervisor's last roll of the queue's consumers "
+                    "failed, else 0.", [(labels, 0 if s.get("roll_failed") is None else 1) for labels, s in supervisors])
     return lines
 
 

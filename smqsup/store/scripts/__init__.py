@@ -18,6 +18,8 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
 - tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
 - workflows.py: hold, depend, unblock (dependencies between messages), batch_settle.
+- lag.lua (a partition's ready count and next frames' heads): ``LAG`` here;
+  its one caller, which reads its reply, is store/lag.py.
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
@@ -70,11 +72,14 @@ from smqsup.store.scripts.registry import (
 from smqsup.store.scripts.tracking import cancel, progress
 from smqsup.store.scripts.workflows import batch_settle, depend, hold, unblock
 
+#: lag.lua: reads only; store/lag.py (Lags) calls it and reads its reply.
+LAG = Script("lag")
+
 #: Every script but the schedules' (schedules.ALL).
-ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS)
+ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS, LAG)
 
 __all__ = [
-    "ALL", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
+    "ALL", "LAG", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
     "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",

@@ -38,6 +38,39 @@
   /** A queue's or the totals' flight(): "–" when no consumer reports its concurrency. */
   function summedFlight(part) { return part.concurrency > 0 ? flight(part.in_flight, part.concurrency) : "–"; }
 
+  /** A lag in seconds, "12.3 s"; "–" when unknown. */
+  function fmtLag(v) { return isNum(v) ? v.toFixed(1) + " s" : "–"; }
+
+  /** Size cells (in SIZES' order) with the lag's after the first (pending). */
+  function withLag(sizeCells, lagCell) { return [sizeCells[0], lagCell, ...sizeCells.slice(1)]; }
+
+  /** "scaled up 2→3 12 s ago (why)": a supervisor's last scale event, as text. */
+  function scaledText(e, now) {
+    const way = e.to > e.from ? "up " : e.to < e.from ? "down " : "";
+    const age = isNum(e.at_ms) && isNum(now) ? " " + Math.max(0, Math.round((now - e.at_ms) / 1000)) + " s ago" : "";
+    return "scaled " + way + e.from + "→" + e.to + age + (e.why ? " (" + e.why + ")" : "");
+  }
+
+  /** One supervisor of a queue: its target (of min..max when autoscaled), where it runs them and how many
+      run, a "rolling" or "roll failed: …" marker, its last scale event. Text only. */
+  function supervisorLine(s, now) {
+    const target = fmtInt(s.target) + (s.autoscaled ? " of " + fmtInt(s.min) + ".." + fmtInt(s.max) : "");
+    const roll = s.roll_failed != null
+      ? el("span", {className: "badge bad", text: "roll failed: " + s.roll_failed, dataset: {testid: "roll-failed"}})
+      : s.rolling ? el("span", {className: "badge", text: "rolling", dataset: {testid: "rolling"}}) : "";
+    return el("div", {dataset: {testid: "supervisor", supervisor: s.host + ":" + s.pid}}, [
+      el("span", {text: target, dataset: {testid: "target"}}),
+      el("span", {className: "hint", text: " on " + s.host + ":" + s.pid + " (" + fmtInt(s.running) + " running)"}),
+      roll, s.scaled ? el("div", {className: "hint", text: scaledText(s.scaled, now), dataset: {testid: "scaled"}}) : ""]);
+  }
+
+  /** A queue's supervisors cell: a line each (supervisorLine), "–" with none. */
+  function supervisorsCell(q, now) {
+    const sups = Array.isArray(q.supervisors) ? q.supervisors : [];
+    if (!sups.length) return cell("–", {dataset: {testid: "supervisors"}});
+    return el("td", {className: "supervisors", dataset: {testid: "supervisors"}}, sups.map((s) => supervisorLine(s, now)));
+  }
+
   function collector(token) {
     // Owner tokens are host:pid:random; people want host:pid.
     return token ? token.split(":").slice(0, -1).join(":") || token : "–";
@@ -383,17 +416,21 @@
         el("td", {}, [name, q.partitions > 1 ? el("span", {className: "badge", text: `${q.partitions} partitions`,
           dataset: {testid: "partitions"}}) : "", q.paused ? el("span", {className: "badge", text: "paused",
           dataset: {testid: "paused"}}) : ""]),
-        ...SIZES.map((k) => cell(fmtInt(q.sizes[k]))),
+        ...withLag(SIZES.map((k) => cell(fmtInt(q.sizes[k]))), cell(fmtLag(q.lag_s), {dataset: {testid: "lag"}})),
         ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
-        cell(String(q.consumers.length)), cell(summedFlight(q), {dataset: {testid: "in-flight"}}),
+        cell(String(q.consumers.length)), supervisorsCell(q, snap.t),
+        cell(summedFlight(q), {dataset: {testid: "in-flight"}}),
         cell(collector(q.leader), {dataset: {testid: "leader"}}),
         cell(String(restarts)), el("td", {}, [window.SMQ.messages.pauseButton(name, q.paused)]),
       ]);
     });
     const t = snap.totals;
-    rows.push(el("tr", {}, [cell("total", {className: "total"}), ...SIZES.map((k) => cell(fmtInt(t[k]), {className: "total"})),
+    rows.push(el("tr", {}, [cell("total", {className: "total"}),
+      ...withLag(SIZES.map((k) => cell(fmtInt(t[k]), {className: "total"})),
+        cell(fmtLag(t.lag_s), {className: "total", dataset: {testid: "total-lag"}})),
       ...EVENTS.map(([k]) => cell(fmtRate(t.rates[k]), {className: "total"})), cell(String(t.consumers), {className: "total"}),
-      cell(summedFlight(t), {className: "total", dataset: {testid: "total-in-flight"}}), cell(""), cell(""), cell("")]));
+      cell(""), cell(summedFlight(t), {className: "total", dataset: {testid: "total-in-flight"}}), cell(""), cell(""),
+      cell("")]));
     $("queue-rows").replaceChildren(...rows);
   }
 
