@@ -178,4 +178,4 @@ def test_sighup_changing_concurrency_rolls_the_consumers_and_the_new_ones_run_th
     wait_for(lambda: len(sup.events("done")) == 12, timeout_s=15)
     assert max_overlap(sup.events()) == 6
     wait_for(lambda: any("[idle 0/6 12 msgs]" in t for t in sup.titles()))
-    assert "stopped (config changed)" in sup.log()
+    assert "stopped (roll)" in sup.log()

@@ -112,7 +112,7 @@ def test_sighup_with_a_new_handler_rolls_one_child_at_a_time_and_loses_nothing(
     assert all((e["id"] in started) == (e["pid"] in old) for e in done)
     q = QueueKeys("smq", "q")
     assert redis_client.llen(q.pending) == 0 and redis_client.llen(q.dead) == 0
-    assert sup.log().count("stopped (config changed)") == n
+    assert sup.log().count("stopped (roll)") == n
 
 
 def test_sighup_starts_an_added_queue_and_drains_a_removed_one(

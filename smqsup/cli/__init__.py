@@ -14,4 +14,5 @@ commands that need them, so that `smqsup --help` stays light.
 - status.py: ``status``: the statistics snapshot, once or every few seconds.
 - dlq.py: ``dlq``: list, requeue or purge dead letters.
 - web.py: ``web``: the web UI in the foreground, and where its token comes from.
+- roll.py: ``roll``: find this host's supervisors running a config, and ask them to roll its queues.
 """

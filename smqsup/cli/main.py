@@ -16,6 +16,7 @@ modules, and one-line errors.
     smqsup status (-c FILE | --url URL) [--json] [--watch [SECONDS]]
     smqsup schedules (-c FILE | --url URL) [--json] | pause NAME | resume NAME
     smqsup web (-c FILE | --url URL) [--listen HOST:PORT] [--token TOKEN]
+    smqsup roll -c FILE [QUEUE...]     roll a running supervisor's consumers (no pid needed)
 
 Exit status: 0 success, 2 bad config or usage (one line on stderr, no
 traceback), 1 unexpected error.
@@ -31,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from smqsup import __version__, logs, safe
-from smqsup.cli import dlq, events, publish, queue, run, schedules, status, web
+from smqsup.cli import dlq, events, publish, queue, roll, run, schedules, status, web
 from smqsup.cli.common import EXIT_ERROR, EXIT_OK, Parser, nonempty
 from smqsup.errors import SmqsupError, UsageError
 
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (run.add_run_and_check, publish.add_publish, run.add_consume, status.add_status, web.add_web,
                 dlq.add_dlq, queue.add_pause_resume, queue.add_messages, queue.add_remove,
                 queue.add_cancel, events.add_events,
-                schedules.add_schedules):
+                schedules.add_schedules, roll.add_roll):
         add(sub)
     return parser
 
@@ -68,6 +69,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": queue.cmd_cancel,
     "events": events.cmd_events,
     "schedules": schedules.cmd_schedules,
+    "roll": roll.cmd_roll,
 }
 
 

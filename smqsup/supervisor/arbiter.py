@@ -27,6 +27,7 @@ import logging
 import os
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -49,16 +50,19 @@ from smqsup.supervisor.beats import Heartbeats
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.declarations import Declarations
 from smqsup.supervisor.plan import ReloadPlan, effective, plan
+from smqsup.supervisor.queue_info import QueueInfo
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
+from smqsup.supervisor.scaling import Autoscaler
 from smqsup.supervisor.states import StopReason, describe_status
 from smqsup.supervisor.systemd import Notifier
 from smqsup.supervisor.web_child import WebChild
 from smqsup.worker.handlers import import_handler
+from smqsup.worker.sources import loaded_since
 
 log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU,
-            signal.SIGQUIT)
+            signal.SIGQUIT, signal.SIGUSR1)
 
 
 def run_supervisor(cfg: Config) -> int:
@@ -90,6 +94,8 @@ class Arbiter:
         self.pool = Consumers(cfg, url, self.broker, self.reclaims, self._trouble)
         self.collector = Collector(self.broker, cfg, owner=f"{self.pool.host}:{self.pid}")
         self.heartbeats = Heartbeats(self.pool, self.collector, self._trouble)
+        self.scaler = Autoscaler(self.pool, self._trouble)
+        self.queue_info = QueueInfo(self.pool, self.scaler)
         self.declarations = Declarations(self.broker, cfg, self.pool.host, self.pid, self._trouble)
         self.web = WebChild(url, self.pid)
         self.notifier = Notifier()
@@ -112,18 +118,23 @@ class Arbiter:
             self.pool.update_ready()
             if not self._stopping:
                 self.pool.check_limits()
+                self.scaler.tick()
                 self.pool.reconcile()
                 self.web.ensure(self.cfg, time.monotonic())
             self.pool.enforce_deadlines()
             self.web.enforce(time.monotonic())
             self.reclaims.retry()
             self.heartbeats.tick(self.cfg.heartbeat_interval_s)
+            if not self._stopping:
+                self.queue_info.tick(self.cfg.heartbeat_interval_s)
             self.declarations.tick()
             self.collector.tick()
             self._notify()
         self.declarations.withdraw_all()
+        self.queue_info.withdraw()
         self.collector.release_all()
         self.reclaims.retry(now=True)  # a last try, whenever the previous one was
+        self.pool.reports.close()
         log.info("supervisor %d stopped", self.pid)
         return 0
 
@@ -183,9 +194,11 @@ class Arbiter:
         if not self.cfg.preload:
             return
         for name, q in self.pool.queues.items():
+            before = set(sys.modules)
             try:
                 self.pool.preloaded[name] = import_handler(
                     q.config.handler, path=str(self.cfg.path), key=f"queues.{name}.handler")
+                self.pool.preloaded_sources[name] = loaded_since(before, q.config.handler.split(":", 1)[0])
             except SmqsupError as exc:
                 q.policy.give_up("handler cannot be imported")
                 log.error("%s", exc)
@@ -209,7 +222,7 @@ class Arbiter:
         actions: dict[int, Callable[[], None]] = {
             signal.SIGTERM: self.handle_term, signal.SIGINT: self.handle_int, signal.SIGQUIT: self.handle_quit,
             signal.SIGHUP: self.handle_hup, signal.SIGCHLD: self.reap,
-            signal.SIGTTIN: self.handle_ttin, signal.SIGTTOU: self.handle_ttou,
+            signal.SIGTTIN: self.handle_ttin, signal.SIGTTOU: self.handle_ttou, signal.SIGUSR1: self.handle_usr1,
         }
         while self._signals:
             actions[self._signals.pop(0)]()
@@ -261,26 +274,54 @@ class Arbiter:
         self.collector.update(cfg)
         self.declarations.update(cfg)
         self.pool.apply(p, cfg)
+        self.pool.check_code()
         if p.web_changed:
             self.web.reload()  # started again by the loop with the new settings, if any
         self._ready_sent = False
 
+    def handle_usr1(self) -> None:
+        """``smqsup roll``: roll the queues its request in Redis names, whatever
+        their code; every queue when there is no request to read (a bare
+        ``kill -USR1``, or Redis not answering)."""
+        if self._stopping:
+            return
+        try:
+            asked = self.broker.control.take_roll(self.pool.host, self.pid)
+        except BrokerError as exc:
+            log.warning("SIGUSR1: the roll request cannot be read (%s); rolling every queue", exc)
+            asked = None
+        names = [name for name, _ in self.pool.live_queues()]
+        if asked is not None and asked.queues is not None:
+            for name in sorted(set(asked.queues) - set(names)):
+                log.warning("SIGUSR1: no queue %s in %s; not rolled", safe.escape(name, 200), self.cfg.path)
+            names = [name for name in names if name in asked.queues]
+        log.info("SIGUSR1: rolling %s", ", ".join(names) or "nothing")
+        self.pool.roll(names, "a roll was asked for (smqsup roll)")
+        self._ready_sent = False
+
     def handle_ttin(self) -> None:
+        """One more consumer in every queue, within an autoscaled queue's max."""
         total = sum(q.target for _, q in self.pool.live_queues())
         for name, q in self.pool.live_queues():
-            if q.target >= config_mod.CONSUMERS_PER_QUEUE_MAX or total >= config_mod.CONSUMERS_TOTAL_MAX:
-                log.warning("SIGTTIN: queue %s stays at %d consumers (at most %d per queue, %d in all queues)",
-                            name, q.target, config_mod.CONSUMERS_PER_QUEUE_MAX, config_mod.CONSUMERS_TOTAL_MAX)
+            most = q.config.consumers_max or config_mod.CONSUMERS_PER_QUEUE_MAX
+            if q.target >= most or total >= config_mod.CONSUMERS_TOTAL_MAX:
+                bound = f"its max {most}" if q.config.consumers_max else f"{most} per queue"
+                log.warning("SIGTTIN: queue %s stays at %d consumers (at most %s, %d in all queues)",
+                            name, q.target, bound, config_mod.CONSUMERS_TOTAL_MAX)
                 continue
-            q.target += 1
             total += 1
+            self.scaler.moved(q, q.target + 1, "SIGTTIN", said=True)
             log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
 
     def handle_ttou(self) -> None:
+        """One fewer consumer in every queue, not below 1 nor an autoscaled queue's min."""
         for name, q in self.pool.live_queues():
-            if q.target > 1:
-                q.target -= 1
-                log.info("SIGTTOU: queue %s scaled to %d", name, q.target)
+            least = q.config.consumers if q.config.consumers_max else 1
+            if q.target <= least:
+                log.info("SIGTTOU: queue %s stays at %d consumer(s) (at least %d)", name, q.target, least)
+                continue
+            self.scaler.moved(q, q.target - 1, "SIGTTOU", said=True)
+            log.info("SIGTTOU: queue %s scaled to %d", name, q.target)
 
     # --- reaping and stopping ----------------------------------------------------------
 

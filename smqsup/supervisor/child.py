@@ -11,6 +11,7 @@ buffered files never run twice.
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import random
@@ -32,6 +33,7 @@ from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_RE
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
+from smqsup.worker.sources import loaded_since
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class ChildSpec:
     slots: Slots
     parent_pid: int
     handler: Optional[Callable[[Message], object]] = None  # preloaded by the parent
+    reports: str = ""  # the parent's directory for this child's report (supervisor/rolls.py)
 
 
 def run(spec: ChildSpec) -> NoReturn:
@@ -72,12 +75,17 @@ def run(spec: ChildSpec) -> NoReturn:
 def _main(spec: ChildSpec) -> int:
     consumer_box: list[Consumer] = []
     _reset_process(spec, consumer_box)
+    before = set(sys.modules)
     try:
         handler = spec.handler or import_handler(spec.queue.handler, path=str(spec.config.path),
                                                  key=f"queues.{spec.queue.name}.handler")
     except HandlerImportError as exc:
         log.error("%s", exc)
+        where = f"{exc.path}: {exc.key}: "  # the parent names the queue itself
+        _report(spec, json.dumps({"error": str(exc).removeprefix(where)}))
         return EXIT_IMPORT
+    if spec.handler is None:  # preloaded: the parent knows the files it imported
+        _report(spec, loaded_since(before, spec.queue.handler.split(":", 1)[0]).to_json())
     broker = Broker(spec.url, spec.config.namespace, client_name=f"smqsup-{spec.queue.name}-{spec.index}",
                     stats=spec.config.stats, wait_replicas=spec.config.redis.wait_replicas,
                     wait_timeout_s=spec.config.redis.wait_timeout_s)
@@ -100,6 +108,22 @@ def _main(spec: ChildSpec) -> int:
 
 
 _stop_requested = False
+
+
+def _report(spec: ChildSpec, text: str) -> None:
+    """Leave ``text`` for the parent (supervisor/rolls.py Reports), whole or
+    not at all: written aside, then renamed. A report that cannot be
+    written only means the parent cannot tell when this code changes."""
+    if not spec.reports:
+        return
+    path = os.path.join(spec.reports, f"{os.getpid()}.json")
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        log.warning("queue %s: consumer #%d: cannot tell the supervisor its handler's files: %s",
+                    spec.queue.name, spec.index, exc)
 
 
 def fork_holding_term() -> int:

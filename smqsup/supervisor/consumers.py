@@ -23,13 +23,15 @@ from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
 from smqsup.store.broker import Broker
 from smqsup.supervisor import child as child_mod
-from smqsup.supervisor import decide
+from smqsup.supervisor import decide, rolls
 from smqsup.supervisor.decide import Death, StopChild
 from smqsup.supervisor.plan import ReloadPlan, generation
 from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
 from smqsup.supervisor.resources import Sampler
+from smqsup.supervisor.rolls import Reports
 from smqsup.supervisor.states import Child, QueueState, RestartPolicy, State, StopReason, describe_status
+from smqsup.worker.sources import Sources
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class Consumers:
         self.children: dict[int, Child] = {}
         self.queues: dict[str, QueueState] = {name: self._new_queue(name) for name in cfg.queues}
         self.preloaded: dict[str, Callable[..., Any]] = {}
+        self.preloaded_sources: dict[str, Sources] = {}
+        self.reports = Reports()
         self._next_sample = 0.0
 
     def _new_queue(self, name: str) -> QueueState:
@@ -76,6 +80,8 @@ class Consumers:
                     break  # no slot or no fork: said once, tried again next tick
             if q.policy.failures and decide.ran_long_enough(mine, q.generation, now):
                 q.policy.stable()
+            if rolls.finished(q, self.of(name)):
+                self._roll_done(q, now)
 
     def _busy(self, c: Child) -> bool:
         return self.slots.read(c.slot).busy_since_us != 0
@@ -102,7 +108,8 @@ class Consumers:
         if pid == 0:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
-                index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name)))
+                index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name),
+                reports=self.reports.dir))
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic(),
                   concurrency=q.config.concurrency)
@@ -138,6 +145,8 @@ class Consumers:
         for c in self.children.values():
             if c.state is State.STARTING and self.slots.read(c.slot).ready_us:
                 c.move(State.RUNNING)
+                # A preloaded handler's files are the ones the parent imported.
+                c.sources = Sources.from_report(self.reports.take(c.pid)) or self.preloaded_sources.get(c.queue)
                 log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
 
     # --- limits and deadlines --------------------------------------------------------
@@ -188,6 +197,7 @@ class Consumers:
         view = self.slots.read(c.slot)
         self.slots.release(c.slot)
         self.sampler.forget(c.pid)
+        report = self.reports.take(c.pid)
         q = self.queues.get(c.queue)
         threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
         cause = describe_status(status)
@@ -207,7 +217,7 @@ class Consumers:
             held = self._reclaim(c, costs, cause, threshold, started)
             verdict = decide.death(status, view, held, now - c.started_at)
             _log_death(c, status, cause, verdict)
-            if q is not None:
+            if q is not None and not self._roll_death(q, c, verdict, rolls.error_line(report) or cause):
                 _restart_policy(q.policy, c, verdict, now)
         if q is not None and q.removed and not self.of(c.queue):
             del self.queues[c.queue]
@@ -254,20 +264,89 @@ class Consumers:
         """Carry out a SIGHUP's plan (``cfg`` is the effective new config).
 
         Every queue in the file gets the file's consumer count back, so a
-        SIGHUP undoes SIGTTIN/SIGTTOU; a rolled or rescaled queue starts its
-        restart policy afresh (FATAL included: the fix may be in the file).
+        SIGHUP undoes SIGTTIN/SIGTTOU (an autoscaled queue keeps its count,
+        within its range); every queue starts its restart policy
+        afresh (FATAL included: the fix may be in the file, or on disk); a
+        queue whose config changed rolls.
         """
         self.cfg = cfg
+        now = time.monotonic()
         for name in plan.added:  # a queue removed earlier and still draining starts afresh
             self.queues[name] = self._new_queue(name)
         for name in plan.removed:
             self.queues[name].removed, self.queues[name].target = True, 0
-        changed = set(plan.rolled) | set(plan.scaled)
-        for name in plan.rolled + plan.unchanged + tuple(plan.scaled):
+        for name in dict.fromkeys(plan.rolled + plan.unchanged + tuple(plan.scaled)):  # each once
             q, new = self.queues[name], cfg.queues[name]
-            if name in changed:
-                q.policy.reset()
-            q.config, q.generation, q.target = new, generation(new, cfg), new.consumers
+            q.policy.reset()
+            q.config, q.target = new, _target(q.target, new.consumers, new.consumers_max)
+            if name in plan.rolled:
+                self._begin(q, "its configuration changed", now)
+
+    # --- rolls ---------------------------------------------------------------------------
+
+    def check_code(self) -> None:
+        """SIGHUP: roll each queue whose handler code changed on disk since
+        its consumers imported it, and try each failed roll again. A queue
+        already rolling is looked at again once its roll ends."""
+        now = time.monotonic()
+        for name, q in list(self.live_queues()):
+            if q.rolling:
+                q.roll_next = q.roll_next or "check"
+            elif q.roll_failed is not None:
+                self._begin(q, f"trying again the roll that failed ({q.roll_failed})", now)
+            elif (path := rolls.changed_code(self.of(name))) is not None:
+                if name in self.preloaded:
+                    log.warning("queue %s: %s changed on disk, but preload imported its handler in the "
+                                "supervisor: restart smqsup to run the new code", name, path)
+                    continue
+                self._begin(q, f"{path} changed on disk", now)
+
+    def roll(self, names: Iterable[str], why: str) -> None:
+        """Roll ``names`` whatever their code (``smqsup roll``); after the running roll, if any."""
+        now = time.monotonic()
+        for name in names:
+            q = self.queues.get(name)
+            if q is None or q.removed:
+                continue
+            if q.rolling:
+                q.roll_next = "force"
+            else:
+                self._begin(q, why, now)
+
+    def _begin(self, q: QueueState, why: str, now: float) -> None:
+        running = q.rolling
+        rolls.begin(q, generation(q.config, self.cfg), now)
+        log.info("queue %s: %s; %s its %d consumer(s) one at a time, each new one ready before an old one stops",
+                 q.config.name, why, "still rolling" if running else "rolling", q.target)
+
+    def _roll_done(self, q: QueueState, now: float) -> None:
+        assert q.rolling_since is not None
+        log.info("queue %s: rolled in %.1fs", q.config.name, now - q.rolling_since)
+        q.rolling_since, after = None, q.roll_next
+        q.roll_next = None
+        if after == "force":
+            self._begin(q, "a roll was asked for during the last one", now)
+        elif after == "check" and (path := rolls.changed_code(self.of(q.config.name))) is not None:
+            self._begin(q, f"{path} changed on disk during the last roll", now)
+
+    def _roll_death(self, q: QueueState, c: Child, verdict: Death, line: str) -> bool:
+        """Whether the death of ``c`` at start failed its queue's roll (then
+        the restart policy is left out of it: the old children run on)."""
+        if verdict not in (Death.CANNOT_RUN, Death.AT_START):
+            return False
+        why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN)
+        if why is None:
+            return False
+        rolls.fail(q, f"{why}: {line}")
+        log.error("queue %s: roll failed: %s; its consumers of the old code keep running (fix it and reload)",
+                  q.config.name, q.roll_failed)
+        return True
+
+
+def _target(now: int, lowest: int, highest: Optional[int]) -> int:
+    """A reload's count: the file's, or for an autoscaled queue the running
+    count kept within its (new) range."""
+    return lowest if highest is None else min(max(now, lowest), highest)
 
 
 def _restart_policy(policy: RestartPolicy, c: Child, verdict: Death, now: float) -> None:

@@ -44,13 +44,17 @@ def queue_actions(q: QueueState, mine: Sequence[Child], now: float,
 
     ``mine`` are the queue's children in any state; ``busy`` tells whether
     one is handling a message. A removed queue drains; a FATAL one is left
-    as it is; an old generation rolls; otherwise the count is scaled.
+    as it is; an old generation rolls, unless the roll failed (its children
+    of both generations are then kept, and only the count is kept);
+    otherwise the count is scaled.
     """
     live = [c for c in mine if c.live]
     if q.removed:
         return [StopChild(c, StopReason.DRAIN) for c in live]
     if q.policy.state is State.FATAL:
         return []
+    if q.roll_failed is not None:
+        return _scale(q, live, now, busy)
     current = [c for c in live if c.generation == q.generation]
     old = [c for c in live if c.generation != q.generation]
     if old:
@@ -71,13 +75,20 @@ def _scale(q: QueueState, current: list[Child], now: float, busy: Callable[[Chil
 
 def _roll(q: QueueState, mine: Sequence[Child], current: list[Child], old: list[Child],
           now: float) -> list[Action]:
-    """One at a time: start a new child, and once it is ready stop an old one."""
+    """One at a time: start a new child, and once it is ready stop an old one.
+
+    The first old child stops only once a new one has run MIN_UPTIME_S: a
+    generation whose consumers die at start (after they said ready) fails
+    its roll before it has replaced any old child.
+    """
     # An old child told to stop may still be finishing its message; starting
     # the next new one before it exits would run target + 2 processes.
     rolling_out = any(c.stop_reason is StopReason.ROLL for c in mine)
     if rolling_out or any(c.state is State.STARTING for c in current):
         return []
     if len(current) + len(old) > q.target:
+        if not any(now - c.started_at >= defaults.MIN_UPTIME_S for c in current):
+            return []  # the first new child is on probation
         return [StopChild(min(old, key=lambda c: c.started_at), StopReason.ROLL)]
     if len(current) < q.target and q.policy.may_start(now):
         return [Start(q.config.name)]
@@ -185,18 +196,25 @@ def converged(queues: Mapping[str, QueueState], children: Iterable[Child]) -> bo
             if mine:
                 return False
             continue
-        if len(mine) != q.target or not all(c.state is State.RUNNING and c.generation == q.generation
+        current = q.roll_failed is not None  # a failed roll keeps both generations
+        if len(mine) != q.target or not all(c.state is State.RUNNING and (current or c.generation == q.generation)
                                             for c in mine):
             return False
     return True
 
 
 def status_line(queues: Mapping[str, QueueState], children: Iterable[Child]) -> str:
-    """``consumers ready: a 2/2, b FATAL (handler cannot be imported)``."""
+    """``consumers ready: a 2/2, b FATAL (handler cannot be imported), c 1/2 (rolling)``."""
     ready: dict[str, int] = {}
     for c in children:
         if c.state is State.RUNNING:
             ready[c.queue] = ready.get(c.queue, 0) + 1
-    parts = [f"{name} FATAL ({q.fatal})" if q.fatal else f"{name} {ready.get(name, 0)}/{q.target}"
+    parts = [f"{name} FATAL ({q.fatal})" if q.fatal else f"{name} {ready.get(name, 0)}/{q.target}{_roll_note(q)}"
              for name, q in sorted(queues.items())]
     return "consumers ready: " + ", ".join(parts)
+
+
+def _roll_note(q: QueueState) -> str:
+    if q.roll_failed is not None:
+        return f" (roll failed: {q.roll_failed})"
+    return " (rolling)" if q.rolling else ""

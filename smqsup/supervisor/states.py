@@ -33,6 +33,7 @@ from smqsup import defaults
 from smqsup.config.model import QueueConfig
 from smqsup.store.consumer_info import RateMeter
 from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_REDIS
+from smqsup.worker.sources import Sources
 
 
 class State(str, enum.Enum):
@@ -78,7 +79,7 @@ class StopReason(str, enum.Enum):
 
     SHUTDOWN = "shutdown"
     SCALE_DOWN = "scale-down"
-    ROLL = "config changed"
+    ROLL = "roll"
     DRAIN = "queue removed"
     RECYCLE = "max_memory"
     DECLARED_DEAD = "declared dead by the garbage collector"
@@ -113,6 +114,7 @@ class Child:
     uss_bytes: Optional[int] = None
     next_uss: float = 0.0  # monotonic time of the next USS sample
     meter: RateMeter = field(default_factory=RateMeter)  # handled messages per second
+    sources: Optional[Sources] = None  # its handler's files as it imported them (its report), once ready
 
     def move(self, new: State) -> None:
         self.state = checked(PROCESS_MOVES, self.state, new)
@@ -208,7 +210,15 @@ class RestartPolicy:
 
 @dataclass
 class QueueState:
-    """A queue's desired state and its restart policy."""
+    """A queue's desired state, its restart policy and its roll.
+
+    A roll replaces every child of another generation than ``generation``
+    one at a time (decide.py). While it runs, ``rolling_since`` is set; a
+    new child of it that cannot import its handler, or ROLL_START_FAILURES
+    of them that die at start, make it fail: ``roll_failed`` says why, the
+    children of the old generation keep running, and no roll step is taken
+    until a reload (or ``smqsup roll``) begins another.
+    """
 
     config: QueueConfig
     generation: str
@@ -216,10 +226,19 @@ class QueueState:
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     removed: bool = False
     restarts: dict[int, int] = field(default_factory=dict)  # slot index -> unplanned exits
+    rolls: int = 0  # rolls begun, the suffix of the generation that tells them apart
+    rolling_since: Optional[float] = None  # monotonic; None: no roll running
+    roll_deaths: int = 0  # new children of this roll that died at start
+    roll_failed: Optional[str] = None  # one line, until the next roll begins
+    roll_next: Optional[str] = None  # a roll asked for while one ran: "check" (the code) or "force"
 
     @property
     def fatal(self) -> Optional[str]:
         return self.policy.fatal
+
+    @property
+    def rolling(self) -> bool:
+        return self.rolling_since is not None
 
     def free_index(self, used: set[int]) -> int:
         n = 1

@@ -14,6 +14,7 @@
 - partitions.py: Partitions, which partition of a queue a consumer works on.
 - verdicts.py: Reject and Retry, what a handler may raise.
 - handlers.py: importing a handler, and ``smqsup check``.
+- sources.py: Sources, the files a handler's import loaded, and whether they changed on disk since.
 - standalone.py: ``smqsup consume``, one consumer without a supervisor.
 - heartbeat.py: LivenessThread, the heartbeats (and a collector) of a standalone consumer.
 """

@@ -1,0 +1,94 @@
+"""``smqsup roll``: roll the queues of a running supervisor whatever their
+code, without knowing its pid.
+
+    smqsup roll -c FILE [QUEUE...]
+
+It finds the supervisors of this host that run FILE (their process title
+names it; a relative name is resolved against their working directory),
+leaves the queues to roll in Redis for each (store/control.py), sends it
+SIGUSR1 and waits until it took the request. The supervisor rolls them one
+consumer at a time, as a reload rolls changed code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import time
+
+import psutil
+
+from smqsup.cli.common import Commands, Parser, config, connect, nonempty
+from smqsup.errors import SmqsupError, UsageError
+from smqsup.safe import escape
+from smqsup.store.embedded import redis_url
+
+#: A supervisor's process title, before its config file's name (supervisor/arbiter.py).
+TITLE = "smqsup: supervisor -c "
+#: How long the command waits for each supervisor to take its request, in seconds.
+TAKE_TIMEOUT_S = 5.0
+
+
+def add_roll(sub: Commands[Parser]) -> None:
+    """The parser of ``smqsup roll``."""
+    p = sub.add_parser("roll", help="roll a running supervisor's consumers, one at a time (no pid needed)")
+    p.add_argument("-c", "--config", metavar="FILE", type=nonempty, help="the queues.yaml the supervisor runs")
+    p.add_argument("queues", nargs="*", metavar="QUEUE", help="the queues to roll (default: every queue)")
+
+
+def supervisors(path: str) -> list[int]:
+    """The pids of this host's supervisors whose config file is ``path``."""
+    wanted = os.path.realpath(path)
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or []).strip()
+            if not line.startswith(TITLE) or proc.pid == os.getpid():
+                continue
+            named = line[len(TITLE):]
+            if not os.path.isabs(named):
+                named = os.path.join(proc.cwd(), named)
+            if os.path.realpath(named) == wanted:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):  # gone meanwhile, or another user's working directory
+            continue
+    return sorted(found)
+
+
+def cmd_roll(args: argparse.Namespace) -> int:
+    """``smqsup roll``: ask each supervisor running FILE here to roll QUEUEs (all by default)."""
+    cfg = config(args)
+    names = list(dict.fromkeys(args.queues)) or None
+    for name in names or ():
+        if name not in cfg.queues:
+            raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
+    pids = supervisors(str(cfg.path))
+    if not pids:
+        raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?)")
+    broker = connect(redis_url(cfg), cfg.namespace, client_name="smqsup-roll")
+    host = socket.gethostname()
+    try:
+        for pid in pids:
+            broker.control.ask_roll(host, pid, names)
+            _signal(pid)
+            deadline = time.monotonic() + TAKE_TIMEOUT_S
+            while not broker.control.roll_taken(host, pid):
+                if time.monotonic() >= deadline:
+                    raise SmqsupError(f"supervisor {pid} did not take the roll request within {TAKE_TIMEOUT_S:g}s")
+                time.sleep(0.05)  # a command waiting on another process, not a test
+            print(f"supervisor {pid}: rolling {', '.join(names) if names else 'every queue'} "
+                  "(one consumer at a time; see its log or smqsup status)")
+    finally:
+        broker.close()
+    return 0
+
+
+def _signal(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        raise SmqsupError(f"supervisor {pid} stopped before it could be asked to roll") from None
+    except PermissionError:
+        raise SmqsupError(f"not allowed to signal supervisor {pid}: run smqsup roll as its user, or root") from None

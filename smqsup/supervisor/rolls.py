@@ -1,0 +1,111 @@
+"""Rolls, parent side: what each consumer reported of its handler's code,
+whether that code changed on disk, and a roll's beginning, failure and end.
+
+    child ─▶ reports/<pid>.json (its handler's files, or why the import failed)
+    SIGHUP ─▶ changed_code(children) ─▶ begin(q) ─▶ decide._roll, one child at a time
+    a new child dies at start ─▶ death_in_roll ─▶ fail(q): the old children keep running
+    no child of another generation left ─▶ finished(q)
+
+A roll gives its queue a new generation: the base (plan.generation, the
+config's hash) and the count of rolls begun, so that a roll the config did
+not ask for still tells new children from old ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from smqsup import defaults
+from smqsup.supervisor.states import Child, QueueState
+
+
+class Reports:
+    """The private directory (mode 0700) where each child leaves one report
+    for the parent, ``<pid>.json``: ``{"files": ...}`` (worker/sources.py)
+    before it says ready, or ``{"error": "one line"}`` before it exits
+    because its handler cannot be imported."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix=f"smqsup-{os.getpid()}-")
+
+    def take(self, pid: int) -> Optional[dict[str, Any]]:
+        """The report of child ``pid`` (read once: the file goes), None if
+        it wrote none or anything but a JSON object within the size bound."""
+        path = os.path.join(self.dir, f"{pid}.json")
+        try:
+            with open(path, "rb") as f:
+                data = f.read(defaults.CHILD_REPORT_MAX_BYTES + 1)
+            os.unlink(path)
+        except OSError:
+            return None
+        if len(data) > defaults.CHILD_REPORT_MAX_BYTES:
+            return None
+        try:
+            report = json.loads(data)
+        except ValueError:
+            return None
+        return report if isinstance(report, dict) else None
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def error_line(report: Optional[dict[str, Any]]) -> Optional[str]:
+    """The one line a child's report gives for its failed import, if any."""
+    line = report.get("error") if report else None
+    if not isinstance(line, str):
+        return None
+    line = " ".join(line.split())
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def changed_code(children: Iterable[Child]) -> Optional[str]:
+    """The first file of a live child's handler code that changed on disk since it imported it."""
+    for c in children:
+        if c.live and c.sources is not None:
+            path = c.sources.changed()
+            if path is not None:
+                return path
+    return None
+
+
+def begin(q: QueueState, base: str, now: float) -> None:
+    """Start a roll of ``q`` toward a new generation of config ``base`` (a
+    roll already running goes on toward it: one roll, never two at once)."""
+    q.rolls += 1
+    q.generation = f"{base}.{q.rolls}"
+    if q.rolling_since is None:
+        q.rolling_since = now
+    q.roll_deaths, q.roll_failed, q.roll_next = 0, None, None
+    q.policy.reset()  # the fix may be what this roll brings
+
+
+def fail(q: QueueState, why: str) -> None:
+    """The roll stops where it is: the children still running keep running;
+    their replacements, if they die, start from the code on disk."""
+    q.rolling_since, q.roll_failed, q.roll_next = None, why, None
+    q.policy.reset()
+
+
+def death_in_roll(q: QueueState, c: Child, cannot_import: bool) -> Optional[str]:
+    """Why a child of the new generation that died at start fails the roll,
+    or None: at once when it cannot import the handler, after
+    ROLL_START_FAILURES deaths at start otherwise."""
+    if not q.rolling or c.generation != q.generation:
+        return None
+    q.roll_deaths += 1
+    if cannot_import:
+        return "the new code cannot be imported"
+    if q.roll_deaths >= defaults.ROLL_START_FAILURES:
+        return f"{q.roll_deaths} new consumers died at start"
+    return None
+
+
+def finished(q: QueueState, mine: Iterable[Child]) -> bool:
+    """A running roll has no child of another generation left, stopping ones included."""
+    return q.rolling and all(c.generation == q.generation for c in mine)
