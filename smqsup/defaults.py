@@ -98,6 +98,8 @@ RESTART_BACKOFF_RESET_S = 60.0
 RESTART_LIMIT = 10
 #: New consumers of a roll that die at start, in a row, before the roll fails (the old ones keep running).
 ROLL_START_FAILURES = 3
+#: A new consumer of a roll not ready this long after its fork fails the roll (an import that hangs), s.
+ROLL_READY_TIMEOUT_S = 60.0
 #: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).
 SCALE_LOOK_S = 0.5
 #: An autoscaled queue sits idle while one consumer fewer would be busy at most this share of the time.
@@ -196,11 +198,9 @@ LAG_MAX_AGE_S = 10 * 365 * 86_400
 SUPERVISOR_INFO_STALE_EVERIES = 3
 #: ... never sooner than this, in s.
 SUPERVISOR_INFO_STALE_MIN_S = 3.0
-#: How often a supervisor rewrites its info on each queue it runs consumers of, in s.
-SUPERVISOR_INFO_EVERY_S = 1.0
-#: How long a queue's supervisors hash outlasts its last write (PEXPIRE), in s: a supervisor SIGKILLed
-#: leaves its field until then (readers drop it sooner, as stale).
-SUPERVISOR_INFO_KEEP_S = 60.0
+#: How long a queue's supervisors hash outlasts its last write (PEXPIRE), in the writer's intervals
+#: (heartbeat_interval): a supervisor SIGKILLed leaves its field until then (readers drop it sooner, as stale).
+SUPERVISOR_INFO_KEEP_EVERIES = 10
 #: Longest text a supervisor's info keeps when read (host, roll failure, scale reason), in characters.
 SUPERVISOR_INFO_TEXT_CHARS = 300
 

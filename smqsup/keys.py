@@ -117,7 +117,7 @@ live in one Redis Cluster slot::
                                    seen_at_ms}, flushed about once a second
     ns:{ns}:producers:seen   ZSET  producer id, score = last flush in ms; entries
                                    older than 10 minutes are dropped
-    ns:{ns}:roll:HOST:PID    STR   ``smqsup roll``'s request to one supervisor:
+    ns:{ns}:roll:HOST:PID    LIST  ``smqsup roll``'s requests to one supervisor:
                                    the queues to roll (JSON), taken on SIGUSR1
 
 A frame is ``head + b"|" + payload``, the head ``<attempts>``,
@@ -339,7 +339,7 @@ def producers_seen(namespace: str) -> str:
 
 
 def roll_request(namespace: str, host: str, pid: int) -> str:
-    """``smqsup roll``'s request to the supervisor ``pid`` of ``host``: a
-    JSON list of queue names, or null for every queue; taken (read and
-    deleted) by that supervisor on SIGUSR1, gone after a minute otherwise."""
+    """``smqsup roll``'s requests to the supervisor ``pid`` of ``host``: a
+    LIST of JSON {token, queues: names or null for every queue}, taken by
+    that supervisor on SIGUSR1, gone after a minute otherwise."""
     return f"{namespace}:{{{namespace}}}:roll:{host}:{pid}"

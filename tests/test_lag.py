@@ -218,3 +218,10 @@ def test_a_paused_queue_says_so_with_its_lag(broker: Broker, redis_client: redis
     broker.queues.pause("held", "test")
     lag = _lag(broker, "held")
     assert lag.paused and lag.ready == 1 and lag.lag_s is not None and lag.lag_s >= 3.0
+
+
+def test_a_custom_message_id_gives_no_time() -> None:
+    """Only an id ids.py made dates a message: a custom message_id starting with 12 hex digits does not."""
+    for custom in (b"deadbeefcafe-order-1", b"0190aabbccdd" + b"f" * 13, b"0190aabbccdd" + b"f" * 15):
+        head = b'0|{"id":"' + custom + b'","queue":"q","body":1}'
+        assert created_ms(head) is None and frame_lag_ms(head, 10**12) is None

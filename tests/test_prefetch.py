@@ -189,7 +189,10 @@ def test_a_stop_gives_the_frames_never_started_back_free_at_once_while_the_runni
     _pause(redis_url)
     sup = supervise(queues, shutdown_timeout="20s")
     procs.wait_registered(sup, 1, redis_client)
-    ids = _burst(redis_url, [{"sleep": 2}] * 2 + [{"sleep": 0}] * 7)
+    # A roll stops its first old consumer once the new one has been up 2 s
+    # (decide._roll): the two running outlast that.
+    running_s = 4 if how == "roll" else 2
+    ids = _burst(redis_url, [{"sleep": running_s}] * 2 + [{"sleep": 0}] * 7)
     wait_for(lambda: len(sup.events("start")) == 2 and _held(redis_client) == 9)
     asked = time.monotonic()
     if how == "roll":  # the new consumer takes the 7 at once, long before the old one's two end

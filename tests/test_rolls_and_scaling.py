@@ -15,7 +15,7 @@ import pytest
 
 from smqsup import defaults
 from smqsup.config.model import QueueConfig
-from smqsup.store.control import _names
+from smqsup.store.control import RollRequest, _request
 from smqsup.supervisor import decide, rolls
 from smqsup.supervisor.decide import Start, StopChild
 from smqsup.supervisor.scaling import Look, Pace, step
@@ -68,9 +68,10 @@ def test_a_roll_fails_at_once_on_an_import_error_and_after_three_deaths_at_start
     rolls.begin(q, "base", NOW)
     assert q.generation == "base.1" and q.rolling
     assert rolls.death_in_roll(q, child(9, "g"), cannot_import=True) is None  # an old child's death
-    assert rolls.death_in_roll(q, child(3, q.generation), cannot_import=True) == "the new code cannot be imported"
+    # A child forked for the old generation just before the roll began still imported the new code.
+    assert rolls.death_in_roll(q, child(3, "g", NOW + 0.1), cannot_import=True) == "the new code cannot be imported"
     rolls.begin(q, "base", NOW)
-    deaths = [rolls.death_in_roll(q, child(n, q.generation), cannot_import=False) for n in range(3)]
+    deaths = [rolls.death_in_roll(q, child(n, q.generation, NOW + 1), cannot_import=False) for n in range(3)]
     assert deaths == [None, None, f"{defaults.ROLL_START_FAILURES} new consumers died at start"]
 
 
@@ -150,7 +151,8 @@ def test_a_snapshot_survives_its_json_round_trip(tmp_path: Path) -> None:
 # --- reports --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"", b"not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"{" * 100_000])
+@pytest.mark.parametrize("content", [b"", b"not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"{" * 100_000,
+                                     b"[" * 100_000])
 def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(content: bytes) -> None:
     """Reports.take never trusts the file: anything but a JSON object is None, and the file goes."""
     reports = rolls.Reports()
@@ -163,6 +165,50 @@ def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(con
     finally:
         reports.close()
     assert not os.path.exists(reports.dir)
+
+
+def test_a_report_that_is_a_fifo_or_a_link_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A FIFO at <pid>.json (nobody writing) and a symlink to a real report: None at once, both removed."""
+    reports = rolls.Reports()
+    try:
+        os.mkfifo(Path(reports.dir) / "5.json")
+        assert reports.take(5) is None
+        (tmp_path / "real.json").write_text('{"files": []}')
+        os.symlink(tmp_path / "real.json", Path(reports.dir) / "6.json")
+        assert reports.take(6) is None
+        assert os.listdir(reports.dir) == []
+        os.rmdir(reports.dir)
+        reports.ensure()  # a /tmp cleaner removed it: made again
+        assert os.stat(reports.dir).st_mode & 0o777 == 0o700
+    finally:
+        reports.close()
+
+
+def test_a_path_with_a_nul_counts_as_changed_and_never_raises() -> None:
+    """A report naming "a\x00b": changed() names it, snapshot() leaves it out, counted() says no."""
+    snap = Sources.from_report({"files": [["a\x00b", 1, 1]]})
+    assert snap is not None and snap.changed() == "a\x00b"
+    assert sources.snapshot(["a\x00b"]).files == () and not sources.counted("a\x00b")
+
+
+def test_a_roll_whose_target_falls_below_its_old_children_stops_the_surplus_first() -> None:
+    """4 old children, no new one, target lowered to 2 in the same reload: the oldest old ones stop, one at a time."""
+    q = queue(2)
+    old = [child(n, "g", float(n)) for n in range(1, 5)]
+    assert decide.queue_actions(q, old, NOW, busy) == [StopChild(old[0], StopReason.ROLL)]
+
+
+def test_a_roll_child_not_ready_in_time_is_named_by_not_ready() -> None:
+    """not_ready: a child of the roll still STARTING past ROLL_READY_TIMEOUT_S; an older one or a ready one is not."""
+    q = queue(2)
+    rolls.begin(q, "base", NOW)
+    late = child(7, q.generation, NOW + 1, State.STARTING)
+    fine = child(8, q.generation, NOW + 1)
+    t = NOW + 1 + defaults.ROLL_READY_TIMEOUT_S
+    assert rolls.not_ready(q, [fine, late], t) is None
+    assert rolls.not_ready(q, [fine, late], t + 1) is late
+    rolls.fail(q, "x")
+    assert rolls.not_ready(q, [late], t + 1) is None
 
 
 def test_a_report_larger_than_its_bound_is_refused() -> None:
@@ -185,13 +231,15 @@ def test_an_import_error_from_a_report_is_one_short_line(report: Any, line: Any)
     assert rolls.error_line(report) == line
 
 
-@pytest.mark.parametrize("raw,names", [
-    (b'["a", "b"]', ("a", "b")), (b"null", None), (b'{"a": 1}', None), (b"[1]", None), (b"\xff", None),
-    (b"[" + b'"q",' * 20_000 + b'"q"]', None), (b"nan", None),
+@pytest.mark.parametrize("raw,expected", [
+    (b'{"token": "t", "queues": ["a", "b"]}', RollRequest(("a", "b"))), (b'{"queues": null}', RollRequest(None)),
+    (b"null", None), (b'{"queues": {"a": 1}}', None), (b'{"queues": [1]}', None), (b"\xff", None),
+    (b'{"queues": [' + b'"q",' * 20_000 + b'"q"]}', None), (b"nan", None), (b"[" * 100_000, None),
+    (b'{"queues": ' + b"[" * 100_000 + b"}", None),
 ])
-def test_a_roll_request_that_is_not_a_list_of_names_means_every_queue(raw: bytes, names: Any) -> None:
-    """What anyone may have written in a roll request: a list of names, or every queue."""
-    assert _names(raw) == names
+def test_a_roll_request_that_is_not_one_is_left_out(raw: bytes, expected: Any) -> None:
+    """What anyone may have written in the roll requests: a request of names or of every queue, or nothing."""
+    assert _request(raw) == expected
 
 
 # --- autoscaling -----------------------------------------------------------------------------

@@ -71,10 +71,10 @@ def cmd_roll(args: argparse.Namespace) -> int:
     host = socket.gethostname()
     try:
         for pid in pids:
-            broker.control.ask_roll(host, pid, names)
+            raw = broker.control.ask_roll(host, pid, names)
             _signal(pid)
             deadline = time.monotonic() + TAKE_TIMEOUT_S
-            while not broker.control.roll_taken(host, pid):
+            while not broker.control.roll_taken(host, pid, raw):
                 if time.monotonic() >= deadline:
                     raise SmqsupError(f"supervisor {pid} did not take the roll request within {TAKE_TIMEOUT_S:g}s")
                 time.sleep(0.05)  # a command waiting on another process, not a test

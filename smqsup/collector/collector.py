@@ -24,7 +24,9 @@ delayed messages to pending.
             workflows.repair_holds  children whose producer died before it
                                  told all their parents
 
-It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
+The promote look and the outbox look of every queue led, when due, go out
+in one round trip for all of them (_rounds); a queue with more to do goes on
+alone. It reads the registry, never the keyspace (no KEYS, no SCAN). Every script
 that changes something checks the lock token in Redis, so a leader that was
 paused past the TTL (SIGSTOP, a VM freeze) and deposed cannot act when it
 resumes: its first refused script makes it step down.
@@ -54,6 +56,7 @@ from smqsup.collector.schedules import Firing
 from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
 from smqsup.logs import Lasting
+from smqsup.store import scripts
 from smqsup.store.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -152,6 +155,7 @@ class Collector:
             return
         self.firing.begin_tick()
         try:
+            self._rounds(now)
             for name, state in self._queues.items():
                 self._tick_queue(name, state, now)
         except BrokerConnectionError as exc:
@@ -161,6 +165,42 @@ class Collector:
             return
         if self._connected_since is None:
             self._connected_since = now
+
+    def _rounds(self, now: float) -> None:
+        """The promote and outbox looks of every queue led and due now, each
+        in one round trip for all of them (one per queue and look was most of
+        an idle supervisor's round trips). A queue with more to do, or whose
+        look failed, goes on alone in _lead, where its errors are said."""
+        led = {name: s for name, s in self._queues.items() if s.lock.valid()}
+        locks = {name: (s.lock.key, s.lock.token) for name, s in led.items() if now >= s.next_promote}
+        tell = [name for name, s in led.items() if now >= s.next_tell]
+        try:
+            for name, result in self.broker.messages.promote_many(locks, batch=defaults.PROMOTE_BATCH).items():
+                self._promoted_in_round(name, led[name], result, now)
+            waiting = self.broker.workflows.outboxes_waiting(tell) if tell else set()
+        except BrokerConnectionError:
+            raise
+        except Exception:  # noqa: BLE001 - Redis refusing, or a bug: each queue's own step tries and says
+            log.debug("collector: the looks of all queues in one round trip failed", exc_info=True)
+            return
+        for name in tell:
+            if name not in waiting:
+                led[name].next_tell = now + defaults.OUTBOX_LOOK_S
+
+    def _promoted_in_round(self, name: str, state: _QueueGC, result: "scripts.PromoteResult | BrokerError",
+                           now: float) -> None:
+        if isinstance(result, BrokerConnectionError):
+            raise result  # a master out of reach: as the queue's own step would
+        if isinstance(result, NotLeader):
+            state.lock.drop()
+            log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
+        elif isinstance(result, BrokerError):
+            self._report(name, "promote delayed messages", str(result))
+            state.next_promote = now + _FAILED_PROMOTE_RETRY_S
+        else:
+            self._trouble.clear((name, "promote delayed messages"), "queue %s: collector: %s works again", name,
+                                "promote delayed messages")
+            state.next_promote = now + self._promoted(name, result)
 
     def _may_reclaim(self, now: float, state: _QueueGC) -> bool:
         timeout = self.cfg.heartbeat_timeout_s
@@ -295,15 +335,20 @@ class Collector:
         last look with an earlier due time."""
         lock = (state.lock.key, state.lock.token)
         for _ in range(defaults.PROMOTE_BATCHES_PER_TICK):
-            r = self.broker.messages.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH)
-            if r.moved:
-                log.debug("queue %s: %d delayed or scheduled message(s) due, now ready", name, r.moved)
-            if r.expired:
-                log.info("queue %s: %d scheduled or delayed message(s) expired before they were due; "
-                         "dead-lettered", name, r.expired)
-            if r.wait_ms != 0:
-                break
-        else:
+            wait_s = self._promoted(name, self.broker.messages.promote(name, lock=lock, batch=defaults.PROMOTE_BATCH))
+            if wait_s:
+                return wait_s
+        return 0.0
+
+    @staticmethod
+    def _promoted(name: str, r: "scripts.PromoteResult") -> float:
+        """Say what one promote batch did; seconds until the next look (0: more are due now)."""
+        if r.moved:
+            log.debug("queue %s: %d delayed or scheduled message(s) due, now ready", name, r.moved)
+        if r.expired:
+            log.info("queue %s: %d scheduled or delayed message(s) expired before they were due; "
+                     "dead-lettered", name, r.expired)
+        if r.wait_ms == 0:
             return 0.0
         return defaults.PROMOTE_POLL_S if r.wait_ms < 0 else min(defaults.PROMOTE_POLL_S, r.wait_ms / 1000.0)
 

@@ -59,6 +59,11 @@ class LeaderLock:
             self._valid_until = started + self.renew_interval_s * 2
         return self.held
 
+    def valid(self) -> bool:
+        """still_valid() without its effect: a look that leaves the step
+        (step(), in its turn) to find out and say that the lock was lost."""
+        return self.held and time.monotonic() <= self._valid_until
+
     def still_valid(self) -> bool:
         """Whether this process may still act as the leader (locally judged;
         every leader script re-checks the token in Redis anyway)."""

@@ -27,7 +27,8 @@ from smqsup.store.link import Link
 from smqsup.store.queues import Queues
 
 #: The creation time at the start of an id ids.py made: 12 hex digits of ms.
-_ID_TIME = re.compile(r"[0-9a-f]{12}")
+#: An id ids.py made (a custom message_id has no time in it).
+_ID_TIME = re.compile(r"[0-9a-f]{26}")
 _MAX_AGE_MS = defaults.LAG_MAX_AGE_S * 1000
 
 
@@ -61,7 +62,7 @@ def created_ms(head: Any) -> Optional[int]:
     if not isinstance(head, bytes):
         return None
     message_id = peek_id(head)
-    if message_id is None or _ID_TIME.match(message_id) is None:
+    if message_id is None or _ID_TIME.fullmatch(message_id) is None:
         return None
     return int(message_id[:12], 16)
 

@@ -7,7 +7,7 @@ one script call or one round trip; the hot ones go on the held connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, cast
 
@@ -18,7 +18,7 @@ from smqsup.errors import BrokerError, NotReplicated, PushRefused
 from smqsup.keys import QueueKeys, logical_name, queues_set
 from smqsup.logs import warn_once
 from smqsup.store import scripts
-from smqsup.store.connection import wrapped
+from smqsup.store.connection import translated, wrapped
 from smqsup.store.link import LOGGER, UNREACHABLE, Link
 
 log = logging.getLogger(LOGGER)
@@ -319,6 +319,21 @@ class Messages:
         """Make due retries and scheduled messages ready, at most ``batch``."""
         with wrapped(f"promote on {queue!r}"):
             return scripts.promote(self._link.keys(queue), batch=batch, lock=lock).run(self._link.client)
+
+    def promote_many(self, locks: Mapping[str, scripts.Lock], *,
+                     batch: int = defaults.PROMOTE_BATCH) -> dict[str, "scripts.PromoteResult | BrokerError"]:
+        """promote() on each queue of ``locks`` (queue -> the collector lock
+        it runs under) in one round trip (on a cluster, one per master): each
+        queue's result, or its error (NotLeader when its lock was lost)."""
+        calls = scripts.Batch(self._link.client)
+        for queue, lock in locks.items():
+            calls.add(scripts.promote(self._link.keys(queue), batch=batch, lock=lock))
+        if not len(calls):
+            return {}
+        with wrapped("promote on the queues"):
+            replies = self._link.send(calls)
+        return {queue: translated(f"promote on {queue!r}", r) or BrokerError(f"promote on {queue!r}: {r}")
+                if isinstance(r, Exception) else r for queue, r in zip(locks, replies)}
 
     def processing(self, queue: str, consumer_id: str) -> list[bytes]:
         """The frames in the consumer's list, oldest first."""

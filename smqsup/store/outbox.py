@@ -51,6 +51,30 @@ def read(link: Link, name: str, kind: str) -> list[bytes]:
                                             num=DRAIN_BATCH))
 
 
+#: The kinds of outbox entries a drain reads (scripts/includes/deps.lua).
+KINDS = ("o", "B", "S")
+
+
+def waiting(link: Link, names: Sequence[str]) -> set[str]:
+    """Which of partitions ``names`` hold an outbox entry of any kind: a
+    look at each in one round trip (on a cluster, one per master), so that
+    the collector's idle looks cost one round trip for all its queues."""
+    batch = scripts.Batch(link.client)
+    for name in names:
+        for kind in KINDS:
+            batch.command("ZRANGEBYLEX", link.keys(name).deps, f"[{kind}\t", f"({kind}\n", "LIMIT", 0, 1)
+    if not len(batch):
+        return set()
+    with wrapped("look at the outboxes"):
+        replies = link.send(batch)
+    found = set()
+    for n, name in enumerate(names):
+        # An error reply (a deps key of another type) counts as waiting: the drain says what it is.
+        if any(isinstance(r, Exception) or r for r in replies[n * len(KINDS):(n + 1) * len(KINDS)]):
+            found.add(name)
+    return found
+
+
 def more(name: str, entries: Sequence[bytes]) -> list[str]:
     """[``name``] when ``entries`` filled a whole read (more may wait), else []."""
     return [name] if len(entries) >= DRAIN_BATCH else []

@@ -22,7 +22,7 @@ from typing import Any, Optional, cast
 
 from smqsup import defaults
 from smqsup.store.connection import wrapped
-from smqsup.store.link import Link
+from smqsup.store.link import Link, ms_of
 
 #: Largest consumer count (target, bounds, running, a scale event's) an entry may say.
 _COUNT_MAX = 1_000_000
@@ -162,20 +162,20 @@ class Supervisors:
     def __init__(self, link: Link) -> None:
         self._link = link
 
-    def write(self, infos: Mapping[str, SupervisorInfo], field: str, keep_s: float) -> None:
+    def write(self, infos: Mapping[str, SupervisorInfo], field: str, keep_s: float) -> Optional[int]:
         """Write ``field`` (this supervisor's HOST:PID) in the supervisors hash
         of each queue (name -> its info), and make each hash expire
-        ``keep_s`` after: one pipelined round trip (a cluster's, one per master)."""
+        ``keep_s`` after: one pipelined round trip (a cluster's, one per
+        master). Returns the Redis clock (ms) of the write, which the writer
+        dates its next infos by (readers judge them by that clock)."""
         if not infos:
-            return
+            return None
         keep_ms = max(1, round(keep_s * 1000))
         with wrapped("write the supervisor's info"):
-            pipe = self._link.client.pipeline(transaction=False)
-            for queue, info in infos.items():
-                key = self._link.keys(queue).supervisors
-                pipe.hset(key, field, info.to_json())
-                pipe.pexpire(key, keep_ms)
-            pipe.execute()
+            now, _ = self._link.with_clock(lambda pipe: [
+                (pipe.hset(k, field, info.to_json()), pipe.pexpire(k, keep_ms))
+                for k, info in ((self._link.keys(queue).supervisors, info) for queue, info in infos.items())])
+        return ms_of(now)
 
     def forget(self, queues: Iterable[str], field: str) -> None:
         """Delete ``field`` from the supervisors hash of each of ``queues``, in one round trip."""

@@ -168,6 +168,10 @@ class Workflows:
         outbox.clear(link, name, junk + done)
         return [cq for (cq, _), (_, told) in ran if told] + outbox.more(name, entries)
 
+    def outboxes_waiting(self, names: Sequence[str]) -> set[str]:
+        """The partitions of ``names`` whose outbox holds anything (one round trip)."""
+        return outbox.waiting(self._link, names)
+
     def drain_all(self, name: str) -> None:
         """drain() ``name`` and every partition its children's ends put
         entries in, until none is left or DRAIN_ROUNDS passed."""

@@ -11,6 +11,7 @@ Parent code and child code never share a module:
 - states.py: each child's life as explicit states and the restart policy.
 - decide.py: the pure decisions (start, kill, restart, back off) over states and the time.
 - consumers.py: the consumer children of every queue: fork, stop, reap.
+- deaths.py: what an unplanned death does: its log line, the restart policy's move.
 - beats.py: consumer liveness, parent side: heartbeats written for the children.
 - reclaims.py: a dead or stopped child's messages go back to its queue at once.
 - resources.py: CPU and memory of the children, read with psutil.

@@ -280,21 +280,24 @@ class Arbiter:
         self._ready_sent = False
 
     def handle_usr1(self) -> None:
-        """``smqsup roll``: roll the queues its request in Redis names, whatever
-        their code; every queue when there is no request to read (a bare
-        ``kill -USR1``, or Redis not answering)."""
+        """``smqsup roll``: roll the queues its requests in Redis name,
+        whatever their code (none found: nothing rolls)."""
         if self._stopping:
             return
         try:
-            asked = self.broker.control.take_roll(self.pool.host, self.pid)
+            asked = self.broker.control.take_rolls(self.pool.host, self.pid)
         except BrokerError as exc:
-            log.warning("SIGUSR1: the roll request cannot be read (%s); rolling every queue", exc)
-            asked = None
+            log.warning("SIGUSR1: the roll requests cannot be read (%s); nothing rolled", exc)
+            return
+        if not asked:
+            log.warning("SIGUSR1: no roll request found (use smqsup roll); nothing rolled")
+            return
         names = [name for name, _ in self.pool.live_queues()]
-        if asked is not None and asked.queues is not None:
-            for name in sorted(set(asked.queues) - set(names)):
+        if all(a.queues is not None for a in asked):
+            wanted = {name for a in asked for name in a.queues or ()}
+            for name in sorted(wanted - set(names))[:10]:
                 log.warning("SIGUSR1: no queue %s in %s; not rolled", safe.escape(name, 200), self.cfg.path)
-            names = [name for name in names if name in asked.queues]
+            names = [name for name in names if name in wanted]
         log.info("SIGUSR1: rolling %s", ", ".join(names) or "nothing")
         self.pool.roll(names, "a roll was asked for (smqsup roll)")
         self._ready_sent = False

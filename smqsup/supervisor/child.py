@@ -154,7 +154,10 @@ def _reset_process(spec: ChildSpec, consumer_box: list[Consumer]) -> None:
         signal.signal(sig, signal.SIG_DFL)
     # A terminal's Ctrl-C reaches the whole process group: the parent decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # The supervisor's own signals (systemctl kill reaches the whole cgroup):
+    # by default SIGUSR1 ends a process and SIGTTIN/SIGTTOU stop it.
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(sig, signal.SIG_IGN)
 
     def on_term(signum: int, frame: Optional[FrameType]) -> None:
         # Only record (and arm a deadline if we are an orphan).
@@ -190,7 +193,8 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
                     signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # (held across the fork: fork_holding_term)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTTIN, signal.SIGTTOU):
+            signal.signal(sig, signal.SIG_IGN)
         _set_parent_death_signal()
         if os.getppid() != parent_pid:
             os._exit(EXIT_OK)

@@ -23,14 +23,14 @@ from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
 from smqsup.store.broker import Broker
 from smqsup.supervisor import child as child_mod
-from smqsup.supervisor import decide, rolls
+from smqsup.supervisor import deaths, decide, rolls
 from smqsup.supervisor.decide import Death, StopChild
 from smqsup.supervisor.plan import ReloadPlan, generation
 from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
 from smqsup.supervisor.resources import Sampler
 from smqsup.supervisor.rolls import Reports
-from smqsup.supervisor.states import Child, QueueState, RestartPolicy, State, StopReason, describe_status
+from smqsup.supervisor.states import Child, QueueState, State, StopReason, describe_status
 from smqsup.worker.sources import Sources
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class Consumers:
         self.queues: dict[str, QueueState] = {name: self._new_queue(name) for name in cfg.queues}
         self.preloaded: dict[str, Callable[..., Any]] = {}
         self.preloaded_sources: dict[str, Sources] = {}
+        self._snapshots: dict[Sources, Sources] = {}
         self.reports = Reports()
         self._next_sample = 0.0
 
@@ -80,8 +81,10 @@ class Consumers:
                     break  # no slot or no fork: said once, tried again next tick
             if q.policy.failures and decide.ran_long_enough(mine, q.generation, now):
                 q.policy.stable()
-            if rolls.finished(q, self.of(name)):
+            if rolls.finished(q, mine):
                 self._roll_done(q, now)
+            elif (late := rolls.not_ready(q, mine, now)) is not None:
+                self._roll_late(q, late)
 
     def _busy(self, c: Child) -> bool:
         return self.slots.read(c.slot).busy_since_us != 0
@@ -97,6 +100,7 @@ class Consumers:
             self._refuse(name, f"all {MAX_SLOTS} child slots are in use (children still stopping?); "
                                "starting it once one is free")
             return None
+        self.reports.ensure()
         index = q.free_index({c.index for c in self.of(name) if c.live})
         token = os.urandom(3).hex()
         try:
@@ -146,8 +150,18 @@ class Consumers:
             if c.state is State.STARTING and self.slots.read(c.slot).ready_us:
                 c.move(State.RUNNING)
                 # A preloaded handler's files are the ones the parent imported.
-                c.sources = Sources.from_report(self.reports.take(c.pid)) or self.preloaded_sources.get(c.queue)
+                c.sources = self._shared(Sources.from_report(self.reports.take(c.pid))) or \
+                    self.preloaded_sources.get(c.queue)
                 log.info("queue %s: consumer #%d (pid %d) ready", c.queue, c.index, c.pid)
+
+    def _shared(self, sources: Optional[Sources]) -> Optional[Sources]:
+        """One object for equal snapshots (the children of a generation):
+        memory once, and one look per SIGHUP (rolls.changed_code)."""
+        if sources is None:
+            return None
+        live = {id(c.sources) for c in self.children.values() if c.sources is not None}
+        self._snapshots = {s: s for s in self._snapshots.values() if id(s) in live}  # drop the unused
+        return self._snapshots.setdefault(sources, sources)
 
     # --- limits and deadlines --------------------------------------------------------
 
@@ -216,9 +230,9 @@ class Consumers:
         else:
             held = self._reclaim(c, costs, cause, threshold, started)
             verdict = decide.death(status, view, held, now - c.started_at)
-            _log_death(c, status, cause, verdict)
+            deaths.log_death(c, status, cause, verdict)
             if q is not None and not self._roll_death(q, c, verdict, rolls.error_line(report) or cause):
-                _restart_policy(q.policy, c, verdict, now)
+                deaths.restart_policy(q.policy, c, verdict, now)
         if q is not None and q.removed and not self.of(c.queue):
             del self.queues[c.queue]
 
@@ -329,11 +343,25 @@ class Consumers:
         elif after == "check" and (path := rolls.changed_code(self.of(q.config.name))) is not None:
             self._begin(q, f"{path} changed on disk during the last roll", now)
 
+    def _roll_late(self, q: QueueState, late: Child) -> None:
+        """A new child of the roll was not ready in time (an import that
+        hangs): the roll fails and the child is stopped."""
+        rolls.fail(q, f"a new consumer was not ready within {defaults.ROLL_READY_TIMEOUT_S:g}s")
+        log.error("queue %s: roll failed: %s; its consumers of the old code keep running (fix it and reload)",
+                  q.config.name, q.roll_failed)
+        self.stop(late, StopReason.ROLL)
+
     def _roll_death(self, q: QueueState, c: Child, verdict: Death, line: str) -> bool:
         """Whether the death of ``c`` at start failed its queue's roll (then
         the restart policy is left out of it: the old children run on)."""
         if verdict not in (Death.CANNOT_RUN, Death.AT_START):
             return False
+        if q.roll_failed is not None:
+            # A replacement started from the broken code on disk: it backs
+            # off as a crashing consumer does; the queue is not made FATAL
+            # (its other consumers run the old code).
+            deaths.restart_policy(q.policy, c, Death.AT_START, time.monotonic())
+            return True
         why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN)
         if why is None:
             return False
@@ -347,30 +375,3 @@ def _target(now: int, lowest: int, highest: Optional[int]) -> int:
     """A reload's count: the file's, or for an autoscaled queue the running
     count kept within its (new) range."""
     return lowest if highest is None else min(max(now, lowest), highest)
-
-
-def _restart_policy(policy: RestartPolicy, c: Child, verdict: Death, now: float) -> None:
-    """What an unplanned death does to the queue's restart policy."""
-    if verdict is Death.CANNOT_RUN:
-        policy.give_up("handler cannot be imported")
-        log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)", c.queue, policy.fatal)
-    elif verdict is Death.AT_START:
-        delay = policy.died_at_start(now)
-        log.warning("queue %s: consumer died at start (%d in a row); next start in %.1fs",
-                    c.queue, policy.failures, delay)
-        if policy.state is State.FATAL and policy.failures == policy.limit:
-            log.error("queue %s: FATAL: %s; other queues keep running (fix it and send SIGHUP)",
-                      c.queue, policy.fatal)
-    elif verdict is Death.WORKING:
-        policy.died_working(now)
-
-
-def _log_death(c: Child, status: int, cause: str, verdict: Death) -> None:
-    if verdict is Death.CLEAN:
-        log.info("queue %s: consumer #%d (pid %d) exited (max_messages reached or stopped); replacing it",
-                 c.queue, c.index, c.pid)
-    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-        log.error("queue %s: consumer #%d (pid %d) %s (out of memory? see dmesg); its message is back "
-                  "in pending", c.queue, c.index, c.pid, cause)
-    else:
-        log.error("queue %s: consumer #%d (pid %d) %s", c.queue, c.index, c.pid, cause)

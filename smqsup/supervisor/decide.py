@@ -87,8 +87,10 @@ def _roll(q: QueueState, mine: Sequence[Child], current: list[Child], old: list[
     if rolling_out or any(c.state is State.STARTING for c in current):
         return []
     if len(current) + len(old) > q.target:
-        if not any(now - c.started_at >= defaults.MIN_UPTIME_S for c in current):
+        if current and not any(now - c.started_at >= defaults.MIN_UPTIME_S for c in current):
             return []  # the first new child is on probation
+        # (No new child yet and more old ones than the target, the target
+        # lowered meanwhile: the surplus old ones go first.)
         return [StopChild(min(old, key=lambda c: c.started_at), StopReason.ROLL)]
     if len(current) < q.target and q.policy.may_start(now):
         return [Start(q.config.name)]
@@ -216,5 +218,6 @@ def status_line(queues: Mapping[str, QueueState], children: Iterable[Child]) -> 
 
 def _roll_note(q: QueueState) -> str:
     if q.roll_failed is not None:
-        return f" (roll failed: {q.roll_failed})"
+        cut = q.roll_failed if len(q.roll_failed) <= 160 else q.roll_failed[:157] + "..."
+        return f" (roll failed: {cut})"
     return " (rolling)" if q.rolling else ""

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import time
 
+from smqsup import defaults
 from smqsup.errors import BrokerError
 from smqsup.store.supervisors import SupervisorInfo
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.scaling import Autoscaler
 from smqsup.supervisor.states import QueueState, State
-
-#: A queue's info outlives its last rewrite by this many intervals before Redis drops it.
-_KEEP_EVERIES = 10
-
 
 class QueueInfo:
     """The writer of this supervisor's SupervisorInfo entries. Not thread-safe."""
@@ -26,6 +23,7 @@ class QueueInfo:
         self.field = f"{pool.host}:{pool.pid}"
         self._next = 0.0
         self._written: set[str] = set()
+        self._skew_ms = 0  # the Redis clock minus ours, at the last write: infos are dated by Redis's
 
     def tick(self, every_s: float) -> None:
         """Rewrite every queue's entry once per ``every_s``; Redis refusing costs one try."""
@@ -35,7 +33,11 @@ class QueueInfo:
         self._next = now + every_s
         infos = {name: self.info(q, every_s) for name, q in self.pool.live_queues()}
         try:
-            self.pool.broker.supervisors.write(infos, self.field, every_s * _KEEP_EVERIES)
+            at_ms = int(time.time() * 1000)
+            redis_ms = self.pool.broker.supervisors.write(infos, self.field,
+                                                          every_s * defaults.SUPERVISOR_INFO_KEEP_EVERIES)
+            if redis_ms is not None:
+                self._skew_ms = redis_ms - at_ms
             gone = self._written - set(infos)
             if gone:
                 self.pool.broker.supervisors.forget(gone, self.field)
@@ -53,7 +55,7 @@ class QueueInfo:
             max=q.config.consumers_max or q.config.consumers, running=running,
             autoscaled=q.config.consumers_max is not None, rolling=q.rolling, roll_failed=q.roll_failed,
             scaled=None if last is None else {"at_ms": last.at_ms, "from": last.old, "to": last.new, "why": last.why},
-            every_s=every_s, at_ms=int(time.time() * 1000))
+            every_s=every_s, at_ms=int(time.time() * 1000) + self._skew_ms)
 
     def withdraw(self) -> None:
         """At a clean stop: this supervisor's entries go."""

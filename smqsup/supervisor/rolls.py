@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from smqsup import defaults
-from smqsup.supervisor.states import Child, QueueState
+from smqsup import defaults, safe
+from smqsup.supervisor.states import Child, QueueState, State
 
 
 class Reports:
@@ -38,18 +39,33 @@ class Reports:
         it wrote none or anything but a JSON object within the size bound."""
         path = os.path.join(self.dir, f"{pid}.json")
         try:
-            with open(path, "rb") as f:
-                data = f.read(defaults.CHILD_REPORT_MAX_BYTES + 1)
-            os.unlink(path)
+            # Never blocks (a FIFO), never follows a link; a regular file only.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return None
-        if len(data) > defaults.CHILD_REPORT_MAX_BYTES:
+            fd = None
+        try:
+            regular = fd is not None and stat.S_ISREG(os.fstat(fd).st_mode)
+            data = os.read(fd, defaults.CHILD_REPORT_MAX_BYTES + 1) if fd is not None and regular else b""
+        except OSError:
+            data = b""
+        finally:
+            if fd is not None:
+                os.close(fd)
+        try:
+            os.unlink(path)  # read once: whatever it was, it goes
+        except OSError:
+            pass
+        if not data or len(data) > defaults.CHILD_REPORT_MAX_BYTES:
             return None
         try:
             report = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return report if isinstance(report, dict) else None
+
+    def ensure(self) -> None:
+        """Make the directory again if something removed it (a /tmp cleaner)."""
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -60,14 +76,18 @@ def error_line(report: Optional[dict[str, Any]]) -> Optional[str]:
     line = report.get("error") if report else None
     if not isinstance(line, str):
         return None
-    line = " ".join(line.split())
+    line = " ".join(safe.scrub(line).split())
     return line if len(line) <= 300 else line[:297] + "..."
 
 
 def changed_code(children: Iterable[Child]) -> Optional[str]:
-    """The first file of a live child's handler code that changed on disk since it imported it."""
+    """The first file of a live child's handler code that changed on disk
+    since it imported it; each distinct snapshot looked at once (children of
+    one generation share theirs: Consumers keeps one of each)."""
+    seen: set[int] = set()
     for c in children:
-        if c.live and c.sources is not None:
+        if c.live and c.sources is not None and id(c.sources) not in seen:
+            seen.add(id(c.sources))
             path = c.sources.changed()
             if path is not None:
                 return path
@@ -96,7 +116,9 @@ def death_in_roll(q: QueueState, c: Child, cannot_import: bool) -> Optional[str]
     """Why a child of the new generation that died at start fails the roll,
     or None: at once when it cannot import the handler, after
     ROLL_START_FAILURES deaths at start otherwise."""
-    if not q.rolling or c.generation != q.generation:
+    # Any child forked since the roll began imported the new code, whatever
+    # generation it was started for.
+    if q.rolling_since is None or c.started_at < q.rolling_since:
         return None
     q.roll_deaths += 1
     if cannot_import:
@@ -104,6 +126,14 @@ def death_in_roll(q: QueueState, c: Child, cannot_import: bool) -> Optional[str]
     if q.roll_deaths >= defaults.ROLL_START_FAILURES:
         return f"{q.roll_deaths} new consumers died at start"
     return None
+
+
+def not_ready(q: QueueState, mine: Iterable[Child], now: float) -> Optional[Child]:
+    """A child of the running roll still starting ROLL_READY_TIMEOUT_S after its fork, if any."""
+    if q.rolling_since is None:
+        return None
+    return next((c for c in mine if c.state is State.STARTING and c.started_at >= q.rolling_since
+                 and now - c.started_at > defaults.ROLL_READY_TIMEOUT_S), None)
 
 
 def finished(q: QueueState, mine: Iterable[Child]) -> bool:

@@ -31,7 +31,7 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
 from smqsup.supervisor.consumers import Consumers
-from smqsup.supervisor.states import QueueState
+from smqsup.supervisor.states import QueueState, State
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,11 @@ class Autoscaler:
         name = q.config.name
         pace = self.paces.setdefault(name, Pace())
         change, why = step(q.config, q.target, look, pace, now)
+        if change > 0 and (q.roll_failed is not None or any(
+                c.state is State.STARTING for c in self.pool.of(name))):
+            # Not while the last step's consumer is starting (a slow import
+            # must not take the queue to max), nor from broken code on disk.
+            return
         if change:
             self.moved(q, q.target + change, why, now)
 

@@ -43,7 +43,10 @@ _SITE = ("site-packages", "dist-packages")
 
 def counted(path: str) -> bool:
     """Whether the file of a module is handler code (see the module docstring)."""
-    real = os.path.realpath(path)
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
     if any(part in real.split(os.sep) for part in _SITE):
         return True
     return not real.startswith(_STDLIB)
@@ -61,7 +64,7 @@ class Sources:
         for path, mtime_ns, size in self.files:
             try:
                 st = os.stat(path)
-            except OSError:
+            except (OSError, ValueError):  # gone, or no path at all (a NUL in it)
                 return path
             if st.st_mtime_ns != mtime_ns or st.st_size != size:
                 return path
@@ -108,7 +111,7 @@ def snapshot(paths: Iterable[str]) -> Sources:
             break
         try:
             st = os.stat(path)
-        except OSError:
+        except (OSError, ValueError):
             continue
         files.append((path, st.st_mtime_ns, st.st_size))
     return Sources(tuple(files))

@@ -50,3 +50,8 @@ async def hold_async(msg: Any) -> None:
     import asyncio
 
     await asyncio.sleep(float(msg.body))
+
+
+def sleep20(msg: Any) -> None:
+    """Take 20 ms, as a short I/O-bound handler does (tests/bench/autoscale.py)."""
+    time.sleep(0.02)
