@@ -83,6 +83,11 @@ class Heartbeats:
         if now < self._next_look or not self._flowing:
             return False
         self._next_look = now + defaults.CANCEL_LOOK_S
+        if not any(self.pool.slots.read(c.slot).busy_since_us for c in self.pool.children.values()):
+            # Nothing runs: a cancel can only concern a waiting message, which
+            # its consumer screens out when it takes it (an idle supervisor
+            # makes no look; one seen later makes one early heartbeat).
+            return False
         partitions = [p for q in self.pool.queues for p in self.pool.partitions(q)]
         try:
             newest = self.broker.registry.newest_cancels(partitions)
