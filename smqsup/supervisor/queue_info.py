@@ -14,6 +14,7 @@ from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.scaling import Autoscaler
 from smqsup.supervisor.states import QueueState, State
 
+
 class QueueInfo:
     """The writer of this supervisor's SupervisorInfo entries. Not thread-safe."""
 
