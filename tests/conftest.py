@@ -246,3 +246,26 @@ def producer(redis_url: str) -> Iterator[Producer]:
     """A Producer on the test's Redis."""
     with Producer(redis_url) as p:
         yield p
+
+
+#: Test files that run for minutes on end, whatever their test count: given
+#: to a worker first, so that the rest of the suite runs beside them (xdist
+#: otherwise hands out the files with the most tests first, and a one-test
+#: file of 2 minutes last, with the other worker idle).
+LONG_FILES = ("tests/test_autoscaling_steady.py",)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadfile, with LONG_FILES handed out first."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongFirst(LoadFileScheduling):  # type: ignore[misc]
+        def _assign_work_unit(self, node: Any) -> None:
+            for scope in reversed(LONG_FILES):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongFirst(config, log)
