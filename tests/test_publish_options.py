@@ -52,14 +52,16 @@ def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """Published in reverse due order, handled in due order; an `at` in the past goes straight to pending."""
     now_s = redis_ms(redis_client) / 1000
-    for i, d in enumerate([0.9, 0.6, 0.3]):
+    # Due a second apart, from 2 s on: on a loaded machine the publishes below
+    # once took longer than the 0.3 s the earliest was due in (it went to pending).
+    for i, d in enumerate([4.0, 3.0, 2.0]):
         producer.publish("q", f"d{i}", at=dt.datetime.fromtimestamp(now_s + d, dt.timezone.utc))
     producer.publish("q", "past", at=now_s - 60)
     producer.publish("q", "epoch", at=0)
     assert redis_client.llen(K.pending) == 2 and redis_client.zcard(K.scheduled) == 3
     seen: list[tuple[Any, int]] = []
     start(recorder(seen, redis_client))
-    wait_for(lambda: len(seen) == 5, timeout_s=5)
+    wait_for(lambda: len(seen) == 5, timeout_s=10)
     assert [b for b, _ in seen] == ["past", "epoch", "d2", "d1", "d0"]
 
 
