@@ -17,6 +17,10 @@ scripts' includes/attempts.lua reads the same grammar:
              what the message has in its queue's deps set to see to when it
              starts or ends, the sum of LINK_PARENTS (1), LINK_HOLD (2) and
              LINK_BATCH (4) (scripts/includes/deps.lua).
+    A:P:E:R:V:L:G  the same (L may be 0), grouped: the last G bytes (1 to
+             3 digits, at most GROUP_NAME_MAX_BYTES) of the frame, after the
+             payload, are the name of its group (UTF-8;
+             scripts/includes/groups.lua).
 
 Acks remove by value (LREM), so whoever fetched a frame keeps its exact bytes.
 """
@@ -57,9 +61,12 @@ def new_frame(payload: bytes, result_ttl_s: int = 0, events_max: int = 0) -> byt
 #: reads the same grammar.
 _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
                    rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6})"
-                   rb"|:([0-9]{1,8}):([0-9]{1,7}):([1-7]))?)?")
-#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 + 1 + 1 bytes.
-_HEAD_MAX = 46
+                   rb"|:([0-9]{1,8}):([0-9]{1,7}):([1-7])"
+                   rb"|:([0-9]{1,8}):([0-9]{1,7}):([0-7]):([1-9][0-9]{0,2}))?)?")
+#: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 + 1 + 1 + 1 + 3 bytes.
+_HEAD_MAX = 50
+#: The longest group name, in bytes (UTF-8); scripts/includes/attempts.lua's GROUP_NAME_MAX.
+GROUP_NAME_MAX_BYTES = 256
 
 
 class FrameHead(NamedTuple):
@@ -72,6 +79,7 @@ class FrameHead(NamedTuple):
     result_ttl_s: int = 0  # tracked for this long after it ends; 0: not tracked
     events_max: int = 0  # its lifecycle goes to its queue's event stream, capped at this; 0: no events
     linked: int = 0  # what it has in its queue's deps set: LINK_PARENTS | LINK_HOLD | LINK_BATCH; 0: nothing
+    group: Optional[str] = None  # its group's name (undecodable bytes replaced); None: no group
 
 
 def frame_head(data: bytes) -> FrameHead:
@@ -83,9 +91,17 @@ def frame_head(data: bytes) -> FrameHead:
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
-    attempts, priority, expires, result_ttl, kept_too, events_max, kept_l, events_l, linked = match.groups()
-    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, data[len(head) + 1:],
-                     int(result_ttl or kept_too or kept_l or 0), int(events_max or events_l or 0), int(linked or 0))
+    (attempts, priority, expires, result_ttl, kept_too, events_max, kept_l, events_l, linked,
+     kept_g, events_g, linked_g, group_len) = match.groups()
+    payload, group = data[len(head) + 1:], None
+    if group_len is not None:
+        size = int(group_len)
+        if size > GROUP_NAME_MAX_BYTES or size > len(payload):
+            raise MalformedMessage("not a smqsup frame (its group is longer than the frame)")
+        payload, group = payload[:-size], payload[-size:].decode("utf-8", "replace")
+    return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, payload,
+                     int(result_ttl or kept_too or kept_l or kept_g or 0),
+                     int(events_max or events_l or events_g or 0), int(linked or linked_g or 0), group)
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -114,11 +130,25 @@ def has_expiry(data: bytes) -> bool:
     return head is not None and head.expires_ms is not None
 
 
+#: What starts a group's ticket in the pending list: ``*`` + the group's name
+#: (scripts/includes/groups.lua). No frame starts with it.
+TICKET = b"*"
+
+
+def is_ticket(data: bytes) -> bool:
+    """Whether bytes taken from the pending list are a group's ticket (its
+    turn), not a frame."""
+    return data[:1] == TICKET
+
+
 def must_screen(data: bytes) -> bool:
     """Whether a frame a blocking fetch took is screened (screen.lua) before
     it starts: its head carries an expiry, or it is tracked, has events or
     holds a dedup key until it starts (the screen records it "active",
-    "started", and frees the key)."""
+    "started", and frees the key); or it is a group's ticket (the screen
+    redeems it for the group's next frame)."""
+    if data[:1] == TICKET:
+        return True
     head = _options_head(data)
     return head is not None and (head.expires_ms is not None or head.result_ttl_s > 0 or head.events_max > 0
                                  or head.linked & LINK_HOLD > 0)
@@ -126,7 +156,7 @@ def must_screen(data: bytes) -> bool:
 
 #: The start of every payload a Producer writes: its id is readable without
 #: decoding the rest (which may be too deep or broken to decode).
-_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7}(?::[1-7])?)?)?)?'
+_PEEK_ID = re.compile(rb'[0-9]{1,9}(?::[0-9]:[0-9]{1,15}(?::[0-9]{1,8}(?::[0-9]{1,7}(?::[0-7](?::[0-9]{1,3})?)?)?)?)?'
                       rb'\|\{"id":"([A-Za-z0-9_.:-]{1,128})"')
 
 

@@ -25,6 +25,18 @@ live in one Redis Cluster slot::
                                    theoretical arrival time of the next handler
                                    start, µs since the epoch, Redis clock;
                                    expires once past (includes/rate.lua)
+    ns:{Q}:groups:ready      ZSET  ready frames of every message group, score 0,
+                                   member "LEN:GROUP\tPSEQ\tFRAME": one group's
+                                   frames are one lexicographic range, in the
+                                   order they go (scripts/includes/groups.lua)
+    ns:{Q}:groups:count      ZSET  GROUP -> its ready frames (the largest backlogs)
+    ns:{Q}:groups:state      HASH  s:GROUP -> t (its ticket "*GROUP" is in the
+                                   pending list), b (blocked at its
+                                   group_concurrency) or w (waiting for its
+                                   rate); r:GROUP -> its frames in consumers'
+                                   lists; p:GROUP -> paused (JSON {"at_ms", "by"})
+    ns:{Q}:groups:rate       ZSET  GROUP -> its GCRA theoretical arrival time (µs)
+    ns:{Q}:groups:wait       ZSET  GROUP -> when its rate lets it start again (µs)
     ns:{Q}:dedup:KEY         STR   id of the message published with dedup key
                                    KEY; expires after the queue's dedup_ttl
     ns:{Q}:tracked           HASH  tracked messages (result_ttl): ID -> state
@@ -174,6 +186,13 @@ class QueueKeys:
     @cached_property
     def paused(self) -> str:
         return f"{self._prefix}:paused"
+
+    @cached_property
+    def groups(self) -> tuple[str, str, str, str, str]:
+        """The group keys, in the order the scripts take them (includes/groups.lua):
+        ready, count, state, rate, wait."""
+        p = f"{self._prefix}:groups"
+        return (f"{p}:ready", f"{p}:count", f"{p}:state", f"{p}:rate", f"{p}:wait")
 
     def dead_aside(self, token: str) -> str:
         """Where a whole purge sets the dead-letter list aside."""

@@ -39,15 +39,16 @@ class Message:
     lifecycle goes to its queue's event stream (0: not); ``progress(value)``
     reports how far its handler got. A message published with ``depends_on``
     reads its parents' results as ``parents``, and the reasons of those that
-    failed (``on_parent_failure="run"``) as ``failed_parents``."""
+    failed (``on_parent_failure="run"``) as ``failed_parents``. ``group``:
+    the message group it was published in (None: none)."""
 
     __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "events_max", "linked", "progress_sink", "parents_source", "batch_source",
+                 "result_ttl_s", "events_max", "linked", "group", "progress_sink", "parents_source", "batch_source",
                  "_cancelled", "_parents", "_batch")
 
     def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
                  priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
-                 events_max: int = 0, linked: int = 0) -> None:
+                 events_max: int = 0, linked: int = 0, group: Optional[str] = None) -> None:
         self.id = id
         self.queue = queue
         self.body = body
@@ -60,6 +61,7 @@ class Message:
         self.events_max = events_max
         #: What it has in its queue's deps set (framing.LINK_*: parents, a held dedup key, a batch; 0: nothing).
         self.linked = linked
+        self.group = group
         #: Where parents are read from (the consumer sets it for a linked message): -> (done, failed).
         self.parents_source: Optional[Callable[[], tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]]] \
             = None
@@ -297,7 +299,7 @@ def decode(data: bytes) -> Message:
     bar = data.find(SEP, 0, 10)
     env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
-        attempts, priority, tracked_s, events_max, linked = int(data[:bar]), 0, 0, 0, 0
+        attempts, priority, tracked_s, events_max, linked, group = int(data[:bar]), 0, 0, 0, 0, None
         # The envelope, read as strict_loads reads a payload, without copying the
         # payload out of the frame first (the head is ASCII: its byte offsets
         # are the text's); anything but one whole object: strict_loads says why.
@@ -313,7 +315,7 @@ def decode(data: bytes) -> Message:
     else:
         head = frame_head(data)
         attempts, priority, tracked_s, events_max = head.attempts, head.priority, head.result_ttl_s, head.events_max
-        linked = head.linked
+        linked, group = head.linked, head.group
         env = strict_loads(head.payload)
     # JSON decodes to exact types: ``__class__ is`` checks what isinstance
     # would (bool, a subclass of int, is no created_at), without a call each.
@@ -330,4 +332,4 @@ def decode(data: bytes) -> Message:
         raise MalformedMessage("envelope created_at is not a number")
     dedup_key = env.get("dedup_key")
     return Message(mid, queue, env.get("body"), headers, float(created_at), attempts, priority,
-                   dedup_key if dedup_key.__class__ is str else None, tracked_s, events_max, linked)
+                   dedup_key if dedup_key.__class__ is str else None, tracked_s, events_max, linked, group)

@@ -495,7 +495,12 @@ def test_parse_size_rejects(value: object) -> None:
      ("scale_down_after", "1s", "scale_down_after_s", 1.0),
      ("scale_down_after", "1d", "scale_down_after_s", 86400.0),
      ("scale_cooldown", "100ms", "scale_cooldown_s", 0.1),
-     ("scale_cooldown", "10m", "scale_cooldown_s", 600.0)],
+     ("scale_cooldown", "10m", "scale_cooldown_s", 600.0),
+     ("group_concurrency", "1", "group_concurrency", 1),
+     ("group_concurrency", "1000000", "group_concurrency", 1_000_000),
+     ("group_rate_limit", "1000000/s", "group_rate_limit_per_s", 1e6),
+     ("group_rate_limit", "1/d", "group_rate_limit_per_s", 1 / 86400),
+     ("group_rate_burst", "100000", "group_rate_burst", 100_000)],
 )
 def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerced: object) -> None:
     """The largest value each bound allows loads as itself."""
@@ -555,7 +560,20 @@ def test_every_bound_is_inclusive(option: str, value: str, attribute: str, coerc
      ("events_max", ".nan", "expected a positive integer, got nan"),
      ("events_max", "true", "expected a positive integer, got True"),
      ("events_max", "1.5", "expected a positive integer, got 1.5"),
-     ("events_max", "9" * 400, "got an integer of 400 digits")],
+     ("events_max", "9" * 400, "got an integer of 400 digits"),
+     ("group_concurrency", "0", "expected a positive integer, got 0"),
+     ("group_concurrency", "-1", "expected a positive integer, got -1"),
+     ("group_concurrency", ".nan", "expected a positive integer, got nan"),
+     ("group_concurrency", "true", "expected a positive integer, got True"),
+     ("group_concurrency", "1000001", "must be at most 1000000 (messages of one group at once), got 1000001"),
+     ("group_concurrency", "9" * 400, "got an integer of 400 digits"),
+     ("group_concurrency", "'two'", "expected a positive integer, got 'two'"),
+     ("group_rate_limit", "0/s", "a rate must be from 1 a day to 1000000/s, got '0/s'"),
+     ("group_rate_limit", ".nan", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got nan"),
+     ("group_rate_limit", "-5/s", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got '-5/s'"),
+     ("group_rate_limit", "'9" + "9" * 400 + "/s'", "expected a rate like 100/s, 30/m, 1000/h or 1/d, got '99999"),
+     ("group_rate_burst", "0", "expected a positive integer, got 0"),
+     ("group_rate_burst", "100001", "must be at most 100000 (one group's starts back to back), got 100001")],
 )
 def test_every_number_is_bounded(option: str, value: str, problem: str) -> None:
     """One past a bound, or hundreds of digits, is one line naming the key, never an OverflowError."""

@@ -5,7 +5,7 @@ modules, and one-line errors.
     smqsup check -c FILE                validate FILE and import its handlers
     smqsup publish (-c FILE | --url URL) QUEUE (JSON | -) [--header KEY=VALUE]
                    [--delay DURATION | --at WHEN] [--priority 0-9]
-                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
+                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION] [--group NAME]
     smqsup consume -c FILE QUEUE        one consumer in the foreground
     smqsup dlq (-c FILE | --url URL) list|requeue|purge QUEUE
     smqsup pause|resume (-c FILE | --url URL) QUEUE

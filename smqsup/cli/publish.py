@@ -2,7 +2,7 @@
 
     smqsup publish (-c FILE | --url URL) QUEUE (JSON | -) [--header KEY=VALUE]
                    [--delay DURATION | --at WHEN] [--priority 0-9]
-                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION]
+                   [--dedup KEY [--dedup-ttl DURATION]] [--ttl DURATION] [--group NAME]
 
 Each flag's parser takes the text argv gave and returns the value the
 Producer takes, or raises ``argparse.ArgumentTypeError``: the one-line usage
@@ -59,6 +59,8 @@ def add_publish(sub: Commands[Parser]) -> None:
                    help="how long KEY is held (default: the queue's dedup_ttl with -c FILE, else 24h)")
     p.add_argument("--ttl", type=parse_positive_duration, metavar="DURATION",
                    help="dead-letter it as expired if no handler takes it within DURATION of its publish")
+    p.add_argument("--group", type=parse_group, metavar="NAME",
+                   help="its message group (a tenant, a customer): consumers take from the groups in turn")
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -134,6 +136,18 @@ def parse_dedup_key(text: str) -> str:
     return text
 
 
+def parse_group(text: str) -> str:
+    """--group: a name of 1 to 256 UTF-8 bytes without control characters."""
+    from smqsup.client.options import group  # (the Producer's check; imports no redis)
+    from smqsup.errors import MessageError
+
+    try:
+        group(text)
+    except MessageError as exc:
+        raise _refused(str(exc).removeprefix("group: ").split(" (")[0], text) from None
+    return text
+
+
 # --- publishing -----------------------------------------------------------------------------
 
 
@@ -144,7 +158,7 @@ def publish_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("smqsup publish: --dedup-ttl needs --dedup KEY")
     given = {
         "delay": args.delay, "at": args.at, "priority": args.priority,
-        "dedup_key": args.dedup, "dedup_ttl": args.dedup_ttl, "ttl": args.ttl,
+        "dedup_key": args.dedup, "dedup_ttl": args.dedup_ttl, "ttl": args.ttl, "group": args.group,
     }
     return {name: value for name, value in given.items() if value is not None}
 

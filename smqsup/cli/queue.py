@@ -3,8 +3,8 @@
 waits, what is held, what died: browse.py) and ``smqsup remove`` (delete
 waiting messages by id).
 
-    smqsup pause (-c FILE | --url URL) QUEUE
-    smqsup resume (-c FILE | --url URL) QUEUE
+    smqsup pause (-c FILE | --url URL) QUEUE [--group NAME]
+    smqsup resume (-c FILE | --url URL) QUEUE [--group NAME]
     smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, limit, queue_broker
+from smqsup.cli.publish import parse_group
 from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:
@@ -44,9 +45,11 @@ def add_pause_resume(sub: Commands[Parser]) -> None:
     p = sub.add_parser("pause", help="stop every consumer of QUEUE taking messages, on every host, until resume")
     add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--group", type=parse_group, metavar="NAME", help="pause only this message group of QUEUE")
     p = sub.add_parser("resume", help="let the consumers of a paused QUEUE take messages again")
     add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--group", type=parse_group, metavar="NAME", help="resume only this message group of QUEUE")
 
 
 def add_messages(sub: Commands[Parser]) -> None:
@@ -116,7 +119,13 @@ def cmd_pause(args: argparse.Namespace) -> int:
     """``smqsup pause``: set the queue's paused flag (or say who set it)."""
     with queue_broker(args) as (broker, queue):
         by = f"cli@{socket.gethostname()}"
-        if broker.queues.pause(queue, by=by):
+        if args.group is not None:
+            shown = safe.escape(args.group, 80)
+            if broker.queues.pause_group(queue, args.group, by=by):
+                print(f"paused group {shown} of {queue}: its messages wait until `smqsup resume {queue} --group`")
+            else:
+                print(f"group {shown} of {queue} was already paused; nothing changed")
+        elif broker.queues.pause(queue, by=by):
             print(f"paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`")
         else:
             print(f"{queue} was already paused ({_pause_info(broker, queue)}); nothing changed")
@@ -126,7 +135,13 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     """``smqsup resume``: clear the queue's paused flag."""
     with queue_broker(args) as (broker, queue):
-        if broker.queues.resume(queue):
+        if args.group is not None:
+            shown = safe.escape(args.group, 80)
+            if broker.queues.resume_group(queue, args.group):
+                print(f"resumed group {shown} of {queue}: it takes its turns again")
+            else:
+                print(f"group {shown} of {queue} was not paused; nothing changed")
+        elif broker.queues.resume(queue):
             print(f"resumed {queue}: its consumers take messages again")
         else:
             print(f"{queue} was not paused; nothing changed")

@@ -95,7 +95,7 @@ class AsyncProducer:
                       dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
                       partition_key: Optional[str] = None, result_ttl: Any = None,
                       dedup_until: Optional[str] = None, depends_on: Optional[Sequence[tuple[str, str]]] = None,
-                      on_parent_failure: str = "fail") -> str:
+                      on_parent_failure: str = "fail", group: Optional[str] = None) -> str:
         """Producer.publish(): queue one message in one round trip; its id.
         MessageError (raised before anything is sent) for a bad argument.
         ``result_ttl`` (s; None: the queue's declared one; 0: not tracked):
@@ -105,19 +105,20 @@ class AsyncProducer:
             return await self._steps.publish(
                 queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
                 ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
-                dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure)
+                dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure, group=group)
         async with self._broker.turns:
             declared = await self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                                  dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                                 result_ttl=result_ttl, declared=declared, dedup_until=dedup_until)
+                                 result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
             return (await self._deliver(out))[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                            delay: Any = None, at: Any = None, priority: int = 0,
                            dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
                            ttl: Any = None, partition_key: Optional[str] = None,
-                           result_ttl: Any = None, dedup_until: Optional[str] = None) -> list[str]:
+                           result_ttl: Any = None, dedup_until: Optional[str] = None,
+                           group: Optional[str] = None) -> list[str]:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
@@ -125,7 +126,7 @@ class AsyncProducer:
             declared = await self._declared(queue)
             out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                   dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
-                                  result_ttl=result_ttl, declared=declared, dedup_until=dedup_until)
+                                  result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
             return await self._deliver(out)
 
     async def chain(self, steps: Sequence[Any]) -> list[str]:

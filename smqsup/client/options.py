@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from typing import Any
 
-from smqsup import defaults, safe
+from smqsup import defaults, framing, safe
 from smqsup.errors import MessageError
 from smqsup.store import scripts
 
@@ -87,6 +87,24 @@ def dedup_key(value: object, what: str = "dedup_key") -> str:
     return value
 
 
+def group(value: object) -> bytes:
+    """A message group's name, as its frame carries it: a str of 1 to
+    GROUP_NAME_MAX_BYTES bytes of UTF-8, without control characters (it is
+    shown in status lines, logs and pages)."""
+    if not isinstance(value, str):
+        raise MessageError(f"group: expected a string, got {_shown(value)}")
+    try:
+        name = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MessageError("group: holds a lone surrogate (text that is not valid Unicode)") from None
+    if not 1 <= len(name) <= framing.GROUP_NAME_MAX_BYTES:
+        raise MessageError(f"group: expected 1 to {framing.GROUP_NAME_MAX_BYTES} bytes of UTF-8, got {len(name)} "
+                           f"({safe.escape(repr(value), 40)})")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        raise MessageError(f"group: holds a control character ({safe.escape(repr(value), 40)})")
+    return name
+
+
 def result_ttl(value: object) -> int:
     """Seconds (a number or a timedelta) from 0 (not tracked) to
     RESULT_TTL_MAX_S, rounded up to whole seconds."""
@@ -121,7 +139,7 @@ def dedup_until(value: object, dedup_key: object, dedup_ttl: object) -> str:
 
 def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
           default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0, until: str = "",
-          link: str = "") -> scripts.Options:
+          link: str = "", group_: bytes = b"") -> scripts.Options:
     """The checked options of one publish call, in the script's units."""
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
@@ -131,7 +149,7 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
     return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s,
-                           events_max, until, link)
+                           events_max, until, link, group_)
 
 
 def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:

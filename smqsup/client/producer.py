@@ -54,6 +54,13 @@ class Producer:
     a queue with partitions, messages with the same key go to the same
     partition, so they keep their order (a message with a dedup key and no
     partition key goes by its dedup key; the others round-robin).
+    ``group`` (a str of 1 to 256 bytes of UTF-8, no control characters): the
+    message's group (a tenant, a customer, an API key): the queue's
+    consumers take from its groups in turn, one message per group per turn,
+    so a group with 100,000 waiting delays one with 10 by at most one
+    message per turn; its options ``group_concurrency`` and
+    ``group_rate_limit`` bound each group. On a queue with partitions a
+    group lives in the partition its name picks (not with ``partition_key``).
     ``result_ttl`` (seconds; None: the queue's ``result_ttl`` option, as its
     consumers declared it; 0: not tracked): its state, progress and outcome
     are kept until that long after it ended (result(), state(), progress()).
@@ -115,7 +122,8 @@ class Producer:
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
                 dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
                 partition_key: Optional[str] = None, result_ttl: Any = None, dedup_until: Optional[str] = None,
-                depends_on: Optional[Sequence[tuple[str, str]]] = None, on_parent_failure: str = "fail") -> str:
+                depends_on: Optional[Sequence[tuple[str, str]]] = None, on_parent_failure: str = "fail",
+                group: Optional[str] = None) -> str:
         """Queue one message in one round trip (with ``depends_on``, a few);
         return its id. The options are the class docstring's. Raises
         MessageError (bad queue name, not JSON, over max_message_size, a bad
@@ -124,7 +132,7 @@ class Producer:
         count, said = self._declared(queue)
         out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                              dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                             result_ttl=result_ttl, declared=said, dedup_until=dedup_until)
+                             result_ttl=result_ttl, declared=said, dedup_until=dedup_until, group=group)
         if depends_on is not None:
             return flows.held(self, out, count, depends_on, on_parent_failure)
         return self._deliver(out, count)[0]
@@ -168,7 +176,7 @@ class Producer:
                      delay: Any = None, at: Any = None, priority: int = 0,
                      dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
                      ttl: Any = None, partition_key: Optional[str] = None, result_ttl: Any = None,
-                     dedup_until: Optional[str] = None) -> list[str]:
+                     dedup_until: Optional[str] = None, group: Optional[str] = None) -> list[str]:
         """Queue many messages in one round trip; return their ids in order.
         Every body is encoded and checked before anything is sent; a lost
         reply raises PublishUncertain naming all of them.
@@ -187,7 +195,7 @@ class Producer:
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                              partition_key=partition_key, result_ttl=result_ttl,
-                                             declared=said, dedup_until=dedup_until), count)
+                                             declared=said, dedup_until=dedup_until, group=group), count)
 
     def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
         """What ``queue``'s consumers declared, read together and cached: its

@@ -87,6 +87,16 @@ class Sending:
     now: float
 
 
+def _partition_key(partition_key: Any, group: Any) -> Optional[str]:
+    """The checked partition key; MessageError with a group too (a group
+    lives in the partition its name picks)."""
+    if partition_key is None:
+        return None
+    if group is not None:
+        raise MessageError("partition_key and group: give one (a group lives in the partition its name picks)")
+    return options.dedup_key(partition_key, "partition_key")
+
+
 class Publishing:
     """The state and the pure steps every producer shares (see the module's
     docstring): its settings, checked; the queues it has registered; the
@@ -120,17 +130,17 @@ class Publishing:
     def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
             priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
             partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED,
-            dedup_until: Any = None, link: str = "") -> Outgoing:
+            dedup_until: Any = None, link: str = "", group: Any = None) -> Outgoing:
         """publish()'s message, checked and encoded (MessageError before
         anything is sent); tracked for ``result_ttl``, or, when that is
         None, for the queue's declared result_ttl (0: not tracked); with
         events when the queue declared them; a member of batch ``link``
-        ("HOME\tBID") if given."""
+        ("HOME\tBID") if given; of message group ``group`` if given."""
         self.check_queue(queue)
-        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
+        by = _partition_key(partition_key, group)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None and dedup_until is None and not link:
+                and dedup_ttl is None and dedup_until is None and not link and group is None:
             if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
                 mid = new_id()
                 payload = self._writer(queue).payload(mid, body, created_at=time.time())
@@ -141,21 +151,22 @@ class Publishing:
         keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
         mid = message.check_message_id(message_id) if message_id is not None else new_id()
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
-                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link)
+                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
         return self._with_options(queue, [body], [mid], headers, keys, opts, by)
 
     def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], *, delay: Any,
              at: Any, priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, partition_key: Any,
              result_ttl: Any = None, declared: Declared = NOTHING_DECLARED, dedup_until: Any = None,
-             link: str = "") -> Outgoing:
+             link: str = "", group: Any = None) -> Outgoing:
         """publish_many()'s messages, checked and encoded (every body before
-        anything is sent); tracked, and members of a batch, as one() says."""
+        anything is sent); tracked, members of a batch, and of a group, as
+        one() says."""
         self.check_queue(queue)
-        by = None if partition_key is None else options.dedup_key(partition_key, "partition_key")
+        by = _partition_key(partition_key, group)
         items = materialise(queue, bodies)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None and dedup_until is None and not link:
+                and dedup_ttl is None and dedup_until is None and not link and group is None:
             writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
             ids = new_ids(len(items))
             payload = writer.payload
@@ -163,7 +174,7 @@ class Publishing:
             return Outgoing(queue, ids, frames, None, by, [])
         keys = dedup_keys(dedup_key, len(items))
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
-                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link)
+                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
         return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by)
 
     def check_queue(self, queue: str) -> None:
@@ -171,12 +182,14 @@ class Publishing:
             valid_name(queue, "queue")
 
     def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
-                 dedup_ttl: Any, kept: int, events_max: int = 0, until: str = "", link: str = "") -> scripts.Options:
+                 dedup_ttl: Any, kept: int, events_max: int = 0, until: str = "", link: str = "",
+                 group: Any = None) -> scripts.Options:
         if dedup_ttl is not None and dedup_key is None:
             raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
         return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
                              default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s), result_ttl_s=kept,
-                             events_max=events_max, until=until, link=link)
+                             events_max=events_max, until=until, link=link,
+                             group_=b"" if group is None else options.group(group))
 
     def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
                       keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> Outgoing:
@@ -210,11 +223,14 @@ class Publishing:
 
     def route(self, out: Outgoing, count: int) -> list[tuple[str, list[int]]]:
         """(partition, positions of its messages) for ``out`` on a queue of
-        ``count`` partitions: all to the partition key's, else (options) to
-        each dedup key's, else to the next in turn."""
+        ``count`` partitions: all to the partition key's, else to their
+        group's (a group lives in one partition: its name is the key), else
+        (options) to each dedup key's, else to the next in turn."""
         everything = list(range(len(out.ids)))
         if out.options is None:
             return [(self._partition(out.queue, out.by, count), everything)]
+        if out.options.group:
+            return [(self._partition(out.queue, out.options.group.decode("utf-8"), count), everything)]
         keys = out.keys
         if out.by is not None or all(key is None for key in keys) or len(set(keys)) == 1:
             return [(self._partition(out.queue, out.by if out.by is not None else keys[0], count), everything)]

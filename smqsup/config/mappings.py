@@ -31,12 +31,20 @@ def mapping(value: object, key: str, path: str, allowed: Collection[str]) -> dic
     return expanded
 
 
+#: Keys an unknown key's error lists at most.
+_KEYS_LISTED = 16
+
+
 def _unknown_key(name: object, key: str, path: str, allowed: Collection[str]) -> ConfigError:
     close = difflib.get_close_matches(key_text(name), list(allowed), n=1)
     if close:
         problem = f"unknown key, did you mean {close[0]!r}?"
-    else:
+    elif len(allowed) <= _KEYS_LISTED:
         problem = f"unknown key (expected one of: {', '.join(allowed)})"
+    else:  # (a queue's options: the line stays short; the README lists them all)
+        listed = list(allowed)[:_KEYS_LISTED]
+        problem = (f"unknown key (expected one of: {', '.join(listed)}, or {len(allowed) - _KEYS_LISTED} more: "
+                   f"see the README)")
     return error(problem, path=path, key=join_key(key, name))
 
 

@@ -39,6 +39,8 @@ RATE_BURST_MAX = 100_000
 _MAX_MESSAGES_MAX = 1_000_000_000
 #: Ready messages per running consumer past which an autoscaled queue steps up.
 SCALE_UP_BACKLOG_MAX = 1_000_000
+#: Messages of one group in consumers' lists at once.
+GROUP_CONCURRENCY_MAX = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,21 @@ class QueueConfig:
     #: Hash tags (queues "name", "name~1", ...) the queue spreads over, so
     #: that the masters of a Redis Cluster share its load.
     partitions: int = 1
+    #: Message groups: the most messages of one group in consumers' lists at
+    #: once, across every consumer on every host (0: no limit), and the
+    #: starts per second one group may have (0: no limit) with its burst.
+    group_concurrency: int = 0
+    group_rate_limit_per_s: float = 0.0
+    group_rate_burst: int = 1
+
+    @property
+    def group_limits(self) -> tuple[int, int, int]:
+        """What the fetch scripts take of the group limits
+        (includes/groups.lua): group_concurrency, µs between one group's
+        starts (0: none), its burst. A group lives in one partition: each
+        group keeps its whole limit."""
+        interval = max(1, round(1_000_000 / self.group_rate_limit_per_s)) if self.group_rate_limit_per_s else 0
+        return (self.group_concurrency, interval, self.group_rate_burst)
 
     @property
     def rate(self) -> tuple[int, int]:
@@ -155,6 +172,10 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "rate_limit": ("rate_limit_per_s", scalars.rate_limit),
     "rate_burst": ("rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (starts back to back)")),
     "partitions": ("partitions", scalars.int_range(1, PARTITIONS_MAX, " (hash tags one queue spreads over)")),
+    "group_concurrency": ("group_concurrency", scalars.int_range(
+        1, GROUP_CONCURRENCY_MAX, " (messages of one group at once)")),
+    "group_rate_limit": ("group_rate_limit_per_s", scalars.rate_limit),
+    "group_rate_burst": ("group_rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (one group's starts back to back)")),
     "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
     "result_ttl": ("result_ttl_s", scalars.result_ttl),
     "events": ("events", scalars.boolean),

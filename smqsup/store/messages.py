@@ -281,9 +281,10 @@ class Messages:
         return results
 
     def screen(self, queue: str, consumer_id: str, frame: bytes,
-               rate: scripts.Rate = scripts.NO_RATE) -> tuple[int, int]:
+               rate: scripts.Rate = scripts.NO_RATE) -> tuple[int, int, Optional[bytes]]:
         """(scripts.HANDLE, GIVEN_BACK (paused), EXPIRED, RATE_LIMITED (given
-        back) or GONE; µs to wait) for a frame fetch() just moved into the
+        back), NO_TURN or GONE; µs to wait; the frame a group's ticket was
+        redeemed for, or None) for a frame fetch() just moved into the
         consumer's list."""
         with wrapped(f"fetch from {queue!r}"):
             return scripts.screen(self._link.keys(queue), consumer_id, frame, rate).run(self._link.hot)

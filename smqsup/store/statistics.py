@@ -34,30 +34,51 @@ class QueueReading:
     recent: list[bytes]  # the latest history points (JSON), newest first
     supervisors: dict[bytes, bytes]  # supervisor HOST:PID -> what it says of its consumers (JSON)
     partitions: int = 1  # how many partitions were read and summed
+    #: The message groups with the most ready messages: (group, ready), most first (at most BUSIEST_GROUPS).
+    busiest: tuple[tuple[str, int], ...] = ()
 
 
+#: Groups a reading names (the largest backlogs).
+BUSIEST_GROUPS = 5
 #: Replies of _ask_sizes.
-_SIZE_READS = 5
+_SIZE_READS = 8
 #: Replies of _ask_reading beyond the sizes (without the history points).
 _OTHER_READS = 8
 
 
 def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
     """Queue the size reads for _sizes_of (pending: the list and the priority
-    set; scheduled; delayed: retries waiting; dead): every size reader goes
-    here."""
+    set and the groups' ready frames; scheduled; delayed: retries waiting;
+    dead; the groups with ready frames, and the busiest): every size reader
+    goes here."""
     pipe.llen(k.pending)
     pipe.zcard(k.priority)
+    pipe.zcard(k.groups[0])
     pipe.zcard(k.scheduled)
     pipe.zcard(k.delayed)
     pipe.llen(k.dead)
+    pipe.zcard(k.groups[1])
+    pipe.zrevrange(k.groups[1], 0, BUSIEST_GROUPS - 1, withscores=True)
 
 
 def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
-    """Sizes by state."""
-    pending, ready, scheduled, delayed, dead = replies
-    return {"pending": int(pending) + int(ready), "scheduled": int(scheduled), "delayed": int(delayed),
-            "dead": int(dead)}
+    """Sizes by state. ``pending`` counts the ready messages: the pending
+    list (where each group with a turn waiting has one ticket: counted too),
+    the priority set and the groups' ready frames; ``groups`` the groups
+    with ready messages."""
+    pending, ready, grouped, scheduled, delayed, dead, groups, _ = replies
+    return {"pending": int(pending) + int(ready) + int(grouped), "scheduled": int(scheduled),
+            "delayed": int(delayed), "dead": int(dead), "groups": int(groups)}
+
+
+def _busiest(reply: Any) -> tuple[tuple[str, int], ...]:
+    """(group, ready) of a ZREVRANGE WITHSCORES of the groups' counts; a
+    score that is no finite number (anyone may ZADD anything) counts as 0."""
+    out = []
+    for name, score in reply or ():
+        number = score if isinstance(score, float) and score == score and abs(score) < 1e15 else 0.0
+        out.append((text(name), max(0, int(number))))
+    return tuple(out)
 
 
 def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
@@ -82,7 +103,8 @@ def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     paused, counters, consumers, beats, leader, gc, slots, supervisors, *recent = replies[_SIZE_READS:]
     lengths = [int(next(held)) for _ in consumers]
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
-                        counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors)
+                        counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors,
+                        busiest=_busiest(replies[_SIZE_READS - 1]))
 
 
 def _merged(readings: list[QueueReading]) -> QueueReading:
@@ -106,7 +128,9 @@ def _merged(readings: list[QueueReading]) -> QueueReading:
     return QueueReading(sizes, any(r.paused for r in readings), [held[cid] for cid in consumers],
                         _summed([r.counters for r in readings]), consumers, sorted(beats.items()), first.leader,
                         _summed([r.gc for r in readings]), first.slots, first.recent, first.supervisors,
-                        partitions=len(readings))
+                        partitions=len(readings),
+                        busiest=tuple(sorted((g for r in readings for g in r.busiest), key=lambda g: -g[1])
+                                      [:BUSIEST_GROUPS]))
 
 
 def _summed(hashes: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:

@@ -52,7 +52,7 @@ _NOTE_CHARS = 200
 def render(snap: dict[str, Any]) -> str:
     """The snapshot as aligned text tables."""
     out = [_queue_table(snap)]
-    for notes in (_supervisor_lines(snap), _event_notes(snap)):
+    for notes in (_supervisor_lines(snap), _group_lines(snap), _event_notes(snap)):
         if notes:
             out.append(notes)
     if snap.get("schedules"):
@@ -122,6 +122,18 @@ def _supervisor(sup: dict[str, Any], now_ms: int) -> str:
     elif sup.get("rolling"):
         parts.append("rolling")
     return ", ".join(parts)
+
+
+def _group_lines(snap: dict[str, Any]) -> str:
+    """A line per queue with message groups waiting: how many, and the
+    largest backlogs."""
+    lines = []
+    for name, q in sorted(snap["queues"].items()):
+        groups = q.get("groups") or {}
+        if groups.get("waiting"):
+            busiest = ", ".join(f"{cell(g['group'])} {g['ready']}" for g in groups.get("busiest") or [])
+            lines.append(f"  {cell(name)}: {groups['waiting']} groups waiting; largest backlogs: {busiest}")
+    return "\n".join(lines)
 
 
 def _event_notes(snap: dict[str, Any]) -> str:

@@ -63,7 +63,7 @@ class Fetcher:
         self.name = queue.name
         self.keys = broker.keys(self.name)  # the current partition's
         #: The queue's rate limit (its share per partition is the scripts').
-        self.rate: scripts.Rate = (*queue.rate, len(self.partitions.names))
+        self.rate: scripts.Rate = (*queue.rate, len(self.partitions.names), *queue.group_limits)
         self.limited = queue.rate_limit_per_s > 0
         self.paused = False  # the current partition's flag, as the last script said it
         self.checked = False  # a script just found the queue empty: a BLMOVE may follow
@@ -113,7 +113,7 @@ class Fetcher:
         """Another host declared ``count`` partitions: work with those."""
         if count != len(self.partitions.names):
             self.partitions = Partitions(self.queue.name, count)
-            self.rate = (*self.queue.rate, count)
+            self.rate = (*self.queue.rate, count, *self.queue.group_limits)
 
     def move(self, name: str) -> None:
         """Work on partition ``name`` from now on (nothing in hand)."""
@@ -162,13 +162,16 @@ class Fetcher:
         return frame, 0
 
     def screen(self, frame: bytes) -> Optional[Taken]:
-        """The frame, its start booked, if it is to be handled; else None:
+        """The frame, its start booked, if it is to be handled (for a
+        group's ticket: the group's frame it was redeemed for); else None:
         given back to a paused or rate-limited queue, expired
-        (dead-lettered), or reclaimed meanwhile."""
-        verdict, wait_us = self.broker.messages.screen(self.name, self.identity.consumer_id, frame, self.rate)
+        (dead-lettered), a ticket whose group had nothing to give, or
+        reclaimed meanwhile."""
+        verdict, wait_us, redeemed = self.broker.messages.screen(self.name, self.identity.consumer_id, frame,
+                                                                 self.rate)
         if verdict == scripts.HANDLE:
-            return frame, wait_us
-        if verdict == scripts.RATE_LIMITED:
+            return redeemed or frame, wait_us
+        if verdict == scripts.RATE_LIMITED or (verdict == scripts.NO_TURN and wait_us):
             self.no_start(wait_us)
         elif verdict == scripts.GIVEN_BACK:
             self.note_paused(True)

@@ -79,5 +79,5 @@ class Recovery:
         taken = self.fetcher.screen(frame)
         if taken is not None:
             log.info("queue %s: consumer %s handles message %s found in its list",
-                     self.fetcher.name, self.identity.consumer_id, framing.peek_id(frame))
+                     self.fetcher.name, self.identity.consumer_id, framing.peek_id(taken[0]))
         return taken

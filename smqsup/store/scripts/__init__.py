@@ -27,7 +27,16 @@ from __future__ import annotations
 
 from smqsup.store.scripts import contents, messages, registry, tracking, workflows
 from smqsup.store.scripts.calls import Batch, Call, Lock, Script, ScriptClient, meta_json
-from smqsup.store.scripts.contents import Peeked, ReadBudget, dlq_purge, dlq_requeue, partitions, peek_range, remove
+from smqsup.store.scripts.contents import (
+    Peeked,
+    ReadBudget,
+    dlq_purge,
+    dlq_requeue,
+    group_pause,
+    partitions,
+    peek_range,
+    remove,
+)
 from smqsup.store.scripts.messages import (
     DEAD,
     DELAYED,
@@ -37,6 +46,7 @@ from smqsup.store.scripts.messages import (
     HANDLE,
     LATE,
     NO_RATE,
+    NO_TURN,
     RATE_LIMITED,
     RETRIED,
     TAKE_MAX,
@@ -79,10 +89,10 @@ LAG = Script("lag")
 ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS, LAG)
 
 __all__ = [
-    "ALL", "LAG", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE", "RATE_LIMITED",
-    "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
+    "ALL", "LAG", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE",
+    "NO_TURN", "RATE_LIMITED", "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
-    "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
+    "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "group_pause", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
     "publish_options", "batch_settle", "depend", "hold", "unblock",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",

@@ -12,6 +12,8 @@
 -- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
 --          event stream (includes/track.lua)
 -- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
+-- KEYS[14..18] its group keys (includes/groups.lua: a grouped frame acked
+--          frees its group's slot; a ticket taken is redeemed)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
@@ -20,7 +22,8 @@
 --          whole queue, "0" for none
 -- ARGV[6]  its burst (starts allowed back to back, >= 1)
 -- ARGV[7]  partitions the consumer works (rate_of's ``known``)
--- ARGV[8]  (a tracked message only) its result, JSON text: the record says
+-- ARGV[8..10] the queue's group limits (take.lua's ARGV[6..8])
+-- ARGV[11] (a tracked message only) its result, JSON text: the record says
 --          "done" with it, unless the ack was late
 --
 -- Returns {acked, next, registered, paused, wait[, told, ended]}
@@ -67,7 +70,7 @@ if acked == 0 then
 elseif count then
   redis.pcall('HINCRBY', counters, 'acked', 1)
 end
-local result = ARGV[8]
+local result = ARGV[11]
 local taken = nil
 local limited = ARGV[5] ~= '0'
 if not result and plain(frame) then
@@ -81,9 +84,14 @@ if not result and plain(frame) then
 end
 
 --- @include "fetch_next"
+groups_use(KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], pending, nil, ARGV[8], ARGV[9], ARGV[10])
 local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
--- (a frame that is not plain ends here: its record, its event, its links)
-if acked == 1 and (result or not plain(frame)) then track(T, frame, 'done', 'done', nil, nil, result or 'null') end
+-- (a frame that is not plain ends here: its record, its event, its links,
+-- its group's slot)
+if acked == 1 and (result or not plain(frame)) then
+  track(T, frame, 'done', 'done', nil, nil, result or 'null')
+  group_settled(frame)
+end
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7], track = T,
            rate = limited and rate_of(KEYS[8], KEYS[9], ARGV[5], ARGV[6], ARGV[7]) or nil}

@@ -19,8 +19,15 @@ _REMOVE = Script("remove")
 _DLQ_PURGE = Script("dlq_purge")
 _PARTITIONS = Script("partitions")
 _PEEK_RANGE = Script("peek_range")
+_GROUP_PAUSE = Script("group_pause")
 
-SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE)
+SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_PAUSE)
+
+
+def group_pause(keys: QueueKeys, group: bytes, info: str) -> Call[bool]:
+    """Pause message group ``group`` (``info``: the pause's record, JSON), or
+    resume it (``info`` ""); whether that changed anything."""
+    return Call(_GROUP_PAUSE, (keys.pending, *keys.groups), (group, info), bool)
 
 
 def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str]]]) -> Call[list[bool]]:
@@ -48,7 +55,7 @@ def dlq_requeue(keys: QueueKeys, entries: Sequence[bytes]) -> Call[int]:
     """Move the given dead-letter entries back to pending, attempts reset
     (call with at least one entry)."""
     return Call(_DLQ_REQUEUE, (keys.dead, keys.pending, keys.counters, keys.priority, keys.priority_seq,
-                               keys.tracked, keys.tracked_expiry, keys.events), entries,
+                               keys.tracked, keys.tracked_expiry, keys.events, *keys.groups), entries,
                 int)
 
 

@@ -11,6 +11,8 @@
 -- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set (includes/track.lua:
 --          a tracked message requeued is "waiting" again, its end forgotten),
 --          KEYS[8] its event stream ("requeued")
+-- KEYS[9..13] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+--          (a grouped message goes back to its group)
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
 -- Returns the number of entries moved. An entry no longer in KEYS[1] (another
@@ -25,6 +27,7 @@ local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8]}
 --- @include "wrong_type"
 --- @include "ready"
 --- @include "track"
+groups_use(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], pending, prio_seq)
 
 local refused = wrong_type({{dead, 'list'}, {pending, 'list'}, {prio_set, 'zset'}})
 if refused then return refused end
@@ -33,9 +36,9 @@ for _, entry in ipairs(ARGV) do
   if redis.call('LREM', dead, 1, entry) == 1 then
     local nl = string.find(entry, '\n', 1, true)
     local frame = nl and string.sub(entry, nl + 1) or entry
-    local attempts, priority, _, _, kept_s, events_max = head_of(frame)
+    local attempts, priority, _, _, kept_s, events_max, _, group_len = head_of(frame)
     if attempts then
-      frame = head_for(priority, 0, kept_s, events_max) .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
+      frame = head_for(priority, 0, kept_s, events_max, nil, group_len) .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
       local id = tracked_of(frame)
       if id then redis.pcall('ZREM', T.expiry, id) end
     end

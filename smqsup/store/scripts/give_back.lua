@@ -9,6 +9,9 @@
 -- KEYS[3]  tracking hash of the queue, KEYS[4] its expiry set, KEYS[5] its
 --          event stream
 --          (includes/track.lua: a tracked frame given back is "waiting")
+-- KEYS[6..10] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+--          (a grouped frame frees its group's slot and goes back to the front
+--          of its group; a ticket goes back as it is)
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
 --
 -- Returns how many went back: a frame no longer in KEYS[1] (reclaimed
@@ -21,6 +24,8 @@ local processing, pending = KEYS[1], KEYS[2]
 local T = {hash = KEYS[3], expiry = KEYS[4], events = KEYS[5]}
 --- @include "wrong_type"
 --- @include "track"
+--- @include "groups"
+groups_use(KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], pending)
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
@@ -28,7 +33,8 @@ local given = 0
 -- The newest first: the oldest lands last at the consuming end, so goes first.
 for i = #ARGV, 1, -1 do
   if redis.call('LREM', processing, 1, ARGV[i]) > 0 then
-    redis.call('RPUSH', pending, ARGV[i])
+    group_settled(ARGV[i])
+    if is_ticket(ARGV[i]) or not group_ready(ARGV[i], true) then redis.call('RPUSH', pending, ARGV[i]) end
     track(T, ARGV[i], 'waiting', 'returned')
     given = given + 1
   end

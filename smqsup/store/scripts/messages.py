@@ -27,15 +27,18 @@ SCRIPTS = (_ACK, _NACK, _PROMOTE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK,
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
-#: screen outcomes, as the script returns them.
-HANDLE, GIVEN_BACK, EXPIRED, RATE_LIMITED, GONE = 0, 1, 2, 3, -1
+#: screen outcomes, as the script returns them (NO_TURN: a group's ticket
+#: whose group had no frame to give).
+HANDLE, GIVEN_BACK, EXPIRED, RATE_LIMITED, NO_TURN, GONE = 0, 1, 2, 3, 4, -1
 
-#: A queue's rate limit as the fetch scripts take it: (µs between handler
-#: starts across the whole queue, its burst, the partitions the consumer
-#: works); NO_RATE for a queue without one. Each partition keeps its share
-#: (includes/rate.lua).
-Rate = tuple[int, int, int]
-NO_RATE: Rate = (0, 1, 1)
+#: A queue's limits as the fetch scripts take them: its rate limit (µs
+#: between handler starts across the whole queue, its burst, the partitions
+#: the consumer works: each partition keeps its share, includes/rate.lua),
+#: then its group limits (group_concurrency, 0: none; µs between one
+#: group's starts, 0: none; its burst: includes/groups.lua); NO_RATE for a
+#: queue without any.
+Rate = tuple[int, int, int, int, int, int]
+NO_RATE: Rate = (0, 1, 1, 0, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -108,10 +111,11 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..13] of ack.lua and take.lua: what includes/fetch_next.lua needs
+    """KEYS[1..18] of ack.lua and take.lua: what includes/fetch_next.lua needs
     (formed once per consumer: they are sent with every message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
-            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps)
+            keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
+            *keys.groups)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
@@ -153,21 +157,24 @@ def give_back(keys: QueueKeys, consumer_id: str, frames: Sequence[bytes]) -> Cal
     consumer's list to the consuming end of pending, free of cost; how many
     were still there to go back."""
     return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending, keys.tracked, keys.tracked_expiry,
-                                keys.events),
+                                keys.events, *keys.groups),
                 tuple(frames), int)
 
 
-def _screen_result(reply: Sequence[Any]) -> tuple[int, int]:
-    verdict, wait = reply
-    return int(verdict), _wait_of(wait)
+def _screen_result(reply: Sequence[Any]) -> tuple[int, int, Optional[bytes]]:
+    verdict, wait, *redeemed = reply
+    return int(verdict), _wait_of(wait), bytes(redeemed[0]) if redeemed else None
 
 
-def screen(keys: QueueKeys, consumer_id: str, frame: bytes, rate: Rate = NO_RATE) -> Call[tuple[int, int]]:
+def screen(keys: QueueKeys, consumer_id: str, frame: bytes,
+           rate: Rate = NO_RATE) -> Call[tuple[int, int, Optional[bytes]]]:
     """(HANDLE, GIVEN_BACK (queue paused), EXPIRED, RATE_LIMITED (given
-    back) or GONE; µs to wait before the start or the next look) for a frame
-    a blocking fetch just moved into the consumer's list."""
+    back), NO_TURN or GONE; µs to wait before the start or the next look;
+    the frame a group's ticket was redeemed for, which took its place, or
+    None) for a frame a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
-                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps),
+                          keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
+                          *keys.groups),
                 (frame, *rate),
                 _screen_result)
 
@@ -184,7 +191,7 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
-                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps),
+                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps, *keys.groups),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -197,7 +204,8 @@ def _promote_result(reply: Sequence[Any]) -> PromoteResult:
 def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call[PromoteResult]:
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
-                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps],
+                                keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
+                                *keys.groups],
                                [batch],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
@@ -216,6 +224,7 @@ class Options:
     events_max: int = 0  # 0: no events; else the event stream's cap
     dedup_until: str = ""  # "": a dedup key holds for dedup_ttl_ms; "done" / "start": until its message ends / starts
     link: str = ""  # "": none; "HOME\tBID": each message is a member of batch BID (store/batches.py)
+    group: bytes = b""  # b"": none; else every message's group (UTF-8, 1 to GROUP_NAME_MAX_BYTES)
 
 
 def _id_pairs(reply: Sequence[Any]) -> list[tuple[str, bool]]:
@@ -227,10 +236,10 @@ def publish_options(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[
     """Publish (id, payload, dedup key or None) items with ``options``;
     per item (the id queued, True) or (the id holding its dedup key, False)."""
     key_list = [keys.pending, keys.counters, keys.priority, keys.priority_seq, keys.scheduled, keys.tracked,
-                keys.tracked_expiry, keys.events, keys.deps]
+                keys.tracked_expiry, keys.events, keys.deps, *keys.groups]
     args: list[Any] = [int(count), options.priority, options.delay_ms, options.at_ms, options.ttl_ms,
                        options.dedup_ttl_ms, options.result_ttl_s, options.events_max, options.dedup_until,
-                       options.link]
+                       options.link, options.group]
     for mid, payload, dedup_key in items:
         args += [mid, dedup_index(key_list, keys, dedup_key), payload]
     return Call(_PUBLISH_OPTIONS, key_list, args, _id_pairs)

@@ -16,6 +16,8 @@
 --          event stream
 --          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
 -- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
+-- KEYS[16..20] its group keys (includes/groups.lua: a grouped frame frees its
+--          group's slot, and a retry ready at once goes back to its group)
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages)
@@ -30,6 +32,7 @@
 --          whole queue, "0" for none
 -- ARGV[9]  its burst (>= 1)
 -- ARGV[10] partitions the consumer works (rate_of's ``known``)
+-- ARGV[11..13] the queue's group limits (take.lua's ARGV[6..8])
 --
 -- Counts in KEYS[5]: "retried" (back to pending or delayed), "dead_lettered",
 -- "late_acks".
@@ -57,6 +60,7 @@ local q = {processing = processing, pending = pending, counters = counters, cons
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
 q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15]}
+groups_use(KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now
@@ -84,6 +88,7 @@ local outcome = 0
 if redis.call('LREM', processing, 1, fetched) == 0 then
   redis.pcall('HINCRBY', counters, 'late_acks', 1)
 else
+  group_settled(fetched)
   local at_ms = now_ms()
   local frame
   outcome, frame = retry(fetched, at_ms)

@@ -11,7 +11,8 @@
 -- KEYS[9]  its deps set (includes/deps.lua): the holders of dedup keys held
 --          until their message starts or ends ("k" and "u" entries), batch
 --          memberships ("b")
--- KEYS[10..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
+-- KEYS[10..14] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+-- KEYS[15..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
 -- ARGV[1]  "1": count in KEYS[2] (statistics on)
 -- ARGV[2]  priority, 0-9
 -- ARGV[3]  delay in ms from now (integer >= 0), or -1: none
@@ -31,7 +32,10 @@
 --          plays no part); the head is linked
 -- ARGV[10] "" or "HOME\tBID": each message queued is a member of batch BID,
 --          whose keys are on queue HOME's slot; the head is linked
--- ARGV[11..]  three per message, oldest first: its id, the index in KEYS of
+-- ARGV[11] "" or the group of every message (1 to 256 bytes): each frame
+--          ends with it, its head says its length, and it is made ready in
+--          its group (includes/groups.lua)
+-- ARGV[12..]  three per message, oldest first: its id, the index in KEYS of
 --          its dedup key (0: none), its payload
 --
 -- Returns {id1, queued1, id2, queued2, ...}: per message, 1 and its own id
@@ -56,8 +60,13 @@ local T = (kept_s > 0 or events_max > 0) and {hash = KEYS[6], expiry = KEYS[7], 
 --- @include "track"
 
 local expected = {{pending, 'list'}, {prio_set, 'zset'}, {scheduled, 'zset'}}
-if #KEYS > 9 or link ~= '' then expected[#expected + 1] = {deps, 'zset'} end
-for i = 10, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
+if #KEYS > 14 or link ~= '' then expected[#expected + 1] = {deps, 'zset'} end
+for i = 15, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
+local group = ARGV[11]
+if group ~= '' then
+  groups_use(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], pending, prio_seq)
+  expected[#expected + 1] = {KEYS[10], 'zset'}
+end
 local refused = wrong_type(expected)
 if refused then return refused end
 
@@ -69,7 +78,8 @@ if delay_ms >= 0 then due = now_ms_up() + delay_ms elseif due_at_ms >= 0 then du
 local expires = 0
 if ttl_ms > 0 then expires = at_ms + ttl_ms end
 local head = head_for(priority, expires, kept_s, events_max,
-                      (hold_to ~= '' and LINK_HOLD or 0) + (link ~= '' and LINK_BATCH or 0))
+                      (hold_to ~= '' and LINK_HOLD or 0) + (link ~= '' and LINK_BATCH or 0),
+                      group ~= '' and #group or nil)
 
 -- Who holds dedup key ``key`` (its full name) for message ``id``, or nil
 -- once this call took it: the holder of an end or start hold ("k" entry:
@@ -91,7 +101,7 @@ local function holder_of(key, id)
 end
 
 local out, queued, deduplicated, ready = {}, 0, 0, {}
-for i = 11, #ARGV - 2, 3 do
+for i = 12, #ARGV - 2, 3 do
   local id, dk, payload = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local holder = nil
   if dk > 0 then holder = holder_of(KEYS[dk], id) end
@@ -100,7 +110,7 @@ for i = 11, #ARGV - 2, 3 do
     out[#out + 1] = 0
     deduplicated = deduplicated + 1
   else
-    local frame = head .. payload
+    local frame = head .. payload .. group
     if due > at_ms then
       redis.call('ZADD', scheduled, due, frame)
       track(T, frame, 'scheduled', 'published', at_ms)

@@ -43,7 +43,7 @@ def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
     pending, dead, counters, the registry, heartbeats, retired and the
     tracking keys (its cancel set, event stream and dependencies too)."""
     return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-            keys.retired, keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps]
+            keys.retired, keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps, *keys.groups]
 
 
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,
@@ -76,7 +76,7 @@ def return_free(keys: QueueKeys, consumer_id: str, *, reason: str, batch: int,
     free of cost, registry untouched; with ``lock``, only if the lock holds
     its token (NOTLEADER otherwise)."""
     key_list, args = with_lock([keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.tracked,
-                                keys.tracked_expiry, keys.cancel, keys.events, keys.deps],
+                                keys.tracked_expiry, keys.cancel, keys.events, keys.deps, *keys.groups],
                                [meta_json(reason, consumer=consumer_id), batch], lock)
     return Call(_RETURN_FREE, key_list, args, _reclaim_result)
 

@@ -19,6 +19,9 @@
 --          event stream
 --          (includes/track.lua: a tracked frame taken is "active")
 -- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
+-- KEYS[14..18] its group keys: ready, count, state, rate, wait
+--          (includes/groups.lua: a ticket taken is redeemed for its group's
+--          frame; a grouped frame acked frees its group's slot)
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
 --          the consumer is registered and the queue paused); it takes at
@@ -27,8 +30,10 @@
 --          whole queue, "0" for none
 -- ARGV[4]  its burst (>= 1)
 -- ARGV[5]  partitions the consumer works (rate_of's ``known``)
--- ARGV[6]  "1": count the acks in KEYS[3] "acked" (statistics on); "0": not
--- ARGV[7..] frames to ack first, the exact bytes the consumer fetched (none:
+-- ARGV[6..8] the queue's group_concurrency (0: none), µs between one
+--          group's starts (0: no group rate) and its burst (groups_use)
+-- ARGV[9]  "1": count the acks in KEYS[3] "acked" (statistics on); "0": not
+-- ARGV[10..] frames to ack first, the exact bytes the consumer fetched (none:
 --          a take alone), each removed as ack.lua removes one
 --
 -- Returns {registered, paused, wait, late, told, ended, frame, start...}:
@@ -39,7 +44,7 @@
 -- order they must be handled, with the µs its consumer must wait before
 -- starting it (0 without a rate limit): none when the queue had none, is
 -- paused, or the consumer is not registered. late: the positions (1 for
--- ARGV[7]) of the acked frames that were not in KEYS[1] (late acks: counted
+-- ARGV[10]) of the acked frames that were not in KEYS[1] (late acks: counted
 -- in KEYS[3] "late_acks", nothing else touched).
 -- A key of the wrong type among KEYS[1, 2, 4, 5] is an error reply
 -- "WRONGTYPE ..." before anything is written (the hot path's first reads
@@ -54,7 +59,8 @@ local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 --- @include "plain"
 
--- The acks (ARGV[7..]), counted in KEYS[3]; returns the late positions.
+local FIRST_ACK = 10
+-- The acks (ARGV[10..]), counted in KEYS[3]; returns the late positions.
 -- Those acked that are not plain go to ``ended`` (their end is tracked
 -- once the includes exist: after the hot path).
 -- The frames a consumer finished are, when it started them in the order
@@ -63,51 +69,55 @@ local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 -- Otherwise each goes by LREM, from the right end.
 local ended = {}
 local function ack_all()
-  local count = #ARGV - 6
+  local count = #ARGV - FIRST_ACK + 1
   local late, acked = {}, 0
   if count > 1 then
     local tail = redis.call('LRANGE', q.processing, -count, -1)
     local same = #tail == count
     for j = 1, count do
       if not same then break end
-      same = tail[count - j + 1] == ARGV[6 + j]
+      same = tail[count - j + 1] == ARGV[FIRST_ACK - 1 + j]
     end
     if same then
       redis.call('LTRIM', q.processing, 0, -count - 1)
       acked = count
-      for i = 7, #ARGV do
+      for i = FIRST_ACK, #ARGV do
         if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
       end
     end
   end
   if acked == 0 then
-    for i = 7, #ARGV do
+    for i = FIRST_ACK, #ARGV do
       if redis.call('LREM', q.processing, -1, ARGV[i]) == 0 then
-        late[#late + 1] = i - 6
+        late[#late + 1] = i - FIRST_ACK + 1
       else
         acked = acked + 1
         if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
       end
     end
   end
-  if acked > 0 and ARGV[6] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
+  if acked > 0 and ARGV[9] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', acked) end
   if #late > 0 then redis.pcall('HINCRBY', q.counters, 'late_acks', #late) end
   return late
 end
 
 -- The hot path: a registered consumer, no rate limit, neither a priority
--- set nor a paused flag. No TYPE check is needed for the contract above:
--- its reads come before any write and fail by themselves on a key of the
--- wrong type (HEXISTS the registry, LLEN the pending list, the acks'
--- LRANGE or LREM, or LLEN, the consumer's list). More frames move in one
--- go (RPOP with a count, one LPUSH: the same order as an LMOVE each). It
--- returns before the includes below exist (their functions are made only
--- when a run reaches them), unless a frame it moved has a head to screen.
-local hot_reply, hot_frames = nil, nil
-if ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
-    and redis.call('EXISTS', q.paused, q.priority) == 0 then
-  local ready = redis.call('LLEN', q.pending)
-  if #ARGV < 7 and most > 0 and ready > 0 then redis.call('LLEN', q.processing) end
+-- set nor a paused flag (nor, when nothing is ready, a group waiting for
+-- its rate: the path below gives it its ticket). No TYPE check is needed
+-- for the contract above: its reads come before any write and fail by
+-- themselves on a key of the wrong type (HEXISTS the registry, LLEN the
+-- pending list, the acks' LRANGE or LREM, or LLEN, the consumer's list).
+-- More frames move in one go (RPOP with a count, one LPUSH: the same order
+-- as an LMOVE each). It returns before the includes below exist (their
+-- functions are made only when a run reaches them), unless a frame it
+-- moved has a head to screen or is a group's ticket (then they move below).
+local hot_reply, hot_frames, hot_moved = nil, nil, true
+local hot = ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
+    and redis.call('EXISTS', q.paused, q.priority) == 0
+local ready = hot and redis.call('LLEN', q.pending)
+if hot and ready == 0 and most > 0 and redis.call('EXISTS', KEYS[18]) == 1 then hot = false end
+if hot then
+  if #ARGV < FIRST_ACK and most > 0 and ready > 0 then redis.call('LLEN', q.processing) end
   local reply = {1, 0, 0, ack_all(), 0, 0}
   if most == 0 or ready == 0 then
     if #ended == 0 then return reply end
@@ -120,42 +130,65 @@ if ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
     most = math.min(most, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
   end
   local frames = hot_frames or redis.call('RPOP', q.pending, math.min(most, ready))
-  if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
   local all_plain = #ended == 0
   for _, frame in ipairs(frames) do
     if not plain(frame) then all_plain = false break end
   end
   if all_plain then
+    if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
     for _, frame in ipairs(frames) do
       reply[#reply + 1] = frame
       reply[#reply + 1] = 0
     end
     return reply
   end
-  hot_reply, hot_frames = reply, frames
+  hot_reply, hot_frames, hot_moved = reply, frames, false
 end
 
 --- @include "wrong_type"
 --- @include "fetch_next"
+groups_use(KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], q.pending, nil, ARGV[6], ARGV[7], ARGV[8])
+
+-- Frames popped from the pending list (not yet in KEYS[1]), tickets
+-- redeemed for their groups' frames (includes/groups.lua), moved into
+-- KEYS[1] in their order; the frames and the µs each waits (group rate).
+local function move_popped(items)
+  local frames, waits = {}, {}
+  for _, item in ipairs(items) do
+    if is_ticket(item) then
+      local frame, wait, not_ticket = group_take(string.sub(item, 2))
+      if not_ticket then frame, wait = item, 0 end
+      if frame then
+        frames[#frames + 1] = frame
+        waits[#frames] = wait
+      end
+    else
+      frames[#frames + 1] = item
+    end
+  end
+  if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
+  return frames, waits
+end
 
 -- Frames moved into KEYS[1], appended to ``reply`` in their order, except
 -- those whose expiry passed: each is dead-lettered then, and leaves
 -- (fetch_next's order: a dead-letter list of the wrong type fails the
 -- script with the frame still ours).
-local function screen_all(reply, frames)
+local function screen_all(reply, frames, waits)
   local at_ms = nil
-  for _, frame in ipairs(frames) do
+  for i, frame in ipairs(frames) do
     local expires = not plain(frame) and select(3, head_of(frame))
     if expires and expires ~= 0 then at_ms = at_ms or now_ms() end
     if expires and expires ~= 0 and expires <= at_ms then
       dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame, q.track)
       redis.call('LREM', q.processing, 1, frame)
+      group_settled(frame)
       redis.pcall('HINCRBY', q.counters, 'expired', 1)
       redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
     else
       if q.track and expires then track(q.track, frame, 'active', 'started', at_ms) end
       reply[#reply + 1] = frame
-      reply[#reply + 1] = 0
+      reply[#reply + 1] = waits and waits[i] or 0
     end
   end
   return reply
@@ -163,12 +196,18 @@ end
 -- The end of each acked frame that is not plain (its record, its event,
 -- its links: includes/track.lua), then the counts of outbox entries in the
 -- reply (``finished``).
-for _, frame in ipairs(ended) do track(q.track, frame, 'done', 'done', nil, nil, 'null') end
+for _, frame in ipairs(ended) do
+  track(q.track, frame, 'done', 'done', nil, nil, 'null')
+  group_settled(frame)
+end
 local function finished(reply)
   reply[5], reply[6] = DEPS.told, DEPS.ended
   return reply
 end
-if hot_frames then return finished(screen_all(hot_reply, hot_frames)) end
+if hot_frames then
+  if hot_moved then return finished(screen_all(hot_reply, hot_frames)) end
+  return finished(screen_all(hot_reply, move_popped(hot_frames)))
+end
 
 -- Every other case: the registration, the paused flag, a priority set or
 -- a rate limit decide; the keys' types are checked first.
@@ -177,7 +216,10 @@ local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.cons
                            {q.priority, 'zset'}})
 if refused then return refused end
 local late = ack_all()
-for _, frame in ipairs(ended) do track(q.track, frame, 'done', 'done', nil, nil, 'null') end
+for _, frame in ipairs(ended) do
+  track(q.track, frame, 'done', 'done', nil, nil, 'null')
+  group_settled(frame)
+end
 local registered, nxt, paused, wait = fetch_next(redis.call, q, consumer_id, most > 0)
 local reply = {registered, paused, nxt and 0 or wait, late, 0, 0}
 local prioritised = 0  -- frames in the priority set (read only where it decides something)
@@ -190,8 +232,7 @@ if nxt and most > 1 and not q.rate and prioritised == 0 then
   reply[7], reply[8] = nxt, wait
   local frames = redis.call('RPOP', q.pending, most - 1)
   if not frames then return finished(reply) end
-  redis.call('LPUSH', q.processing, unpack(frames))
-  return finished(screen_all(reply, frames))
+  return finished(screen_all(reply, move_popped(frames)))
 end
 -- After the first, the registration and the paused flag cannot change
 -- within this script: without a rate limit to book, each next frame costs

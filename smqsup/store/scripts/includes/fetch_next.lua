@@ -24,7 +24,9 @@
 -- wait (µs): with a rate limit, how long the consumer must wait before it
 -- starts ``next`` (its start is booked), or, with no ``next`` because the
 -- limit allows no start within RATE_HORIZON_US, before it looks again
--- (nothing taken, nothing booked); 0 otherwise. A
+-- (nothing taken, nothing booked), or, with no ``next`` while a group
+-- waits for its rate, until that wait ends (includes/groups.lua); 0
+-- otherwise. A
 -- consumer no longer in ``consumers`` (declared dead and reclaimed) gets
 -- nothing: a frame moved into a list no collector watches would wait there
 -- for ever. A paused queue gives nothing. A frame whose expiry has passed is
@@ -52,16 +54,19 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
     wait, tat, now = rate_wait(q.rate)
     if wait > RATE_HORIZON_US then return 1, false, 0, wait end
   end
+  if wanted and GROUPS.wait then group_wake() end
   local function booked(nxt)
     if tat then rate_book(q.rate, tat, now) end
+    wait = math.max(wait, GROUPS.last_wait or 0)
     if q.track and not plain(nxt) then track(q.track, nxt, 'active', 'started') end
     return 1, nxt, 0, wait
   end
   local at_ms = nil
   for _ = 1, EXPIRED_PER_FETCH do
     local nxt = taken or take_ready(call, q.processing, q.pending, q.priority, either)
+    if taken and is_ticket(taken) then nxt = take_pending(call, q.processing, q.pending, taken) end
     taken = nil
-    if not nxt then return 1, false, 0, 0 end
+    if not nxt then return 1, false, 0, group_next_wake() or 0 end
     if plain(nxt) then return booked(nxt) end
     local _, _, expires = head_of(nxt)
     if not expires or expires == 0 then return booked(nxt) end
@@ -71,6 +76,7 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
     -- wrong type fails the script with the frame still in ours (handled).
     dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt, q.track)
     redis.call('LREM', q.processing, 1, nxt)
+    group_settled(nxt)
     redis.pcall('HINCRBY', q.counters, 'expired', 1)
     redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
   end

@@ -1,4 +1,4 @@
---- @include "attempts"
+--- @include "groups"
 --- @include "dead_letter"
 -- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T):
 -- return up to ``limit`` frames of a consumer's processing list to its queue.
@@ -25,7 +25,10 @@
 --           "cancelled", cost or not, never requeued
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
--- Bytes that are not a frame are dead-lettered as they are, cost or not.
+-- Bytes that are not a frame are dead-lettered as they are, cost or not. A
+-- group's ticket goes back to pending as it is; a grouped frame frees its
+-- group's slot and goes back to the front of its group (includes/groups.lua,
+-- where the script has the group keys).
 --
 -- Order: frames are taken from the left (newest) and pushed on the right of
 -- pending (its consuming end), so the oldest reclaimed frame is consumed first.
@@ -39,24 +42,29 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
   for _ = 1, limit do
     local frame = redis.call('LPOP', list)
     if not frame then break end
-    local attempts, sep = attempts_of(frame)
-    local to_dead = attempts == nil
     local cost = costs and (not started or (left <= started and left > (returned or 0)))
     if left then left = left - 1 end
-    if attempts ~= nil and cost then
-      attempts, frame = add_attempt(frame, attempts, sep)
-      to_dead = attempts > threshold
-    end
-    if cancels and cancel_asked(T, frame) then
-      dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
-      dead_lettered = dead_lettered + 1
-    elseif to_dead then
-      dead_letter(dead, meta, at_ms, frame, T)
-      dead_lettered = dead_lettered + 1
-    else
+    if is_ticket(frame) then  -- a group's turn, taken and not yet redeemed: back as it is
       redis.call('RPUSH', pending, frame)
-      track(T, frame, 'waiting', 'reclaimed', at_ms)
-      requeued = requeued + 1
+    else
+      group_settled(frame)
+      local attempts, sep = attempts_of(frame)
+      local to_dead = attempts == nil
+      if attempts ~= nil and cost then
+        attempts, frame = add_attempt(frame, attempts, sep)
+        to_dead = attempts > threshold
+      end
+      if cancels and cancel_asked(T, frame) then
+        dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
+        dead_lettered = dead_lettered + 1
+      elseif to_dead then
+        dead_letter(dead, meta, at_ms, frame, T)
+        dead_lettered = dead_lettered + 1
+      else
+        if not group_ready(frame, true) then redis.call('RPUSH', pending, frame) end
+        track(T, frame, 'waiting', 'reclaimed', at_ms)
+        requeued = requeued + 1
+      end
     end
   end
   local remaining = redis.call('LLEN', list)

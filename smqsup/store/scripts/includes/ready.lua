@@ -1,4 +1,4 @@
---- @include "attempts"
+--- @include "groups"
 -- make_ready(pending, prio_set, prio_seq, frame): put a frame where
 -- consumers take from: the pending list (priority 0, or any priority when
 -- nothing else is ready), else the priority set.
@@ -11,6 +11,9 @@
 -- take_ready(call, processing, pending, prio_set, check_set): move the ready
 -- frame a consumer must take next into its processing list; the frame, or
 -- false. ``check_set`` false: the caller knows the priority set is empty.
+-- A group's ticket met on the way is redeemed (includes/groups.lua).
+-- A grouped frame is made ready in its group (where the script has the
+-- group keys; elsewhere, as any frame).
 --
 -- Invariant (why a priority frame may sit in the pending list): a consumer
 -- blocks only in BLMOVE on the pending list, and only after a script saw
@@ -27,6 +30,7 @@
 local PRIORITY_SPAN = 17592186044416  -- 2^44: sequence numbers per priority
 
 local function make_ready(pending, prio_set, prio_seq, frame)
+  if group_ready(frame) then return end
   local _, prio = head_of(frame)
   if prio and prio > 0 and (redis.call('LLEN', pending) > 0 or redis.call('ZCARD', prio_set) > 0) then
     -- pcall: a counter holding garbage costs FIFO order, never the message.
@@ -39,6 +43,13 @@ local function make_ready(pending, prio_set, prio_seq, frame)
 end
 
 local function make_ready_all(pending, prio_set, prio_seq, frames)
+  if GROUPS.ready then
+    local ungrouped = {}
+    for _, frame in ipairs(frames) do
+      if not group_ready(frame) then ungrouped[#ungrouped + 1] = frame end
+    end
+    frames = ungrouped
+  end
   if #frames > 1 and redis.call('LLEN', pending) == 0 and redis.call('ZCARD', prio_set) == 0 then
     local order = {}
     for i, frame in ipairs(frames) do
@@ -76,7 +87,5 @@ local function take_ready(call, processing, pending, prio_set, check_set)
       return best[1]
     end
   end
-  local nxt = call('LMOVE', pending, processing, 'RIGHT', 'LEFT')
-  if type(nxt) ~= 'string' then return false end
-  return nxt
+  return take_pending(call, processing, pending)
 end
