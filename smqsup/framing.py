@@ -141,6 +141,12 @@ def is_ticket(data: bytes) -> bool:
     return data[:1] == TICKET
 
 
+def member_frame(member: bytes) -> bytes:
+    """The frame of a member of a queue's groups' ready set
+    (``LEN:GROUP\tPSEQ\nFRAME``: keys.py)."""
+    return member.split(b"\n", 1)[-1]
+
+
 def must_screen(data: bytes) -> bool:
     """Whether a frame a blocking fetch took is screened (screen.lua) before
     it starts: its head carries an expiry, or it is tracked, has events or

@@ -26,7 +26,7 @@ live in one Redis Cluster slot::
                                    start, µs since the epoch, Redis clock;
                                    expires once past (includes/rate.lua)
     ns:{Q}:groups:ready      ZSET  ready frames of every message group, score 0,
-                                   member "LEN:GROUP\tPSEQ\tFRAME": one group's
+                                   member "LEN:GROUP\tPSEQ\nFRAME": one group's
                                    frames are one lexicographic range, in the
                                    order they go (scripts/includes/groups.lua)
     ns:{Q}:groups:count      ZSET  GROUP -> its ready frames (the largest backlogs)

@@ -218,3 +218,29 @@ def test_schedules_table_shows_last_and_next_fire_and_states(browser: Any, redis
         assert not problems, problems
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_queue_card_lists_the_busiest_groups_as_text(browser: Any, redis_url: str, tmp_path: Path) -> None:
+    """A queue with message groups: its card lists the busiest, most waiting first, with waiting and running
+    counts; a hostile group name stays text."""
+    hostile = "<img src=x onerror=window.__xss=1>"
+    with Producer(redis_url) as producer:
+        producer.publish_many("tenants", list(range(5)), group=hostile)
+        producer.publish_many("tenants", list(range(2)), group="small")
+    server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", log_dir=tmp_path)
+    problems: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.goto(f"{server.url}/")
+        box = "[data-testid=queue-groups][data-queue=tenants]"
+        _wait(page, f"() => document.querySelectorAll('{box} [data-testid=group-row]').length === 2",
+              "the busiest groups of 'tenants'")
+        rows = page.locator(f"{box} [data-testid=group-row]").all_inner_texts()
+        assert [r.split("\t") for r in rows] == [[hostile, "5", "0"], ["small", "2", "0"]], rows
+        assert "2 with messages waiting" in page.inner_text(f"{box} h4")
+        assert _count(page, f"{box} img") == 0 and page.evaluate("window.__xss") is None
+        page.close()
+        assert problems == []
+    finally:
+        assert server.stop() == 0, server.log()

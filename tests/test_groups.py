@@ -5,6 +5,7 @@ and the Redis Cluster, with consumers and a collector in threads."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -13,11 +14,13 @@ from typing import Any
 import pytest
 import redis
 
+from smqsup import framing
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
+from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
@@ -209,6 +212,58 @@ def test_status_counts_groups_and_names_the_largest_backlogs(producer: Producer,
     finally:
         broker.close()
     q = snap["queues"]["q"]
-    assert q["groups"] == {"waiting": 2, "busiest": [{"group": "big", "ready": 7}, {"group": "small", "ready": 2}]}
+    assert q["groups"] == {"waiting": 2, "busiest": [{"group": "big", "ready": 7, "running": 0},
+                                                     {"group": "small", "ready": 2, "running": 0}]}
     assert 10 <= q["sizes"]["pending"] <= 12  # (each group's waiting turn is counted too)
     assert "q: 2 groups waiting; largest backlogs: big 7, small 2" in status.render(snap)
+
+
+def _cli_rows(redis_url: str, *args: str) -> list[dict[str, Any]]:
+    r = procs.run("messages", "--url", redis_url, "q", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_operators_list_remove_and_cancel_grouped_waiting_messages(producer: Producer, redis_url: str,
+                                                                   redis_client: redis.Redis) -> None:
+    """smqsup messages lists grouped waiting messages (no ticket rows), --group lists one group in its
+    order; remove and cancel take a grouped message out of its group (counted), and the rest still go."""
+    a = producer.publish_many("q", [1, 2, 3], group="A")
+    b = producer.publish("q", "b", group="B")
+    u = producer.publish("q", "u")
+    rows = _cli_rows(redis_url)
+    assert sorted(r["id"] for r in rows) == sorted([*a, b, u])
+    assert {r["id"]: r["group"] for r in rows}[b] == "B"
+    assert [r["id"] for r in _cli_rows(redis_url, "--group", "A")] == a
+    r = procs.run("remove", "--url", redis_url, "q", a[1])
+    assert r.returncode == 0, r.stderr
+    assert producer.cancel("q", a[2]) == "cancelled"
+    assert [r["id"] for r in _cli_rows(redis_url, "--group", "A")] == [a[0]]
+    assert redis_client.zscore(K.groups[1], "A") == 1.0
+    seen: list[Any] = []
+    broker = Broker(redis_url, NS)
+    try:
+        broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+        while took := broker.messages.take("q", "c1", 10).frames:
+            seen += took
+            for frame in took:
+                broker.messages.ack("q", "c1", frame, False)
+    finally:
+        broker.close()
+    assert sorted(framing.peek_id(f) for f in seen) == sorted([a[0], b, u])
+
+
+def test_cli_pause_resume_and_publish_take_a_group(producer: Producer, redis_url: str,
+                                                    redis_client: redis.Redis) -> None:
+    """smqsup publish --group, pause --group and resume --group, and their hostile names (one line, exit 2)."""
+    r = procs.run("publish", "--url", redis_url, "q", '{"n": 1}', "--group", "tenant-1")
+    assert r.returncode == 0, r.stderr
+    assert _cli_rows(redis_url, "--group", "tenant-1")[0]["group"] == "tenant-1"
+    r = procs.run("pause", "--url", redis_url, "q", "--group", "tenant-1")
+    assert r.returncode == 0 and "paused group tenant-1 of q" in r.stdout, r.stderr
+    assert redis_client.hexists(K.groups[2], "p:tenant-1")
+    r = procs.run("resume", "--url", redis_url, "q", "--group", "tenant-1")
+    assert r.returncode == 0 and "resumed group tenant-1 of q" in r.stdout, r.stderr
+    for bad in ("", "x" * 300, "a\tb"):
+        r = procs.run("publish", "--url", redis_url, "q", "1", "--group", bad)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--group" in r.stderr, r.stderr

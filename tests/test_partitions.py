@@ -48,8 +48,30 @@ def test_a_producer_spreads_messages_over_the_partitions_in_turn(redis_url: str,
     for i in range(300):
         producer.publish("q", i)
     assert _pending(redis_client) == [100, 100, 100]
-    producer.publish_many("q", list(range(30)))  # a batch goes to one partition, the next in turn
-    assert sorted(_pending(redis_client)) == [100, 100, 130]
+    producer.publish_many("q", list(range(30)))  # a batch is spread: 10 to each
+    assert _pending(redis_client) == [110, 110, 110]
+
+
+def test_publish_many_spreads_over_the_partitions_and_a_group_keeps_to_its_own(
+        redis_url: str, redis_client: redis.Redis, producer: Producer, topology: str) -> None:
+    """3,000 messages in one publish_many land 1,000 on each partition (on the cluster: on each master, a
+    partition's hash tag on a master of its own); 100 with a group all land in the group's partition, the
+    one its name's CRC-32 picks (as pause --group finds it)."""
+    _declare(redis_url)
+    producer.publish_many("q", list(range(3000)))
+    assert _pending(redis_client) == [1000, 1000, 1000]
+    if topology == "cluster":
+        masters = {redis_client.get_node_from_key(QueueKeys(NS, p).pending).name for p in PARTS}  # type: ignore[attr-defined]
+        assert len(masters) == 3, "the three partitions should live on three masters"
+    producer.publish_many("q", list(range(100)), group="tenant-7")
+    home = PARTS[zlib.crc32(b"tenant-7") % 3]
+    assert redis_client.zcard(QueueKeys(NS, home).groups[0]) == 100
+    assert sum(redis_client.zcard(QueueKeys(NS, p).groups[0]) for p in PARTS) == 100
+    broker = Broker(redis_url, NS)
+    try:
+        assert broker.queues.group_partition("q", "tenant-7") == home
+    finally:
+        broker.close()
 
 
 def test_a_partition_key_keeps_related_messages_in_order_in_one_partition(

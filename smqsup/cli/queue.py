@@ -5,7 +5,7 @@ waiting messages by id).
 
     smqsup pause (-c FILE | --url URL) QUEUE [--group NAME]
     smqsup resume (-c FILE | --url URL) QUEUE [--group NAME]
-    smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--json]
+    smqsup messages (-c FILE | --url URL) QUEUE [--state STATE] [--limit N] [--group NAME] [--json]
     smqsup remove (-c FILE | --url URL) QUEUE ID...
 
 Each command reaches Redis as ``smqsup dlq`` does (cli.common.queue_broker: -c FILE,
@@ -61,6 +61,7 @@ def add_messages(sub: Commands[Parser]) -> None:
                    help="pending (ready to be taken; the default), scheduled (published for later, "
                         "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
     p.add_argument("--limit", type=limit, default=100, help="most messages to list (1 to 100000, default 100)")
+    p.add_argument("--group", type=parse_group, metavar="NAME", help="only the messages of this message group")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -154,8 +155,10 @@ def cmd_messages(args: argparse.Namespace) -> int:
     from smqsup.views import browse
 
     with queue_broker(args) as (broker, queue):
-        rows = browse.listing(broker, queue, args.state, args.limit)
-        total = _total(broker, queue, args.state) if len(rows) == args.limit and not args.json else None
+        rows = browse.listing(broker, queue, args.state, args.limit, args.group)
+        total = None
+        if len(rows) == args.limit and not args.json and args.group is None:
+            total = _total(broker, queue, args.state)
     for row in rows:
         print(json.dumps(row, ensure_ascii=True) if args.json else _line(row))
     if args.json:

@@ -16,6 +16,7 @@ record store/aio_tracking.py reads, and its waits share one subscription.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -217,21 +218,24 @@ class AsyncProducer:
         return await self._broker.tracking.find(await self._broker.partition_names(queue), message_id)
 
     async def _deliver(self, out: Outgoing) -> list[str]:
-        """Producer._deliver(), awaited: to each partition in turn."""
+        """Producer._deliver(), awaited: to its partitions side by side."""
         core = self._core
         try:
             count = await self._broker.partitions(out.queue)
         except BrokerError as exc:
             count = core.uncounted(out.queue, out.ids, exc)
         groups = core.route(out, count)
+        if len(groups) == 1:  # one round trip for them all: its error is the caller's (the usual case)
+            return await self._send(core.sending(out, *groups[0]))
+        # One round trip per partition, side by side; the others' messages
+        # are sent whatever one of them meets.
+        sendings = [core.sending(out, target, where) for target, where in groups]
+        replies = await asyncio.gather(*(self._send(s) for s in sendings), return_exceptions=True)
         results: list[list[str] | BrokerError] = []
-        for target, where in groups:
-            try:
-                results.append(await self._send(core.sending(out, target, where)))
-            except BrokerError as exc:  # the other partitions' messages are still sent
-                if len(groups) == 1:
-                    raise
-                results.append(exc)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, BrokerError):
+                raise reply
+            results.append(reply)
         return core.merged(out, groups, results)
 
     async def _send(self, s: Sending) -> list[str]:

@@ -186,11 +186,14 @@ class Producer:
         id returned is its id) or a sequence of keys, one per body (None:
         that body has none).
 
-        On a queue with partitions, all go to one partition (``partition_key``'s,
-        or the next in turn), but for a sequence of dedup keys without a
-        partition key: each message then goes to its key's partition, one
-        round trip per partition, and an error names the messages of the
-        partition that failed (those sent before it are queued)."""
+        On a queue with partitions, all go to one partition with a
+        ``partition_key`` (its), a ``group`` (the group's) or one dedup key
+        for all (the key's); with a sequence of dedup keys each message goes
+        to its key's partition; otherwise they are spread over the
+        partitions as evenly as they go (consecutive runs, from the next
+        partition in turn). Each partition is one round trip, and an error
+        names the messages of the partition that failed (the others' are
+        queued)."""
         count, said = self._declared(queue)
         return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                              dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,

@@ -225,19 +225,35 @@ class Publishing:
         """(partition, positions of its messages) for ``out`` on a queue of
         ``count`` partitions: all to the partition key's, else to their
         group's (a group lives in one partition: its name is the key), else
-        (options) to each dedup key's, else to the next in turn."""
+        (options) to each dedup key's, else spread: as many in turn to
+        each partition, from the next in turn, in their order (one partition
+        gets a run of consecutive messages)."""
         everything = list(range(len(out.ids)))
-        if out.options is None:
-            return [(self._partition(out.queue, out.by, count), everything)]
-        if out.options.group:
+        if out.options is not None and out.options.group:
             return [(self._partition(out.queue, out.options.group.decode("utf-8"), count), everything)]
         keys = out.keys
-        if out.by is not None or all(key is None for key in keys) or len(set(keys)) == 1:
+        if out.by is not None or (keys and keys[0] is not None and len(set(keys)) == 1):
             return [(self._partition(out.queue, out.by if out.by is not None else keys[0], count), everything)]
+        if out.options is None or all(key is None for key in keys):
+            return self._spread(out.queue, len(everything), count)
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(self._partition(out.queue, key, count), []).append(i)
         return list(groups.items())
+
+    def _spread(self, queue: str, n: int, count: int) -> list[tuple[str, list[int]]]:
+        """``n`` messages over the ``count`` partitions of ``queue`` (at most
+        one each for fewer messages), as evenly as they go: consecutive
+        runs, from the next partition in turn."""
+        if count == 1 or n <= 1:
+            return [(self._partition(queue, None, count), list(range(n)))]
+        parts = min(count, n)
+        out, start = [], 0
+        for i in range(parts):
+            size = n // parts + (i < n % parts)
+            out.append((self._partition(queue, None, count), list(range(start, start + size))))
+            start += size
+        return out
 
     def _partition(self, queue: str, key: Optional[str], count: int) -> str:
         """The partition of ``queue`` a message with partition (or dedup)

@@ -72,20 +72,32 @@ class Contents:
 
     def waiting(self, queue: str) -> Iterator[tuple[str, bytes]]:
         """(where, frame) of every waiting message of ``queue``: the priority
-        set, scheduled, delayed (retries waiting), then pending, PAGE
-        entries a read, read as the caller goes on."""
+        set, scheduled, delayed (retries waiting), the groups' ready set
+        (where "group": the frame is its member there, framing.member_frame),
+        then pending (its groups' tickets left out), PAGE entries a read,
+        read as the caller goes on."""
         k = self._link.keys(queue)
         with wrapped(f"list messages of {queue!r}"):
             client: Any = self._link.client  # replies are bytes (decode_responses is off)
-            for where, key in (("priority", k.priority), ("scheduled", k.scheduled), ("delayed", k.delayed)):
+            for where, key in (("priority", k.priority), ("scheduled", k.scheduled), ("delayed", k.delayed),
+                               ("group", k.groups[0])):
                 start = 0
                 while page := client.zrange(key, start, start + PAGE - 1):
                     yield from ((where, frame) for frame in page)
                     start += PAGE
             start = 0
             while page := client.lrange(k.pending, start, start + PAGE - 1):
-                yield from (("pending", frame) for frame in page)
+                yield from (("pending", frame) for frame in page if not framing.is_ticket(frame))
                 start += PAGE
+
+    def group_waiting(self, queue: str, group: str, count: int) -> list[bytes]:
+        """The first ``count`` members of message group ``group``'s range of
+        the groups' ready set (in the order they go; framing.member_frame)."""
+        prefix = b"%d:%b\t" % (len(group.encode("utf-8")), group.encode("utf-8"))
+        with wrapped(f"list group {group!r} of {queue!r}"):
+            client: Any = self._link.client
+            return cast(list[bytes], client.zrangebylex(self._link.keys(queue).groups[0], b"[" + prefix,
+                                                        b"(" + prefix[:-1] + b"\n", 0, max(0, count)))
 
     def remove(self, queue: str, chosen: Sequence[tuple[str, bytes, str, Optional[str]]]) -> list[bool]:
         """Remove (where, frame, id, dedup key or None) waiting messages of
@@ -114,7 +126,7 @@ class Contents:
     def _locate(self, queue: str, message_id: str) -> tuple[str, bytes]:
         """(where, frame) of ``message_id``: a waiting place, "processing", or ("", b"")."""
         for where, frame in self.waiting(queue):
-            if framing.peek_id(frame) == message_id:
+            if framing.peek_id(framing.member_frame(frame) if where == "group" else frame) == message_id:
                 return where, frame
         k = self._link.keys(queue)
         with wrapped(f"look for message {message_id!r} of {queue!r}"):

@@ -34,8 +34,9 @@ class QueueReading:
     recent: list[bytes]  # the latest history points (JSON), newest first
     supervisors: dict[bytes, bytes]  # supervisor HOST:PID -> what it says of its consumers (JSON)
     partitions: int = 1  # how many partitions were read and summed
-    #: The message groups with the most ready messages: (group, ready), most first (at most BUSIEST_GROUPS).
-    busiest: tuple[tuple[str, int], ...] = ()
+    #: The message groups with the most ready messages: (group, ready, running: its messages in consumers'
+    #: lists), most ready first (at most BUSIEST_GROUPS).
+    busiest: tuple[tuple[str, int, int], ...] = ()
 
 
 #: Groups a reading names (the largest backlogs).
@@ -71,14 +72,23 @@ def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
             "delayed": int(delayed), "dead": int(dead), "groups": int(groups)}
 
 
-def _busiest(reply: Any) -> tuple[tuple[str, int], ...]:
-    """(group, ready) of a ZREVRANGE WITHSCORES of the groups' counts; a
-    score that is no finite number (anyone may ZADD anything) counts as 0."""
+def _busiest(reply: Any, running: Sequence[Any]) -> tuple[tuple[str, int, int], ...]:
+    """(group, ready, running) of a ZREVRANGE WITHSCORES of the groups'
+    counts and the HMGET of their running counts; a score that is no finite
+    number (anyone may ZADD anything), or a count that is no integer, counts
+    as 0."""
     out = []
-    for name, score in reply or ():
+    for (name, score), held in zip(reply or (), [*running, *[None] * BUSIEST_GROUPS]):
         number = score if isinstance(score, float) and score == score and abs(score) < 1e15 else 0.0
-        out.append((text(name), max(0, int(number))))
+        out.append((text(name), max(0, int(number)), max(0, redis_int(held) or 0)))
     return tuple(out)
+
+
+def _ask_running(pipe: Any, k: QueueKeys, busiest: Any) -> None:
+    """Queue the read of the running counts of the groups in ``busiest``
+    (the ZREVRANGE reply _ask_sizes asked for), if any."""
+    if busiest:
+        pipe.hmget(k.groups[2], [b"r:" + name for name, _ in busiest])
 
 
 def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
@@ -102,9 +112,10 @@ def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     lengths taken from ``held`` in the order of its consumers."""
     paused, counters, consumers, beats, leader, gc, slots, supervisors, *recent = replies[_SIZE_READS:]
     lengths = [int(next(held)) for _ in consumers]
+    running = next(held) if replies[_SIZE_READS - 1] else []
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
                         counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors,
-                        busiest=_busiest(replies[_SIZE_READS - 1]))
+                        busiest=_busiest(replies[_SIZE_READS - 1], running))
 
 
 def _merged(readings: list[QueueReading]) -> QueueReading:
@@ -234,6 +245,7 @@ class Statistics:
             for name in names:
                 for cid in per_name[name][_SIZE_READS + 2]:
                     pipe.llen(self._link.keys(name).processing(cid.decode("utf-8", "replace")))
+                _ask_running(pipe, self._link.keys(name), per_name[name][_SIZE_READS - 1])
             held = iter(pipe.execute())
             read = {name: _reading(per_name[name], held) for name in names}
         return ms_of(now), {queue: _merged([read[p] for p in parts[queue]]) for queue in queues}

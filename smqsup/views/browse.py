@@ -18,6 +18,7 @@ peek_range.lua): a frame beyond the bound is listed from its head (``cut``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -59,7 +60,7 @@ def row(frame: bytes, state: str, where: str, due_ms: Optional[float] = None,
         out.update(malformed=True, preview=frame[:PREVIEW_CHARS].decode("utf-8", "backslashreplace"))
         return out
     out.update(created_at=msg.created_at if 0 <= msg.created_at < 1e11 else None, attempts=msg.attempts,
-               priority=msg.priority, preview=_preview(msg.body))
+               priority=msg.priority, preview=_preview(msg.body), group=msg.group)
     return out
 
 
@@ -67,7 +68,7 @@ def _blank(mid: str, state: str, where: str, due_ms: Optional[float], consumer: 
            size: int) -> dict[str, Any]:
     return {"id": mid, "state": state, "where": where, "created_at": None, "attempts": None, "priority": None,
             "due_at": _seconds(due_ms), "size": size, "preview": "", "retry": where == "delayed",
-            "consumer": consumer, "malformed": False, "cut": False}
+            "consumer": consumer, "malformed": False, "cut": False, "group": None}
 
 
 def _row_of(seen: Peeked, state: str, where: str, due_ms: Optional[float] = None,
@@ -109,12 +110,15 @@ def _preview(body: Any) -> str:
     return safe.escape(text, PREVIEW_CHARS)
 
 
-def listing(broker: Broker, queue: str, state: str, limit: int) -> list[dict[str, Any]]:
+def listing(broker: Broker, queue: str, state: str, limit: int, group: Optional[str] = None) -> list[dict[str, Any]]:
     """Up to ``limit`` rows of the messages of ``queue`` in ``state``
     (partition after partition), read within one ReadBudget whatever Redis
     holds: each frame's head from LISTING_HEADS_BYTES shared (between
     LISTING_HEAD_MIN_BYTES and LISTING_HEAD_MAX_BYTES each) and whole frames
-    from LISTING_WHOLE_BYTES more."""
+    from LISTING_WHOLE_BYTES more. With ``group``: only that message
+    group's (its waiting ones in the order they go)."""
+    if group is not None:
+        return _group_listing(broker, queue, state, limit, group)
     if state == "dead":
         return [_dead_row(entry) for entry in deadletters.newest(broker, queue, limit)]
     if state not in STATES:
@@ -127,6 +131,24 @@ def listing(broker: Broker, queue: str, state: str, limit: int) -> list[dict[str
         if len(rows) >= limit:
             break
     return rows
+
+
+def _group_listing(broker: Broker, queue: str, state: str, limit: int, group: str) -> list[dict[str, Any]]:
+    """listing() of one group: its waiting messages from its range of the
+    groups' ready set (in its partition), the other states' rows filtered."""
+    if state != "pending":
+        return [r for r in listing(broker, queue, state, 10 * limit) if r["group"] == group][:limit]
+    part = broker.queues.group_partition(queue, group)
+    return [row(framing.member_frame(m), state, "group") for m in broker.contents.group_waiting(part, group, limit)]
+
+
+def _member(seen: Peeked) -> Peeked:
+    """An element of the groups' ready set (read with the separator
+    b"\\n") as its frame."""
+    if not seen.cut:
+        frame = framing.member_frame(seen.data)
+        return dataclasses.replace(seen, size=len(frame), data=frame, after=None)
+    return dataclasses.replace(seen, size=max(0, seen.size - len(seen.data) - 1), data=seen.after or b"", after=None)
 
 
 def _dead_row(entry: Peeked) -> dict[str, Any]:
@@ -144,9 +166,15 @@ def _rows(broker: Broker, queue: str, state: str, limit: int, budget: ReadBudget
     if state == "pending":
         best = broker.contents.peek_range(k.priority, "zset", limit, budget)
         # The pending list from its consuming end.
-        ready = broker.contents.peek_range(k.pending, "list", limit, budget, first=-1, step=-1)
+        ready = [seen for seen in broker.contents.peek_range(k.pending, "list", limit, budget, first=-1, step=-1)
+                 if not framing.is_ticket(seen.data)]  # (a group's turn is no message)
+        shown = 0
         for where, seen in _take_order(best, ready, limit):
+            shown += 1
             yield _row_of(seen, state, where)
+        if shown < limit:  # then the groups' ready messages, group by group
+            for seen in broker.contents.peek_range(k.groups[0], "zset", limit - shown, budget, split=b"\n"):
+                yield _row_of(_member(seen), state, "group")
     elif state == "scheduled":
         found = [(_score(seen), seen, where) for where, key in (("scheduled", k.scheduled), ("delayed", k.delayed))
                  for seen in broker.contents.peek_range(key, "zset", limit, budget)]
@@ -227,10 +255,11 @@ def _remove(broker: Broker, queue: str, ids: Sequence[str]) -> dict[str, bool]:
     wanted = set(ids)
     chosen: list[tuple[str, bytes, str, Optional[str]]] = []
     for where, frame in broker.contents.waiting(queue):
-        mid = ref(frame)
+        own = framing.member_frame(frame) if where == "group" else frame
+        mid = ref(own)
         if mid in wanted:
             wanted.discard(mid)
-            chosen.append((where, frame, mid, _dedup_key(frame)))
+            chosen.append((where, frame, mid, _dedup_key(own)))
             if not wanted:
                 break
     done = dict.fromkeys(ids, False)

@@ -131,7 +131,8 @@ def _group_lines(snap: dict[str, Any]) -> str:
     for name, q in sorted(snap["queues"].items()):
         groups = q.get("groups") or {}
         if groups.get("waiting"):
-            busiest = ", ".join(f"{cell(g['group'])} {g['ready']}" for g in groups.get("busiest") or [])
+            busiest = ", ".join(f"{cell(g['group'])} {g['ready']}" + (f" ({g['running']} running)" if g["running"] else "")
+                                for g in groups.get("busiest") or [])
             lines.append(f"  {cell(name)}: {groups['waiting']} groups waiting; largest backlogs: {busiest}")
     return "\n".join(lines)
 

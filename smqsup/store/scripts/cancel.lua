@@ -13,10 +13,12 @@
 --          KEYS[10] the event stream
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 --          (includes/track.lua)
+-- KEYS[12], KEYS[13] its groups' ready set and counts (includes/groups.lua)
 -- ARGV[1]  the message's id
 -- ARGV[2]  where it was seen: "pending", "priority", "scheduled", "delayed",
---          "processing" (a consumer's list), or "" (nowhere)
--- ARGV[3]  the frame seen there ("" when nowhere)
+--          "group" (its group's ready set), "processing" (a consumer's
+--          list), or "" (nowhere)
+-- ARGV[3]  the frame seen there ("" when nowhere; its member for "group")
 --
 -- Returns "cancelled" (it waited: dead-lettered now), "stopping" (taken by a
 -- consumer, or seen waiting and taken since: its consumer stops it), the
@@ -33,6 +35,8 @@ local CANCEL_KEEP_MS = 3600000
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "dead_letter"
+--- @include "groups"
+groups_use(KEYS[12], KEYS[13], nil, nil, nil, KEYS[1])
 
 local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'},
                            {dead, 'list'}})
@@ -40,7 +44,10 @@ if refused then return refused end
 local at_ms = now_ms()
 redis.pcall('ZREMRANGEBYSCORE', T.cancel, '-inf', at_ms - CANCEL_KEEP_MS)
 local key, removed = where[seen], 0
-if key == KEYS[1] then
+if seen == 'group' then
+  local taken = group_unready(frame)
+  if taken then removed, frame = 1, taken end
+elseif key == KEYS[1] then
   removed = redis.call('LREM', key, 1, frame)
 elseif key then
   removed = redis.call('ZREM', key, frame)

@@ -34,7 +34,7 @@ def remove(keys: QueueKeys, chosen: Sequence[tuple[str, bytes, str, Optional[str
     """Remove (where, frame, id, dedup key or None) waiting messages; per
     message whether it was still there."""
     key_list = [keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.counters, keys.tracked,
-                keys.tracked_expiry, keys.events, keys.deps]
+                keys.tracked_expiry, keys.events, keys.deps, keys.groups[0], keys.groups[1]]
     args: list[Any] = []
     for where, frame, mid, dedup_key in chosen:
         args += [where, frame, mid, dedup_index(key_list, keys, dedup_key)]

@@ -45,7 +45,7 @@ local function has_id(s)
   if expires then
     if #expires > 15 then return false end
     at = after
-    for _, most in ipairs({8, 7, 1}) do  -- R, then V, then L
+    for _, most in ipairs({8, 7, 1, 3}) do  -- R, then V, then L, then G
       local digits, next_at = string.match(s, '^:([0-9]+)()', at)
       if not digits then break end
       if #digits > most then return false end

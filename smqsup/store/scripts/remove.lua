@@ -9,10 +9,12 @@
 --          (includes/track.lua: a tracked message removed is "dead", reason "removed")
 -- KEYS[8]  its event stream (a message removed: "removed")
 -- KEYS[9]  its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[10..]  dedup keys of the chosen messages that have one
+-- KEYS[10], KEYS[11] its groups' ready set and counts (includes/groups.lua)
+-- KEYS[12..]  dedup keys of the chosen messages that have one
 -- ARGV[1..]  four per message: where it was seen ("pending", "priority",
---          "scheduled" or "delayed"), its frame (the exact bytes read there),
---          its id, the index in KEYS of its dedup key (0: none)
+--          "scheduled", "delayed" or "group"), its frame (the exact bytes
+--          read there; for "group" its member of KEYS[10]), its id, the
+--          index in KEYS of its dedup key (0: none)
 --
 -- Returns one integer per message: 1 removed; 0 it was not there any more
 -- (taken by a consumer, promoted, or removed by someone else meanwhile), so
@@ -23,12 +25,17 @@ local counters = KEYS[5]
 local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8], deps = KEYS[9]}
 --- @include "release"
 --- @include "track"
+--- @include "groups"
+groups_use(KEYS[10], KEYS[11], nil, nil, nil, KEYS[1])
 
 local out, removed = {}, 0
 for i = 1, #ARGV - 3, 4 do
   local key, frame, id, dk = where[ARGV[i]], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local n = 0
-  if key == KEYS[1] then
+  if ARGV[i] == 'group' then
+    local taken = group_unready(frame)
+    if taken then n, frame = 1, taken end
+  elseif key == KEYS[1] then
     n = redis.call('LREM', key, 1, frame)
   elseif key then
     n = redis.call('ZREM', key, frame)

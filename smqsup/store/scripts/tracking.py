@@ -22,9 +22,11 @@ def progress(keys: QueueKeys, message_id: str, value: str, *, tracked: bool = Tr
 
 def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"") -> Call[str]:
     """Cancel ``message_id``, seen at ``seen`` ("pending", "priority",
-    "scheduled", "delayed", "processing" or "": nowhere) as ``frame``:
+    "scheduled", "delayed", "group" (``frame``: its member of the groups'
+    ready set), "processing" or "": nowhere) as ``frame``:
     "cancelled", "stopping", the state it ended in, or "unknown" (cancel.lua)."""
     return Call(_CANCEL, (keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.dead, keys.counters,
-                          keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps),
+                          keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps, keys.groups[0],
+                          keys.groups[1]),
                 (message_id, seen, frame),
                 lambda reply: bytes(reply).decode("ascii", "replace") if isinstance(reply, bytes) else str(reply))

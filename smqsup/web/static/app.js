@@ -320,6 +320,7 @@
     }
     for (const [id, cs] of S.consumers) if (snap.t - cs.seen > WINDOW_MS) S.consumers.delete(id);
     ensureCards();
+    renderGroups(snap);
     renderQueues(snap);
     renderConsumers(snap);
     renderProducers(snap);
@@ -347,12 +348,31 @@
           el("figure", {className: "chart"}, [el("figcaption", {text: "Messages in the queue"}), sizes,
             el("ul", {className: "legend"})]),
         ]),
+        q.groupsBox = el("div", {className: "groups", dataset: {testid: "queue-groups", queue: name}}),
       ]);
       q.charts = {rates: new LineChart(rates, {format: formats.rate}),
         sizes: new LineChart(sizes, {format: formats.count, integer: true})};
     }
     const cards = names.map((n) => S.queues.get(n).card);
     if (cards.some((c, i) => box.children[i] !== c)) box.replaceChildren(...cards);
+  }
+
+  /** Each queue card's busiest message groups: waiting and running counts (nothing without groups). */
+  function renderGroups(snap) {
+    for (const [name, qs] of Object.entries(snap.queues)) {
+      const box = S.queues.get(name).groupsBox;
+      const groups = qs.groups || {};
+      const busiest = groups.busiest || [];
+      if (!box) continue;
+      if (!groups.waiting && !busiest.length) { box.replaceChildren(); continue; }
+      const rows = busiest.map((g) => el("tr", {dataset: {testid: "group-row", group: String(g.group)}}, [
+        el("td", {text: g.group}), el("td", {className: "num", text: fmtInt(g.ready)}),
+        el("td", {className: "num", text: fmtInt(g.running)})]));
+      box.replaceChildren(
+        el("h4", {text: "Busiest groups (" + fmtInt(groups.waiting) + " with messages waiting)"}),
+        el("table", {}, [el("thead", {}, [el("tr", {}, [el("th", {text: "group"}), el("th", {text: "waiting"}),
+          el("th", {text: "running"})])]), el("tbody", {}, rows)]));
+    }
   }
 
   let drawPending = false;

@@ -8,7 +8,7 @@
 -- groups_use, and nil where a script has none):
 --
 --   GROUPS.ready  ZSET  every ready frame of every group, score 0, member
---                       "LEN:NAME\tPSEQ\tFRAME": LEN:NAME its group (length
+--                       "LEN:NAME\tPSEQ\nFRAME": LEN:NAME its group (length
 --                       first, so no name is the prefix of another's
 --                       range), P 9 - priority, SEQ 15 digits (publish
 --                       order; 0 for a frame going back: first of its
@@ -96,10 +96,25 @@ local function group_ready(frame, front)
     seq = redis.pcall('INCR', GROUPS.seq)
     if type(seq) ~= 'number' then seq = 0 end
   end
-  redis.call('ZADD', GROUPS.ready, 0, group_prefix(g) .. string.format('%d%015d', 9 - prio, seq % 1e15) .. '\t' .. frame)
+  redis.call('ZADD', GROUPS.ready, 0, group_prefix(g) .. string.format('%d%015d', 9 - prio, seq % 1e15) .. '\n' .. frame)
   redis.pcall('ZINCRBY', GROUPS.count, 1, g)
   group_ticket(g, false)
   return true
+end
+
+-- Take ``member`` (of GROUPS.ready: an operator removes or cancels a
+-- waiting grouped message) out of its group; its frame, or nil when it was
+-- not there (taken meanwhile). Its group's ticket, if any, finds out.
+local function group_unready(member)
+  if redis.call('ZREM', GROUPS.ready, member) == 0 then return nil end
+  local len, at = string.match(member, '^(%d+):()')
+  if len then
+    local g = string.sub(member, at, at + tonumber(len) - 1)
+    local left = tonumber(redis.pcall('ZINCRBY', GROUPS.count, -1, g))
+    if left and left <= 0 then redis.pcall('ZREM', GROUPS.count, g) end
+  end
+  local nl = string.find(member, '\n', 1, true)
+  return nl and string.sub(member, nl + 1) or member
 end
 
 -- The first ready frame of group ``g`` in GROUPS.ready (its member), or nil.
