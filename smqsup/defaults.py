@@ -214,3 +214,6 @@ SCALE_UP_BACKLOG = 20
 SCALE_DOWN_AFTER_S = 60.0
 #: The least time between two scale steps of an autoscaled queue, in s.
 SCALE_COOLDOWN_S = 1.0
+
+#: How often the elected collector recounts the message groups' running counts and gives back lost turns, s.
+GROUP_REPAIR_S = 5.0

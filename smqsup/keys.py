@@ -33,8 +33,8 @@ live in one Redis Cluster slot::
     ns:{Q}:groups:state      HASH  s:GROUP -> t (its ticket "*GROUP" is in the
                                    pending list), b (blocked at its
                                    group_concurrency) or w (waiting for its
-                                   rate); r:GROUP -> its frames in consumers'
-                                   lists; p:GROUP -> paused (JSON {"at_ms", "by"})
+                                   rate); p:GROUP -> paused (JSON {"at_ms", "by"})
+    ns:{Q}:groups:running    HASH  GROUP -> its frames in consumers' lists
     ns:{Q}:groups:rate       ZSET  GROUP -> its GCRA theoretical arrival time (µs)
     ns:{Q}:groups:wait       ZSET  GROUP -> when its rate lets it start again (µs)
     ns:{Q}:dedup:KEY         STR   id of the message published with dedup key
@@ -188,11 +188,11 @@ class QueueKeys:
         return f"{self._prefix}:paused"
 
     @cached_property
-    def groups(self) -> tuple[str, str, str, str, str]:
+    def groups(self) -> tuple[str, str, str, str, str, str]:
         """The group keys, in the order the scripts take them (includes/groups.lua):
-        ready, count, state, rate, wait."""
+        ready, count, state, rate, wait, running."""
         p = f"{self._prefix}:groups"
-        return (f"{p}:ready", f"{p}:count", f"{p}:state", f"{p}:rate", f"{p}:wait")
+        return (f"{p}:ready", f"{p}:count", f"{p}:state", f"{p}:rate", f"{p}:wait", f"{p}:running")
 
     def dead_aside(self, token: str) -> str:
         """Where a whole purge sets the dead-letter list aside."""

@@ -27,8 +27,9 @@ from tests.handlers import _record
 from tests.helpers import wait_for
 
 K = QueueKeys("smq", "q")
-#: The group state hash (includes/groups.lua): "s:G", "r:G" (G's messages in consumers' lists), "p:G".
-GROUP_STATE = K.groups[2]
+#: The group state hash (includes/groups.lua): "s:G", "p:G"; and the running counts: G -> its messages in
+#: consumers' lists.
+GROUP_STATE, GROUP_RUNNING = K.groups[2], K.groups[5]
 
 
 # -- handlers (run in the consumer processes) ---------------------------------
@@ -63,8 +64,8 @@ def _text(value: Any) -> str:
 
 
 def _running_fields(client: redis.Redis) -> dict[str, str]:
-    """The "r:GROUP" fields of the group state hash: the groups' messages still counted in consumers' lists."""
-    return {k: v for k, v in _group_state(client).items() if k.startswith("r:")}
+    """The groups' running counts: their messages still counted in consumers' lists."""
+    return {_text(k): _text(v) for k, v in client.hgetall(GROUP_RUNNING).items()}
 
 
 def _most_at_once(intervals: list[tuple[float, float]]) -> int:
@@ -129,7 +130,7 @@ def test_group_concurrency_holds_across_two_supervisors_while_consumers_are_sigk
     """group_concurrency 2, 2 supervisors x 2 consumers x 4 threads, 5,000 messages of 10-30 ms over 50
     groups, a random consumer (one that has taken a message) SIGKILLed every 300 ms: every message
     handled, never more than 2 of one group running at once (a killed handler runs until its kill), and
-    once all are acked the groups' running counts ("r:*" in the state hash) are gone within the reclaim
+    once all are acked the groups' running counts (the running hash) are gone within the reclaim
     time."""
     rng = random.Random(42)
     queue = {"handler": "tests.test_groups_processes:sleepy", "consumers": 2, "concurrency": 4,

@@ -69,7 +69,7 @@ def test_publish_many_spreads_over_the_partitions_and_a_group_keeps_to_its_own(
     assert sum(redis_client.zcard(QueueKeys(NS, p).groups[0]) for p in PARTS) == 100
     broker = Broker(redis_url, NS)
     try:
-        assert broker.queues.group_partition("q", "tenant-7") == home
+        assert broker.groups.partition("q", "tenant-7") == home
     finally:
         broker.close()
 

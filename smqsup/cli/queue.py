@@ -122,7 +122,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
         by = f"cli@{socket.gethostname()}"
         if args.group is not None:
             shown = safe.escape(args.group, 80)
-            if broker.queues.pause_group(queue, args.group, by=by):
+            if broker.groups.pause(queue, args.group, by=by):
                 print(f"paused group {shown} of {queue}: its messages wait until `smqsup resume {queue} --group`")
             else:
                 print(f"group {shown} of {queue} was already paused; nothing changed")
@@ -138,7 +138,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with queue_broker(args) as (broker, queue):
         if args.group is not None:
             shown = safe.escape(args.group, 80)
-            if broker.queues.resume_group(queue, args.group):
+            if broker.groups.resume(queue, args.group):
                 print(f"resumed group {shown} of {queue}: it takes its turns again")
             else:
                 print(f"group {shown} of {queue} was not paused; nothing changed")

@@ -23,6 +23,8 @@ delayed messages to pending.
                                  ended messages no consumer told (it died)
             workflows.repair_holds  children whose producer died before it
                                  told all their parents
+            groups.repair        every GROUP_REPAIR_S, the groups' running
+                                 counts recounted and lost turns given back
 
 The promote look and the outbox look of every queue led, when due, go out
 in one round trip for all of them (_rounds); a queue with more to do goes on
@@ -85,6 +87,8 @@ class _QueueGC:
     next_fire: float = 0.0
     next_tell: float = 0.0
     next_holds: float = 0.0
+    next_groups: float = 0.0
+    groups_cursor: bytes = b"0"  # the repair's place in the queue's groups (store/groups.py)
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
 
@@ -267,6 +271,17 @@ class Collector:
             state.next_holds = now + defaults.HOLD_REPAIR_S / 2
             self._step(name, state, "register held messages with their parents",
                        lambda n, _: flows.repair_holds(n, int(defaults.HOLD_REPAIR_S * 1000)))
+        if now >= state.next_groups:
+            state.next_groups = now + defaults.GROUP_REPAIR_S
+            self._step(name, state, "repair message groups", self._repair_groups)
+
+    def _repair_groups(self, name: str, state: _QueueGC) -> None:
+        lock = state.lock
+        state.groups_cursor, fixed, turns = self.broker.groups.repair(
+            name, (lock.key, lock.token), state.queue.group_concurrency, state.groups_cursor)
+        if fixed or turns:
+            log.warning("queue %s: collector: %d group running count(s) set right and %d group(s) given back "
+                        "their turn (a key changed by hand, or a consumer's list deleted?)", name, fixed, turns)
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an

@@ -32,6 +32,7 @@ from smqsup.store.connection import check_server, wrapped
 from smqsup.store.contents import Contents
 from smqsup.store.control import Control
 from smqsup.store.events import Events
+from smqsup.store.groups import Groups
 from smqsup.store.lag import Lags
 from smqsup.store.link import Link
 from smqsup.store.messages import Messages
@@ -70,6 +71,7 @@ class Broker:
         self.workflows = Workflows(self._link, self.queues, self.batches)
         self.lags = Lags(self._link, self.queues)
         self.supervisors = Supervisors(self._link)
+        self.groups = Groups(self._link, self.queues)
 
     @property
     def url(self) -> str:

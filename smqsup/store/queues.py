@@ -9,7 +9,6 @@ import json
 import logging
 import random
 import time
-import zlib
 from collections.abc import Callable
 from typing import NamedTuple, Optional, cast
 
@@ -17,7 +16,7 @@ import redis.exceptions as rexc
 
 from smqsup import defaults
 from smqsup.errors import BrokerError
-from smqsup.keys import partition_name, partition_names, queues_set
+from smqsup.keys import partition_names, queues_set
 from smqsup.logs import warn_once
 from smqsup.store import scripts
 from smqsup.store.connection import wrapped
@@ -77,29 +76,6 @@ class Queues:
         link = self._link
         with wrapped(f"resume {queue!r}"):
             return self._every_partition(queue, lambda p: bool(link.client.delete(link.keys(p).paused)))
-
-    def pause_group(self, queue: str, group: str, by: str) -> bool:
-        """Pause message group ``group`` of the queue (in the partition its
-        name picks): its messages wait, the other groups go on; True if it
-        was not paused."""
-        link = self._link
-        with wrapped(f"pause group {group!r} of {queue!r}"):
-            info = json.dumps({"at_ms": ms_of(link.client.time()), "by": by}, separators=(",", ":"))
-            return scripts.group_pause(link.keys(self.group_partition(queue, group)), group.encode("utf-8"),
-                                       info).run(link.client)
-
-    def resume_group(self, queue: str, group: str) -> bool:
-        """Let paused group ``group`` take its turns again; True if it was paused."""
-        link = self._link
-        with wrapped(f"resume group {group!r} of {queue!r}"):
-            return scripts.group_pause(link.keys(self.group_partition(queue, group)), group.encode("utf-8"),
-                                       "").run(link.client)
-
-    def group_partition(self, queue: str, group: str) -> str:
-        """The partition message group ``group`` lives in (its name's CRC-32,
-        as the producers pick it)."""
-        count = self.partitions(queue)
-        return queue if count == 1 else partition_name(queue, zlib.crc32(group.encode("utf-8")) % count)
 
     def paused_flag(self, queue: str) -> Optional[bytes]:
         """The queue's paused flag as stored (pause() writes JSON: at_ms, by;

@@ -88,7 +88,7 @@ def _ask_running(pipe: Any, k: QueueKeys, busiest: Any) -> None:
     """Queue the read of the running counts of the groups in ``busiest``
     (the ZREVRANGE reply _ask_sizes asked for), if any."""
     if busiest:
-        pipe.hmget(k.groups[2], [b"r:" + name for name, _ in busiest])
+        pipe.hmget(k.groups[5], [name for name, _ in busiest])
 
 
 def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:

@@ -138,7 +138,7 @@ def _group_listing(broker: Broker, queue: str, state: str, limit: int, group: st
     groups' ready set (in its partition), the other states' rows filtered."""
     if state != "pending":
         return [r for r in listing(broker, queue, state, 10 * limit) if r["group"] == group][:limit]
-    part = broker.queues.group_partition(queue, group)
+    part = broker.groups.partition(queue, group)
     return [row(framing.member_frame(m), state, "group") for m in broker.contents.group_waiting(part, group, limit)]
 
 

@@ -33,6 +33,7 @@ from smqsup.store.scripts.contents import (
     dlq_purge,
     dlq_requeue,
     group_pause,
+    group_repair,
     partitions,
     peek_range,
     remove,
@@ -93,7 +94,7 @@ __all__ = [
     "NO_TURN", "RATE_LIMITED", "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "group_pause", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
-    "meta_json", "nack", "partitions", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
+    "meta_json", "nack", "partitions", "group_repair", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
     "publish_options", "batch_settle", "depend", "hold", "unblock",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

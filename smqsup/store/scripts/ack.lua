@@ -12,7 +12,7 @@
 -- KEYS[10] tracking hash of the queue, KEYS[11] its expiry set, KEYS[12] its
 --          event stream (includes/track.lua)
 -- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[14..18] its group keys (includes/groups.lua: a grouped frame acked
+-- KEYS[14..19] its group keys (includes/groups.lua: a grouped frame acked
 --          frees its group's slot; a ticket taken is redeemed)
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
@@ -84,7 +84,7 @@ if not result and plain(frame) then
 end
 
 --- @include "fetch_next"
-groups_use(KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], pending, nil, ARGV[8], ARGV[9], ARGV[10])
+groups_use(14, pending, nil, ARGV[8], ARGV[9], ARGV[10])
 local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
 -- (a frame that is not plain ends here: its record, its event, its links,
 -- its group's slot)

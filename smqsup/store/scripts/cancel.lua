@@ -36,7 +36,7 @@ local CANCEL_KEEP_MS = 3600000
 --- @include "now_ms"
 --- @include "dead_letter"
 --- @include "groups"
-groups_use(KEYS[12], KEYS[13], nil, nil, nil, KEYS[1])
+groups_use_ready(KEYS[12], KEYS[13])
 
 local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'},
                            {dead, 'list'}})

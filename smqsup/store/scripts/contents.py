@@ -20,8 +20,22 @@ _DLQ_PURGE = Script("dlq_purge")
 _PARTITIONS = Script("partitions")
 _PEEK_RANGE = Script("peek_range")
 _GROUP_PAUSE = Script("group_pause")
+_GROUP_REPAIR = Script("group_repair")
 
-SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_PAUSE)
+SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_PAUSE, _GROUP_REPAIR)
+
+
+def group_repair(keys: QueueKeys, consumers: Sequence[str], lock: tuple[str, str], limit: int, cursor: bytes,
+                 count: int) -> Call[tuple[bytes, int, int]]:
+    """The collector's repair of the queue's groups (group_repair.lua): the
+    running counts recounted from the lists of ``consumers`` (the registered
+    ones), a turn for each group that lost its own, a slice of ``count``
+    groups from ``cursor``; (the next cursor, counts set right, turns given)."""
+    return Call(_GROUP_REPAIR, (keys.pending, *keys.groups, keys.consumers, lock[0],
+                                *(keys.processing(c) for c in consumers)),
+                (lock[1], limit, cursor, count, *consumers),
+                lambda reply: (bytes(reply[0]) if isinstance(reply[0], bytes) else str(reply[0]).encode(),
+                               int(reply[1]), int(reply[2])))
 
 
 def group_pause(keys: QueueKeys, group: bytes, info: str) -> Call[bool]:

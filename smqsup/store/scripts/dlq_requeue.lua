@@ -11,7 +11,8 @@
 -- KEYS[6]  tracking hash of the queue, KEYS[7] its expiry set (includes/track.lua:
 --          a tracked message requeued is "waiting" again, its end forgotten),
 --          KEYS[8] its event stream ("requeued")
--- KEYS[9..13] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+-- KEYS[9..14] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
 --          (a grouped message goes back to its group)
 -- ARGV[i]  dead-letter entries, the exact bytes read from KEYS[1]
 --
@@ -27,7 +28,7 @@ local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8]}
 --- @include "wrong_type"
 --- @include "ready"
 --- @include "track"
-groups_use(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], pending, prio_seq)
+groups_use(9, pending, prio_seq)
 
 local refused = wrong_type({{dead, 'list'}, {pending, 'list'}, {prio_set, 'zset'}})
 if refused then return refused end

@@ -9,7 +9,8 @@
 -- KEYS[3]  tracking hash of the queue, KEYS[4] its expiry set, KEYS[5] its
 --          event stream
 --          (includes/track.lua: a tracked frame given back is "waiting")
--- KEYS[6..10] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+-- KEYS[6..11] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
 --          (a grouped frame frees its group's slot and goes back to the front
 --          of its group; a ticket goes back as it is)
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
@@ -25,7 +26,7 @@ local T = {hash = KEYS[3], expiry = KEYS[4], events = KEYS[5]}
 --- @include "wrong_type"
 --- @include "track"
 --- @include "groups"
-groups_use(KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], pending)
+groups_use(6, pending)
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end

@@ -4,14 +4,14 @@
 -- back at once if it has ready messages (includes/groups.lua).
 --
 -- KEYS[1]  pending list of the queue (partition)
--- KEYS[2..6] its group keys: ready, count, state, rate, wait
+-- KEYS[2..7] its group keys: ready, count, state, rate, wait, running
 -- ARGV[1]  the group's name
 -- ARGV[2]  "" to resume, or the pause's record (JSON {"at_ms", "by"}) to pause
 --
 -- Returns 1 when that changed something (paused a group that was not, or
 -- resumed one that was), else 0.
 --- @include "groups"
-groups_use(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[1])
+groups_use(2, KEYS[1])
 local g, info = ARGV[1], ARGV[2]
 if info ~= '' then
   return redis.call('HSETNX', GROUPS.state, 'p:' .. g, info)

@@ -16,7 +16,7 @@
 --          event stream
 --          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
 -- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[16..20] its group keys (includes/groups.lua: a grouped frame frees its
+-- KEYS[16..21] its group keys (includes/groups.lua: a grouped frame frees its
 --          group's slot, and a retry ready at once goes back to its group)
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
@@ -60,7 +60,7 @@ local q = {processing = processing, pending = pending, counters = counters, cons
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
 q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15]}
-groups_use(KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
+groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
 -- or to be dead-lettered (3); returns the outcome and the frame as it now

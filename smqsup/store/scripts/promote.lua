@@ -12,11 +12,12 @@
 --          event stream
 --          (includes/track.lua: a tracked message made ready is "waiting")
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[12..16] its group keys: ready, count, state, rate, wait (includes/groups.lua)
--- KEYS[17] (optional) garbage-collector lock key
+-- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
+-- KEYS[18] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  (with KEYS[17]) the caller's lock token; the script refuses to act
---          unless KEYS[17] holds exactly this token
+-- ARGV[2]  (with KEYS[18]) the caller's lock token; the script refuses to act
+--          unless KEYS[18] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
 -- message of either set is due, or a group's rate wait ends (0 if more are due now, -1 if both are
@@ -29,7 +30,7 @@
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[17]
+local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18]
 local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
@@ -37,7 +38,7 @@ local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "now_ms"
 --- @include "ready"
 --- @include "dead_letter"
-groups_use(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], pending, prio_seq)
+groups_use(12, pending, prio_seq)
 
 local refused = not_leader(lock_key, token)
   or wrong_type({{delayed, 'zset'}, {scheduled, 'zset'}, {pending, 'list'}, {prio_set, 'zset'}, {dead, 'list'}})

@@ -11,8 +11,9 @@
 -- KEYS[9]  its deps set (includes/deps.lua): the holders of dedup keys held
 --          until their message starts or ends ("k" and "u" entries), batch
 --          memberships ("b")
--- KEYS[10..14] its group keys: ready, count, state, rate, wait (includes/groups.lua)
--- KEYS[15..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
+-- KEYS[10..15] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
+-- KEYS[16..]  the dedup keys of the messages that have one (ns:{Q}:dedup:KEY)
 -- ARGV[1]  "1": count in KEYS[2] (statistics on)
 -- ARGV[2]  priority, 0-9
 -- ARGV[3]  delay in ms from now (integer >= 0), or -1: none
@@ -60,11 +61,11 @@ local T = (kept_s > 0 or events_max > 0) and {hash = KEYS[6], expiry = KEYS[7], 
 --- @include "track"
 
 local expected = {{pending, 'list'}, {prio_set, 'zset'}, {scheduled, 'zset'}}
-if #KEYS > 14 or link ~= '' then expected[#expected + 1] = {deps, 'zset'} end
-for i = 15, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
+if #KEYS > 15 or link ~= '' then expected[#expected + 1] = {deps, 'zset'} end
+for i = 16, #KEYS do expected[#expected + 1] = {KEYS[i], 'string'} end
 local group = ARGV[11]
 if group ~= '' then
-  groups_use(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], pending, prio_seq)
+  groups_use(10, pending, prio_seq)
   expected[#expected + 1] = {KEYS[10], 'zset'}
 end
 local refused = wrong_type(expected)

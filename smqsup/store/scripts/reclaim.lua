@@ -12,7 +12,8 @@
 -- KEYS[8]  tracking hash of the queue, KEYS[9] its expiry set, KEYS[10] its cancel set,
 --          KEYS[11] its event stream
 -- KEYS[12] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[13..17] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+-- KEYS[13..18] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
 --          (includes/track.lua: a message whose cancel was asked is dead-lettered "cancelled")
 -- ARGV[1]  "1": each message costs an attempt (the consumer died);
 --          "0": it does not (a stop asked for, a consumer re-registering)
@@ -45,7 +46,7 @@ local returned = started and math.max(0, math.min(tonumber(ARGV[7] or '0') or 0,
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
-groups_use(KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], pending)
+groups_use(13, pending)
 --- @include "unregister"
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'},

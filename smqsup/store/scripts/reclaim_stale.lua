@@ -14,8 +14,9 @@
 --          KEYS[11] its event stream
 --          (includes/track.lua: a message whose cancel was asked is dead-lettered "cancelled")
 -- KEYS[12] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[13..17] its group keys: ready, count, state, rate, wait (includes/groups.lua)
--- KEYS[18] (optional) garbage-collector lock key
+-- KEYS[13..18] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
+-- KEYS[19] (optional) garbage-collector lock key
 -- ARGV[1]  retry_threshold: past it a message is dead-lettered
 -- ARGV[2]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[3]  most messages to move in this call (integer > 0)
@@ -24,16 +25,16 @@
 --          is missing, older than this, or a day or more ahead (no heartbeat
 --          wrote it: stale.lua); it may have come back since the caller
 --          listed it as stale
--- ARGV[6]  (with KEYS[18]) the caller's lock token: the script refuses to act
---          unless KEYS[18] holds exactly this token
+-- ARGV[6]  (with KEYS[19]) the caller's lock token: the script refuses to act
+--          unless KEYS[19] holds exactly this token
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
 -- again; remaining -1 means the consumer is alive after all (nothing done).
--- With KEYS[18] given and the token not matching, an error reply "NOTLEADER".
+-- With KEYS[19] given and the token not matching, an error reply "NOTLEADER".
 -- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18]
+local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[19]
 local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12]}
 local threshold, meta, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
@@ -41,7 +42,7 @@ local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
-groups_use(KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], pending)
+groups_use(13, pending)
 --- @include "unregister"
 
 local refused = not_leader(lock_key, token)

@@ -26,7 +26,7 @@ local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8], deps = KEYS[9]}
 --- @include "release"
 --- @include "track"
 --- @include "groups"
-groups_use(KEYS[10], KEYS[11], nil, nil, nil, KEYS[1])
+groups_use_ready(KEYS[10], KEYS[11])
 
 local out, removed = {}, 0
 for i = 1, #ARGV - 3, 4 do

@@ -13,27 +13,28 @@
 --          KEYS[8] its event stream
 --          (includes/track.lua: a message whose cancel was asked is dead-lettered "cancelled")
 -- KEYS[9]  its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[10..14] its group keys: ready, count, state, rate, wait (includes/groups.lua)
--- KEYS[15] (optional) garbage-collector lock key
+-- KEYS[10..15] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
+-- KEYS[16] (optional) garbage-collector lock key
 -- ARGV[1]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[2]  most messages to move in this call (integer > 0)
--- ARGV[3]  (with KEYS[15]) the caller's lock token: the script refuses to act
---          unless KEYS[15] holds exactly this token
+-- ARGV[3]  (with KEYS[16]) the caller's lock token: the script refuses to act
+--          unless KEYS[16] holds exactly this token
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
--- again. With KEYS[15] given and the token not matching, an error reply
+-- again. With KEYS[16] given and the token not matching, an error reply
 -- "NOTLEADER".
 -- A key of the wrong type among KEYS[1, 2, 3] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local lock_key = KEYS[15]
+local lock_key = KEYS[16]
 local T = {hash = KEYS[5], expiry = KEYS[6], cancel = KEYS[7], events = KEYS[8], deps = KEYS[9]}
 local meta, limit, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "move_frames"
-groups_use(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], pending)
+groups_use(10, pending)
 
 local refused = not_leader(lock_key, token)
   or wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'}})

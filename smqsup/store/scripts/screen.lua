@@ -14,7 +14,7 @@
 --          event stream
 --          (includes/track.lua: a tracked frame to handle is "active")
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[12..16] its group keys (includes/groups.lua)
+-- KEYS[12..17] its group keys (includes/groups.lua)
 -- ARGV[1]  the frame, the exact bytes fetched; or a group's ticket: it is
 --          redeemed for the group's next frame, which then takes its place
 --          and is the frame looked at (the reply's third element)
@@ -47,7 +47,7 @@ local frame = ARGV[1]
 --- @include "rate"
 --- @include "groups"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
-groups_use(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], pending, nil, ARGV[5], ARGV[6], ARGV[7])
+groups_use(12, pending, nil, ARGV[5], ARGV[6], ARGV[7])
 local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})

@@ -19,7 +19,7 @@
 --          event stream
 --          (includes/track.lua: a tracked frame taken is "active")
 -- KEYS[13] its dependencies (includes/deps.lua: an end tells the children)
--- KEYS[14..18] its group keys: ready, count, state, rate, wait
+-- KEYS[14..19] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua: a ticket taken is redeemed for its group's
 --          frame; a grouped frame acked frees its group's slot)
 -- ARGV[1]  the consumer's id
@@ -147,7 +147,7 @@ end
 
 --- @include "wrong_type"
 --- @include "fetch_next"
-groups_use(KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], q.pending, nil, ARGV[6], ARGV[7], ARGV[8])
+groups_use(14, q.pending, nil, ARGV[6], ARGV[7], ARGV[8])
 
 -- Frames popped from the pending list (not yet in KEYS[1]), tickets
 -- redeemed for their groups' frames (includes/groups.lua), moved into

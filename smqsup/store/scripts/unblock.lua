@@ -11,7 +11,8 @@
 -- KEYS[7]  dead-letter list of the queue, KEYS[8] its counters hash
 -- KEYS[9]  tracking hash of the queue, KEYS[10] its expiry set, KEYS[11] its
 --          event stream (includes/track.lua)
--- KEYS[12..16] its group keys: ready, count, state, rate, wait (includes/groups.lua)
+-- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
+--          (includes/groups.lua)
 -- ARGV[1]  the held message's id
 -- ARGV[2]  its "h" mark to remove (its parents are all told), or "": none
 -- ARGV[3..] four per parent: its queue partition, its id, "done" and its
@@ -32,7 +33,7 @@ local id = ARGV[1]
 --- @include "now_ms"
 --- @include "ready"
 --- @include "dead_letter"
-groups_use(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], pending, prio_seq)
+groups_use(12, pending, prio_seq)
 
 local refused = wrong_type({{blocked, 'hash'}, {deps, 'zset'}, {pending, 'list'}, {prio_set, 'zset'},
                             {scheduled, 'zset'}, {dead, 'list'}})

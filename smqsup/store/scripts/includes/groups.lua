@@ -22,9 +22,10 @@
 --                       lists as its limit allows; the next settle gives it a
 --                       ticket) or "w" (waiting for its rate: in
 --                       GROUPS.wait); absent: no ready frame, or paused.
---                       "r:NAME" -> its frames in consumers' lists (taken
---                       here, not yet settled). "p:NAME" -> paused (by whom,
---                       JSON)
+--                       "p:NAME" -> paused (by whom, JSON)
+--   GROUPS.running HASH NAME -> its frames in consumers' lists (taken here,
+--                       not yet settled): as many fields as groups have
+--                       frames in flight (the collector recounts it)
 --   GROUPS.rate   ZSET  NAME -> its GCRA theoretical arrival time (µs,
 --                       Redis clock); entries past go at each booking
 --   GROUPS.wait   ZSET  NAME -> when (µs) its rate allows its next start:
@@ -45,15 +46,23 @@ local GROUP_RATE_AHEAD_US = 20000
 -- Groups whose wait ended that one look gives their tickets back.
 local GROUP_WAKE_MAX = 100
 
--- groups_use(ready, count, state, rate, wait, pending, seq, limit, interval,
--- burst): the script's group keys (``seq``: the sequence counter of
--- publish order, where the script makes frames ready) and, where it takes
--- frames, the queue's limits as ARGV text: group_concurrency (0: none),
--- µs between one group's starts (0: no group rate) and its burst.
-local function groups_use(ready, count, state, rate, wait, pending, seq, limit, interval, burst)
-  GROUPS = {ready = ready, count = count, state = state, rate = rate, wait = wait, pending = pending, seq = seq,
+-- groups_use(first, pending, seq, limit, interval, burst): the script's
+-- group keys, KEYS[first..first + 5] (ready, count, state, rate, wait,
+-- running), its pending list, ``seq`` the sequence counter of publish order
+-- (where the script makes frames ready) and, where it takes frames, the
+-- queue's limits as ARGV text: group_concurrency (0: none), µs between one
+-- group's starts (0: no group rate) and its burst.
+local function groups_use(first, pending, seq, limit, interval, burst)
+  GROUPS = {ready = KEYS[first], count = KEYS[first + 1], state = KEYS[first + 2], rate = KEYS[first + 3],
+            wait = KEYS[first + 4], running = KEYS[first + 5], pending = pending, seq = seq,
             limit = math.max(0, tonumber(limit) or 0), interval = math.max(0, tonumber(interval) or 0),
             burst = math.max(1, tonumber(burst) or 1), last_wait = 0}
+end
+
+-- groups_use_ready(ready, count): only the ready set and the counts (an
+-- operator's remove or cancel of a waiting grouped message).
+local function groups_use_ready(ready, count)
+  GROUPS = {ready = ready, count = count, limit = 0, interval = 0, burst = 1, last_wait = 0}
 end
 
 -- The group of a frame, or nil (no group field, or no bytes for it).
@@ -79,7 +88,9 @@ local function group_ticket(g, front)
   local state = redis.pcall('HGET', GROUPS.state, 's:' .. g)
   if state == 't' or state == 'b' or state == 'w' then return end
   if redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1 then return end
-  redis.pcall('HSET', GROUPS.state, 's:' .. g, 't')
+  -- (a state hash that is garbage gives no ticket: one it could never
+  -- redeem; the collector says so)
+  if type(redis.pcall('HSET', GROUPS.state, 's:' .. g, 't')) ~= 'number' then return end
   redis.call(front and 'RPUSH' or 'LPUSH', GROUPS.pending, '*' .. g)
 end
 
@@ -96,7 +107,9 @@ local function group_ready(frame, front)
     seq = redis.pcall('INCR', GROUPS.seq)
     if type(seq) ~= 'number' then seq = 0 end
   end
-  redis.call('ZADD', GROUPS.ready, 0, group_prefix(g) .. string.format('%d%015d', 9 - prio, seq % 1e15) .. '\n' .. frame)
+  local added = redis.pcall('ZADD', GROUPS.ready, 0,
+                            group_prefix(g) .. string.format('%d%015d', 9 - prio, seq % 1e15) .. '\n' .. frame)
+  if type(added) ~= 'number' then return false end  -- a ready set that is garbage: the frame goes as any
   redis.pcall('ZINCRBY', GROUPS.count, 1, g)
   group_ticket(g, false)
   return true
@@ -106,7 +119,7 @@ end
 -- waiting grouped message) out of its group; its frame, or nil when it was
 -- not there (taken meanwhile). Its group's ticket, if any, finds out.
 local function group_unready(member)
-  if redis.call('ZREM', GROUPS.ready, member) == 0 then return nil end
+  if redis.pcall('ZREM', GROUPS.ready, member) ~= 1 then return nil end
   local len, at = string.match(member, '^(%d+):()')
   if len then
     local g = string.sub(member, at, at + tonumber(len) - 1)
@@ -120,7 +133,8 @@ end
 -- The first ready frame of group ``g`` in GROUPS.ready (its member), or nil.
 local function group_first(g)
   local p = group_prefix(g)
-  local first = redis.call('ZRANGEBYLEX', GROUPS.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', 0, 1)
+  local first = redis.pcall('ZRANGEBYLEX', GROUPS.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', 0, 1)
+  if type(first) ~= 'table' then return nil, #p end
   return first[1], #p
 end
 
@@ -135,12 +149,17 @@ end
 -- Group ``g``'s GCRA (includes/rate.lua says how; per group, its whole
 -- limit): the wait before its next start, and the tat to book for it.
 -- A stored tat that is no number counts as none; one beyond the furthest
--- this limit can book is read as that bound.
+-- this limit can book is read, and stored again, as that bound.
 local function group_rate_wait(g)
   local now = group_now()
   local tat = tonumber(redis.pcall('ZSCORE', GROUPS.rate, g))
   if not tat or tat ~= tat or tat < now then tat = now end
-  tat = math.min(tat, now + 1000000 + GROUPS.burst * GROUPS.interval)
+  local most = now + 1000000 + GROUPS.burst * GROUPS.interval
+  if tat > most then
+    -- Stored as the bound, so that time moves it closer (includes/rate.lua).
+    tat = most
+    redis.pcall('ZADD', GROUPS.rate, tat, g)
+  end
   local start = math.max(now, tat - (GROUPS.burst - 1) * GROUPS.interval)
   return start - now, math.max(tat, start) + GROUPS.interval
 end
@@ -158,9 +177,10 @@ local function group_wake()
   if type(first) ~= 'table' or not first[1] then return 0 end
   local now = group_now()
   if (tonumber(first[2]) or 0) > now then return 0 end
-  local due = redis.call('ZRANGEBYSCORE', GROUPS.wait, '-inf', now, 'LIMIT', 0, GROUP_WAKE_MAX)
+  local due = redis.pcall('ZRANGEBYSCORE', GROUPS.wait, '-inf', now, 'LIMIT', 0, GROUP_WAKE_MAX)
+  if type(due) ~= 'table' then return 0 end
   for _, g in ipairs(due) do
-    redis.call('ZREM', GROUPS.wait, g)
+    redis.pcall('ZREM', GROUPS.wait, g)
     if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'w' then redis.pcall('HDEL', GROUPS.state, 's:' .. g) end
     if group_first(g) then group_ticket(g, true) end
   end
@@ -176,7 +196,7 @@ local function group_next_wake()
 end
 
 local function group_running(g)
-  local n = tonumber(redis.pcall('HGET', GROUPS.state, 'r:' .. g))
+  local n = tonumber(redis.pcall('HGET', GROUPS.running, g))
   if not n or n ~= n or n < 0 then return 0 end
   return n
 end
@@ -206,9 +226,10 @@ local function group_take(g)
   local wait, tat = 0, nil
   if GROUPS.interval > 0 then
     wait, tat = group_rate_wait(g)
-    if wait > GROUP_RATE_AHEAD_US then
+    -- Parked until its time; a wait set that is garbage parks nothing:
+    -- the frame is taken, its consumer waits (the rate holds either way).
+    if wait > GROUP_RATE_AHEAD_US and type(redis.pcall('ZADD', GROUPS.wait, group_now() + wait, g)) == 'number' then
       redis.pcall('HSET', GROUPS.state, 's:' .. g, 'w')
-      redis.call('ZADD', GROUPS.wait, group_now() + wait, g)
       return nil
     end
   end
@@ -218,10 +239,10 @@ local function group_take(g)
     redis.pcall('ZREM', GROUPS.count, g)
     return nil
   end
-  redis.call('ZREM', GROUPS.ready, member)
+  redis.pcall('ZREM', GROUPS.ready, member)
   local left = tonumber(redis.pcall('ZINCRBY', GROUPS.count, -1, g))
   if left and left <= 0 then redis.pcall('ZREM', GROUPS.count, g) end
-  redis.pcall('HSET', GROUPS.state, 'r:' .. g, string.format('%d', running + 1))
+  redis.pcall('HSET', GROUPS.running, g, string.format('%d', running + 1))
   if tat then group_rate_book(g, tat) end
   if not group_first(g) then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
@@ -243,9 +264,9 @@ local function group_settled(frame)
   if not g then return end
   local running = group_running(g)
   if running <= 1 then
-    redis.pcall('HDEL', GROUPS.state, 'r:' .. g)
+    redis.pcall('HDEL', GROUPS.running, g)
   else
-    redis.pcall('HSET', GROUPS.state, 'r:' .. g, string.format('%d', running - 1))
+    redis.pcall('HSET', GROUPS.running, g, string.format('%d', running - 1))
   end
   if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'b' then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)

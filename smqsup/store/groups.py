@@ -1,0 +1,64 @@
+"""The Redis operations on a queue's message groups for operators and the
+collector: the partition a group lives in, pausing and resuming one group,
+and the collector's repair of the groups' counts and turns
+(scripts/includes/groups.lua has the design).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+
+from smqsup.keys import partition_name
+from smqsup.store import scripts
+from smqsup.store.connection import wrapped
+from smqsup.store.link import Link, ms_of
+from smqsup.store.queues import Queues
+
+#: Groups with ready messages one repair looks at (a slice of the groups' counts, by cursor).
+REPAIR_SLICE = 200
+
+
+class Groups:
+    """A queue's message groups (see the module's docstring)."""
+
+    def __init__(self, link: Link, queues: Queues) -> None:
+        self._link = link
+        self._queues = queues
+
+    def partition(self, queue: str, group: str) -> str:
+        """The partition message group ``group`` lives in (its name's CRC-32,
+        as the producers pick it)."""
+        count = self._queues.partitions(queue)
+        return queue if count == 1 else partition_name(queue, zlib.crc32(group.encode("utf-8")) % count)
+
+    def pause(self, queue: str, group: str, by: str) -> bool:
+        """Pause message group ``group`` of the queue: its messages wait, the
+        other groups go on; True if it was not paused."""
+        link = self._link
+        with wrapped(f"pause group {group!r} of {queue!r}"):
+            info = json.dumps({"at_ms": ms_of(link.client.time()), "by": by}, separators=(",", ":"))
+            return scripts.group_pause(link.keys(self.partition(queue, group)), group.encode("utf-8"),
+                                       info).run(link.client)
+
+    def resume(self, queue: str, group: str) -> bool:
+        """Let paused group ``group`` take its turns again; True if it was paused."""
+        link = self._link
+        with wrapped(f"resume group {group!r} of {queue!r}"):
+            return scripts.group_pause(link.keys(self.partition(queue, group)), group.encode("utf-8"),
+                                       "").run(link.client)
+
+    def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> tuple[bytes, int, int]:
+        """One repair of queue (partition) ``queue``'s groups by its elected
+        collector (group_repair.lua), from ``cursor``: (the next cursor,
+        counts set right, turns given). A queue with no group state costs
+        one read."""
+        link = self._link
+        k = link.keys(queue)
+        with wrapped(f"repair the groups of {queue!r}"):
+            client = link.client
+            if not client.exists(k.groups[1], k.groups[5]):
+                return b"0", 0, 0
+            consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in client.hkeys(k.consumers))
+            return scripts.group_repair(k, consumers, lock, limit, cursor, REPAIR_SLICE).run(client)

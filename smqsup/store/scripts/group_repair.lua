@@ -1,0 +1,130 @@
+-- The elected collector's repair of a queue's message groups
+-- (includes/groups.lua), every GROUP_REPAIR_S: each step of a group is one
+-- script, but bytes nobody planned for (a key deleted or overwritten by
+-- hand, a consumer's list deleted) can leave a count that is wrong or a
+-- group without its turn. This sets them right:
+--
+--   1. the running counts, recounted from the lists of the registered
+--      consumers (when the lists given are exactly those: else nothing);
+--   2. a group blocked at its limit whose running count is below it now,
+--      or waiting for its rate with no wait entry, gets its ticket;
+--   3. a slice of the groups with ready messages (GROUPS.count, by ZSCAN
+--      cursor): one with no state (or a turn the pending list does not
+--      hold, looked for while that list is short), not paused and a ready
+--      frame gets its ticket; an entry with no ready frame left goes.
+--
+-- KEYS[1]  pending list of the queue (partition)
+-- KEYS[2..7] its group keys: ready, count, state, rate, wait, running
+-- KEYS[8]  its consumers registry hash
+-- KEYS[9]  garbage-collector lock key
+-- KEYS[10..] the processing lists of the consumers in ARGV[5..], same order
+-- ARGV[1]  the caller's lock token
+-- ARGV[2]  the queue's group_concurrency (0: none)
+-- ARGV[3]  ZSCAN cursor of GROUPS.count ("0": from the start)
+-- ARGV[4]  most entries to look at in that slice
+-- ARGV[5..] the registered consumers' ids
+--
+-- Returns {cursor, counts set right, tickets given}; error "NOTLEADER" when
+-- the token check fails.
+--- @include "lock"
+--- @include "groups"
+groups_use(2, KEYS[1])
+local refused = not_leader(KEYS[9], ARGV[1])
+if refused then return refused end
+local limit = math.max(0, tonumber(ARGV[2]) or 0)
+-- Frames one list is read for at most: a consumer holds concurrency +
+-- prefetch - 1 (at most 1999); a longer list is garbage, not counted.
+local LIST_READ_MAX = 4096
+local fixed, tickets = 0, 0
+-- A turn said to wait in the pending list is looked for there only while
+-- the list is this short (LPOS reads it whole).
+local PENDING_LOOKED_MAX = 1000
+local pending_short = (tonumber(redis.pcall('LLEN', KEYS[1])) or math.huge) <= PENDING_LOOKED_MAX
+
+-- 1. The running counts, when the lists are the registered consumers'.
+local function same_consumers()
+  if redis.pcall('HLEN', KEYS[8]) ~= #ARGV - 4 then return false end
+  for i = 5, #ARGV do
+    if redis.pcall('HEXISTS', KEYS[8], ARGV[i]) ~= 1 then return false end
+  end
+  return true
+end
+local seen, lowered = {}, {}
+if same_consumers() then
+  for i = 10, #KEYS do
+    local items = redis.pcall('LRANGE', KEYS[i], 0, LIST_READ_MAX)
+    if type(items) == 'table' and #items <= LIST_READ_MAX then
+      for _, item in ipairs(items) do
+        local g = group_of(item)
+        if g then seen[g] = (seen[g] or 0) + 1 end
+      end
+    end
+  end
+  local stored = redis.pcall('HGETALL', GROUPS.running)
+  if type(stored) == 'table' then
+    local had = {}
+    for i = 1, #stored, 2 do
+      local g, n = stored[i], seen[stored[i]]
+      had[g] = true
+      if not n then
+        redis.pcall('HDEL', GROUPS.running, g)
+        fixed, lowered[g] = fixed + 1, true
+      elseif tonumber(stored[i + 1]) ~= n then
+        if (tonumber(stored[i + 1]) or 0) > n then lowered[g] = true end
+        redis.pcall('HSET', GROUPS.running, g, string.format('%d', n))
+        fixed = fixed + 1
+      end
+    end
+    for g, n in pairs(seen) do
+      if not had[g] then
+        redis.pcall('HSET', GROUPS.running, g, string.format('%d', n))
+        fixed = fixed + 1
+      end
+    end
+  end
+end
+
+-- Whether group ``g``'s turn is in the pending list or in a consumer's list
+-- (taken by a blocking fetch, not yet redeemed): only asked while the
+-- pending list is short; a long one is taken for holding it.
+local function turn_held(g)
+  if not pending_short then return true end
+  local ticket = '*' .. g
+  if redis.pcall('LPOS', KEYS[1], ticket) ~= false then return true end
+  for i = 10, #KEYS do
+    if redis.pcall('LPOS', KEYS[i], ticket) ~= false then return true end
+  end
+  return false
+end
+
+-- Whether group ``g`` should have a turn and has none: then it gets one.
+local function needs_turn(g)
+  local state = redis.pcall('HGET', GROUPS.state, 's:' .. g)
+  if redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1 then return end
+  if state == 't' and turn_held(g) then return end
+  if state == 'b' and limit > 0 and group_running(g) >= limit then return end
+  if state == 'w' and redis.pcall('ZSCORE', GROUPS.wait, g) then return end
+  if not group_first(g) then
+    if state then redis.pcall('HDEL', GROUPS.state, 's:' .. g) end
+    redis.pcall('ZREM', GROUPS.count, g)
+    return
+  end
+  if state then redis.pcall('HDEL', GROUPS.state, 's:' .. g) end
+  group_ticket(g, false)
+  if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 't' then tickets = tickets + 1 end
+end
+
+-- 2. Blocked groups that were running, or counted too many.
+for _, groups in ipairs({seen, lowered}) do
+  for g in pairs(groups) do
+    if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'b' then needs_turn(g) end
+  end
+end
+-- 3. A slice of the groups with ready messages.
+local scanned = redis.pcall('ZSCAN', GROUPS.count, ARGV[3], 'COUNT', tonumber(ARGV[4]) or 100)
+if type(scanned) ~= 'table' then return {'0', fixed, tickets} end
+for i = 1, #scanned[2], 2 do
+  local g = scanned[2][i]
+  if not seen[g] or redis.pcall('HGET', GROUPS.state, 's:' .. g) ~= 'b' then needs_turn(g) end
+end
+return {scanned[1], fixed, tickets}
