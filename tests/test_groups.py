@@ -267,3 +267,16 @@ def test_cli_pause_resume_and_publish_take_a_group(producer: Producer, redis_url
     for bad in ("", "x" * 300, "a\tb"):
         r = procs.run("publish", "--url", redis_url, "q", "1", "--group", bad)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--group" in r.stderr, r.stderr
+
+
+def test_the_lag_counts_grouped_messages_and_dates_the_next_groups_turn(producer: Producer, redis_url: str,
+                                                                        redis_client: redis.Redis) -> None:
+    """Grouped messages are ready messages for the lag (and autoscaling): counted, and the next group's
+    first message dated when a group's turn is next in line."""
+    producer.publish_many("q", list(range(4)), group="A")
+    broker = Broker(redis_url, NS)
+    try:
+        lag = wait_for(lambda: (got := broker.lags.read({"q": 1})["q"]).lag_s and got, timeout_s=5)
+    finally:
+        broker.close()
+    assert lag.ready >= 4 and lag.lag_s is not None and 0 < lag.lag_s < 60

@@ -12,6 +12,7 @@ redis-py's errors into smqsup's.
 - messages.py: Messages: publish, fetch, take, screen, ack, nack, promote.
 - registry.py: Registry: consumers, heartbeats, reclaims, the leader lock.
 - queues.py: Queues: known queues, pause and resume, partitions.
+- groups.py: Groups: a queue's message groups: their partition, pause and resume one, the collector's repair.
 - contents.py: Contents: listings, removal by id, dead letters.
 - control.py: Control: requests to a running supervisor that a signal cannot carry (smqsup roll).
 - statistics.py: Statistics: sizes, counters, history, read_queues.

@@ -79,7 +79,8 @@ def frame_lag_ms(head: Any, now_ms: int) -> Optional[int]:
 
 def lag_call(keys: QueueKeys) -> scripts.Call[Part]:
     """lag.lua on one partition; its reply read as a Part."""
-    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused), (defaults.LAG_HEAD_BYTES,),
+    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, keys.groups[0]),
+                        (defaults.LAG_HEAD_BYTES,),
                         _partition)
 
 

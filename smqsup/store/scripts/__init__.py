@@ -14,7 +14,8 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 - registry.py: heartbeat, stale, the reclaims (reclaim, reclaim_stale,
   return_free), the leader lock (lock_*, compare_and_delete).
 - contents.py: peek_range (bounded listings), remove, dlq_requeue,
-  dlq_purge, partitions.
+  dlq_purge, partitions, group_pause and group_repair (message groups:
+  includes/groups.lua has their design).
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
 - tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
 - workflows.py: hold, depend, unblock (dependencies between messages), batch_settle.
