@@ -149,7 +149,7 @@ def _queue_snapshot(r: QueueReading, lag: QueueLag, now_ms: int, window_s: float
     rows.sort(key=lambda r: (str(r.get("host")), r.get("index") or 0, r.get("pid") or 0))
     return {
         "sizes": {name: r.sizes[name] for name in SIZES},
-        "groups": {"waiting": r.sizes.get("groups", 0),
+        "groups": {"waiting": r.groups,
                    "busiest": [{"group": g, "ready": n, "running": m} for g, n, m in r.busiest]},
         "lag_s": None if lag.lag_s is None else round(lag.lag_s, 3),
         "paused": r.paused,

@@ -35,8 +35,9 @@ class QueueReading:
     supervisors: dict[bytes, bytes]  # supervisor HOST:PID -> what it says of its consumers (JSON)
     partitions: int = 1  # how many partitions were read and summed
     #: The message groups with the most ready messages: (group, ready, running: its messages in consumers'
-    #: lists), most ready first (at most BUSIEST_GROUPS).
+    #: lists), most ready first (at most BUSIEST_GROUPS); and how many groups have ready messages.
     busiest: tuple[tuple[str, int, int], ...] = ()
+    groups: int = 0
 
 
 #: Groups a reading names (the largest backlogs).
@@ -65,11 +66,10 @@ def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
 def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
     """Sizes by state. ``pending`` counts the ready messages: the pending
     list (where each group with a turn waiting has one ticket: counted too),
-    the priority set and the groups' ready frames; ``groups`` the groups
-    with ready messages."""
-    pending, ready, grouped, scheduled, delayed, dead, groups, _ = replies
+    the priority set and the groups' ready frames."""
+    pending, ready, grouped, scheduled, delayed, dead, _, _ = replies
     return {"pending": int(pending) + int(ready) + int(grouped), "scheduled": int(scheduled),
-            "delayed": int(delayed), "dead": int(dead), "groups": int(groups)}
+            "delayed": int(delayed), "dead": int(dead)}
 
 
 def _busiest(reply: Any, running: Sequence[Any]) -> tuple[tuple[str, int, int], ...]:
@@ -115,7 +115,7 @@ def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     running = next(held) if replies[_SIZE_READS - 1] else []
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
                         counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors,
-                        busiest=_busiest(replies[_SIZE_READS - 1], running))
+                        busiest=_busiest(replies[_SIZE_READS - 1], running), groups=int(replies[_SIZE_READS - 2]))
 
 
 def _merged(readings: list[QueueReading]) -> QueueReading:
@@ -139,7 +139,7 @@ def _merged(readings: list[QueueReading]) -> QueueReading:
     return QueueReading(sizes, any(r.paused for r in readings), [held[cid] for cid in consumers],
                         _summed([r.counters for r in readings]), consumers, sorted(beats.items()), first.leader,
                         _summed([r.gc for r in readings]), first.slots, first.recent, first.supervisors,
-                        partitions=len(readings),
+                        partitions=len(readings), groups=sum(r.groups for r in readings),
                         busiest=tuple(sorted((g for r in readings for g in r.busiest), key=lambda g: -g[1])
                                       [:BUSIEST_GROUPS]))
 

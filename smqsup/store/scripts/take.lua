@@ -57,6 +57,7 @@ local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumer
 q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
+local asked = most  -- (``most`` becomes its share of what is ready)
 --- @include "plain"
 
 local FIRST_ACK = 10
@@ -153,9 +154,10 @@ groups_use(14, q.pending, nil, ARGV[6], ARGV[7], ARGV[8])
 -- redeemed for their groups' frames (includes/groups.lua), moved into
 -- KEYS[1] in their order; the frames and the µs each waits (group rate).
 local function move_popped(items)
-  local frames, waits = {}, {}
+  local frames, waits, turns = {}, {}, 0
   for _, item in ipairs(items) do
     if is_ticket(item) then
+      turns = turns + 1
       local frame, wait, not_ticket = group_take(string.sub(item, 2))
       if not_ticket then frame, wait = item, 0 end
       if frame then
@@ -167,6 +169,22 @@ local function move_popped(items)
     end
   end
   if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
+  return frames, waits, turns
+end
+
+-- After move_popped met groups' turns: take on, turn by turn, up to the
+-- share of what is ready counting the groups' ready frames (the pending
+-- list holds one turn for all of a group's), so one group with a backlog
+-- fills a take as a list of frames would.
+local function take_more(frames, waits)
+  local ready = redis.call('LLEN', q.pending) + (tonumber(redis.pcall('ZCARD', GROUPS.ready)) or 0) + #frames
+  local share = math.min(asked, math.ceil(ready / math.max(1, redis.call('HLEN', q.consumers))))
+  while #frames < share do
+    local nxt = take_ready(redis.call, q.processing, q.pending, q.priority, false)
+    if not nxt then break end
+    frames[#frames + 1] = nxt
+    waits[#frames] = GROUPS.last_wait
+  end
   return frames, waits
 end
 
@@ -206,7 +224,9 @@ local function finished(reply)
 end
 if hot_frames then
   if hot_moved then return finished(screen_all(hot_reply, hot_frames)) end
-  return finished(screen_all(hot_reply, move_popped(hot_frames)))
+  local frames, waits, turns = move_popped(hot_frames)
+  if turns > 0 and #frames < asked then frames, waits = take_more(frames, waits) end
+  return finished(screen_all(hot_reply, frames, waits))
 end
 
 -- Every other case: the registration, the paused flag, a priority set or

@@ -38,13 +38,19 @@ local function head_of(frame)
     if #a > 9 then return nil end
     return tonumber(a), 0, 0, bar, 0, 0, 0
   end
-  local a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
-  local r, v, l = '0', '0', '0'
-  if not a2 then a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$') end
-  if not a2 then a2, p, e, r, v = string.match(head, '^(%d+):(%d):(%d+):(%d+):([1-9]%d*)$') end
-  if not a2 then a2, p, e, r, v, l = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):([1-7])$') end
-  local g = nil
-  if not a2 then
+  -- The grammar by its number of fields: one pattern to try.
+  local _, colons = string.gsub(head, ':', '')
+  local a2, p, e
+  local r, v, l, g = '0', '0', '0', nil
+  if colons == 2 then
+    a2, p, e = string.match(head, '^(%d+):(%d):(%d+)$')
+  elseif colons == 3 then
+    a2, p, e, r = string.match(head, '^(%d+):(%d):(%d+):([1-9]%d*)$')
+  elseif colons == 4 then
+    a2, p, e, r, v = string.match(head, '^(%d+):(%d):(%d+):(%d+):([1-9]%d*)$')
+  elseif colons == 5 then
+    a2, p, e, r, v, l = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):([1-7])$')
+  elseif colons == 6 then
     a2, p, e, r, v, l, g = string.match(head, '^(%d+):(%d):(%d+):(%d+):(%d+):([0-7]):([1-9]%d?%d?)$')
     g = tonumber(g)
     if g and (g > GROUP_NAME_MAX or g > #frame - bar) then return nil end

@@ -54,7 +54,7 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
     wait, tat, now = rate_wait(q.rate)
     if wait > RATE_HORIZON_US then return 1, false, 0, wait end
   end
-  if wanted and GROUPS.wait then group_wake() end
+  if wanted and GROUPS.interval and GROUPS.interval > 0 then group_wake() end
   local function booked(nxt)
     if tat then rate_book(q.rate, tat, now) end
     wait = math.max(wait, GROUPS.last_wait or 0)

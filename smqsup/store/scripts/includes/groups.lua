@@ -56,7 +56,7 @@ local function groups_use(first, pending, seq, limit, interval, burst)
   GROUPS = {ready = KEYS[first], count = KEYS[first + 1], state = KEYS[first + 2], rate = KEYS[first + 3],
             wait = KEYS[first + 4], running = KEYS[first + 5], pending = pending, seq = seq,
             limit = math.max(0, tonumber(limit) or 0), interval = math.max(0, tonumber(interval) or 0),
-            burst = math.max(1, tonumber(burst) or 1), last_wait = 0}
+            burst = math.max(1, tonumber(burst) or 1), last_wait = 0, limits_known = limit ~= nil}
 end
 
 -- groups_use_ready(ready, count): only the ready set and the counts (an
@@ -213,15 +213,19 @@ end
 -- malformed), so they are never silently dropped.
 local function group_take(g)
   if not GROUPS.ready then return nil end
-  if redis.pcall('HGET', GROUPS.state, 's:' .. g) ~= 't' then return nil, 0, true end
-  if redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1 then
+  local said = redis.pcall('HMGET', GROUPS.state, 's:' .. g, 'p:' .. g)
+  if type(said) ~= 'table' or said[1] ~= 't' then return nil, 0, true end
+  if said[2] then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
     return nil
   end
-  local running = group_running(g)
-  if GROUPS.limit > 0 and running >= GROUPS.limit then
-    redis.pcall('HSET', GROUPS.state, 's:' .. g, 'b')
-    return nil
+  local running = 0
+  if GROUPS.limit > 0 then
+    running = group_running(g)
+    if running >= GROUPS.limit then
+      redis.pcall('HSET', GROUPS.state, 's:' .. g, 'b')
+      return nil
+    end
   end
   local wait, tat = 0, nil
   if GROUPS.interval > 0 then
@@ -233,41 +237,44 @@ local function group_take(g)
       return nil
     end
   end
-  local member, len = group_first(g)
-  if not member then
+  -- Its first two: the one it takes, and whether one is left.
+  local p = group_prefix(g)
+  local firsts = redis.pcall('ZRANGEBYLEX', GROUPS.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', 0, 2)
+  if type(firsts) ~= 'table' or not firsts[1] then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
     redis.pcall('ZREM', GROUPS.count, g)
     return nil
   end
-  redis.pcall('ZREM', GROUPS.ready, member)
+  redis.pcall('ZREM', GROUPS.ready, firsts[1])
   local left = tonumber(redis.pcall('ZINCRBY', GROUPS.count, -1, g))
   if left and left <= 0 then redis.pcall('ZREM', GROUPS.count, g) end
-  redis.pcall('HSET', GROUPS.running, g, string.format('%d', running + 1))
+  -- (HINCRBY: a count that is garbage is left as it is, until the repair)
+  local now_running = tonumber(redis.pcall('HINCRBY', GROUPS.running, g, 1)) or running + 1
   if tat then group_rate_book(g, tat) end
-  if not group_first(g) then
+  if not firsts[2] then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
-  elseif GROUPS.limit > 0 and running + 1 >= GROUPS.limit then
+  elseif GROUPS.limit > 0 and now_running >= GROUPS.limit then
     redis.pcall('HSET', GROUPS.state, 's:' .. g, 'b')
   else
     redis.call('LPUSH', GROUPS.pending, '*' .. g)
   end
   GROUPS.last_wait = wait
-  return string.sub(member, len + 18), wait
+  return string.sub(firsts[1], #p + 18), wait
 end
 
 -- A frame taken from its group left a consumer's list (settled, retried,
 -- dead-lettered, reclaimed or given back): one fewer running; a blocked
--- group gets its ticket again. Nothing for a frame without a group.
+-- group gets its ticket again (looked at unless the script knows the
+-- queue's limits and they have none: a group blocked under an older,
+-- lower limit then gets its turn from the collector's repair). Nothing for
+-- a frame without a group.
 local function group_settled(frame)
   if not GROUPS.state then return end
   local g = group_of(frame)
   if not g then return end
-  local running = group_running(g)
-  if running <= 1 then
-    redis.pcall('HDEL', GROUPS.running, g)
-  else
-    redis.pcall('HSET', GROUPS.running, g, string.format('%d', running - 1))
-  end
+  local running = redis.pcall('HINCRBY', GROUPS.running, g, -1)
+  if type(running) ~= 'number' or running <= 0 then redis.pcall('HDEL', GROUPS.running, g) end
+  if GROUPS.limits_known and GROUPS.limit == 0 then return end
   if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'b' then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
     if group_first(g) then group_ticket(g, false) end
