@@ -29,7 +29,7 @@ local GROUP_NAME_MAX = 256
 -- The count stops at 999999999 (nine digits), so a forged prefix cannot turn
 -- a frame into a malformed one. The rest of the head and the payload bytes
 -- are copied, never decoded or re-encoded.
-local function head_of(frame)
+local function parse_head(frame)
   local bar = string.find(frame, '|', 1, true)
   if not bar or bar > 51 then return nil end
   local head = string.sub(frame, 1, bar - 1)
@@ -57,6 +57,18 @@ local function head_of(frame)
   end
   if not a2 or #a2 > 9 or #e > 15 or #r > 8 or #v > 7 then return nil end
   return tonumber(a2), tonumber(p), tonumber(e), #a2 + 1, tonumber(r), tonumber(v), tonumber(l), g
+end
+
+-- A run of a script reads the head of one frame several times (its
+-- tracking, its links, its group): the answers are kept for the run.
+local HEADS = {}
+local function head_of(frame)
+  local known = HEADS[frame]
+  if not known then
+    known = {parse_head(frame)}
+    HEADS[frame] = known
+  end
+  return unpack(known, 1, 8)
 end
 
 local function head_for(priority, expires_ms, kept_s, events_max, linked, group_len)
