@@ -79,7 +79,7 @@ def frame_lag_ms(head: Any, now_ms: int) -> Optional[int]:
 
 def lag_call(keys: QueueKeys) -> scripts.Call[Part]:
     """lag.lua on one partition; its reply read as a Part."""
-    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, keys.groups[0]),
+    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, keys.groups[0], keys.groups[1]),
                         (defaults.LAG_HEAD_BYTES,),
                         _partition)
 

@@ -65,10 +65,12 @@ def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
 
 def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
     """Sizes by state. ``pending`` counts the ready messages: the pending
-    list (where each group with a turn waiting has one ticket: counted too),
-    the priority set and the groups' ready frames."""
-    pending, ready, grouped, scheduled, delayed, dead, _, _ = replies
-    return {"pending": int(pending) + int(ready) + int(grouped), "scheduled": int(scheduled),
+    list less its groups' turns (one per group with ready messages, but for
+    a group blocked at its limit, waiting for its rate or paused: those are
+    counted as holding one), the priority set and the groups' ready frames."""
+    pending, ready, grouped, scheduled, delayed, dead, groups, _ = replies
+    listed = int(pending) - min(int(pending), int(groups)) if int(grouped) else int(pending)
+    return {"pending": listed + int(ready) + int(grouped), "scheduled": int(scheduled),
             "delayed": int(delayed), "dead": int(dead)}
 
 

@@ -8,9 +8,11 @@
 -- KEYS[2]  ns:{Q}:priority  ZSET, the lowest score is taken first
 -- KEYS[3]  ns:{Q}:paused    STR, present while the queue is paused
 -- KEYS[4]  ns:{Q}:groups:ready ZSET, the groups' ready frames (includes/groups.lua)
+-- KEYS[5]  ns:{Q}:groups:count ZSET, the groups with ready frames
 -- ARGV[1]  bytes of each frame to send back (>= 1)
 --
--- Returns {LLEN of KEYS[1] + ZCARD of KEYS[4], ZCARD of KEYS[2], the first
+-- Returns {LLEN of KEYS[1] + ZCARD of KEYS[4] - ZCARD of KEYS[5] (the
+-- groups' turns, about), ZCARD of KEYS[2], the first
 -- ARGV[1] bytes of the list's rightmost frame (when that is a group's turn:
 -- of that group's next frame) or false, the first ARGV[1] bytes of the
 -- set's first member or false, the Redis clock in ms, 1 if paused else 0}.
@@ -45,6 +47,9 @@ if type(tail) == 'string' and string.byte(tail, 1) == 42 then  -- '*': a group's
     tail = nl and string.sub(first[1], nl + 1)
   end
 end
-ready = ready + size('ZCARD', grouped)
+local grouped_ready = size('ZCARD', grouped)
+if grouped_ready > 0 then  -- the groups' turns are no messages: one per group with ready ones, about
+  ready = ready - math.min(ready, size('ZCARD', KEYS[5])) + grouped_ready
+end
 if prioritised > 0 then best = redis.call('ZRANGE', priority, 0, 0)[1] end
 return {ready, prioritised, cut(tail), cut(best), now_ms(), redis.call('EXISTS', KEYS[3])}
