@@ -36,8 +36,11 @@ def publish(args: argparse.Namespace) -> int:
         ids = producer.publish_many("orders", ({"id": n, "item": "widget", "qty": n % 5 + 1}
                                                for n in range(args.orders)))
         producer.publish("orders", {"item": "no id"})  # fails: ends in the dead-letter list
+        # Each email in its tenant's group: the consumers take from the tenants in
+        # turn (a big tenant does not hold up the others), at most 5 of one at once.
         for n in range(args.emails):
-            producer.publish("emails", {"to": f"user{n}@example.com"}, headers={"template": "welcome"})
+            producer.publish("emails", {"to": f"user{n}@example.com"}, headers={"template": "welcome"},
+                             group=f"tenant-{n % 3}")
         producer.publish_many("flaky", range(args.flaky))
         # Options: an order handled in 5 s, an urgent one ahead of the queue, one
         # published twice under a dedup key (queued once), an email that is
