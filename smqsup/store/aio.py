@@ -108,7 +108,8 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> tuple[Any, list[Any]]
 
     hosts, service, db, password = connection.sentinel_address(url)
     watchers = {"socket_timeout": options["socket_connect_timeout"], **connection.library()}
-    sentinel = Sentinel(hosts, sentinel_kwargs=watchers, **options)  # type: ignore[no-untyped-call]
+    make: Any = Sentinel  # redis-py before 8 leaves Sentinel untyped, 8 types it
+    sentinel = make(hosts, sentinel_kwargs=watchers, **options)
     return sentinel.master_for(service, db=db, password=password), list(sentinel.sentinels)
 
 
