@@ -20,7 +20,7 @@ from smqsup.errors import RedisServerError
 from smqsup.store.locate import find_redis_server
 from smqsup.store.redis_server import RedisServer
 from tests import inproc, procs, script_coverage
-from tests.helpers import client_for
+from tests.helpers import client_for, servers_of
 from tests.topology import ClusterTopology, SentinelTopology
 
 
@@ -48,7 +48,9 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     try:
         yield server
     finally:
-        server.stop()
+        # SIGKILL: the test is over and nothing reads its data. (A SIGTERM'd
+        # redis-server shuts down at its next serverCron tick: 0.1 s a test.)
+        server.kill()
 
 
 def _started_cluster(tmp_path_factory: pytest.TempPathFactory, *, failover: bool) -> ClusterTopology:
@@ -67,7 +69,7 @@ def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[C
         yield shared
     finally:
         for cluster in shared:
-            cluster.stop()
+            cluster.discard()
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ def redis_cluster(_shared_cluster: list[ClusterTopology],
     changed (a node killed, roles or slots moved). Its replicas never fail over: a test
     that kills nodes takes ``fresh_cluster``."""
     if _shared_cluster and not _shared_cluster[0].intact():
-        _shared_cluster.pop().stop()
+        _shared_cluster.pop().discard()
     if not _shared_cluster:
         _shared_cluster.append(_started_cluster(tmp_path_factory, failover=False))
     cluster = _shared_cluster[0]
@@ -97,18 +99,52 @@ def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterT
         try:
             script_coverage.record(cluster)
         finally:
-            cluster.stop()
+            cluster.discard()
+
+
+def _started_sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> SentinelTopology:
+    group = SentinelTopology(tmp_path_factory.mktemp("sentinel"), binary=_redis_binary())
+    group.start()
+    return group
+
+
+@pytest.fixture(scope="session")
+def _shared_sentinel_group() -> Iterator[list[SentinelTopology]]:
+    """The Sentinel group the tests of this process share (starting one costs 2 s: the
+    sentinels find each other by their hello messages), in a one-item list so that
+    ``sentinel_group`` can replace it."""
+    shared: list[SentinelTopology] = []
+    try:
+        yield shared
+    finally:
+        for group in shared:
+            group.discard()
 
 
 @pytest.fixture
-def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
-    """A master, its replica and 3 Sentinels watching them as 'mymaster' (tests/topology.py)."""
-    group = SentinelTopology(tmp_path_factory.mktemp("sentinel"), binary=_redis_binary())
-    group.start()
+def sentinel_group(_shared_sentinel_group: list[SentinelTopology],
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
+    """A master, its replica and 3 Sentinels watching them as 'mymaster' (tests/topology.py),
+    shared by the tests of a worker process and flushed for each; started afresh when an
+    earlier test left it changed (a server killed or stopped, a failover). A test that
+    kills or stops its servers takes ``fresh_sentinel_group``."""
+    if _shared_sentinel_group and not _shared_sentinel_group[0].intact():
+        _shared_sentinel_group.pop().discard()
+    if not _shared_sentinel_group:
+        _shared_sentinel_group.append(_started_sentinel_group(tmp_path_factory))
+    group = _shared_sentinel_group[0]
+    group.flushall()
+    yield group
+
+
+@pytest.fixture
+def fresh_sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
+    """A Sentinel group of its own for this test (for tests that kill or stop its servers)."""
+    group = _started_sentinel_group(tmp_path_factory)
     try:
         yield group
     finally:
-        group.stop()
+        group.discard()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -137,6 +173,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) 
             yield
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where Python may not write bytecode ($PYTHONDONTWRITEBYTECODE, as on
+    some CI machines and sandboxes), every process the tests start (each
+    supervisor, ``smqsup`` command and ``smqsup web``: hundreds a run) would
+    compile smqsup from source again, about 0.2 s of CPU each. Let them
+    write it instead, into a private directory of this run
+    ($PYTHONPYCACHEPREFIX; the xdist workers inherit it too), so that one
+    compiles and the others read: nothing is written into the checkout, and
+    a source changed since is compiled again (a cached file records the
+    mtime and size of its source). A test that rewrites its own modules at
+    once sets $PYTHONDONTWRITEBYTECODE for its processes itself."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    import atexit
+    import shutil
+
+    prefix = tempfile.mkdtemp(prefix="smqsup-pycache-")
+    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -220,7 +278,7 @@ def supervise(tmp_path: Path, out_dir: Path, redis_url: str) -> Iterator[Callabl
 
     yield _start
     for s in started:
-        s.stop()
+        s.discard()
 
 
 @pytest.fixture
@@ -238,7 +296,30 @@ def start(redis_url: str) -> Iterator[Callable[..., inproc.Running]]:
 
     yield _start
     for r in running:
-        r.stop()
+        r.request_stop()
+    if running:
+        _end_blocking_fetches(redis_url)
+    for r in running:
+        r.join()
+
+
+def _end_blocking_fetches(url: str) -> None:
+    """CLIENT UNBLOCK every client blocked in a BLMOVE on the test's Redis:
+    its fetch returns as at its timeout, nothing taken, and its consumer,
+    asked to stop, stops now instead of at the end of its fetch_block_s (a
+    teardown: the test is over; its Redis serves only its own clients). A
+    server the test left down or unreachable is skipped: the consumers then
+    stop as they do without this."""
+    client = client_for(url, socket_timeout=5)
+    try:
+        for server in servers_of(client):
+            for c in server.client_list():
+                if "b" in c.get("flags", "") and c.get("cmd") == "blmove":
+                    server.client_unblock(int(c["id"]))
+    except redis.RedisError:
+        pass
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -253,19 +334,75 @@ def producer(redis_url: str) -> Iterator[Producer]:
 #: otherwise hands out the files with the most tests first, and a one-test
 #: file of 2 minutes last, with the other worker idle).
 LONG_FILES = ("tests/test_autoscaling_steady.py",)
+#: Files of a few tests that run for half a minute to a minute, longest
+#: first: handed out last (by their test count) they ended the run on one
+#: worker while the other had nothing left. See pytest_xdist_make_scheduler.
+LONG_FEW = (
+    "tests/test_schedules_clocks.py",
+    "tests/test_failover.py",
+    "tests/test_autoscaling_processes.py",
+    "tests/test_schedules_processes.py",
+    "tests/test_chaos.py",
+    "tests/test_scheduled_processes.py",
+    "tests/test_queue_control_processes.py",
+    "tests/test_concurrency_processes.py",
+)
+
+
+def _exclusive_files(config: pytest.Config) -> tuple[str, ...]:
+    """The test files holding an ``exclusive`` test, read from their text
+    (the xdist controller collects no tests), as the scheduler names them."""
+    tests = Path(__file__).resolve().parent
+    try:
+        where = tests.relative_to(config.rootpath.resolve()).as_posix()
+    except ValueError:  # (tests/ outside the rootdir: no scope is named so)
+        return ()
+    return tuple(sorted(f"{where}/{p.name}" for p in tests.glob("test_*.py")
+                        if "pytest.mark.exclusive" in p.read_text()))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """--dist loadfile, with LONG_FILES handed out first."""
+    """--dist loadfile, the files handed out in phases, each once the one
+    before is done (every test of it ended; until then its files wait at the
+    end of the queue), the rest meanwhile by test count:
+
+    1. LONG_FILES, first;
+    2. the files with an ``exclusive`` test: not beside LONG_FILES (one would
+       wait for the 2-minute test to end), and while the other worker runs
+       short tests (an exclusive test waits for the other's test under way);
+    3. LONG_FEW: not beside the steady-load test of LONG_FILES (they load the
+       machine, and it measures steadiness), nor beside an exclusive test;
+       then the files of many short tests, which end the run on both workers.
+    """
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    exclusive = _exclusive_files(config)
+    phases = (LONG_FILES, exclusive, tuple(f for f in LONG_FEW if f not in exclusive))
+
     class LongFirst(LoadFileScheduling):  # type: ignore[misc]
         def _assign_work_unit(self, node: Any) -> None:
-            for scope in reversed(LONG_FILES):
+            first: list[str] = []
+            later = [scope for phase in phases for scope in phase]
+            for phase in phases:
+                first += phase
+                later = later[len(phase):]
+                if self._left(phase):
+                    break
+            for scope in later:  # (not before their phase: after everything else)
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope)
+            for scope in reversed(first):
                 if scope in self.workqueue:
                     self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
+
+        def _left(self, scopes: tuple[str, ...]) -> bool:
+            """Whether a test of ``scopes`` is still to run (handed out or not)."""
+            if any(scope in self.workqueue for scope in scopes):
+                return True
+            return any(scope in scopes and not all(done.values())
+                       for units in self.assigned_work.values() for scope, done in units.items())
 
     return LongFirst(config, log)

@@ -304,8 +304,7 @@ def run_failover(side: Side, root: Path, wait_replicas: int, *, messages: int = 
     finally:
         publisher.stop()
         publisher.join(10)
-        for s in sups:
-            s.stop()
+        procs.stop_all(sups)
     events = [e for s in sups for e in s.events("done")]
     by_id = Counter(e["id"] for e in events)
     by_body = Counter(e["body"] for e in events)

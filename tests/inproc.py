@@ -37,8 +37,15 @@ class Running:
         self.collector.release_all()
 
     def stop(self) -> None:
+        self.request_stop()
+        self.join()
+
+    def request_stop(self) -> None:
+        """Ask both threads to stop; ``join()`` waits for them (several stop at once)."""
         self.consumer.request_stop()
         self._stop.set()
+
+    def join(self) -> None:
         for t in self.threads:
             t.join(10)
             assert not t.is_alive(), "consumer did not stop"

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -211,19 +212,61 @@ class Supervisor:
     def stop(self) -> None:
         """Stop it (SIGCONT in case it is paused, SIGTERM, SIGKILL after 30 s),
         then kill every child it left behind, paused or not."""
+        stop_all([self])
+
+    def discard(self) -> None:
+        """End it at a fixture's teardown, where the test is over and nothing
+        reads how it ends: SIGKILL its process group at once (the supervisor,
+        its consumers and web child), then every child it left outside it
+        (an embedded redis-server has a session of its own). ``stop()`` is
+        the graceful way, for a test about stopping: it waits up to a blocking
+        fetch (1 s by default) for each consumer to see the SIGTERM."""
         import psutil
 
         left = {k.pid: k for k in self._live()} | self._seen
-        if self.proc.poll() is None:
-            self.signal(signal.SIGCONT)  # a stopped process keeps SIGTERM pending
-            stop(self.proc, timeout=30)
+        if self.proc.poll() is None:  # not reaped: its pid is still its group's id
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
         for k in left.values():
+            try:
+                k.kill()  # psutil checks first that the pid is still that process
+            except psutil.NoSuchProcess:
+                pass
+        self._log.close()
+
+
+def stop_all(supervisors: "list[Supervisor]") -> None:
+    """``Supervisor.stop()`` of several at once: each is sent SIGCONT and SIGTERM
+    before any is waited for (each graceful stop waits out its consumers'
+    blocking fetches: side by side, not one after the other); SIGKILL for one
+    still running 30 s later; then every child each left behind is killed."""
+    import psutil
+
+    left = [{k.pid: k for k in s._live()} | s._seen for s in supervisors]
+    asked = []
+    for s in supervisors:
+        if s.proc.poll() is None:
+            s.signal(signal.SIGCONT)  # a stopped process keeps SIGTERM pending
+            s.proc.send_signal(signal.SIGTERM)
+            asked.append(s)
+    deadline = time.monotonic() + 30
+    for s in asked:
+        try:
+            s.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait()
+    for s, kids in zip(supervisors, left):
+        for k in kids.values():
             try:
                 k.send_signal(signal.SIGCONT)
                 k.kill()  # psutil checks first that the pid is still that process
             except psutil.NoSuchProcess:
                 pass
-        self._log.close()
+        s._log.close()
 
 
 def wait_registered(s: Supervisor, n: int, client: "redis.Redis", queue: str = "q", namespace: str = "smq") -> None:

@@ -50,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     try:
         yield s
     finally:
-        s.stop()
+        s.kill()  # the test is over: nothing reads its data
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def supervise(tmp_path: Path, out_dir: Path) -> Iterator[Callable[..., procs.Sup
 
     yield start
     for s in started:
-        s.stop()
+        s.discard()
 
 
 def user_url(admin: redis.Redis, server: RedisServer, name: str, rules: str) -> str:
@@ -437,7 +437,7 @@ def start_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterato
     yield start
     for t in started:
         t.admin.close()
-        t.server.stop()
+        t.server.kill()  # the test is over: nothing reads its data
 
 
 def test_producer_and_supervisor_work_over_tls(
@@ -535,7 +535,7 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Itera
         for admin in cluster.admins:
             admin.close()
         for server in cluster.nodes:
-            server.stop()
+            server.kill()  # the test is over: nothing reads their data
 
 
 def test_a_tls_cluster_is_found_from_one_seed_and_a_wrong_ca_is_one_line(

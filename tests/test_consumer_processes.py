@@ -30,11 +30,15 @@ K = QueueKeys("smq", "q")
 
 @pytest.fixture
 def consumers(tmp_path: Path, out_dir: Path) -> Iterator[list["subprocess.Popen[str]"]]:
-    """Processes started by a test; stopped (by pid) at teardown."""
+    """Processes started by a test; SIGKILLed (by pid) at teardown, all at once: the test is over, and
+    a graceful stop would wait out each one's blocking fetch."""
     started: list[subprocess.Popen[str]] = []
     yield started
     for p in started:
-        procs.stop(p)
+        if p.poll() is None:
+            p.kill()
+    for p in started:
+        p.wait()
 
 
 def _consume(consumers: list[Any], cfg: Path, out_dir: Path, queue: str = "q") -> "subprocess.Popen[str]":

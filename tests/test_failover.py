@@ -54,7 +54,7 @@ def test_a_master_killed_mid_run_is_followed_and_with_wait_replicas_nothing_ackn
     if where == "cluster":
         side: ClusterSide | SentinelSide = ClusterSide(request.getfixturevalue("fresh_cluster"))
     else:
-        side = SentinelSide(request.getfixturevalue("sentinel_group"))
+        side = SentinelSide(request.getfixturevalue("fresh_sentinel_group"))
     r = run_failover(side, tmp_path, wait_replicas=wait_replicas)
     report(r, results)
     _recovered(r)
@@ -64,9 +64,9 @@ def test_a_master_killed_mid_run_is_followed_and_with_wait_replicas_nothing_ackn
 
 @pytest.mark.timeout(60)
 def test_lagging_replica_with_wait_replicas_loses_nothing_acknowledged(
-        sentinel_group: SentinelTopology, results: Path) -> None:
+        fresh_sentinel_group: SentinelTopology, results: Path) -> None:
     """Sentinel, replica lagging (SIGSTOPped) when the master dies, wait_replicas 1: nothing acknowledged is lost."""
-    r = lagging_run.run_lagging(sentinel_group, wait_replicas=1)
+    r = lagging_run.run_lagging(fresh_sentinel_group, wait_replicas=1)
     lagging_run.report(r, results)
     # Every publish to the stopped replica raised PublishNotReplicated, and the failover
     # lost some of those; the publishes before, to the running replica, were acknowledged
@@ -78,8 +78,8 @@ def test_lagging_replica_with_wait_replicas_loses_nothing_acknowledged(
 
 @pytest.mark.timeout(60)
 def test_lagging_replica_without_wait_replicas_loses_acknowledged_messages(
-        sentinel_group: SentinelTopology, results: Path) -> None:
+        fresh_sentinel_group: SentinelTopology, results: Path) -> None:
     """Sentinel, replica lagging (SIGSTOPped) when the master dies, wait_replicas 0: acknowledged messages are lost, counted."""
-    r = lagging_run.run_lagging(sentinel_group, wait_replicas=0)
+    r = lagging_run.run_lagging(fresh_sentinel_group, wait_replicas=0)
     lagging_run.report(r, results)
     assert r.acknowledged == r.published and r.lost > 0, r.line()

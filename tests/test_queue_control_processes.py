@@ -224,8 +224,7 @@ def test_pause_stops_two_supervisors_consumers_and_outlasts_their_restart(
     with steady(redis_url, {"sleep": 0.05}, every_s=0.02) as producer:
         wait_for(lambda: all(len(s.events("start")) >= 3 for s in first), timeout_s=10)
         _pause_holds(first, broker)
-        for s in first:
-            s.stop()  # SIGTERM
+        procs.stop_all(first)  # SIGTERM, to both at once
         second = [supervise(queues, name=n, **HB) for n in ("a2", "b2")]
         for s in second:
             procs.wait_registered(s, 2, redis_client)

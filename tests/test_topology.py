@@ -121,26 +121,26 @@ def test_killed_master_is_replaced_by_its_replica_and_keeps_its_keys(fresh_clust
 
 
 @pytest.mark.timeout(60)
-def test_sentinel_group_fails_over_and_clients_follow(sentinel_group: SentinelTopology) -> None:
+def test_sentinel_group_fails_over_and_clients_follow(fresh_sentinel_group: SentinelTopology) -> None:
     """After SIGKILL of the master all 3 sentinels name the replica, and a redis-py
     Sentinel client's master_for('mymaster') writes to it; started again, the old master
     replicates the new one."""
-    hosts = [("127.0.0.1", s.port) for s in sentinel_group.sentinels]
+    hosts = [("127.0.0.1", s.port) for s in fresh_sentinel_group.sentinels]
     before = Sentinel(hosts, socket_timeout=2).master_for("mymaster", socket_timeout=2)
     before.set("k", b"before")
     assert before.execute_command("WAIT", 1, 5000) == 1
     before.close()
 
-    sentinel_group.kill_master()
-    sentinel_group.wait_failover()
+    fresh_sentinel_group.kill_master()
+    fresh_sentinel_group.wait_failover()
 
     master = Sentinel(hosts, socket_timeout=2).master_for("mymaster", socket_timeout=2)
     assert master.get("k") == b"before"
     master.set("k", b"after")
-    assert sentinel_group.client(sentinel_group.replica).get("k") == b"after"
-    assert sentinel_group.client(sentinel_group.replica).execute_command("ROLE")[0] == b"master"
+    assert fresh_sentinel_group.client(fresh_sentinel_group.replica).get("k") == b"after"
+    assert fresh_sentinel_group.client(fresh_sentinel_group.replica).execute_command("ROLE")[0] == b"master"
     master.close()
 
-    sentinel_group.restart_master()
-    assert sentinel_group.role(sentinel_group.master) == "slave"
-    assert sentinel_group.client(sentinel_group.master).get("k") == b"after"
+    fresh_sentinel_group.restart_master()
+    assert fresh_sentinel_group.role(fresh_sentinel_group.master) == "slave"
+    assert fresh_sentinel_group.client(fresh_sentinel_group.master).get("k") == b"after"

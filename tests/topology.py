@@ -191,7 +191,8 @@ def _slot_range(i: int) -> tuple[int, int]:
 def assign_and_meet(clients: Sequence[redis.Redis], ports: Sequence[int]) -> None:
     """Make one cluster of fresh nodes: node ``i`` (a client of it, and the port the others
     reach it on) gets config epoch i+1; the first MASTERS get the slots, split as redis-cli
-    splits them; the first node MEETs every other. Gossip does the rest (wait for it)."""
+    splits them; each node MEETs every later one (gossip alone, from one MEET, took seconds
+    more with a long node timeout). Gossip does the rest (wait for it)."""
     # Distinct config epochs before MEET (redis-cli does the same): without them the
     # nodes settle epoch collisions themselves, later, and a failover may wait on it.
     for epoch, c in enumerate(clients, start=1):
@@ -199,8 +200,9 @@ def assign_and_meet(clients: Sequence[redis.Redis], ports: Sequence[int]) -> Non
     for i, c in enumerate(clients[:MASTERS]):
         first, last = _slot_range(i)
         _raw(c, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
-    for port in ports[1:]:
-        _raw(clients[0], "CLUSTER", "MEET", "127.0.0.1", port)
+    for i, c in enumerate(clients):
+        for port in ports[i + 1:]:
+            _raw(c, "CLUSTER", "MEET", "127.0.0.1", port)
 
 
 def unmet_cluster_ok(clients: Sequence[redis.Redis]) -> Optional[str]:
@@ -415,6 +417,14 @@ class ClusterTopology(_Clients):
         for node in self.nodes:
             node.stop()
 
+    def discard(self) -> None:
+        """SIGKILL every node at once and close the clients (a fixture's teardown: nothing
+        reads them after; a SIGTERM'd node shuts down at its next serverCron tick, 0.1 s
+        each). Idempotent."""
+        self.close()
+        for node in self.nodes:
+            node.kill()
+
 
 class SentinelProcess:
     """One ``redis-server sentinel.conf --sentinel`` child watching SERVICE (quorum 2,
@@ -441,6 +451,15 @@ class SentinelProcess:
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL our sentinel and reap it. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        proc.kill()
+        proc.wait()
 
     def stop(self) -> None:
         """SIGTERM our sentinel (SIGKILL after 10 s) and reap it. Idempotent."""
@@ -549,3 +568,38 @@ class SentinelTopology(_Clients):
             s.stop()
         self.replica.stop()
         self.master.stop()
+
+    def intact(self) -> bool:
+        """True if master, replica and the 3 sentinels all run and all is as ``start`` left
+        it: the master says ROLE master, the replica is linked to it, and every sentinel
+        names it as SERVICE's master, healthy, with its replica and the 2 other sentinels
+        (nothing a test did, a kill, a failover, a stopped server, is left for the next)."""
+        if not (self.master.running() and self.replica.running() and all(s.running() for s in self.sentinels)):
+            return False
+        want = ["127.0.0.1", str(self.master.port)]
+        try:
+            if _role(self.client(self.master)) != "master" or self._unmet_link() is not None:
+                return False
+            for s in self.sentinels:
+                if [_text(x) for x in _raw(self.client(s), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)] != want:
+                    return False
+            return self._unmet_watch() is None
+        except (redis.RedisError, AssertionError):
+            return False
+
+    def flushall(self) -> None:
+        """FLUSHALL the master, followed by WAIT for its replica (same connection)."""
+        pipe = self.client(self.master).pipeline(transaction=False)
+        pipe.execute_command("FLUSHALL")  # type: ignore[no-untyped-call]
+        pipe.execute_command("WAIT", 1, int(READY_TIMEOUT_S * 1000))  # type: ignore[no-untyped-call]
+        flushed, acked = pipe.execute()
+        assert acked >= 1, f"FLUSHALL on :{self.master.port} reached {acked} of 1 replica"
+
+    def discard(self) -> None:
+        """SIGKILL the sentinels first (no failover while ending), then replica and master
+        (a fixture's teardown: nothing reads them after). Idempotent."""
+        self.close()
+        for s in self.sentinels:
+            s.kill()
+        self.replica.kill()
+        self.master.kill()
