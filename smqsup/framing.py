@@ -63,6 +63,12 @@ _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
                    rb"(?::([1-9][0-9]{0,7})|:([0-9]{1,8}):([1-9][0-9]{0,6})"
                    rb"|:([0-9]{1,8}):([0-9]{1,7}):([1-7])"
                    rb"|:([0-9]{1,8}):([0-9]{1,7}):([0-7]):([1-9][0-9]{0,2}))?)?")
+#: The head of a grouped frame with no other option but a priority
+#: ("A:P:0:0:0:0:G", a subset of _HEAD): read without _HEAD's alternatives.
+_GROUP_ONLY = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})")
+#: The start of a head that says no expiry ("A:P:0" and more, or its end):
+#: has_expiry's answer without reading the rest.
+_NO_EXPIRY = re.compile(rb"[0-9]{1,9}:[0-9]:0[:|]")
 #: Longest head: 9 + 1 + 1 + 1 + 15 + 1 + 8 + 1 + 7 + 1 + 1 + 1 + 3 bytes.
 _HEAD_MAX = 50
 #: The longest group name, in bytes (UTF-8); scripts/includes/attempts.lua's GROUP_NAME_MAX.
@@ -88,6 +94,9 @@ def frame_head(data: bytes) -> FrameHead:
     head = data[:bar]
     if 0 < bar <= 9 and head.isdigit():  # "A|": the plain head, every message without options
         return FrameHead(int(head), 0, None, data[bar + 1:])
+    grouped = _GROUP_ONLY.fullmatch(head) if bar >= 0 else None
+    if grouped is not None:  # the group and perhaps a priority: every grouped message without other options
+        return _grouped(data[bar + 1:], int(grouped[1]), int(grouped[2]), int(grouped[3]))
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
@@ -95,13 +104,18 @@ def frame_head(data: bytes) -> FrameHead:
      kept_g, events_g, linked_g, group_len) = match.groups()
     payload, group = data[len(head) + 1:], None
     if group_len is not None:
-        size = int(group_len)
-        if size > GROUP_NAME_MAX_BYTES or size > len(payload):
-            raise MalformedMessage("not a smqsup frame (its group is longer than the frame)")
-        payload, group = payload[:-size], payload[-size:].decode("utf-8", "replace")
+        grouped_head = _grouped(payload, 0, 0, int(group_len))
+        payload, group = grouped_head.payload, grouped_head.group
     return FrameHead(int(attempts), int(priority or 0), int(expires or 0) or None, payload,
                      int(result_ttl or kept_too or kept_l or kept_g or 0),
                      int(events_max or events_l or events_g or 0), int(linked or linked_g or 0), group)
+
+
+def _grouped(rest: bytes, attempts: int, priority: int, size: int) -> FrameHead:
+    """The head of a group-only frame whose bytes after the '|' are ``rest``."""
+    if size > GROUP_NAME_MAX_BYTES or size > len(rest):
+        raise MalformedMessage("not a smqsup frame (its group is longer than the frame)")
+    return FrameHead(attempts, priority, None, rest[:-size], group=rest[-size:].decode("utf-8", "replace"))
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:
@@ -126,6 +140,8 @@ def _options_head(data: bytes) -> Optional[FrameHead]:
 
 def has_expiry(data: bytes) -> bool:
     """Whether a frame's head carries an expiry."""
+    if _NO_EXPIRY.match(data):  # (a head that is no frame's says None below: no expiry either)
+        return False
     head = _options_head(data)
     return head is not None and head.expires_ms is not None
 

@@ -140,6 +140,35 @@ def test_a_reclaimed_grouped_message_frees_its_slot(redis_url: str, producer: Pr
         broker.close()
 
 
+def test_without_group_limits_takes_count_nothing_and_the_repair_counts_for_status(
+        redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
+    """No group_concurrency nor group rate: a take of grouped messages counts nothing running (it redeems
+    the groups' turns on its hot path); the collector's repair counts them for status, and once they are
+    acked its next repair drops the count."""
+    broker = Broker(redis_url, NS)
+    try:
+        broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+        for g in ("a", "b"):
+            producer.publish_many("q", [1, 2], group=g)
+        none = (0, 1, 1, 0, 0, 1)
+        took = broker.messages.take("q", "c1", 3, none).frames
+        assert [f[-1:] for f in took] == [b"a", b"b", b"a"]  # a turn each, then one more
+        assert not redis_client.exists(K.groups[5])
+        lock = (K.gc_lock, "me")
+        redis_client.set(K.gc_lock, "me")
+        broker.groups.repair("q", lock, 0)
+        assert redis_client.hgetall(K.groups[5]) == {b"a": b"2", b"b": b"1"}
+        then = broker.messages.ack("q", "c1", took[0], True, none)  # b's turn, redeemed by the ack
+        assert then.acked and then.next_frame is not None and then.next_frame.endswith(b"b")
+        for f in (*took[1:], then.next_frame):
+            assert broker.messages.ack("q", "c1", f, True, none).next_frame is None
+        assert redis_client.hgetall(K.groups[5]) == {b"a": b"2", b"b": b"1"}  # (the scripts left it)
+        broker.groups.repair("q", lock, 0)
+        assert not redis_client.exists(K.groups[0], K.groups[1], K.groups[2], K.groups[5])
+    finally:
+        broker.close()
+
+
 @pytest.mark.parametrize("bad", ["", "x" * 257, "\ud800", "a\nb", "\x00", 5, None.__class__, b"g"])
 def test_hostile_group_names_are_refused_before_anything_is_sent(bad: Any, producer: Producer,
                                                                  redis_client: redis.Redis) -> None:

@@ -99,15 +99,41 @@ def test_a_state_written_by_hand_costs_a_turn_until_the_repair(
     assert sorted(handled.bodies) == [1, 2]
 
 
-def test_forged_tickets_and_rate_entries_are_harmless(start: Callable[..., Running], producer: Producer,
-                                                      redis_client: redis.Redis) -> None:
+@pytest.mark.parametrize("limits", [{}, {"group_rate_limit_per_s": 100.0}], ids=["no limits", "group rate"])
+def test_forged_tickets_and_rate_entries_are_harmless(limits: dict[str, Any], start: Callable[..., Running],
+                                                      producer: Producer, redis_client: redis.Redis) -> None:
     """Bytes in the pending list that look like a group's turn but no group gave out are dead-lettered as
-    malformed, never dropped silently; a rate entry of +inf is read as the furthest this limit books."""
+    malformed, never dropped silently (without group limits too, where the hot path redeems turns); a
+    rate entry of +inf is read as the furthest this limit books."""
     redis_client.lpush(K.pending, b"*nobody", b"*", b"*\xff\xfe")
     redis_client.zadd(RATE, {"g": float("inf")})
     producer.publish_many("q", [1, 2], group="g")
     handled = Handled()
-    start(handled, group_rate_limit_per_s=100.0)
+    start(handled, **limits)
     wait_for(lambda: handled.count() == 2 and redis_client.llen(K.dead) == 3, timeout_s=10,
              message=f"handled {handled.bodies}, dead {redis_client.llen(K.dead)}")
     assert all(b"malformed" in entry for entry in redis_client.lrange(K.dead, 0, -1))
+
+
+def test_a_turn_given_twice_and_a_paused_group_in_one_take_hand_out_each_message_once(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis, redis_url: str) -> None:
+    """Takes of 10 redeem several groups' turns at once: a second turn of one group pushed by hand among
+    them, and a paused group's turn, hand out no message twice and none of the paused group's; resumed,
+    its messages go too."""
+    from smqsup.store.broker import Broker
+
+    for g in "abc":
+        producer.publish_many("q", [f"{g}{i}" for i in range(3)], group=g)
+    broker = Broker(redis_url, NS)
+    try:
+        assert broker.groups.pause("q", "a", by="test")
+        redis_client.lpush(K.pending, b"*b")  # a second turn of b, behind every other
+        handled = Handled()
+        start(handled, prefetch=10)
+        wait_for(lambda: handled.count() >= 6, timeout_s=10, message=f"handled {handled.bodies}")
+        assert sorted(handled.bodies) == ["b0", "b1", "b2", "c0", "c1", "c2"]
+        assert broker.groups.resume("q", "a")
+        wait_for(lambda: handled.count() >= 9, timeout_s=REPAIR_WAIT_S, message=f"handled {handled.bodies}")
+    finally:
+        broker.close()
+    assert sorted(handled.bodies) == ["a0", "a1", "a2", "b0", "b1", "b2", "c0", "c1", "c2"]

@@ -64,7 +64,7 @@ local frame, wanted, consumer_id = ARGV[1], ARGV[2] == '1', ARGV[3]
 local count = ARGV[4] == '1'
 --- @include "plain"
 
-local acked = redis.call('LREM', processing, 1, frame)
+local acked = redis.call('LREM', processing, '1', frame)  -- ('1': a Lua number is formatted with "%.14g")
 if acked == 0 then
   redis.pcall('HINCRBY', counters, 'late_acks', 1)
 elseif count then
@@ -73,7 +73,11 @@ end
 local result = ARGV[11]
 local taken = nil
 local limited = ARGV[5] ~= '0'
-if not result and plain(frame) then
+-- With no group limits (ARGV[8], ARGV[9]) a group-only frame ends as a
+-- plain one does (includes/plain.lua), and a group's turn taken is
+-- redeemed right after the hot path.
+local light = ARGV[8] == '0' and ARGV[9] == '0'
+if not result and (plain(frame) or light and string.find(frame, GROUP_ONLY_HEAD)) then
   if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
   if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
     if not wanted then return {acked, false, 1, 0, 0} end
@@ -81,6 +85,24 @@ if not result and plain(frame) then
     if type(taken) ~= 'string' then return {acked, false, 1, 0, 0} end
     if plain(taken) then return {acked, taken, 1, 0, 0} end
   end
+end
+
+--- @include "group_turn"
+-- A group's turn the hot path took, with no group limits: redeemed here,
+-- before the includes below exist: its frame in the ticket's place (handed
+-- out when group-only), or, when the turn gave none, nothing taken yet (the
+-- path below takes on). Bytes that are no group's turn stay as taken, for
+-- the path below to hand on.
+if taken and light and is_ticket(taken) then
+  local G = {ready = KEYS[14], count = KEYS[15], state = KEYS[16], pending = pending}
+  local turned, not_ticket = group_turn_lib().turn(G, string.sub(taken, 2))
+  if turned then
+    redis.call('LSET', processing, '0', turned)  -- (LMOVE put the ticket at the left end)
+  elseif not not_ticket then
+    redis.call('LPOP', processing)
+  end
+  if not not_ticket then taken = turned end
+  if taken and group_only(taken) then return {acked, taken, 1, 0, 0} end
 end
 
 --- @include "fetch_next"

@@ -59,6 +59,10 @@ local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 local asked = most  -- (``most`` becomes its share of what is ready)
 --- @include "plain"
+-- With no group limits (ARGV[6], ARGV[7]: nothing to count or book), a
+-- group-only frame ends as a plain one does, and groups' turns the hot
+-- path popped are redeemed right after it (includes/group_turn.lua).
+local light = ARGV[6] == '0' and ARGV[7] == '0'
 
 local FIRST_ACK = 10
 -- The acks (ARGV[10..]), counted in KEYS[3]; returns the late positions.
@@ -83,7 +87,7 @@ local function ack_all()
       redis.call('LTRIM', q.processing, 0, -count - 1)
       acked = count
       for i = FIRST_ACK, #ARGV do
-        if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
+        if not (plain(ARGV[i]) or light and string.find(ARGV[i], GROUP_ONLY_HEAD)) then ended[#ended + 1] = ARGV[i] end
       end
     end
   end
@@ -93,7 +97,7 @@ local function ack_all()
         late[#late + 1] = i - FIRST_ACK + 1
       else
         acked = acked + 1
-        if not plain(ARGV[i]) then ended[#ended + 1] = ARGV[i] end
+        if not (plain(ARGV[i]) or light and string.find(ARGV[i], GROUP_ONLY_HEAD)) then ended[#ended + 1] = ARGV[i] end
       end
     end
   end
@@ -111,8 +115,10 @@ end
 -- More frames move in one go (RPOP with a count, one LPUSH: the same order
 -- as an LMOVE each). It returns before the includes below exist (their
 -- functions are made only when a run reaches them), unless a frame it
--- moved has a head to screen or is a group's ticket (then they move below).
-local hot_reply, hot_frames, hot_moved = nil, nil, true
+-- moved has a head to screen, is a group's ticket on a queue with group
+-- limits, or is one of the turns that fell short of the frames asked
+-- (then they move below).
+local hot_reply, hot_frames, hot_moved, hot_turned = nil, nil, true, 0
 local hot = ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
     and redis.call('EXISTS', q.paused, q.priority) == 0
 local ready = hot and redis.call('LLEN', q.pending)
@@ -144,6 +150,25 @@ if hot then
     return reply
   end
   hot_reply, hot_frames, hot_moved = reply, frames, false
+end
+
+--- @include "group_turn"
+-- Popped by the hot path, not all plain: with no group limits and nothing
+-- acked to end, the groups' turns among them are redeemed here, before the
+-- includes below exist; handed out as they are when every frame is plain
+-- or group-only and the turns filled the take (else they go below).
+if hot_frames and not hot_moved and light and #ended == 0 then
+  local G = {ready = KEYS[14], count = KEYS[15], state = KEYS[16], pending = q.pending}
+  local frames, simple, turns = group_turn_lib().popped(G, hot_frames)
+  if simple and (turns == 0 or #frames >= asked) then
+    if #frames > 0 then redis.call('LPUSH', q.processing, unpack(frames)) end
+    for _, frame in ipairs(frames) do
+      hot_reply[#hot_reply + 1] = frame
+      hot_reply[#hot_reply + 1] = 0
+    end
+    return hot_reply
+  end
+  hot_frames, hot_turned = frames, turns
 end
 
 --- @include "wrong_type"
@@ -225,6 +250,7 @@ end
 if hot_frames then
   if hot_moved then return finished(screen_all(hot_reply, hot_frames)) end
   local frames, waits, turns = move_popped(hot_frames)
+  turns = turns + hot_turned
   if turns > 0 and #frames < asked then frames, waits = take_more(frames, waits) end
   return finished(screen_all(hot_reply, frames, waits))
 end

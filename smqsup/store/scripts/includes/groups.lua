@@ -1,4 +1,5 @@
 --- @include "attempts"
+--- @include "group_turn"
 -- Message groups: a frame whose head has the group field G (framing.py)
 -- belongs to the group named by its last G bytes. Its queue's consumers
 -- take from the groups in turn, at most ``limit`` of one group's frames in
@@ -25,7 +26,10 @@
 --                       "p:NAME" -> paused (by whom, JSON)
 --   GROUPS.running HASH NAME -> its frames in consumers' lists (taken here,
 --                       not yet settled): as many fields as groups have
---                       frames in flight (the collector recounts it)
+--                       frames in flight. The scripts count them only on a
+--                       queue with group_concurrency; the collector's
+--                       repair recounts them every GROUP_REPAIR_S (for
+--                       status, and for a limit set since)
 --   GROUPS.rate   ZSET  NAME -> its GCRA theoretical arrival time (µs,
 --                       Redis clock); entries past go at each booking
 --   GROUPS.wait   ZSET  NAME -> when (µs) its rate allows its next start:
@@ -71,10 +75,6 @@ local function group_of(frame)
   local g = select(8, head_of(frame))
   if not g then return nil end
   return string.sub(frame, #frame - g + 1)
-end
-
-local function is_ticket(item)
-  return string.byte(item, 1) == 42  -- '*'
 end
 
 local function group_prefix(g)
@@ -237,33 +237,26 @@ local function group_take(g)
       return nil
     end
   end
-  -- Its first two: the one it takes, and whether one is left.
-  local p = group_prefix(g)
-  local firsts = redis.pcall('ZRANGEBYLEX', GROUPS.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', 0, 2)
-  if type(firsts) ~= 'table' or not firsts[1] then
-    redis.pcall('HDEL', GROUPS.state, 's:' .. g)
-    redis.pcall('ZREM', GROUPS.count, g)
-    return nil
-  end
-  redis.pcall('ZREM', GROUPS.ready, firsts[1])
-  local left = tonumber(redis.pcall('ZINCRBY', GROUPS.count, -1, g))
-  if left and left <= 0 then redis.pcall('ZREM', GROUPS.count, g) end
-  -- (HINCRBY: a count that is garbage is left as it is, until the repair)
-  local now_running = tonumber(redis.pcall('HINCRBY', GROUPS.running, g, 1)) or running + 1
+  local frame, more = group_turn_lib().pop(GROUPS, g)
+  if not frame then return nil end
+  -- Counted only under a limit (HINCRBY: a count that is garbage is left
+  -- as it is, until the repair); without one the collector's repair counts
+  -- them for status, and a limit set later holds once it has (GROUP_REPAIR_S).
+  local now_running = 0
+  if GROUPS.limit > 0 then now_running = tonumber(redis.pcall('HINCRBY', GROUPS.running, g, 1)) or running + 1 end
   if tat then group_rate_book(g, tat) end
-  if not firsts[2] then
-    redis.pcall('HDEL', GROUPS.state, 's:' .. g)
-  elseif GROUPS.limit > 0 and now_running >= GROUPS.limit then
+  if more and GROUPS.limit > 0 and now_running >= GROUPS.limit then
     redis.pcall('HSET', GROUPS.state, 's:' .. g, 'b')
-  else
+  elseif more then
     redis.call('LPUSH', GROUPS.pending, '*' .. g)
   end
   GROUPS.last_wait = wait
-  return string.sub(firsts[1], #p + 18), wait
+  return frame, wait
 end
 
 -- A frame taken from its group left a consumer's list (settled, retried,
--- dead-lettered, reclaimed or given back): one fewer running; a blocked
+-- dead-lettered, reclaimed or given back): one fewer running (not counted
+-- where the script knows the queue has no group_concurrency); a blocked
 -- group gets its ticket again (looked at unless the script knows the
 -- queue's limits and they have none: a group blocked under an older,
 -- lower limit then gets its turn from the collector's repair). Nothing for
@@ -272,9 +265,9 @@ local function group_settled(frame)
   if not GROUPS.state then return end
   local g = group_of(frame)
   if not g then return end
+  if GROUPS.limits_known and GROUPS.limit == 0 then return end  -- (nothing counted: group_take)
   local running = redis.pcall('HINCRBY', GROUPS.running, g, -1)
   if type(running) ~= 'number' or running <= 0 then redis.pcall('HDEL', GROUPS.running, g) end
-  if GROUPS.limits_known and GROUPS.limit == 0 then return end
   if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'b' then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
     if group_first(g) then group_ticket(g, false) end

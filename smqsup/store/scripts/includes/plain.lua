@@ -8,3 +8,8 @@ local function plain(frame)
   end
   return false
 end
+
+-- The head of a grouped frame with no option but its group and perhaps a
+-- priority ("A:P:0:0:0:0:G|", framing.py), as a pattern for string.find:
+-- nothing to screen or record when it starts or ends (includes/group_turn.lua).
+local GROUP_ONLY_HEAD = '^%d+:%d:0:0:0:0:%d+|'
