@@ -1,5 +1,6 @@
 """Log setup for the command line: journald priority prefixes under systemd,
-plain timestamps otherwise; every line one record, with secrets masked.
+plain timestamps otherwise, or one JSON object a line (``--log-format
+json``, ``log_format: json``); every line one record, with secrets masked.
 
 Untrusted text reaches the logs as arguments (exception texts of handlers,
 message ids, request values): each argument is escaped and capped
@@ -11,6 +12,8 @@ the lines of a traceback are indented under their record.
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
 import os
 import sys
@@ -65,6 +68,44 @@ class JournalFormatter(PlainFormatter):
         return f"<{prio}>{super().format(record)}"
 
 
+#: The log formats: text for people (and the journal), json for collectors.
+FORMATS = ("text", "json")
+#: True once JSON lines are written: only then do the workers name the
+#: message a line is about (MESSAGE_ID), so text logs pay nothing for it.
+STRUCTURED = False
+#: The id of the message whose handler (or outcome) this thread or task is
+#: running, for the "message_id" of its JSON lines (handlers' own lines too).
+MESSAGE_ID: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("smqsup_message_id", default=None)
+#: What every JSON line of this process says about it: "role" (supervisor,
+#: consumer, web or the command) and, in a consumer, "queue".
+_PROCESS: dict[str, str] = {}
+
+
+def set_context(**fields: str) -> None:
+    """Name this process in its JSON lines (a forked child renames itself)."""
+    _PROCESS.update(fields)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (UTC, ms), level, role, pid, logger,
+    queue and message_id where known, the message, and the traceback as
+    "exc"; each text scrubbed of the secrets before it is quoted (a quote
+    would hide a secret from the scrub of the whole line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname, **_PROCESS, "pid": record.process, "logger": record.name,
+        }
+        message_id = getattr(record, "message_id", None) or MESSAGE_ID.get()
+        if message_id:
+            line["message_id"] = safe.escape(message_id)
+        line["msg"] = safe.scrub(record.getMessage())
+        if record.exc_info:
+            line["exc"] = safe.scrub(self.formatException(record.exc_info))
+        return json.dumps(line, ensure_ascii=False)
+
+
 class Lasting:
     """Conditions that last, each under a key (Redis refusing a step, a
     postponed reclaim, a fork failing): one line when one begins or its cause
@@ -109,10 +150,15 @@ def stderr_is_journal() -> bool:
     return stream == f"{st.st_dev}:{st.st_ino}"
 
 
-def setup(level: str = "INFO") -> None:
-    """Send smqsup's logs to stderr, formatted for the journal or for people."""
+def setup(level: str = "INFO", fmt: str = "text") -> None:
+    """Send smqsup's logs to stderr: JSON lines (``fmt`` "json"), else
+    formatted for the journal or for people."""
+    global STRUCTURED
+    STRUCTURED = fmt == "json"
     handler = logging.StreamHandler(sys.stderr)
-    if stderr_is_journal():
+    if STRUCTURED:
+        handler.setFormatter(JsonFormatter())
+    elif stderr_is_journal():
         handler.setFormatter(JournalFormatter("%(name)s[%(process)d]: %(message)s"))
     else:
         handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"smqsup {__version__}")
     parser.add_argument("-c", "--config", metavar="FILE", type=nonempty, help="queues.yaml (runs the supervisor)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", choices=logs.FORMATS,
+                        help="text (default) or json: one JSON object a line (wins over log_format in FILE)")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for add in (run.add_run_and_check, publish.add_publish, run.add_consume, status.add_status, web.add_web,
                 dlq.add_dlq, queue.add_pause_resume, queue.add_messages, queue.add_remove,
@@ -73,6 +75,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+#: The role a command's process has in its JSON log lines (else the command's name).
+_ROLES = {"run": "supervisor", "consume": "consumer"}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the console script; returns the exit status."""
     # Handlers are imported relative to the working directory, as with
@@ -81,8 +87,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         args = build_parser().parse_args(argv)
-        logs.setup(args.log_level)
+        logs.setup(args.log_level, args.log_format or "text")
         command = args.command or ("run" if args.config else None)
+        logs.set_context(role=_ROLES.get(command or "", command or "smqsup"))
         if command is None:
             raise UsageError("smqsup: give -c FILE to run the supervisor, or a command (see smqsup --help)")
         safe.set_title(_command_title(args, command))

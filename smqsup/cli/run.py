@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+from smqsup import logs
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config
+from smqsup.config.model import Config
 from smqsup.errors import ConfigError
 from smqsup.worker.handlers import check_handlers
 
@@ -34,6 +36,7 @@ def add_consume(sub: Commands[Parser]) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """``smqsup run``: the supervisor, until it is told to stop."""
     cfg = config(args)
+    _log_format(args, cfg)
     # Here, not at the top: the supervisor imports the store (redis-py) and
     # its children's modules, about 200 ms (python -X importtime, after
     # cli.main) that no other command needs.
@@ -59,7 +62,14 @@ def cmd_consume(args: argparse.Namespace) -> int:
     from smqsup.worker.standalone import consume
 
     cfg = config(args)
+    _log_format(args, cfg)
     if args.queue not in cfg.queues:
         raise ConfigError(f"{cfg.path}: queues.{args.queue}: no such queue in the config "
                           f"(queues: {', '.join(sorted(cfg.queues))})")
     return consume(cfg, args.queue)
+
+
+def _log_format(args: argparse.Namespace, cfg: Config) -> None:
+    """The config's log_format, unless --log-format said one (cli.main set that up)."""
+    if args.log_format is None and cfg.log_format != "text":
+        logs.setup(args.log_level, cfg.log_format)

@@ -104,13 +104,17 @@ class Config:
     web: WebConfig | None = None
     #: Schedules fired by each queue's elected collector (schedule.py).
     schedules: dict[str, schedule.ScheduleConfig] = field(default_factory=dict)
+    #: How the supervisor and its children log: "text" or "json" (logs.py;
+    #: --log-format wins). Read at start.
+    log_format: str = "text"
 
 
 _TOP_KEYS = (
     "redis", "namespace", "max_message_size", "heartbeat_interval",
     "heartbeat_timeout", "shutdown_timeout", "preload", "stats", "defaults", "queues", "web",
-    "schedules",
+    "schedules", "log_format",
 )
+_LOG_FORMATS = ("text", "json")
 _REDIS_KEYS = ("url", "data_dir", "appendfsync", "wait_replicas", "wait_timeout")
 _WEB_KEYS = ("listen", "token")
 _APPENDFSYNC = ("always", "everysec", "no")
@@ -175,6 +179,7 @@ def _config(data: object, path: str) -> Config:
         queues=queues,
         web=_web(raw.get("web", MISSING), path),
         schedules=schedule.section(raw.get("schedules"), queues, path),
+        log_format=get(raw, "log_format", "", path, scalars.choice(_LOG_FORMATS), "text"),
     ), path)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import NoReturn, Optional
 
-from smqsup import defaults, safe
+from smqsup import defaults, logs, safe
 from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, HandlerImportError, SmqsupError
 from smqsup.message import Message
@@ -75,6 +75,7 @@ def run(spec: ChildSpec) -> NoReturn:
 def _main(spec: ChildSpec) -> int:
     consumer_box: list[Consumer] = []
     _reset_process(spec, consumer_box)
+    logs.set_context(role="consumer", queue=spec.queue.name)
     before = set(sys.modules)
     try:
         handler = spec.handler or import_handler(spec.queue.handler, path=str(spec.config.path),
@@ -200,6 +201,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
             os._exit(EXIT_OK)
         systemd.unset_environment(os.environ)
         safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
+        logs.set_context(role="web")
         from smqsup.web.server import serve
 
         serve(cfg, url)

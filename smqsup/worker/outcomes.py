@@ -45,6 +45,11 @@ def refuse_generator(result: object) -> None:
                         " without running it: a handler must return or raise, not yield")
 
 
+def _about(msg: message.Message) -> dict[str, str]:
+    """The ``extra`` of a log line about ``msg``: its JSON line names it (logs.py)."""
+    return {"message_id": msg.id}
+
+
 class Judge:
     """Draws the Outcome of each frame, without talking to Redis (the
     settler records it): ``where`` in every call names the partition the
@@ -107,7 +112,8 @@ class Judge:
             return self._rejected(msg, exc, where) if isinstance(exc, Reject) else self._failure(msg, exc, where)
         except Exception as failed:  # noqa: BLE001 - see the docstring
             text = f"{type(exc).__name__} could not be judged ({type(failed).__name__}: {text_of(failed)})"
-            log.error("queue %s: message %s: %s; counted as a failed attempt", where, msg.id, safe.scrub(text))
+            log.error("queue %s: message %s: %s; counted as a failed attempt", where, msg.id, safe.scrub(text),
+                      extra=_about(msg))
             q = self.queue
             meta = scripts.meta_json(safe.scrub(text), error_type=type(exc).__name__, message_id=msg.id,
                                      consumer=self.identity.consumer_id)
@@ -117,7 +123,7 @@ class Judge:
         """A message past message_timeout: a failed attempt, reason "timeout";
         ``what_now`` says what becomes of its handler."""
         log.warning("queue %s: message %s ran past message_timeout %gs; %s", where, msg.id,
-                    self.queue.message_timeout_s, what_now)
+                    self.queue.message_timeout_s, what_now, extra=_about(msg))
         text = f"message_timeout {self.queue.message_timeout_s:g}s passed"
         failed = self._failure(msg, TimeoutError(text), where)
         meta = scripts.meta_json("timeout", error_type="TimeoutError", error=text, message_id=msg.id,
@@ -127,7 +133,7 @@ class Judge:
     def cancelled(self, msg: message.Message, where: str) -> Outcome:
         """A message whose cancel was asked: dead-lettered "cancelled" now,
         whatever its handler did, never retried."""
-        log.info("queue %s: message %s cancelled", where, msg.id)
+        log.info("queue %s: message %s cancelled", where, msg.id, extra=_about(msg))
         return self.cancelled_frame(msg.id)
 
     def cancelled_frame(self, message_id: Optional[str]) -> Outcome:
@@ -139,7 +145,7 @@ class Judge:
         """Reject: dead-letter now, whatever the attempts."""
         self.stats.rejected += 1
         reason = text_of(exc)
-        log.warning("queue %s: message %s rejected by its handler: %s", where, msg.id, reason)
+        log.warning("queue %s: message %s rejected by its handler: %s", where, msg.id, reason, extra=_about(msg))
         meta = scripts.meta_json(f"rejected: {reason}", error_type="Reject", error=reason, message_id=msg.id,
                                  consumer=self.identity.consumer_id)
         return Outcome(False, meta, threshold=-1, dead_event="rejected")
@@ -147,7 +153,8 @@ class Judge:
     def _failure(self, msg: message.Message, exc: Exception, where: str) -> Outcome:
         kind = type(exc).__name__
         text = text_of(exc)
-        log.warning("queue %s: message %s failed on attempt %d: %s: %s", where, msg.id, msg.attempts + 1, kind, text)
+        log.warning("queue %s: message %s failed on attempt %d: %s: %s", where, msg.id, msg.attempts + 1, kind, text,
+                    extra=_about(msg))
         try:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             tb = safe.scrub(tb[-2 * _TRACEBACK_CHARS:])[-_TRACEBACK_CHARS:]
@@ -169,7 +176,7 @@ class Judge:
                     and 0 <= delay_s <= options.MAX_SPAN_S:  # (NaN fails both)
                 return float(delay_s)
             log.warning("queue %s: message %s: %s.delay_s is not a delay (%s); the queue's retry_delay applies",
-                        where, msg.id, type(exc).__name__, safe.escape(repr(delay_s), 100))
+                        where, msg.id, type(exc).__name__, safe.escape(repr(delay_s), 100), extra=_about(msg))
         try:
             return float(min(q.retry_delay_s * (q.retry_backoff ** min(msg.attempts, 1000)), q.retry_delay_max_s))
         except OverflowError:

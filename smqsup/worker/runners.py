@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional, Protocol, TypeAlias
 
+from smqsup import logs
 from smqsup.worker.outcomes import refuse_generator
 from smqsup.worker.records import Attempt, Handler
 
@@ -102,6 +103,7 @@ class InlineRunner:
     def start(self, att: Attempt) -> None:
         """Run the handler now; ``land`` hears its end before this returns."""
         assert att.msg is not None
+        named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -114,6 +116,8 @@ class InlineRunner:
                 att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land (SystemExit, KeyboardInterrupt re-raised)
             att.error = exc
+        if named is not None:
+            logs.MESSAGE_ID.reset(named)
         self.land(att)
 
     def run_blocking(self, call: Callable[[], FetchResult]) -> Fetched:
@@ -219,6 +223,8 @@ class LoopRunner:
         """An async handler's task: runs it, then lands its end (in the task
         itself: no callback, no extra turn of the loop per message)."""
         assert att.msg is not None
+        if logs.STRUCTURED:  # (the task's own context: its JSON log lines name the message)
+            logs.MESSAGE_ID.set(att.msg.id)
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -235,6 +241,7 @@ class LoopRunner:
         """A plain handler, in a handler thread."""
         loop = self.loop  # this run's loop: closed (never None'd) if we outlive it
         assert att.msg is not None and loop is not None
+        named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
         try:
             result = self.handler(att.msg)
             if result is None:
@@ -246,6 +253,8 @@ class LoopRunner:
                 att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land, in the loop
             att.error = exc
+        if named is not None:
+            logs.MESSAGE_ID.reset(named)
         self._ended.append(att)
         if not self._poked:
             # A race here costs one wake-up too many, never one too few: the

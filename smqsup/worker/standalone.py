@@ -7,6 +7,7 @@ import signal
 from types import FrameType
 from typing import Optional
 
+from smqsup import logs
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
 from smqsup.store.embedded import ensure_server
@@ -26,6 +27,7 @@ def consume(cfg: Config, queue: str) -> int:
     second SIGINT interrupts the handler, and the interrupted message goes
     back to pending without costing an attempt."""
     qcfg = cfg.queues[queue]
+    logs.set_context(queue=queue)
     handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}",
