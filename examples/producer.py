@@ -13,6 +13,9 @@ from pathlib import Path
 from smqsup import Producer
 from smqsup.errors import SmqsupError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script: examples is a package)
+from examples.hooks import Origin  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -32,7 +35,8 @@ def main() -> int:
 
 def publish(args: argparse.Namespace) -> int:
     # from_config: the same Redis (or embedded server) and namespace as the consumers.
-    with Producer.from_config(args.config) as producer:
+    # Origin: a hook that names this host and pid in each message's headers (examples/hooks.py).
+    with Producer.from_config(args.config, hooks=[Origin()]) as producer:
         ids = producer.publish_many("orders", ({"id": n, "item": "widget", "qty": n % 5 + 1}
                                                for n in range(args.orders)))
         producer.publish("orders", {"item": "no id"})  # fails: ends in the dead-letter list

@@ -54,7 +54,7 @@ The subpackages:
 
 The leaves everyone uses, and the public face:
 
-- __init__.py: this map, and the public names (Producer, AsyncProducer, Message, Reject, Retry,
+- __init__.py: this map, and the public names (Producer, AsyncProducer, Message, Reject, Retry, HookFailed,
   MessageFailed, ResultUnknown).
 - __main__.py: ``python -m smqsup``, the same as the ``smqsup`` command.
 - errors.py: the one exception tree, rooted at SmqsupError.
@@ -75,7 +75,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = ["Producer", "AsyncProducer", "Message", "Event", "Reject", "Retry", "MessageFailed", "ResultUnknown",
-           "__version__"]
+           "HookFailed", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -100,7 +100,7 @@ def __getattr__(name: str) -> Any:
         from smqsup.worker import verdicts
 
         return getattr(verdicts, name)
-    if name in ("MessageFailed", "ResultUnknown"):
+    if name in ("MessageFailed", "ResultUnknown", "HookFailed"):
         from smqsup import errors
 
         return getattr(errors, name)

@@ -42,6 +42,11 @@ class MessageError(SmqsupError):
     exit_code = 2
 
 
+class HookFailed(MessageError):
+    """A producer's before_publish hook raised: nothing was published. The
+    hook's exception is the ``__cause__``."""
+
+
 class MalformedMessage(SmqsupError):
     """Bytes read from a queue are not a message frame this version understands."""
 

@@ -12,6 +12,7 @@ from smqsup.collector.collector import Collector
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
+from smqsup.worker.hooks import with_hooks
 
 NS = "smq"
 
@@ -23,7 +24,7 @@ class Running:
 
     def __init__(self, url: str, qcfg: QueueConfig, handler: Callable[[Any], Any],
                  fetch_block_s: float = 0.2) -> None:
-        self.consumer = Consumer(Broker(url, NS), qcfg, handler, fetch_block_s=fetch_block_s)
+        self.consumer = Consumer(Broker(url, NS), qcfg, with_hooks(handler, qcfg), fetch_block_s=fetch_block_s)
         self.collector = Collector(Broker(url, NS), Config(Path("<test>"), queues={qcfg.name: qcfg}))
         self._stop = threading.Event()
         self.threads = [threading.Thread(target=self.consumer.run, daemon=True),

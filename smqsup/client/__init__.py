@@ -10,6 +10,8 @@
 - batches.py: ``Batch``, a batch's handle (publish, publish_many, close) and its callbacks' frames.
 - aio_flows.py: the AsyncProducer's depends_on, chain and batches: the Producer's, on a thread; AsyncBatch.
 - flows.py: the publishes of more than one step: a held child, a chain, a batch opened and its members.
+- hooks.py: what a hook object is (before_publish, before_process, after_process) and PublishHooks,
+  the before_publish calls of a producer.
 - checks.py: the checks of a publish's arguments (names, url, size, bodies, dedup keys) and a failed
   publish_many's one error.
 - dependencies.py: what depends_on adds to a publish (parents checked, what a hold keeps) and a chain's steps.

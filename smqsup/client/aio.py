@@ -56,13 +56,15 @@ class AsyncProducer:
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
                  dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
-                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S) -> None:
+                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
+                 hooks: Sequence[object] = ()) -> None:
         """The Producer's arguments (``wait_replicas``: each publish returns
         once that many replicas have its messages, else raises
-        PublishNotReplicated after ``wait_timeout`` seconds)."""
+        PublishNotReplicated after ``wait_timeout`` seconds; ``hooks``: the
+        Producer's, their before_publish run on the event loop)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
                                        dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout)
+                                       wait_timeout=wait_timeout, hooks=hooks)
         self.namespace = core.namespace
         self.dedup_ttl_s = core.dedup_ttl_s
         self.max_message_size = core.max_message_size
@@ -71,7 +73,7 @@ class AsyncProducer:
                                    stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
         self._steps = Steps(lambda: Producer(url, namespace, max_message_size=max_message_size, stats=stats,
                                              dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                             wait_timeout=wait_timeout))
+                                             wait_timeout=wait_timeout, hooks=hooks))
 
     @property
     def published(self) -> int:
@@ -79,7 +81,7 @@ class AsyncProducer:
         return self._core.published
 
     @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]") -> "AsyncProducer":
+    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = ()) -> "AsyncProducer":
         """A producer using exactly the Redis and namespace that queues.yaml at
         ``path`` names (its embedded server must be running). Reads the file
         at once: call it at start-up, not in a busy loop."""
@@ -89,7 +91,7 @@ class AsyncProducer:
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
                    dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s)
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks)
 
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                       delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,

@@ -80,16 +80,21 @@ class Producer:
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
                  dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
-                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S) -> None:
+                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
+                 hooks: Sequence[object] = ()) -> None:
         """``dedup_ttl``: how long a dedup key holds when a publish gives
         none; ``dedup_ttls``: the same per queue (from_config passes each
         queue's ``dedup_ttl``). ``wait_replicas``: a publish returns only
         once that many replicas of the master have its messages (WAIT),
         else raises PublishNotReplicated after ``wait_timeout`` seconds
-        (the README says what each setting guarantees)."""
+        (the README says what each setting guarantees). ``hooks``: objects
+        whose ``before_publish(queue, body, headers)`` runs, in order, on
+        each message's own copy of its headers before it is encoded; one
+        that raises refuses the whole call (HookFailed, nothing sent;
+        client/hooks.py)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
                                        dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout)
+                                       wait_timeout=wait_timeout, hooks=hooks)
         self.namespace = core.namespace
         self.dedup_ttl_s = core.dedup_ttl_s
         self.max_message_size = core.max_message_size
@@ -107,7 +112,7 @@ class Producer:
         return self._core.writers
 
     @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]") -> "Producer":
+    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = ()) -> "Producer":
         """A producer using exactly the Redis and namespace that queues.yaml at
         ``path`` names (its embedded server must be running)."""
         from smqsup.config import model as config_mod
@@ -116,7 +121,7 @@ class Producer:
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
                    dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s)
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks)
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,

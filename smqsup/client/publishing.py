@@ -17,13 +17,14 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union, cast
 
 from smqsup import defaults, framing, message
 from smqsup.client import options
 from smqsup.client.checks import dedup_keys, materialise, one_error, valid_max_size, valid_name
+from smqsup.client.hooks import PublishHooks
 from smqsup.config import scalars
 from smqsup.errors import (
     BrokerConnectionError,
@@ -104,7 +105,8 @@ class Publishing:
     what it has published and the statistics it sends about that."""
 
     def __init__(self, namespace: str, *, max_message_size: int, stats: bool, dedup_ttl: Any,
-                 dedup_ttls: Optional[Mapping[str, float]], wait_replicas: int, wait_timeout: Any) -> None:
+                 dedup_ttls: Optional[Mapping[str, float]], wait_replicas: int, wait_timeout: Any,
+                 hooks: Sequence[object] = ()) -> None:
         """Check every setting (the first bad one raises, MessageError or
         ConfigError, in the order of the Producer's arguments)."""
         self.namespace = valid_name(namespace, "namespace")
@@ -114,6 +116,9 @@ class Publishing:
         self.wait_replicas = scalars.int_range(0, defaults.WAIT_REPLICAS_MAX)(wait_replicas, "wait_replicas", "")
         self.wait_timeout_s = scalars.wait_timeout(wait_timeout, "wait_timeout", "")
         self.stats = stats
+        checked = PublishHooks(hooks)
+        #: The before_publish hooks; None without any (a publish then pays one test).
+        self.hooks: Optional[PublishHooks] = checked if checked else None
         self.registered: set[str] = set()
         #: queue -> the last partition a message without a key went to.
         self.turns: dict[str, int] = {}
@@ -138,6 +143,8 @@ class Publishing:
         ("HOME\tBID") if given; of message group ``group`` if given."""
         self.check_queue(queue)
         by = _partition_key(partition_key, group)
+        if self.hooks is not None:
+            headers = self.hooks.headers(queue, body, headers)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
                 and dedup_ttl is None and dedup_until is None and not link and group is None:
@@ -165,17 +172,20 @@ class Publishing:
         by = _partition_key(partition_key, group)
         items = materialise(queue, bodies)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
+        hooked = None if self.hooks is None else self.hooks.writers(queue, items, headers, self.max_message_size)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
                 and dedup_ttl is None and dedup_until is None and not link and group is None:
-            writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
             ids = new_ids(len(items))
-            payload = writer.payload
+            if hooked is not None:
+                frames = [b"0|" + payload(mid, body) for payload, mid, body in zip(hooked, ids, items)]
+                return Outgoing(queue, ids, frames, None, by, [])
+            payload = message.EnvelopeWriter(queue, headers, self.max_message_size).payload
             frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             return Outgoing(queue, ids, frames, None, by, [])
         keys = dedup_keys(dedup_key, len(items))
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
                              options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
-        return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by)
+        return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by, hooked)
 
     def check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self.registered:
@@ -192,10 +202,12 @@ class Publishing:
                              group_=b"" if group is None else options.group(group))
 
     def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
-                      keys: list[Optional[str]], opts: scripts.Options, by: Optional[str]) -> Outgoing:
-        """Messages for publish_options.lua: (id, payload, dedup key) items."""
-        writer = message.EnvelopeWriter(queue, headers, self.max_message_size)
-        items = [(mid, writer.payload(mid, body, key), key) for mid, body, key in zip(ids, bodies, keys)]
+                      keys: list[Optional[str]], opts: scripts.Options, by: Optional[str],
+                      hooked: Optional[list[Callable[..., bytes]]] = None) -> Outgoing:
+        """Messages for publish_options.lua: (id, payload, dedup key) items
+        (each body's payload by ``hooked``'s writer when given)."""
+        payloads = hooked or [message.EnvelopeWriter(queue, headers, self.max_message_size).payload] * len(bodies)
+        items = [(mid, payload(mid, body, key), key) for payload, mid, body, key in zip(payloads, ids, bodies, keys)]
         return Outgoing(queue, ids, items, opts, by, keys)
 
     def _writer(self, queue: str) -> message.EnvelopeWriter:

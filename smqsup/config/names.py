@@ -38,14 +38,35 @@ def validate_queue_name(name: object, *, path: str = "", key: str = "") -> str:
     return queue_or_namespace(name, key, path)
 
 
+#: Longest ``module:function`` spec (its import errors quote it whole).
+SPEC_CHARS_MAX = 1000
+
 _SPEC = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
 
 
-def handler_spec(value: object, key: str, path: str) -> str:
+def handler_spec(value: object, key: str, path: str, what: str = "module:function") -> str:
     """A well-formed ``module:function`` (or ``module:obj.attr``), not imported."""
+    if isinstance(value, str) and len(value) > SPEC_CHARS_MAX:
+        raise error(f"a '{what}' is at most {SPEC_CHARS_MAX} characters", value, path=path, key=key,
+                    cls=HandlerImportError)
     match = _SPEC.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         missing_colon = isinstance(value, str) and ":" not in value
-        problem = "expected 'module:function'" + (" (no ':' found)" if missing_colon else "")
+        problem = f"expected '{what}'" + (" (no ':' found)" if missing_colon else "")
         raise error(problem, value, path=path, key=key, cls=HandlerImportError)
     return match[0]
+
+
+#: Most hooks one queue (or ``defaults:``) may name.
+HOOKS_MAX = 32
+
+
+def hook_specs(value: object, key: str, path: str) -> tuple[str, ...]:
+    """A list of 0 to HOOKS_MAX ``module:Class`` specs (not imported), in
+    the order their hooks run; an empty list means none (a queue leaves
+    out the hooks of ``defaults:``)."""
+    if not isinstance(value, list):
+        raise error("expected a list of 'module:Class' hooks", value, path=path, key=key)
+    if len(value) > HOOKS_MAX:
+        raise error(f"at most {HOOKS_MAX} hooks", len(value), path=path, key=key)
+    return tuple(handler_spec(item, f"{key}[{i}]", path, "module:Class") for i, item in enumerate(value))

@@ -81,6 +81,9 @@ class QueueConfig:
     group_concurrency: int = 0
     group_rate_limit_per_s: float = 0.0
     group_rate_burst: int = 1
+    #: ``module:Class`` specs of the hooks around each handler run, in order
+    #: (worker/hooks.py imports them in the consumer).
+    hooks: tuple[str, ...] = ()
 
     @property
     def group_limits(self) -> tuple[int, int, int]:
@@ -176,6 +179,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
         1, GROUP_CONCURRENCY_MAX, " (messages of one group at once)")),
     "group_rate_limit": ("group_rate_limit_per_s", scalars.rate_limit),
     "group_rate_burst": ("group_rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (one group's starts back to back)")),
+    "hooks": ("hooks", names.hook_specs),
     "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
     "result_ttl": ("result_ttl_s", scalars.result_ttl),
     "events": ("events", scalars.boolean),

@@ -33,6 +33,7 @@ from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_RE
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
+from smqsup.worker.hooks import with_hooks
 from smqsup.worker.sources import loaded_since
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def _main(spec: ChildSpec) -> int:
     try:
         handler = spec.handler or import_handler(spec.queue.handler, path=str(spec.config.path),
                                                  key=f"queues.{spec.queue.name}.handler")
+        handler = with_hooks(handler, spec.queue, path=str(spec.config.path))
     except HandlerImportError as exc:
         log.error("%s", exc)
         where = f"{exc.path}: {exc.key}: "  # the parent names the queue itself

@@ -13,7 +13,8 @@
 - records.py: the records the parts share (Identity, ConsumerStats, Outcome, Attempt) and the hook types.
 - partitions.py: Partitions, which partition of a queue a consumer works on.
 - verdicts.py: Reject and Retry, what a handler may raise.
-- handlers.py: importing a handler, and ``smqsup check``.
+- handlers.py: importing a handler and a queue's hooks, and ``smqsup check``.
+- hooks.py: Stack, a queue's hooks around its handler (before_process, after_process).
 - sources.py: Sources, the files a handler's import loaded, and whether they changed on disk since.
 - standalone.py: ``smqsup consume``, one consumer without a supervisor.
 - heartbeat.py: LivenessThread, the heartbeats (and a collector) of a standalone consumer.

@@ -1,5 +1,6 @@
-"""Handlers: the callable a ``module:function`` spec names, and ``smqsup
-check``, which imports every handler of a config in a throwaway process."""
+"""Handlers: the callable a ``module:function`` spec names, the hooks a
+queue's ``hooks:`` name, and ``smqsup check``, which imports every handler
+and hook of a config in a throwaway process."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import inspect
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Optional
 
+from smqsup.client.hooks import PROCESS_METHODS, hook_problem
 from smqsup.config.model import Config, load
 from smqsup.config.names import handler_spec
 from smqsup.config.problems import error
 from smqsup.errors import ConfigError, HandlerImportError, SmqsupError
+from smqsup.worker.runners import is_async_handler
 
 #: What the checking child prints once every handler imported.
 _COMPLETE = "smqsup-check: every handler imported"
@@ -76,10 +79,10 @@ def _attribute(target: object, name: str, owner: str, spec: str, path: str, key:
                     path=path, key=key, cls=HandlerImportError) from None
 
 
-def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[..., object]:
-    """The callable that ``'module:function'`` (or ``'module:obj.attr'``) names.
+def import_object(spec: str, *, path: str = "", key: str = "") -> object:
+    """What ``'module:name'`` (or ``'module:obj.attr'``) names, imported.
 
-    Every failure is a one-line HandlerImportError ending in ``got 'module:function'``.
+    Every failure is a one-line HandlerImportError ending in ``got 'module:name'``.
     """
     module, _, attributes = handler_spec(spec, key, path).partition(":")
     target = _import_module(module, spec, path, key)
@@ -88,6 +91,15 @@ def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[...,
         owner = repr(f"{module}:{'.'.join(reached)}") if reached else f"module {module!r}"
         target = _attribute(target, name, owner, spec, path, key)
         reached.append(name)
+    return target
+
+
+def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[..., object]:
+    """The callable that ``'module:function'`` (or ``'module:obj.attr'``) names.
+
+    Every failure is a one-line HandlerImportError ending in ``got 'module:function'``.
+    """
+    target = import_object(spec, path=path, key=key)
     if not callable(target):
         raise error(f"not callable (it is of type {type(target).__name__})", spec,
                     path=path, key=key, cls=HandlerImportError)
@@ -95,6 +107,32 @@ def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[...,
     if refused is not None:
         raise error(refused, spec, path=path, key=key, cls=HandlerImportError)
     return target
+
+
+def import_hooks(specs: Sequence[str], *, path: str = "", key: str = "", is_async: bool = False) -> list[object]:
+    """The hook objects ``specs`` name (worker/hooks.py runs them): a class
+    is made without arguments, anything else is used as it is. Every
+    failure is a one-line HandlerImportError naming ``key[i]``; so is an
+    ``async def`` process hook when the handler (``is_async``) is plain."""
+    hooks = []
+    for i, spec in enumerate(specs):
+        where = f"{key}[{i}]"
+        target = import_object(spec, path=path, key=where)
+        if inspect.isclass(target):
+            try:
+                target = target()
+            except BaseException as exc:  # noqa: BLE001 - user code: one line, never a traceback
+                raise error(f"could not be made without arguments ({_describe(exc)})", spec,
+                            path=path, key=where, cls=HandlerImportError) from None
+        problem = hook_problem(target)
+        if problem is None and not is_async:
+            problem = next((f"{name} is async def and the handler is not: a plain handler's hooks are plain"
+                            for name in PROCESS_METHODS if inspect.iscoroutinefunction(getattr(target, name, None))),
+                           None)
+        if problem is not None:
+            raise error(problem, spec, path=path, key=where, cls=HandlerImportError)
+        hooks.append(target)
+    return hooks
 
 
 def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:
@@ -128,7 +166,13 @@ def _main(path: str) -> int:
     failed = 0
     for name, q in cfg.queues.items():
         try:
-            import_handler(q.handler, path=str(cfg.path), key=f"queues.{name}.handler")
+            handler = import_handler(q.handler, path=str(cfg.path), key=f"queues.{name}.handler")
+        except SmqsupError as exc:
+            print(exc, file=sys.stderr)
+            failed += 1
+            continue
+        try:
+            import_hooks(q.hooks, path=str(cfg.path), key=f"queues.{name}.hooks", is_async=is_async_handler(handler))
         except SmqsupError as exc:
             print(exc, file=sys.stderr)
             failed += 1

@@ -15,6 +15,7 @@ from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
 from smqsup.worker.heartbeat import LivenessThread
+from smqsup.worker.hooks import with_hooks
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ def consume(cfg: Config, queue: str) -> int:
     back to pending without costing an attempt."""
     qcfg = cfg.queues[queue]
     logs.set_context(queue=queue)
-    handler = import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler")
+    handler = with_hooks(import_handler(qcfg.handler, path=str(cfg.path), key=f"queues.{queue}.handler"), qcfg,
+                         path=str(cfg.path))
     url, server = ensure_server(cfg)
     broker = Broker(url, cfg.namespace, client_name=f"smqsup-consume-{queue}",
                     wait_replicas=cfg.redis.wait_replicas, wait_timeout_s=cfg.redis.wait_timeout_s)

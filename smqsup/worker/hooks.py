@@ -1,0 +1,147 @@
+"""Process hooks: the ``hooks:`` of a queue imported in its consumer, and
+its handler wrapped so that they run around each attempt as a stack.
+
+    before_process(message) of hook 1, 2, ... ─▶ handler(message)
+        ─▶ after_process(message, result, error) of ..., 2, 1 ─▶ the attempt's end
+
+The rules (the README states them to users):
+
+- A before_process that raises is the attempt's error, judged as the
+  handler's would be (Reject and Retry included); the handler does not
+  run, and the after_process of each hook whose before_process had run
+  (or that has none) still runs, with that error.
+- An after_process that raises is logged, and changes nothing: the next
+  one runs, and the attempt ends as the handler made it end.
+- Hooks run inside the attempt, so message_timeout bounds them as it
+  bounds the handler (a hook that hangs is a handler that hangs).
+- With an ``async def`` handler, a hook's methods may be ``async def``
+  too (awaited); with a plain handler they must be plain.
+
+A queue without hooks gets its handler back as it is: nothing is paid per
+message.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import Any, Optional
+
+from smqsup import message
+from smqsup.client.hooks import PROCESS_METHODS
+from smqsup.config.model import QueueConfig
+from smqsup.worker.handlers import import_hooks
+from smqsup.worker.records import Handler
+from smqsup.worker.runners import is_async_handler
+
+log = logging.getLogger(__name__)
+
+
+def with_hooks(handler: Handler, queue: QueueConfig, *, path: str = "") -> Handler:
+    """``handler`` wrapped in the hooks ``queue.hooks`` names (imported
+    now: HandlerImportError), or ``handler`` itself when it names none."""
+    if not queue.hooks:
+        return handler
+    hooks = import_hooks(queue.hooks, path=path, key=f"queues.{queue.name}.hooks",
+                         is_async=is_async_handler(handler))
+    if not any(callable(getattr(h, name, None)) for h in hooks for name in PROCESS_METHODS):
+        return handler  # (publish hooks only: nothing to run here)
+    return Stack(handler, hooks, queue.name).wrapper(is_async_handler(handler))
+
+
+class Stack:
+    """The hooks of one queue around its handler (the module's docstring)."""
+
+    def __init__(self, handler: Handler, hooks: Sequence[object], queue: str) -> None:
+        self.handler = handler
+        self.queue = queue
+        self.befores = [getattr(h, "before_process", None) for h in hooks]
+        self.afters = [getattr(h, "after_process", None) for h in hooks]
+        self.names = [type(h).__qualname__ for h in hooks]
+
+    def wrapper(self, is_async: bool) -> Handler:
+        if is_async:
+            async def run_async(msg: message.Message) -> Any:
+                return await self.run_async(msg)
+            return run_async
+
+        def run(msg: message.Message) -> Any:
+            return self.run(msg)
+        return run
+
+    def run(self, msg: message.Message) -> Any:
+        """A plain handler's attempt, hooks around it. A handler that
+        returns an awaitable (a plain def returning a coroutine) gets its
+        after_process once that is awaited (the runners await it)."""
+        entered, result, failed = 0, None, None
+        try:
+            for before in self.befores:
+                if before is not None:
+                    before(msg)
+                entered += 1
+            result = self.handler(msg)
+            if inspect.isawaitable(result):
+                return self._after_awaited(msg, result)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the after_process hooks
+            failed = exc
+        self._after(msg, entered, result, failed)
+        if failed is not None:
+            raise failed
+        return result
+
+    async def run_async(self, msg: message.Message) -> Any:
+        """An async handler's attempt: async hook methods awaited (a
+        cancellation, the timeout's, is the error the after hooks see)."""
+        entered, result, failed = 0, None, None
+        try:
+            for before in self.befores:
+                if before is not None:
+                    said = before(msg)
+                    if inspect.isawaitable(said):
+                        await said
+                entered += 1
+            result = await self.handler(msg)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the after_process hooks
+            failed = exc
+        await self._after_async(msg, entered, result, failed)
+        if failed is not None:
+            raise failed
+        return result
+
+    async def _after_awaited(self, msg: message.Message, result: Awaitable[Any]) -> Any:
+        got, failed = None, None
+        try:
+            got = await result
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            failed = exc
+        self._after(msg, len(self.befores), got, failed)
+        if failed is not None:
+            raise failed
+        return got
+
+    def _after(self, msg: message.Message, entered: int, result: Any, failed: Optional[BaseException]) -> None:
+        for i in range(entered - 1, -1, -1):
+            after = self.afters[i]
+            if after is not None:
+                try:
+                    after(msg, result, failed)
+                except Exception as exc:  # noqa: BLE001 - an after hook changes nothing: logged
+                    self._log(msg, i, exc)
+
+    async def _after_async(self, msg: message.Message, entered: int, result: Any,
+                           failed: Optional[BaseException]) -> None:
+        for i in range(entered - 1, -1, -1):
+            after = self.afters[i]
+            if after is not None:
+                try:
+                    said = after(msg, result, failed)
+                    if inspect.isawaitable(said):
+                        await said
+                except Exception as exc:  # noqa: BLE001 - an after hook changes nothing: logged
+                    self._log(msg, i, exc)
+
+    def _log(self, msg: message.Message, i: int, exc: Exception) -> None:
+        log.error("queue %s: message %s: after_process of hook %s raised (%s: %s); the attempt's end "
+                  "is unchanged", self.queue, msg.id, self.names[i], type(exc).__name__, exc,
+                  exc_info=exc, extra={"message_id": msg.id})
