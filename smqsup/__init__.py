@@ -66,6 +66,7 @@ The leaves everyone uses, and the public face:
 - ids.py: message ids, unique across processes and sorted by creation time.
 - safe.py: text made safe to show: credentials masked, control characters escaped.
 - logs.py: log setup for the command line (journald priorities under systemd).
+- tracing.py: OpenTelemetry spans of publishes and attempts (imported only where tracing is on).
 """
 
 from __future__ import annotations

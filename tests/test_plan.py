@@ -236,7 +236,7 @@ def test_generation_covers_every_other_field() -> None:
         "max_messages": 5, "max_memory_bytes": 1024, "concurrency": 8, "prefetch": 32, "rate_limit_per_s": 50.0, "rate_burst": 3, "partitions": 3,
         "result_ttl_s": 60, "events": True, "events_max": 50,
         "group_concurrency": 2, "group_rate_limit_per_s": 10.0, "group_rate_burst": 4,
-        "hooks": ("examples.hooks:Audit",),
+        "hooks": ("examples.hooks:Audit",), "tracing": True,
     }
     covered = {f.name for f in dataclasses.fields(QueueConfig)} - {
         "name", "consumers", "consumers_max", "dedup_ttl_s",

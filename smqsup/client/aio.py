@@ -57,14 +57,15 @@ class AsyncProducer:
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
                  dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
                  wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
-                 hooks: Sequence[object] = ()) -> None:
+                 hooks: Sequence[object] = (), tracing: bool = False) -> None:
         """The Producer's arguments (``wait_replicas``: each publish returns
         once that many replicas have its messages, else raises
         PublishNotReplicated after ``wait_timeout`` seconds; ``hooks``: the
-        Producer's, their before_publish run on the event loop)."""
+        Producer's, their before_publish run on the event loop; ``tracing``:
+        the Producer's, the span current in the calling task the parent)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
                                        dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout, hooks=hooks)
+                                       wait_timeout=wait_timeout, hooks=hooks, tracing=tracing)
         self.namespace = core.namespace
         self.dedup_ttl_s = core.dedup_ttl_s
         self.max_message_size = core.max_message_size
@@ -73,7 +74,7 @@ class AsyncProducer:
                                    stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
         self._steps = Steps(lambda: Producer(url, namespace, max_message_size=max_message_size, stats=stats,
                                              dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                             wait_timeout=wait_timeout, hooks=hooks))
+                                             wait_timeout=wait_timeout, hooks=hooks, tracing=tracing))
 
     @property
     def published(self) -> int:
@@ -81,7 +82,8 @@ class AsyncProducer:
         return self._core.published
 
     @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = ()) -> "AsyncProducer":
+    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = (),
+                    tracing: Optional[bool] = None) -> "AsyncProducer":
         """A producer using exactly the Redis and namespace that queues.yaml at
         ``path`` names (its embedded server must be running). Reads the file
         at once: call it at start-up, not in a busy loop."""
@@ -91,7 +93,8 @@ class AsyncProducer:
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
                    dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks)
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks,
+                   tracing=any(q.tracing for q in cfg.queues.values()) if tracing is None else tracing)
 
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                       delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
@@ -109,12 +112,24 @@ class AsyncProducer:
                 queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
                 ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
                 dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure, group=group)
-        async with self._broker.turns:
-            declared = await self._declared(queue)
-            out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                                 result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
-            return (await self._deliver(out))[0]
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        if send is not None:  # (its traceparent in the headers)
+            headers = send.headers(headers)
+        try:
+            async with self._broker.turns:
+                declared = await self._declared(queue)
+                out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
+                                     dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id,
+                                     partition_key=partition_key, result_ttl=result_ttl, declared=declared,
+                                     dedup_until=dedup_until, group=group)
+                ids = await self._deliver(out)
+        except BaseException as exc:
+            if send is not None:
+                send.failed(exc)
+            raise
+        if send is not None:
+            send.done(ids)
+        return ids[0]
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
                            delay: Any = None, at: Any = None, priority: int = 0,
@@ -125,12 +140,23 @@ class AsyncProducer:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
-        async with self._broker.turns:
-            declared = await self._declared(queue)
-            out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
-                                  dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
-                                  result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
-            return await self._deliver(out)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        if send is not None:  # (its traceparent in every message's headers)
+            headers = send.headers(headers)
+        try:
+            async with self._broker.turns:
+                declared = await self._declared(queue)
+                out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
+                                      dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
+                                      result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
+                ids = await self._deliver(out)
+        except BaseException as exc:
+            if send is not None:
+                send.failed(exc)
+            raise
+        if send is not None:
+            send.done(ids, many=True)
+        return ids
 
     async def chain(self, steps: Sequence[Any]) -> list[str]:
         """Producer.chain(), on a thread (aio_flows.py)."""

@@ -81,7 +81,7 @@ class Producer:
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
                  dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
                  wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
-                 hooks: Sequence[object] = ()) -> None:
+                 hooks: Sequence[object] = (), tracing: bool = False) -> None:
         """``dedup_ttl``: how long a dedup key holds when a publish gives
         none; ``dedup_ttls``: the same per queue (from_config passes each
         queue's ``dedup_ttl``). ``wait_replicas``: a publish returns only
@@ -91,10 +91,12 @@ class Producer:
         whose ``before_publish(queue, body, headers)`` runs, in order, on
         each message's own copy of its headers before it is encoded; one
         that raises refuses the whole call (HookFailed, nothing sent;
-        client/hooks.py)."""
+        client/hooks.py). ``tracing``: a PRODUCER span "send QUEUE" around
+        each publish, its traceparent in the messages' headers (smqsup/tracing.py;
+        ConfigError without ``pip install 'smqsup[otel]'``)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
                                        dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout, hooks=hooks)
+                                       wait_timeout=wait_timeout, hooks=hooks, tracing=tracing)
         self.namespace = core.namespace
         self.dedup_ttl_s = core.dedup_ttl_s
         self.max_message_size = core.max_message_size
@@ -112,7 +114,8 @@ class Producer:
         return self._core.writers
 
     @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = ()) -> "Producer":
+    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = (),
+                    tracing: Optional[bool] = None) -> "Producer":
         """A producer using exactly the Redis and namespace that queues.yaml at
         ``path`` names (its embedded server must be running)."""
         from smqsup.config import model as config_mod
@@ -121,7 +124,8 @@ class Producer:
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
                    dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks)
+                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks,
+                   tracing=any(q.tracing for q in cfg.queues.values()) if tracing is None else tracing)
 
     def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
                 delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
@@ -134,13 +138,23 @@ class Producer:
         MessageError (bad queue name, not JSON, over max_message_size, a bad
         option, a parent not known) before anything is sent,
         PublishUncertain if the reply was lost."""
-        count, said = self._declared(queue)
-        out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                             dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                             result_ttl=result_ttl, declared=said, dedup_until=dedup_until, group=group)
-        if depends_on is not None:
-            return flows.held(self, out, count, depends_on, on_parent_failure)
-        return self._deliver(out, count)[0]
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        if send is not None:  # (its traceparent in the headers)
+            headers = send.headers(headers)
+        try:
+            count, said = self._declared(queue)
+            out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
+                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
+                                 result_ttl=result_ttl, declared=said, dedup_until=dedup_until, group=group)
+            mid = flows.held(self, out, count, depends_on, on_parent_failure) if depends_on is not None \
+                else self._deliver(out, count)[0]
+        except BaseException as exc:
+            if send is not None:
+                send.failed(exc)
+            raise
+        if send is not None:
+            send.done([mid])
+        return mid
 
     def chain(self, steps: Sequence[Any]) -> list[str]:
         """Publish ``steps``, each (queue, body) or (queue, body, {options})
@@ -199,11 +213,22 @@ class Producer:
         partition in turn). Each partition is one round trip, and an error
         names the messages of the partition that failed (the others' are
         queued)."""
-        count, said = self._declared(queue)
-        return self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
-                                             dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
-                                             partition_key=partition_key, result_ttl=result_ttl,
-                                             declared=said, dedup_until=dedup_until, group=group), count)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        if send is not None:  # (its traceparent in every message's headers)
+            headers = send.headers(headers)
+        try:
+            count, said = self._declared(queue)
+            ids = self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
+                                                dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
+                                                partition_key=partition_key, result_ttl=result_ttl,
+                                                declared=said, dedup_until=dedup_until, group=group), count)
+        except BaseException as exc:
+            if send is not None:
+                send.failed(exc)
+            raise
+        if send is not None:
+            send.done(ids, many=True)
+        return ids
 
     def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
         """What ``queue``'s consumers declared, read together and cached: its

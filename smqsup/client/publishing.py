@@ -30,6 +30,7 @@ from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
     BrokerNotSent,
+    ConfigError,
     MessageError,
     NotReplicated,
     PublishNotReplicated,
@@ -98,6 +99,15 @@ def _partition_key(partition_key: Any, group: Any) -> Optional[str]:
     return options.dedup_key(partition_key, "partition_key")
 
 
+def _tracing() -> Any:
+    """smqsup.tracing, imported (ConfigError without OpenTelemetry)."""
+    if not scalars.otel_installed():
+        raise ConfigError("tracing needs OpenTelemetry: pip install 'smqsup[otel]'")
+    from smqsup import tracing
+
+    return tracing
+
+
 class Publishing:
     """The state and the pure steps every producer shares (see the module's
     docstring): its settings, checked; the queues it has registered; the
@@ -106,7 +116,7 @@ class Publishing:
 
     def __init__(self, namespace: str, *, max_message_size: int, stats: bool, dedup_ttl: Any,
                  dedup_ttls: Optional[Mapping[str, float]], wait_replicas: int, wait_timeout: Any,
-                 hooks: Sequence[object] = ()) -> None:
+                 hooks: Sequence[object] = (), tracing: bool = False) -> None:
         """Check every setting (the first bad one raises, MessageError or
         ConfigError, in the order of the Producer's arguments)."""
         self.namespace = valid_name(namespace, "namespace")
@@ -119,6 +129,8 @@ class Publishing:
         checked = PublishHooks(hooks)
         #: The before_publish hooks; None without any (a publish then pays one test).
         self.hooks: Optional[PublishHooks] = checked if checked else None
+        #: smqsup.tracing where tracing is on (imported then only), else None.
+        self.tracing: Any = _tracing() if tracing else None
         self.registered: set[str] = set()
         #: queue -> the last partition a message without a key went to.
         self.turns: dict[str, int] = {}

@@ -84,6 +84,8 @@ class QueueConfig:
     #: ``module:Class`` specs of the hooks around each handler run, in order
     #: (worker/hooks.py imports them in the consumer).
     hooks: tuple[str, ...] = ()
+    #: OpenTelemetry: a CONSUMER span per attempt (smqsup/tracing.py).
+    tracing: bool = False
 
     @property
     def group_limits(self) -> tuple[int, int, int]:
@@ -180,6 +182,7 @@ _QUEUE_OPTIONS: dict[str, tuple[str, Validator[object]]] = {
     "group_rate_limit": ("group_rate_limit_per_s", scalars.rate_limit),
     "group_rate_burst": ("group_rate_burst", scalars.int_range(1, RATE_BURST_MAX, " (one group's starts back to back)")),
     "hooks": ("hooks", names.hook_specs),
+    "tracing": ("tracing", scalars.tracing),
     "dedup_ttl": ("dedup_ttl_s", scalars.positive_long_duration),
     "result_ttl": ("result_ttl_s", scalars.result_ttl),
     "events": ("events", scalars.boolean),

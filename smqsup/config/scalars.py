@@ -8,6 +8,7 @@ the one-line ConfigError naming file, key and value (config.problems).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections.abc import Mapping
@@ -80,6 +81,22 @@ def boolean(value: object, key: str, path: str) -> bool:
     if not isinstance(value, bool):
         raise error("expected true or false", value, path=path, key=key)
     return value
+
+
+def tracing(value: object, key: str, path: str) -> bool:
+    """``tracing``: a boolean; true only where OpenTelemetry's API is installed."""
+    on = boolean(value, key, path)
+    if on and not otel_installed():
+        raise error("tracing needs OpenTelemetry: pip install 'smqsup[otel]'", value, path=path, key=key)
+    return on
+
+
+def otel_installed() -> bool:
+    """Whether ``opentelemetry.trace`` can be imported (not importing it)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def choice(options: tuple[str, ...]) -> Validator[str]:

@@ -293,10 +293,9 @@ class Consumer:
         # (a tracked message's outcome carries its result; a cancelled one's is "cancelled")
         msg = att.msg
         tracked = msg is not None and msg.result_ttl_s or att.cancelled
-        if att.error is None and not tracked:
-            att.outcome = OK
-        else:
-            att.outcome = self.judge.drawn(att, self.fetcher.name)
+        att.outcome = OK if att.error is None and not tracked else self.judge.drawn(att, self.fetcher.name)
+        if att.span is not None:  # (tracing on: the span ends with its outcome)
+            att.end_span()
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
             self._returned += 1  # inline: finished in take order, so these are our list's oldest
         self._finished.append(att)

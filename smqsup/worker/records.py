@@ -70,7 +70,7 @@ class Attempt:
     the processing list), the decoded message (None: malformed, never run),
     when its handler started, how it ended and what becomes of it."""
 
-    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task", "result", "cancelled")
+    __slots__ = ("frame", "msg", "since_us", "error", "outcome", "task", "result", "cancelled", "span", "trace")
 
     def __init__(self, frame: bytes, msg: Optional[message.Message], since_us: int = 0,
                  outcome: Optional[Outcome] = None) -> None:
@@ -82,3 +82,14 @@ class Attempt:
         self.task: Optional["asyncio.Task[None]"] = None  # an async handler's task (runners.LoopRunner)
         self.result: Any = None  # what its handler returned (recorded when the message is tracked)
         self.cancelled = False  # its cancel was asked: it ends in the dead letters, "cancelled"
+        self.span: Any = None  # tracing on: its CONSUMER span (smqsup/tracing.py), ended with its outcome
+        self.trace: Any = None  # and the context its handler runs in
+
+    def end_span(self) -> None:
+        """End the attempt's span with its outcome (tracing on; once)."""
+        from smqsup import tracing  # (imported only where tracing is on)
+
+        span, self.span = self.span, None
+        o, msg = self.outcome, self.msg
+        if span is not None and o is not None and msg is not None:
+            tracing.ended(span, msg.attempts, self.error, o.ok, o.meta, o.threshold, o.delay_ms)

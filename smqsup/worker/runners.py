@@ -35,6 +35,19 @@ class Fetched(Protocol):
     def result(self) -> FetchResult: ...
 
 
+def _attach(ctx: Any) -> object:
+    """Make an attempt's trace context current here (tracing on)."""
+    from smqsup import tracing  # (imported only where tracing is on)
+
+    return tracing.attach(ctx)
+
+
+def _detach(token: object) -> None:
+    from smqsup import tracing
+
+    tracing.detach(token)
+
+
 def is_async_handler(handler: Handler) -> bool:
     """Whether ``handler`` is an ``async def`` function, or an object whose
     ``__call__`` is one."""
@@ -104,6 +117,7 @@ class InlineRunner:
         """Run the handler now; ``land`` hears its end before this returns."""
         assert att.msg is not None
         named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
+        traced = _attach(att.trace) if att.trace is not None else None  # (its spans are the attempt's children)
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -118,6 +132,8 @@ class InlineRunner:
             att.error = exc
         if named is not None:
             logs.MESSAGE_ID.reset(named)
+        if traced is not None:
+            _detach(traced)
         self.land(att)
 
     def run_blocking(self, call: Callable[[], FetchResult]) -> Fetched:
@@ -225,6 +241,8 @@ class LoopRunner:
         assert att.msg is not None
         if logs.STRUCTURED:  # (the task's own context: its JSON log lines name the message)
             logs.MESSAGE_ID.set(att.msg.id)
+        if att.trace is not None:  # (and its spans are the attempt's children)
+            _attach(att.trace)
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -242,6 +260,7 @@ class LoopRunner:
         loop = self.loop  # this run's loop: closed (never None'd) if we outlive it
         assert att.msg is not None and loop is not None
         named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
+        traced = _attach(att.trace) if att.trace is not None else None  # (its spans are the attempt's children)
         try:
             result = self.handler(att.msg)
             if result is None:
@@ -255,6 +274,8 @@ class LoopRunner:
             att.error = exc
         if named is not None:
             logs.MESSAGE_ID.reset(named)
+        if traced is not None:
+            _detach(traced)
         self._ended.append(att)
         if not self._poked:
             # A race here costs one wake-up too many, never one too few: the

@@ -53,6 +53,7 @@ class Starter:
         # other consumers), so such a queue takes only what it can start.
         prefetch = 1 if fetcher.limited else queue.prefetch
         self.prefetching = prefetch > 1
+        self.traced = queue.tracing
         self.capacity = runner.size + prefetch - 1
         self.stopped = False
         self._rotate_every = ROTATE_EVERY * runner.size  # starts in a row from one partition
@@ -174,7 +175,12 @@ class Starter:
             msg.parents_source = functools.partial(_family, f.broker, f.name, msg.id)
         if msg.linked & framing.LINK_BATCH:  # a batch's member: its handler may add to its batch
             msg.batch_source = functools.partial(_batch_of, f.broker, f.name, msg.id)
-        self.runner.start(self.in_hand.start(frame, msg))
+        att = self.in_hand.start(frame, msg)
+        if self.traced:
+            from smqsup import tracing  # (imported only where tracing is on)
+
+            att.span, att.trace = tracing.process(msg, f.name, self.identity.consumer_id)
+        self.runner.start(att)
 
     # --- what is due ------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class Stopper:
                       "more and ends once the others finish", name, self.identity.consumer_id, self.runner.size)
 
     def _give_up(self, att: Attempt) -> None:
+        if att.span is not None:
+            att.end_span()
         self.settler.finished.append(att)
         self.runner.abandon(att)
         if self._on_busy is not None:

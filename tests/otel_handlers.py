@@ -1,0 +1,21 @@
+"""Handlers of the supervised tracing tests: importing this module sets the
+consumer process's tracer provider (spans to $SMQSUP_TEST_SPANS)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import trace
+
+from tests.otel_setup import to_files
+
+to_files()
+
+
+def work(message: Any) -> Any:
+    """An inner span (the attempt's child); fails while its body says so."""
+    with trace.get_tracer("tests").start_as_current_span("work"):
+        body = message.body if isinstance(message.body, dict) else {}
+        if message.attempts < body.get("fail", 0):
+            raise RuntimeError(f"failing attempt {message.attempts + 1}")
+        return {"traceparent": message.headers.get("traceparent")}

@@ -1,0 +1,26 @@
+"""A producer process for the tracing tests: inside a span "request", it
+publishes each body given (JSON) to the queue given, with tracing on.
+
+    python -m tests.otel_producer URL QUEUE BODY...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from opentelemetry import trace
+
+from smqsup import Producer
+from tests.otel_setup import to_files
+
+
+def main(url: str, queue: str, bodies: list[str]) -> None:
+    to_files()
+    with trace.get_tracer("tests").start_as_current_span("request"), Producer(url, tracing=True) as producer:
+        for body in bodies:
+            print(producer.publish(queue, json.loads(body)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -1,0 +1,252 @@
+"""OpenTelemetry traces: a producer process's PRODUCER span and a supervised
+consumer's CONSUMER span of each attempt in one trace (the SDK exporting to
+a file from each process), through retries, dead letters and timeouts;
+hostile traceparent headers never trusted beyond the W3C grammar; the
+asyncio producer; tracing: true refused in one line without OpenTelemetry."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from smqsup.client.aio import AsyncProducer
+from smqsup.client.producer import Producer
+from smqsup.config.model import load
+from smqsup.errors import ConfigError, PublishNotSent
+from smqsup.keys import QueueKeys
+from tests import otel_setup, procs
+from tests.helpers import wait_for
+from tests.inproc import NS, Running
+
+K = QueueKeys(NS, "q")
+
+
+@pytest.fixture
+def memory() -> Iterator[Any]:
+    """This process's spans, in memory, emptied for the test."""
+    exporter = otel_setup.in_memory()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
+
+
+def _hex(value: int) -> str:
+    return f"0x{value:032x}"
+
+
+def _by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["name"] == name]
+
+
+def _produce(url: str, queue: str, spans_dir: Path, *bodies: str) -> list[str]:
+    """Publish ``bodies`` from a producer process of its own (tests/otel_producer.py); the ids."""
+    done = subprocess.run([sys.executable, "-m", "tests.otel_producer", url, queue, *bodies], cwd=procs.REPO,
+                          env={**procs.env(), "SMQSUP_TEST_SPANS": str(spans_dir)}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@pytest.mark.timeout(90)
+def test_a_trace_runs_from_a_producer_process_through_a_consumer_process_and_its_retries(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, tmp_path: Path) -> None:
+    """Real processes, each exporting its spans to a file: the producer's "send q" is the child of its
+    "request"; each attempt's "process q" (a CONSUMER span in the consumer's process) is the child of
+    "send q" in the same trace, with the messaging attributes; the handler's own span is the attempt's
+    child; a message failing once has two attempts, the first "retried" (an error, a retry event), the
+    second acked; one failing past retry_threshold ends "dead_lettered" with its reason."""
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
+    supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True, "retry_threshold": 1,
+                     "retry_delay": "100ms"}}, extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)})
+    ok, retried, dead = _produce(redis_url, "q", spans_dir, "{}", '{"fail": 1}', '{"fail": 5}')
+
+    def processed() -> list[dict[str, Any]]:
+        return _by_name(otel_setup.read_spans(spans_dir), "process q")
+    wait_for(lambda: len(processed()) == 5, timeout_s=30, message="five attempts' spans")
+    spans = otel_setup.read_spans(spans_dir)
+    [request] = _by_name(spans, "request")
+    sends = _by_name(spans, "send q")
+    assert len(sends) == 3 and all(s["parent_id"] == request["context"]["span_id"] for s in sends)
+    trace_id = request["context"]["trace_id"]
+    send_of = {s["attributes"]["messaging.message.id"]: s for s in sends}
+    assert sends[0]["kind"] == "SpanKind.PRODUCER" and sends[0]["pid"] == request["pid"]
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    for span in sorted(processed(), key=lambda s: s["start_time"]):
+        attempts.setdefault(span["attributes"]["messaging.message.id"], []).append(span)
+    for mid, spans_of in attempts.items():
+        for n, span in enumerate(spans_of, 1):
+            assert span["kind"] == "SpanKind.CONSUMER" and span["pid"] != request["pid"]
+            assert span["context"]["trace_id"] == trace_id
+            assert span["parent_id"] == send_of[mid]["context"]["span_id"]
+            attrs = span["attributes"]
+            assert attrs["messaging.system"] == "smqsup" and attrs["messaging.destination.name"] == "q"
+            assert attrs["messaging.operation.type"] == "process" and attrs["smqsup.message.attempt"] == n
+    [acked] = attempts[ok]
+    assert acked["attributes"]["smqsup.outcome"] == "acked" and acked["status"]["status_code"] == "UNSET"
+    [work] = [s for s in _by_name(spans, "work") if s["parent_id"] == acked["context"]["span_id"]]
+    assert work["context"]["trace_id"] == trace_id
+    first, second = attempts[retried]
+    assert first["attributes"]["smqsup.outcome"] == "retried" and first["status"]["status_code"] == "ERROR"
+    assert [e["name"] for e in first["events"]] == ["exception", "retry"]
+    assert second["attributes"]["smqsup.outcome"] == "acked"
+    assert [s["attributes"]["smqsup.outcome"] for s in attempts[dead]] == ["retried", "dead_lettered"]
+    last = attempts[dead][-1]
+    assert last["events"][-1]["name"] == "dead_lettered"
+    assert last["events"][-1]["attributes"]["smqsup.reason"].startswith("RuntimeError: failing attempt 2")
+
+
+@pytest.mark.parametrize(("concurrency", "asynchronous"), [(2, False), (2, True)], ids=["thread", "task"])
+def test_a_timeout_ends_the_span_as_dead_lettered_timeout(
+        concurrency: int, asynchronous: bool, memory: Any, start: Callable[..., Running], producer: Producer,
+        redis_client: redis.Redis) -> None:
+    """A handler past message_timeout (a thread given up, a task cancelled): its span ends when the
+    outcome is drawn, "dead_lettered", its event's reason "timeout"."""
+    import threading
+    release = threading.Event()
+
+    def stuck(msg: Any) -> None:
+        release.wait(30)
+
+    async def stuck_async(msg: Any) -> None:
+        await asyncio.sleep(30)
+    start(stuck_async if asynchronous else stuck, concurrency=concurrency, tracing=True, message_timeout_s=0.5,
+          retry_threshold=0)
+    try:
+        mid = producer.publish("q", "x")
+        wait_for(lambda: [s for s in memory.get_finished_spans() if s.name == "process q"], timeout_s=10)
+    finally:
+        release.set()
+    [span] = [s for s in memory.get_finished_spans() if s.name == "process q"]
+    assert span.attributes["messaging.message.id"] == mid and span.attributes["smqsup.outcome"] == "dead_lettered"
+    assert span.events[-1].name == "dead_lettered" and span.events[-1].attributes["smqsup.reason"] == "timeout"
+    assert span.parent is None  # (published without tracing: a trace of its own)
+
+
+def test_a_cancelled_message_ends_its_span_as_cancelled(memory: Any, start: Callable[..., Running],
+                                                        producer: Producer) -> None:
+    """A running task cancelled by Producer.cancel: its span ends "dead_lettered", reason "cancelled"."""
+    started: list[str] = []
+
+    async def waits(msg: Any) -> None:
+        started.append(msg.id)
+        await asyncio.sleep(30)
+    run = start(waits, concurrency=2, tracing=True)
+    mid = producer.publish("q", "x", result_ttl=60)
+    wait_for(lambda: started, timeout_s=10)
+    producer.cancel("q", mid)
+    run.consumer.request_cancels()  # (what the supervisor's SIGUSR2 does: test_cancel.py sends it for real)
+    wait_for(lambda: [s for s in memory.get_finished_spans() if s.name == "process q"], timeout_s=10)
+    [span] = [s for s in memory.get_finished_spans() if s.name == "process q"]
+    assert span.attributes["smqsup.outcome"] == "dead_lettered"
+    assert span.events[-1].attributes["smqsup.reason"] == "cancelled"
+
+
+_HOSTILE: dict[str, dict[str, Any]] = {
+    "malformed": {"traceparent": "00-zz-yy-01"},
+    "huge": {"traceparent": "00-" + "a" * 1_000_000},
+    "not-text": {"traceparent": ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]},
+    "nested": {"traceparent": {"a": {"b": {"c": []}}}},
+    "uppercase": {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01"},
+    "zero-trace": {"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+    "zero-span": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01"},
+    "version-ff": {"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    "newline": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n"},
+    "huge-state": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                   "tracestate": "k=" + "v" * 1_000_000},
+    "bad-state": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                  "tracestate": "k=v,\x1b[2J=\nforged,k=w"},
+    "valid": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"},
+}
+
+
+def test_hostile_traceparents_are_never_trusted_beyond_the_w3c_grammar(
+        memory: Any, start: Callable[..., Running], producer: Producer) -> None:
+    """traceparent headers malformed, 1 MB, a list, nested, uppercase, with an all-zero trace or span id,
+    version ff, a trailing newline: each message is handled and its span starts a trace of its own; a
+    1 MB tracestate, or one with a member out of the grammar, is dropped (the traceparent kept); a valid
+    pair makes the span its child."""
+    seen: list[Any] = []
+    start(lambda msg: seen.append(msg.body), tracing=True)
+    ids = {name: producer.publish("q", name, headers) for name, headers in _HOSTILE.items()}
+    wait_for(lambda: len([s for s in memory.get_finished_spans() if s.name == "process q"]) == len(ids),
+             timeout_s=20)
+    spans = {s.attributes["messaging.message.id"]: s for s in memory.get_finished_spans() if s.name == "process q"}
+    assert sorted(seen) == sorted(_HOSTILE)
+    trusted = 0x0af7651916cd43dd8448eb211c80319c
+    for name, mid in ids.items():
+        span = spans[mid]
+        assert span.attributes["smqsup.outcome"] == "acked", name
+        if name in ("huge-state", "bad-state", "valid"):
+            assert span.parent is not None and span.parent.trace_id == trusted and span.context.trace_id == trusted
+            assert span.parent.span_id == 0xb7ad6b7169203331
+            assert dict(span.parent.trace_state) == ({"k": "v"} if name == "valid" else {}), name
+        else:
+            assert span.parent is None and span.context.trace_id != trusted, name
+
+
+def test_the_async_producer_sends_its_span_and_traceparent(memory: Any, start: Callable[..., Running],
+                                                           redis_url: str) -> None:
+    """AsyncProducer(tracing=True): a PRODUCER span per call (publish_many: one, with the message count),
+    the parent of each message's CONSUMER span; the task's current span is the send's parent."""
+    from opentelemetry import trace
+    start(lambda msg: None, tracing=True)
+
+    async def main() -> None:
+        with trace.get_tracer("tests").start_as_current_span("outer"):
+            async with AsyncProducer(redis_url, tracing=True) as p:
+                await p.publish("q", 1)
+                await p.publish_many("q", [2, 3])
+    asyncio.run(main())
+    wait_for(lambda: len([s for s in memory.get_finished_spans() if s.name == "process q"]) == 3, timeout_s=10)
+    spans = memory.get_finished_spans()
+    [outer] = [s for s in spans if s.name == "outer"]
+    sends = [s for s in spans if s.name == "send q"]
+    assert len(sends) == 2 and all(s.parent.span_id == outer.context.span_id for s in sends)
+    assert sends[1].attributes["messaging.batch.message_count"] == 2
+    send_ids = {s.context.span_id for s in sends}
+    assert all(s.parent.span_id in send_ids for s in spans if s.name == "process q")
+
+
+def test_a_failed_publish_ends_its_span_as_an_error(memory: Any) -> None:
+    """No Redis to reach: the send span ends with the error recorded."""
+    with Producer("redis://127.0.0.1:1/0", tracing=True) as p, pytest.raises(PublishNotSent):
+        p.publish("q", 1)
+    [send] = [s for s in memory.get_finished_spans() if s.name == "send q"]
+    assert send.status.status_code.name == "ERROR" and send.events[0].name == "exception"
+
+
+def test_tracing_without_opentelemetry_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tracing: true where OpenTelemetry is not installed, or tracing: "yes": one line naming the key;
+    Producer(tracing=True) there: ConfigError saying what to install."""
+    path = tmp_path / "queues.yaml"
+    path.write_text("queues:\n  q: {handler: 'tests.handlers:record', tracing: yes-please}\n")
+    with pytest.raises(ConfigError, match=r"queues\.q\.tracing: expected true or false"):
+        load(path)
+    monkeypatch.setattr("smqsup.config.scalars.otel_installed", lambda: False)
+    path.write_text("defaults: {tracing: true}\nqueues:\n  q: {handler: 'tests.handlers:record'}\n")
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert str(raised.value) == (f"{path}: defaults.tracing: tracing needs OpenTelemetry: "
+                                 "pip install 'smqsup[otel]', got True")
+    with pytest.raises(ConfigError, match=r"pip install 'smqsup\[otel\]'"):
+        Producer("redis://127.0.0.1:1/0", tracing=True)
+
+
+def test_without_tracing_smqsup_tracing_is_never_imported() -> None:
+    """A producer and a consumer without tracing, in a fresh process: smqsup.tracing (and through it
+    OpenTelemetry's trace API) is not loaded. (redis-py 8 imports OpenTelemetry's metrics by itself
+    where they are installed: not ours to count.)"""
+    code = ("import sys\nfrom smqsup import Producer\nfrom smqsup.worker.consumer import Consumer\n"
+            "Producer('redis://127.0.0.1:1/0')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('smqsup.tracing')))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=procs.REPO, env=procs.env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
