@@ -49,6 +49,7 @@ The subpackages:
 - collector/: per queue, the elected housekeeper: reclaim, promote, schedules, stats.
 - views/: what operators read: status, listings, dead letters, schedules.
 - web/: the web UI, its JSON API and /metrics.
+- testing/: the testing kit, a pytest plugin: a queue's handler run in the test's process, on the real scripts.
 - supervisor/: the parent process (arbiter, states, decisions) and the child's start.
 - cli/: the ``smqsup`` command, one module per family of subcommands.
 

@@ -321,6 +321,14 @@ class Messages:
         with wrapped(f"promote on {queue!r}"):
             return scripts.promote(self._link.keys(queue), batch=batch, lock=lock).run(self._link.client)
 
+    def advance(self, queue: str, ahead_s: Optional[float]) -> int:
+        """The retries and scheduled messages of ``queue`` due within
+        ``ahead_s`` (None: all) brought that much earlier (the testing
+        kit's time moved forward; promote() then moves them)."""
+        with wrapped(f"move time forward on {queue!r}"):
+            ahead_ms = None if ahead_s is None else int(ahead_s * 1000)
+            return scripts.advance(self._link.keys(queue), ahead_ms).run(self._link.client)
+
     def promote_many(self, locks: Mapping[str, scripts.Lock], *,
                      batch: int = defaults.PROMOTE_BATCH) -> dict[str, "scripts.PromoteResult | BrokerError"]:
         """promote() on each queue of ``locks`` (queue -> the collector lock

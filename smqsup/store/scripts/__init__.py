@@ -9,7 +9,7 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 
 - calls.py: Script (a Lua file, includes resolved, EVALSHA then EVAL),
   Call, Batch, and the readers and argument helpers the wrappers share.
-- messages.py: publish, publish_options, take, give_back, screen, ack, nack, promote,
+- messages.py: publish, publish_options, take, give_back, screen, ack, nack, promote, advance,
   producer_stats; their results, the rate limit (Rate), the outcomes.
 - registry.py: heartbeat, stale, the reclaims (reclaim, reclaim_stale,
   return_free), the leader lock (lock_*, compare_and_delete).
@@ -59,6 +59,7 @@ from smqsup.store.scripts.messages import (
     Rate,
     TakeResult,
     ack,
+    advance,
     give_back,
     nack,
     producer_stats,
@@ -93,7 +94,7 @@ ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPT
 __all__ = [
     "ALL", "LAG", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE",
     "NO_TURN", "RATE_LIMITED", "RETRIED", "TAKE_MAX", "AckResult", "Batch", "Call", "Lock", "NackResult", "Options", "Peeked",
-    "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack",
+    "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack", "advance",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "group_pause", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "group_repair", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
     "publish_options", "batch_settle", "depend", "hold", "unblock",

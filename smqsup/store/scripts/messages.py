@@ -23,7 +23,9 @@ _GIVE_BACK = Script("give_back")
 _SCREEN = Script("screen")
 _PRODUCER_STATS = Script("producer_stats")
 
-SCRIPTS = (_ACK, _NACK, _PROMOTE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK, _SCREEN, _PRODUCER_STATS)
+_ADVANCE = Script("advance")
+
+SCRIPTS = (_ACK, _NACK, _PROMOTE, _ADVANCE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK, _SCREEN, _PRODUCER_STATS)
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3
@@ -209,6 +211,13 @@ def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call
                                [batch],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
+
+
+def advance(keys: QueueKeys, ahead_ms: Optional[int]) -> Call[int]:
+    """Bring the retries and scheduled messages due within ``ahead_ms``
+    (None: all of them) that much earlier (the testing kit's time moved
+    forward); how many came earlier."""
+    return Call(_ADVANCE, [keys.delayed, keys.scheduled], ["all" if ahead_ms is None else max(0, ahead_ms)], int)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,186 @@
+"""Worker: a queue's configured handler run in the test's own process,
+through the real scripts, until nothing is ready (``drain``), and what
+became of each message (``Handled``).
+
+    worker.drain("orders") ─▶ a Consumer (concurrency 1: the handler on the test's thread)
+        ─▶ runs until it would wait for the queue ─▶ [move_time: due retries and
+        scheduled messages brought forward (advance.lua), promoted (promote.lua), again]
+        ─▶ [Handled(...), ...]: acked with results, retried, dead-lettered with reasons
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from smqsup import deadletter, message
+from smqsup.config.model import Config, QueueConfig, load
+from smqsup.errors import UsageError
+from smqsup.store.broker import Broker
+from smqsup.worker.consumer import Consumer
+from smqsup.worker.handlers import import_handler
+from smqsup.worker.hooks import with_hooks
+from smqsup.worker.records import Handler
+
+#: Longest a drain's consumer waits for the queue once nothing is in hand, s.
+_IDLE_FETCH_S = 0.05
+#: Rounds of "handle what is ready, then move time" a drain makes at most.
+ROUNDS_MAX = 1000
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What became of one message in a drain: ``state`` "acked" (its
+    handler returned ``result``), "retried" (it failed and waits for its
+    retry: ``error``), or "dead" (dead-lettered: ``reason``, and ``error``
+    when its handler raised). ``attempts``: its handler's runs in the drain."""
+
+    id: str
+    queue: str
+    body: Any
+    state: str
+    attempts: int
+    result: Any = None
+    error: Optional[BaseException] = None
+    reason: str = ""
+
+
+class _Seen:
+    """Each attempt's message, and how it ended, by message id (in order)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.runs: dict[str, list[tuple[message.Message, Any, Optional[BaseException]]]] = {}
+
+    def __call__(self, msg: message.Message) -> Any:
+        try:
+            result = self.handler(msg)
+            if result is not None and hasattr(result, "__await__"):
+                return self._awaited(msg, result)
+        except BaseException as exc:
+            self.runs.setdefault(msg.id, []).append((msg, None, exc))
+            raise
+        self.runs.setdefault(msg.id, []).append((msg, result, None))
+        return result
+
+    async def _awaited(self, msg: message.Message, result: Any) -> Any:
+        try:
+            got = await result
+        except BaseException as exc:
+            self.runs.setdefault(msg.id, []).append((msg, None, exc))
+            raise
+        self.runs.setdefault(msg.id, []).append((msg, got, None))
+        return got
+
+
+class Worker:
+    """Runs the handlers of the queues of ``config`` (a queues.yaml path)
+    on the Redis at ``url``, in ``namespace`` (the fixtures give the test's
+    own). The handler (and the queue's hooks) are imported as a supervisor's
+    consumer imports them, from the config file's directory."""
+
+    def __init__(self, config: Union[str, "os.PathLike[str]", Config], url: str, namespace: str) -> None:
+        self.config = config if isinstance(config, Config) else load(config)
+        self.url = url
+        self.namespace = namespace
+        self.broker = Broker(url, namespace, client_name="smqsup-testing")
+        self._handlers: dict[str, Handler] = {}
+
+    def close(self) -> None:
+        self.broker.close()
+
+    def queue(self, name: str) -> QueueConfig:
+        """The configured queue ``name`` (UsageError naming the known ones)."""
+        try:
+            return self.config.queues[name]
+        except KeyError:
+            known = ", ".join(sorted(self.config.queues))
+            raise UsageError(f"{self.config.path}: no queue {name!r} (queues: {known})") from None
+
+    def handler(self, name: str) -> Handler:
+        """The queue's handler, with its hooks, imported once."""
+        if name not in self._handlers:
+            q = self.queue(name)
+            root = str(Path(self.config.path).resolve().parent)
+            if root not in sys.path:
+                sys.path.insert(0, root)  # (a supervisor imports from the directory it started in)
+            key, path = f"queues.{name}.handler", str(self.config.path)
+            self._handlers[name] = with_hooks(import_handler(q.handler, path=path, key=key), q, path=path)
+        return self._handlers[name]
+
+    def drain(self, queue: str, *, move_time: Union[bool, float] = False, fail_fast: bool = False) -> list[Handled]:
+        """Handle every message of ``queue`` that is ready, one at a time on
+        this thread, through the real scripts, until none is; what became of
+        each message handled or dead-lettered meanwhile, in the order they
+        first ran. ``move_time``: True, and then retries and messages
+        published for later are brought forward and handled too, round after
+        round, until none waits (at most ROUNDS_MAX rounds); a number of
+        seconds, and those due within it are, once. ``fail_fast``: once the
+        drain is over, raise the first error of a handler whose message was
+        not acked (its own exception and traceback: the test fails with it)."""
+        seen = _Seen(self.handler(queue))
+        q = self.queue(queue)
+        dead_before = self._dead_count(queue)
+        for round_ in range(ROUNDS_MAX):
+            self._run(q, seen)
+            if move_time is False or (move_time is not True and round_ > 0) or not self._forward(queue, move_time):
+                break
+        handled = self._outcomes(queue, seen, dead_before)
+        failed = next((h.error for h in handled if fail_fast and h.error is not None and h.state != "acked"), None)
+        if failed is not None:
+            raise failed
+        return handled
+
+    def _run(self, q: QueueConfig, seen: _Seen) -> None:
+        """One consumer, run until it would wait for the queue."""
+        # (the handler on this thread, one message at a time, however the file sets it)
+        one = dataclasses.replace(q, concurrency=1, prefetch=1, max_messages=0)
+        box: list[Consumer] = []
+        # Nothing in hand and the queue empty: it stops (after one short look).
+        box.append(Consumer(self.broker, one, seen, fetch_block_s=_IDLE_FETCH_S,
+                            on_idle=lambda: box[0].request_stop()))
+        box[0].run()
+
+    def _forward(self, queue: str, move_time: Union[bool, float]) -> bool:
+        """Bring the waiting retries and scheduled messages forward and make
+        them ready; whether any became ready."""
+        ahead = None if move_time is True else float(move_time)
+        made = 0
+        for name in self.broker.queues.partition_names(queue):
+            if self.broker.messages.advance(name, ahead):
+                while (moved := self.broker.messages.promote(name).moved) > 0:
+                    made += moved
+        return made > 0
+
+    def _dead_count(self, queue: str) -> dict[str, int]:
+        return {name: self.broker.statistics.sizes(name)["dead"] for name in self.broker.queues.partition_names(queue)}
+
+    def _outcomes(self, queue: str, seen: _Seen, dead_before: dict[str, int]) -> list[Handled]:
+        dead = self._new_dead(queue, dead_before)
+        out: list[Handled] = []
+        for mid, runs in seen.runs.items():
+            msg, result, error = runs[-1]
+            if mid in dead:
+                out.append(Handled(mid, queue, msg.body, "dead", len(runs), None, error, dead.pop(mid)[1]))
+            elif error is None:
+                out.append(Handled(mid, queue, msg.body, "acked", len(runs), result))
+            else:
+                out.append(Handled(mid, queue, msg.body, "retried", len(runs), None, error))
+        out.extend(Handled(mid, queue, body, "dead", 0, reason=reason) for mid, (body, reason) in dead.items())
+        return out
+
+    def _new_dead(self, queue: str, before: dict[str, int]) -> dict[str, tuple[Any, str]]:
+        """The messages dead-lettered since ``before``: id -> (body, reason)."""
+        found: dict[str, tuple[Any, str]] = {}
+        for name in self.broker.queues.partition_names(queue):
+            new = self.broker.statistics.sizes(name)["dead"] - before.get(name, 0)
+            for entry in self.broker.contents.dead_letters(name, 0, max(0, new)) if new > 0 else []:
+                letter = deadletter.DeadLetter(entry)
+                msg = letter.message()
+                if msg is not None:
+                    found[msg.id] = (msg.body, letter.reason)
+        return found
