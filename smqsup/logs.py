@@ -86,9 +86,20 @@ def set_context(**fields: str) -> None:
     _PROCESS.update(fields)
 
 
+def _trace_id() -> str:
+    """The trace id of the span current where the record is made (32 hex
+    digits), or "": read only where OpenTelemetry's trace API was imported
+    (tracing on, or the program's own), never imported for it."""
+    otel = sys.modules.get("opentelemetry.trace")
+    if otel is None:
+        return ""
+    context = otel.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else ""
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time (UTC, ms), level, role, pid, logger,
-    queue and message_id where known, the message, and the traceback as
+    queue, message_id and trace_id where known, the message, and the traceback as
     "exc"; each text scrubbed of the secrets before it is quoted (a quote
     would hide a secret from the scrub of the whole line)."""
 
@@ -100,6 +111,9 @@ class JsonFormatter(logging.Formatter):
         message_id = getattr(record, "message_id", None) or MESSAGE_ID.get()
         if message_id:
             line["message_id"] = safe.escape(message_id)
+        trace_id = _trace_id()
+        if trace_id:
+            line["trace_id"] = trace_id
         line["msg"] = safe.scrub(record.getMessage())
         if record.exc_info:
             line["exc"] = safe.scrub(self.formatException(record.exc_info))

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import (
+    Link,
     NonRecordingSpan,
     Span,
     SpanContext,
@@ -40,6 +43,12 @@ from smqsup import message
 
 #: messaging.system of every span (no registered value names smqsup).
 SYSTEM = "smqsup"
+#: The header of a dependency's child: the traceparents of its parents' send
+#: spans (those its producer published), at most LINKS_MAX; its span links to them.
+LINKS_HEADER = "smqsup-links"
+LINKS_MAX = 32
+#: Messages a traced producer remembers the send span of, for their children.
+SENT_KEPT = 10_000
 #: The longest tracestate read from a message (W3C: 512 characters at most).
 TRACESTATE_CHARS_MAX = 512
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -63,22 +72,63 @@ def _tracer() -> trace.Tracer:
     return _TRACER
 
 
-def carried(headers: Mapping[str, Any]) -> Optional[otel_context.Context]:
-    """The trace context ``headers`` carry, or None: only a well-formed W3C
-    traceparent (version 00, ids not all zero) is read, and a tracestate
-    within bounds (its entries as the W3C grammar allows, else none)."""
-    parent = headers.get("traceparent")
+def _remote(parent: object, states: Optional[TraceState] = None) -> Optional[SpanContext]:
+    """The span a W3C traceparent names, or None: only the grammar's form
+    (version 00, lowercase hex, ids not all zero) is read."""
     if parent.__class__ is not str or len(parent) != 55 or not _TRACEPARENT.fullmatch(parent) \
             or not parent.startswith("00-"):
         return None
-    trace_id, span_id = int(parent[3:35], 16), int(parent[36:52], 16)
+    text: str = parent
+    trace_id, span_id = int(text[3:35], 16), int(text[36:52], 16)
     if not trace_id or not span_id:
         return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(text[53:55], 16) & 1),
+                       trace_state=states)
+
+
+def carried(headers: Mapping[str, Any]) -> Optional[otel_context.Context]:
+    """The trace context ``headers`` carry, or None: a traceparent as
+    _remote reads it, and a tracestate within bounds (its entries as the
+    W3C grammar allows, else none)."""
     state = headers.get("tracestate")
     states = _state(state) if state.__class__ is str and len(state) <= TRACESTATE_CHARS_MAX else None
-    remote = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(parent[53:55], 16) & 1),
-                         trace_state=states)
-    return trace.set_span_in_context(NonRecordingSpan(remote))
+    remote = _remote(headers.get("traceparent"), states)
+    return None if remote is None else trace.set_span_in_context(NonRecordingSpan(remote))
+
+
+def links(headers: Mapping[str, Any]) -> Optional[list[Link]]:
+    """The links of a dependency's child to its parents' send spans: the
+    traceparents of LINKS_HEADER (a list of at most LINKS_MAX; anything
+    else, or an entry not of the grammar, is left out)."""
+    said = headers.get(LINKS_HEADER)
+    if said.__class__ is not list or len(said) > LINKS_MAX:
+        return None
+    found = [Link(remote) for remote in map(_remote, said) if remote is not None]
+    return found or None
+
+
+class Sent:
+    """The send spans of the messages a traced producer published last (at
+    most SENT_KEPT, by id): what a child published with depends_on links
+    to. Shared by the threads of one producer."""
+
+    def __init__(self) -> None:
+        self._spans: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, ids: list[str], traceparent: str) -> None:
+        with self._lock:
+            for mid in ids[-SENT_KEPT:]:
+                self._spans[mid] = traceparent
+            while len(self._spans) > SENT_KEPT:
+                self._spans.popitem(last=False)
+
+    def of(self, parents: Any) -> list[str]:
+        """The traceparents of those of ``parents`` ((queue, id) pairs) it remembers."""
+        with self._lock:
+            found = [self._spans.get(pair[1]) for pair in parents if isinstance(pair, (tuple, list)) and len(pair) == 2
+                     and isinstance(pair[1], str)]
+        return [tp for tp in found if tp is not None][:LINKS_MAX]
 
 
 def _state(text: str) -> Optional[TraceState]:
@@ -98,18 +148,29 @@ def _state(text: str) -> Optional[TraceState]:
 
 class Send:
     """The PRODUCER span of one publish call (its messages share it): made
-    in the caller's current context, ended by ``done`` or ``failed``."""
+    in the caller's current context, ended by ``done`` or ``failed``;
+    ``sent`` remembers it for the messages' children."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, sent: Sent) -> None:
+        self.sent = sent
+        self.traceparent = ""
         attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
                                       "messaging.operation.name": "send", "messaging.destination.name": queue}
         self.span = _tracer().start_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes)
 
-    def headers(self, headers: Optional[Mapping[str, Any]]) -> dict[str, Any]:
-        """A copy of ``headers`` with this span's traceparent (and tracestate)."""
+    def headers(self, headers: Optional[Mapping[str, Any]], parents: Any = None) -> dict[str, Any]:
+        """A copy of ``headers`` with this span's traceparent (and
+        tracestate); with ``parents`` (depends_on), LINKS_HEADER: the send
+        spans of those this producer published."""
         out: dict[str, Any] = dict(headers) if headers is not None else {}
         out.pop("tracestate", None)  # (a caller's own would describe another span)
+        out.pop(LINKS_HEADER, None)
         _W3C.inject(out, context=trace.set_span_in_context(self.span))
+        self.traceparent = str(out.get("traceparent", ""))
+        if parents is not None:
+            linked = self.sent.of(parents)
+            if linked:
+                out[LINKS_HEADER] = linked
         return out
 
     def done(self, ids: list[str], many: bool = False) -> None:
@@ -119,6 +180,8 @@ class Send:
         elif ids:
             self.span.set_attribute("messaging.message.id", ids[0])
         self.span.end()
+        if self.traceparent:
+            self.sent.remember(ids, self.traceparent)
 
     def failed(self, exc: BaseException) -> None:
         self.span.record_exception(exc)
@@ -139,7 +202,7 @@ def process(msg: message.Message, partition: str, consumer_id: str) -> tuple[Spa
     if msg.group is not None:
         attributes["smqsup.message.group"] = msg.group
     span = _tracer().start_span(f"process {msg.queue}", context=carried(msg.headers), kind=SpanKind.CONSUMER,
-                                attributes=attributes)
+                                attributes=attributes, links=links(msg.headers) if msg.linked else None)
     return span, trace.set_span_in_context(span)
 
 

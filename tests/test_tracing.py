@@ -7,6 +7,7 @@ asyncio producer; tracing: true refused in one line without OpenTelemetry."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -64,8 +65,8 @@ def test_a_trace_runs_from_a_producer_process_through_a_consumer_process_and_its
     second acked; one failing past retry_threshold ends "dead_lettered" with its reason."""
     spans_dir = tmp_path / "spans"
     spans_dir.mkdir()
-    supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True, "retry_threshold": 1,
-                     "retry_delay": "100ms"}}, extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)})
+    s = supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True, "retry_threshold": 1,
+                         "retry_delay": "100ms"}}, extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)}, log_format="json")
     ok, retried, dead = _produce(redis_url, "q", spans_dir, "{}", '{"fail": 1}', '{"fail": 5}')
 
     def processed() -> list[dict[str, Any]]:
@@ -101,6 +102,35 @@ def test_a_trace_runs_from_a_producer_process_through_a_consumer_process_and_its
     last = attempts[dead][-1]
     assert last["events"][-1]["name"] == "dead_lettered"
     assert last["events"][-1]["attributes"]["smqsup.reason"].startswith("RuntimeError: failing attempt 2")
+    lines = [json.loads(line) for line in s.log().splitlines() if line.startswith("{")]
+    [working] = [r for r in lines if r["msg"] == f"working on {ok}"]
+    assert working["trace_id"] == trace_id.removeprefix("0x") and working["message_id"] == ok
+    parent = [r for r in lines if r["role"] != "consumer"]
+    assert parent and all("trace_id" not in r for r in parent)  # (no span current there)
+
+
+@pytest.mark.timeout(90)
+def test_a_dependencys_child_links_to_its_parents_send_spans(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, tmp_path: Path) -> None:
+    """Two tracked parents and a child depending on both, from one producer process: the child's
+    "process q" span, in the consumer's process, links to the two parents' "send q" spans (their trace
+    and span ids), and is the child of its own send span."""
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
+    supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True}},
+              extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)})
+    first, second, child = _produce(redis_url, "q", spans_dir, "flow")
+
+    def processed() -> dict[str, dict[str, Any]]:
+        return {s["attributes"]["messaging.message.id"]: s
+                for s in _by_name(otel_setup.read_spans(spans_dir), "process q")}
+    wait_for(lambda: len(processed()) == 3, timeout_s=30, message="three messages' spans")
+    sends = {s["attributes"]["messaging.message.id"]: s for s in _by_name(otel_setup.read_spans(spans_dir), "send q")}
+    span = processed()[child]
+    assert span["parent_id"] == sends[child]["context"]["span_id"]
+    linked = {(link["context"]["trace_id"], link["context"]["span_id"]) for link in span["links"]}
+    assert linked == {(sends[mid]["context"]["trace_id"], sends[mid]["context"]["span_id"]) for mid in (first, second)}
+    assert processed()[first]["links"] == []
 
 
 @pytest.mark.parametrize(("concurrency", "asynchronous"), [(2, False), (2, True)], ids=["thread", "task"])
@@ -163,6 +193,7 @@ _HOSTILE: dict[str, dict[str, Any]] = {
                    "tracestate": "k=" + "v" * 1_000_000},
     "bad-state": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
                   "tracestate": "k=v,\x1b[2J=\nforged,k=w"},
+    "forged-links": {"smqsup-links": ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"] * 40},
     "valid": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"},
 }
 
@@ -190,6 +221,18 @@ def test_hostile_traceparents_are_never_trusted_beyond_the_w3c_grammar(
             assert dict(span.parent.trace_state) == ({"k": "v"} if name == "valid" else {}), name
         else:
             assert span.parent is None and span.context.trace_id != trusted, name
+        assert not span.links, name  # (links only for a dependency's child, and within bounds)
+
+
+def test_links_read_only_what_the_grammar_allows() -> None:
+    """A child's links header: more than 32 entries, not a list: none; entries not of the W3C grammar
+    (text, numbers, uppercase, nested) are left out, the others kept."""
+    from smqsup import tracing
+    good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert tracing.links({"smqsup-links": [good] * 33}) is None
+    assert tracing.links({"smqsup-links": good}) is None
+    kept = tracing.links({"smqsup-links": [good, "x", 5, good.upper(), [good], {"a": good}]})
+    assert kept is not None and [link.context.span_id for link in kept] == [0xb7ad6b7169203331]
 
 
 def test_the_async_producer_sends_its_span_and_traceparent(memory: Any, start: Callable[..., Running],

@@ -74,7 +74,8 @@ class AsyncProducer:
                                    stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
         self._steps = Steps(lambda: Producer(url, namespace, max_message_size=max_message_size, stats=stats,
                                              dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                             wait_timeout=wait_timeout, hooks=hooks, tracing=tracing))
+                                             wait_timeout=wait_timeout, hooks=hooks, tracing=tracing),
+                            core.sent_spans)
 
     @property
     def published(self) -> int:
@@ -112,7 +113,7 @@ class AsyncProducer:
                 queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
                 ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
                 dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure, group=group)
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
         if send is not None:  # (its traceparent in the headers)
             headers = send.headers(headers)
         try:
@@ -140,7 +141,7 @@ class AsyncProducer:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
         if send is not None:  # (its traceparent in every message's headers)
             headers = send.headers(headers)
         try:

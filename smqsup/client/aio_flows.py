@@ -25,8 +25,11 @@ from smqsup.store.batches import BatchStatus
 class Steps:
     """The Producer behind an AsyncProducer's multi-step publishes."""
 
-    def __init__(self, make: Callable[[], Producer]) -> None:
+    def __init__(self, make: Callable[[], Producer], sent: Any = None) -> None:
+        """``sent``: the AsyncProducer's tracing.Sent (tracing on), shared with
+        the Producer, whose children then link to the AsyncProducer's sends."""
         self._make = make
+        self._sent = sent
         self._producer: Optional[Producer] = None
         self._lock = threading.Lock()
 
@@ -35,6 +38,8 @@ class Steps:
         with self._lock:
             if self._producer is None:
                 self._producer = self._make()
+                if self._sent is not None:
+                    self._producer._core.sent_spans = self._sent
             return self._producer
 
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], **options: Any) -> str:

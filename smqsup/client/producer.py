@@ -138,9 +138,9 @@ class Producer:
         MessageError (bad queue name, not JSON, over max_message_size, a bad
         option, a parent not known) before anything is sent,
         PublishUncertain if the reply was lost."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
-        if send is not None:  # (its traceparent in the headers)
-            headers = send.headers(headers)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
+        if send is not None:  # (its traceparent in the headers; a child's, its parents' sends)
+            headers = send.headers(headers, depends_on)
         try:
             count, said = self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
@@ -213,7 +213,7 @@ class Producer:
         partition in turn). Each partition is one round trip, and an error
         names the messages of the partition that failed (the others' are
         queued)."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue)
+        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
         if send is not None:  # (its traceparent in every message's headers)
             headers = send.headers(headers)
         try:

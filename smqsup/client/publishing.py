@@ -131,6 +131,8 @@ class Publishing:
         self.hooks: Optional[PublishHooks] = checked if checked else None
         #: smqsup.tracing where tracing is on (imported then only), else None.
         self.tracing: Any = _tracing() if tracing else None
+        #: (tracing on) the send spans of the messages published last, for their children's links.
+        self.sent_spans: Any = None if self.tracing is None else self.tracing.Sent()
         self.registered: set[str] = set()
         #: queue -> the last partition a message without a key went to.
         self.turns: dict[str, int] = {}
