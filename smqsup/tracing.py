@@ -148,8 +148,9 @@ def _state(text: str) -> Optional[TraceState]:
 
 class Send:
     """The PRODUCER span of one publish call (its messages share it): made
-    in the caller's current context, ended by ``done`` or ``failed``;
-    ``sent`` remembers it for the messages' children."""
+    in the caller's current context, ended by ``done``, or by the error
+    leaving its ``with`` block; ``sent`` remembers it for the messages'
+    children (client/publishing.py UNTRACED is the same, doing nothing)."""
 
     def __init__(self, queue: str, sent: Sent) -> None:
         self.sent = sent
@@ -182,6 +183,14 @@ class Send:
         self.span.end()
         if self.traceparent:
             self.sent.remember(ids, self.traceparent)
+
+    def __enter__(self) -> "Send":
+        return self
+
+    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> None:
+        """A publish that raised: the span ends with the error (done() ended the others)."""
+        if exc is not None:
+            self.failed(exc)
 
     def failed(self, exc: BaseException) -> None:
         self.span.record_exception(exc)

@@ -113,10 +113,8 @@ class AsyncProducer:
                 queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
                 ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
                 dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure, group=group)
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
-        if send is not None:  # (its traceparent in the headers)
-            headers = send.headers(headers)
-        try:
+        with self._core.send_span(queue) as send:
+            headers = send.headers(headers)  # (tracing on: its traceparent)
             async with self._broker.turns:
                 declared = await self._declared(queue)
                 out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
@@ -124,11 +122,6 @@ class AsyncProducer:
                                      partition_key=partition_key, result_ttl=result_ttl, declared=declared,
                                      dedup_until=dedup_until, group=group)
                 ids = await self._deliver(out)
-        except BaseException as exc:
-            if send is not None:
-                send.failed(exc)
-            raise
-        if send is not None:
             send.done(ids)
         return ids[0]
 
@@ -141,21 +134,14 @@ class AsyncProducer:
         """Producer.publish_many(): queue many messages in one round trip
         (one per partition for a sequence of dedup keys on a partitioned
         queue); their ids in order."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
-        if send is not None:  # (its traceparent in every message's headers)
-            headers = send.headers(headers)
-        try:
+        with self._core.send_span(queue) as send:
+            headers = send.headers(headers)  # (tracing on: its traceparent, in every message's headers)
             async with self._broker.turns:
                 declared = await self._declared(queue)
                 out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                       dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
                                       result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
                 ids = await self._deliver(out)
-        except BaseException as exc:
-            if send is not None:
-                send.failed(exc)
-            raise
-        if send is not None:
             send.done(ids, many=True)
         return ids
 

@@ -138,21 +138,14 @@ class Producer:
         MessageError (bad queue name, not JSON, over max_message_size, a bad
         option, a parent not known) before anything is sent,
         PublishUncertain if the reply was lost."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
-        if send is not None:  # (its traceparent in the headers; a child's, its parents' sends)
-            headers = send.headers(headers, depends_on)
-        try:
+        with self._core.send_span(queue) as send:
+            headers = send.headers(headers, depends_on)  # (tracing on: its traceparent; a child's, its parents')
             count, said = self._declared(queue)
             out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
                                  dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
                                  result_ttl=result_ttl, declared=said, dedup_until=dedup_until, group=group)
             mid = flows.held(self, out, count, depends_on, on_parent_failure) if depends_on is not None \
                 else self._deliver(out, count)[0]
-        except BaseException as exc:
-            if send is not None:
-                send.failed(exc)
-            raise
-        if send is not None:
             send.done([mid])
         return mid
 
@@ -213,20 +206,13 @@ class Producer:
         partition in turn). Each partition is one round trip, and an error
         names the messages of the partition that failed (the others' are
         queued)."""
-        send = None if self._core.tracing is None else self._core.tracing.Send(queue, self._core.sent_spans)
-        if send is not None:  # (its traceparent in every message's headers)
-            headers = send.headers(headers)
-        try:
+        with self._core.send_span(queue) as send:
+            headers = send.headers(headers)  # (tracing on: its traceparent, in every message's headers)
             count, said = self._declared(queue)
             ids = self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
                                                 dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
                                                 partition_key=partition_key, result_ttl=result_ttl,
                                                 declared=said, dedup_until=dedup_until, group=group), count)
-        except BaseException as exc:
-            if send is not None:
-                send.failed(exc)
-            raise
-        if send is not None:
             send.done(ids, many=True)
         return ids
 

@@ -99,6 +99,25 @@ def _partition_key(partition_key: Any, group: Any) -> Optional[str]:
     return options.dedup_key(partition_key, "partition_key")
 
 
+class _Untraced:
+    """A publish's send span where tracing is off: the headers as given, nothing kept."""
+
+    def headers(self, headers: Optional[Mapping[str, Any]], parents: Any = None) -> Optional[Mapping[str, Any]]:
+        return headers
+
+    def done(self, ids: list[str], many: bool = False) -> None:
+        """(Nothing to end.)"""
+
+    def __enter__(self) -> "_Untraced":
+        return self
+
+    def __exit__(self, *raised: Any) -> None:
+        """(Nothing to record.)"""
+
+
+UNTRACED = _Untraced()
+
+
 def _tracing() -> Any:
     """smqsup.tracing, imported (ConfigError without OpenTelemetry)."""
     if not scalars.otel_installed():
@@ -200,6 +219,12 @@ class Publishing:
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
                              options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
         return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by, hooked)
+
+    def send_span(self, queue: str) -> Any:
+        """The send span of one publish call to ``queue`` (smqsup.tracing.Send,
+        a context manager: ``with core.send_span(q) as send``), UNTRACED when
+        tracing is off."""
+        return UNTRACED if self.tracing is None else self.tracing.Send(queue, self.sent_spans)
 
     def check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self.registered:
