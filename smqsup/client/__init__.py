@@ -12,6 +12,7 @@
 - flows.py: the publishes of more than one step: a held child, a chain, a batch opened and its members.
 - hooks.py: what a hook object is (before_publish, before_process, after_process) and PublishHooks,
   the before_publish calls of a producer.
+- spans.py: the send span of a publish call: smqsup.tracing's where the producer traces, else UNTRACED.
 - checks.py: the checks of a publish's arguments (names, url, size, bodies, dedup keys) and a failed
   publish_many's one error.
 - dependencies.py: what depends_on adds to a publish (parents checked, what a hold keeps) and a chain's steps.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union, cast
 
 from smqsup import defaults, framing, message
-from smqsup.client import options
+from smqsup.client import options, spans
 from smqsup.client.checks import dedup_keys, materialise, one_error, valid_max_size, valid_name
 from smqsup.client.hooks import PublishHooks
 from smqsup.config import scalars
@@ -30,7 +30,6 @@ from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,
     BrokerNotSent,
-    ConfigError,
     MessageError,
     NotReplicated,
     PublishNotReplicated,
@@ -99,34 +98,6 @@ def _partition_key(partition_key: Any, group: Any) -> Optional[str]:
     return options.dedup_key(partition_key, "partition_key")
 
 
-class _Untraced:
-    """A publish's send span where tracing is off: the headers as given, nothing kept."""
-
-    def headers(self, headers: Optional[Mapping[str, Any]], parents: Any = None) -> Optional[Mapping[str, Any]]:
-        return headers
-
-    def done(self, ids: list[str], many: bool = False) -> None:
-        """(Nothing to end.)"""
-
-    def __enter__(self) -> "_Untraced":
-        return self
-
-    def __exit__(self, *raised: Any) -> None:
-        """(Nothing to record.)"""
-
-
-UNTRACED = _Untraced()
-
-
-def _tracing() -> Any:
-    """smqsup.tracing, imported (ConfigError without OpenTelemetry)."""
-    if not scalars.otel_installed():
-        raise ConfigError("tracing needs OpenTelemetry: pip install 'smqsup[otel]'")
-    from smqsup import tracing
-
-    return tracing
-
-
 class Publishing:
     """The state and the pure steps every producer shares (see the module's
     docstring): its settings, checked; the queues it has registered; the
@@ -149,7 +120,7 @@ class Publishing:
         #: The before_publish hooks; None without any (a publish then pays one test).
         self.hooks: Optional[PublishHooks] = checked if checked else None
         #: smqsup.tracing where tracing is on (imported then only), else None.
-        self.tracing: Any = _tracing() if tracing else None
+        self.tracing: Any = spans.tracing_module() if tracing else None
         #: (tracing on) the send spans of the messages published last, for their children's links.
         self.sent_spans: Any = None if self.tracing is None else self.tracing.Sent()
         self.registered: set[str] = set()
@@ -224,7 +195,7 @@ class Publishing:
         """The send span of one publish call to ``queue`` (smqsup.tracing.Send,
         a context manager: ``with core.send_span(q) as send``), UNTRACED when
         tracing is off."""
-        return UNTRACED if self.tracing is None else self.tracing.Send(queue, self.sent_spans)
+        return spans.UNTRACED if self.tracing is None else self.tracing.Send(queue, self.sent_spans)
 
     def check_queue(self, queue: str) -> None:
         if not isinstance(queue, str) or queue not in self.registered:
