@@ -18,6 +18,7 @@ of OpenTelemetry and pays nothing.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -39,7 +40,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from smqsup import message
+from smqsup import logs, message, safe
+
+log = logging.getLogger(__name__)
 
 #: messaging.system of every span (no registered value names smqsup).
 SYSTEM = "smqsup"
@@ -49,6 +52,8 @@ LINKS_HEADER = "smqsup-links"
 LINKS_MAX = 32
 #: Messages a traced producer remembers the send span of, for their children.
 SENT_KEPT = 10_000
+#: The longest exception text an "exception" event keeps, in characters.
+EXCEPTION_CHARS = 1000
 #: The longest tracestate read from a message (W3C: 512 characters at most).
 TRACESTATE_CHARS_MAX = 512
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -125,6 +130,8 @@ class Sent:
 
     def of(self, parents: Any) -> list[str]:
         """The traceparents of those of ``parents`` ((queue, id) pairs) it remembers."""
+        if not isinstance(parents, (list, tuple)):
+            return []
         with self._lock:
             found = [self._spans.get(pair[1]) for pair in parents if isinstance(pair, (tuple, list)) and len(pair) == 2
                      and isinstance(pair[1], str)]
@@ -153,34 +160,47 @@ class Send:
     children (client/publishing.py UNTRACED is the same, doing nothing)."""
 
     def __init__(self, queue: str, sent: Sent) -> None:
-        self.sent = sent
+        self.queue, self.sent = queue, sent
         self.traceparent = ""
         attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
                                       "messaging.operation.name": "send", "messaging.destination.name": queue}
-        self.span = _tracer().start_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes)
+        try:
+            self.span: Optional[Span] = _tracer().start_span(f"send {queue}", kind=SpanKind.PRODUCER,
+                                                             attributes=attributes)
+        except Exception as exc:  # noqa: BLE001 - a tracing failure never stops a publish
+            _broke("a send span could not start", exc)
+            self.span = None
 
-    def headers(self, headers: Optional[Mapping[str, Any]], parents: Any = None) -> dict[str, Any]:
+    def headers(self, headers: Optional[Mapping[str, Any]], parents: Any = None) -> Any:
         """A copy of ``headers`` with this span's traceparent (and
         tracestate); with ``parents`` (depends_on), LINKS_HEADER: the send
-        spans of those this producer published."""
+        spans of those this producer published. Headers that are not a
+        mapping are handed on as they are (the envelope refuses them)."""
+        if headers is not None and not isinstance(headers, Mapping) or self.span is None:
+            return headers
         out: dict[str, Any] = dict(headers) if headers is not None else {}
         out.pop("tracestate", None)  # (a caller's own would describe another span)
         out.pop(LINKS_HEADER, None)
-        _W3C.inject(out, context=trace.set_span_in_context(self.span))
+        try:
+            _W3C.inject(out, context=trace.set_span_in_context(self.span))
+        except Exception as exc:  # noqa: BLE001 - a tracing failure never stops a publish
+            _broke("a traceparent could not be made", exc)
         self.traceparent = str(out.get("traceparent", ""))
-        if parents is not None:
-            linked = self.sent.of(parents)
-            if linked:
-                out[LINKS_HEADER] = linked
+        linked = self.sent.of(parents) if parents is not None else None
+        if linked:
+            out[LINKS_HEADER] = linked
         return out
 
     def done(self, ids: list[str], many: bool = False) -> None:
         """The messages were sent: their ids (one publish: its id; many: their count)."""
-        if many:
-            self.span.set_attribute("messaging.batch.message_count", len(ids))
-        elif ids:
-            self.span.set_attribute("messaging.message.id", ids[0])
-        self.span.end()
+        if self.span is None:
+            return
+        try:
+            self.span.set_attribute("messaging.batch.message_count" if many else "messaging.message.id",
+                                    len(ids) if many else ids[0] if ids else "")
+            self.span.end()
+        except Exception as exc:  # noqa: BLE001 - a tracing failure never stops a publish
+            _broke("a send span could not end", exc)
         if self.traceparent:
             self.sent.remember(ids, self.traceparent)
 
@@ -193,15 +213,30 @@ class Send:
             self.failed(exc)
 
     def failed(self, exc: BaseException) -> None:
-        self.span.record_exception(exc)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
-        self.span.set_attribute("error.type", type(exc).__qualname__)
-        self.span.end()
+        if self.span is None:
+            return
+        try:
+            _exception(self.span, exc)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
+            self.span.set_attribute("error.type", type(exc).__qualname__)
+            self.span.end()
+        except Exception as broke:  # noqa: BLE001 - the publish's own error is the one raised
+            _broke("a send span could not end", broke)
 
 
-def process(msg: message.Message, partition: str, consumer_id: str) -> tuple[Span, otel_context.Context]:
+def process(msg: message.Message, partition: str,
+            consumer_id: str) -> tuple[Optional[Span], Optional[otel_context.Context]]:
     """The CONSUMER span of one attempt of ``msg``, the child of the span
-    its headers carry (else a root), and the context the handler runs in."""
+    its headers carry (else a root), and the context the handler runs in;
+    (None, None) when tracing fails (logged once): the attempt runs untraced."""
+    try:
+        return _process(msg, partition, consumer_id)
+    except Exception as exc:  # noqa: BLE001 - a tracing failure never stops a message
+        _broke("an attempt's span could not start", exc)
+        return None, None
+
+
+def _process(msg: message.Message, partition: str, consumer_id: str) -> tuple[Span, otel_context.Context]:
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM, "messaging.operation.type": "process", "messaging.operation.name": "process",
         "messaging.destination.name": msg.queue, "messaging.message.id": msg.id,
@@ -229,9 +264,18 @@ def ended(span: Span, attempts: int, error: Optional[BaseException], ok: bool, m
     """End an attempt's span with its outcome (worker/records.py Outcome):
     acked, or failed with the dead-letter reason, and then retried (after
     ``delay_ms``) or dead-lettered, as nack.lua decides it (the attempts
-    would pass ``threshold``, or it is -1)."""
+    would pass ``threshold``, or it is -1). Never raises: a failure is
+    logged once, and the attempt's outcome stands."""
+    try:
+        _ended(span, attempts, error, ok, meta, threshold, delay_ms)
+    except Exception as exc:  # noqa: BLE001 - a tracing failure never stops a message
+        _broke("an attempt's span could not end", exc)
+
+
+def _ended(span: Span, attempts: int, error: Optional[BaseException], ok: bool, meta: str, threshold: int,
+           delay_ms: int) -> None:
     if error is not None:
-        span.record_exception(error)
+        _exception(span, error)
     if ok:
         span.set_attribute("smqsup.outcome", "acked")
         span.end()
@@ -246,6 +290,23 @@ def ended(span: Span, attempts: int, error: Optional[BaseException], ok: bool, m
         span.add_event("retry", {"smqsup.retry_delay_ms": delay_ms})
     span.set_status(Status(StatusCode.ERROR, reason))
     span.end()
+
+
+def _exception(span: Span, error: BaseException) -> None:
+    """The span's "exception" event: the type and the text, bounded and
+    scrubbed of secrets (the SDK's record_exception reads str() unguarded
+    and sends the traceback off the host)."""
+    try:
+        text = safe.scrub(str(error)[:EXCEPTION_CHARS])
+    except Exception:  # noqa: BLE001 - an exception whose text raises
+        text = "(its text could not be read)"
+    span.add_event("exception", {"exception.type": type(error).__qualname__, "exception.message": text})
+
+
+def _broke(what: str, exc: Exception) -> None:
+    """Say once per process that tracing failed at ``what`` (the work goes on untraced)."""
+    logs.warn_once(log, f"tracing:{what}", "tracing: %s (%s: %s); the work goes on untraced", what,
+                   type(exc).__name__, safe.escape(repr(exc), 200))
 
 
 def _reason(meta: str) -> str:

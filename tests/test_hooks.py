@@ -22,7 +22,7 @@ from smqsup import HookFailed, deadletter
 from smqsup.client.aio import AsyncProducer
 from smqsup.client.producer import Producer
 from smqsup.config.model import load
-from smqsup.errors import ConfigError
+from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
 from tests import hook_mods, procs
 from tests.helpers import wait_for
@@ -125,6 +125,31 @@ def test_a_publish_hook_that_raises_refuses_the_whole_call(redis_url: str, redis
             p.publish_many("q", list(range(10)), priority=3)
         assert p.publish("q", 8)
     assert redis_client.llen(K.pending) == 1 and redis_client.zcard(K.delayed) == 0
+
+
+def test_a_chain_runs_each_steps_publish_hooks_once(start: Callable[..., Running], redis_url: str) -> None:
+    """chain() checks every step before the first is sent, then publishes each: the hooks run once a
+    step, on the step actually sent."""
+    class Count:
+        calls: list[Any] = []
+
+        def before_publish(self, queue: str, body: Any, headers: dict[str, Any]) -> None:
+            self.calls.append(body)
+    seen: list[Any] = []
+    start(lambda msg: seen.append(msg.body) or msg.body)
+    with Producer(redis_url, hooks=[Count()]) as p:
+        p.chain([("q", 1, {"result_ttl": 60}), ("q", 2)])
+    assert Count.calls == [1, 2]
+
+
+def test_headers_that_are_not_a_mapping_are_refused_as_ever_with_hooks(redis_url: str) -> None:
+    """A str or a list of pairs as headers: MessageError before any hook runs, as without hooks."""
+    with Producer(redis_url, hooks=[AddTenant()]) as p:
+        for bad in ("x", [("a", 1)]):
+            with pytest.raises(MessageError, match="headers must be a mapping"):
+                p.publish("q", 1, bad)  # type: ignore[arg-type]
+            with pytest.raises(MessageError, match="headers must be a mapping"):
+                p.publish_many("q", [1], bad)  # type: ignore[arg-type]
 
 
 def test_the_async_producer_runs_publish_hooks(start: Callable[..., Running], redis_url: str) -> None:

@@ -33,6 +33,8 @@ def charge(message: Any) -> Any:
         raise Reject("card blocked")
     if body.get("retry_in"):
         raise Retry(delay=body["retry_in"], reason="bank busy")
+    if body.get("set"):
+        return {1, 2}
     if message.attempts < body.get("fail", 0):
         raise TimeoutError(f"bank timed out on attempt {message.attempts + 1}")
     return {"charged": body.get("amount", 0), "attempt": message.attempts + 1,
@@ -115,7 +117,7 @@ def test_retries_wait_until_time_moves(smqsup_producer: Producer, smqsup_worker:
     assert first.state == "retried" and isinstance(first.error, TimeoutError)
     assert smqsup_worker.drain("pay", move_time=5) == []
     [second] = smqsup_worker.drain("pay", move_time=11)
-    assert second.state == "retried" and second.attempts == 1
+    assert second.state == "retried" and second.attempts == 2
     [last] = smqsup_worker.drain("pay", move_time=True)
     assert last.state == "dead" and last.reason.startswith("TimeoutError: bank timed out on attempt 3")
 
@@ -142,6 +144,15 @@ def test_reject_retry_and_fail_fast(smqsup_producer: Producer, smqsup_worker: Wo
     smqsup_producer.publish("pay", {"fail": 1, "amount": 2})
     with pytest.raises(TimeoutError, match="bank timed out on attempt 1"):
         smqsup_worker.drain("pay", fail_fast=True)
+
+
+def test_a_tracked_result_the_queue_cannot_keep_is_a_failed_attempt(smqsup_producer: Producer,
+                                                                     smqsup_worker: Worker) -> None:
+    """A tracked message whose handler returns what is not JSON: not "acked" (the consumer fails the
+    attempt, as a supervisor's would), retried with the error saying why."""
+    smqsup_producer.publish("pay", {"set": True}, result_ttl=60)
+    [handled] = smqsup_worker.drain("pay")
+    assert handled.state == "retried" and "the handler's result" in str(handled.error)
 
 
 def test_an_expired_message_is_dead_without_running(smqsup_producer: Producer, smqsup_worker: Worker) -> None:

@@ -160,6 +160,41 @@ def test_a_timeout_ends_the_span_as_dead_lettered_timeout(
     assert span.parent is None  # (published without tracing: a trace of its own)
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_an_exception_whose_text_raises_is_traced_without_harm(memory: Any, start: Callable[..., Running],
+                                                               producer: Producer, redis_client: redis.Redis) -> None:
+    """A traced handler raising an exception whose __str__ raises: dead-lettered as ever, its span ended
+    with an "exception" event saying so, and the consumer goes on with the next message."""
+    def handle(msg: Any) -> None:
+        if msg.body == "bad":
+            raise Unprintable()
+    start(handle, tracing=True, retry_threshold=0)
+    producer.publish("q", "bad")
+    producer.publish("q", "good")
+    wait_for(lambda: len([s for s in memory.get_finished_spans() if s.name == "process q"]) == 2, timeout_s=10)
+    assert redis_client.llen(K.dead) == 1
+    bad, good = sorted((s for s in memory.get_finished_spans() if s.name == "process q"),
+                       key=lambda s: s.start_time)
+    assert bad.attributes["smqsup.outcome"] == "dead_lettered" and good.attributes["smqsup.outcome"] == "acked"
+    assert bad.events[0].attributes["exception.message"] == "(its text could not be read)"
+
+
+def test_a_traced_producer_refuses_headers_that_are_not_a_mapping(redis_url: str) -> None:
+    """Tracing on, headers a str or a list of pairs: MessageError, as with tracing off; a depends_on
+    that is not a list: MessageError as ever (the links read nothing of it)."""
+    from smqsup.errors import MessageError
+    with Producer(redis_url, tracing=True) as p:
+        for bad in ("x", [("a", 1)]):
+            with pytest.raises(MessageError, match="headers must be a mapping"):
+                p.publish("q", 1, bad)  # type: ignore[arg-type]
+        with pytest.raises(MessageError):
+            p.publish("q", 1, depends_on=5)  # type: ignore[arg-type]
+
+
 def test_a_cancelled_message_ends_its_span_as_cancelled(memory: Any, start: Callable[..., Running],
                                                         producer: Producer) -> None:
     """A running task cancelled by Producer.cancel: its span ends "dead_lettered", reason "cancelled"."""

@@ -61,7 +61,8 @@ class AsyncProducer:
         """The Producer's arguments (``wait_replicas``: each publish returns
         once that many replicas have its messages, else raises
         PublishNotReplicated after ``wait_timeout`` seconds; ``hooks``: the
-        Producer's, their before_publish run on the event loop; ``tracing``:
+        Producer's, their before_publish run on the event loop, or with
+        depends_on, chain and batches on the thread that publishes those; ``tracing``:
         the Producer's, the span current in the calling task the parent)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
                                        dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,

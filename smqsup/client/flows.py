@@ -66,7 +66,8 @@ def chain(producer: Producer, steps: Sequence[Any]) -> list[str]:
             raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
         dependencies.failure_rule(opts.get("on_parent_failure", "fail"))
         checked = {k: v for k, v in opts.items() if k not in ("headers", "on_parent_failure")}
-        producer._core.one(queue, body, opts.get("headers"), **{**_UNSET, "message_id": None, **checked})
+        producer._core.one(queue, body, opts.get("headers"), **{**_UNSET, "message_id": None, **checked},
+                           hooked=False)  # (a check: publish() below runs the hooks, once)
     ids: list[str] = []
     for i, (queue, body, opts) in enumerate(plan):
         after: dict[str, Any] = {"depends_on": [(plan[i - 1][0], ids[-1])]} if i else {}

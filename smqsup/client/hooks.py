@@ -19,8 +19,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional
 
-from smqsup import message
-from smqsup.errors import ConfigError, HookFailed
+from smqsup import message, safe
+from smqsup.errors import ConfigError, HookFailed, MessageError
 
 #: The methods a consumer runs around a handler.
 PROCESS_METHODS = ("before_process", "after_process")
@@ -28,6 +28,8 @@ PROCESS_METHODS = ("before_process", "after_process")
 METHODS = ("before_publish", *PROCESS_METHODS)
 #: Most hooks one producer may be given.
 HOOKS_MAX = 32
+#: Longest hook error text a HookFailed quotes, in characters.
+TEXT_CHARS = 500
 
 
 def hook_problem(hook: object) -> Optional[str]:
@@ -43,6 +45,14 @@ def hook_problem(hook: object) -> Optional[str]:
     if inspect.iscoroutinefunction(getattr(hook, "before_publish", None)):
         return "its before_publish is async def: publish hooks are plain functions"
     return None
+
+
+def _text(exc: BaseException) -> str:
+    """An exception's text, bounded, secrets masked, whatever its __str__ does."""
+    try:
+        return safe.escape(safe.scrub(str(exc)), TEXT_CHARS)
+    except Exception:  # noqa: BLE001 - an exception whose text raises
+        return "(its text could not be read)"
 
 
 def _name(hook: object) -> str:
@@ -75,13 +85,15 @@ class PublishHooks:
         """The headers of one message after every before_publish ran on a
         copy of ``headers``; HookFailed (its cause the hook's error) when
         one raised."""
+        if headers is not None and not isinstance(headers, Mapping):
+            raise MessageError(f"queue {queue!r}: headers must be a mapping, got {type(headers).__name__}")
         mine: dict[str, Any] = dict(headers) if headers is not None else {}
         for name, before_publish in self.calls:
             try:
                 before_publish(queue, body, mine)
             except Exception as exc:
                 raise HookFailed(f"queue {queue!r}: before_publish of hook {name} raised "
-                                 f"({type(exc).__name__}: {exc}); nothing was published") from exc
+                                 f"({type(exc).__name__}: {_text(exc)}); nothing was published") from exc
         return mine
 
     def writers(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]],

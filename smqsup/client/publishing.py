@@ -139,15 +139,17 @@ class Publishing:
     def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
             priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
             partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED,
-            dedup_until: Any = None, link: str = "", group: Any = None) -> Outgoing:
+            dedup_until: Any = None, link: str = "", group: Any = None, hooked: bool = True) -> Outgoing:
         """publish()'s message, checked and encoded (MessageError before
         anything is sent); tracked for ``result_ttl``, or, when that is
         None, for the queue's declared result_ttl (0: not tracked); with
         events when the queue declared them; a member of batch ``link``
-        ("HOME\tBID") if given; of message group ``group`` if given."""
+        ("HOME\tBID") if given; of message group ``group`` if given.
+        ``hooked`` False: the before_publish hooks do not run (a check
+        only, of a message publish() then sends)."""
         self.check_queue(queue)
         by = _partition_key(partition_key, group)
-        if self.hooks is not None:
+        if self.hooks is not None and hooked:
             headers = self.hooks.headers(queue, body, headers)
         kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \

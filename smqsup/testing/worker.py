@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from smqsup import deadletter, message
+from smqsup import deadletter, defaults, message
 from smqsup.config.model import Config, QueueConfig, load
-from smqsup.errors import UsageError
+from smqsup.errors import MessageError, UsageError
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.handlers import import_handler
@@ -37,7 +37,8 @@ class Handled:
     """What became of one message in a drain: ``state`` "acked" (its
     handler returned ``result``), "retried" (it failed and waits for its
     retry: ``error``), or "dead" (dead-lettered: ``reason``, and ``error``
-    when its handler raised). ``attempts``: its handler's runs in the drain."""
+    when its handler raised). ``attempts``: its handler's runs in all (this
+    drain's and earlier ones'; 0: dead-lettered without running, expired)."""
 
     id: str
     queue: str
@@ -50,7 +51,10 @@ class Handled:
 
 
 class _Seen:
-    """Each attempt's message, and how it ended, by message id (in order)."""
+    """Each attempt's message, and how it ended, by message id (in order):
+    what the handler returned, or raised; a tracked message's result that
+    the consumer cannot keep (not JSON, too large) counts as the failure
+    it is there (outcomes.py Judge.drawn)."""
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
@@ -62,19 +66,27 @@ class _Seen:
             if result is not None and hasattr(result, "__await__"):
                 return self._awaited(msg, result)
         except BaseException as exc:
-            self.runs.setdefault(msg.id, []).append((msg, None, exc))
+            self._ran(msg, None, exc)
             raise
-        self.runs.setdefault(msg.id, []).append((msg, result, None))
+        self._ran(msg, result, None)
         return result
 
     async def _awaited(self, msg: message.Message, result: Any) -> Any:
         try:
             got = await result
         except BaseException as exc:
-            self.runs.setdefault(msg.id, []).append((msg, None, exc))
+            self._ran(msg, None, exc)
             raise
-        self.runs.setdefault(msg.id, []).append((msg, got, None))
+        self._ran(msg, got, None)
         return got
+
+    def _ran(self, msg: message.Message, result: Any, error: Optional[BaseException]) -> None:
+        if error is None and msg.result_ttl_s:
+            try:
+                message.bounded_json(result, "the handler's result", defaults.RESULT_MAX_BYTES)
+            except MessageError as exc:
+                result, error = None, exc
+        self.runs.setdefault(msg.id, []).append((msg, result, error))
 
 
 class Worker:
@@ -164,12 +176,13 @@ class Worker:
         out: list[Handled] = []
         for mid, runs in seen.runs.items():
             msg, result, error = runs[-1]
+            attempts = msg.attempts + 1  # (its handler's runs, in this drain and before)
             if mid in dead:
-                out.append(Handled(mid, queue, msg.body, "dead", len(runs), None, error, dead.pop(mid)[1]))
+                out.append(Handled(mid, queue, msg.body, "dead", attempts, None, error, dead.pop(mid)[1]))
             elif error is None:
-                out.append(Handled(mid, queue, msg.body, "acked", len(runs), result))
+                out.append(Handled(mid, queue, msg.body, "acked", attempts, result))
             else:
-                out.append(Handled(mid, queue, msg.body, "retried", len(runs), None, error))
+                out.append(Handled(mid, queue, msg.body, "retried", attempts, None, error))
         out.extend(Handled(mid, queue, body, "dead", 0, reason=reason) for mid, (body, reason) in dead.items())
         return out
 

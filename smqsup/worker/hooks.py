@@ -32,6 +32,7 @@ from smqsup import message
 from smqsup.client.hooks import PROCESS_METHODS
 from smqsup.config.model import QueueConfig
 from smqsup.worker.handlers import import_hooks
+from smqsup.worker.outcomes import text_of
 from smqsup.worker.records import Handler
 from smqsup.worker.runners import is_async_handler
 
@@ -143,5 +144,5 @@ class Stack:
 
     def _log(self, msg: message.Message, i: int, exc: Exception) -> None:
         log.error("queue %s: message %s: after_process of hook %s raised (%s: %s); the attempt's end "
-                  "is unchanged", self.queue, msg.id, self.names[i], type(exc).__name__, exc,
+                  "is unchanged", self.queue, msg.id, self.names[i], type(exc).__name__, text_of(exc),
                   exc_info=exc, extra={"message_id": msg.id})
