@@ -293,6 +293,22 @@ def test_the_async_producer_sends_its_span_and_traceparent(memory: Any, start: C
     assert all(s.parent.span_id in send_ids for s in spans if s.name == "process q")
 
 
+def test_a_batchs_members_are_sent_in_spans_too(memory: Any, start: Callable[..., Running],
+                                                 redis_url: str) -> None:
+    """Batch.publish and publish_many with tracing on: a send span each, the parent of the members'
+    process spans."""
+    start(lambda msg: None, tracing=True)
+    with Producer(redis_url, tracing=True) as p:
+        with p.batch(on_complete=("q", "all done")) as batch:
+            batch.publish("q", 1)
+            batch.publish_many("q", [2, 3])
+    wait_for(lambda: len([s for s in memory.get_finished_spans() if s.name == "process q"]) == 4, timeout_s=10)
+    spans = memory.get_finished_spans()
+    sends = {s.context.span_id for s in spans if s.name == "send q"}
+    members = [s for s in spans if s.name == "process q" and s.parent is not None]
+    assert len(sends) == 2 and len(members) == 3 and all(s.parent.span_id in sends for s in members)
+
+
 def test_a_failed_publish_ends_its_span_as_an_error(memory: Any) -> None:
     """No Redis to reach: the send span ends with the error recorded."""
     with Producer("redis://127.0.0.1:1/0", tracing=True) as p, pytest.raises(PublishNotSent):

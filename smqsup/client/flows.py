@@ -139,13 +139,16 @@ def members(producer: Producer, batch: batches.Batch, queue: str, bodies: Iterab
     """Batch.publish / publish_many: the messages, linked to ``batch``,
     then counted as its members on its home."""
     batch.check_open()
-    count, said = producer._declared(queue)
-    kw: dict[str, Any] = {**_UNSET, **options}
-    if many:
-        out = producer._core.many(queue, bodies, headers, declared=said, link=batch.link, **kw)
-    else:
-        out = producer._core.one(queue, next(iter(bodies)), headers, message_id=None, declared=said,
-                             link=batch.link, **kw)
-    ids = producer._deliver(out, count)
+    with producer._core.send_span(queue) as send:
+        headers = send.headers(headers)  # (tracing on: its traceparent)
+        count, said = producer._declared(queue)
+        kw: dict[str, Any] = {**_UNSET, **options}
+        if many:
+            out = producer._core.many(queue, bodies, headers, declared=said, link=batch.link, **kw)
+        else:
+            out = producer._core.one(queue, next(iter(bodies)), headers, message_id=None, declared=said,
+                                     link=batch.link, **kw)
+        ids = producer._deliver(out, count)
+        send.done(ids, many=many)
     producer._broker.batches.add(batch.home, batch.batch_id, ids)
     return ids
