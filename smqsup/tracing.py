@@ -297,7 +297,7 @@ def _exception(span: Span, error: BaseException) -> None:
     scrubbed of secrets (the SDK's record_exception reads str() unguarded
     and sends the traceback off the host)."""
     try:
-        text = safe.scrub(str(error)[:EXCEPTION_CHARS])
+        text = safe.scrub(str(error))[:EXCEPTION_CHARS]  # (scrubbed whole: a cut could split a secret)
     except Exception:  # noqa: BLE001 - an exception whose text raises
         text = "(its text could not be read)"
     span.add_event("exception", {"exception.type": type(error).__qualname__, "exception.message": text})

@@ -9,7 +9,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional, TypeVar, cast
 
 import pytest
 import redis
@@ -59,17 +59,36 @@ def _started_cluster(tmp_path_factory: pytest.TempPathFactory, *, failover: bool
     return cluster
 
 
+_Shared = TypeVar("_Shared", ClusterTopology, SentinelTopology)
+
+
+def _kept() -> Iterator[list[Any]]:
+    """A session's shared topology, in a one-item list (empty until first used), discarded at its end."""
+    shared: list[Any] = []
+    try:
+        yield shared
+    finally:
+        for topology in shared:
+            topology.discard()
+
+
+def _reused(shared: list[_Shared], start: Callable[[], _Shared]) -> _Shared:
+    """The shared topology, started afresh when there is none or an earlier test left it changed (a
+    node killed or stopped, roles or slots moved); flushed for the test."""
+    if shared and not shared[0].intact():
+        shared.pop().discard()
+    if not shared:
+        shared.append(start())
+    shared[0].flushall()
+    return shared[0]
+
+
 @pytest.fixture(scope="session")
 def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClusterTopology]]:
     """The cluster the tests of this process share (one per xdist worker: starting one
     costs seconds, 27 modules use it), in a one-item list so ``redis_cluster`` can
     replace it."""
-    shared: list[ClusterTopology] = []
-    try:
-        yield shared
-    finally:
-        for cluster in shared:
-            cluster.discard()
+    yield from _kept()
 
 
 @pytest.fixture
@@ -79,12 +98,7 @@ def redis_cluster(_shared_cluster: list[ClusterTopology],
     tests of a worker process and flushed for each; started afresh when an earlier test left it
     changed (a node killed, roles or slots moved). Its replicas never fail over: a test
     that kills nodes takes ``fresh_cluster``."""
-    if _shared_cluster and not _shared_cluster[0].intact():
-        _shared_cluster.pop().discard()
-    if not _shared_cluster:
-        _shared_cluster.append(_started_cluster(tmp_path_factory, failover=False))
-    cluster = _shared_cluster[0]
-    cluster.flushall()
+    cluster = _reused(_shared_cluster, lambda: _started_cluster(tmp_path_factory, failover=False))
     yield cluster
     script_coverage.record(cluster)
 
@@ -113,12 +127,7 @@ def _shared_sentinel_group() -> Iterator[list[SentinelTopology]]:
     """The Sentinel group the tests of this process share (starting one costs 2 s: the
     sentinels find each other by their hello messages), in a one-item list so that
     ``sentinel_group`` can replace it."""
-    shared: list[SentinelTopology] = []
-    try:
-        yield shared
-    finally:
-        for group in shared:
-            group.discard()
+    yield from _kept()
 
 
 @pytest.fixture
@@ -128,13 +137,7 @@ def sentinel_group(_shared_sentinel_group: list[SentinelTopology],
     shared by the tests of a worker process and flushed for each; started afresh when an
     earlier test left it changed (a server killed or stopped, a failover). A test that
     kills or stops its servers takes ``fresh_sentinel_group``."""
-    if _shared_sentinel_group and not _shared_sentinel_group[0].intact():
-        _shared_sentinel_group.pop().discard()
-    if not _shared_sentinel_group:
-        _shared_sentinel_group.append(_started_sentinel_group(tmp_path_factory))
-    group = _shared_sentinel_group[0]
-    group.flushall()
-    yield group
+    yield _reused(_shared_sentinel_group, lambda: _started_sentinel_group(tmp_path_factory))
 
 
 @pytest.fixture

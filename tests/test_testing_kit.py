@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from smqsup import Producer, Reject, Retry
 from smqsup.errors import HandlerImportError, UsageError
 from smqsup.testing import Worker
 from tests import procs
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.topologies  # (the tests that take redis_url run on a Redis Cluster too)
 
@@ -155,11 +157,18 @@ def test_a_tracked_result_the_queue_cannot_keep_is_a_failed_attempt(smqsup_produ
     assert handled.state == "retried" and "the handler's result" in str(handled.error)
 
 
-def test_an_expired_message_is_dead_without_running(smqsup_producer: Producer, smqsup_worker: Worker) -> None:
+def test_an_expired_message_is_dead_without_running(smqsup_producer: Producer, smqsup_worker: Worker,
+                                                    smqsup_redis_url: str) -> None:
     """ttl passed before a drain: dead-lettered "expired", its handler never ran (attempts 0)."""
-    import time
+    clock = redis.Redis.from_url(smqsup_redis_url)
+
+    def now_ms() -> int:
+        seconds, micros = clock.time()
+        return seconds * 1000 + micros // 1000
     smqsup_producer.publish("pay", {"amount": 1}, ttl=0.05)
-    time.sleep(0.1)  # (the ttl is the behaviour under test: it must pass by the Redis clock)
+    published = now_ms()  # (after the publish's reply: its ttl counts from no later than this)
+    wait_for(lambda: now_ms() > published + 60, timeout_s=5)  # (the ttl passed, by the Redis clock)
+    clock.close()
     [expired] = smqsup_worker.drain("pay")
     assert expired.state == "dead" and expired.attempts == 0 and expired.reason == "expired"
     assert SEEN == []

@@ -454,25 +454,27 @@ class SentinelProcess:
 
     def kill(self) -> None:
         """SIGKILL our sentinel and reap it. Idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        atexit.unregister(self.stop)
-        proc.kill()
-        proc.wait()
+        self._end(None)
 
     def stop(self) -> None:
         """SIGTERM our sentinel (SIGKILL after 10 s) and reap it. Idempotent."""
+        self._end(10.0)
+
+    def _end(self, grace_s: Optional[float]) -> None:
+        """SIGTERM and ``grace_s`` to exit (None: none), then SIGKILL; reaped."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         atexit.unregister(self.stop)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if grace_s is not None:
+            proc.terminate()
+            try:
+                proc.wait(grace_s)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        proc.kill()
+        proc.wait()
 
 
 class SentinelTopology(_Clients):

@@ -182,11 +182,11 @@ class Publishing:
         if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
                 and dedup_ttl is None and dedup_until is None and not link and group is None:
             ids = new_ids(len(items))
-            if hooked is not None:
+            if hooked is not None:  # (a writer per set of headers the hooks made)
                 frames = [b"0|" + payload(mid, body) for payload, mid, body in zip(hooked, ids, items)]
-                return Outgoing(queue, ids, frames, None, by, [])
-            payload = message.EnvelopeWriter(queue, headers, self.max_message_size).payload
-            frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
+            else:  # (one writer for all: the plain path, unchanged)
+                payload = message.EnvelopeWriter(queue, headers, self.max_message_size).payload
+                frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             return Outgoing(queue, ids, frames, None, by, [])
         keys = dedup_keys(dedup_key, len(items))
         opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,

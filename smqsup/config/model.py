@@ -38,7 +38,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smqsup import defaults, safe
+from smqsup import defaults, logs, safe
 from smqsup.config import addresses, names, queue, scalars, schedule, yamlfile
 from smqsup.config.mappings import get, mapping
 from smqsup.config.problems import MISSING, error, join_key
@@ -114,7 +114,6 @@ _TOP_KEYS = (
     "heartbeat_timeout", "shutdown_timeout", "preload", "stats", "defaults", "queues", "web",
     "schedules", "log_format",
 )
-_LOG_FORMATS = ("text", "json")
 _REDIS_KEYS = ("url", "data_dir", "appendfsync", "wait_replicas", "wait_timeout")
 _WEB_KEYS = ("listen", "token")
 _APPENDFSYNC = ("always", "everysec", "no")
@@ -179,7 +178,7 @@ def _config(data: object, path: str) -> Config:
         queues=queues,
         web=_web(raw.get("web", MISSING), path),
         schedules=schedule.section(raw.get("schedules"), queues, path),
-        log_format=get(raw, "log_format", "", path, scalars.choice(_LOG_FORMATS), "text"),
+        log_format=get(raw, "log_format", "", path, scalars.choice(logs.FORMATS), "text"),
     ), path)
 
 

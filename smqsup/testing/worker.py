@@ -23,8 +23,9 @@ from smqsup.errors import MessageError, UsageError
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.handlers import import_handler
-from smqsup.worker.hooks import with_hooks
+from smqsup.worker.hooks import Stack, with_hooks
 from smqsup.worker.records import Handler
+from smqsup.worker.runners import is_async_handler
 
 #: Longest a drain's consumer waits for the queue once nothing is in hand, s.
 _IDLE_FETCH_S = 0.05
@@ -51,36 +52,15 @@ class Handled:
 
 
 class _Seen:
-    """Each attempt's message, and how it ended, by message id (in order):
-    what the handler returned, or raised; a tracked message's result that
-    the consumer cannot keep (not JSON, too large) counts as the failure
-    it is there (outcomes.py Judge.drawn)."""
+    """A hook (worker/hooks.py Stack runs it after each attempt, last of
+    all): each attempt's message and how it ended, by message id, in order.
+    A tracked message's result that the consumer cannot keep (not JSON,
+    too large) counts as the failure it is there (outcomes.py Judge.drawn)."""
 
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
+    def __init__(self) -> None:
         self.runs: dict[str, list[tuple[message.Message, Any, Optional[BaseException]]]] = {}
 
-    def __call__(self, msg: message.Message) -> Any:
-        try:
-            result = self.handler(msg)
-            if result is not None and hasattr(result, "__await__"):
-                return self._awaited(msg, result)
-        except BaseException as exc:
-            self._ran(msg, None, exc)
-            raise
-        self._ran(msg, result, None)
-        return result
-
-    async def _awaited(self, msg: message.Message, result: Any) -> Any:
-        try:
-            got = await result
-        except BaseException as exc:
-            self._ran(msg, None, exc)
-            raise
-        self._ran(msg, got, None)
-        return got
-
-    def _ran(self, msg: message.Message, result: Any, error: Optional[BaseException]) -> None:
+    def after_process(self, msg: message.Message, result: Any, error: Optional[BaseException]) -> None:
         if error is None and msg.result_ttl_s:
             try:
                 message.bounded_json(result, "the handler's result", defaults.RESULT_MAX_BYTES)
@@ -134,11 +114,12 @@ class Worker:
         seconds, and those due within it are, once. ``fail_fast``: once the
         drain is over, raise the first error of a handler whose message was
         not acked (its own exception and traceback: the test fails with it)."""
-        seen = _Seen(self.handler(queue))
+        handler, seen = self.handler(queue), _Seen()
+        recorded = Stack(handler, [seen], queue).wrapped(is_async_handler(handler))
         q = self.queue(queue)
         dead_before = self._dead_count(queue)
         for round_ in range(ROUNDS_MAX):
-            self._run(q, seen)
+            self._run(q, recorded)
             if move_time is False or (move_time is not True and round_ > 0) or not self._forward(queue, move_time):
                 break
         handled = self._outcomes(queue, seen, dead_before)
@@ -147,13 +128,13 @@ class Worker:
             raise failed
         return handled
 
-    def _run(self, q: QueueConfig, seen: _Seen) -> None:
+    def _run(self, q: QueueConfig, handler: Handler) -> None:
         """One consumer, run until it would wait for the queue."""
         # (the handler on this thread, one message at a time, however the file sets it)
         one = dataclasses.replace(q, concurrency=1, prefetch=1, max_messages=0)
         box: list[Consumer] = []
         # Nothing in hand and the queue empty: it stops (after one short look).
-        box.append(Consumer(self.broker, one, seen, fetch_block_s=_IDLE_FETCH_S,
+        box.append(Consumer(self.broker, one, handler, fetch_block_s=_IDLE_FETCH_S,
                             on_idle=lambda: box[0].request_stop()))
         box[0].run()
 

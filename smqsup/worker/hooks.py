@@ -44,11 +44,11 @@ def with_hooks(handler: Handler, queue: QueueConfig, *, path: str = "") -> Handl
     now: HandlerImportError), or ``handler`` itself when it names none."""
     if not queue.hooks:
         return handler
-    hooks = import_hooks(queue.hooks, path=path, key=f"queues.{queue.name}.hooks",
-                         is_async=is_async_handler(handler))
+    is_async = is_async_handler(handler)
+    hooks = import_hooks(queue.hooks, path=path, key=f"queues.{queue.name}.hooks", is_async=is_async)
     if not any(callable(getattr(h, name, None)) for h in hooks for name in PROCESS_METHODS):
         return handler  # (publish hooks only: nothing to run here)
-    return Stack(handler, hooks, queue.name).wrapper(is_async_handler(handler))
+    return Stack(handler, hooks, queue.name).wrapped(is_async)
 
 
 class Stack:
@@ -61,15 +61,10 @@ class Stack:
         self.afters = [getattr(h, "after_process", None) for h in hooks]
         self.names = [type(h).__qualname__ for h in hooks]
 
-    def wrapper(self, is_async: bool) -> Handler:
-        if is_async:
-            async def run_async(msg: message.Message) -> Any:
-                return await self.run_async(msg)
-            return run_async
-
-        def run(msg: message.Message) -> Any:
-            return self.run(msg)
-        return run
+    def wrapped(self, is_async: bool) -> Handler:
+        """The handler with the hooks around it: run_async for an async
+        handler (so the runners see an async def), else run."""
+        return self.run_async if is_async else self.run
 
     def run(self, msg: message.Message) -> Any:
         """A plain handler's attempt, hooks around it. A handler that

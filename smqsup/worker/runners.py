@@ -35,17 +35,31 @@ class Fetched(Protocol):
     def result(self) -> FetchResult: ...
 
 
-def _attach(ctx: Any) -> object:
-    """Make an attempt's trace context current here (tracing on)."""
+#: What _enter made current around one handler run, for _leave to undo.
+Entered: TypeAlias = "tuple[Any, Any]"
+
+
+def _enter(att: Attempt) -> Entered:
+    """The attempt's context around its handler, on this thread or task: its
+    message id for its JSON log lines (JSON logs on) and its span, the parent
+    of the handler's own (tracing on). Called only when one of them is on."""
+    assert att.msg is not None
+    named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None
+    if att.trace is None:
+        return named, None
     from smqsup import tracing  # (imported only where tracing is on)
 
-    return tracing.attach(ctx)
+    return named, tracing.attach(att.trace)
 
 
-def _detach(token: object) -> None:
-    from smqsup import tracing
+def _leave(entered: Entered) -> None:
+    named, traced = entered
+    if named is not None:
+        logs.MESSAGE_ID.reset(named)
+    if traced is not None:
+        from smqsup import tracing
 
-    tracing.detach(token)
+        tracing.detach(traced)
 
 
 def is_async_handler(handler: Handler) -> bool:
@@ -116,8 +130,7 @@ class InlineRunner:
     def start(self, att: Attempt) -> None:
         """Run the handler now; ``land`` hears its end before this returns."""
         assert att.msg is not None
-        named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
-        traced = _attach(att.trace) if att.trace is not None else None  # (its spans are the attempt's children)
+        entered = _enter(att) if logs.STRUCTURED or att.trace is not None else None
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -130,10 +143,8 @@ class InlineRunner:
                 att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land (SystemExit, KeyboardInterrupt re-raised)
             att.error = exc
-        if named is not None:
-            logs.MESSAGE_ID.reset(named)
-        if traced is not None:
-            _detach(traced)
+        if entered is not None:
+            _leave(entered)
         self.land(att)
 
     def run_blocking(self, call: Callable[[], FetchResult]) -> Fetched:
@@ -239,10 +250,8 @@ class LoopRunner:
         """An async handler's task: runs it, then lands its end (in the task
         itself: no callback, no extra turn of the loop per message)."""
         assert att.msg is not None
-        if logs.STRUCTURED:  # (the task's own context: its JSON log lines name the message)
-            logs.MESSAGE_ID.set(att.msg.id)
-        if att.trace is not None:  # (and its spans are the attempt's children)
-            _attach(att.trace)
+        if logs.STRUCTURED or att.trace is not None:  # (the task's own context: nothing to undo)
+            _enter(att)
         try:
             result = self.handler(att.msg)
             if result is not None:
@@ -259,8 +268,7 @@ class LoopRunner:
         """A plain handler, in a handler thread."""
         loop = self.loop  # this run's loop: closed (never None'd) if we outlive it
         assert att.msg is not None and loop is not None
-        named = logs.MESSAGE_ID.set(att.msg.id) if logs.STRUCTURED else None  # (its JSON log lines name it)
-        traced = _attach(att.trace) if att.trace is not None else None  # (its spans are the attempt's children)
+        entered = _enter(att) if logs.STRUCTURED or att.trace is not None else None
         try:
             result = self.handler(att.msg)
             if result is None:
@@ -272,10 +280,8 @@ class LoopRunner:
                 att.result = result
         except BaseException as exc:  # noqa: BLE001 - judged by land, in the loop
             att.error = exc
-        if named is not None:
-            logs.MESSAGE_ID.reset(named)
-        if traced is not None:
-            _detach(traced)
+        if entered is not None:
+            _leave(entered)
         self._ended.append(att)
         if not self._poked:
             # A race here costs one wake-up too many, never one too few: the
