@@ -127,6 +127,44 @@ def test_a_publish_hook_that_raises_refuses_the_whole_call(redis_url: str, redis
     assert redis_client.llen(K.pending) == 1 and redis_client.zcard(K.delayed) == 0
 
 
+class BadHeader:
+    """A publish hook that adds what JSON cannot carry."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def before_publish(self, queue: str, body: Any, headers: dict[str, Any]) -> None:
+        headers["bad"] = self.value
+
+
+@pytest.mark.parametrize("value", [object(), float("nan"), "\udcff", {"deep": [[[[[]]]]] * 2}],
+                         ids=["object", "nan", "surrogate", "ok-nested"])
+def test_a_hook_adding_a_header_json_cannot_carry_refuses_the_publish(value: Any, redis_url: str,
+                                                                     redis_client: redis.Redis) -> None:
+    """A before_publish adding an object, NaN or a lone surrogate: MessageError, nothing queued (publish
+    and publish_many alike); a nested but valid header goes through."""
+    with Producer(redis_url, hooks=[BadHeader(value)]) as p:
+        if isinstance(value, dict):
+            p.publish("q", 1)
+            assert redis_client.llen(K.pending) == 1
+            return
+        for send in (lambda: p.publish("q", 1), lambda: p.publish_many("q", [1, 2]),
+                     lambda: p.publish("q", 1, priority=3)):
+            with pytest.raises(MessageError):
+                send()
+    assert redis_client.llen(K.pending) == 0 and redis_client.zcard(K.priority) == 0
+
+
+def test_bad_hooks_under_defaults_name_the_defaults_key(tmp_path: Path) -> None:
+    """defaults.hooks not a list, or an entry not a spec: one line naming defaults.hooks."""
+    path = tmp_path / "queues.yaml"
+    for hooks, key in (("5", "defaults.hooks"), ("[nocolon]", "defaults.hooks[0]")):
+        path.write_text(f"defaults: {{hooks: {hooks}}}\nqueues:\n  q: {{handler: 'tests.handlers:record'}}\n")
+        with pytest.raises(ConfigError) as bad:
+            load(path)
+        assert str(bad.value).startswith(f"{path}: {key}: ") and "\n" not in str(bad.value)
+
+
 def test_a_chain_runs_each_steps_publish_hooks_once(start: Callable[..., Running], redis_url: str) -> None:
     """chain() checks every step before the first is sent, then publishes each: the hooks run once a
     step, on the step actually sent."""

@@ -196,6 +196,20 @@ def test_bad_queue_and_handler_are_one_line(smqsup_worker: Worker, smqsup_config
         smqsup_worker.drain("missing")
 
 
+@pytest.mark.parametrize("move_time", [float("nan"), -1, float("inf"), 1e300, "soon", None, [5]])
+def test_a_bad_move_time_is_one_line_and_nothing_is_handled(move_time: Any, smqsup_producer: Producer,
+                                                             smqsup_worker: Worker) -> None:
+    """move_time NaN, negative, infinite, huge, text, None, a list: UsageError in one line, before
+    anything runs; the message is still there for a drain after."""
+    smqsup_producer.publish("pay", {"amount": 3})
+    with pytest.raises(UsageError) as bad:
+        smqsup_worker.drain("pay", move_time=move_time)
+    assert str(bad.value).startswith("move_time: expected True, False or seconds") and "\n" not in str(bad.value)
+    assert SEEN == []
+    [handled] = smqsup_worker.drain("pay")
+    assert handled.state == "acked"
+
+
 def test_each_test_has_a_namespace_of_its_own(smqsup_namespace: str, smqsup_producer: Producer) -> None:
     """The namespace is the test's: a valid name, and the producer uses it."""
     assert smqsup_producer.namespace == smqsup_namespace and smqsup_namespace.startswith(f"test-{os.getpid()}-")

@@ -334,6 +334,26 @@ def test_tracing_without_opentelemetry_is_one_line(tmp_path: Path, monkeypatch: 
         Producer("redis://127.0.0.1:1/0", tracing=True)
 
 
+@pytest.mark.parametrize("tracing", ["no", 1, None, [True]])
+def test_a_producer_tracing_that_is_not_a_bool_is_refused(tracing: Any) -> None:
+    """Producer(tracing="no") must not switch tracing on: anything but True or False is a ConfigError."""
+    with pytest.raises(ConfigError, match=r"^tracing: expected True or False, got "):
+        Producer("redis://127.0.0.1:1/0", tracing=tracing)
+
+
+@pytest.mark.parametrize("value", ["null", "1", "'on'", "[true]", "{a: 1}"])
+def test_a_bad_tracing_key_is_one_line(tmp_path: Path, value: str) -> None:
+    """tracing: null, 1, 'on', a list, a mapping (per queue and under defaults): one line naming the key."""
+    path = tmp_path / "queues.yaml"
+    for text, key in ((f"queues:\n  q: {{handler: 'tests.handlers:record', tracing: {value}}}\n", "queues.q.tracing"),
+                      (f"defaults: {{tracing: {value}}}\nqueues:\n  q: {{handler: 'tests.handlers:record'}}\n",
+                       "defaults.tracing")):
+        path.write_text(text)
+        with pytest.raises(ConfigError) as bad:
+            load(path)
+        assert str(bad.value).startswith(f"{path}: {key}: ") and "\n" not in str(bad.value)
+
+
 def test_without_tracing_smqsup_tracing_is_never_imported() -> None:
     """A producer and a consumer without tracing, in a fresh process: smqsup.tracing (and through it
     OpenTelemetry's trace API) is not loaded. (redis-py 8 imports OpenTelemetry's metrics by itself

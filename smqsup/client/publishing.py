@@ -120,7 +120,7 @@ class Publishing:
         #: The before_publish hooks; None without any (a publish then pays one test).
         self.hooks: Optional[PublishHooks] = checked if checked else None
         #: smqsup.tracing where tracing is on (imported then only), else None.
-        self.tracing: Any = spans.tracing_module() if tracing else None
+        self.tracing: Any = spans.tracing_module(tracing)
         #: (tracing on) the send spans of the messages published last, for their children's links.
         self.sent_spans: Any = None if self.tracing is None else self.tracing.Sent()
         self.registered: set[str] = set()

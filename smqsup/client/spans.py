@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from smqsup import safe
 from smqsup.config import scalars
 from smqsup.errors import ConfigError
 
@@ -30,8 +31,13 @@ class _Untraced:
 UNTRACED = _Untraced()
 
 
-def tracing_module() -> Any:
-    """smqsup.tracing, imported (ConfigError without OpenTelemetry)."""
+def tracing_module(tracing: object) -> Any:
+    """smqsup.tracing where ``tracing`` (a producer's argument) is True, imported;
+    None where it is False; ConfigError for anything else, or without OpenTelemetry."""
+    if tracing is False:
+        return None
+    if tracing is not True:
+        raise ConfigError(f"tracing: expected True or False, got {safe.escape(repr(tracing), 80)}")
     if not scalars.otel_installed():
         raise ConfigError("tracing needs OpenTelemetry: pip install 'smqsup[otel]'")
     from smqsup import tracing

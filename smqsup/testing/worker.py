@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from smqsup import deadletter, defaults, message
+from smqsup import deadletter, defaults, message, safe
 from smqsup.config.model import Config, QueueConfig, load
 from smqsup.errors import MessageError, UsageError
 from smqsup.store.broker import Broker
@@ -31,6 +31,8 @@ from smqsup.worker.runners import is_async_handler
 _IDLE_FETCH_S = 0.05
 #: Rounds of "handle what is ready, then move time" a drain makes at most.
 ROUNDS_MAX = 1000
+#: The most seconds a drain's move_time may name (ten years; True: however far).
+ADVANCE_MAX_S = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,15 @@ class _Seen:
             except MessageError as exc:
                 result, error = None, exc
         self.runs.setdefault(msg.id, []).append((msg, result, error))
+
+
+def _check_move_time(move_time: object) -> None:
+    """UsageError unless ``move_time`` is True, False or seconds (finite, >= 0)."""
+    if isinstance(move_time, bool):
+        return
+    if not isinstance(move_time, (int, float)) or not 0 <= move_time <= ADVANCE_MAX_S:  # (NaN fails it)
+        raise UsageError(f"move_time: expected True, False or seconds from 0 to {ADVANCE_MAX_S:g}, "
+                         f"got {safe.escape(repr(move_time), 80)}")
 
 
 class Worker:
@@ -114,6 +125,7 @@ class Worker:
         seconds, and those due within it are, once. ``fail_fast``: once the
         drain is over, raise the first error of a handler whose message was
         not acked (its own exception and traceback: the test fails with it)."""
+        _check_move_time(move_time)
         handler, seen = self.handler(queue), _Seen()
         recorded = Stack(handler, [seen], queue).wrapped(is_async_handler(handler))
         q = self.queue(queue)
