@@ -227,24 +227,40 @@ def test_one_group_is_paused_and_resumed_while_the_others_go_on(start: Callable[
         broker.close()
 
 
-def test_status_counts_groups_and_names_the_largest_backlogs(producer: Producer, redis_url: str) -> None:
-    """status: pending counts the groups' ready messages; the groups waiting and the busiest, most first."""
+def test_status_counts_groups_and_names_the_largest_backlogs(producer: Producer, redis_url: str,
+                                                             redis_client: redis.Redis) -> None:
+    """status: pending counts the groups' ready messages; the groups waiting and the busiest, most first,
+    counted exactly after takes (which leave the groups' count scores high, a bound), and the collector's
+    repair sets those scores right."""
     from smqsup.collector import stats
     from smqsup.views import status
 
     producer.publish_many("q", list(range(7)), group="big")
     producer.publish_many("q", list(range(2)), group="small")
+    producer.publish_many("q", list(range(4)), group="mid")
     producer.publish("q", 1)
     broker = Broker(redis_url, NS)
     try:
         snap = stats.snapshot(broker, ["q"])
+        q = snap["queues"]["q"]
+        assert q["groups"] == {"waiting": 3, "busiest": [{"group": "big", "ready": 7, "running": 0},
+                                                         {"group": "mid", "ready": 4, "running": 0},
+                                                         {"group": "small", "ready": 2, "running": 0}]}
+        assert q["sizes"]["pending"] == 14  # (the groups' turns are no messages)
+        assert "q: 3 groups waiting; largest backlogs: big 7, mid 4, small 2" in status.render(snap)
+        broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+        took = broker.messages.take("q", "c1", 7).frames  # big, small, mid, the ungrouped, big, small, mid
+        assert sorted(str(framing.frame_head(f).group) for f in took) == [
+            "None", "big", "big", "mid", "mid", "small", "small"]
+        assert redis_client.zscore(K.groups[1], "big") == 7.0 and not redis_client.zscore(K.groups[1], "small")
+        q = stats.snapshot(broker, ["q"])["queues"]["q"]
+        assert q["groups"] == {"waiting": 2, "busiest": [{"group": "big", "ready": 5, "running": 0},
+                                                         {"group": "mid", "ready": 2, "running": 0}]}
+        redis_client.set(K.gc_lock, "me")
+        broker.groups.repair("q", (K.gc_lock, "me"), 0)
+        assert redis_client.zrange(K.groups[1], 0, -1, withscores=True) == [(b"mid", 2.0), (b"big", 5.0)]
     finally:
         broker.close()
-    q = snap["queues"]["q"]
-    assert q["groups"] == {"waiting": 2, "busiest": [{"group": "big", "ready": 7, "running": 0},
-                                                     {"group": "small", "ready": 2, "running": 0}]}
-    assert q["sizes"]["pending"] == 10  # (the groups' turns are no messages)
-    assert "q: 2 groups waiting; largest backlogs: big 7, small 2" in status.render(snap)
 
 
 def _cli_rows(redis_url: str, *args: str) -> list[dict[str, Any]]:
@@ -280,6 +296,24 @@ def test_operators_list_remove_and_cancel_grouped_waiting_messages(producer: Pro
     finally:
         broker.close()
     assert sorted(framing.peek_id(f) for f in seen) == sorted([a[0], b, u])
+
+
+def test_removing_a_groups_last_waiting_message_ends_its_count_whatever_its_score(
+        producer: Producer, redis_url: str, redis_client: redis.Redis) -> None:
+    """A take leaves its group's count score high (a bound); remove and cancel of the group's last
+    waiting messages still end its entry, so status names no group with nothing waiting."""
+    a = producer.publish_many("q", [1, 2, 3], group="A")
+    broker = Broker(redis_url, NS)
+    try:
+        broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+        assert [framing.peek_id(f) for f in broker.messages.take("q", "c1", 1).frames] == [a[0]]
+        assert redis_client.zscore(K.groups[1], "A") == 3.0
+        assert procs.run("remove", "--url", redis_url, "q", a[1]).returncode == 0
+        assert redis_client.zscore(K.groups[1], "A") == 2.0
+        assert producer.cancel("q", a[2]) == "cancelled"
+        assert not redis_client.exists(K.groups[0], K.groups[1])
+    finally:
+        broker.close()
 
 
 def test_cli_pause_resume_and_publish_take_a_group(producer: Producer, redis_url: str,

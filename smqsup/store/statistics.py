@@ -42,6 +42,10 @@ class QueueReading:
 
 #: Groups a reading names (the largest backlogs).
 BUSIEST_GROUPS = 5
+#: Groups read as candidates for them: the largest counts, which the takes do not lower (an upper
+#: bound of each group's ready messages; scripts/includes/groups.lua), each then counted exactly. The
+#: collector's repair sets as many of the largest right (group_repair.lua's GROUP_RECOUNT_TOP).
+BUSIEST_READ = 20
 #: Replies of _ask_sizes.
 _SIZE_READS = 8
 #: Replies of _ask_reading beyond the sizes (without the history points).
@@ -60,7 +64,7 @@ def _ask_sizes(pipe: Any, k: QueueKeys) -> None:
     pipe.zcard(k.delayed)
     pipe.llen(k.dead)
     pipe.zcard(k.groups[1])
-    pipe.zrevrange(k.groups[1], 0, BUSIEST_GROUPS - 1, withscores=True)
+    pipe.zrevrange(k.groups[1], 0, BUSIEST_READ - 1, withscores=True)
 
 
 def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
@@ -74,23 +78,27 @@ def _sizes_of(replies: Sequence[Any]) -> dict[str, int]:
             "delayed": int(delayed), "dead": int(dead)}
 
 
-def _busiest(reply: Any, running: Sequence[Any]) -> tuple[tuple[str, int, int], ...]:
-    """(group, ready, running) of a ZREVRANGE WITHSCORES of the groups'
-    counts and the HMGET of their running counts; a score that is no finite
-    number (anyone may ZADD anything), or a count that is no integer, counts
-    as 0."""
+def _busiest(reply: Any, running: Sequence[Any], ready: Sequence[Any]) -> tuple[tuple[str, int, int], ...]:
+    """(group, ready, running) of the BUSIEST_GROUPS with the most ready
+    messages among the candidates of a ZREVRANGE WITHSCORES of the groups'
+    counts (``reply``), by the HMGET of their running counts and a ZLEXCOUNT
+    of each one's ready messages (``ready``); a running count that is no
+    integer (anyone may write anything there) counts as 0."""
     out = []
-    for (name, score), held in zip(reply or (), [*running, *[None] * BUSIEST_GROUPS]):
-        number = score if isinstance(score, float) and score == score and abs(score) < 1e15 else 0.0
-        out.append((text(name), max(0, int(number)), max(0, redis_int(held) or 0)))
-    return tuple(out)
+    for (name, _), held, n in zip(reply or (), [*running, *[None] * len(reply or ())], ready):
+        out.append((text(name), n if isinstance(n, int) and n > 0 else 0, max(0, redis_int(held) or 0)))
+    return tuple(sorted((g for g in out if g[1] > 0), key=lambda g: -g[1])[:BUSIEST_GROUPS])
 
 
 def _ask_running(pipe: Any, k: QueueKeys, busiest: Any) -> None:
-    """Queue the read of the running counts of the groups in ``busiest``
-    (the ZREVRANGE reply _ask_sizes asked for), if any."""
+    """Queue the reads of the candidates in ``busiest`` (the ZREVRANGE reply
+    _ask_sizes asked for), if any: their running counts, then each one's
+    ready messages (a ZLEXCOUNT of its range in the groups' ready set)."""
     if busiest:
         pipe.hmget(k.groups[5], [name for name, _ in busiest])
+        for name, _ in busiest:
+            prefix = b"%d:%s\t" % (len(name), name)
+            pipe.zlexcount(k.groups[0], b"[" + prefix, b"(" + prefix[:-1] + b"\n")
 
 
 def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
@@ -114,10 +122,12 @@ def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     lengths taken from ``held`` in the order of its consumers."""
     paused, counters, consumers, beats, leader, gc, slots, supervisors, *recent = replies[_SIZE_READS:]
     lengths = [int(next(held)) for _ in consumers]
-    running = next(held) if replies[_SIZE_READS - 1] else []
+    candidates = replies[_SIZE_READS - 1]
+    running = next(held) if candidates else []
+    ready = [next(held) for _ in candidates or ()]
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
                         counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors,
-                        busiest=_busiest(replies[_SIZE_READS - 1], running), groups=int(replies[_SIZE_READS - 2]))
+                        busiest=_busiest(candidates, running, ready), groups=int(replies[_SIZE_READS - 2]))
 
 
 def _merged(readings: list[QueueReading]) -> QueueReading:

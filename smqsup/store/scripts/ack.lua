@@ -95,7 +95,7 @@ end
 -- the path below to hand on.
 if taken and light and is_ticket(taken) then
   local G = {ready = KEYS[14], count = KEYS[15], state = KEYS[16], pending = pending}
-  local turned, not_ticket = group_turn_lib().turn(G, string.sub(taken, 2))
+  local turned, not_ticket = group_turn(G, string.sub(taken, 2))
   if turned then
     redis.call('LSET', processing, '0', turned)  -- (LMOVE put the ticket at the left end)
   elseif not not_ticket then

@@ -11,7 +11,10 @@
 --   3. a slice of the groups with ready messages (GROUPS.count, by ZSCAN
 --      cursor): one with no state (or a turn the pending list does not
 --      hold, looked for while that list is short), not paused and a ready
---      frame gets its ticket; an entry with no ready frame left goes.
+--      frame gets its ticket; an entry with no ready frame left goes;
+--   4. the counts of that slice and the GROUP_RECOUNT_TOP largest set to
+--      their groups' ready frames (the takes do not lower them: routine,
+--      not counted as set right).
 --
 -- KEYS[1]  pending list of the queue (partition)
 -- KEYS[2..7] its group keys: ready, count, state, rate, wait, running
@@ -36,6 +39,9 @@ local limit = math.max(0, tonumber(ARGV[2]) or 0)
 -- prefetch - 1 (at most 1999); a longer list is garbage, not counted.
 local LIST_READ_MAX = 4096
 local fixed, tickets = 0, 0
+-- The largest counts set right at each repair (status names the largest
+-- backlogs among them: store/statistics.py's BUSIEST_READ).
+local GROUP_RECOUNT_TOP = 20
 -- A turn said to wait in the pending list is looked for there only while
 -- the list is this short (LPOS reads it whole).
 local PENDING_LOOKED_MAX = 1000
@@ -120,11 +126,23 @@ for _, groups in ipairs({seen, lowered}) do
     if redis.pcall('HGET', GROUPS.state, 's:' .. g) == 'b' then needs_turn(g) end
   end
 end
--- 3. A slice of the groups with ready messages.
+-- 4. A count's score set to its group's ready frames (the takes do not
+-- lower it: includes/groups.lua), when it is there and says otherwise.
+local function recount(g, score)
+  local n = group_ready_count(g)
+  if n > 0 and tonumber(score) ~= n then redis.pcall('ZADD', GROUPS.count, 'XX', string.format('%d', n), g) end
+end
+
+-- 3 and 4. A slice of the groups with ready messages, then the largest.
 local scanned = redis.pcall('ZSCAN', GROUPS.count, ARGV[3], 'COUNT', tonumber(ARGV[4]) or 100)
 if type(scanned) ~= 'table' then return {'0', fixed, tickets} end
 for i = 1, #scanned[2], 2 do
   local g = scanned[2][i]
   if not seen[g] or redis.pcall('HGET', GROUPS.state, 's:' .. g) ~= 'b' then needs_turn(g) end
+  recount(g, scanned[2][i + 1])
+end
+local largest = redis.pcall('ZREVRANGE', GROUPS.count, 0, GROUP_RECOUNT_TOP - 1, 'WITHSCORES')
+if type(largest) == 'table' then
+  for i = 1, #largest, 2 do recount(largest[i], largest[i + 1]) end
 end
 return {scanned[1], fixed, tickets}

@@ -1,10 +1,9 @@
 --- @include "plain"
 -- A group's turn on a queue without group limits, redeemed by take.lua and
 -- ack.lua right after their plain hot paths (so a plain run never makes
--- these functions; most are made only on a run's first
--- group_turn_lib()), before their other includes. includes/groups.lua has the
--- keys, the tickets and their invariants; its group_take, for a queue with
--- limits, takes the frame the same way (group_pop).
+-- these functions), before their other includes. includes/groups.lua has
+-- the keys, the tickets and their invariants; its group_take, for a queue
+-- with limits, takes the frame the same way (group_pop).
 --
 -- is_ticket(item): whether a pending list's item is a group's turn ("*NAME").
 --
@@ -15,17 +14,16 @@
 --
 -- group_pop(G, g): group ``g``'s first ready frame, taken out of G.ready
 -- (G: the key names ready, count, state, pending), and whether the group
--- has another; nil when it has none (its state and count entry go then,
--- as they go with its last frame).
+-- has another; nil when it has none. Its state and count entry go with its
+-- last frame (or when it had none).
 --
--- group_turn(G, g, again): redeem group ``g``'s ticket, taken out of the
--- pending list, without group limits: its next frame, or nil (paused, or
--- no frame: the ticket ends). While the group has more, its ticket goes back
--- to the far end of the pending list, or into ``again`` for the caller to
--- push there (several in one LPUSH, in their order: the same list). A second
--- value true: no group gave out this ticket (its state is not "t"), nothing
--- was done, and the caller hands the bytes on as groups.lua's group_take says.
--- group_turns(G, names, again), below, redeems several at once, and
+-- group_turn(G, g): redeem group ``g``'s ticket, taken out of the pending
+-- list, without group limits: its next frame, or nil (paused, or no frame:
+-- the ticket ends). While the group has more, its ticket goes back to the
+-- far end of the pending list. A second value true: no group gave out this
+-- ticket (its state is not "t"), nothing was done, and the caller hands
+-- the bytes on as groups.lua's group_take says.
+-- GT.turns (group_turn_lib(), below) redeems several at once, and
 -- GT.popped those among the items a take popped.
 local function is_ticket(item)
   return string.byte(item, 1) == 42  -- '*'
@@ -38,78 +36,55 @@ end
 -- (Numbers in their commands are written as text: Redis's Lua turns a
 -- number into a command's argument with "%.14g", which costs more than the
 -- command itself.)
+-- Group ``g``'s first two ready frames (members of G.ready; none: an empty
+-- table, or Redis's error where G.ready is garbage) and the length of its
+-- members' prefix.
+local function group_firsts(G, g)
+  local p = #g .. ':' .. g .. '\t'
+  return redis.pcall('ZRANGEBYLEX', G.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', '0', '2'), #p
+end
+
+-- (The takes leave the group's count entry as it is, but for its last
+-- frame: includes/groups.lua says why.)
+local function group_pop(G, g)
+  local firsts, prefix = group_firsts(G, g)
+  if type(firsts) ~= 'table' or not firsts[1] then
+    redis.pcall('HDEL', G.state, 's:' .. g)
+    redis.pcall('ZREM', G.count, g)
+    return nil, false
+  end
+  redis.pcall('ZREM', G.ready, firsts[1])
+  if not firsts[2] then
+    redis.pcall('ZREM', G.count, g)
+    redis.pcall('HDEL', G.state, 's:' .. g)
+  end
+  -- (the member is "LEN:NAME\tPSEQ\nFRAME": P one digit, SEQ fifteen)
+  return string.sub(firsts[1], prefix + 18), firsts[2] ~= nil
+end
+
+local function group_turn(G, g)
+  local said = redis.pcall('HMGET', G.state, 's:' .. g, 'p:' .. g)
+  if type(said) ~= 'table' or said[1] ~= 't' then return nil, true end
+  if said[2] then
+    redis.pcall('HDEL', G.state, 's:' .. g)
+    return nil, false
+  end
+  local frame, more = group_pop(G, g)
+  if more then redis.call('LPUSH', G.pending, '*' .. g) end
+  return frame, false
+end
+
 -- The functions below are made on a run's first call of group_turn_lib()
--- (a run that meets no group's turn makes none of them): GT.pop, GT.turn
--- and GT.turns are the group_pop, group_turn and group_turns said above.
+-- (a run that redeems no more than one turn makes none of them): GT.turns
+-- and GT.popped, said below.
 local GT = nil
 local function group_turn_lib()
   if GT then return GT end
   GT = {}
-  -- Group ``g``'s first two ready frames (members of G.ready; none: an
-  -- empty table, or Redis's error where G.ready is garbage) and the length
-  -- of its members' prefix.
-  function GT.firsts(G, g)
-    local p = #g .. ':' .. g .. '\t'
-    return redis.pcall('ZRANGEBYLEX', G.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', '0', '2'), #p
-  end
-
-  function GT.pop(G, g)
-    local firsts, prefix = GT.firsts(G, g)
-    if type(firsts) ~= 'table' or not firsts[1] then
-      redis.pcall('HDEL', G.state, 's:' .. g)
-      redis.pcall('ZREM', G.count, g)
-      return nil, false
-    end
-    redis.pcall('ZREM', G.ready, firsts[1])
-    local left = firsts[2] and tonumber(redis.pcall('ZINCRBY', G.count, '-1', g))
-    if not left or left <= 0 then redis.pcall('ZREM', G.count, g) end
-    if not firsts[2] then redis.pcall('HDEL', G.state, 's:' .. g) end
-    -- (the member is "LEN:NAME\tPSEQ\nFRAME": P one digit, SEQ fifteen)
-    return string.sub(firsts[1], prefix + 18), firsts[2] ~= nil
-  end
-
-  function GT.turn(G, g, again)
-    local said = redis.pcall('HMGET', G.state, 's:' .. g, 'p:' .. g)
-    if type(said) ~= 'table' or said[1] ~= 't' then return nil, true end
-    if said[2] then
-      redis.pcall('HDEL', G.state, 's:' .. g)
-      return nil, false
-    end
-    local frame, more = GT.pop(G, g)
-    if more and again then
-      again[#again + 1] = '*' .. g
-    elseif more then
-      redis.call('LPUSH', G.pending, '*' .. g)
-    end
-    return frame, false
-  end
-
-  -- The count entries of groups that gave a frame: one fewer for those in
-  -- ``more`` (read and written for all at once), gone for those in ``gone``
-  -- (and for any whose count would be none). A count set that is garbage
-  -- is left as it is (status reads it; nothing that moves a frame does).
-  function GT.counted(G, more, gone)
-    if #more > 0 then
-      local scores = redis.pcall('ZMSCORE', G.count, unpack(more))
-      if type(scores) == 'table' and not scores.err then
-        local args = {}
-        for i, g in ipairs(more) do
-          local left = (tonumber(scores[i]) or 1) - 1
-          if left > 0 then
-            args[#args + 1], args[#args + 2] = left, g
-          else
-            gone[#gone + 1] = g
-          end
-        end
-        if #args > 0 then redis.pcall('ZADD', G.count, unpack(args)) end
-      end
-    end
-    if #gone > 0 then redis.pcall('ZREM', G.count, unpack(gone)) end
-  end
-
-  -- GT.turns(G, names): group_turn for several distinct groups at once
-  -- (one read of their states, one ZREM of their frames, one write of their
-  -- counts and states; a ZRANGEBYLEX each): {name -> its frame, or false};
+  -- GT.turns(G, names, again): group_turn for several distinct groups at
+  -- once (one read of their states, one ZREM of their frames, one write of
+  -- the states and counts that end; a ZRANGEBYLEX each): {name -> its
+  -- frame, or false};
   -- a name it leaves out was no group's ticket (nothing done for it). The
   -- tickets of the groups with more go into ``again``, in ``names``' order.
   function GT.turns(G, names, again)
@@ -119,16 +94,16 @@ local function group_turn_lib()
     end
     local said = #names > 0 and redis.pcall('HMGET', G.state, unpack(fields))
     if type(said) ~= 'table' or said.err then return out end
-    local taken, ended, more, gone = {}, {}, {}, {}
+    local taken, ended, gone = {}, {}, {}
     for i, g in ipairs(names) do
       if said[2 * i - 1] == 't' then
         local firsts, prefix = {}, 0
-        if not said[2 * i] then firsts, prefix = GT.firsts(G, g) end  -- (paused: its turn ends)
+        if not said[2 * i] then firsts, prefix = group_firsts(G, g) end  -- (paused: its turn ends)
         local has = type(firsts) == 'table' and firsts[1]
         out[g] = has and string.sub(firsts[1], prefix + 18) or false
         if has then taken[#taken + 1] = firsts[1] end
         if has and firsts[2] then
-          more[#more + 1], again[#again + 1] = g, '*' .. g
+          again[#again + 1] = '*' .. g
         else
           ended[#ended + 1] = 's:' .. g
           if not said[2 * i] then gone[#gone + 1] = g end
@@ -137,7 +112,7 @@ local function group_turn_lib()
     end
     if #taken > 0 then redis.pcall('ZREM', G.ready, unpack(taken)) end
     if #ended > 0 then redis.pcall('HDEL', G.state, unpack(ended)) end
-    GT.counted(G, more, gone)
+    if #gone > 0 then redis.pcall('ZREM', G.count, unpack(gone)) end
     return out
   end
   -- GT.popped(G, items): the items popped from the pending list (G.pending),
