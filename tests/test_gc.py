@@ -3,6 +3,7 @@ sharing one private redis-server (test-sized timings; asserts relative to them).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -156,7 +157,8 @@ def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
     holds(lambda: _leader(redis_client) == b.pid, frozen + 3 * TIMEOUT_S - time.monotonic(),
           message="B lost the collector lock while A was frozen")
     os.kill(a.pid, signal.SIGCONT)
-    # (Under a loaded fresh-clone CI run this line once came later than 5 s after SIGCONT; cause not found.)
+    # (A leader whose first look after SIGCONT was the arbiter's wake_in() used to step down without a
+    # word: test_a_leader_paused_past_its_window_says_it_stepped_down.)
     wait_for(lambda: "lost the lock" in a.log() or "stepping down" in a.log(), timeout_s=15)
     _ready(a, 1, redis_client)  # A replaced its dead child and consumes again
     with Producer(redis_url) as p:
@@ -167,6 +169,36 @@ def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
     done = [e for e in _events(a, b, event="done") if e["id"] == mid]
     assert [(e["pid"], e["attempts"]) for e in done] == [(done[0]["pid"], 1)]
     assert _leader(redis_client) == b.pid
+
+
+@pytest.mark.parametrize("first_look", ["tick", "wake_in_then_tick"])
+def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, redis_url: str,
+                                                              redis_client: "redis.Redis",
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A leader frozen past its lock's window steps down and says so, whether its first look after waking
+    is a tick or the arbiter's wake_in() (which once dropped the lock silently: the paused-leader test's
+    wait for the log line then failed under load)."""
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
+                 heartbeat_timeout_s=2.0)
+    a = Collector(Broker(redis_url), cfg, owner="a")
+    b = Collector(Broker(redis_url), cfg, owner="b")
+    a._connected_since = b._connected_since = time.monotonic() - 60
+    a.tick()
+    assert a.leading() == ["q"]
+    # A is frozen 6 s (3x the TTL): its window and the lock expire; B takes over.
+    a._queues["q"].lock._valid_until = time.monotonic() - 4
+    redis_client.delete(Q.gc_lock)
+    b.tick()
+    assert b.leading() == ["q"]
+    a._queues["q"].next_lock_step = 0.0  # its renew is due, as it is after 6 s
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        if first_look == "wake_in_then_tick":
+            a.wake_in(0.1)
+        a.tick()
+        a.tick()
+    assert a.leading() == []
+    assert "lost the lock" in caplog.text or "stepping down" in caplog.text, caplog.text
 
 
 def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str,

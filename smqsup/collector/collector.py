@@ -137,7 +137,8 @@ class Collector:
         """Seconds until a queue this process leads is due for a look at its
         delayed and scheduled messages, at most ``longest_s``."""
         now = time.monotonic()
-        due = [at for s in self._queues.values() if s.lock.still_valid() for at in (s.next_promote, s.next_fire)]
+        # valid(), not still_valid(): a look, leaving the tick to find out and say that a lock was lost.
+        due = [at for s in self._queues.values() if s.lock.valid() for at in (s.next_promote, s.next_fire)]
         return max(0.0, min([longest_s, *(at - now for at in due)]))
 
     def leading(self) -> list[str]:

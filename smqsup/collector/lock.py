@@ -69,6 +69,11 @@ class LeaderLock:
         every leader script re-checks the token in Redis anyway)."""
         if self.held and time.monotonic() > self._valid_until:
             self.held = False
+            # Said here, as step() says a failed renew: a leader paused past its
+            # window (SIGSTOP, a VM frozen) may look here first when it wakes, and
+            # step() then only tries to acquire, which says nothing.
+            log.warning("lock %s: not renewed within %.1fs (this process was paused or too slow); stepping down",
+                        self.key, self.renew_interval_s * 2)
         return self.held
 
     def drop(self) -> None:
