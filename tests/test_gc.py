@@ -171,13 +171,9 @@ def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
     assert _leader(redis_client) == b.pid
 
 
-@pytest.mark.parametrize("first_look", ["tick", "wake_in_then_tick"])
-def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, redis_url: str,
-                                                              redis_client: "redis.Redis",
-                                                              caplog: pytest.LogCaptureFixture) -> None:
-    """A leader frozen past its lock's window steps down and says so, whether its first look after waking
-    is a tick or the arbiter's wake_in() (which once dropped the lock silently: the paused-leader test's
-    wait for the log line then failed under load)."""
+def _leader_and_contender(redis_url: str) -> tuple[Collector, Collector]:
+    """Two in-process collectors of queue q, both connected to Redis for longer than heartbeat_timeout;
+    A has ticked once and leads."""
     cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
                  heartbeat_timeout_s=2.0)
     a = Collector(Broker(redis_url), cfg, owner="a")
@@ -185,6 +181,17 @@ def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, r
     a._connected_since = b._connected_since = time.monotonic() - 60
     a.tick()
     assert a.leading() == ["q"]
+    return a, b
+
+
+@pytest.mark.parametrize("first_look", ["tick", "wake_in_then_tick"])
+def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, redis_url: str,
+                                                              redis_client: "redis.Redis",
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A leader frozen past its lock's window steps down and says so, whether its first look after waking
+    is a tick or the arbiter's wake_in() (which once dropped the lock silently: the paused-leader test's
+    wait for the log line then failed under load)."""
+    a, b = _leader_and_contender(redis_url)
     # A is frozen 6 s (3x the TTL): its window and the lock expire; B takes over.
     a._queues["q"].lock._valid_until = time.monotonic() - 4
     redis_client.delete(Q.gc_lock)
@@ -204,14 +211,7 @@ def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, r
 def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str,
                                                                    redis_client: "redis.Redis") -> None:
     """A collector that still believes it leads (paused past its TTL) is refused in Redis and steps down."""
-    cfg = Config(Path("<test>"), queues={"q": QueueConfig("q", "m:f")}, heartbeat_interval_s=0.2,
-                 heartbeat_timeout_s=2.0)
-    a = Collector(Broker(redis_url), cfg, owner="a")
-    b = Collector(Broker(redis_url), cfg, owner="b")
-    # Both have been connected to Redis for longer than heartbeat_timeout.
-    a._connected_since = b._connected_since = time.monotonic() - 60
-    a.tick()
-    assert a.leading() == ["q"]
+    a, b = _leader_and_contender(redis_url)
     # A freezes; its lock expires; B takes over; A wakes still believing it leads.
     redis_client.delete(Q.gc_lock)
     b.tick()
