@@ -85,7 +85,7 @@ def _busiest(reply: Any, running: Sequence[Any], ready: Sequence[Any]) -> tuple[
     of each one's ready messages (``ready``); a running count that is no
     integer (anyone may write anything there) counts as 0."""
     out = []
-    for (name, _), held, n in zip(reply or (), [*running, *[None] * len(reply or ())], ready):
+    for (name, _), held, n in zip(reply or (), running, ready):
         out.append((text(name), n if isinstance(n, int) and n > 0 else 0, max(0, redis_int(held) or 0)))
     return tuple(sorted((g for g in out if g[1] > 0), key=lambda g: -g[1])[:BUSIEST_GROUPS])
 
