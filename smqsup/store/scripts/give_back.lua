@@ -12,7 +12,8 @@
 -- KEYS[6..11] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
 --          (a grouped frame frees its group's slot and goes back to the front
---          of its group; a ticket goes back as it is)
+--          of its group; a ticket goes back as it is, unless its group was
+--          paused since: group_turn_back)
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
 --
 -- Returns how many went back: a frame no longer in KEYS[1] (reclaimed
@@ -35,7 +36,11 @@ local given = 0
 for i = #ARGV, 1, -1 do
   if redis.call('LREM', processing, 1, ARGV[i]) > 0 then
     group_settled(ARGV[i])
-    if is_ticket(ARGV[i]) or not group_ready(ARGV[i], true) then redis.call('RPUSH', pending, ARGV[i]) end
+    if is_ticket(ARGV[i]) then
+      group_turn_back(ARGV[i], pending)
+    elseif not group_ready(ARGV[i], true) then
+      redis.call('RPUSH', pending, ARGV[i])
+    end
     track(T, ARGV[i], 'waiting', 'returned')
     given = given + 1
   end

@@ -11,7 +11,9 @@
 --   3. a slice of the groups with ready messages (GROUPS.count, by ZSCAN
 --      cursor): one with no state (or a turn the pending list does not
 --      hold, looked for while that list is short), not paused and a ready
---      frame gets its ticket; an entry with no ready frame left goes;
+--      frame gets its ticket; an entry with no ready frame left goes; a
+--      paused group's ticket left in the pending list goes (paused by an
+--      earlier version, or bytes written by hand: group_turn_out);
 --   4. the counts of that slice and the GROUP_RECOUNT_TOP largest set to
 --      their groups' ready frames (the takes do not lower them: routine,
 --      not counted as set right).
@@ -106,7 +108,10 @@ end
 -- Whether group ``g`` should have a turn and has none: then it gets one.
 local function needs_turn(g)
   local state = redis.pcall('HGET', GROUPS.state, 's:' .. g)
-  if redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1 then return end
+  if redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1 then
+    if state == 't' then group_turn_out(g) end  -- (paused with its turn left waiting)
+    return
+  end
   if state == 't' and turn_held(g) then return end
   if state == 'b' and limit > 0 and group_running(g) >= limit then return end
   if state == 'w' and redis.pcall('ZSCORE', GROUPS.wait, g) then return end

@@ -56,6 +56,10 @@ if refused then return refused end
 -- the consuming end of pending, a grouped frame to the front of its group.
 local function put_back()
   if redis.call('LREM', processing, 1, frame) == 0 then return false end
+  if is_ticket(frame) then
+    group_turn_back(frame, pending)
+    return true
+  end
   group_settled(frame)
   if not group_ready(frame, true) then redis.call('RPUSH', pending, frame) end
   return true

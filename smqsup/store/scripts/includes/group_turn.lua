@@ -1,9 +1,10 @@
 --- @include "plain"
--- A group's turn on a queue without group limits, redeemed by take.lua and
--- ack.lua right after their plain hot paths (so a plain run never makes
--- these functions), before their other includes. includes/groups.lua has
--- the keys, the tickets and their invariants; its group_take, for a queue
--- with limits, takes the frame the same way (group_pop).
+-- A group's turn on a queue without group limits, redeemed by take.lua
+-- right after its plain hot path (so a plain run never makes these
+-- functions), before its other includes; ack.lua redeems its one turn
+-- inline, the same way, before any of these exists. includes/groups.lua
+-- has the keys, the tickets and their invariants; its group_take, for a
+-- queue with limits, takes the frame the same way (group_pop).
 --
 -- is_ticket(item): whether a pending list's item is a group's turn ("*NAME").
 --
@@ -17,12 +18,6 @@
 -- has another; nil when it has none. Its state and count entry go with its
 -- last frame (or when it had none).
 --
--- group_turn(G, g): redeem group ``g``'s ticket, taken out of the pending
--- list, without group limits: its next frame, or nil (paused, or no frame:
--- the ticket ends). While the group has more, its ticket goes back to the
--- far end of the pending list. A second value true: no group gave out this
--- ticket (its state is not "t"), nothing was done, and the caller hands
--- the bytes on as groups.lua's group_take says.
 -- GT.turns (group_turn_lib(), below) redeems several at once, and
 -- GT.popped those among the items a take popped.
 local function is_ticket(item)
@@ -62,18 +57,6 @@ local function group_pop(G, g)
   return string.sub(firsts[1], prefix + 18), firsts[2] ~= nil
 end
 
-local function group_turn(G, g)
-  local said = redis.pcall('HMGET', G.state, 's:' .. g, 'p:' .. g)
-  if type(said) ~= 'table' or said[1] ~= 't' then return nil, true end
-  if said[2] then
-    redis.pcall('HDEL', G.state, 's:' .. g)
-    return nil, false
-  end
-  local frame, more = group_pop(G, g)
-  if more then redis.call('LPUSH', G.pending, '*' .. g) end
-  return frame, false
-end
-
 -- The functions below are made on a run's first call of group_turn_lib()
 -- (a run that redeems no more than one turn makes none of them): GT.turns
 -- and GT.popped, said below.
@@ -81,10 +64,11 @@ local GT = nil
 local function group_turn_lib()
   if GT then return GT end
   GT = {}
-  -- GT.turns(G, names, again): group_turn for several distinct groups at
-  -- once (one read of their states, one ZREM of their frames, one write of
-  -- the states and counts that end; a ZRANGEBYLEX each): {name -> its
-  -- frame, or false};
+  -- GT.turns(G, names, again): the turns of several distinct groups,
+  -- taken out of the pending list, redeemed at once (one read of their
+  -- states: a paused group's turn ends; one ZREM of their frames, one
+  -- write of the states and counts that end; a ZRANGEBYLEX each):
+  -- {name -> its frame, or false};
   -- a name it leaves out was no group's ticket (nothing done for it). The
   -- tickets of the groups with more go into ``again``, in ``names``' order.
   function GT.turns(G, names, again)

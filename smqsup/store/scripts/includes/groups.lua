@@ -45,8 +45,9 @@
 -- The ring is the pending list: a ticket, "*" .. NAME, stands for a group's
 -- turn among the ungrouped frames and the other groups' tickets. Invariant:
 -- a group has at most one ticket, and has one exactly while its state is
--- "t"; a script that takes a ticket from the pending list redeems it
--- (group_take) in the same run, or puts it back. So one group with 100,000
+-- "t"; a paused group's is not in the pending list (group_turn_out); a
+-- script that takes a ticket from the pending list redeems it (group_take)
+-- in the same run, or puts it back. So one group with 100,000
 -- ready frames delays another group by at most one frame per turn.
 -- Bytes in these keys that are garbage cost the group its order or its
 -- limits, never a frame: a frame is in GROUPS.ready, or in a list.
@@ -99,6 +100,34 @@ local function group_ticket(g, front)
   -- redeem; the collector says so)
   if type(redis.pcall('HSET', GROUPS.state, 's:' .. g, 't')) ~= 'number' then return end
   redis.call(front and 'RPUSH' or 'LPUSH', GROUPS.pending, '*' .. g)
+end
+
+-- Paused groups have no ticket in the pending list: ack.lua redeems a turn
+-- it rotated there without reading its group's state (a read a message
+-- saved). group_turn_out(g) takes paused group ``g``'s ticket out of the
+-- pending list (LREM: O(N) in its length; once a pause, and at a repair
+-- that finds one there), its state "t" going with it; a ticket a blocking
+-- fetch holds in a consumer's list ends when that consumer's take redeems
+-- it (group_take reads the state), or when it would go back
+-- (group_turn_back).
+local function group_turn_out(g)
+  local removed = redis.pcall('LREM', GROUPS.pending, '0', '*' .. g)
+  if type(removed) == 'number' and removed > 0 and redis.pcall('HGET', GROUPS.state, 's:' .. g) == 't' then
+    redis.pcall('HDEL', GROUPS.state, 's:' .. g)
+  end
+end
+
+-- A group's turn a consumer's list held, taken and not redeemed (given
+-- back, reclaimed, or put back from a paused queue), back to the consuming
+-- end of ``pending``; the turn of a group paused since ends instead.
+local function group_turn_back(ticket, pending)
+  local g = string.sub(ticket, 2)
+  if GROUPS.state and redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1
+      and redis.pcall('HGET', GROUPS.state, 's:' .. g) == 't' then
+    redis.pcall('HDEL', GROUPS.state, 's:' .. g)
+    return
+  end
+  redis.call('RPUSH', pending, ticket)
 end
 
 -- Make a grouped frame ready in its group (``front``: it goes back, before

@@ -26,7 +26,8 @@
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not. A
--- group's ticket goes back to pending as it is; a grouped frame frees its
+-- group's ticket goes back to pending as it is (unless its group was paused
+-- since: group_turn_back); a grouped frame frees its
 -- group's slot and goes back to the front of its group (includes/groups.lua,
 -- where the script has the group keys).
 --
@@ -45,7 +46,7 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
     local cost = costs and (not started or (left <= started and left > (returned or 0)))
     if left then left = left - 1 end
     if is_ticket(frame) then  -- a group's turn, taken and not yet redeemed: back as it is
-      redis.call('RPUSH', pending, frame)
+      group_turn_back(frame, pending)
     else
       group_settled(frame)
       local attempts, sep = attempts_of(frame)
