@@ -66,6 +66,8 @@ _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
 #: The head of a grouped frame with no other option but a priority
 #: ("A:P:0:0:0:0:G", a subset of _HEAD): read without _HEAD's alternatives.
 _GROUP_ONLY = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})")
+#: The same head with its bar, at a frame's start: group_only_head's match.
+_GROUP_ONLY_BAR = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})\|")
 #: The start of a head that says no expiry ("A:P:0" and more, or its end):
 #: has_expiry's answer without reading the rest.
 _NO_EXPIRY = re.compile(rb"[0-9]{1,9}:[0-9]:0[:|]")
@@ -116,6 +118,21 @@ def _grouped(rest: bytes, attempts: int, priority: int, size: int) -> FrameHead:
     if size > GROUP_NAME_MAX_BYTES or size > len(rest):
         raise MalformedMessage("not a smqsup frame (its group is longer than the frame)")
     return FrameHead(attempts, priority, None, rest[:-size], group=rest[-size:].decode("utf-8", "replace"))
+
+
+def group_only_head(data: bytes) -> Optional[tuple[int, int, int, int]]:
+    """(attempts, priority, where the payload starts, the group's size in
+    bytes) of a frame whose head says its group alone and perhaps a priority
+    ("A:P:0:0:0:0:G|": every grouped message without other options); None
+    for any other head, and for a group longer than GROUP_NAME_MAX_BYTES or
+    than the frame (frame_head says what those are)."""
+    match = _GROUP_ONLY_BAR.match(data)
+    if match is None:
+        return None
+    start, size = match.end(), int(match[3])
+    if size > GROUP_NAME_MAX_BYTES or size > len(data) - start:
+        return None
+    return int(match[1]), int(match[2]), start, size
 
 
 def split_frame(data: bytes) -> tuple[int, bytes]:

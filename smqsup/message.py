@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from smqsup.defaults import PROGRESS_MAX_BYTES
 from smqsup.errors import MalformedMessage, MessageError
-from smqsup.framing import SEP, frame_head
+from smqsup.framing import SEP, frame_head, group_only_head
 from smqsup.ids import new_id
 
 #: Guards the making of a message's ``cancelled`` Event (the handler's thread and the consumer's may race).
@@ -293,30 +293,51 @@ def strict_loads(payload: bytes) -> Any:
         raise MalformedMessage(f"payload cannot be decoded ({type(exc).__name__})") from None
 
 
+def _object_at(data: bytes, start: int, tail_chars: int) -> Any:
+    """The JSON object that ``data`` holds from byte ``start`` (after an
+    ASCII head: its byte offsets are the text's) to ``tail_chars``
+    characters before its end (a group's name), read by the scanner alone
+    without copying the payload out of the frame; None where that is not
+    exactly one whole object (strict_loads then reads it, and says why)."""
+    try:
+        text = data.decode("utf-8")
+        if text[start:start + 1] != "{":
+            return None
+        value, end = _SCAN(text, start)
+    except (RecursionError, UnicodeDecodeError, ValueError, StopIteration):
+        return None
+    return value if end == len(text) - tail_chars else None
+
+
+def _optioned(data: bytes) -> tuple[int, int, int, int, int, Optional[str], Any]:
+    """decode()'s reading of a frame whose head says more than its attempts:
+    (attempts, priority, result ttl, events, links, group, envelope)."""
+    fast = group_only_head(data)
+    if fast is not None:  # every grouped message without other options
+        attempts, priority, start, size = fast
+        try:
+            group: Optional[str] = data[-size:].decode("utf-8")
+        except UnicodeDecodeError:  # (frame_head reads it with replacement characters)
+            group = None
+        env = None if group is None else _object_at(data, start, len(group))
+        if env is not None:
+            return attempts, priority, 0, 0, 0, group, env
+    head = frame_head(data)
+    return (head.attempts, head.priority, head.result_ttl_s, head.events_max, head.linked, head.group,
+            strict_loads(head.payload))
+
+
 def decode(data: bytes) -> Message:
     """The Message held by a frame; MalformedMessage (and nothing else) if
     the bytes are not one, whatever they hold."""
     bar = data.find(SEP, 0, 10)
-    env: Any = None
     if bar > 0 and data[:bar].isdigit():  # "A|": every message without options
         attempts, priority, tracked_s, events_max, linked, group = int(data[:bar]), 0, 0, 0, 0, None
-        # The envelope, read as strict_loads reads a payload, without copying the
-        # payload out of the frame first (the head is ASCII: its byte offsets
-        # are the text's); anything but one whole object: strict_loads says why.
-        try:
-            text = data.decode("utf-8")
-            value, end = _SCAN(text, bar + 1) if text[bar + 1:bar + 2] == "{" else (None, -1)
-            if end == len(text):
-                env = value
-        except (RecursionError, UnicodeDecodeError, ValueError, StopIteration):
-            pass
+        env = _object_at(data, bar + 1, 0)
         if env is None:
             env = strict_loads(data[bar + 1:])
     else:
-        head = frame_head(data)
-        attempts, priority, tracked_s, events_max = head.attempts, head.priority, head.result_ttl_s, head.events_max
-        linked, group = head.linked, head.group
-        env = strict_loads(head.payload)
+        attempts, priority, tracked_s, events_max, linked, group, env = _optioned(data)
     # JSON decodes to exact types: ``__class__ is`` checks what isinstance
     # would (bool, a subclass of int, is no created_at), without a call each.
     if env.__class__ is not dict:

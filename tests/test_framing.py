@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from smqsup import framing
+from smqsup import framing, message
 from smqsup.errors import MalformedMessage
 
 
@@ -45,3 +45,46 @@ def test_has_expiry_agrees_with_the_whole_head(data: bytes, want: bool) -> None:
     """has_expiry's early answer (the expiry field is 0) is the one the whole head gives; bytes that are no
     frame have none."""
     assert framing.has_expiry(data) is want
+
+
+_ENVELOPE = b'{"id":"m1","queue":"q","body":{"i":1},"created_at":1.5,"headers":{}}'
+
+
+@pytest.mark.parametrize("data", [
+    b"0:0:0:0:0:0:2|" + _ENVELOPE + b"g1",
+    b"7:9:0:0:0:0:5|" + _ENVELOPE.replace(b'{"i":1}', '"\u00e9\u4e2d\U0001f600"'.encode()) + "t\u00e9\u4e2d".encode(),
+    b"0:0:0:0:0:0:1|" + _ENVELOPE + b"\xff",
+    b"0:0:0:0:0:0:2|" + _ENVELOPE + b"\xa9g",
+    b"0:0:0:0:0:0:2|" + _ENVELOPE + b" g",
+    b"0:0:0:0:0:0:2|" + b" " + _ENVELOPE + b"gg",
+    b"0:0:0:0:0:0:4|" + _ENVELOPE + _ENVELOPE + b"gggg",
+    b"0:0:0:0:0:0:2|" + _ENVELOPE[:-1] + b"gg",
+    b"0:0:0:0:0:0:2|[1]gg",
+    b"0:0:0:0:0:0:2|" + b'{"a":' * 5000 + b"gg",
+    b"0:0:0:0:0:0:2|" + _ENVELOPE.replace(b"1.5", b"NaN") + b"gg",
+    b"0:0:0:0:0:0:300|" + _ENVELOPE + b"g" * 300,
+    b"0:0:0:0:0:0:999|" + _ENVELOPE,
+    b"0:0:0:0:0:0:01|" + _ENVELOPE + b"g",
+], ids=["plain group", "non-ASCII body and group", "undecodable group", "group starting mid-character",
+        "space before the group", "space before the payload", "two objects", "cut object", "not an object",
+        "nested 5000 deep", "NaN", "group name too long", "group longer than frame", "size with a leading 0"])
+def test_the_grouped_fast_path_decodes_as_the_whole_head_does(data: bytes) -> None:
+    """message.decode's reading of a group-only head (group_only_head, the envelope scanned in place) gives
+    the Message, or the MalformedMessage, that frame_head and strict_loads give, for odd groups and payloads."""
+    def slow() -> object:
+        head = framing.frame_head(data)
+        env = message.strict_loads(head.payload)
+        if not isinstance(env, dict):
+            raise MalformedMessage("payload is not a JSON object")
+        return (head.attempts, head.priority, head.group, env)
+    try:
+        want: object = slow()
+    except MalformedMessage:
+        want = MalformedMessage
+    try:
+        got = message.decode(data)
+        seen: object = (got.attempts, got.priority, got.group, {"id": got.id, "queue": got.queue, "body": got.body,
+                                                                "created_at": got.created_at, "headers": got.headers})
+    except MalformedMessage:
+        seen = MalformedMessage
+    assert seen == want
