@@ -64,10 +64,9 @@ _HEAD = re.compile(rb"([0-9]{1,9})(?::([0-9]):([0-9]{1,15})"
                    rb"|:([0-9]{1,8}):([0-9]{1,7}):([1-7])"
                    rb"|:([0-9]{1,8}):([0-9]{1,7}):([0-7]):([1-9][0-9]{0,2}))?)?")
 #: The head of a grouped frame with no other option but a priority
-#: ("A:P:0:0:0:0:G", a subset of _HEAD): read without _HEAD's alternatives.
-_GROUP_ONLY = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})")
-#: The same head with its bar, at a frame's start: group_only_head's match.
-_GROUP_ONLY_BAR = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})\|")
+#: ("A:P:0:0:0:0:G", a subset of _HEAD), with its bar, at a frame's start:
+#: read without _HEAD's alternatives (group_only_head).
+_GROUP_ONLY = re.compile(rb"([0-9]{1,9}):([0-9]):0:0:0:0:([1-9][0-9]{0,2})\|")
 #: The start of a head that says no expiry ("A:P:0" and more, or its end):
 #: has_expiry's answer without reading the rest.
 _NO_EXPIRY = re.compile(rb"[0-9]{1,9}:[0-9]:0[:|]")
@@ -96,9 +95,9 @@ def frame_head(data: bytes) -> FrameHead:
     head = data[:bar]
     if 0 < bar <= 9 and head.isdigit():  # "A|": the plain head, every message without options
         return FrameHead(int(head), 0, None, data[bar + 1:])
-    grouped = _GROUP_ONLY.fullmatch(head) if bar >= 0 else None
+    grouped = group_only_head(data)
     if grouped is not None:  # the group and perhaps a priority: every grouped message without other options
-        return _grouped(data[bar + 1:], int(grouped[1]), int(grouped[2]), int(grouped[3]))
+        return _grouped(data[grouped[2]:], grouped[0], grouped[1], grouped[3])
     match = _HEAD.fullmatch(head) if bar >= 0 else None
     if match is None:
         raise MalformedMessage("not a smqsup frame (no '<attempts>|' prefix)")
@@ -126,7 +125,7 @@ def group_only_head(data: bytes) -> Optional[tuple[int, int, int, int]]:
     ("A:P:0:0:0:0:G|": every grouped message without other options); None
     for any other head, and for a group longer than GROUP_NAME_MAX_BYTES or
     than the frame (frame_head says what those are)."""
-    match = _GROUP_ONLY_BAR.match(data)
+    match = _GROUP_ONLY.match(data)
     if match is None:
         return None
     start, size = match.end(), int(match[3])

@@ -1,4 +1,5 @@
 --- @include "plain"
+--- @include "group_firsts"
 -- A group's turn on a queue without group limits, redeemed by take.lua
 -- right after its plain hot path (so a plain run never makes these
 -- functions), before its other includes; ack.lua redeems its one turn
@@ -28,22 +29,11 @@ local function group_only(frame)
   return string.find(frame, GROUP_ONLY_HEAD) ~= nil
 end
 
--- (Numbers in their commands are written as text: Redis's Lua turns a
--- number into a command's argument with "%.14g", which costs more than the
--- command itself.)
--- Group ``g``'s first two ready frames (members of G.ready; none: an empty
--- table, or Redis's error where G.ready is garbage) and the length of its
--- members' prefix.
-local function group_firsts(G, g)
-  local p = #g .. ':' .. g .. '\t'
-  return redis.pcall('ZRANGEBYLEX', G.ready, '[' .. p, '(' .. string.sub(p, 1, -2) .. '\n', 'LIMIT', '0', '2'), #p
-end
-
 -- (The takes leave the group's count entry as it is, but for its last
 -- frame: includes/groups.lua says why.)
 local function group_pop(G, g)
-  local firsts, prefix = group_firsts(G, g)
-  if type(firsts) ~= 'table' or not firsts[1] then
+  local firsts, frame = group_firsts(G.ready, g)
+  if not frame then
     redis.pcall('HDEL', G.state, 's:' .. g)
     redis.pcall('ZREM', G.count, g)
     return nil, false
@@ -53,8 +43,7 @@ local function group_pop(G, g)
     redis.pcall('ZREM', G.count, g)
     redis.pcall('HDEL', G.state, 's:' .. g)
   end
-  -- (the member is "LEN:NAME\tPSEQ\nFRAME": P one digit, SEQ fifteen)
-  return string.sub(firsts[1], prefix + 18), firsts[2] ~= nil
+  return frame, firsts[2] ~= nil
 end
 
 -- The functions below are made on a run's first call of group_turn_lib()
@@ -81,12 +70,11 @@ local function group_turn_lib()
     local taken, ended, gone = {}, {}, {}
     for i, g in ipairs(names) do
       if said[2 * i - 1] == 't' then
-        local firsts, prefix = {}, 0
-        if not said[2 * i] then firsts, prefix = group_firsts(G, g) end  -- (paused: its turn ends)
-        local has = type(firsts) == 'table' and firsts[1]
-        out[g] = has and string.sub(firsts[1], prefix + 18) or false
-        if has then taken[#taken + 1] = firsts[1] end
-        if has and firsts[2] then
+        local firsts, frame = {}, nil
+        if not said[2 * i] then firsts, frame = group_firsts(G.ready, g) end  -- (paused: its turn ends)
+        out[g] = frame or false
+        if frame then taken[#taken + 1] = firsts[1] end
+        if frame and firsts[2] then
           again[#again + 1] = '*' .. g
         else
           ended[#ended + 1] = 's:' .. g

@@ -122,8 +122,8 @@ end
 -- end of ``pending``; the turn of a group paused since ends instead.
 local function group_turn_back(ticket, pending)
   local g = string.sub(ticket, 2)
-  if GROUPS.state and redis.pcall('HEXISTS', GROUPS.state, 'p:' .. g) == 1
-      and redis.pcall('HGET', GROUPS.state, 's:' .. g) == 't' then
+  local said = GROUPS.state and redis.pcall('HMGET', GROUPS.state, 's:' .. g, 'p:' .. g)
+  if type(said) == 'table' and said[1] == 't' and said[2] then
     redis.pcall('HDEL', GROUPS.state, 's:' .. g)
     return
   end
