@@ -137,3 +137,19 @@ def test_a_turn_given_twice_and_a_paused_group_in_one_take_hand_out_each_message
     finally:
         broker.close()
     assert sorted(handled.bodies) == ["a0", "a1", "a2", "b0", "b1", "b2", "c0", "c1", "c2"]
+
+
+def test_garbage_members_in_a_groups_ready_range_are_dead_lettered_and_its_messages_handled_once(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """Members written by hand into a group's range of the ready set (one shorter than the layout, one
+    whose frame is no frame): the acks' turns hand them out as bytes, a consumer dead-letters them as
+    malformed, and the group's own messages are handled once each; no group key is left."""
+    producer.publish_many("q", [1, 2], group="g")
+    redis_client.zadd(READY, {b"1:g\tx": 0, b"1:g\t9999999999999999\nnot a frame": 0})
+    handled = Handled()
+    start(handled)
+    wait_for(lambda: handled.count() == 2 and redis_client.llen(K.dead) == 2, timeout_s=10,
+             message=f"handled {handled.bodies}, dead {redis_client.llen(K.dead)}")
+    assert sorted(handled.bodies) == [1, 2]
+    assert all(b"malformed" in entry for entry in redis_client.lrange(K.dead, 0, -1))
+    wait_for(lambda: not redis_client.exists(READY, COUNT, STATE) and redis_client.llen(K.pending) == 0)
