@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from types import FrameType, SimpleNamespace
 from typing import Any, Optional, cast
 
 import pytest
 
 from smqsup.supervisor import child as child_mod
+from tests.helpers import wait_for
 
 
 def _child(ready_r: int) -> None:
@@ -22,10 +22,11 @@ def _child(ready_r: int) -> None:
     os.read(ready_r, 1)
     spec = cast(Any, SimpleNamespace(parent_pid=os.getppid()))
     child_mod._reset_process(spec, [])
-    deadline = time.monotonic() + 2
-    while not child_mod._stop_requested and time.monotonic() < deadline:
-        time.sleep(0.01)  # (a pending signal's Python handler runs between two bytecodes: at once)
-    os._exit(0 if child_mod._stop_requested else 1)
+    try:  # (a pending signal's Python handler runs between two bytecodes: at once)
+        wait_for(lambda: child_mod._stop_requested, timeout_s=2, interval_s=0.01)
+    except AssertionError:
+        os._exit(1)
+    os._exit(0)
 
 
 @pytest.mark.timeout(30)

@@ -43,7 +43,7 @@ def started(msg: Any) -> None:
 def sleepy(msg: Any) -> None:
     """Record the start, sleep body["sleep"] s, record the end; each with the group."""
     _record("start", msg, group=msg.group)
-    time.sleep(float(msg.body["sleep"]))
+    time.sleep(float(msg.body["sleep"]))  # the handler's work: the span a group's slot is held
     _record("end", msg, group=msg.group)
 
 
