@@ -19,7 +19,7 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
 from smqsup.store.locate import find_redis_server
 from smqsup.store.redis_server import RedisServer
-from tests import inproc, procs, script_coverage
+from tests import clients, inproc, procs, script_coverage
 from tests.helpers import client_for, servers_of
 from tests.topology import ClusterTopology, SentinelTopology
 
@@ -209,6 +209,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             and metafunc.definition.get_closest_marker("single_node") is None
             and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames):
         metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
+    if (metafunc.definition.get_closest_marker("both_clients") is not None
+            and {"producer", "new_producer"} & set(metafunc.fixturenames)):
+        metafunc.parametrize("client", ["sync", "async"], indirect=True)
+
+
+@pytest.fixture
+def client(request: pytest.FixtureRequest) -> str:
+    """Which client the ``producer`` is: "sync" (a Producer) or, in a run of
+    a ``both_clients`` module (tests/clients.py), "async" (an AsyncProducer
+    driven through the Producer's API)."""
+    return cast(str, getattr(request, "param", "sync"))
+
+
+@pytest.fixture
+def new_producer(client: str) -> Iterator[Callable[..., Producer]]:
+    """Make a producer (the Producer's arguments) of the test's client; each is closed at teardown."""
+    made: list[Any] = []
+
+    def _new(*args: Any, **kwargs: Any) -> Producer:
+        p = Producer(*args, **kwargs) if client == "sync" else clients.Driven(*args, **kwargs)
+        made.append(p)
+        return cast(Producer, p)
+
+    yield _new
+    for p in made:
+        p.close()
 
 
 @pytest.fixture
@@ -326,10 +352,9 @@ def _end_blocking_fetches(url: str) -> None:
 
 
 @pytest.fixture
-def producer(redis_url: str) -> Iterator[Producer]:
-    """A Producer on the test's Redis."""
-    with Producer(redis_url) as p:
-        yield p
+def producer(redis_url: str, new_producer: Callable[..., Producer]) -> Producer:
+    """A Producer on the test's Redis (or, for the "async" client, an AsyncProducer driven as one)."""
+    return new_producer(redis_url)
 
 
 #: Test files that run for minutes on end, whatever their test count: given

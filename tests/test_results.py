@@ -1,6 +1,7 @@
 """Tracked messages (result_ttl): results, state and progress written by the
 scripts that move a message, read by the producer, waited for without
-polling; on one Redis and on the Redis Cluster, partitioned too."""
+polling; on one Redis and on the Redis Cluster, partitioned too; from the
+Producer and from the AsyncProducer (tests/clients.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from smqsup.store.broker import Broker
 from tests.helpers import redis_ms, servers_of, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 K = QueueKeys(NS, "q")
 
@@ -229,6 +230,28 @@ def test_garbage_in_the_tracking_keys_costs_records_not_messages(
     redis_client.hset(K.tracked, "odd", "{not json")
     redis_client.hset(K.tracked, "odd2", '{"state":"exploded","attempts":"x"}')
     assert producer.state("q", "odd") == "unknown" and producer.state("q", "odd2") == "unknown"
+
+
+GARBAGE_RECORDS = [b"{not json", b"\xff\xfe{", b'{"state":"done"', b'{"state":"dead","attempts":', b"null", b"[1, 2]",
+                   b'{"attempts": 1, "at_ms": 5}', b'{"state": "exploded"}', b'{"state": 7}', b"",
+                   b'{"state":"done","x":"' + b"a" * 4_000_000]
+
+
+@pytest.mark.parametrize("junk", GARBAGE_RECORDS, ids=lambda junk: repr(junk[:30]))
+def test_a_tracked_record_holding_garbage_is_unknown_at_once(producer: Producer, redis_client: redis.Redis,
+                                                             junk: bytes) -> None:
+    """A record that is not what track.lua writes (not JSON, not UTF-8, cut short, no state, huge): state()
+    "unknown", result() and progress() ResultUnknown at once whatever the timeout, cancel() "unknown"."""
+    redis_client.hset(K.tracked, "odd", junk)
+    assert producer.state("q", "odd") == "unknown"
+    for timeout in (0, 3, None):
+        began = time.monotonic()
+        with pytest.raises(ResultUnknown):
+            producer.result("q", "odd", timeout=timeout)
+        assert time.monotonic() - began < 2
+    with pytest.raises(ResultUnknown):
+        producer.progress("q", "odd")
+    assert producer.cancel("q", "odd") == "unknown" and redis_client.zcard(K.cancel) == 0
 
 
 @pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b""])

@@ -34,7 +34,7 @@ from smqsup.store.aio import AsyncBroker
 from smqsup.store.batches import BatchStatus
 from smqsup.store.events import BLOCK_SLICE_MS, Event
 from smqsup.store.queues import NOTHING_DECLARED, Declared
-from smqsup.store.tracking import Record
+from smqsup.store.records import Record
 
 
 class AsyncProducer:
@@ -200,9 +200,9 @@ class AsyncProducer:
         share one subscription connection."""
         wait_s = results.wait_s(timeout)
         found = await self._find(queue, message_id)
-        record = None if found is None else found[1]
-        if found is not None and not found[1].ended and wait_s > 0:
-            record = await self._broker.tracking.wait(found[0], message_id, wait_s)
+        where = results.to_wait(found, wait_s)
+        record = await self._broker.tracking.wait(where, message_id, wait_s) if where is not None \
+            else None if found is None else found[1]
         return results.result_of(record, queue, message_id, timeout)
 
     async def state(self, queue: str, message_id: str) -> str:

@@ -23,7 +23,8 @@
 -- Returns "cancelled" (it waited: dead-lettered now), "stopping" (taken by a
 -- consumer, or seen waiting and taken since: its consumer stops it), the
 -- state it ended in ("done", "dead", "cancelled": a tracked message), or
--- "unknown" (seen nowhere, no record: finished untracked, or never was).
+-- "unknown" (seen nowhere, no record: finished untracked, or never was;
+-- a record that is garbage counts as none).
 -- Asking twice is harmless. Cancel requests go after CANCEL_KEEP_MS.
 -- A key of the wrong type among KEYS[1..5] is an error reply "WRONGTYPE ..."
 -- before anything is written; the others' garbage costs records only.
@@ -58,9 +59,15 @@ if removed > 0 then
   redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
   return 'cancelled'
 end
-local record = redis.pcall('HGET', T.hash, id)
-local state = type(record) == 'string' and string.match(record, '^{"state":"(%a+)"') or nil
+-- A record is believed only when it is what track.lua writes (JSON, a known
+-- state): garbage reads as no record, as the producers read it.
+local record, state = redis.pcall('HGET', T.hash, id), nil
+if type(record) == 'string' then
+  local ok, decoded = pcall(cjson.decode, record)
+  state = ok and type(decoded) == 'table' and decoded.state or nil
+end
 if state == 'done' or state == 'dead' or state == 'cancelled' then return state end
-if seen == '' and not state then return 'unknown' end
+local waits = {blocked = 1, scheduled = 1, waiting = 1, active = 1, retrying = 1}
+if seen == '' and not waits[state] then return 'unknown' end
 redis.pcall('ZADD', T.cancel, at_ms, id)
 return 'stopping'

@@ -1,0 +1,107 @@
+"""The Producer's API on either client, for the conformance suite (one suite,
+two clients, as BullMQ's adapter-conformance tests): a module marked
+``both_clients`` runs each test that takes the ``producer`` fixture twice,
+with a Producer and with an AsyncProducer behind Driven, which runs its
+coroutines on an event loop of its own thread and hands back what they
+return, so a test written against the Producer drives either. A test that
+fails only for "async" is drift between the two clients."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Optional
+
+from smqsup import AsyncProducer
+
+#: Longest one call of a driven coroutine may take, s (a hung wait fails the test, never the run).
+CALL_TIMEOUT_S = 120.0
+
+
+class Loop:
+    """An event loop running in a daemon thread of its own until stop()."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="conformance-loop")
+        self._thread.start()
+
+    def run(self, coro: Any) -> Any:
+        """``await coro`` on the loop; its value or its exception."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT_S)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def _synced(loop: Loop, value: Any) -> Any:
+    """What a call of the async client gave, as the sync client gives it: a
+    coroutine awaited, an async iterator iterated, an async context manager
+    (AsyncBatch) entered and left through a sync one."""
+    if asyncio.iscoroutine(value):
+        return loop.run(value)
+    if isinstance(value, AsyncIterator):
+        return _iterated(loop, value)
+    if hasattr(value, "__aenter__"):
+        return _Entered(loop, value)
+    return value
+
+
+def _iterated(loop: Loop, items: AsyncIterator[Any]) -> Iterator[Any]:
+    while True:
+        try:
+            yield loop.run(items.__anext__())
+        except StopAsyncIteration:
+            return
+
+
+class _Proxy:
+    """An async object's attributes, its coroutine methods called to the end."""
+
+    def __init__(self, loop: Loop, target: Any) -> None:
+        self._loop, self._target = loop, target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+        return lambda *args, **kwargs: _synced(self._loop, value(*args, **kwargs))
+
+
+class _Entered(_Proxy):
+    """An async context manager (AsyncBatch) used as a sync one."""
+
+    def __enter__(self) -> "_Entered":
+        entered = self._loop.run(self._target.__aenter__())
+        return _Entered(self._loop, entered)
+
+    def __exit__(self, *exc: Any) -> Optional[bool]:
+        return self._loop.run(self._target.__aexit__(*exc))  # type: ignore[no-any-return]
+
+
+class Driven(_Proxy):
+    """An AsyncProducer behind the Producer's sync API (see the module's docstring)."""
+
+    def __init__(self, url: str, *args: Any, **kwargs: Any) -> None:
+        loop = Loop()
+        # Made on the loop: the producer belongs to the loop that runs its coroutines.
+        super().__init__(loop, loop.run(_made(url, *args, **kwargs)))
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._target.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> "Driven":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+async def _made(*args: Any, **kwargs: Any) -> AsyncProducer:
+    return AsyncProducer(*args, **kwargs)
