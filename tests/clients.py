@@ -16,7 +16,7 @@ from typing import Any, Optional
 from smqsup import AsyncProducer
 
 #: Longest one call of a driven coroutine may take, s (a hung wait fails the test, never the run).
-CALL_TIMEOUT_S = 120.0
+CALL_TIMEOUT_S = 60.0
 
 
 class Loop:
@@ -82,6 +82,18 @@ class _Entered(_Proxy):
         return self._loop.run(self._target.__aexit__(*exc))  # type: ignore[no-any-return]
 
 
+class _OpenBatch(_Proxy):
+    """An opened AsyncBatch as the Producer's Batch: ``with`` closes it at
+    the end of a block that did not raise."""
+
+    def __enter__(self) -> "_OpenBatch":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self._loop.run(self._target.close())
+
+
 class Driven(_Proxy):
     """An AsyncProducer behind the Producer's sync API (see the module's docstring)."""
 
@@ -90,7 +102,16 @@ class Driven(_Proxy):
         # Made on the loop: the producer belongs to the loop that runs its coroutines.
         super().__init__(loop, loop.run(_made(url, *args, **kwargs)))
 
+    def batch(self, *args: Any, **kwargs: Any) -> _OpenBatch:
+        """Producer.batch() opens the batch at once; AsyncProducer's at ``async with`` (or open())."""
+        opened = self._target.batch(*args, **kwargs)
+        self._loop.run(opened.open())
+        return _OpenBatch(self._loop, opened)
+
     def close(self) -> None:
+        """Close the producer and stop its loop; again: nothing."""
+        if self._loop.loop.is_closed():
+            return
         try:
             self._loop.run(self._target.close())
         finally:
@@ -105,3 +126,13 @@ class Driven(_Proxy):
 
 async def _made(*args: Any, **kwargs: Any) -> AsyncProducer:
     return AsyncProducer(*args, **kwargs)
+
+
+def declared_now(producer: Any, queue: str) -> tuple[int, Any]:
+    """(partition count, Declared) of ``queue`` read afresh by ``producer``,
+    either client: what its next publish applies."""
+    if isinstance(producer, Driven):
+        broker = producer._target._broker
+        count = producer._loop.run(broker.partitions(queue, fresh=True))
+        return count, producer._loop.run(broker.declared(queue))
+    return producer._broker.queues.partitions(queue, fresh=True), producer._broker.queues.declared(queue)[1]

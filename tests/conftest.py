@@ -204,12 +204,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run each test of a ``topologies`` module that talks to Redis through
     ``redis_url`` twice: on one redis-server and on a 3+3 Redis Cluster. A
     test that drives the server itself (``redis_server``: kill, restart) or
-    is marked ``single_node`` runs on one server only."""
+    is marked ``single_node`` runs on one server only. And run each test of
+    a ``both_clients`` module that takes ``producer`` or ``new_producer``
+    once per client (tests/clients.py), unless marked ``sync_client_only``."""
     if (metafunc.definition.get_closest_marker("topologies") is not None
             and metafunc.definition.get_closest_marker("single_node") is None
             and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames):
         metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
     if (metafunc.definition.get_closest_marker("both_clients") is not None
+            and metafunc.definition.get_closest_marker("sync_client_only") is None
             and {"producer", "new_producer"} & set(metafunc.fixturenames)):
         metafunc.parametrize("client", ["sync", "async"], indirect=True)
 

@@ -24,7 +24,7 @@ from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 K = QueueKeys(NS, "q")
 

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.client import results
+from smqsup.client import batches, results
 from smqsup.client.aio_flows import AsyncBatch, Steps
 from smqsup.client.checks import valid_url
 from smqsup.client.events import Reading
@@ -153,7 +153,9 @@ class AsyncProducer:
     def batch(self, on_complete: Optional[tuple[str, Any]] = None,
               on_success: Optional[tuple[str, Any]] = None) -> AsyncBatch:
         """Producer.batch() for asyncio: ``async with producer.batch(...) as
-        batch:`` opens it, ``await batch.publish(...)``, closed at the end."""
+        batch:`` opens it, ``await batch.publish(...)``, closed at the end.
+        Its callbacks are checked here, as the Producer's (MessageError)."""
+        batches.callbacks(on_complete, on_success, self.max_message_size)
         return AsyncBatch(self._steps, on_complete, on_success)
 
     async def batch_status(self, batch_id: str) -> Optional[BatchStatus]:
