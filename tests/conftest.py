@@ -206,14 +206,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     test that drives the server itself (``redis_server``: kill, restart) or
     is marked ``single_node`` runs on one server only. And run each test of
     a ``both_clients`` module that takes ``producer`` or ``new_producer``
-    once per client (tests/clients.py), unless marked ``sync_client_only``."""
-    if (metafunc.definition.get_closest_marker("topologies") is not None
-            and metafunc.definition.get_closest_marker("single_node") is None
-            and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames):
+    once per client (tests/clients.py), unless marked ``sync_client_only``:
+    the AsyncProducer on one server only (its cluster path is the same
+    plans and frames), unless marked ``both_clients("cluster")``."""
+    d = metafunc.definition
+    topologies = (d.get_closest_marker("topologies") is not None and d.get_closest_marker("single_node") is None
+                  and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames)
+    both = d.get_closest_marker("both_clients")
+    clients_too = (both is not None and d.get_closest_marker("sync_client_only") is None
+                   and bool({"producer", "new_producer"} & set(metafunc.fixturenames)))
+    if topologies and clients_too:
+        pairs = [("single", "sync"), ("cluster", "sync"), ("single", "async")]
+        if both is not None and "cluster" in both.args:
+            pairs.append(("cluster", "async"))
+        metafunc.parametrize(("topology", "client"), pairs, indirect=True, ids=["-".join(p) for p in pairs])
+    elif topologies:
         metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
-    if (metafunc.definition.get_closest_marker("both_clients") is not None
-            and metafunc.definition.get_closest_marker("sync_client_only") is None
-            and {"producer", "new_producer"} & set(metafunc.fixturenames)):
+    elif clients_too:
         metafunc.parametrize("client", ["sync", "async"], indirect=True)
 
 

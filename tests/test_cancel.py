@@ -20,7 +20,7 @@ from smqsup.keys import QueueKeys
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
-pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 
 K = QueueKeys(NS, "q")
 

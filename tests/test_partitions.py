@@ -203,6 +203,7 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     assert broker.queues.resume("q") and not broker.statistics.read_queues(["q"])[1]["q"].paused
 
 
+@pytest.mark.sync_client_only("consumers' rate limits; the producer only publishes")
 def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Producer,
                                                     start: Callable[..., Running]) -> None:
     """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
@@ -218,6 +219,7 @@ def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Pro
     assert 59 / span <= 30 * 1.15, f"{59 / span:.1f}/s"
 
 
+@pytest.mark.sync_client_only("consumers' rate limits; the producer only publishes")
 def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(new_producer: Callable[..., Producer], redis_url: str,
                                                                        start: Callable[..., Running]) -> None:
     """partitions 1 in the file and 8 in Redis: rate_limit 5/s still holds for the queue (each partition
@@ -341,6 +343,7 @@ def test_partition_names_cannot_collide_with_queue_names() -> None:
         validate_queue_name("q~1")
 
 
+@pytest.mark.sync_client_only("supervised consumers' reclaim; the producer only publishes")
 def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed_child_in_its_partition(new_producer: Callable[..., Producer],
         supervise: Callable[..., Any], notify: Any, out_dir: Any, redis_url: str, redis_client: redis.Redis) -> None:
     """`smqsup -c` with partitions 3, 2 consumers: each registered in the 3 partitions; a child SIGKILLed

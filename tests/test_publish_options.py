@@ -184,6 +184,7 @@ def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(redis_url:
     assert producer.publish("q", "good", dedup_key="g") == ok
 
 
+@pytest.mark.sync_client_only("the purge's freeing of dedup keys; the producer only publishes")
 def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """Purging every dead letter frees each one's key, and leaves another message's key alone."""
     broker = Broker(redis_url)

@@ -23,7 +23,7 @@ from smqsup.store.broker import Broker
 from tests.helpers import redis_ms, servers_of, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 
 K = QueueKeys(NS, "q")
 
@@ -50,7 +50,7 @@ def test_async_and_threaded_handlers_give_results_too(start: Callable[..., Runni
     assert [producer.result("t", mid, timeout=10) for mid in tids] == [{"twice": 2 * i} for i in range(30)]
 
 
-def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Running], producer: Producer,
+def test_fifty_waiters_on_one_message_all_get_its_result(new_producer: Callable[..., Producer], start: Callable[..., Running], producer: Producer,
                                                          redis_url: str) -> None:
     """50 threads wait on one message published before any consumer runs; each gets the result."""
     mid = producer.publish("q", "go", result_ttl=60)
@@ -58,7 +58,7 @@ def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Ru
     lock = threading.Lock()
 
     def wait() -> None:
-        with Producer(redis_url) as p:
+        with new_producer(redis_url) as p:
             value = p.result("q", mid, timeout=20)
         with lock:
             got.append(value)
@@ -196,10 +196,10 @@ def test_result_ttl_passes_and_the_result_is_gone(start: Callable[..., Running],
     wait_for(lambda: not redis_client.hexists(K.tracked, mid) and redis_client.zscore(K.tracked_expiry, mid) is None)
 
 
-def test_the_queue_option_result_ttl_tracks_plain_publishes(redis_url: str, start: Callable[..., Running]) -> None:
+def test_the_queue_option_result_ttl_tracks_plain_publishes(new_producer: Callable[..., Producer], redis_url: str, start: Callable[..., Running]) -> None:
     """A queue whose consumers say result_ttl tracks what any producer publishes without it; 0 opts out."""
     start(lambda m: m.body + 1, result_ttl_s=30)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         wait_for(lambda: Broker(redis_url, NS).queues.result_ttl("q") == 30)
         mid = p.publish("q", 1)
         assert p.result("q", mid, timeout=10) == 2
@@ -255,26 +255,26 @@ def test_a_tracked_record_holding_garbage_is_unknown_at_once(producer: Producer,
 
 
 @pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b""])
-def test_junk_in_the_declared_options_leaves_publishes_untracked(redis_url: str, redis_client: redis.Redis,
+def test_junk_in_the_declared_options_leaves_publishes_untracked(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis,
                                                                  junk: bytes) -> None:
     """A result_ttl no consumer wrote (junk, negative, too long) reads as 0: publishes go on, untracked."""
     redis_client.hset(K.options, "result_ttl", junk)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         mid = p.publish("q", 1)
         assert p.state("q", mid) == "unknown" and redis_client.llen(K.pending) == 1
 
 
-def test_options_and_partition_keys_of_the_wrong_type_cost_no_publish(redis_url: str,
+def test_options_and_partition_keys_of_the_wrong_type_cost_no_publish(new_producer: Callable[..., Producer], redis_url: str,
                                                                       redis_client: redis.Redis) -> None:
     """An options key holding a list: publishes go on untracked. A partition count Redis cannot read does
     not hide a declared result_ttl: the publish is tracked, on the queue itself."""
     redis_client.rpush(K.options, "x")
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         assert p.state("q", p.publish("q", 1)) == "unknown"
     redis_client.delete(K.options)
     redis_client.hset(K.options, "result_ttl", "30")
     redis_client.rpush(K.partitions, "x")
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         assert p.state("q", p.publish("q", 2)) == "waiting"
 
 
