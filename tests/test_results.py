@@ -254,6 +254,16 @@ def test_a_tracked_record_holding_garbage_is_unknown_at_once(producer: Producer,
     assert producer.cancel("q", "odd") == "unknown" and redis_client.zcard(K.cancel) == 0
 
 
+def test_a_tracking_hash_of_the_wrong_type_is_unknown_at_once(producer: Producer, redis_client: redis.Redis) -> None:
+    """The tracking hash a list: state() "unknown", result(timeout=None) ResultUnknown at once, cancel() "unknown"."""
+    redis_client.rpush(K.tracked, "odd")
+    assert producer.state("q", "odd") == "unknown"
+    began = time.monotonic()
+    with pytest.raises(ResultUnknown):
+        producer.result("q", "odd", timeout=None)
+    assert time.monotonic() - began < 2 and producer.cancel("q", "odd") == "unknown"
+
+
 @pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b""])
 def test_junk_in_the_declared_options_leaves_publishes_untracked(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis,
                                                                  junk: bytes) -> None:
