@@ -350,3 +350,14 @@ def test_a_held_child_sees_a_dedup_key_held_until_done(producer: Producer) -> No
     parent = producer.publish("a", "p", result_ttl=60)
     holder = producer.publish("b", 1, dedup_key="K", dedup_until="done")
     assert producer.publish("b", 2, dedup_key="K", depends_on=[("a", parent)]) == holder
+
+
+@pytest.mark.parametrize("junk", [b'{"state":"done"', b'{"state":"dead","meta":', b'{"state": 7}', b"\xff"],
+                         ids=["done cut short", "dead cut short", "no state", "not utf-8"])
+def test_a_parent_record_holding_garbage_counts_as_running(producer: Producer, redis_client: redis.Redis,
+                                                           junk: bytes) -> None:
+    """A parent whose record is not one smqsup wrote (even one starting like a done one): its child is held,
+    neither released with a made-up result nor failed."""
+    redis_client.hset(QueueKeys(NS, "a").tracked, "odd", junk)
+    child = producer.publish("b", "c", depends_on=[("a", "odd")], result_ttl=60)
+    assert producer.state("b", child) == "blocked"

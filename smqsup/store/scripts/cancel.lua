@@ -37,6 +37,7 @@ local CANCEL_KEEP_MS = 3600000
 --- @include "now_ms"
 --- @include "dead_letter"
 --- @include "groups"
+--- @include "record_state"
 groups_use_ready(KEYS[12], KEYS[13])
 
 local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'},
@@ -59,15 +60,8 @@ if removed > 0 then
   redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
   return 'cancelled'
 end
--- A record is believed only when it is what track.lua writes (JSON, a known
--- state): garbage reads as no record, as the producers read it.
-local record, state = redis.pcall('HGET', T.hash, id), nil
-if type(record) == 'string' then
-  local ok, decoded = pcall(cjson.decode, record)
-  state = ok and type(decoded) == 'table' and decoded.state or nil
-end
+local state = record_state(redis.pcall('HGET', T.hash, id))
 if state == 'done' or state == 'dead' or state == 'cancelled' then return state end
-local waits = {blocked = 1, scheduled = 1, waiting = 1, active = 1, retrying = 1}
-if seen == '' and not waits[state] then return 'unknown' end
+if seen == '' and not state then return 'unknown' end
 redis.pcall('ZADD', T.cancel, at_ms, id)
 return 'stopping'
