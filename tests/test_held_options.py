@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
@@ -84,6 +85,7 @@ class Seen:
         self.lock = threading.Lock()
         self.items: list[Any] = []
         self.parents: dict[Any, dict[Any, Any]] = {}
+        self.started: dict[Any, float] = {}
         self.running: dict[Any, int] = {}
         self.most: dict[Any, int] = {}
         self._pause = threading.Event()
@@ -94,6 +96,7 @@ class Seen:
         with self.lock:
             self.items.append(m)
             self.parents[m.body] = parents
+            self.started[m.body] = time.monotonic()
             n = self.running[m.group] = self.running.get(m.group, 0) + 1
             self.most[m.group] = max(self.most.get(m.group, 0), n)
         self._pause.wait(self._work_s)  # (the handler's work: a span for another of its group to overlap)
@@ -181,6 +184,7 @@ def test_a_held_childs_delay_counts_from_its_release_and_it_keeps_its_group(
     wait_for(lambda: producer.state("b", child) == "scheduled", timeout_s=10)
     assert producer.result("b", child, timeout=10) == "later"
     assert seen_b.of("later").group == "g"
+    assert seen_b.started["later"] - seen_a.started["p"] >= 0.4
 
 
 def test_a_held_childs_headers_result_and_events_arrive(client: Client, producer: Producer, redis_url: str,
@@ -247,6 +251,14 @@ def test_a_chain_step_takes_a_group(client: Client, producer: Producer, start: C
     start(seen, name="a", group_concurrency=1)
     assert producer.result("a", ids[-1], timeout=10) == 3
     assert [(m.body, m.group) for m in seen.items] == [(1, "g"), (2, "g"), (3, "h")]
+
+
+def test_a_chain_step_with_a_bad_group_is_refused_before_anything_is_sent(
+        client: Client, redis_client: redis.Redis) -> None:
+    """A chain whose second step's group is no group's name: MessageError, the first step not sent."""
+    with pytest.raises(MessageError, match=r"group: holds a control character"):
+        client.chain([("a", 1), ("b", 2, {"group": "a\x1bb"})])
+    assert redis_client.llen(QueueKeys(NS, "a").pending) == 0
 
 
 def test_the_collectors_release_keeps_the_options(producer: Producer, start: Callable[..., Running],
@@ -320,12 +332,14 @@ def test_a_child_dead_lettered_for_its_parent_keeps_its_options_in_the_dead_lett
     ({"at": 4102444800}, "at: not with depends_on"),
     ({"dedup_key": "K", "dedup_until": "done"}, "dedup_until: not with depends_on"),
     ({"group": "g", "partition_key": "k"}, "partition_key and group"),
+    ({"group": ""}, "group: expected 1 to 256 bytes"), ({"group": "a\nb"}, "group: holds a control character"),
+    ({"group": "x" * 257}, "group: expected 1 to 256 bytes"), ({"group": 7}, "group: expected a string"),
 ])
 def test_options_a_hold_cannot_keep_are_refused_in_one_line(client: Client, producer: Producer,
                                                             redis_client: redis.Redis, options: dict[str, Any],
                                                             match: str) -> None:
-    """at, dedup_until, and a partition_key beside a group, with depends_on: MessageError of one line from
-    either client, nothing held."""
+    """at, dedup_until, a partition_key beside a group, and hostile group names, with depends_on:
+    MessageError of one line from either client, nothing held."""
     parent = producer.publish("a", "p", result_ttl=60)
     with pytest.raises(MessageError, match=match) as info:
         client.publish("b", "c", depends_on=[("a", parent)], **options)
