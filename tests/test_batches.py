@@ -159,6 +159,23 @@ def test_hostile_callbacks_are_one_line(producer: Producer, kwargs: dict[str, An
         producer.batch(**kwargs)
 
 
+def test_a_batchs_messages_take_a_group(start: Callable[..., Running], producer: Producer) -> None:
+    """Batch.publish and publish_many with group (the README's "publish()'s options but dedup keys and
+    depends_on"): each runs in its group under group_concurrency, counted in the batch, which fires."""
+    seen: list[tuple[Any, Any]] = []
+    calls = Calls()
+    start(lambda m: seen.append((m.body, m.group)), name="w", group_concurrency=1)
+    start(calls.handler(), name="done")
+    with producer.batch(on_complete=("done", None)) as batch:
+        batch.publish("w", "one", group="g", priority=4)
+        batch.publish_many("w", ["two", "three"], group="h")
+    wait_for(lambda: calls.of("done"), timeout_s=10)
+    assert sorted(seen, key=str) == [("one", "g"), ("three", "h"), ("two", "h")]
+    assert calls.of("done")[0]["done"] == 3
+    with pytest.raises(MessageError, match="group: holds a control character"):
+        producer.batch(on_complete=("done", None)).publish("w", 1, group="a\tb")
+
+
 def test_hostile_member_options_and_ids(producer: Producer) -> None:
     """Dedup keys and depends_on are not for members; batch_status of odd ids says so or None."""
     batch = producer.batch(on_complete=("done", 1))
