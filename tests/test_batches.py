@@ -16,7 +16,7 @@ from smqsup import Reject
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from tests.helpers import wait_for
+from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -121,6 +121,26 @@ def test_a_batch_open_until_closed_and_listed(start: Callable[..., Running], pro
     with pytest.raises(MessageError, match="closed"):
         batch.publish("w", 3)
     assert batch.close() is False
+
+
+def test_the_callback_waits_for_the_last_member(start: Callable[..., Running], producer: Producer) -> None:
+    """Three members ending one at a time: nothing fires while one still runs; the callback fires once, after
+    the last, with all three counted."""
+    calls = Calls()
+    gates = [threading.Event() for _ in range(3)]
+    start(calls.handler(lambda m: gates[m.body].wait(30)), name="w", concurrency=3)
+    start(calls.handler(), name="done")
+    with producer.batch(on_complete=("done", 1)) as batch:
+        batch.publish_many("w", [0, 1, 2])
+    wait_for(lambda: len(calls.of("w")) == 3)
+    for n, gate in enumerate(gates[:2], 1):
+        gate.set()
+        wait_for(lambda n=n: (s := producer.batch_status(batch.id)) is not None and s.done == n)
+    # The ends are told at once; a callback fired early would be handled within this span.
+    holds(lambda: calls.of("done") == [], 1.0, message="the callback fired before the last member ended")
+    gates[2].set()
+    wait_for(lambda: calls.of("done"), timeout_s=10)
+    assert calls.of("done") == [{"batch": batch.id, "body": 1, "done": 3, "failed": 0, "failures": []}]
 
 
 def test_a_block_that_raises_leaves_the_batch_open(start: Callable[..., Running], producer: Producer) -> None:
