@@ -154,6 +154,9 @@ def test_only_a_stop_we_asked_for_and_ended_is_free(stop: StopReason | None, kil
     (exited(0), view(ready=True), 0, 0.1, Death.CLEAN),
     (exited(0), view(ready=False), 0, 0.1, Death.AT_START),
     (exited(EXIT_IMPORT), view(ready=False), 0, 0.1, Death.CANNOT_RUN),
+    (exited(EXIT_IMPORT), view(ready=True, busy=True), 1, 0.1, Death.WORKING),
+    (exited(EXIT_IMPORT), view(ready=True), 0, 0.1, Death.AT_START),
+    (exited(EXIT_IMPORT), view(ready=True), 0, defaults.MIN_UPTIME_S, Death.WORKING),
     (killed(signal.SIGKILL), view(ready=True), 0, 0.1, Death.AT_START),
     (killed(signal.SIGKILL), view(ready=True, received=1), 0, 0.1, Death.WORKING),
     (killed(signal.SIGKILL), view(ready=True, busy=True), 0, 0.1, Death.WORKING),
@@ -164,7 +167,8 @@ def test_only_a_stop_we_asked_for_and_ended_is_free(stop: StopReason | None, kil
 ])
 def test_a_death_is_classified_by_status_slot_and_what_its_list_held(
         status: int, slot: SlotView, held: int | None, uptime: float, expected: Death) -> None:
-    """Clean after ready, handler import failure, working (took a message or had settled), or at start."""
+    """Clean after ready, handler import failure (exit 3 before ready only), working (took a message or
+    had settled), or at start."""
     assert decide.death(status, slot, held, uptime) is expected
 
 

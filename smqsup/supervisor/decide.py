@@ -140,11 +140,14 @@ def death(status: int, view: SlotView, held: Optional[int], uptime_s: float) -> 
     list held one (read from the slot and the reclaim, never from the parent's
     own "ready" bookkeeping, which may lag behind a child that took a message
     and died at once). Status 0 before "ready" is no clean exit: handler code
-    that ends the process while it is imported must back off, not loop.
+    that ends the process while it is imported must back off, not loop. The
+    reserved statuses mean what they say only before "ready": after it, the
+    status 3 of a handler or native library (sys.exit(3), os._exit(3)) is an
+    ordinary death, or one poison message would make its queue FATAL.
     """
     if clean_exit(status) and view.ready_us != 0:
         return Death.CLEAN
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT:
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT and view.ready_us == 0:
         return Death.CANNOT_RUN
     took_message = view.received > 0 or view.busy_since_us != 0 or bool(held)
     settled = view.ready_us != 0 and uptime_s >= defaults.MIN_UPTIME_S
