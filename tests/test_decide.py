@@ -70,8 +70,18 @@ def test_scale_down_stops_idle_children_first_then_the_newest() -> None:
 
 
 def test_stopping_children_do_not_count_toward_the_target() -> None:
-    """A child being recycled is replaced at once: the queue stays at its target of working children."""
+    """A child being recycled that runs no message is replaced at once: the queue stays at its target."""
     assert decide.queue_actions(queue(1), [child(1, stop=StopReason.RECYCLE)], NOW, idle) == [Start("q")]
+
+
+@pytest.mark.parametrize("reason", [StopReason.SCALE_DOWN, StopReason.RECYCLE, StopReason.DECLARED_DEAD])
+def test_a_stopping_child_still_running_its_message_holds_its_place_until_it_exits(reason: StopReason) -> None:
+    """Target 3, two running, one stopped but busy: no start, so that no more than 3 handlers ever run."""
+    finishing = child(3, stop=reason)
+    mine = [child(1), child(2), finishing]
+    assert decide.queue_actions(queue(3), mine, NOW, lambda c: c is finishing) == []
+    assert decide.queue_actions(queue(3), mine, NOW, idle) == [Start("q")]
+    assert decide.queue_actions(queue(4), mine, NOW, lambda c: True) == [Start("q")]
 
 
 def test_a_queue_at_its_target_does_nothing() -> None:

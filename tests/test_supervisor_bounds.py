@@ -4,6 +4,7 @@ on the handlers of an autoscaled queue."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
-from tests.handlers import read_events
+from tests.handlers import max_overlap, read_events
 from tests.helpers import wait_for
 from tests.procs import NotifySocket
 
@@ -44,3 +45,34 @@ def test_exit_status_3_while_handling_a_message_is_an_ordinary_death_not_an_impo
         mid = p.publish("q", "fine")
     wait_for(lambda: [e["id"] for e in _events(out_dir, "done")] == [mid])
     assert "FATAL" not in sup.log() and "cannot be imported" not in sup.log()
+
+
+def _started_pids(sup: procs.Supervisor) -> set[int]:
+    return {e["pid"] for e in sup.events("start")}
+
+
+def test_ttou_then_ttin_while_every_consumer_is_busy_never_runs_more_than_max_handlers(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
+    """{min: 1, max: 3}, all busy, SIGTTOU then SIGTTIN five times: never more than 3 handlers at once."""
+    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": {"min": 1, "max": 3},
+                           "scale_up_backlog": 1000, "scale_up_lag": "1h", "scale_down_after": "1h"}}, notify)
+    notify.wait("READY=1")
+    for n in (2, 3):  # one at a time: two signals sent at once may be delivered as one
+        sup.signal(signal.SIGTTIN)
+        wait_for(lambda n=n: f"SIGTTIN: queue q scaled to {n}" in sup.log())
+    wait_for(lambda: len(sup.children()) == 3, message=f"not 3 consumers; log:\n{sup.log()}")
+    with Producer(redis_url) as p:
+        p.publish_many("q", [{"sleep": 1.5, "n": n} for n in range(40)])
+    wait_for(lambda: len(_started_pids(sup)) == 3, message="not every consumer busy")
+    for n in range(1, 6):
+        before = _started_pids(sup)
+        sup.signal(signal.SIGTTOU)
+        wait_for(lambda n=n: sup.log().count("SIGTTOU: queue q scaled to 2") == n)
+        sup.signal(signal.SIGTTIN)
+        wait_for(lambda n=n: sup.log().count("SIGTTIN: queue q scaled to 3") == n + 1)
+        # The consumer that replaces the stopped one has taken a message: all are busy again.
+        wait_for(lambda before=before: _started_pids(sup) - before, timeout_s=15,
+                 message=f"round {n}: no new consumer took a message; log:\n{sup.log()}")
+        assert max_overlap(sup.events()) <= 3, f"round {n}: {max_overlap(sup.events())} handlers at once"
+    wait_for(lambda: len(sup.children()) == 3)
+    assert max_overlap(sup.events()) <= 3

@@ -53,19 +53,32 @@ def queue_actions(q: QueueState, mine: Sequence[Child], now: float,
         return [StopChild(c, StopReason.DRAIN) for c in live]
     if q.policy.state is State.FATAL:
         return []
+    finishing = sum(1 for c in mine if c.stopping and busy(c))
     if q.roll_failed is not None:
-        return _scale(q, live, now, busy)
+        return _scale(q, live, finishing, now, busy)
     current = [c for c in live if c.generation == q.generation]
     old = [c for c in live if c.generation != q.generation]
     if old:
         return _roll(q, mine, current, old, now)
-    return _scale(q, current, now, busy)
+    return _scale(q, current, finishing, now, busy)
 
 
-def _scale(q: QueueState, current: list[Child], now: float, busy: Callable[[Child], bool]) -> list[Action]:
+def _scale(q: QueueState, current: list[Child], finishing: int, now: float,
+           busy: Callable[[Child], bool]) -> list[Action]:
+    """Starts or stops toward the target; ``finishing``: children told to
+    stop that still run a message.
+
+    Handlers of a queue never outnumber its target: a child still finishing
+    its message after a stop holds its place until it exits, so a SIGTTOU
+    and a SIGTTIN (or a max_memory recycle) never run a replacement beside
+    the message it stopped. (A child told to stop takes nothing more; only
+    one that had its message in hand before the SIGTERM landed, and not yet
+    in its slot, can slip past this count.)
+    """
     missing = q.target - len(current)
     if missing > 0:
-        if not q.policy.may_start(now):
+        missing -= finishing
+        if missing <= 0 or not q.policy.may_start(now):
             return []
         return [Start(q.config.name)] * (1 if q.policy.one_at_a_time else missing)
     # Idle children first, then the newest: the busiest keep their work.
