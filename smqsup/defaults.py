@@ -191,6 +191,9 @@ BATCH_ENDS_S = 0.05
 #: Bytes of a ready frame lag.lua sends back: its head (46 at most), '|{"id":"' and a 26-character id fit,
 #: so a frame of megabytes is never sent whole.
 LAG_HEAD_BYTES = 120
+#: Message groups of a partition lag.lua reads one by one (the largest): their pauses, turns and next
+#: frames; past that many, the others are taken as not paused (their count an estimate, garbage included).
+LAG_GROUPS_READ = 200
 #: A message id dated further back than this gives no lag (its id does not hold smqsup's time), in s.
 LAG_MAX_AGE_S = 10 * 365 * 86_400
 #: A supervisor's info not rewritten for this many of its own intervals (its every_s) is stale: its

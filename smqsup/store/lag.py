@@ -2,8 +2,10 @@
 
     Lags.read({queue: partitions}) ─▶ lag.lua per partition, one round trip ─▶ QueueLag per queue
 
-A partition's next message is the older of the pending list's rightmost frame
-(consumers take from the right) and the priority set's first member; its age
+A partition's next message is the oldest of the pending list's rightmost frame
+(consumers take from the right), the priority set's first member and the
+first published of its message groups' next frames (a paused group's
+messages are not ready: they count nowhere); its age
 is the Redis clock minus the time in its id (ids.py: 12 hex digits of ms
 since the epoch). A queue's lag is the largest of its partitions'. The frames
 are anyone's bytes: one whose head is not a frame, or whose id holds no
@@ -79,17 +81,18 @@ def frame_lag_ms(head: Any, now_ms: int) -> Optional[int]:
 
 def lag_call(keys: QueueKeys) -> scripts.Call[Part]:
     """lag.lua on one partition; its reply read as a Part."""
-    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, keys.groups[0], keys.groups[1]),
-                        (defaults.LAG_HEAD_BYTES,),
+    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, *keys.groups[:3]),
+                        (defaults.LAG_HEAD_BYTES, defaults.LAG_GROUPS_READ),
                         _partition)
 
 
 def _partition(reply: Sequence[Any]) -> Part:
-    """lag.lua's reply as a Part: the lag is the older of the two frames
-    next in line, 0 when none is ready."""
-    pending, prioritised, tail, best, now_ms, paused = reply
+    """lag.lua's reply as a Part: the lag is the oldest of the frames next
+    in line (the pending list's, the priority set's, the groups'), 0 when
+    none is ready."""
+    pending, prioritised, tail, best, now_ms, paused, grouped = reply
     ready, now_ms = int(pending) + int(prioritised), int(now_ms)
-    found = [lag for head in (tail, best) if (lag := frame_lag_ms(head, now_ms)) is not None]
+    found = [lag for head in (tail, best, grouped) if (lag := frame_lag_ms(head, now_ms)) is not None]
     return Part(ready, (max(found) if found else None if ready else 0), now_ms, bool(paused))
 
 

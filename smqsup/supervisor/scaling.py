@@ -14,6 +14,11 @@ The gap between the two (a load that keeps one consumer fewer busy past
 SCALE_DOWN_BUSY never steps down, and one that leaves nothing waiting never
 steps up) is what keeps a steady load from flapping.
 
+A queue with a rate_limit steps up only while its handlers are busy at
+least SCALE_DOWN_BUSY of its capacity, and down as if nothing were ready:
+beyond rate × a message's handler time, consumers can only wait for the
+limit, and their backlog is the limit's, not theirs to take.
+
 Each supervisor scales its own consumers from what it reads: several
 supervisors of one queue each add their step while it lags.
 """
@@ -78,11 +83,14 @@ def step(q: QueueConfig, target: int, look: Look, pace: Pace, now: float) -> tup
     """(+1 or -1, why) to move an autoscaled queue's ``target``, or (0, "")."""
     lowest, highest = q.consumers, q.consumers_max or q.consumers
     cooled = now - pace.last_step_at >= q.scale_cooldown_s
+    # A rate-limited queue lags whenever its limit is below its publish
+    # rate; more consumers help only while its handlers are what is busy.
+    limited = q.rate_limit_per_s > 0
     why = pressure(q, target, look)
-    if why is not None:
+    if why is not None and (not limited or look.busy >= target * q.concurrency * defaults.SCALE_DOWN_BUSY):
         pace.idle_since = None
         return (1, why) if target < highest and cooled else (0, "")
-    spare = look.ready == 0 and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
+    spare = (look.ready == 0 or limited) and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
     if not spare:
         pace.idle_since = None
         return 0, ""
