@@ -81,3 +81,31 @@ def test_a_plain_message_behind_group_turns_is_counted_once_and_dated(
     assert redis_client.lindex(K.pending, -1).startswith(b"*")
     lag = _lag(broker)
     assert lag.ready == 3 and lag.lag_s is not None
+
+
+def _repair_all(broker: Broker, redis_client: redis.Redis) -> None:
+    """The collector's group repair, round after round until its cursor is back at the start."""
+    redis_client.set(K.gc_lock, "me")
+    cursor, rounds = broker.groups.repair("q", (K.gc_lock, "me"), 0)[0], 1
+    while cursor != b"0" and rounds < 100:
+        cursor, rounds = broker.groups.repair("q", (K.gc_lock, "me"), 0, cursor)[0], rounds + 1
+    assert cursor == b"0"
+
+
+def test_the_repair_dead_letters_garbage_in_the_groups_ready_set_and_gives_an_orphan_group_its_turn(
+        broker: Broker, producer: Producer, redis_client: redis.Redis) -> None:
+    """Members in no group's layout go to the dead letters, whole; a group's messages with no count entry and no
+    turn (keys deleted by hand) get both: consumers can take them again."""
+    from smqsup.deadletter import DeadLetter
+
+    garbage = {f"garbage {n}".encode(): 0 for n in range(300)} | {b"5:ab\tshort\nx": 0, b"*fake": 0}
+    redis_client.zadd(K.groups[0], garbage)
+    producer.publish_many("q", ["o1", "o2"], group="orphan")
+    redis_client.delete(K.pending, K.groups[1], K.groups[2])
+    _repair_all(broker, redis_client)
+    assert redis_client.zcard(K.groups[0]) == 2
+    dead = [DeadLetter(raw) for raw in redis_client.lrange(K.dead, 0, -1)]
+    assert sorted(d.frame for d in dead) == sorted(garbage) and {d.reason for d in dead} == {"malformed"}
+    assert redis_client.lrange(K.pending, 0, -1) == [b"*orphan"]
+    assert redis_client.zscore(K.groups[1], "orphan") == 2
+    assert _lag(broker).ready == 2

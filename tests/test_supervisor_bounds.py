@@ -15,7 +15,7 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from tests import procs
 from tests.handlers import max_overlap, read_events
-from tests.helpers import wait_for
+from tests.helpers import holds, wait_for
 from tests.procs import NotifySocket
 
 Q = QueueKeys("smq", "q")
@@ -76,3 +76,26 @@ def test_ttou_then_ttin_while_every_consumer_is_busy_never_runs_more_than_max_ha
         assert max_overlap(sup.events()) <= 3, f"round {n}: {max_overlap(sup.events())} handlers at once"
     wait_for(lambda: len(sup.children()) == 3)
     assert max_overlap(sup.events()) <= 3
+
+
+def test_a_paused_groups_backlog_and_garbage_in_the_groups_keys_do_not_scale_a_queue_up(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str,
+        redis_client: "redis.Redis") -> None:
+    """{min: 1, max: 4}: 100 messages of a paused group and 100 garbage members of groups:ready keep 1 consumer;
+    resumed, the group's messages scale it up."""
+    from smqsup.store.broker import Broker
+
+    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": {"min": 1, "max": 4}}}, notify)
+    notify.wait("READY=1")
+    broker = Broker(redis_url, "smq")
+    try:
+        broker.groups.pause("q", "held", "test")
+        with Producer(redis_url) as p:
+            p.publish_many("q", [{"sleep": 0.05, "n": n} for n in range(100)], group="held")
+        redis_client.zadd(Q.groups[0], {f"garbage {n}": 0 for n in range(100)})
+        holds(lambda: len(sup.children()) == 1, 4.0, message=f"scaled up; log:\n{sup.log()}")
+        assert "scaled up" not in sup.log()
+        broker.groups.resume("q", "held")
+    finally:
+        broker.close()
+    wait_for(lambda: "scaled up" in sup.log(), timeout_s=15)
