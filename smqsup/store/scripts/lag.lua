@@ -10,6 +10,8 @@
 -- KEYS[4]  ns:{Q}:groups:ready ZSET, the groups' ready frames (includes/groups.lua)
 -- KEYS[5]  ns:{Q}:groups:count ZSET, the groups with ready frames
 -- KEYS[6]  ns:{Q}:groups:state HASH, a group's turn ("s:G") and pause ("p:G")
+-- KEYS[7]  ns:{Q}:ready_at  ZSET, message id -> when it became ready (ms), for
+--          those made ready late (promote.lua)
 -- ARGV[1]  bytes of each frame to send back (>= 1)
 -- ARGV[2]  most groups read one by one (>= 0)
 --
@@ -18,7 +20,8 @@
 -- among its last TAIL_LOOK elements) or false, the same of the priority
 -- set's first member or false, the Redis clock in ms, 1 if paused else 0,
 -- the same of the group's next frame published first (of the groups read,
--- not paused) or false}. ready counts the pending list's frames, its
+-- not paused) or false, and for each of these three frames its ready time
+-- in KEYS[7] (ms) or false}. ready counts the pending list's frames, its
 -- groups' turns left out, and the ready frames of the groups not paused.
 -- Up to ARGV[2] groups (the largest counts) are read exactly: their turns,
 -- pauses and frames; past that many, each other group is taken to have a
@@ -31,6 +34,15 @@ local head = tonumber(ARGV[1])
 local groups_max = math.max(0, tonumber(ARGV[2]) or 0)
 local TAIL_LOOK = 64
 --- @include "now_ms"
+--- @include "frame_id"
+
+-- When the message of ``frame`` became ready, if it was made ready late.
+local function ready_time(frame)
+  local id = type(frame) == 'string' and frame_id(frame)
+  if not id then return false end
+  local at = redis.pcall('ZSCORE', KEYS[7], id)
+  return type(at) == 'string' and at or false
+end
 
 -- A size, 0 for a key of another type (pcall: its error is a table).
 local function size(command, key)
@@ -94,4 +106,4 @@ if listed > 0 then tail = plain_tail() end
 local grouped_ready, turns, first = groups()
 if prioritised > 0 then best = redis.call('ZRANGE', priority, 0, 0)[1] end
 return {listed - math.min(listed, turns) + grouped_ready, prioritised, cut(tail), cut(best), now_ms(),
-        redis.call('EXISTS', KEYS[3]), cut(first)}
+        redis.call('EXISTS', KEYS[3]), cut(first), ready_time(tail), ready_time(best), ready_time(first)}
