@@ -109,3 +109,19 @@ def test_the_repair_dead_letters_garbage_in_the_groups_ready_set_and_gives_an_or
     assert redis_client.lrange(K.pending, 0, -1) == [b"*orphan"]
     assert redis_client.zscore(K.groups[1], "orphan") == 2
     assert _lag(broker).ready == 2
+
+
+@pytest.mark.parametrize("read", [0, 1, 3])
+def test_past_the_groups_read_one_by_one_the_others_are_estimated_never_undercounted(
+        broker: Broker, producer: Producer, monkeypatch: pytest.MonkeyPatch, read: int) -> None:
+    """Groups of 5, 3 and 1 (paused) messages and one plain: read exactly, 9; past LAG_GROUPS_READ the groups not
+    read count as not paused, each with a turn in the pending list: never fewer than consumers could take (9)."""
+    from smqsup import defaults
+
+    for name, n in (("a", 5), ("b", 3), ("c", 1)):
+        producer.publish_many("q", [{"n": i} for i in range(n)], group=name)
+    broker.groups.pause("q", "c", "test")
+    producer.publish("q", "plain")
+    monkeypatch.setattr(defaults, "LAG_GROUPS_READ", read)
+    lag = _lag(broker)
+    assert (lag.ready == 9 if read == 3 else 9 <= lag.ready <= 10) and lag.lag_s is not None

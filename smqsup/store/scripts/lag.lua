@@ -71,8 +71,8 @@ end
 local function groups()
   local all = size('ZCARD', counts)
   if all == 0 then return 0, 0, false end
-  local names = redis.pcall('ZREVRANGE', counts, 0, groups_max - 1)
-  if type(names) ~= 'table' or groups_max == 0 then names = {} end
+  local names = groups_max > 0 and redis.pcall('ZREVRANGE', counts, 0, groups_max - 1)
+  if type(names) ~= 'table' then names = {} end
   local ready, turns, read, first, first_seq = 0, 0, 0, false, nil
   for _, g in ipairs(names) do
     local p = #g .. ':' .. g .. '\t'
