@@ -7,6 +7,7 @@ and the survivors.
     python tests/bench/mutate.py --sample 0               # every mutant (hours)
     python tests/bench/mutate.py --files ack.lua nack.lua --sample 20 --seed 3
     python tests/bench/mutate.py --list                   # the mutants, not run
+    python tests/bench/mutate.py --rerun before.txt       # the survivors of an earlier run, judged again
 
 The slips (one per mutant):
 
@@ -26,7 +27,9 @@ compile, or it is not counted. Then ``pytest -x`` runs the test modules of
 the file's area (``AREAS``) on one process; a failure or a time-out kills the
 mutant. The sample is drawn with ``--seed`` from every mutant of the files,
 so two runs with the same seed and files try the same mutants: run it before
-and after a change to the tests to compare scores.
+and after a change to the tests to compare scores. Tests only added kill at
+least what they killed before, so ``--rerun`` (the survivors an earlier run
+printed, judged again) gives the new score at a fraction of the time.
 """
 
 from __future__ import annotations
@@ -314,13 +317,16 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="*", default=["cmp", "off", "call", "swap", "logic"])
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one mutant's tests may take")
     ap.add_argument("--list", action="store_true", help="print the mutants drawn; run nothing")
+    ap.add_argument("--rerun", type=Path, help="an earlier run's output: judge its survivors again")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="smqmutate-") as tmp:
         root = Path(tmp)
         _copy_checkout(root)
         mutants = [m for m in all_mutants(root, _files(root, args.files)) if m.kind in args.kinds]
         total = len(mutants)
-        if args.sample and args.sample < total:
+        if args.rerun:
+            mutants = _survivors_of(args.rerun, mutants)
+        elif args.sample and args.sample < total:
             mutants = random.Random(args.seed).sample(mutants, args.sample)
         print(f"{total} mutants in all; trying {len(mutants)} (seed {args.seed})", flush=True)
         if args.list:
@@ -328,6 +334,25 @@ def main() -> None:
                 print(" ", m.describe())
             return
         run(root, mutants, args.timeout)
+
+
+def _survivors_of(output: Path, mutants: list[Mutant]) -> list[Mutant]:
+    """The mutants an earlier run's output lists as survivors, found by file, slip and text (the line
+    may have moved since); those no longer in the code are said."""
+    def key(text: str) -> str:
+        return re.sub(r":\d+ \[", " [", text, count=1)
+    listed = [line.split("survived: ", 1)[1] for line in output.read_text().splitlines()
+              if line.startswith("  survived: ")]
+    by_key: dict[str, list[Mutant]] = {}
+    for m in mutants:
+        by_key.setdefault(key(m.describe()), []).append(m)
+    found = []
+    for text in listed:
+        if by_key.get(key(text)):
+            found.append(by_key[key(text)].pop(0))
+        else:
+            print(f"no longer a mutant of this checkout (its line changed): {text}")
+    return found
 
 
 def run(root: Path, mutants: list[Mutant], timeout_s: float) -> None:
