@@ -179,6 +179,15 @@ def exit0(msg: Any) -> None:
     os._exit(0)
 
 
+def exit3(msg: Any) -> None:
+    """A body "poison" ends the process with status 3 mid-message (the status a
+    native library might use); any other body is recorded and acked."""
+    if msg.body == "poison":
+        _record("start", msg)
+        os._exit(3)
+    _record("done", msg)
+
+
 def chaos(msg: Any) -> None:
     """Record every delivery; a body ``{"kind": ...}`` is poison: "raise"
     raises, "exit" ends the process mid-message (as a crashing C extension

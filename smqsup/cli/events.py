@@ -41,7 +41,7 @@ _EVENT_WIDTH = 9
 def add_events(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup events``."""
     p = sub.add_parser("events", help="the lifecycle events of QUEUE (its option events: true), oldest first",
-                       description="Print the events of QUEUE's messages (published, started, progress, retried, "
+                       description="Print the events of QUEUE's messages (published, released, started, progress, retried, "
                                    "done, dead, expired, cancelled, removed, reclaimed, returned, requeued), "
                                    "oldest first, one a line: time (UTC), event, message id, attempts, data. "
                                    "Only a queue whose consumers run with events: true has any.")

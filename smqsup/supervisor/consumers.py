@@ -214,7 +214,7 @@ class Consumers:
         report = self.reports.take(c.pid)
         q = self.queues.get(c.queue)
         threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
-        cause = describe_status(status)
+        cause = describe_status(status, ready=view.ready_us != 0)
         self._record_exit(c, cause)
         costs = decide.costs_attempt(c)
         started = (view.started, view.returned)  # what it never started, or saw return, goes back free
