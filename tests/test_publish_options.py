@@ -48,6 +48,7 @@ def test_a_delayed_message_is_not_handled_before_it_is_due(start: Callable[..., 
     assert seen[0][1] <= before + 600 + 1000
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """Published in reverse due order, handled in due order; an `at` in the past goes straight to pending."""
@@ -65,6 +66,7 @@ def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
     assert [b for b, _ in seen] == ["past", "epoch", "d2", "d1", "d0"]
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_the_highest_priority_ready_message_goes_first_fifo_within_a_level(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """1,000 of priority 0 waiting, then 100 of priority 9 and 10 of 5: 9s, then 5s, then 0s, each in order."""
@@ -89,6 +91,7 @@ def _blmove_calls(node: Any) -> int:
     return int(node.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once.
@@ -274,6 +277,7 @@ def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., 
     assert redis_client.hget(K.counters, "rejected") == b"1"
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., Running], producer: Producer,
                                                           redis_client: redis.Redis) -> None:
     """Retry(delay=0.3) with retry_threshold 2: three deliveries, each >= 0.3 s apart, then dead-lettered."""
@@ -323,6 +327,7 @@ def test_the_pending_listing_follows_the_order_consumers_take(redis_url: str, pr
     assert listed == taken == ["a9", "d9", "b5", "f5", "c0", "e0"]
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_consumer(
         redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """Four idle consumers, four priority-5 messages in one call: all four start at once, not one by one."""

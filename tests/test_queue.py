@@ -63,6 +63,7 @@ def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
     assert broker.statistics.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 1}
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running], producer: Producer,
                                                      redis_client: redis.Redis) -> None:
     """A failed message waits retry_delay in the delayed set before its next attempt."""
@@ -81,6 +82,7 @@ def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running
     assert redis_client.zcard(QueueKeys(NS, "q").delayed) == 0
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_backoff_grows_the_delay(start: Callable[..., Running], producer: Producer,
                                        redis_client: redis.Redis) -> None:
     """With retry_backoff 2, the second retry waits twice the first."""
