@@ -4,16 +4,20 @@ two clients, as BullMQ's adapter-conformance tests): a module marked
 with a Producer and with an AsyncProducer behind Driven, which runs its
 coroutines on an event loop of its own thread and hands back what they
 return, so a test written against the Producer drives either. A test that
-fails only for "async" is drift between the two clients."""
+fails only for "async" is drift between the two clients. The fixtures
+``client`` and ``new_producer`` (a pytest plugin of conftest.py) hand them
+out; conftest.pytest_generate_tests says which tests run with which."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Optional
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Optional, cast
 
-from smqsup import AsyncProducer
+import pytest
+
+from smqsup import AsyncProducer, Producer
 
 #: Longest one call of a driven coroutine may take, s (a hung wait fails the test, never the run).
 CALL_TIMEOUT_S = 60.0
@@ -136,3 +140,26 @@ def declared_now(producer: Any, queue: str) -> tuple[int, Any]:
         count = producer._loop.run(broker.partitions(queue, fresh=True))
         return count, producer._loop.run(broker.declared(queue))
     return producer._broker.queues.partitions(queue, fresh=True), producer._broker.queues.declared(queue)[1]
+
+
+@pytest.fixture
+def client(request: pytest.FixtureRequest) -> str:
+    """Which client the ``producer`` is: "sync" (a Producer) or, in a run of
+    a ``both_clients`` module (tests/clients.py), "async" (an AsyncProducer
+    driven through the Producer's API)."""
+    return cast(str, getattr(request, "param", "sync"))
+
+
+@pytest.fixture
+def new_producer(client: str) -> Iterator[Callable[..., Producer]]:
+    """Make a producer (the Producer's arguments) of the test's client; each is closed at teardown."""
+    made: list[Any] = []
+
+    def _new(*args: Any, **kwargs: Any) -> Producer:
+        p = Producer(*args, **kwargs) if client == "sync" else Driven(*args, **kwargs)
+        made.append(p)
+        return cast(Producer, p)
+
+    yield _new
+    for p in made:
+        p.close()

@@ -19,9 +19,12 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
 from smqsup.store.locate import find_redis_server
 from smqsup.store.redis_server import RedisServer
-from tests import clients, inproc, procs, script_coverage
+from tests import inproc, procs, script_coverage
 from tests.helpers import client_for, servers_of
 from tests.topology import ClusterTopology, SentinelTopology
+
+#: The both_clients fixtures (client, new_producer) live beside the adapter they hand out.
+pytest_plugins = ("tests.clients",)
 
 
 def _redis_binary() -> str:
@@ -224,29 +227,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
     elif clients_too:
         metafunc.parametrize("client", ["sync", "async"], indirect=True)
-
-
-@pytest.fixture
-def client(request: pytest.FixtureRequest) -> str:
-    """Which client the ``producer`` is: "sync" (a Producer) or, in a run of
-    a ``both_clients`` module (tests/clients.py), "async" (an AsyncProducer
-    driven through the Producer's API)."""
-    return cast(str, getattr(request, "param", "sync"))
-
-
-@pytest.fixture
-def new_producer(client: str) -> Iterator[Callable[..., Producer]]:
-    """Make a producer (the Producer's arguments) of the test's client; each is closed at teardown."""
-    made: list[Any] = []
-
-    def _new(*args: Any, **kwargs: Any) -> Producer:
-        p = Producer(*args, **kwargs) if client == "sync" else clients.Driven(*args, **kwargs)
-        made.append(p)
-        return cast(Producer, p)
-
-    yield _new
-    for p in made:
-        p.close()
 
 
 @pytest.fixture
