@@ -2,16 +2,13 @@
 plans.py's reads, cancels and waits (what they decide is written once,
 there, for both stores; this only sends and receives). Each round trip a
 plan yields is one Batch sent through the AsyncBroker's _send under its
-turns. A wait subscribes to the message's channel and runs plans.wait()
-only once Redis confirmed the subscription (no end falls between the
-subscription and the read); the waits of one AsyncBroker share one
-subscription connection and one reading task (aio_waiters.py).
+turns; a wait's subscription steps go to the one subscription connection
+and reading task the waits of an AsyncBroker share (aio_waiters.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Optional, TypeVar
 
@@ -49,24 +46,37 @@ class AsyncTracking:
         self._turns = turns
         self._subscriber = AsyncSubscriber(open_connection)
 
-    async def run(self, plan: "plans.WaitPlan[T]", w: Optional[AsyncWatch] = None) -> T:
+    async def run(self, plan: "plans.WaitPlan[T]") -> T:
         """Drive ``plan`` (plans.py): each round trip it yields sent as one
-        Batch, under the turns; a Pause waits on ``w``'s changes."""
+        Batch, under the turns; its subscription steps on the shared
+        subscription (its watch dropped whatever happens)."""
         reply: Any = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            if isinstance(step, plans.Pause):
-                assert w is not None, "a plan that pauses needs a watch"
-                await _until(w.changed, step.seconds)
-                w.changed.clear()
+        w: Optional[AsyncWatch] = None
+        try:
+            while True:
+                try:
+                    step = plan.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
                 reply = None
-            else:
-                batch = plans.fill(scripts.Batch(self._client), step)
-                async with self._turns:
-                    reply = await self._send(batch)
+                if isinstance(step, plans.Subscribe):
+                    w = reply = await self._subscriber.watch(step.channel)
+                    await _until(w.subscribed, step.seconds)
+                elif isinstance(step, plans.Pause):
+                    assert w is not None
+                    await _until(w.changed, step.seconds)
+                    w.changed.clear()
+                elif isinstance(step, plans.Unsubscribe):
+                    assert w is not None
+                    self._subscriber.unwatch(w)
+                    w = None
+                else:
+                    batch = plans.fill(scripts.Batch(self._client), step)
+                    async with self._turns:
+                        reply = await self._send(batch)
+        finally:
+            if w is not None:
+                self._subscriber.unwatch(w)
 
     async def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
         """tracking.Tracking.find(), awaited: the partition (among ``names``)
@@ -75,24 +85,11 @@ class AsyncTracking:
             return await self.run(plans.find(self._keys, names, message_id))
 
     async def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
-        """tracking.Tracking.wait(), awaited: the record of ``message_id`` in
-        partition ``name`` once it is final, or as it is when ``timeout_s``
-        passed first; None once it is gone."""
-        deadline = time.monotonic() + timeout_s
-        channel = self._keys(name).tracked_channel(message_id)
-        while True:
-            with wrapped(f"wait for message {message_id!r} of {name!r}"):
-                w = await self._subscriber.watch(channel)
-                try:
-                    await _until(w.subscribed, deadline - time.monotonic())
-                    record = await self.run(plans.wait(self._keys, name, message_id, deadline, w), w)
-                finally:
-                    self._subscriber.unwatch(w)
-            if w.refused is not None:
-                with wrapped(f"wait for message {message_id!r} of {name!r} (SUBSCRIBE {channel})"):
-                    raise w.refused
-            if not plans.watch_again(w.lost, record, deadline):
-                return record
+        """tracking.Tracking.wait(), awaited (plans.end()): the record of
+        ``message_id`` in partition ``name`` once it is final, or as it is
+        when ``timeout_s`` passed first; None once it is gone."""
+        with wrapped(f"wait for message {message_id!r} of {name!r}"):
+            return await self.run(plans.end(self._keys, name, message_id, timeout_s))
 
     async def cancel(self, names: Sequence[str], message_id: str) -> str:
         """contents.Contents.cancel(), awaited (plans.cancel())."""

@@ -2,7 +2,9 @@
 once without I/O (h11's sans-I/O design): where it is, its tracked record,
 how a cancel is answered, when a wait for its end stops. Each plan is a
 generator that yields the commands of its next round trip and is sent
-their replies (error replies in place); a wait's plan also yields a Pause.
+their replies (error replies in place); a wait's plan also yields the
+steps of its subscription: Subscribe (the reply: the watch), Pause,
+UNSUBSCRIBE.
 The drivers only send and receive: Link.run (redis-py) and
 AsyncTracking.run (redis.asyncio), so the two cannot drift apart.
 
@@ -20,6 +22,7 @@ from typing import Any, NamedTuple, Optional, Protocol, TypeVar, Union
 from smqsup import framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
+from smqsup.store.connection import translated
 from smqsup.store.link import UNREACHABLE, ms_of, text
 from smqsup.store.records import Record, found_in
 
@@ -44,15 +47,31 @@ class Pause(NamedTuple):
     seconds: float
 
 
+class Subscribe(NamedTuple):
+    """A wait asks to watch ``channel`` (the shared subscription) and to wait
+    at most ``seconds`` for Redis to confirm it; the reply is the watch."""
+
+    channel: str
+    seconds: float
+
+
+class Unsubscribe(NamedTuple):
+    """A wait is done with its watch (the driver also drops it if the plan fails)."""
+
+
+UNSUBSCRIBE = Unsubscribe()
+
+
 class Watching(Protocol):
     """A wait's view of its subscription (waiters.Watch, aio_waiters.AsyncWatch)."""
 
     lost: bool
+    refused: Optional[Exception]
 
 
 Request = Union[Command, "scripts.Call[Any]"]
 Plan = Generator[list[Request], list[Any], T]
-WaitPlan = Generator[Union[list[Request], Pause], Any, T]
+WaitPlan = Generator[Union[list[Request], Pause, Subscribe, Unsubscribe], Any, T]
 
 
 def fill(batch: scripts.Batch, requests: Sequence[Request]) -> scripts.Batch:
@@ -139,13 +158,34 @@ def cancel(keys: Callable[[str], QueueKeys], names: Sequence[str], message_id: s
     return "unknown"
 
 
-def wait(keys: Callable[[str], QueueKeys], name: str, message_id: str, deadline: float,
-         watching: Watching) -> WaitPlan[Optional[Record]]:
-    """Once subscribed to the message's channel: read its record, and while
-    it may still change (Record.final) and ``deadline`` (monotonic) is
-    ahead, Pause until a change is published (at most WAIT_SLICE_S) and
-    read again. Returns early, the record as read, once ``watching`` is
-    lost (the subscription failed: the caller watches again, watch_again())."""
+def end(keys: Callable[[str], QueueKeys], name: str, message_id: str,
+        timeout_s: float) -> WaitPlan[Optional[Record]]:
+    """The record of ``message_id`` in partition ``name`` once it is final
+    (Record.final), or as it is when ``timeout_s`` passed first; None once
+    it is gone. Race-free: the record is read only once Redis confirmed the
+    subscription to its channel, so an end published after that read is
+    heard and one before it is read. A lost subscription is watched again
+    while the wait goes on; a refused one (an ACL: NOPERM) is a BrokerError
+    at once (watching again would be refused again)."""
+    deadline = time.monotonic() + timeout_s
+    channel = keys(name).tracked_channel(message_id)
+    while True:
+        w = yield Subscribe(channel, max(0.0, deadline - time.monotonic()))
+        record = yield from _watched(keys, name, message_id, deadline, w)
+        yield UNSUBSCRIBE
+        if w.refused is not None:
+            what = f"wait for message {message_id!r} of {name!r} (SUBSCRIBE {channel})"
+            raise translated(what, w.refused) or w.refused
+        if not (w.lost and record is not None and not record.final and time.monotonic() < deadline):
+            return record
+
+
+def _watched(keys: Callable[[str], QueueKeys], name: str, message_id: str, deadline: float,
+             watching: Watching) -> WaitPlan[Optional[Record]]:
+    """end() while subscribed: read the record, and while it may still change
+    and ``deadline`` (monotonic) is ahead, Pause until a change is published
+    (at most WAIT_SLICE_S) and read again; the record as read once
+    ``watching`` is lost."""
     while True:
         found = yield from find(keys, [name], message_id)
         record = None if found is None else found[1]
@@ -155,9 +195,3 @@ def wait(keys: Callable[[str], QueueKeys], name: str, message_id: str, deadline:
         if left <= 0 or watching.lost:
             return record
         yield Pause(min(left, WAIT_SLICE_S))
-
-
-def watch_again(lost: bool, record: Optional[Record], deadline: float) -> bool:
-    """Whether a wait whose subscription was ``lost`` subscribes again: its
-    record could still change and its deadline is ahead."""
-    return lost and record is not None and not record.final and time.monotonic() < deadline

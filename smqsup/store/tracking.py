@@ -1,7 +1,9 @@
 """Tracked messages (result_ttl): their records read, an end waited for
-without polling, progress written. The scripts that move a message write
-its record (scripts/includes/track.lua has the schema); this reads it
-through one schema, Record, so the writer and the readers cannot drift.
+without polling, progress written; run(), the sync driver of plans.py
+(where what is read, how a cancel is answered and when a wait stops are
+decided once for both stores; aio_tracking.py is the asyncio driver). The
+scripts that move a message write its record (scripts/includes/track.lua
+has the schema); it is read through one schema (records.py).
 
 A wait subscribes to the message's channel, and only once Redis confirmed
 the subscription reads the record: an end published after that read is
@@ -11,8 +13,7 @@ of one Broker share one subscription connection (waiters.py).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional, TypeVar
 
 from smqsup.errors import BrokerConnectionError, BrokerError
@@ -27,20 +28,36 @@ __all__ = ["ENDED", "STATES", "Record", "Tracking", "found_in", "parse", "run"]
 T = TypeVar("T")
 
 
-def run(link: Link, plan: "plans.WaitPlan[T]", pause: Optional[Callable[[float], None]] = None) -> T:
+def run(link: Link, plan: "plans.WaitPlan[T]", subscriber: Optional[Subscriber] = None) -> T:
     """Drive ``plan`` (plans.py) on redis-py: each round trip it yields sent
-    as one Batch, its replies sent back; a Pause handed to ``pause``."""
+    as one Batch, its replies sent back; its subscription steps on
+    ``subscriber`` (its watch dropped whatever happens)."""
     reply: Any = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        if isinstance(step, plans.Pause):
-            assert pause is not None, "a plan that pauses needs a pause"
-            reply = pause(step.seconds)
-        else:
-            reply = link.send(plans.fill(scripts.Batch(link.client), step))
+    w: Optional[Watch] = None
+    try:
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply = None
+            if isinstance(step, plans.Subscribe):
+                assert subscriber is not None, "a plan that subscribes needs a subscriber"
+                w = reply = subscriber.watch(step.channel)
+                w.subscribed.wait(step.seconds)
+            elif isinstance(step, plans.Pause):
+                assert w is not None
+                w.changed.wait(step.seconds)
+                w.changed.clear()
+            elif isinstance(step, plans.Unsubscribe):
+                assert subscriber is not None and w is not None
+                subscriber.unwatch(w)
+                w = None
+            else:
+                reply = link.send(plans.fill(scripts.Batch(link.client), step))
+    finally:
+        if w is not None and subscriber is not None:
+            subscriber.unwatch(w)
 
 
 class Tracking:
@@ -61,31 +78,10 @@ class Tracking:
     def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
         """The record of ``message_id`` in partition ``name`` once it is final
         (ended, or garbage), or as it is when ``timeout_s`` passed first;
-        None once it is gone. plans.wait() decides; every wait of this
-        Broker shares one subscription (waiters.py)."""
-        deadline = time.monotonic() + timeout_s
-        channel = self._link.keys(name).tracked_channel(message_id)
-        while True:
-            with wrapped(f"wait for message {message_id!r} of {name!r}"):
-                w = self._subscriber.watch(channel)
-                try:
-                    record = self._watched(w, name, message_id, deadline)
-                finally:
-                    self._subscriber.unwatch(w)
-            if w.refused is not None:
-                with wrapped(f"wait for message {message_id!r} of {name!r} (SUBSCRIBE {channel})"):
-                    raise w.refused
-            if not plans.watch_again(w.lost, record, deadline):
-                return record
-
-    def _watched(self, w: Watch, name: str, message_id: str, deadline: float) -> Optional[Record]:
-        """wait() while ``w`` watches: once subscribed, plans.wait() on it."""
-        w.subscribed.wait(max(0.0, deadline - time.monotonic()))
-
-        def pause(seconds: float) -> None:
-            w.changed.wait(seconds)
-            w.changed.clear()
-        return run(self._link, plans.wait(self._link.keys, name, message_id, deadline, w), pause)
+        None once it is gone (plans.end()). Every wait of this Broker shares
+        one subscription (waiters.py)."""
+        with wrapped(f"wait for message {message_id!r} of {name!r}"):
+            return run(self._link, plans.end(self._link.keys, name, message_id, timeout_s), self._subscriber)
 
     def progresses(self, name: str, message_ids: Sequence[str]) -> dict[str, Any]:
         """The last progress (decoded JSON; text that is not JSON as it is)
