@@ -286,3 +286,14 @@ def step(msg: Any) -> Any:
     if msg.body == -1:
         raise Reject("minus one")
     return sum(msg.parents.values()) + msg.body
+
+
+def loud(msg: Any) -> None:
+    """Raise ValueError(body["e"]) and log it with its traceback and the whole body (one dict argument),
+    as a handler's own ``except: log.exception(...)`` does; then let it fail the attempt."""
+    _record("attempt", msg)
+    try:
+        raise ValueError(msg.body["e"])
+    except ValueError:
+        logging.getLogger(__name__).exception("handler failed on %s", msg.body)
+        raise
