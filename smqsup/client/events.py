@@ -29,7 +29,8 @@ class Reading:
             self.now = since == "now"
             self.first: Optional[str] = None if self.now else cursor_after(since)
         except ValueError as exc:
-            raise MessageError(f"since: {exc}") from None
+            text = str(exc)  # (cursor_after's name since already)
+            raise MessageError(text if text.startswith("since") else f"since: {text}") from None
         #: partition -> the cursor its next read starts after.
         self.after: dict[str, str] = {}
         self._started = False

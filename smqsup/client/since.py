@@ -56,6 +56,8 @@ def seconds(value: float, shown: object = None) -> float:
     got = safe.escape(repr(value if shown is None else shown), 60)
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{EXPECTED}, got {got}")
+    if value > MAX_SECONDS * 1000:
+        raise ValueError(f"{EXPECTED}, got {got}: past year 9999")
     if value > MAX_SECONDS:
         raise ValueError(f"{EXPECTED}, got {got}: past year 9999 as unix seconds (milliseconds? divide them "
                          f"by 1000, or pass the cursor '{int(value)}-0')")
