@@ -284,7 +284,7 @@ class Consumer:
 
     def _land(self, att: Attempt) -> None:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
-        if (exit_asked := att.exit_asked()) is not None:  # an after_process's SystemExit: settled as if not
+        if att.error is not None and (exit_asked := att.exit_asked()) is not None:  # a hook's SystemExit: see run()
             self.request_stop(exit_asked)
         if att not in (running := self.in_hand.running):  # given up at its message_timeout: what it did since is moot
             self.runner.came_back(att)
