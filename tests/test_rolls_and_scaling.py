@@ -17,6 +17,7 @@ from smqsup import defaults
 from smqsup.config.model import QueueConfig
 from smqsup.store.control import RollRequest, _request
 from smqsup.supervisor import decide, rolls
+from smqsup.supervisor import reports as reports_mod
 from smqsup.supervisor.decide import Start, StopChild
 from smqsup.supervisor.scaling import Look, Pace, step
 from smqsup.supervisor.states import Child, QueueState, State, StopReason
@@ -155,7 +156,7 @@ def test_a_snapshot_survives_its_json_round_trip(tmp_path: Path) -> None:
                                      b"[" * 100_000])
 def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(content: bytes) -> None:
     """Reports.take never trusts the file: anything but a JSON object is None, and the file goes."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         path = Path(reports.dir) / "123.json"
         path.write_bytes(content)
@@ -169,7 +170,7 @@ def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(con
 
 def test_a_report_that_is_a_fifo_or_a_link_is_refused_without_blocking(tmp_path: Path) -> None:
     """A FIFO at <pid>.json (nobody writing) and a symlink to a real report: None at once, both removed."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         os.mkfifo(Path(reports.dir) / "5.json")
         assert reports.take(5) is None
@@ -177,9 +178,10 @@ def test_a_report_that_is_a_fifo_or_a_link_is_refused_without_blocking(tmp_path:
         os.symlink(tmp_path / "real.json", Path(reports.dir) / "6.json")
         assert reports.take(6) is None
         assert os.listdir(reports.dir) == []
+        old = reports.dir
         os.rmdir(reports.dir)
-        reports.ensure()  # a /tmp cleaner removed it: made again
-        assert os.stat(reports.dir).st_mode & 0o777 == 0o700
+        reports.ensure()  # a /tmp cleaner removed it: a new one, never the old path again
+        assert reports.dir != old and os.stat(reports.dir).st_mode & 0o777 == 0o700
     finally:
         reports.close()
 
@@ -213,7 +215,7 @@ def test_a_roll_child_not_ready_in_time_is_named_by_not_ready() -> None:
 
 def test_a_report_larger_than_its_bound_is_refused() -> None:
     """A report past CHILD_REPORT_MAX_BYTES is None (a handler importing the world, or garbage)."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         big = json.dumps({"error": "x" * defaults.CHILD_REPORT_MAX_BYTES})
         (Path(reports.dir) / "7.json").write_text(big)

@@ -68,9 +68,13 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal
 def run_supervisor(cfg: Config) -> int:
     """Run the supervisor for ``cfg`` until a stop signal; exit status."""
     url, server = ensure_server(cfg, shared=False)
+    arbiter: Optional[Arbiter] = None
     try:
-        return Arbiter(cfg, url, server).run()
+        arbiter = Arbiter(cfg, url, server)
+        return arbiter.run()
     finally:
+        if arbiter is not None:  # every exit: a crash too (SIGKILL: the next start's sweep)
+            arbiter.pool.reports.close()
         if server is not None:
             server.stop()
 
@@ -134,7 +138,6 @@ class Arbiter:
         self.queue_info.withdraw()
         self.collector.release_all()
         self.reclaims.retry(now=True)  # a last try, whenever the previous one was
-        self.pool.reports.close()
         log.info("supervisor %d stopped", self.pid)
         return 0
 

@@ -28,8 +28,8 @@ from smqsup.supervisor.decide import Death, StopChild
 from smqsup.supervisor.plan import ReloadPlan, generation
 from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
+from smqsup.supervisor.reports import Reports
 from smqsup.supervisor.resources import Sampler
-from smqsup.supervisor.rolls import Reports
 from smqsup.supervisor.states import Child, QueueState, State, StopReason, describe_status
 from smqsup.worker.sources import Sources
 
@@ -113,7 +113,7 @@ class Consumers:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
                 index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name),
-                reports=self.reports.dir))
+                reports_fd=self.reports.fd))
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic(),
                   concurrency=q.config.concurrency)

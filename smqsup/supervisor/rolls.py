@@ -1,7 +1,7 @@
 """Rolls, parent side: what each consumer reported of its handler's code,
 whether that code changed on disk, and a roll's beginning, failure and end.
 
-    child ─▶ reports/<pid>.json (its handler's files, or why the import failed)
+    child ─▶ reports.py: <pid>.json (its handler's files, or why the import failed)
     SIGHUP ─▶ changed_code(children) ─▶ begin(q) ─▶ decide._roll, one child at a time
     a new child dies at start ─▶ death_in_roll ─▶ fail(q): the old children keep running
     no child of another generation left ─▶ finished(q)
@@ -13,62 +13,11 @@ not ask for still tells new children from old ones.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import stat
-import tempfile
 from collections.abc import Iterable
 from typing import Any, Optional
 
 from smqsup import defaults, safe
 from smqsup.supervisor.states import Child, QueueState, State
-
-
-class Reports:
-    """The private directory (mode 0700) where each child leaves one report
-    for the parent, ``<pid>.json``: ``{"files": ...}`` (worker/sources.py)
-    before it says ready, or ``{"error": "one line"}`` before it exits
-    because its handler cannot be imported."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix=f"smqsup-{os.getpid()}-")
-
-    def take(self, pid: int) -> Optional[dict[str, Any]]:
-        """The report of child ``pid`` (read once: the file goes), None if
-        it wrote none or anything but a JSON object within the size bound."""
-        path = os.path.join(self.dir, f"{pid}.json")
-        try:
-            # Never blocks (a FIFO), never follows a link; a regular file only.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            fd = None
-        try:
-            regular = fd is not None and stat.S_ISREG(os.fstat(fd).st_mode)
-            data = os.read(fd, defaults.CHILD_REPORT_MAX_BYTES + 1) if fd is not None and regular else b""
-        except OSError:
-            data = b""
-        finally:
-            if fd is not None:
-                os.close(fd)
-        try:
-            os.unlink(path)  # read once: whatever it was, it goes
-        except OSError:
-            pass
-        if not data or len(data) > defaults.CHILD_REPORT_MAX_BYTES:
-            return None
-        try:
-            report = json.loads(data)
-        except (ValueError, RecursionError):
-            return None
-        return report if isinstance(report, dict) else None
-
-    def ensure(self) -> None:
-        """Make the directory again if something removed it (a /tmp cleaner)."""
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-
-    def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def error_line(report: Optional[dict[str, Any]]) -> Optional[str]:
