@@ -98,6 +98,9 @@ RESTART_BACKOFF_RESET_S = 60.0
 RESTART_LIMIT = 10
 #: New consumers of a roll that die at start, in a row, before the roll fails (the old ones keep running).
 ROLL_START_FAILURES = 3
+#: A roll request (smqsup roll) older than this by the Redis clock is stale: its command gave up
+#: (it waits 5 s for the take) or died; the supervisor leaves it out, s.
+ROLL_REQUEST_FRESH_S = 10.0
 #: A new consumer of a roll not ready this long after its fork fails the roll (an import that hangs), s.
 ROLL_READY_TIMEOUT_S = 60.0
 #: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).

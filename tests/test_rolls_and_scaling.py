@@ -233,15 +233,23 @@ def test_an_import_error_from_a_report_is_one_short_line(report: Any, line: Any)
     assert rolls.error_line(report) == line
 
 
+_AT = 1_700_000_000_000
+
+
 @pytest.mark.parametrize("raw,expected", [
-    (b'{"token": "t", "queues": ["a", "b"]}', RollRequest(("a", "b"))), (b'{"queues": null}', RollRequest(None)),
-    (b"null", None), (b'{"queues": {"a": 1}}', None), (b'{"queues": [1]}', None), (b"\xff", None),
-    (b'{"queues": [' + b'"q",' * 20_000 + b'"q"]}', None), (b"nan", None), (b"[" * 100_000, None),
-    (b'{"queues": ' + b"[" * 100_000 + b"}", None),
+    (b'{"token": "t", "queues": ["a", "b"], "at_ms": %d}' % _AT, RollRequest(("a", "b"))),
+    (b'{"queues": null, "at_ms": %d}' % _AT, RollRequest(None)),
+    (b"null", None), (b'{"queues": {"a": 1}, "at_ms": %d}' % _AT, None), (b'{"queues": [1], "at_ms": %d}' % _AT, None),
+    (b"\xff", None), (b'{"queues": [' + b'"q",' * 20_000 + b'"q"], "at_ms": %d}' % _AT, None), (b"nan", None),
+    (b"[" * 100_000, None), (b'{"queues": ' + b"[" * 100_000 + b"}", None),
+    (b'{"queues": null}', None), (b'{"queues": null, "at_ms": true}', None), (b'{"queues": null, "at_ms": "1"}', None),
+    (b'{"queues": null, "at_ms": %d}' % (_AT - 10_001), None), (b'{"queues": null, "at_ms": %d}' % (_AT + 1_001), None),
+    (b'{"queues": null, "at_ms": %d}' % (_AT - 10_000), RollRequest(None)),
 ])
-def test_a_roll_request_that_is_not_one_is_left_out(raw: bytes, expected: Any) -> None:
-    """What anyone may have written in the roll requests: a request of names or of every queue, or nothing."""
-    assert _request(raw) == expected
+def test_a_roll_request_that_is_not_one_or_is_stale_is_left_out(raw: bytes, expected: Any) -> None:
+    """What anyone may have written in the roll requests: a fresh request of names or of every queue, or nothing;
+    undated, older than ROLL_REQUEST_FRESH_S or dated ahead by more than a second: nothing."""
+    assert _request(raw, _AT) == expected
 
 
 # --- autoscaling -----------------------------------------------------------------------------

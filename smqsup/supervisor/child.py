@@ -74,6 +74,9 @@ def run(spec: ChildSpec) -> NoReturn:
 
 
 def _main(spec: ChildSpec) -> int:
+    # Titled before anything else: until then it bears the supervisor's
+    # title, which smqsup roll must never take it for.
+    safe.set_title(f"smqsup: consumer {spec.queue.name} #{spec.index} [starting 0 msgs]")
     consumer_box: list[Consumer] = []
     _reset_process(spec, consumer_box)
     logs.set_context(role="consumer", queue=spec.queue.name)
@@ -200,6 +203,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
     SIGTERM, then exit the process."""
     status = EXIT_ERROR
     try:
+        safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")  # never the supervisor's title
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
                     signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
@@ -211,7 +215,6 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
         if os.getppid() != parent_pid:
             os._exit(EXIT_OK)
         systemd.unset_environment(os.environ)
-        safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
         logs.set_context(role="web")
         from smqsup.web.server import serve
 

@@ -1,0 +1,112 @@
+"""What ``smqsup roll`` signals and what a roll runs, with real supervisors,
+signals and a second local user (``nobody``): a consumer still importing
+is never taken for a supervisor, a process of another user titled as one is
+never signalled, a stale request in Redis never widens a roll; a symlink
+switch deploy rolls onto the new release and the log says from where; a new
+generation that dies just past its probation marks the roll failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import redis
+
+from tests import procs
+from tests.helpers import wait_for
+from tests.procs import NotifySocket
+
+Supervise = Callable[..., procs.Supervisor]
+
+
+def _code(tmp_path: Path, **modules: str) -> Path:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    for name, text in modules.items():
+        (code / f"{name}.py").write_text(text)
+    return code
+
+
+def _env(*paths: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([*map(str, paths), str(procs.REPO)]), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+_SLOW_IMPORT = "import time\ntime.sleep(4)\nfrom tests.handlers import record as handle\n"
+
+
+def test_a_consumer_still_importing_is_titled_as_one_and_roll_asks_only_the_supervisor(
+        supervise: Supervise, notify: NotifySocket, tmp_path: Path) -> None:
+    """A handler importing for 4 s: its process is titled 'consumer' from the fork; roll meanwhile succeeds."""
+    code = _code(tmp_path, slow_h=_SLOW_IMPORT)
+    sup = supervise({"q": {"handler": "slow_h:handle", "consumers": 1}}, notify, extra_env=_env(code))
+    wait_for(lambda: sup.processes(), message="no child forked")
+    [kid] = sup.processes()
+    assert " ".join(psutil.Process(kid).cmdline()).startswith("smqsup: consumer q #1 [starting")
+    done = procs.run("roll", "-c", str(sup.cfg), env=procs.env(None, **_env(code)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"supervisor {sup.pid}: rolling every queue")
+    assert f"supervisor {kid}" not in done.stdout
+
+
+def _fake_supervisor(cfg: Path) -> "subprocess.Popen[bytes]":
+    """A process of user nobody whose whole command line is a supervisor's title
+    for ``cfg`` (``exec -a``; cat waits on its stdin, and SIGUSR1 ends it)."""
+    fake = subprocess.Popen(["bash", "-c", f'exec -a "smqsup: supervisor -c {cfg}" cat'], stdin=subprocess.PIPE,
+                            user="nobody", group="nogroup", cwd="/", start_new_session=True)
+    wait_for(lambda: " ".join(psutil.Process(fake.pid).cmdline()) == f"smqsup: supervisor -c {cfg}")
+    return fake
+
+
+def test_a_process_of_another_user_titled_as_the_supervisor_is_never_signalled(
+        supervise: Supervise, notify: NotifySocket, tmp_path: Path) -> None:
+    """nobody runs `exec -a 'smqsup: supervisor -c FILE' cat`: roll signals only the real supervisor; cat lives."""
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    notify.wait("READY=1")
+    fake = _fake_supervisor(sup.cfg)
+    try:
+        done = procs.run("roll", "-c", str(sup.cfg))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"supervisor {sup.pid}: rolling") and str(fake.pid) not in done.stdout
+        assert fake.poll() is None
+        wait_for(lambda: "a roll was asked for (smqsup roll)" in sup.log())
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def test_a_stale_roll_request_in_redis_does_not_widen_an_operators_roll(
+        supervise: Supervise, notify: NotifySocket, redis_client: "redis.Redis") -> None:
+    """A request for every queue left in Redis (its command died): `roll a` rolls a only; b keeps its consumers."""
+    sup = supervise({"a": {"handler": "tests.handlers:record"}, "b": {"handler": "tests.handlers:record"}}, notify)
+    notify.wait("READY=1")
+    wait_for(lambda: len(sup.consumers_by_queue()) == 2)
+    before = sup.consumers_by_queue()
+    key = f"smq:{{smq}}:roll:{os.uname().nodename}:{sup.pid}"
+    redis_client.rpush(key, json.dumps({"token": "00", "queues": None}))
+    now_ms = int(redis_client.time()[0]) * 1000
+    redis_client.rpush(key, json.dumps({"token": "01", "queues": None, "at_ms": now_ms - 30_000}))
+    done = procs.run("roll", "-c", str(sup.cfg), "a")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: "queue a: rolled in" in sup.log(), timeout_s=20)
+    after = sup.consumers_by_queue()
+    assert after["b"] == before["b"] and not after["a"] & before["a"]
+    assert "queue b:" not in sup.log().split("SIGUSR1", 1)[1]
+
+
+def test_roll_never_signals_when_it_finds_only_another_users_process(tmp_path: Path, redis_url: str) -> None:
+    """Only nobody's fake supervisor runs the file: roll says so in one line and signals nothing."""
+    cfg = procs.write_config(tmp_path / "queues.yaml", redis_url, {"q": {"handler": "m:f"}})
+    fake = _fake_supervisor(cfg)
+    try:
+        done = procs.run("roll", "-c", str(cfg))
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "no smqsup supervisor runs" in done.stderr and f"process {fake.pid} of user nobody" in done.stderr
+        assert fake.poll() is None
+    finally:
+        os.kill(fake.pid, signal.SIGKILL)
+        fake.wait()
