@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 import redis
 
 from tests import procs
@@ -110,3 +111,76 @@ def test_roll_never_signals_when_it_finds_only_another_users_process(tmp_path: P
     finally:
         os.kill(fake.pid, signal.SIGKILL)
         fake.wait()
+
+
+_RELEASE = "from tests.handlers import _record\n\ndef handle(msg):\n    _record('done', msg, version={n})\n"
+
+
+def _release(tmp_path: Path, n: int, redis_url: str) -> Path:
+    """releases/rN: a handler module saying version N and the queues.yaml beside it, as a deploy unpacks them."""
+    d = tmp_path / "releases" / f"r{n}"
+    d.mkdir(parents=True)
+    (d / "release_h.py").write_text(_RELEASE.format(n=n))
+    procs.write_config(d / "queues.yaml", redis_url, {"q": {"handler": "release_h:handle", "consumers": 2}})
+    return d
+
+
+def _switch(current: Path, target: Path) -> None:
+    """Point ``current`` at ``target`` at once (a new link renamed over the old), as deploy tools do."""
+    new = current.with_name("current.new")
+    new.symlink_to(target)
+    os.replace(new, current)
+
+
+def test_a_symlink_switch_deploy_rolls_onto_the_new_release_and_says_from_where(
+        notify: NotifySocket, tmp_path: Path, out_dir: Path, redis_url: str) -> None:
+    """Started in current -> r1: after the switch to r2, `roll -c current/queues.yaml` runs r2 (log names it); r3 by SIGHUP."""
+    from smqsup.client.producer import Producer
+
+    releases = [_release(tmp_path, n, redis_url) for n in (1, 2, 3)]
+    current = tmp_path / "current"
+    current.symlink_to(releases[0])
+    env = {"PWD": str(current), "PYTHONDONTWRITEBYTECODE": "1"}
+    sup = procs.Supervisor(Path("queues.yaml"), out_dir, notify.path, extra_env=env, cwd=current)
+    try:
+        notify.wait("READY=1")
+        with Producer(redis_url) as p:
+            def version(body: str) -> int:
+                mid = p.publish("q", body)
+                return int(wait_for(lambda: next((e["version"] for e in sup.events("done") if e["id"] == mid),
+                                                 None), timeout_s=15))
+
+            assert version("first") == 1
+            _switch(current, releases[1])
+            done = procs.run("roll", "-c", "current/queues.yaml", cwd=str(tmp_path))
+            assert done.returncode == 0, done.stderr
+            wait_for(lambda: sup.log().count("rolled in") == 1, timeout_s=30)
+            assert f"code from {current} -> {releases[1]}" in sup.log()
+            assert version("second") == 2
+            _switch(current, releases[2])
+            mark = len(notify.poll())
+            sup.signal(signal.SIGHUP)
+            notify.wait("RELOADING=1", mark)
+            wait_for(lambda: sup.log().count("rolled in") == 2, timeout_s=30)
+            assert f"code from {current} -> {releases[2]}" in sup.log()
+            assert version("third") == 3
+    finally:
+        sup.discard()
+
+
+def test_a_pwd_that_names_another_directory_or_is_relative_is_not_the_code_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$PWD counts only when it is the working directory: another dir, a relative or missing one: the physical dir."""
+    from smqsup.supervisor.codedir import CodeDir
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    monkeypatch.chdir(tmp_path / "a")
+    for pwd in (str(tmp_path / "b"), "link", str(tmp_path / "gone"), ""):
+        monkeypatch.setenv("PWD", pwd)
+        code = CodeDir()
+        assert code.logical == code.physical == str(tmp_path / "a") and code.follow() is None
+    monkeypatch.setenv("PWD", str(tmp_path / "link"))
+    code = CodeDir()
+    assert code.describe() == f"{tmp_path / 'link'} -> {tmp_path / 'a'}" and code.follow() is None

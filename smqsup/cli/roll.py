@@ -60,14 +60,17 @@ def supervisors(path: str) -> tuple[list[int], list[str]]:
             if not set(proc.info["uids"]) <= allowed:
                 refused.append(f"process {proc.pid} of user {escape(proc.username(), 64)}")
                 continue
-            named = line[len(TITLE):]
-            if not os.path.isabs(named):
-                named = os.path.join(proc.cwd(), named)
-            if os.path.realpath(named) == wanted:
+            if _named(proc, line[len(TITLE):]) == wanted:
                 found[proc.pid] = proc.info["ppid"]
         except (psutil.Error, OSError, TypeError):  # gone meanwhile, or another user's working directory
             continue
     return sorted(pid for pid, ppid in found.items() if ppid not in found), refused
+
+
+def _named(proc: psutil.Process, named: str) -> str:
+    """The file a supervisor's title means, resolved (a relative name, as
+    older supervisors' titles have, against its working directory)."""
+    return os.path.realpath(named if os.path.isabs(named) else os.path.join(proc.cwd(), named))
 
 
 def _allowed_uids(path: str) -> set[int]:

@@ -24,6 +24,7 @@ from smqsup.logs import Lasting
 from smqsup.store.broker import Broker
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor import deaths, decide, rolls
+from smqsup.supervisor.codedir import CodeDir
 from smqsup.supervisor.decide import Death, StopChild
 from smqsup.supervisor.plan import ReloadPlan, generation
 from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
@@ -55,6 +56,7 @@ class Consumers:
         self.preloaded_sources: dict[str, Sources] = {}
         self._snapshots: dict[Sources, Sources] = {}
         self.reports = Reports()
+        self.code = CodeDir()
         self._next_sample = 0.0
 
     def _new_queue(self, name: str) -> QueueState:
@@ -334,8 +336,9 @@ class Consumers:
     def _begin(self, q: QueueState, why: str, now: float) -> None:
         running = q.rolling
         rolls.begin(q, generation(q.config, self.cfg), now)
-        log.info("queue %s: %s; %s its %d consumer(s) one at a time, each new one ready before an old one stops",
-                 q.config.name, why, "still rolling" if running else "rolling", q.target)
+        log.info("queue %s: %s; %s its %d consumer(s) one at a time, each new one ready before an old one stops "
+                 "(code from %s)", q.config.name, why, "still rolling" if running else "rolling", q.target,
+                 self.code.describe())
 
     def _roll_done(self, q: QueueState, now: float) -> None:
         assert q.rolling_since is not None
