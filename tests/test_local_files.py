@@ -117,3 +117,92 @@ def test_the_report_dir_goes_on_every_exit_and_a_killed_ones_at_the_next_start(
         assert os.path.isdir(theirs) and len(report_dirs(again.pid)) == 1
     finally:
         os.rmdir(theirs)
+
+
+# --- the embedded redis-server's directories ------------------------------------------------
+
+_FAKE_REDIS = """\
+import os, socket
+path = {path!r}
+os.makedirs(os.path.dirname(path), exist_ok=True)
+os.chmod(os.path.dirname(path), 0o777)
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+os.chmod(path, 0o777)
+s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    data = c.recv(65536)
+    with open(os.path.join(os.path.dirname(path), "heard"), "ab") as f:
+        f.write(data)
+    c.sendall(b"+PONG\\r\\n")
+    c.close()
+"""
+
+
+def test_a_data_dir_of_another_user_or_open_to_all_is_refused_in_one_line(tmp_path: Path) -> None:
+    """redis.data_dir made by nobody, or 0777: start refuses with one line and writes nothing there."""
+    from smqsup.errors import RedisServerError
+    from smqsup.store.redis_server import RedisServer
+
+    theirs = os.path.join(tempfile.gettempdir(), f"theirs-{os.urandom(4).hex()}")
+    as_other(f"import os; os.mkdir({theirs!r}, 0o755)")
+    mine = tmp_path / "open"
+    mine.mkdir()
+    mine.chmod(0o777)
+    try:
+        for d, why in ((Path(theirs), "owned by uid 65534"), (mine, "writable by others")):
+            with pytest.raises(RedisServerError) as caught:
+                RedisServer(d).start()
+            assert "\n" not in str(caught.value) and why in str(caught.value), caught.value
+            assert os.listdir(d) == []
+    finally:
+        subprocess.run(["rm", "-rf", theirs], check=True)
+
+
+def test_a_socket_planted_by_another_user_where_the_short_socket_goes_is_never_used(tmp_path: Path) -> None:
+    """nobody serves a fake Redis at /tmp/smqsup-<hash>/redis.sock of a deep data dir: no command talks to it."""
+    from smqsup.config.model import loads
+    from smqsup.errors import RedisServerError
+    from smqsup.store.embedded import NoEmbeddedServer, redis_url
+    from smqsup.store.locate import running_url, socket_path
+    from smqsup.store.redis_server import RedisServer
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir(mode=0o700)
+    path = socket_path(deep)
+    assert str(path).startswith("/tmp/smqsup-")
+    fake = subprocess.Popen(["/usr/bin/python3", "-c", _FAKE_REDIS.format(path=str(path))], user=OTHER,
+                            group="nogroup", cwd="/", stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert fake.stdout is not None and fake.stdout.readline() == b"listening\n"
+        assert running_url(deep) is None
+        cfg = loads(f"redis: {{data_dir: {str(deep)!r}}}\nqueues: {{q: {{handler: 'm:f'}}}}\n",
+                    str(tmp_path / "q.yaml"))
+        with pytest.raises(NoEmbeddedServer):
+            redis_url(cfg)
+        with pytest.raises(RedisServerError) as caught:
+            RedisServer(deep).start()
+        assert "\n" not in str(caught.value) and "not private" in str(caught.value)
+        assert not (path.parent / "heard").exists()
+    finally:
+        fake.kill()
+        fake.wait()
+        subprocess.run(["rm", "-rf", str(path.parent)], check=True)
+
+
+def test_the_short_socket_dir_goes_when_its_server_stops(tmp_path: Path) -> None:
+    """A deep data dir's server: its /tmp/smqsup-<hash> directory (0700, ours) is removed at stop."""
+    from smqsup.store.locate import socket_path
+    from smqsup.store.redis_server import RedisServer
+
+    deep = tmp_path / ("e" * 100)
+    server = RedisServer(deep)
+    server.start()
+    try:
+        info = os.stat(socket_path(deep).parent)
+        assert info.st_uid == os.getuid() and info.st_mode & 0o777 == 0o700
+    finally:
+        server.stop()
+    assert not socket_path(deep).parent.exists()

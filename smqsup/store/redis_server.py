@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import fcntl
 import logging
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from typing import IO, TYPE_CHECKING
 
 from smqsup import defaults
 from smqsup.errors import RedisServerError
+from smqsup.store import locate
 from smqsup.store.locate import find_redis_server, ping, running_url, socket_path
 
 if TYPE_CHECKING:
@@ -54,14 +57,31 @@ def _log_tail(log_path: Path) -> str:
     return "\n".join(lines) if lines else "(log is empty)"
 
 
-def _ensure_private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) if missing; refuse one another user could write into."""
+def _ensure_private_dir(path: Path, what: str) -> None:
+    """Create ``path`` (mode 0700) if missing; refuse, in one line, one that
+    is not a directory of ours writable by us alone (another user could
+    plant or swap files in it)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise RedisServerError(
-            f"{path}: socket directory is not private to uid {os.getuid()}; remove it"
-        )
+    info = path.lstat()
+    why = locate.not_private(info, os.geteuid())
+    if why is not None:
+        raise RedisServerError(f"{path}: {what} of the embedded redis-server is not private ({why}): "
+                               f"make it a directory of uid {os.geteuid()}, mode 0700, or remove it")
+
+
+def _open_append(path: Path) -> IO[bytes]:
+    """``path`` opened for appending, created 0600 if missing: never through
+    a link, never blocking on a FIFO; OSError if it is not a regular file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
+def _touch(path: Path) -> None:
+    _open_append(path).close()
 
 
 def _death_with_parent() -> Callable[[], None] | None:
@@ -177,6 +197,8 @@ class RedisServer:
         binary = self.binary or find_redis_server()
         try:
             self._prepare_dirs()
+        except RedisServerError:
+            raise
         except OSError as error:
             reason = "not a directory" if isinstance(error, FileExistsError) else error.strerror or error
             raise RedisServerError(f"{self.data_dir}: cannot use it as the data directory of the "
@@ -202,12 +224,11 @@ class RedisServer:
         """Create the data (and socket) directory, and check that redis-server
         can write its files there; OSError otherwise (a file in the way, a
         read-only or unwritable directory)."""
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _ensure_private_dir(self.data_dir, "data directory")
         if self.socket_path.parent != self.data_dir:
-            _ensure_private_dir(self.socket_path.parent)
-        self._start_lock(0.0).path.touch()
-        with self.log_path.open("ab"):
-            pass
+            _ensure_private_dir(self.socket_path.parent, "socket directory")
+        _touch(self._start_lock(0.0).path)
+        _touch(self.log_path)
 
     def _start_lock(self, deadline: float) -> _FileLock:
         return _FileLock(self.data_dir / "redis.lock", deadline)
@@ -216,7 +237,7 @@ class RedisServer:
         # stdout/stderr go to the log too: config errors are printed before
         # redis-server opens its logfile. A new session keeps a terminal's
         # Ctrl-C away from it, so its owner decides when it stops (last).
-        with self.log_path.open("ab") as log_file:
+        with _open_append(self.log_path) as log_file:
             try:
                 self._proc = subprocess.Popen(
                     self._command(binary),
@@ -288,7 +309,20 @@ class RedisServer:
                 proc.pid, self.data_dir, proc.returncode,
             )  # fmt: skip
         self._proc = None
+        self._remove_socket_dir()
         log.info("redis-server serving %s stopped", self.data_dir)
+
+    def _remove_socket_dir(self) -> None:
+        """The short socket directory (under /tmp) goes with its server,
+        when empty (the server removed its socket) and still ours."""
+        parent = self.socket_path.parent
+        if parent == self.data_dir:
+            return
+        try:
+            if locate.not_private(parent.lstat(), os.geteuid()) is None:
+                parent.rmdir()
+        except OSError:
+            pass
 
     def forget(self) -> None:
         """The server process was reaped by someone else (a supervisor's
@@ -334,7 +368,7 @@ class _FileLock:
 
     def __enter__(self) -> Self:
         # The fd is close-on-exec, so redis-server never inherits the lock.
-        file = self.path.open("ab")
+        file = _open_append(self.path)
         while True:
             try:
                 fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
