@@ -101,6 +101,9 @@ ROLL_START_FAILURES = 3
 #: A roll request (smqsup roll) older than this by the Redis clock is stale: its command gave up
 #: (it waits 5 s for the take) or died; the supervisor leaves it out, s.
 ROLL_REQUEST_FRESH_S = 10.0
+#: A rolled queue is watched this long after its roll ended: ROLL_START_FAILURES deaths of its new
+#: consumers within it (a crash loop just past the probation) mark the roll failed, s.
+ROLL_WATCH_S = 30.0
 #: A new consumer of a roll not ready this long after its fork fails the roll (an import that hangs), s.
 ROLL_READY_TIMEOUT_S = 60.0
 #: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).

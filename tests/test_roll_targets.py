@@ -184,3 +184,38 @@ def test_a_pwd_that_names_another_directory_or_is_relative_is_not_the_code_dir(
     monkeypatch.setenv("PWD", str(tmp_path / "link"))
     code = CodeDir()
     assert code.describe() == f"{tmp_path / 'link'} -> {tmp_path / 'a'}" and code.follow() is None
+
+
+_DIES_LATE = """\
+import os, threading
+from tests.handlers import _record
+
+# The new generation dies {after} s after its fork: just past the roll's probation.
+if {dies}:
+    threading.Timer({after}, os._exit, (5,)).start()
+
+def handle(msg):
+    _record("done", msg, version={version})
+"""
+
+
+def test_a_new_generation_dying_just_past_its_probation_marks_the_roll_failed(
+        supervise: Supervise, notify: NotifySocket, tmp_path: Path) -> None:
+    """New consumers die 2.7 s after their fork, past the 2 s probation: the roll is marked failed, status says so."""
+    code = _code(tmp_path, late_h=_DIES_LATE.format(dies=False, after=2.7, version=1))
+    sup = supervise({"q": {"handler": "late_h:handle", "consumers": 2}}, notify, extra_env=_env(code))
+    notify.wait("READY=1")
+    wait_for(lambda: len(sup.consumers_by_queue().get("q", ())) == 2)
+    (code / "late_h.py").write_text(_DIES_LATE.format(dies=True, after=2.7, version=2))
+    mark = len(notify.poll())
+    sup.signal(signal.SIGHUP)
+    notify.wait("RELOADING=1", mark)
+    wait_for(lambda: "roll failed" in sup.log(), timeout_s=40, message="the crash loop never failed the roll")
+    assert "new consumers died within" in sup.log()
+
+    def said() -> bool:
+        snap = json.loads(procs.run("status", "-c", str(sup.cfg), "--json").stdout)
+        [info] = snap["queues"]["q"]["supervisors"]
+        return bool(info["roll_failed"]) and "died within" in info["roll_failed"]
+
+    wait_for(said, timeout_s=15, interval_s=0.3)

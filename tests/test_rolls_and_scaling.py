@@ -68,12 +68,29 @@ def test_a_roll_fails_at_once_on_an_import_error_and_after_three_deaths_at_start
     q = queue(2)
     rolls.begin(q, "base", NOW)
     assert q.generation == "base.1" and q.rolling
-    assert rolls.death_in_roll(q, child(9, "g"), cannot_import=True) is None  # an old child's death
+    assert rolls.death_in_roll(q, child(9, "g"), True, True, NOW + 1) is None  # an old child's death
     # A child forked for the old generation just before the roll began still imported the new code.
-    assert rolls.death_in_roll(q, child(3, "g", NOW + 0.1), cannot_import=True) == "the new code cannot be imported"
+    assert rolls.death_in_roll(q, child(3, "g", NOW + 0.1), True, True, NOW + 1) == "the new code cannot be imported"
     rolls.begin(q, "base", NOW)
-    deaths = [rolls.death_in_roll(q, child(n, q.generation, NOW + 1), cannot_import=False) for n in range(3)]
+    deaths = [rolls.death_in_roll(q, child(n, q.generation, NOW + 1), False, True, NOW + 2) for n in range(3)]
     assert deaths == [None, None, f"{defaults.ROLL_START_FAILURES} new consumers died at start"]
+
+
+def test_a_rolled_queue_is_watched_for_roll_watch_s_after_its_roll_ended() -> None:
+    """Deaths past the probation of the roll's children, during it or ROLL_WATCH_S after: the third fails the roll."""
+    q = queue(2)
+    rolls.begin(q, "base", NOW)
+    new = [child(n, q.generation, NOW + n) for n in range(1, 4)]
+    assert rolls.death_in_roll(q, new[0], False, False, NOW + 3) is None  # during the roll
+    rolls.ended(q, NOW + 5)
+    assert not q.rolling and rolls.watched(q, new[1], NOW + 5 + defaults.ROLL_WATCH_S - 0.1)
+    assert not rolls.watched(q, new[1], NOW + 5 + defaults.ROLL_WATCH_S)  # the watch is over
+    assert not rolls.watched(q, child(9, "g", NOW - 1), NOW + 6)  # forked before the roll: not its child
+    assert rolls.death_in_roll(q, new[1], False, False, NOW + 6) is None
+    why = rolls.death_in_roll(q, new[2], False, True, NOW + 7)
+    assert why == f"3 new consumers died within {defaults.ROLL_WATCH_S:g}s of the roll"
+    rolls.begin(q, "base", NOW + 100)  # the next roll counts afresh
+    assert q.roll_deaths == 0 and q.roll_began == NOW + 100
 
 
 def test_a_roll_asked_during_a_roll_goes_on_toward_the_newest_generation_and_ends_once() -> None:

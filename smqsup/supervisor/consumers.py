@@ -343,7 +343,8 @@ class Consumers:
     def _roll_done(self, q: QueueState, now: float) -> None:
         assert q.rolling_since is not None
         log.info("queue %s: rolled in %.1fs", q.config.name, now - q.rolling_since)
-        q.rolling_since, after = None, q.roll_next
+        rolls.ended(q, now)
+        after = q.roll_next
         q.roll_next = None
         if after == "force":
             self._begin(q, "a roll was asked for during the last one", now)
@@ -359,22 +360,26 @@ class Consumers:
         self.stop(late, StopReason.ROLL)
 
     def _roll_death(self, q: QueueState, c: Child, verdict: Death, line: str) -> bool:
-        """Whether the death of ``c`` at start failed its queue's roll (then
-        the restart policy is left out of it: the old children run on)."""
-        if verdict not in (Death.CANNOT_RUN, Death.AT_START):
+        """Whether the death of ``c`` failed its queue's roll, or came after
+        it failed (then the restart policy is left out of it: the old
+        children run on, the new code's back off)."""
+        now = time.monotonic()
+        at_start = verdict in (Death.CANNOT_RUN, Death.AT_START)
+        if not at_start and not rolls.watched(q, c, now):
             return False
         if q.roll_failed is not None:
             # A replacement started from the broken code on disk: it backs
             # off as a crashing consumer does; the queue is not made FATAL
             # (its other consumers run the old code).
-            deaths.restart_policy(q.policy, c, Death.AT_START, time.monotonic())
+            deaths.restart_policy(q.policy, c, Death.AT_START, now)
             return True
-        why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN)
+        why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN, at_start, now)
         if why is None:
             return False
         rolls.fail(q, f"{why}: {line}")
-        log.error("queue %s: roll failed: %s; its consumers of the old code keep running (fix it and reload)",
-                  q.config.name, q.roll_failed)
+        log.error("queue %s: roll failed: %s; %s (fix it and reload)", q.config.name, q.roll_failed,
+                  "its consumers of the old code keep running" if any(k.generation != q.generation
+                  for k in self.of(q.config.name)) else "no consumer of the old code is left")
         return True
 
 
