@@ -112,7 +112,9 @@ def _make(root: str) -> tuple[str, int]:
 def sweep(root: str) -> int:
     """Remove the report directories under ``root`` that are ours (owner
     uid) and whose supervisor is gone (nobody holds their flock: killed
-    with SIGKILL); how many. Others' and live ones are left alone."""
+    with SIGKILL); how many. Others' and live ones are left alone. (One
+    made this instant, not locked yet, may go too: its supervisor's next
+    ``ensure`` sees it removed and makes another.)"""
     removed = 0
     try:
         names = [n for n in os.listdir(root) if _NAME.match(n)]
