@@ -132,16 +132,22 @@ def _switch(current: Path, target: Path) -> None:
     os.replace(new, current)
 
 
+@pytest.mark.parametrize("named_by", ["$PWD", "the config path"])
 def test_a_symlink_switch_deploy_rolls_onto_the_new_release_and_says_from_where(
-        notify: NotifySocket, tmp_path: Path, out_dir: Path, redis_url: str) -> None:
-    """Started in current -> r1: after the switch to r2, `roll -c current/queues.yaml` runs r2 (log names it); r3 by SIGHUP."""
+        named_by: str, notify: NotifySocket, tmp_path: Path, out_dir: Path, redis_url: str) -> None:
+    """Started in current -> r1: after the switch to r2, `roll -c current/queues.yaml` runs r2 (log names it); r3 by
+    SIGHUP. The link is known from $PWD (a shell), or from `-c /abs/current/queues.yaml` when $PWD names the physical
+    directory or nothing (systemd's WorkingDirectory= sets no $PWD)."""
     from smqsup.client.producer import Producer
 
     releases = [_release(tmp_path, n, redis_url) for n in (1, 2, 3)]
     current = tmp_path / "current"
     current.symlink_to(releases[0])
-    env = {"PWD": str(current), "PYTHONDONTWRITEBYTECODE": "1"}
-    sup = procs.Supervisor(Path("queues.yaml"), out_dir, notify.path, extra_env=env, cwd=current)
+    if named_by == "$PWD":
+        env, cfg = {"PWD": str(current), "PYTHONDONTWRITEBYTECODE": "1"}, Path("queues.yaml")
+    else:
+        env, cfg = {"PWD": str(releases[0]), "PYTHONDONTWRITEBYTECODE": "1"}, current / "queues.yaml"
+    sup = procs.Supervisor(cfg, out_dir, notify.path, extra_env=env, cwd=current)
     try:
         notify.wait("READY=1")
         with Producer(redis_url) as p:

@@ -1,8 +1,10 @@
 """Where the handlers' code comes from, parent side: the working directory
 as its user named it, re-resolved at each roll.
 
-    start ─▶ CodeDir(): logical = $PWD when it is our working directory (a
-             symlink such as /srv/app/current), physical = where it points
+    start ─▶ CodeDir(): logical = $PWD, or else the directory of the config
+             file as named on the command line, when it is our working
+             directory (a symlink such as /srv/app/current; systemd's
+             WorkingDirectory= sets no $PWD), physical = where it points
     SIGHUP, smqsup roll ─▶ follow(): the link points elsewhere now (a
              symlink-switch deploy) ─▶ chdir there and put the new directory
              in sys.path where the old one was ─▶ the roll's new consumers
@@ -19,25 +21,34 @@ import sys
 from typing import Optional
 
 
-def _logical(physical: str) -> str:
-    """$PWD when it names the directory ``physical`` (the shell, or systemd's
-    WorkingDirectory=, went through a symlink), else ``physical``."""
-    pwd = os.environ.get("PWD", "")
-    if not pwd or not os.path.isabs(pwd) or pwd == physical:
-        return physical
+def _logical(physical: str, config: "os.PathLike[str] | str | None") -> str:
+    """The first of $PWD (the shell went through a symlink) and the directory
+    of ``config`` as named (``-c /srv/app/current/queues.yaml``: systemd sets
+    no $PWD) that names the directory ``physical`` (an absolute path, the
+    same inode); else ``physical``."""
+    named = [os.environ.get("PWD", "")]
+    if config is not None and os.path.isabs(config):
+        named.append(os.path.dirname(os.fspath(config)))
+    for path in named:
+        if path and os.path.isabs(path) and os.path.normpath(path) != physical and _same(path, physical):
+            return os.path.normpath(path)
+    return physical
+
+
+def _same(a: str, b: str) -> bool:
     try:
-        return os.path.normpath(pwd) if os.path.samestat(os.stat(pwd), os.stat(physical)) else physical
+        return os.path.samestat(os.stat(a), os.stat(b))
     except OSError:
-        return physical
+        return False
 
 
 class CodeDir:
     """The code directory: ``logical`` (as named) and ``physical`` (where
     the running generation's code is). Not thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: "os.PathLike[str] | str | None" = None) -> None:
         self.physical = os.getcwd()
-        self.logical = _logical(self.physical)
+        self.logical = _logical(self.physical, config)
 
     def moved(self) -> Optional[str]:
         """Where the logical path points now, if elsewhere than ``physical``."""

@@ -56,7 +56,7 @@ class Consumers:
         self.preloaded_sources: dict[str, Sources] = {}
         self._snapshots: dict[Sources, Sources] = {}
         self.reports = Reports()
-        self.code = CodeDir()
+        self.code = CodeDir(cfg.path)
         self._next_sample = 0.0
 
     def _new_queue(self, name: str) -> QueueState:
