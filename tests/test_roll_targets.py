@@ -113,6 +113,39 @@ def test_roll_never_signals_when_it_finds_only_another_users_process(tmp_path: P
         fake.wait()
 
 
+def test_as_root_another_users_supervisor_is_taken_only_when_redis_names_it_live(
+        supervise: Supervise, notify: NotifySocket, redis_url: str) -> None:
+    """The shipped unit runs the service as its own user with a root-owned config: root's roll takes a process of
+    another user only when the queues' supervisors hashes name it a live supervisor of this host (the service
+    writes them through Redis; a local user without Redis cannot): nobody's look-alike, unnamed, is refused."""
+    from smqsup.cli.roll import supervisors
+    from smqsup.store.broker import Broker
+    from smqsup.store.supervisors import SupervisorInfo
+
+    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    notify.wait("READY=1")
+    fake = _fake_supervisor(sup.cfg)
+    broker = Broker(redis_url)
+    host = os.uname().nodename
+    try:
+        wait_for(lambda: sup.pid in broker.supervisors.live_pids(["q"], host), message="supervisor not in Redis")
+        assert fake.pid not in broker.supervisors.live_pids(["q"], host)
+        taken, refused = supervisors(str(sup.cfg), broker.supervisors.live_pids(["q"], host))
+        assert taken == [sup.pid] and refused == [f"process {fake.pid} of user nobody"]
+        now = broker.supervisors.write({"q": SupervisorInfo(host, fake.pid, 1, 1, 1, 1, False, False, None, None,
+                                                            60.0, 0)}, f"{host}:{fake.pid}", 60)
+        assert now is not None
+        broker.supervisors.write({"q": SupervisorInfo(host, fake.pid, 1, 1, 1, 1, False, False, None, None, 60.0,
+                                                      now)}, f"{host}:{fake.pid}", 60)
+        vouched = broker.supervisors.live_pids(["q"], host)
+        assert vouched >= {sup.pid, fake.pid}
+        assert supervisors(str(sup.cfg), vouched) == (sorted([sup.pid, fake.pid]), [])
+    finally:
+        broker.close()
+        fake.kill()
+        fake.wait()
+
+
 _RELEASE = "from tests.handlers import _record\n\ndef handle(msg):\n    _record('done', msg, version={n})\n"
 
 

@@ -5,7 +5,9 @@ code, without knowing its pid.
 
 It finds the supervisors of this host that run FILE (their process title
 names it; a relative name is resolved against their working directory; only
-processes of this user, or as root of the file's owner, are taken),
+processes of this user are taken, and as root those of another user that
+the queues' supervisors hashes in Redis name as live supervisors of this
+host: the service's, which a local user without Redis cannot forge),
 leaves the queues to roll in Redis for each (store/control.py), sends it
 SIGUSR1 and waits until it took the request. The supervisor rolls them one
 consumer at a time, as a reload rolls changed code.
@@ -18,6 +20,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Collection
 
 import psutil
 
@@ -39,17 +42,19 @@ def add_roll(sub: Commands[Parser]) -> None:
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="the queues to roll (default: every queue)")
 
 
-def supervisors(path: str) -> tuple[list[int], list[str]]:
+def supervisors(path: str, vouched: Collection[int] = ()) -> tuple[list[int], list[str]]:
     """The pids of this host's supervisors whose config file is ``path``
     that this user may signal, and a note for each process titled as one
     that is not signalled (another user's).
 
     A title is no proof: anyone can take it (``exec -a``). Only processes of
-    our own user are taken (as root, also those of the file's owner: the
-    service's), and never one whose parent is itself taken (a consumer
-    forked by an older smqsup before it set its own title)."""
+    our own user are taken; as root, also another user's whose pid is in
+    ``vouched`` (the live supervisors Redis names on this host: a service
+    running as its own user, its config owned by root). Never one whose
+    parent is itself taken (a consumer forked by an older smqsup before it
+    set its own title)."""
     wanted = os.path.realpath(path)
-    allowed = _allowed_uids(wanted)
+    uid = os.geteuid()
     found: dict[int, int] = {}
     refused: list[str] = []
     for proc in psutil.process_iter(["cmdline", "uids", "ppid"]):
@@ -57,7 +62,7 @@ def supervisors(path: str) -> tuple[list[int], list[str]]:
             line = " ".join(proc.info["cmdline"] or []).strip()
             if not line.startswith(TITLE) or proc.pid == os.getpid():
                 continue
-            if not set(proc.info["uids"]) <= allowed:
+            if set(proc.info["uids"]) != {uid} and not (uid == 0 and proc.pid in vouched):
                 refused.append(f"process {proc.pid} of user {escape(proc.username(), 64)}")
                 continue
             if _named(proc, line[len(TITLE):]) == wanted:
@@ -73,17 +78,6 @@ def _named(proc: psutil.Process, named: str) -> str:
     return os.path.realpath(named if os.path.isabs(named) else os.path.join(proc.cwd(), named))
 
 
-def _allowed_uids(path: str) -> set[int]:
-    """Whose processes ``smqsup roll`` may signal: our own user's; as root, the config file's owner's too."""
-    uid = os.geteuid()
-    if uid != 0:
-        return {uid}
-    try:
-        return {0, os.stat(path).st_uid}
-    except OSError:
-        return {0}
-
-
 def cmd_roll(args: argparse.Namespace) -> int:
     """``smqsup roll``: ask each supervisor running FILE here to roll QUEUEs (all by default)."""
     cfg = config(args)
@@ -91,13 +85,14 @@ def cmd_roll(args: argparse.Namespace) -> int:
     for name in names or ():
         if name not in cfg.queues:
             raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
-    pids, refused = supervisors(str(cfg.path))
-    if not pids:
-        others = f"; not signalled: {', '.join(refused[:5])} (another user's)" if refused else ""
-        raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?){others}")
     broker = connect(redis_url(cfg), cfg.namespace, client_name="smqsup-roll")
     host = socket.gethostname()
     try:
+        vouched = broker.supervisors.live_pids(cfg.queues, host) if os.geteuid() == 0 else set()
+        pids, refused = supervisors(str(cfg.path), vouched)
+        if not pids:
+            others = f"; not signalled: {', '.join(refused[:5])} (another user's)" if refused else ""
+            raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?){others}")
         for pid in pids:
             raw = broker.control.ask_roll(host, pid, names)
             try:
