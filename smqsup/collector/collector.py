@@ -21,6 +21,8 @@ delayed messages to pending.
                                  history (counters and sizes)
             workflows.drain_all  every OUTBOX_LOOK_S, the children of its
                                  ended messages no consumer told (it died)
+            workflows.retry_parked  the outbox entries Redis refused, set
+                                 aside (store/parked.py), when due again
             workflows.repair_holds  children whose producer died before it
                                  told all their parents
             groups.repair        every GROUP_REPAIR_S, the groups' running
@@ -104,6 +106,7 @@ class Collector:
         self._queues: dict[str, _QueueGC] = {}
         self._backoff_until = 0.0
         self._trouble = Lasting(log, repeat_s=defaults.COLLECTOR_TROUBLE_REPEAT_S)  # failing steps, per queue
+        self._wrong_keys: dict[str, list[str]] = {}  # group keys of the wrong type said, per queue
         # Reclaim only after Redis has been reachable for a whole
         # heartbeat_timeout: after an outage every heartbeat looks stale until
         # the supervisors have had the time to renew them.
@@ -268,6 +271,7 @@ class Collector:
         if now >= state.next_tell:
             state.next_tell = now + defaults.OUTBOX_LOOK_S
             self._step(name, state, "tell children their parents ended", lambda n, _: flows.drain_all(n))
+            self._step(name, state, "try the outbox entries set aside again", lambda n, _: flows.retry_parked(n))
         if now >= state.next_holds:
             state.next_holds = now + defaults.HOLD_REPAIR_S / 2
             self._step(name, state, "register held messages with their parents",
@@ -278,11 +282,17 @@ class Collector:
 
     def _repair_groups(self, name: str, state: _QueueGC) -> None:
         lock = state.lock
-        state.groups_cursor, fixed, turns = self.broker.groups.repair(
-            name, (lock.key, lock.token), state.queue.group_concurrency, state.groups_cursor)
-        if fixed or turns:
+        r = self.broker.groups.repair(name, (lock.key, lock.token), state.queue.group_concurrency,
+                                      state.groups_cursor)
+        state.groups_cursor, said = r.cursor, self._wrong_keys.get(name, [])
+        for key in set(said) - set(r.wrong):
+            log.info("queue %s: group key %s repaired; grouped messages go on", name, key)
+        for key in set(r.wrong) - set(said):  # (once a key, not at every repair; status shows it)
+            log.warning("queue %s: group key %s: grouped messages wait until it is deleted or repaired", name, key)
+        self._wrong_keys[name] = r.wrong
+        if r.fixed or r.turns:
             log.warning("queue %s: collector: %d group running count(s) set right and %d group(s) given back "
-                        "their turn (a key changed by hand, or a consumer's list deleted?)", name, fixed, turns)
+                        "their turn (a key changed by hand, or a consumer's list deleted?)", name, r.fixed, r.turns)
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an
