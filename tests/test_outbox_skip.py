@@ -76,6 +76,8 @@ def test_children_of_a_queue_with_a_broken_blocked_key_hold_no_other_child(
     [entry] = parked
     assert (entry["kind"], entry["target_queue"], entry["entries"]) == ("child", "b", _STUCK)
     assert entry["key"] == blocked_b and "WRONGTYPE" in entry["reason"] and entry["parked"] is True
+    table = procs.run("status", "--url", redis_url).stdout
+    assert f"a: outbox: {_STUCK} child entr(ies) for b parked after" in table and blocked_b in table
     redis_client.delete(blocked_b)
     wait_for(lambda: not _parked(redis_url), timeout_s=15)
     assert not [m for m in redis_client.zrange(QueueKeys(NS, "a").deps, 0, -1) if m.startswith(b"o\t")]
