@@ -194,6 +194,33 @@ def test_a_child_held_but_never_registered_is_registered_by_the_collector(
     wait_for(lambda: seen.bodies("b") == ["c"], timeout_s=10)
 
 
+def test_holds_the_collector_cannot_register_hold_no_other_hold(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """150 old holds sorting first whose parent partition's tracking hash is a string (each registration refused):
+    the collector's repair still reaches a real hold behind them and releases its child."""
+    from smqsup import defaults
+    from smqsup.store import workflows
+    monkeypatch.setattr(defaults, "HOLD_REPAIR_S", 0.5)
+    redis_client.set(QueueKeys(NS, "p").tracked, "garbage")
+    k = QueueKeys(NS, "b")
+    redis_client.zadd(k.deps, {f"h\t0000-{i:04d}\t1": 0 for i in range(150)})
+    redis_client.zadd(k.deps, {f"w\t0000-{i:04d}\tp\tx": 0 for i in range(150)})
+    seen = Seen()
+    parent = producer.publish("a", "p", result_ttl=60)
+
+    def die(*_: Any, **__: Any) -> str:
+        raise SystemExit("the producer died here")
+    monkeypatch.setattr(workflows.Workflows, "register", die)
+    with pytest.raises(SystemExit):
+        producer.publish("b", "c", depends_on=[("a", parent)], result_ttl=60)
+    monkeypatch.undo()
+    monkeypatch.setattr(defaults, "HOLD_REPAIR_S", 0.5)
+    start(seen.handler(), name="a")
+    start(seen.handler(), name="b")
+    wait_for(lambda: seen.bodies("b") == ["c"], timeout_s=15)
+
+
 def test_a_consumer_that_dies_after_the_ack_leaves_the_release_to_the_collector(
         start: Callable[..., Running], producer: Producer, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The consumer acks the parent but never tells its child (as if it died there): the collector's drain does."""

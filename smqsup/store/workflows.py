@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEDUPLICATED", "HELD", "IN_USE", "Parents", "Workflows", "failed_meta"]
 
+#: Hold marks one repair_holds reads (the next goes on from the last).
+_HOLDS_READ = 100
 #: Parent ids one depend.lua call registers.
 _DEPEND_CHUNK = 1000
 
@@ -88,6 +90,7 @@ class Workflows:
         self._link = link
         self._queues = queues
         self._batches = batches
+        self._holds_from: dict[str, bytes] = {}  # repair_holds' place in each partition's hold marks
 
     def locate(self, parents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Optional[str]]:
         """The partition holding the record of each (queue, id) of
@@ -208,8 +211,13 @@ class Workflows:
         ``older_than_ms``); how many were."""
         link = self._link
         deps = link.keys(name).deps
+        start = self._holds_from.get(name, b"[h\t")
         with wrapped(f"read the holds of {name!r}"):
-            now, [marks] = link.with_clock(lambda pipe: pipe.zrangebylex(deps, "[h\t", "(h\n", start=0, num=100))
+            now, [marks] = link.with_clock(lambda pipe: pipe.zrangebylex(deps, start, "(h\n", start=0,
+                                                                         num=_HOLDS_READ))
+        # The next read goes on past these: a hold that cannot be registered
+        # (or is too young) holds none behind it; a short read starts again.
+        self._holds_from[name] = b"(" + marks[-1] if len(marks) >= _HOLDS_READ else b"[h\t"
         now_ms = ms_of(now)
         repaired = 0
         for mark in marks:
