@@ -141,3 +141,27 @@ def test_batch_settle_checks_every_key_before_it_writes_and_names_the_broken_one
     with pytest.raises(redis.ResponseError, match=re.escape(f"WRONGTYPE {keys[which]} holds a string")):
         call.run(b.client)
     assert {k: redis_client.dump(k) for k in before} == before
+
+
+def test_garbage_in_the_parked_set_and_records_holds_no_parked_entry(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis, redis_url: str,
+        quick_retries: None) -> None:
+    """600 members of no kind and 100 malformed entries sort first in the parked set, and the records hash
+    holds junk:
+    they are dropped, status still reads, and a parked child is released once its key is repaired."""
+    seen = Seen()
+    a = QueueKeys(NS, "a")
+    parent = producer.publish("a", "p", result_ttl=60)
+    child = producer.publish("x", "child", depends_on=[("a", parent)], result_ttl=60)
+    pending_x = QueueKeys(NS, "x").pending
+    redis_client.set(pending_x, "garbage")
+    redis_client.zadd(a.outbox_parked, {**{f"junk-{i:04d}": 0 for i in range(600)},
+                                        **{f"o\tjunk-{i:04d}": 0 for i in range(100)}})
+    redis_client.hset(a.outbox_failures, mapping={"o\tq": b"\xff not json", "B": "[1, 2]", "S\tz": '{"entries": "x"}'})
+    start(seen, name="a")
+    wait_for(lambda: any(p["target_id"] == child for p in _parked(redis_url).get("a", [])), timeout_s=15)
+    redis_client.delete(pending_x)
+    start(seen, name="x")
+    assert producer.result("x", child, timeout=15) is None
+    wait_for(lambda: redis_client.zcard(a.outbox_parked) == 0, timeout_s=15)
+    assert seen.of("x") == ["child"]

@@ -96,6 +96,19 @@ def due(link: Link, name: str) -> list[bytes]:
     return [bytes(entry) for entry, score in earliest if score <= now_ms]
 
 
+def drop_unknown(link: Link, name: str, entries: Sequence[bytes]) -> list[bytes]:
+    """``entries`` (parked.due's) of a kind a drain reads; those of no kind
+    (anyone may write anything in the parked set) are dropped, said once,
+    so that they never fill the reads of the entries behind them."""
+    known = tuple(f"{kind}\t".encode() for kind in KINDS)
+    junk = [e for e in entries if not e.startswith(known)]
+    if junk:
+        warn_once(log, f"parked-junk:{name}", "queue %s: %d member(s) of the parked outbox set that are no outbox "
+                  "entry, dropped (said once): %r", name, len(junk), junk[0][:100])
+        unpark(link, name, [("", junk)])
+    return [e for e in entries if e.startswith(known)]
+
+
 def rows(link: Link, names: Sequence[str]) -> dict[str, tuple[int, list[dict[str, Any]]]]:
     """For each partition of ``names``: how many target queues have entries
     set aside, and the records of up to SHOWN of them (status rows: kind,

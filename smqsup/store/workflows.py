@@ -42,6 +42,7 @@ from smqsup.store.batches import Batches
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
 from smqsup.store.outbox import split_entry
+from smqsup.store.parked import drop_unknown
 from smqsup.store.parked import due as due_parked
 from smqsup.store.parked import rows as parked_rows
 from smqsup.store.queues import Queues
@@ -199,7 +200,7 @@ class Workflows:
         """Try again the outbox entries of partition ``name`` set aside and
         due now (store/parked.py), up to DUE_BATCH; how many were due. The
         partitions their calls gave entries are drained (drain_all)."""
-        due = due_parked(self._link, name)
+        due = drop_unknown(self._link, name, due_parked(self._link, name))
         if due:
             for more in dict.fromkeys((*self.drain(name, due), *self._batches.drain(name, due))):
                 self.drain_all(more)
