@@ -326,10 +326,12 @@ class Collector:
         stale, orphans = self.broker.registry.stale_consumers(name, timeout_ms)
         for cid in stale + orphans:
             reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
-            r = self.broker.registry.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold,
-                                                   reason=reason, stale_after_ms=timeout_ms,
-                                                   lock=(state.lock.key, state.lock.token))
-            if r.remaining == -1:
+            # One consumer Redis refuses (its list of the wrong type) costs its own reclaim, not the others'.
+            def one(n: str, s: _QueueGC, c: str = cid, why: str = reason) -> scripts.ReclaimResult:
+                return self.broker.registry.reclaim_stale(n, c, retry_threshold=s.queue.retry_threshold, reason=why,
+                                                          stale_after_ms=timeout_ms, lock=(s.lock.key, s.lock.token))
+            r = self._step(name, state, f"reclaim lost consumer {cid}", one)
+            if r is None or r.remaining == -1:
                 continue  # it came back between the two scripts
             moved = r.requeued + r.dead_lettered
             self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
@@ -343,8 +345,10 @@ class Collector:
         it had been declared dead, then died): nobody else watches that list."""
         lock = (state.lock.key, state.lock.token)
         for cid in self.broker.registry.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
-            r = self.broker.registry.sweep_retired(name, cid, lock=lock)
-            if r.requeued or r.dead_lettered:
+            def sweep(n: str, _: _QueueGC, c: str = cid) -> scripts.ReclaimResult:
+                return self.broker.registry.sweep_retired(n, c, lock=lock)
+            r = self._step(name, state, f"sweep retired consumer {cid}", sweep)
+            if r is not None and (r.requeued or r.dead_lettered):
                 self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
                             name, r.requeued + r.dead_lettered, cid)
