@@ -1,8 +1,9 @@
 """The outboxes never let one failing entry hold the others: an entry whose
 target Redis refuses (a key of the wrong type) is backed off, then parked
 with its reason, shown by ``smqsup status``, and completes once the key is
-repaired; the other entries go on at once. A real redis-server, consumers
-and collectors in threads, status in a subprocess."""
+repaired; the other entries go on at once. A real redis-server and the
+Redis Cluster, consumers and collectors in threads, status in a
+subprocess."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from smqsup.store.broker import Broker
 from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
+
+pytestmark = pytest.mark.topologies
 
 #: Forged outbox entries of one broken target: more than one drain reads (500).
 _STUCK = 510
