@@ -91,8 +91,8 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     (``flight``), collector leader and facts, consumer slots (restarts, last
     exit), supervisors, producers, the outbox entries set aside
     (``outbox_parked``: store/parked.py's rows, of ``outbox_parked_targets``
-    records), the group keys of the wrong type (``wrong_type_keys``: one
-    line each), and totals (the lag: the largest)."""
+    records), the keys of the wrong type (``wrong_type_keys``: one line
+    each), and totals (the lag: the largest)."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
     now_ms, readings = broker.statistics.read_queues(queues, recent=int(window_s) + 2)
@@ -100,7 +100,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     out["t"] = now_ms
     parked = broker.workflows.parked(queues)
     parts = {name: broker.queues.partition_names(name) for name in queues}
-    wrong = broker.groups.wrong_types([p for names in parts.values() for p in names])
+    wrong = broker.statistics.wrong_types([p for names in parts.values() for p in names])
     for name in queues:
         q = out["queues"][name] = _queue_snapshot(readings[name], lags[name], now_ms, window_s)
         q["outbox_parked_targets"], q["outbox_parked"] = parked[name]

@@ -12,13 +12,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from smqsup.keys import partition_name
-from smqsup.store import scripts
+from smqsup.store import keytypes, scripts
 from smqsup.store.connection import wrapped
-from smqsup.store.link import Link, ms_of, text
+from smqsup.store.link import Link, ms_of
 from smqsup.store.queues import Queues
-
-#: The type each group key must hold, in QueueKeys.groups' order (ready, count, state, rate, wait, running).
-GROUP_KEY_TYPES = ("zset", "zset", "hash", "zset", "zset", "hash")
 
 #: Groups with ready messages one repair looks at (a slice of the groups' counts, by cursor).
 REPAIR_SLICE = 200
@@ -53,28 +50,6 @@ class Groups:
             return scripts.group_pause(link.keys(self.partition(queue, group)), group.encode("utf-8"),
                                        "").run(link.client)
 
-    def wrong_types(self, names: Sequence[str]) -> dict[str, list[str]]:
-        """For each of queue partitions ``names``: its group keys that hold
-        another type than the scripts need, each as one line ("KEY holds a
-        string, not a hash"); grouped messages there wait (or are refused at
-        publish) until the key is repaired. One round trip (TYPE of each)."""
-        pipe = self._link.client.pipeline(transaction=False)
-        for name in names:
-            for key in self._link.keys(name).groups:
-                pipe.type(key)
-        with wrapped("read the types of the group keys"):
-            found = iter(pipe.execute())
-        return {name: self._wrong(name, [next(found) for _ in GROUP_KEY_TYPES]) for name in names}
-
-    def _wrong(self, name: str, types: Sequence[object]) -> list[str]:
-        """wrong_types' lines for partition ``name`` whose group keys' TYPE replies are ``types``."""
-        out = []
-        for key, wanted, held in zip(self._link.keys(name).groups, GROUP_KEY_TYPES, types):
-            found = text(held) if isinstance(held, (bytes, str)) else "?"
-            if found not in ("none", wanted):
-                out.append(f"{key} holds a {found}, not a {wanted}")
-        return out
-
     def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> Repair:
         """One repair of queue (partition) ``queue``'s groups by its elected
         collector (group_repair.lua), from ``cursor``; and its group keys of
@@ -90,7 +65,7 @@ class Groups:
             for key in k.groups:
                 pipe.type(key)
             present, registered, *types = pipe.execute()
-            wrong = self._wrong(queue, types)
+            wrong = keytypes.wrong(keytypes.group_keys(k), types)
             if not present:
                 return Repair(b"0", 0, 0, wrong)
             consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in registered)

@@ -138,13 +138,13 @@ def _group_lines(snap: dict[str, Any]) -> str:
 
 
 def _trouble_lines(snap: dict[str, Any]) -> str:
-    """A line per group key of the wrong type, and per record of outbox
+    """A line per key of the wrong type, and per record of outbox
     entries set aside (store/parked.py): what waits, why, the key named."""
     lines = []
     for name, q in sorted(snap["queues"].items()):
         for key in q.get("wrong_type_keys") or []:
-            lines.append(f"  {cell(name)}: {safe.escape(key, _NOTE_CHARS)}: grouped messages wait until it is "
-                         "deleted or repaired")
+            lines.append(f"  {cell(name)}: {safe.escape(key, _NOTE_CHARS)} (what needs it waits until it is "
+                         "deleted or repaired)")
         for p in q.get("outbox_parked") or []:
             state = "parked" if p["parked"] else "backing off"
             lines.append(f"  {cell(name)}: outbox: {p['entries']} {p['kind']} entr(ies) for {cell(p['target_queue'])} "
