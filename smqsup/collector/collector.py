@@ -332,7 +332,7 @@ class Collector:
                                                           stale_after_ms=timeout_ms, lock=(s.lock.key, s.lock.token))
             r = self._step(name, state, f"reclaim lost consumer {cid}", one)
             if r is None or r.remaining == -1:
-                continue  # it came back between the two scripts
+                continue  # refused (said by _step: tried again at the next scan), or it came back meanwhile
             moved = r.requeued + r.dead_lettered
             self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
             log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "

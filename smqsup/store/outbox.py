@@ -60,9 +60,9 @@ KINDS = ("o", "B", "S")
 
 def waiting(link: Link, names: Sequence[str]) -> set[str]:
     """Which of partitions ``names`` hold an outbox entry of any kind, or
-    entries set aside: a
-    look at each in one round trip (on a cluster, one per master), so that
-    the collector's idle looks cost one round trip for all its queues."""
+    entries set aside (parked.py): a look at each in one round trip (on a
+    cluster, one per master), so that the collector's idle looks cost one
+    round trip for all its queues."""
     batch = scripts.Batch(link.client)
     for name in names:
         for kind in KINDS:
