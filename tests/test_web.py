@@ -503,7 +503,7 @@ def test_status_and_metrics_show_outbox_entries_set_aside_and_keys_of_the_wrong_
     server = web()
     snap = server.json("/api/status")["queues"]["a"]
     assert snap["wrong_type_keys"] == [f"{a.pending} holds a string, not a list"]
-    assert snap["sizes"]["scheduled"] == 1 and snap["outbox_parked_targets"] == 1
+    assert snap["sizes"]["scheduled"] == 1 and snap["outbox_parked_records"] == 1
     [row] = snap["outbox_parked"]
     assert {k: row[k] for k in ("kind", "target_queue", "target_id", "entries", "failures", "parked", "key")} == {
         "kind": "child", "target_queue": "b", "target_id": "c2", "entries": 3, "failures": 1, "parked": False,

@@ -90,7 +90,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     and the messages in flight and concurrency summed over them
     (``flight``), collector leader and facts, consumer slots (restarts, last
     exit), supervisors, producers, the outbox entries set aside
-    (``outbox_parked``: store/parked.py's rows, of ``outbox_parked_targets``
+    (``outbox_parked``: store/parked.py's rows, of ``outbox_parked_records``
     records), the keys of the wrong type (``wrong_type_keys``: one line
     each), and totals (the lag: the largest)."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
@@ -103,7 +103,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     wrong = broker.statistics.wrong_types([p for names in parts.values() for p in names])
     for name in queues:
         q = out["queues"][name] = _queue_snapshot(readings[name], lags[name], now_ms, window_s)
-        q["outbox_parked_targets"], q["outbox_parked"] = parked[name]
+        q["outbox_parked_records"], q["outbox_parked"] = parked[name]
         q["wrong_type_keys"] = [line for p in parts[name] for line in wrong[p]]
     totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers", *FLIGHT)}
     total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}

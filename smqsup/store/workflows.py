@@ -176,8 +176,9 @@ class Workflows:
         return [cq for (cq, _), (_, told) in ran if told] + (outbox.more(name, entries) if parked is None else [])
 
     def parked(self, queues: Sequence[str]) -> dict[str, tuple[int, list[dict[str, Any]]]]:
-        """For each of ``queues`` (all its partitions): how many targets have
-        outbox entries set aside, and the records of some (store/parked.py)."""
+        """For each of ``queues`` (all its partitions): how many records (a
+        kind and target queue each) of outbox entries set aside it holds, and
+        some of them as status rows (store/parked.py)."""
         parts = {q: self._queues.partition_names(q) for q in queues}
         found = parked_rows(self._link, [p for names in parts.values() for p in names])
         return {q: (sum(found[p][0] for p in names), [r for p in names for r in found[p][1]])

@@ -149,7 +149,7 @@ def _trouble_lines(snap: dict[str, Any]) -> str:
             state = "parked" if p["parked"] else "backing off"
             lines.append(f"  {cell(name)}: outbox: {p['entries']} {p['kind']} entr(ies) for {cell(p['target_queue'])} "
                          f"{state} after {p['failures']} failure(s): {safe.escape(p['reason'], _NOTE_CHARS)}")
-        more = (q.get("outbox_parked_targets") or 0) - len(q.get("outbox_parked") or [])
+        more = (q.get("outbox_parked_records") or 0) - len(q.get("outbox_parked") or [])
         if more > 0:
             lines.append(f"  {cell(name)}: outbox: {more} more record(s) of entries set aside")
     return "\n".join(lines)
