@@ -284,3 +284,20 @@ def test_a_busy_look_restarts_the_idle_clock_so_a_steady_load_does_not_flap() ->
         assert step(q, 3, half_of_4, pace, NOW + t) == (0, "")
     assert step(q, 3, Look(3, 0.0, 0.0), pace, NOW + 300) == (0, "")  # something ready: not idle
     assert pace.idle_since is None
+
+
+@pytest.mark.parametrize("limit", [{"rate_limit_per_s": 10.0}, {"group_concurrency": 1},
+                                   {"group_rate_limit_per_s": 2.0}])
+def test_a_rate_limited_queue_steps_up_only_while_its_handlers_are_busy_and_down_when_they_wait(
+        limit: dict[str, Any]) -> None:
+    """rate_limit, group limits: a backlog with handlers mostly idle (waiting for the limit) steps down, not up;
+    busy, up."""
+    q, pace = scaled(1, 4, scale_down_after_s=10.0, scale_cooldown_s=1.0, **limit), Pace()
+    waiting = Look(100, 30.0, 0.5)  # 100 ready, 30 s of lag, 0.5 of 4 handlers busy: the limit holds them
+    assert step(q, 4, waiting, pace, NOW) == (0, "")
+    assert step(q, 4, waiting, pace, NOW + 10)[0] == -1
+    pace.last_step_at = NOW + 10
+    assert step(q, 1, Look(100, 30.0, 1.0), pace, NOW + 20) == (1, "lag 30.0s > 5s")
+    unlimited = scaled(1, 4, scale_down_after_s=10.0)
+    assert step(unlimited, 4, waiting, Pace(), NOW) == (0, "")  # at max: the lag holds it there
+    assert step(unlimited, 2, waiting, Pace(), NOW) == (1, "lag 30.0s > 5s")

@@ -293,6 +293,9 @@ class Collector:
         if r.fixed or r.turns:
             log.warning("queue %s: collector: %d group running count(s) set right and %d group(s) given back "
                         "their turn (a key changed by hand, or a consumer's list deleted?)", name, r.fixed, r.turns)
+        if r.dead:
+            log.error("queue %s: collector: %d member(s) of the groups' ready set were no group's message "
+                      "(written by hand?); dead-lettered, malformed", name, r.dead)
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an

@@ -53,30 +53,32 @@ class Groups:
     def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> Repair:
         """One repair of queue (partition) ``queue``'s groups by its elected
         collector (group_repair.lua), from ``cursor``; and its group keys of
-        the wrong type (as wrong_types). A queue with no group state costs
-        one round trip."""
+        the wrong type (keytypes.wrong's lines). A queue with no group state
+        costs one round trip."""
         link = self._link
         k = link.keys(queue)
         with wrapped(f"repair the groups of {queue!r}"):
             client = link.client
             pipe = client.pipeline(transaction=False)
-            pipe.exists(k.groups[1], k.groups[5])
+            pipe.exists(k.groups[0], k.groups[1], k.groups[5])
             pipe.hkeys(k.consumers)
             for key in k.groups:
                 pipe.type(key)
             present, registered, *types = pipe.execute()
             wrong = keytypes.wrong(keytypes.group_keys(k), types)
             if not present:
-                return Repair(b"0", 0, 0, wrong)
+                return Repair(b"0", 0, 0, 0, wrong)
             consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in registered)
             return Repair(*scripts.group_repair(k, consumers, lock, limit, cursor, REPAIR_SLICE).run(client), wrong)
 
 
 class Repair(NamedTuple):
     """What one repair of a partition's groups did: the cursor of the next,
-    counts set right, turns given; and its group keys of the wrong type."""
+    counts set right, turns given, members of the ready set that were no
+    group's (dead-lettered); and its group keys of the wrong type."""
 
     cursor: bytes
     fixed: int
     turns: int
+    dead: int
     wrong: list[str]

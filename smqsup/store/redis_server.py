@@ -10,12 +10,14 @@ because ``locate.socket_path(data_dir)`` is a pure function of the directory's p
 from __future__ import annotations
 
 import atexit
+import ctypes
 import fcntl
 import logging
 import os
+import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -35,6 +37,8 @@ _POLL_INTERVAL_S = 0.01
 _POLL_INTERVAL_MAX_S = 0.1
 _LOG_TAIL_LINES = 15
 _LOG_TAIL_BYTES = 8192
+#: prctl(2)'s option asking the kernel for a signal when the parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
 
 
 def _log_tail(log_path: Path) -> str:
@@ -60,6 +64,24 @@ def _ensure_private_dir(path: Path) -> None:
         )
 
 
+def _death_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGKILL the child when this thread
+    ends (prctl PR_SET_PDEATHSIG), and ends the child at once if its parent
+    died before the call; None where there is no prctl (not Linux). prctl
+    is looked up here, before the fork: the child only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # died between the fork and the prctl: no signal would come
+            os._exit(1)
+    return preexec
+
+
 class RedisServer:
     """One redis-server child process serving one data directory.
 
@@ -77,6 +99,7 @@ class RedisServer:
         appendfsync: str = defaults.APPENDFSYNC,
         binary: str | None = None,
         extra_args: Sequence[str] = (),
+        dies_with_parent: bool = False,
     ) -> None:
         """Describe a server; start nothing.
 
@@ -84,6 +107,9 @@ class RedisServer:
         listen on 127.0.0.1:port. ``binary`` None: ``find_redis_server()`` at
         ``start``. ``extra_args`` are appended to the command line
         (``["--maxmemory", "100mb"]``) and so override ours.
+        ``dies_with_parent``: the kernel SIGKILLs the server when the thread
+        that started it ends, however it ends (SIGKILL included: no atexit
+        runs then), on Linux; for throwaway servers (a test run's).
         """
         if appendfsync not in APPENDFSYNC_POLICIES:
             raise RedisServerError(
@@ -96,6 +122,7 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.binary = binary
         self.extra_args = tuple(extra_args)
+        self.dies_with_parent = dies_with_parent
         self.socket_path = socket_path(self.data_dir)
         self.log_path = self.data_dir / "redis.log"
         self.pid_path = self.data_dir / "redis.pid"
@@ -197,6 +224,7 @@ class RedisServer:
                     stdout=log_file,
                     stderr=log_file,
                     start_new_session=True,
+                    preexec_fn=_death_with_parent() if self.dies_with_parent else None,
                 )
             except OSError as error:
                 raise RedisServerError(

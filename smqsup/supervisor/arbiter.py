@@ -267,14 +267,18 @@ class Arbiter:
 
     def _apply(self, p: ReloadPlan, cfg: Config) -> None:
         self.notifier.reloading()
-        log.info("SIGHUP: %s", p.describe())
-        for key in p.restart_required:
-            log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         self.cfg = cfg
         self.collector.update(cfg)
         self.declarations.update(cfg)
         self.pool.apply(p, cfg)
-        self.pool.check_code()
+        # One summary, after the queues' own lines: what the file changed, and which code rolls.
+        code = self.pool.check_code()
+        said = [] if p.empty and code else [p.describe()]
+        if code:
+            said.append(f"handler code rolling: {', '.join(code)}")
+        log.info("SIGHUP: %s", "; ".join(said))
+        for key in p.restart_required:
+            log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         if p.web_changed:
             self.web.reload()  # started again by the loop with the new settings, if any
         self._ready_sent = False

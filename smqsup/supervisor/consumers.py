@@ -214,7 +214,7 @@ class Consumers:
         report = self.reports.take(c.pid)
         q = self.queues.get(c.queue)
         threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
-        cause = describe_status(status)
+        cause = describe_status(status, ready=view.ready_us != 0)
         self._record_exit(c, cause)
         costs = decide.costs_attempt(c)
         started = (view.started, view.returned)  # what it never started, or saw return, goes back free
@@ -298,22 +298,26 @@ class Consumers:
 
     # --- rolls ---------------------------------------------------------------------------
 
-    def check_code(self) -> None:
+    def check_code(self) -> list[str]:
         """SIGHUP: roll each queue whose handler code changed on disk since
-        its consumers imported it, and try each failed roll again. A queue
-        already rolling is looked at again once its roll ends."""
-        now = time.monotonic()
+        its consumers imported it, and try each failed roll again; the
+        queues whose roll this began. A queue already rolling is looked at
+        again once its roll ends."""
+        now, begun = time.monotonic(), []
         for name, q in list(self.live_queues()):
             if q.rolling:
                 q.roll_next = q.roll_next or "check"
             elif q.roll_failed is not None:
                 self._begin(q, f"trying again the roll that failed ({q.roll_failed})", now)
+                begun.append(name)
             elif (path := rolls.changed_code(self.of(name))) is not None:
                 if name in self.preloaded:
                     log.warning("queue %s: %s changed on disk, but preload imported its handler in the "
                                 "supervisor: restart smqsup to run the new code", name, path)
                     continue
                 self._begin(q, f"{path} changed on disk", now)
+                begun.append(name)
+        return begun
 
     def roll(self, names: Iterable[str], why: str) -> None:
         """Roll ``names`` whatever their code (``smqsup roll``); after the running roll, if any."""

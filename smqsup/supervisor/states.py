@@ -247,8 +247,9 @@ class QueueState:
         return n
 
 
-def describe_status(status: int) -> str:
-    """'exited with status 3' or 'killed by signal 9 (SIGKILL)'."""
+def describe_status(status: int, ready: bool = False) -> str:
+    """'exited with status 3' or 'killed by signal 9 (SIGKILL)'; a reserved
+    status is explained only in a child that had not said ready (``ready``)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
@@ -258,4 +259,4 @@ def describe_status(status: int) -> str:
         return f"killed by signal {sig} ({name})"
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
     meaning = {EXIT_IMPORT: " (handler cannot be imported)", EXIT_REDIS: " (Redis unreachable at boot)"}
-    return f"exited with status {code}{meaning.get(code, '')}"
+    return f"exited with status {code}{'' if ready else meaning.get(code, '')}"
