@@ -180,6 +180,14 @@ OUTBOX_LOOK_S = 0.5
 #: A held child whose producer has not told all its parents after this long (it died between the
 #: steps) is registered by the collector, in s.
 HOLD_REPAIR_S = 10.0
+#: An outbox entry whose target Redis refuses (a key of the wrong type) is set aside, not left first in
+#: line: tried again after this long, doubled at each failure up to OUTBOX_RETRY_MAX_S, in s.
+OUTBOX_RETRY_BASE_S = 1.0
+#: The longest an outbox entry set aside waits between tries, in s: a parked entry completes at most this
+#: long after its key is repaired.
+OUTBOX_RETRY_MAX_S = 30.0
+#: Failures after which an outbox entry set aside counts as parked (status shows it either way).
+OUTBOX_PARK_AFTER = 5
 #: Rounds one drain makes at most: down a cascade (children dead-lettered with children of their own), and
 #: again on a partition whose read was full (500 entries a read).
 DRAIN_ROUNDS = 16
