@@ -19,8 +19,9 @@ Parent code and child code never share a module:
 - web_child.py: the web UI child process, when queues.yaml has a ``web:`` section.
 - plan.py: the pure SIGHUP diff from one config to the next.
 - rolls.py: code rolls: changed code, a roll begun, failed, ended, watched.
+- codedir.py: where the handlers' code comes from: the working directory as named, re-resolved at each roll.
 - reports.py: the children's reports (their handler's files), in a private directory held open.
-- scaling.py: autoscaling: the look at each autoscaled queue's lag and backlog, one step at a time.
+- scaling.py: autoscaling (the look at each autoscaled queue's lag and backlog, one step at a time), SIGTTIN/SIGTTOU.
 - queue_info.py: what this supervisor tells Redis of each queue (target, range, roll, last scale event).
 - systemd.py: sd_notify (READY, RELOADING, STOPPING, STATUS, WATCHDOG) without libsystemd.
 - child.py: what runs in a consumer process after the fork (child side).

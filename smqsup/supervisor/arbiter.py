@@ -327,27 +327,11 @@ class Arbiter:
 
     def handle_ttin(self) -> None:
         """One more consumer in every queue, within an autoscaled queue's max."""
-        total = sum(q.target for _, q in self.pool.live_queues())
-        for name, q in self.pool.live_queues():
-            most = q.config.consumers_max or config_mod.CONSUMERS_PER_QUEUE_MAX
-            if q.target >= most or total >= config_mod.CONSUMERS_TOTAL_MAX:
-                bound = f"its max {most}" if q.config.consumers_max else f"{most} per queue"
-                log.warning("SIGTTIN: queue %s stays at %d consumers (at most %s, %d in all queues)",
-                            name, q.target, bound, config_mod.CONSUMERS_TOTAL_MAX)
-                continue
-            total += 1
-            self.scaler.moved(q, q.target + 1, "SIGTTIN", said=True)
-            log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
+        self.scaler.step_all(+1, "SIGTTIN")
 
     def handle_ttou(self) -> None:
         """One fewer consumer in every queue, not below 1 nor an autoscaled queue's min."""
-        for name, q in self.pool.live_queues():
-            least = q.config.consumers if q.config.consumers_max else 1
-            if q.target <= least:
-                log.info("SIGTTOU: queue %s stays at %d consumer(s) (at least %d)", name, q.target, least)
-                continue
-            self.scaler.moved(q, q.target - 1, "SIGTTOU", said=True)
-            log.info("SIGTTOU: queue %s scaled to %d", name, q.target)
+        self.scaler.step_all(-1, "SIGTTOU")
 
     # --- reaping and stopping ----------------------------------------------------------
 
