@@ -14,9 +14,12 @@
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
--- KEYS[18] (optional) garbage-collector lock key
+-- KEYS[18] its cancel set (includes/track.lua): a due retry whose cancel
+--          was asked is dead-lettered "cancelled" (counted "cancelled"),
+--          never made ready
+-- KEYS[19] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  (with KEYS[18]) the caller's lock token; the script refuses to act
+-- ARGV[2]  (with KEYS[19]) the caller's lock token; the script refuses to act
 --          unless KEYS[18] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
@@ -30,8 +33,8 @@
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18]
-local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
+local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[19]
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11], cancel = KEYS[18]}
 local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"
@@ -48,8 +51,9 @@ local at_ms = now_ms()
 track_prune(T, at_ms)
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local r, p, expired, ready = 1, 1, 0, {}
-while #ready + expired < limit and (retries[r] or planned[p]) do
+local r, p, expired, cancelled, ready = 1, 1, 0, 0, {}
+local cancels = #retries > 0 and redis.pcall('EXISTS', T.cancel) == 1
+while #ready + expired + cancelled < limit and (retries[r] or planned[p]) do
   local set, frame
   if planned[p] == nil or (retries[r] and tonumber(retries[r + 1]) <= tonumber(planned[p + 1])) then
     set, frame, r = delayed, retries[r], r + 2
@@ -58,7 +62,9 @@ while #ready + expired < limit and (retries[r] or planned[p]) do
   end
   redis.call('ZREM', set, frame)
   local _, _, expires = head_of(frame)
-  if expires and expires > 0 and expires <= at_ms then
+  if cancels and set == delayed and end_if_cancelled(dead, counters, at_ms, frame, T) then
+    cancelled = cancelled + 1
+  elseif expires and expires > 0 and expires <= at_ms then
     dead_letter(dead, '{"reason":"expired"}', at_ms, frame, T)
     expired = expired + 1
   else
