@@ -175,3 +175,30 @@ def test_a_cancel_outlives_an_hour_of_retry_delay(start: Callable[..., Running],
     wait_for(lambda: producer.state("q", mid) in ("cancelled", "done"))
     assert producer.state("q", mid) == "cancelled" and tries == ["x"]
     assert redis_client.zcard(K.delayed) == 0 and redis_client.llen(K.pending) == 0
+
+
+def test_the_cancelled_event_says_the_attempts_spent(start: Callable[..., Running], producer: Producer,
+                                                     redis_url: str, redis_client: redis.Redis) -> None:
+    """Events on: a waiting message cancelled and a prefetched one its consumer dead-letters unstarted say
+    attempts 0 (they never ran); one cancelled while its handler (a thread, told) ran says 1 (that run)."""
+    Broker(redis_url, NS).queues.declare_options("q", Declared(0, 10_000))
+    gate, ran = threading.Event(), []
+
+    def handle(m: Any) -> None:
+        ran.append(m.body)
+        if m.body == 0:
+            m.cancelled.wait(20)
+        else:
+            gate.wait(20)
+    waiting = producer.publish("q", "w", delay=3600)
+    assert producer.cancel("q", waiting) == "cancelled"
+    ids = producer.publish_many("q", [0, 1, 2])
+    run = start(handle, concurrency=2, prefetch=2, events=True)
+    cid = run.consumer.identity.consumer_id
+    wait_for(lambda: sorted(ran) == [0, 1] and redis_client.llen(K.processing(cid)) == 3)
+    assert producer.cancel("q", ids[0]) == "stopping" and producer.cancel("q", ids[2]) == "stopping"
+    run.consumer.request_cancels()
+    wait_for(lambda: {e.message_id for e in producer.events("q") if e.event == "cancelled"} >= {ids[0], ids[2]})
+    gate.set()
+    attempts = {e.message_id: e.attempts for e in producer.events("q") if e.event == "cancelled"}
+    assert attempts == {waiting: 0, ids[0]: 1, ids[2]: 0} and 2 not in ran
