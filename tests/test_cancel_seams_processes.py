@@ -26,7 +26,7 @@ def _ends_cancelled(sup: procs.Supervisor, p: Producer, out_dir: Path, then: str
     (``then``: "raise" or "return") at once; each ends "cancelled" with one start only."""
     for _ in range(rounds):
         mid = p.publish("q", {"then": then}, result_ttl=60)
-        wait_for(lambda: [e for e in sup.events("start") if e["id"] == mid])
+        wait_for(lambda mid=mid: [e for e in sup.events("start") if e["id"] == mid])
         assert p.cancel("q", mid) == "stopping"
         (out_dir / f"go-{mid}").touch()
         with pytest.raises(MessageFailed) as failed:
