@@ -22,6 +22,8 @@ from smqsup.store.queues import Declared
 from tests.helpers import redis_ms, wait_for
 from tests.inproc import NS, Running
 
+pytestmark = pytest.mark.topologies
+
 K = QueueKeys(NS, "q")
 
 
