@@ -204,3 +204,18 @@ def test_the_cancelled_event_says_the_attempts_spent(start: Callable[..., Runnin
     gate.set()
     attempts = {e.message_id: e.attempts for e in producer.events("q") if e.event == "cancelled"}
     assert attempts == {waiting: 0, ids[0]: 1, ids[2]: 0} and 2 not in ran
+
+
+def test_a_message_whose_cancel_is_pending_and_whose_ttl_passed_ends_cancelled(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """A waiting message with a cancel pending (asked while it was nowhere to be seen) whose ttl passes: the
+    take that finds it expired dead-letters it "cancelled", counted so, not "expired"."""
+    mid = producer.publish("q", "x", ttl=0.05, result_ttl=60)
+    redis_client.zadd(K.cancel, {mid: redis_ms(redis_client)})
+    expires = redis_ms(redis_client) + 50
+    wait_for(lambda: redis_ms(redis_client) > expires)
+    ran: list[Any] = []
+    start(ran.append)
+    wait_for(lambda: producer.state("q", mid) in ("cancelled", "dead"))
+    assert producer.state("q", mid) == "cancelled" and _dead(redis_client) == [(mid, "cancelled")] and not ran
+    assert redis_client.hget(K.counters, "expired") is None and redis_client.zcard(K.cancel) == 0

@@ -230,11 +230,13 @@ local function screen_all(reply, frames, waits)
     local expires = not plain(frame) and select(3, head_of(frame))
     if expires and expires ~= 0 then at_ms = at_ms or now_ms() end
     if expires and expires ~= 0 and expires <= at_ms then
-      dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame, q.track)
+      if not end_if_cancelled(q.dead, q.counters, at_ms, frame, q.track) then  -- (a cancel pending: "cancelled")
+        dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame, q.track)
+        redis.pcall('HINCRBY', q.counters, 'expired', 1)
+        redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
+      end
       redis.call('LREM', q.processing, 1, frame)
       group_settled(frame)
-      redis.pcall('HINCRBY', q.counters, 'expired', 1)
-      redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
     else
       if q.track and expires then track(q.track, frame, 'active', 'started', at_ms) end
       reply[#reply + 1] = frame
