@@ -226,8 +226,7 @@ class Consumers:
         elif c.stop_reason is StopReason.CANCEL:
             self._reclaim(c, costs, "cancelled", threshold, started)
             log.warning("queue %s: consumer #%d (pid %d) was replaced to stop a cancelled message (%s); the "
-                        "message is dead-lettered \"cancelled\", any other it held is back in pending",
-                        c.queue, c.index, c.pid, cause)
+                        "message is dead-lettered \"cancelled\"", c.queue, c.index, c.pid, cause)
         elif c.stop is not None:
             self._reclaim(c, costs, cause if costs else c.stop.reason.value, threshold, started)
             log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,
