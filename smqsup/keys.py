@@ -19,6 +19,10 @@ live in one Redis Cluster slot::
                                    Redis clock
     ns:{Q}:delayed           ZSET  frames waiting to be retried; score = due
                                    time in ms since the epoch, Redis clock
+    ns:{Q}:ready_at          ZSET  ID -> when a message made ready late (a
+                                   retry's delay, a delayed publish) became
+                                   ready (ms, Redis clock): its lag counts from
+                                   there (promote.lua; the newest kept)
     ns:{Q}:paused            STR   present while the queue is paused: JSON
                                    {"at_ms", "by"}; consumers take nothing
     ns:{Q}:rate              STR   the queue's rate limit state: the GCRA
@@ -183,6 +187,10 @@ class QueueKeys:
     @cached_property
     def priority_seq(self) -> str:
         return f"{self._prefix}:priority:seq"
+
+    @cached_property
+    def ready_at(self) -> str:
+        return f"{self._prefix}:ready_at"
 
     @cached_property
     def paused(self) -> str:

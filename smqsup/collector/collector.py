@@ -278,11 +278,14 @@ class Collector:
 
     def _repair_groups(self, name: str, state: _QueueGC) -> None:
         lock = state.lock
-        state.groups_cursor, fixed, turns = self.broker.groups.repair(
+        state.groups_cursor, fixed, turns, dead = self.broker.groups.repair(
             name, (lock.key, lock.token), state.queue.group_concurrency, state.groups_cursor)
         if fixed or turns:
             log.warning("queue %s: collector: %d group running count(s) set right and %d group(s) given back "
                         "their turn (a key changed by hand, or a consumer's list deleted?)", name, fixed, turns)
+        if dead:
+            log.error("queue %s: collector: %d member(s) of the groups' ready set were no group's message "
+                      "(written by hand?); dead-lettered, malformed", name, dead)
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an

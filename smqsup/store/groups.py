@@ -49,16 +49,17 @@ class Groups:
             return scripts.group_pause(link.keys(self.partition(queue, group)), group.encode("utf-8"),
                                        "").run(link.client)
 
-    def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> tuple[bytes, int, int]:
+    def repair(self, queue: str, lock: scripts.Lock, limit: int,
+               cursor: bytes = b"0") -> tuple[bytes, int, int, int]:
         """One repair of queue (partition) ``queue``'s groups by its elected
         collector (group_repair.lua), from ``cursor``: (the next cursor,
-        counts set right, turns given). A queue with no group state costs
-        one read."""
+        counts set right, turns given, members of the ready set that were no
+        group's, dead-lettered). A queue with no group state costs one read."""
         link = self._link
         k = link.keys(queue)
         with wrapped(f"repair the groups of {queue!r}"):
             client = link.client
-            if not client.exists(k.groups[1], k.groups[5]):
-                return b"0", 0, 0
+            if not client.exists(k.groups[0], k.groups[1], k.groups[5]):
+                return b"0", 0, 0, 0
             consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in client.hkeys(k.consumers))
             return scripts.group_repair(k, consumers, lock, limit, cursor, REPAIR_SLICE).run(client)

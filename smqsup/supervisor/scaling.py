@@ -14,6 +14,12 @@ The gap between the two (a load that keeps one consumer fewer busy past
 SCALE_DOWN_BUSY never steps down, and one that leaves nothing waiting never
 steps up) is what keeps a steady load from flapping.
 
+A queue with a rate_limit (or a group_concurrency, or a group_rate_limit)
+steps up only while its handlers are busy at least SCALE_DOWN_BUSY of its
+capacity, and down as if nothing were ready: beyond rate × a message's
+handler time (or the groups' limits), consumers can only wait for the
+limit, and their backlog is the limit's, not theirs to take.
+
 Each supervisor scales its own consumers from what it reads: several
 supervisors of one queue each add their step while it lags.
 """
@@ -74,15 +80,25 @@ def pressure(q: QueueConfig, target: int, look: Look) -> Optional[str]:
     return None
 
 
+def held_back(q: QueueConfig) -> bool:
+    """Whether the queue's limits may hold ready messages back from idle
+    consumers: a rate_limit, a group_concurrency or a group_rate_limit."""
+    return bool(q.rate_limit_per_s or q.group_concurrency or q.group_rate_limit_per_s)
+
+
 def step(q: QueueConfig, target: int, look: Look, pace: Pace, now: float) -> tuple[int, str]:
     """(+1 or -1, why) to move an autoscaled queue's ``target``, or (0, "")."""
     lowest, highest = q.consumers, q.consumers_max or q.consumers
     cooled = now - pace.last_step_at >= q.scale_cooldown_s
+    # A queue whose limits hold messages back (its rate, its groups' limits)
+    # lags whenever they do; more consumers help only while its handlers
+    # are what is busy.
+    limited = held_back(q)
     why = pressure(q, target, look)
-    if why is not None:
+    if why is not None and (not limited or look.busy >= target * q.concurrency * defaults.SCALE_DOWN_BUSY):
         pace.idle_since = None
         return (1, why) if target < highest and cooled else (0, "")
-    spare = look.ready == 0 and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
+    spare = (look.ready == 0 or limited) and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
     if not spare:
         pace.idle_since = None
         return 0, ""
