@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Optional
 
-from smqsup import framing
+from smqsup import defaults, framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.aio_waiters import AsyncSubscriber, AsyncWatch
@@ -111,21 +111,27 @@ class AsyncTracking:
         """contents.Contents.cancel(), awaited: cancel ``message_id`` in the
         first partition of ``names`` that knows it (cancel.lua's answers)."""
         for name in names:
-            with wrapped(f"cancel message {message_id!r} of {name!r}"):
-                seen, frame = await self._locate(name, message_id)
-                batch = scripts.Batch(self._client)
-                batch.add(scripts.cancel(self._keys(name), message_id, seen, frame))
-                async with self._turns:
-                    [answer] = await self._send(batch)
-                if isinstance(answer, Exception):
-                    raise answer
+            answer = "moved"
+            for look in range(defaults.CANCEL_LOOKS):  # (it moved between the look and the script: look again)
+                with wrapped(f"cancel message {message_id!r} of {name!r}"):
+                    seen, frame, holder = (await self._locate(name, message_id) if look < defaults.CANCEL_LOOKS - 1
+                                           else ("", b"", ""))
+                    batch = scripts.Batch(self._client)
+                    batch.add(scripts.cancel(self._keys(name), message_id, seen, frame, holder))
+                    async with self._turns:
+                        [answer] = await self._send(batch)
+                    if isinstance(answer, Exception):
+                        raise answer
+                if answer != "moved":
+                    break
             if answer != "unknown":
                 return str(answer)
         return "unknown"
 
-    async def _locate(self, name: str, message_id: str) -> tuple[str, bytes]:
-        """(where, frame) of ``message_id`` in partition ``name``: a waiting
-        place, "processing" (a registered consumer's list), or ("", b"");
+    async def _locate(self, name: str, message_id: str) -> tuple[str, bytes, str]:
+        """(where, frame, holder) of ``message_id`` in partition ``name``: a
+        waiting place, "processing" and the registered consumer whose list
+        holds it, or ("", b"", "");
         read PAGE entries a round trip, as Contents.waiting reads them."""
         k = self._keys(name)
         places = [("priority", "ZRANGE", k.priority), ("scheduled", "ZRANGE", k.scheduled),
@@ -135,13 +141,14 @@ class AsyncTracking:
             while page := await self._one(command, key, start, start + PAGE - 1):
                 found = next((f for f in page if framing.peek_id(f) == message_id), None)
                 if found is not None:
-                    return where, found
+                    return where, found, ""
                 start += PAGE
         for cid in await self._one("HKEYS", k.consumers):
-            for frame in await self._one("LRANGE", k.processing(cid.decode("utf-8", "backslashreplace")), 0, -1):
+            holder = cid.decode("utf-8", "backslashreplace")
+            for frame in await self._one("LRANGE", k.processing(holder), 0, -1):
                 if framing.peek_id(frame) == message_id:
-                    return "processing", frame
-        return "", b""
+                    return "processing", frame, holder
+        return "", b"", ""
 
     async def _one(self, *command: Any) -> Any:
         batch = scripts.Batch(self._client)

@@ -116,25 +116,31 @@ class Contents:
         consumers, partition by partition until one knows it: "cancelled",
         "stopping", the state it ended in, or "unknown" (cancel.lua)."""
         for name in names:
-            seen, frame = self._locate(name, message_id)
-            with wrapped(f"cancel message {message_id!r} of {name!r}"):
-                answer = scripts.cancel(self._link.keys(name), message_id, seen, frame).run(self._link.client)
+            answer = "moved"
+            for look in range(defaults.CANCEL_LOOKS):  # (it moved between the look and the script: look again)
+                seen, frame, holder = self._locate(name, message_id) if look < defaults.CANCEL_LOOKS - 1 else ("", b"", "")
+                with wrapped(f"cancel message {message_id!r} of {name!r}"):
+                    answer = scripts.cancel(self._link.keys(name), message_id, seen, frame, holder).run(
+                        self._link.client)
+                if answer != "moved":
+                    break
             if answer != "unknown":
                 return answer
         return "unknown"
 
-    def _locate(self, queue: str, message_id: str) -> tuple[str, bytes]:
-        """(where, frame) of ``message_id``: a waiting place, "processing", or ("", b"")."""
+    def _locate(self, queue: str, message_id: str) -> tuple[str, bytes, str]:
+        """(where, frame, holder) of ``message_id``: a waiting place, or
+        "processing" and the consumer id whose list holds it, or ("", b"", "")."""
         for where, frame in self.waiting(queue):
             if framing.peek_id(framing.member_frame(frame) if where == "group" else frame) == message_id:
-                return where, frame
+                return where, frame, ""
         k = self._link.keys(queue)
         with wrapped(f"look for message {message_id!r} of {queue!r}"):
             for cid in self.holders(queue):
                 for frame in self._link.client.lrange(k.processing(cid), 0, -1):
                     if framing.peek_id(frame) == message_id:
-                        return "processing", frame
-        return "", b""
+                        return "processing", frame, cid
+        return "", b"", ""
 
     # --- dead letters --------------------------------------------------------
 
