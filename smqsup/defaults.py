@@ -98,6 +98,12 @@ RESTART_BACKOFF_RESET_S = 60.0
 RESTART_LIMIT = 10
 #: New consumers of a roll that die at start, in a row, before the roll fails (the old ones keep running).
 ROLL_START_FAILURES = 3
+#: A roll request (smqsup roll) older than this by the Redis clock is stale: its command gave up
+#: (it waits 5 s for the take) or died; the supervisor leaves it out, s.
+ROLL_REQUEST_FRESH_S = 10.0
+#: A rolled queue is watched this long after its roll ended: ROLL_START_FAILURES deaths of its new
+#: consumers within it (a crash loop just past the probation) mark the roll failed, s.
+ROLL_WATCH_S = 30.0
 #: A new consumer of a roll not ready this long after its fork fails the roll (an import that hangs), s.
 ROLL_READY_TIMEOUT_S = 60.0
 #: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).
@@ -112,6 +118,8 @@ MIN_UPTIME_S = 2.0
 ARBITER_TICK_S = 0.1
 #: How often a supervisor looks for a cancel asked since its last heartbeat (then beats at once), in seconds.
 CANCEL_LOOK_S = 0.2
+#: Looks for a message a cancel makes, when it moved between a look and the cancel script (the last is "nowhere").
+CANCEL_LOOKS = 3
 #: Socket timeout of the supervisor's own Redis client, in seconds.
 SUPERVISOR_SOCKET_TIMEOUT_S = 2.0
 #: How often the supervisor reads each child's USS (smaps_rollup is costly), s.
@@ -174,6 +182,14 @@ OUTBOX_LOOK_S = 0.5
 #: A held child whose producer has not told all its parents after this long (it died between the
 #: steps) is registered by the collector, in s.
 HOLD_REPAIR_S = 10.0
+#: An outbox entry whose target Redis refuses (a key of the wrong type) is set aside, not left first in
+#: line: tried again after this long, doubled at each failure up to OUTBOX_RETRY_MAX_S, in s.
+OUTBOX_RETRY_BASE_S = 1.0
+#: The longest an outbox entry set aside waits between tries, in s: a parked entry completes at most this
+#: long after its key is repaired.
+OUTBOX_RETRY_MAX_S = 30.0
+#: Failures after which an outbox entry set aside counts as parked (status shows it either way).
+OUTBOX_PARK_AFTER = 5
 #: Rounds one drain makes at most: down a cascade (children dead-lettered with children of their own), and
 #: again on a partition whose read was full (500 entries a read).
 DRAIN_ROUNDS = 16

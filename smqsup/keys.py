@@ -52,7 +52,8 @@ live in one Redis Cluster slot::
                                    its fields go (ms, Redis clock)
     ns:{Q}:cancel            ZSET  ids of messages whose cancel was asked, score
                                    = when (ms, Redis clock); their consumers stop
-                                   them; entries go after an hour (cancel.lua)
+                                   them; an id goes when its message ends
+                                   (scripts/includes/track.lua)
     ns:{Q}:options           HASH  what the queue's consumers declared for
                                    producers: result_ttl (s, 0: not tracked),
                                    events_max (0: no events)
@@ -65,6 +66,12 @@ live in one Redis Cluster slot::
                                    for its messages, the outbox of their
                                    release, its own children's waits and
                                    parents' outcomes (scripts/includes/deps.lua)
+    ns:{Q}:outbox:parked     ZSET  outbox entries of the deps set whose target
+                                   Redis refused, set aside (store/parked.py):
+                                   score = when to try again (ms, Redis clock)
+    ns:{Q}:outbox:failures   HASH  "KIND\tQUEUE\tID" (a target of parked
+                                   entries) -> JSON {failures, since_ms,
+                                   retry_ms, entries, parked, reason}
     ns:{Q}:blocked           HASH  ID -> "D:T:F|frame" of a message held until
                                    its parents are done (store/workflows.py)
     ns:{Q}:batch:BID         HASH  batch BID, whose home is queue Q (its callback's
@@ -234,6 +241,14 @@ class QueueKeys:
     @cached_property
     def deps(self) -> str:
         return f"{self._prefix}:deps"
+
+    @cached_property
+    def outbox_parked(self) -> str:
+        return f"{self._prefix}:outbox:parked"
+
+    @cached_property
+    def outbox_failures(self) -> str:
+        return f"{self._prefix}:outbox:failures"
 
     @cached_property
     def blocked(self) -> str:

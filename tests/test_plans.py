@@ -59,20 +59,35 @@ def test_a_waiting_grouped_message_is_found_as_its_member_in_the_groups_ready_se
     the member itself (what cancel.lua takes out of the group); a pending ticket is never taken for a frame."""
     member = b"1:g\t7\n" + _frame("m1")
     found, steps = _drive(plans.locate(K, "m1"), _holding({K.groups[0]: [member], K.pending: [b"*1:g"]}))
-    assert found == ("group", member)
+    assert found == ("group", member, "")
     assert [s[0].args[1] for s in steps] == [K.priority, K.scheduled, K.delayed, K.groups[0]]
 
 
 def test_locate_pages_through_a_long_list_and_then_the_consumers_lists() -> None:
     """A pending list longer than a page is read page by page; a message a consumer holds is "processing",
-    every consumer's list read in one round trip; a message nowhere is ("", b"")."""
+    with the consumer holding it, every consumer's list read in one round trip; nowhere is ("", b"", "")."""
     pending = [_frame(f"p{i}") for i in range(plans.PAGE + 5)]
     found, steps = _drive(plans.locate(K, f"p{plans.PAGE + 2}"), _holding({K.pending: pending}))
-    assert found == ("pending", pending[-3]) and sum(1 for s in steps if s[0].args[1] == K.pending) == 2
+    assert found == ("pending", pending[-3], "") and sum(1 for s in steps if s[0].args[1] == K.pending) == 2
     held = {"c1": [_frame("x")], "c2": [_frame("m2")]}
     found, steps = _drive(plans.locate(K, "m2"), _holding({}, held))
-    assert found == ("processing", held["c2"][0]) and len(steps[-1]) == 2
-    assert _drive(plans.locate(K, "none"), _holding({}, held))[0] == ("", b"")
+    assert found == ("processing", held["c2"][0], "c2") and len(steps[-1]) == 2
+    assert _drive(plans.locate(K, "none"), _holding({}, held))[0] == ("", b"", "")
+
+
+def test_a_cancel_looks_again_when_the_message_moved_and_the_last_look_is_nowhere() -> None:
+    """cancel.lua answers "moved" (taken or settled between the look and the script): the plan looks again,
+    CANCEL_LOOKS times at most, the last as seen nowhere."""
+    from smqsup import defaults
+    calls: list[Any] = []
+
+    def answer(step: list[Any]) -> list[Any]:
+        if isinstance(step[0], scripts.Call):
+            calls.append(step[0].args[1])
+            return ["moved" if len(calls) < defaults.CANCEL_LOOKS else "unknown"]
+        return _holding({K.pending: [_frame("m")]})(step)
+    got, _ = _drive(plans.cancel(lambda n: K, ["q"], "m"), answer)
+    assert got == "unknown" and calls == ["pending"] * (defaults.CANCEL_LOOKS - 1) + [""]
 
 
 def test_a_cancel_asks_each_partition_until_one_knows_the_message() -> None:

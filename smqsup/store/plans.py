@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, Optional, Protocol, TypeVar, Union
 
-from smqsup import framing
+from smqsup import defaults, framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.connection import translated
@@ -117,12 +117,13 @@ def _is(where: str, frame: bytes, message_id: str) -> bool:
     return not (where == "pending" and framing.is_ticket(frame)) and framing.peek_id(frame) == message_id
 
 
-def locate(k: QueueKeys, message_id: str) -> Plan[tuple[str, bytes]]:
-    """(where, frame) of ``message_id`` in the partition of keys ``k``: among
-    the waiting messages (the priority set, scheduled, delayed, the groups'
-    ready set: where "group", the frame its member there; then pending, its
-    groups' tickets left out), PAGE entries a round trip, then in the
-    registered consumers' lists ("processing"); ("", b"") when nowhere."""
+def locate(k: QueueKeys, message_id: str) -> Plan[tuple[str, bytes, str]]:
+    """(where, frame, holder) of ``message_id`` in the partition of keys
+    ``k``: among the waiting messages (the priority set, scheduled, delayed,
+    the groups' ready set: where "group", the frame its member there; then
+    pending, its groups' tickets left out), PAGE entries a round trip, then
+    in the registered consumers' lists ("processing", and the consumer whose
+    list holds it), all of them in one round trip; ("", b"", "") when nowhere."""
     places = (("priority", "ZRANGE", k.priority), ("scheduled", "ZRANGE", k.scheduled),
               ("delayed", "ZRANGE", k.delayed), ("group", "ZRANGE", k.groups[0]), ("pending", "LRANGE", k.pending))
     for where, command, key in places:
@@ -131,29 +132,35 @@ def locate(k: QueueKeys, message_id: str) -> Plan[tuple[str, bytes]]:
             [page] = yield [Command((command, key, start, start + PAGE - 1))]
             found = next((f for f in _ok(page) if _is(where, f, message_id)), None)
             if found is not None:
-                return where, found
+                return where, found, ""
             if len(page) < PAGE:
                 break
             start += PAGE
     [holders] = yield [Command(("HKEYS", k.consumers))]
-    lists = [k.processing(text(cid)) for cid in sorted(_ok(holders))]
-    frames = (yield [Command(("LRANGE", key, 0, -1)) for key in lists]) if lists else []
-    for held in frames:
+    cids = [text(cid) for cid in sorted(_ok(holders))]
+    frames = (yield [Command(("LRANGE", k.processing(cid), 0, -1)) for cid in cids]) if cids else []
+    for cid, held in zip(cids, frames):
         found = next((f for f in _ok(held) if framing.peek_id(f) == message_id), None)
         if found is not None:
-            return "processing", found
-    return "", b""
+            return "processing", found, cid
+    return "", b"", ""
 
 
 def cancel(keys: Callable[[str], QueueKeys], names: Sequence[str], message_id: str) -> Plan[str]:
     """Cancel ``message_id`` in the first of the partitions ``names`` that
     knows it, each looked through as locate() says: "cancelled",
-    "stopping", the state it ended in, or "unknown" (cancel.lua)."""
+    "stopping", the state it ended in, or "unknown" (cancel.lua). A message
+    that moved between the look and the script ("moved") is looked for
+    again, up to CANCEL_LOOKS times, the last as seen nowhere."""
     for name in names:
-        k = keys(name)
-        seen, frame = yield from locate(k, message_id)
-        [answer] = yield [scripts.cancel(k, message_id, seen, frame)]
-        if _ok(answer) != "unknown":
+        k, answer = keys(name), "moved"
+        for look in range(defaults.CANCEL_LOOKS):
+            last = look == defaults.CANCEL_LOOKS - 1
+            seen, frame, holder = ("", b"", "") if last else (yield from locate(k, message_id))
+            [answer] = yield [scripts.cancel(k, message_id, seen, frame, holder)]
+            if _ok(answer) != "moved":
+                break
+        if answer != "unknown":
             return str(answer)
     return "unknown"
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from smqsup import defaults
+from smqsup.config import model as config_mod
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
@@ -182,3 +183,25 @@ class Autoscaler:
         pace.last = ScaleEvent(int(time.time() * 1000), old, new, why)
         if not said:
             log.info("queue %s: scaled %s %d->%d (%s)", q.config.name, "up" if new > old else "down", old, new, why)
+
+    def step_all(self, by: int, why: str) -> None:
+        """SIGTTIN (``by`` +1) or SIGTTOU (-1): every queue one consumer more or
+        fewer, within its bounds: at least 1 (an autoscaled queue's min), at most
+        an autoscaled queue's max (else the per-queue limit) and the limit of
+        consumers in all queues."""
+        total = sum(q.target for _, q in self.pool.live_queues())
+        for name, q in self.pool.live_queues():
+            cfg = q.config
+            if by > 0:
+                most = cfg.consumers_max or config_mod.CONSUMERS_PER_QUEUE_MAX
+                if q.target >= most or total >= config_mod.CONSUMERS_TOTAL_MAX:
+                    bound = f"its max {most}" if cfg.consumers_max else f"{most} per queue"
+                    log.warning("%s: queue %s stays at %d consumers (at most %s, %d in all queues)",
+                                why, name, q.target, bound, config_mod.CONSUMERS_TOTAL_MAX)
+                    continue
+                total += 1
+            elif q.target <= (least := cfg.consumers if cfg.consumers_max else 1):
+                log.info("%s: queue %s stays at %d consumer(s) (at least %d)", why, name, q.target, least)
+                continue
+            self.moved(q, q.target + by, why, said=True)
+            log.info("%s: queue %s scaled to %d", why, name, q.target)

@@ -75,7 +75,7 @@ def checked(moves: dict[State, frozenset[State]], old: State, new: State) -> Sta
 
 
 class StopReason(str, enum.Enum):
-    """Why the parent stopped a child; every one but TIMEOUT is free of cost."""
+    """Why the parent stopped a child; every one but TIMEOUT and CANCEL is free of cost."""
 
     SHUTDOWN = "shutdown"
     SCALE_DOWN = "scale-down"
@@ -84,6 +84,7 @@ class StopReason(str, enum.Enum):
     RECYCLE = "max_memory"
     DECLARED_DEAD = "declared dead by the garbage collector"
     TIMEOUT = "timeout"
+    CANCEL = "its message was cancelled"  # SIGKILLed at once; the message it ran costs its attempt
 
 
 @dataclass
@@ -215,9 +216,10 @@ class QueueState:
     A roll replaces every child of another generation than ``generation``
     one at a time (decide.py). While it runs, ``rolling_since`` is set; a
     new child of it that cannot import its handler, or ROLL_START_FAILURES
-    of them that die at start, make it fail: ``roll_failed`` says why, the
-    children of the old generation keep running, and no roll step is taken
-    until a reload (or ``smqsup roll``) begins another.
+    of them that die at start or while watched (during the roll and
+    ROLL_WATCH_S after it), make it fail: ``roll_failed`` says why, the
+    children of the old generation still there keep running, and no roll
+    step is taken until a reload (or ``smqsup roll``) begins another.
     """
 
     config: QueueConfig
@@ -228,7 +230,9 @@ class QueueState:
     restarts: dict[int, int] = field(default_factory=dict)  # slot index -> unplanned exits
     rolls: int = 0  # rolls begun, the suffix of the generation that tells them apart
     rolling_since: Optional[float] = None  # monotonic; None: no roll running
-    roll_deaths: int = 0  # new children of this roll that died at start
+    roll_began: Optional[float] = None  # monotonic: when the last roll began (kept after it ends)
+    watch_until: float = 0.0  # monotonic: the last roll's new children are watched until then (ROLL_WATCH_S)
+    roll_deaths: int = 0  # new children of the last roll that died at start or while watched
     roll_failed: Optional[str] = None  # one line, until the next roll begins
     roll_next: Optional[str] = None  # a roll asked for while one ran: "check" (the code) or "force"
 

@@ -14,13 +14,19 @@
 -- KEYS[11] partition count of the queue, this partition's copy (includes/rate.lua)
 -- KEYS[12] tracking hash of the queue, KEYS[13] its expiry set, KEYS[14] its
 --          event stream
---          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
+--          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead";
+--          a "retried" event's data says why: reason, error_type, delay_ms)
 -- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[16..21] its group keys (includes/groups.lua: a grouped frame frees its
 --          group's slot, and a retry ready at once goes back to its group)
+-- KEYS[22] its cancel set (includes/track.lua): a message whose cancel was
+--          asked is dead-lettered "cancelled" (counted "cancelled"), never
+--          retried, whatever ARGV[2..4] say
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
---          dead-lettered; -1 dead-letters at once (malformed messages)
+--          dead-lettered; -1 dead-letters at once (malformed messages); -2
+--          too, without counting an attempt (a frame its consumer never
+--          started: a prefetched message cancelled)
 -- ARGV[3]  retry delay in ms (integer, >= 0; 0 = ready again at once: the
 --          pending list, or the priority set, as includes/ready.lua says)
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
@@ -59,7 +65,7 @@ local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], 
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
-q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15]}
+q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15], cancel = KEYS[22]}
 groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
@@ -67,8 +73,8 @@ groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 -- reads.
 local function retry(frame, at_ms)
   local attempts, sep = attempts_of(frame)
-  if attempts == nil then
-    return 3, frame  -- not a frame at all: dead-letter the bytes as they are
+  if attempts == nil or threshold == -2 then
+    return 3, frame  -- not a frame at all (dead-letter the bytes as they are), or never started
   end
   attempts, frame = add_attempt(frame, attempts, sep)
   if threshold < 0 or attempts > threshold then
@@ -81,6 +87,21 @@ local function retry(frame, at_ms)
   return 1, frame
 end
 
+-- The "retried" event of a frame that has events (includes/track.lua),
+-- saying why: its data {"reason", "error_type", "delay_ms"} (delay_ms 0:
+-- ready again at once), from ARGV[4]; metadata that is not a JSON object
+-- leaves only delay_ms (it still costs nothing but the event's data).
+local function retried_event(T, frame)
+  local id, _, attempts, events_max = tracked_of(frame)
+  if not id or events_max == 0 then return end
+  local ok, why = pcall(cjson.decode, meta)
+  if not ok or type(why) ~= 'table' then why = {} end
+  local data = {delay_ms = delay_ms}
+  if type(why.reason) == 'string' then data.reason = why.reason end
+  if type(why.error_type) == 'string' then data.error_type = why.error_type end
+  add_event(T, events_max, 'retried', id, attempts, cjson.encode(data))
+end
+
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {delayed, 'zset'},
                            {dead, 'list'}, {consumers, 'hash'}, {prio_set, 'zset'}})
 if refused then return refused end
@@ -91,13 +112,22 @@ else
   group_settled(fetched)
   local at_ms = now_ms()
   local frame
-  outcome, frame = retry(fetched, at_ms)
+  if cancel_asked(q.track, fetched) then
+    -- (it ran, unless its consumer says not: an attempt, as a failure costs)
+    if threshold ~= -2 then threshold = -1 end
+    outcome, frame = retry(fetched, at_ms)
+    meta = dead_event == 'cancelled' and meta or '{"reason":"cancelled"}'
+    dead_event = 'cancelled'
+  else
+    outcome, frame = retry(fetched, at_ms)
+  end
   if outcome == 3 then
     dead_letter(dead, meta, at_ms, frame, q.track)
     redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
     if dead_event and dead_event ~= '' then redis.pcall('HINCRBY', counters, dead_event, 1) end
   else
-    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', 'retried', at_ms)
+    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', nil, at_ms)
+    retried_event(q.track, frame)
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end
