@@ -32,13 +32,34 @@ class Loop:
         self._thread.start()
 
     def run(self, coro: Any) -> Any:
-        """``await coro`` on the loop; its value or its exception."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT_S)
+        """``await coro`` on the loop; its value or its exception (a
+        SystemExit or KeyboardInterrupt too, raised here: on the loop it
+        would stop it, and the call would wait for ever)."""
+        return asyncio.run_coroutine_threadsafe(_guarded(coro), self.loop).result(CALL_TIMEOUT_S).get()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+class _Outcome:
+    """What a coroutine gave: its value, or the BaseException it raised."""
+
+    def __init__(self, value: Any = None, exc: Optional[BaseException] = None) -> None:
+        self.value, self.exc = value, exc
+
+    def get(self) -> Any:
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+async def _guarded(coro: Any) -> _Outcome:
+    try:
+        return _Outcome(await coro)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Outcome(exc=exc)
 
 
 def _synced(loop: Loop, value: Any) -> Any:
