@@ -66,7 +66,7 @@ def shared_web_fixture(_shared_web: list[SharedWeb], tmp_path_factory: pytest.Te
             raise
         _shared_web.append(SharedWeb(server, redis.Redis.from_url(server.url), web))
     shared = _shared_web[0]
-    shared.client.flushall()
+    shared.client.flushall(asynchronous=True)  # (a gigabyte a test left is freed off the event loop)
     if shared.client.config_get("appendonly").get("appendonly") != "yes":  # (a test turned it off)
         shared.client.config_set("appendonly", "yes")
     return shared

@@ -168,9 +168,10 @@ def test_a_dead_letter_holding_nan_is_listed_as_strict_json(shared_web: SharedWe
 
 
 @pytest.mark.parametrize("token", [None, TOKEN])
-def test_undecodable_headers_and_odd_arguments_get_a_json_4xx(web: WebFactory, token: Optional[str]) -> None:
+def test_undecodable_headers_and_odd_arguments_get_a_json_4xx(web: WebFactory, shared_web: SharedWeb,
+                                                              token: Optional[str]) -> None:
     """Raw 0xff in Authorization or Cookie, "²" or 5,000 digits, deep or non-UTF-8 bodies: a JSON 4xx, no traceback."""
-    server = web(*(("--token", token) if token else ()))
+    server = web("--token", token) if token else shared_web.server
     port = server.address.rsplit(":", 1)[1]
     auth = {"Authorization": b"Bearer " + token.encode()} if token else {}
     origin = {"Origin": f"http://{server.address}".encode()}
