@@ -219,3 +219,30 @@ def test_a_message_whose_cancel_is_pending_and_whose_ttl_passed_ends_cancelled(
     wait_for(lambda: producer.state("q", mid) in ("cancelled", "dead"))
     assert producer.state("q", mid) == "cancelled" and _dead(redis_client) == [(mid, "cancelled")] and not ran
     assert redis_client.hget(K.counters, "expired") is None and redis_client.zcard(K.cancel) == 0
+
+
+@pytest.mark.parametrize("parent_ends", ["done", "dead"])
+def test_a_held_message_cancelled_ends_cancelled_when_its_parent_ends(
+        parent_ends: str, start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """A tracked child held by depends_on, cancelled while it waits for its parent: whether the parent is done
+    (the child would be released) or dead (the child would be dead-lettered for it), the child ends "cancelled",
+    never runs, and no cancel is left behind (one left would send every ack of the queue down its slow path)."""
+    go, tries = threading.Event(), []
+
+    def handle(m: Any) -> None:
+        tries.append(m.body)
+        if m.body == "parent":
+            go.wait(20)
+            if parent_ends == "dead":
+                raise ValueError("parent failed")
+    start(handle, retry_delay_s=0, retry_threshold=0)
+    parent = producer.publish("q", "parent", result_ttl=60)
+    child = producer.publish("q", "child", depends_on=[("q", parent)], result_ttl=60)
+    wait_for(lambda: tries == ["parent"])
+    assert producer.cancel("q", child) == "stopping"
+    go.set()
+    wait_for(lambda: (child, "cancelled") in _dead(redis_client))
+    producer.publish("q", "after")
+    wait_for(lambda: "after" in tries)
+    assert "child" not in tries and redis_client.zcard(K.cancel) == 0
+    assert producer.state("q", child) == "cancelled"
