@@ -4,7 +4,8 @@ queue_broker() for the commands on one queue), the types of the flags several
 commands take, and the exit statuses.
 
 A command module imports this one, never main.py (which imports them all);
-nothing here imports redis-py at module level (see connect()).
+nothing here imports the config reader, psutil or redis-py at module level
+(see config(), target() and connect()): building the parser needs none.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import defaults
-from smqsup.config import model as config_mod
 from smqsup.config.names import validate_queue_name
 from smqsup.errors import UsageError
-from smqsup.store.embedded import redis_url
 
 if TYPE_CHECKING:
+    from smqsup.config.model import Config
     from smqsup.store.broker import Broker
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -75,24 +75,33 @@ def limit(text: str) -> int:
     return int(text)
 
 
-def config(args: argparse.Namespace) -> config_mod.Config:
+def config(args: argparse.Namespace) -> Config:
     """The config -c FILE names; UsageError when the command was given none."""
+    # Here, not at the top: the config reader (YAML, the dataclasses of every
+    # section, cron) is about 55 ms of CPU that `smqsup --help` does not need.
+    from smqsup.config.model import load
+
     if not args.config:
         raise UsageError(f"smqsup {args.command}: -c FILE is required")
-    return config_mod.load(args.config)
+    return load(args.config)
 
 
 def target(args: argparse.Namespace) -> tuple[str, str, int]:
     """(url, namespace, max message size) from -c FILE or --url."""
+    from smqsup.config.model import from_url  # here, not at the top: see config()
+
     if args.config and args.url:
         raise UsageError(f"smqsup {args.command}: give -c FILE or --url, not both")
     url = args.url or (None if args.config else os.environ.get("SMQSUP_REDIS_URL") or None)
     if url:
-        cfg = config_mod.from_url(url, args.namespace or defaults.NAMESPACE)
+        cfg = from_url(url, args.namespace or defaults.NAMESPACE)
         return url, cfg.namespace, cfg.max_message_size_bytes
     cfg = config(args)
     if args.namespace:
         raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
+    # Here, after the config's errors: store.embedded imports psutil.
+    from smqsup.store.embedded import redis_url
+
     return redis_url(cfg), cfg.namespace, cfg.max_message_size_bytes
 
 

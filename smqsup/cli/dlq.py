@@ -34,12 +34,12 @@ def add_dlq(sub: Commands[Parser]) -> None:
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     """``smqsup dlq``: list the dead letters chosen, or requeue or purge them and say how many."""
-    # Here, not at the top: the view imports the store, and so redis-py (see
-    # cli.common.connect).
-    from smqsup.views import deadletters
-
     url, namespace, _ = target(args)
     validate_queue_name(args.queue)
+    # Here, after the config's errors: the view imports the store, and so
+    # redis-py (see cli.common.connect).
+    from smqsup.views import deadletters
+
     broker = connect(url, namespace)
     ids = args.ids or None
     try:

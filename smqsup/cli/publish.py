@@ -22,8 +22,6 @@ from typing import Any
 
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, target
-from smqsup.config import model as config_mod
-from smqsup.config import scalars
 from smqsup.errors import ConfigError, UsageError
 
 #: Longest part of a bad flag value an error shows, in characters.
@@ -78,6 +76,8 @@ def _refused(problem: str, text: str) -> argparse.ArgumentTypeError:
 
 
 def _duration(text: str, *, positive: bool) -> float:
+    from smqsup.config import scalars  # here, not at the top: only a duration given needs it
+
     check = scalars.positive_long_duration if positive else scalars.long_duration
     try:
         return check(text)
@@ -138,7 +138,9 @@ def parse_dedup_key(text: str) -> str:
 
 def parse_group(text: str) -> str:
     """--group: a name of 1 to 256 UTF-8 bytes without control characters."""
-    from smqsup.client.options import group  # (the Producer's check; imports no redis)
+    # The Producer's check; here, not at the top: client.options imports the
+    # store's scripts, and so redis-py, which only a --group given pays.
+    from smqsup.client.options import group
     from smqsup.errors import MessageError
 
     try:
@@ -166,7 +168,9 @@ def publish_options(args: argparse.Namespace) -> dict[str, Any]:
 def _queue_dedup_ttl(path: str, queue: str) -> dict[str, Any]:
     """``{"dedup_ttl": seconds}`` of ``queue`` in the config at ``path``; empty
     when the file has no such queue (the Producer's default then applies)."""
-    q = config_mod.load(path).queues.get(queue)
+    from smqsup.config.model import load
+
+    q = load(path).queues.get(queue)
     return {"dedup_ttl": q.dedup_ttl_s} if q is not None else {}
 
 
@@ -176,6 +180,7 @@ def publish(args: argparse.Namespace, options: dict[str, Any], url: str, namespa
     # Here, not at the top: the Producer imports the store, and so redis-py
     # (see cli.common.connect).
     from smqsup.client.producer import Producer
+    from smqsup.config import model as config_mod
 
     options = dict(options)
     if args.config and "dedup_key" in options and "dedup_ttl" not in options:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 EXIT_NOT_ALL = 1
 #: Why ``remove`` may not find an id: it cannot tell which, once the id is gone.
 _NOT_WAITING = "(held by a consumer, dead, or unknown)"
+#: What ``messages`` lists without --state (one of views.browse.STATES).
+_DEFAULT_STATE = "pending"
 #: A message id (message.check_message_id) or a listing's ``raw-`` reference.
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
@@ -57,7 +59,7 @@ def add_messages(sub: Commands[Parser]) -> None:
     p = sub.add_parser("messages", help="list the messages of QUEUE that are pending, scheduled, processing or dead")
     add_target(p, url=True)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--state", type=_state, default="pending",
+    p.add_argument("--state", type=_state, default=_DEFAULT_STATE,
                    help="pending (ready to be taken; the default), scheduled (published for later, "
                         "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
     p.add_argument("--limit", type=limit, default=100, help="most messages to list (1 to 100000, default 100)")
@@ -95,6 +97,8 @@ def add_cancel(sub: Commands[Parser]) -> None:
 
 
 def _state(text: str) -> str:
+    if text == _DEFAULT_STATE:  # argparse passes the default through here too: a bad config's error needs no store
+        return text
     # Here, not at the top: browse imports the store, and so redis-py (see
     # cli.common.connect); only a --state given needs its list.
     from smqsup.views.browse import STATES
@@ -151,10 +155,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_messages(args: argparse.Namespace) -> int:
     """``smqsup messages``: list a queue's messages in one state."""
-    # Here, not at the top: browse imports the store (see cli.common.connect).
-    from smqsup.views import browse
-
     with queue_broker(args) as (broker, queue):
+        # Here, after the config's errors: browse imports the store (see cli.common.connect).
+        from smqsup.views import browse
+
         rows = browse.listing(broker, queue, args.state, args.limit, args.group)
         total = None
         if len(rows) == args.limit and not args.json and args.group is None:
@@ -181,11 +185,11 @@ def _total(broker: Broker, queue: str, state: str) -> Optional[int]:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     """``smqsup remove``: delete waiting messages by id; EXIT_NOT_ALL when some were not."""
-    # Here, not at the top: browse imports the store (see cli.common.connect).
-    from smqsup.views import browse
-
     ids = list(dict.fromkeys(args.ids))  # an id given twice is removed once, reported once
     with queue_broker(args) as (broker, queue):
+        # Here, after the config's errors: browse imports the store (see cli.common.connect).
+        from smqsup.views import browse
+
         done = browse.remove(broker, queue, ids)
     for mid in ids:
         print(f"removed {mid}" if done[mid] else f"not removed {mid}: not waiting {_NOT_WAITING}")

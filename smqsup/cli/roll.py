@@ -21,13 +21,14 @@ import signal
 import socket
 import time
 from collections.abc import Collection
-
-import psutil
+from typing import TYPE_CHECKING
 
 from smqsup.cli.common import Commands, Parser, config, connect, nonempty
 from smqsup.errors import SmqsupError, UsageError
 from smqsup.safe import escape
-from smqsup.store.embedded import redis_url
+
+if TYPE_CHECKING:
+    import psutil
 
 #: A supervisor's process title, before its config file's name (supervisor/arbiter.py).
 TITLE = "smqsup: supervisor -c "
@@ -53,6 +54,8 @@ def supervisors(path: str, vouched: Collection[int] = ()) -> tuple[list[int], li
     running as its own user, its config owned by root). Never one whose
     parent is itself taken (a consumer forked by an older smqsup before it
     set its own title)."""
+    import psutil  # here, not at the top: only `roll` reads the process table
+
     wanted = os.path.realpath(path)
     uid = os.geteuid()
     found: dict[int, int] = {}
@@ -85,6 +88,8 @@ def cmd_roll(args: argparse.Namespace) -> int:
     for name in names or ():
         if name not in cfg.queues:
             raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
+    from smqsup.store.embedded import redis_url  # here, after the config's errors: it imports psutil
+
     broker = connect(redis_url(cfg), cfg.namespace, client_name="smqsup-roll")
     host = socket.gethostname()
     try:

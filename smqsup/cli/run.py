@@ -10,12 +10,14 @@ reads its config from -c FILE.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from smqsup import logs
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config
-from smqsup.config.model import Config
 from smqsup.errors import ConfigError
-from smqsup.worker.handlers import check_handlers
+
+if TYPE_CHECKING:
+    from smqsup.config.model import Config
 
 
 def add_run_and_check(sub: Commands[Parser]) -> None:
@@ -48,6 +50,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """``smqsup check``: validate the config and import its handlers; one line saying what it holds."""
     cfg = config(args)
+    # Here, not at the top: worker.handlers imports the consumer engine (and
+    # so redis-py), which a bad config's error and `smqsup --help` do not need.
+    from smqsup.worker.handlers import check_handlers
+
     check_handlers(cfg)
     schedules = f", {len(cfg.schedules)} schedule(s)" if cfg.schedules else ""
     print(f"{cfg.path}: ok ({len(cfg.queues)} queue(s), "
@@ -57,15 +63,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     """``smqsup consume``: one consumer of a configured queue, in the foreground."""
-    # Here, not at the top: the consumer imports the store, and so redis-py
-    # (see cli.common.connect).
-    from smqsup.worker.standalone import consume
-
     cfg = config(args)
     _log_format(args, cfg)
     if args.queue not in cfg.queues:
         raise ConfigError(f"{cfg.path}: queues.{args.queue}: no such queue in the config "
                           f"(queues: {', '.join(sorted(cfg.queues))})")
+    # Here, not at the top: the consumer imports the store, and so redis-py
+    # (see cli.common.connect).
+    from smqsup.worker.standalone import consume
+
     return consume(cfg, args.queue)
 
 

@@ -20,14 +20,13 @@ import socket
 from typing import TYPE_CHECKING, Optional
 
 from smqsup import defaults, safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, target
-from smqsup.config import model as config_mod
+from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config, connect, target
 from smqsup.config.names import queue_or_namespace
 from smqsup.errors import UsageError
-from smqsup.views.schedules import render
 from smqsup.views.text import local_time, paused_since
 
 if TYPE_CHECKING:
+    from smqsup.config.model import Config
     from smqsup.store.broker import Broker
 
 _ACTIONS = ("list", "pause", "resume", "reset")
@@ -71,8 +70,6 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 def _act(action: str, broker: Broker, queue: str, name: str) -> str:
     """Pause, resume or reset schedule ``name`` of ``queue``; what was done, in a line."""
-    # Here, not at the top: the store imports redis-py (see cli.common.connect).
-
     if action == "pause":
         if broker.schedules.pause(queue, name, by=f"cli@{socket.gethostname()}"):
             return f"paused schedule {name} (queue {queue}): it fires on no host until `smqsup schedules resume {name}`"
@@ -91,9 +88,9 @@ class _connected:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
 
-    def __enter__(self) -> tuple[Broker, Optional[config_mod.Config]]:
+    def __enter__(self) -> tuple[Broker, Optional[Config]]:
         url, namespace, _ = target(self.args)
-        self.cfg = config_mod.load(self.args.config) if self.args.config else None
+        self.cfg = config(self.args) if self.args.config else None
         self.broker = connect(url, namespace, client_name="smqsup-schedules")
         return self.broker, self.cfg
 
@@ -101,7 +98,7 @@ class _connected:
         self.broker.close()
 
 
-def _queues(broker: Broker, cfg: Optional[config_mod.Config]) -> list[str]:
+def _queues(broker: Broker, cfg: Optional[Config]) -> list[str]:
     # Here, not at the top: the store imports redis-py (see cli.common.connect).
     from smqsup.store.schedules import valid_name
 
@@ -109,7 +106,7 @@ def _queues(broker: Broker, cfg: Optional[config_mod.Config]) -> list[str]:
     return sorted(known | set(cfg.queues if cfg else ()))
 
 
-def _queue_of(broker: Broker, cfg: Optional[config_mod.Config], name: str) -> str:
+def _queue_of(broker: Broker, cfg: Optional[Config], name: str) -> str:
     """The queue of schedule ``name``: the config's, else the one queue whose
     stored definitions hold it; a one-line error otherwise."""
     if cfg is not None and name in cfg.schedules:
@@ -135,6 +132,9 @@ def _reset_text(name: str, queue: str, stored: bool, now_ms: int, ahead_ms: int)
 
 
 def _list(args: argparse.Namespace) -> int:
+    # Here, not at the top: the view imports the config's schedule module (cron, time zones).
+    from smqsup.views.schedules import render
+
     with _connected(args) as (broker, cfg):
         # The file's max_message_size, else the default: the supervisors' own are not in Redis.
         limit = cfg.max_message_size_bytes if cfg else defaults.MAX_MESSAGE_SIZE_BYTES

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from smqsup.cli.common import Commands, Parser, add_target, connect, seconds, target
-from smqsup.config import model as config_mod
+from smqsup.cli.common import Commands, Parser, add_target, config, connect, seconds, target
 
 
 def add_status(sub: Commands[Parser]) -> None:
@@ -23,12 +22,12 @@ def add_status(sub: Commands[Parser]) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``smqsup status``: print the status of the configured and known queues."""
-    # Here, not at the top: the view imports the store, and so redis-py (see
-    # cli.common.connect).
+    url, namespace, _ = target(args)
+    queues = sorted(config(args).queues) if args.config else []
+    # Here, after the config's errors: the view imports the store, and so
+    # redis-py (see cli.common.connect).
     from smqsup.views import status
 
-    url, namespace, _ = target(args)
-    queues = sorted(config_mod.load(args.config).queues) if args.config else []
     broker = connect(url, namespace, client_name="smqsup-status")
     try:
         return status.run(broker, queues, as_json=args.json, watch=args.watch)

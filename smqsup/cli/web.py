@@ -10,13 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from dataclasses import replace
 from typing import Optional
 
 from smqsup import defaults, safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, nonempty, target
-from smqsup.config import model as config_mod
-from smqsup.config.yamlfile import open_regular_file
 from smqsup.errors import UsageError
 
 #: The command's logger: its lines name "smqsup", as they did when the whole
@@ -43,6 +40,10 @@ def add_web(sub: Commands[Parser]) -> None:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """``smqsup web``: serve until SIGTERM or SIGINT; a line on stdout once listening."""
+    from dataclasses import replace
+
+    from smqsup.config import model as config_mod  # here, not at the top: see cli.common.config
+
     # main() has already put a title without the token or the url in place of
     # the command line; connect() registers the url's password for scrubbing.
     token = _web_token(args)
@@ -80,6 +81,8 @@ def _web_token(args: argparse.Namespace) -> Optional[str]:
 def _read_token_file(path: str) -> str:
     """The first line of ``path``, stripped; UsageError naming the file when
     it cannot be read or that line is empty."""
+    from smqsup.config.yamlfile import open_regular_file  # here, not at the top: it imports YAML
+
     where = f"smqsup web: --token-file {path!r}"
     try:
         with open_regular_file(path) as f:  # a FIFO must not hang the command
