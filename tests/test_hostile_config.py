@@ -19,6 +19,7 @@ import pytest
 from smqsup.config import model as config
 from smqsup.errors import ConfigError
 from smqsup.supervisor import arbiter as arbiter_mod
+from smqsup.supervisor import scaling as scaling_mod
 from smqsup.supervisor.arbiter import Arbiter
 from smqsup.supervisor.protocol import MAX_SLOTS
 from tests import procs
@@ -340,7 +341,8 @@ def arbiter(tmp_path: Path, redis_url: str) -> Iterator[Arbiter]:
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == arbiter_mod.__name__]
+    """What the arbiter and its scaler (SIGTTIN, SIGTTOU) said."""
+    return [r.getMessage() for r in caplog.records if r.name in (arbiter_mod.__name__, scaling_mod.__name__)]
 
 
 @pytest.mark.parametrize("broken", ["load", "plan"])
