@@ -18,7 +18,6 @@ from smqsup.config.model import Config, load
 from smqsup.config.names import handler_spec
 from smqsup.config.problems import error
 from smqsup.errors import ConfigError, HandlerImportError, SmqsupError
-from smqsup.worker.runners import is_async_handler
 
 #: What the checking child prints once every handler imported.
 _COMPLETE = "smqsup-check: every handler imported"
@@ -158,6 +157,7 @@ def check_handlers(cfg: Config, timeout_s: float = 60.0) -> None:
 
 
 def _main(path: str) -> int:
+    from smqsup.worker.runners import is_async_handler  # (the child's only: it brings redis-py, the parent needs none)
     try:
         cfg = load(path)
     except SmqsupError as exc:
