@@ -76,8 +76,12 @@ def test_a_supervisor_with_log_format_json_writes_json_lines_naming_roles_queues
 
     def about(mid: str, queue: str) -> list[dict[str, Any]]:
         return [r for r in _lines(s.log()) if r.get("message_id") == mid and r.get("queue") == queue]
-    wait_for(lambda: about(talked, "talk") and about(failed, "fail"), timeout_s=20,
-             message=f"no JSON lines about the messages in:\n{s.log()[-2000:]}")
+    def said() -> bool:
+        return (any(r["logger"] == "tests.handlers" for r in about(talked, "talk"))
+                and any("failed on attempt 1" in r["msg"] for r in about(failed, "fail")))
+    # Waits for the very lines asserted below (any line about the message was a race: another line about
+    # the failed message could come first, and the SIGTERM then stopped it before its attempt's line).
+    wait_for(said, timeout_s=20, message=f"no JSON lines about the messages in:\n{s.log()[-2000:]}")
     s.signal(signal.SIGTERM)
     s.proc.wait(30)
     records = _lines(s.log())

@@ -90,11 +90,14 @@ def cmd_roll(args: argparse.Namespace) -> int:
             raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
     from smqsup.store.embedded import redis_url  # here, after the config's errors: it imports psutil
 
+    pids, refused = supervisors(str(cfg.path))
+    if not pids and not refused:
+        raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?)")
     broker = connect(redis_url(cfg), cfg.namespace, client_name="smqsup-roll")
     host = socket.gethostname()
     try:
-        vouched = broker.supervisors.live_pids(cfg.queues, host) if os.geteuid() == 0 else set()
-        pids, refused = supervisors(str(cfg.path), vouched)
+        if refused and os.geteuid() == 0:  # another user's: taken if Redis names it (the service's user)
+            pids, refused = supervisors(str(cfg.path), broker.supervisors.live_pids(cfg.queues, host))
         if not pids:
             others = f"; not signalled: {', '.join(refused[:5])} (another user's)" if refused else ""
             raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?){others}")
