@@ -1,0 +1,18 @@
+"""The model-based test of the store (tests/model/): random sequences of every
+feature run on the real Lua scripts of one private redis-server, checked
+after every step against a plain Python model. Bounded here (derandomized:
+the same examples on every run); tests/bench/model.py runs it longer."""
+
+from __future__ import annotations
+
+from tests.model import runner
+
+#: Sequences run in the suite, and the most steps in each (under 60 s here).
+EXAMPLES = 150
+STEPS = 80
+
+
+def test_random_sequences_of_every_feature_agree_with_the_model() -> None:
+    """Each message is in one place, ends once as the model predicts, cancels and group limits hold."""
+    with runner.store() as driver:
+        runner.run(driver, runner.suite_settings(EXAMPLES, STEPS))
