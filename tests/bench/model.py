@@ -33,12 +33,15 @@ def main() -> int:
         machine = runner.machine_for(driver)
         if args.seed is not None:
             machine = with_seed(args.seed)(machine)
-        config = runner.suite_settings(args.examples, args.steps, derandomize=False)
+        config = runner.suite_settings(args.examples, args.steps, derandomize=False, every_bug=True)
         try:
             run_state_machine_as_test(machine, settings=config)
-        except BaseException as exc:  # noqa: BLE001 - the shrunk failures, printed above by hypothesis
-            failures = len(getattr(exc, "exceptions", [exc]))
-            print(f"examples asked: {args.examples}; failures found: {failures} "
+        except Exception as exc:  # noqa: BLE001 - the shrunk failures: each printed, counted
+            failures = list(getattr(exc, "exceptions", [exc]))
+            for n, failure in enumerate(failures, 1):
+                print(f"--- failure {n}: {type(failure).__name__}: {failure}")
+                print("\n".join(getattr(failure, "__notes__", [])))
+            print(f"examples asked: {args.examples}; failures found: {len(failures)} "
                   f"({time.monotonic() - started:.0f} s)")
             return 1
     print(f"examples run: {args.examples}; failures found: 0 ({time.monotonic() - started:.0f} s)")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
+from hypothesis.internal.conjecture import engine
 
 from smqsup.store import outbox
 from smqsup.store.redis_server import RedisServer
@@ -31,10 +32,11 @@ from tests.model.machine import QUEUES, StoreMachine
 DRAIN_BATCH = 1
 
 
-def suite_settings(examples: int, steps: int = 30, *, derandomize: bool = True) -> settings:
-    """Settings for ``examples`` sequences of at most ``steps`` rules each."""
+def suite_settings(examples: int, steps: int = 50, *, derandomize: bool = True, every_bug: bool = False) -> settings:
+    """Settings for ``examples`` sequences of at most ``steps`` rules each;
+    ``every_bug``: shrink and report each distinct failure (else the first)."""
     return settings(max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-                    derandomize=derandomize, print_blob=False,
+                    derandomize=derandomize, print_blob=False, report_multiple_bugs=every_bug,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                            HealthCheck.data_too_large])
 
@@ -63,8 +65,25 @@ def machine_for(driver: Driver) -> Any:
     return type("StoreMachineOn", (StoreMachine,), {"driver": driver})
 
 
-def run(driver: Driver, config: settings) -> None:
+@contextlib.contextmanager
+def shrinking_for(seconds: float) -> Iterator[None]:
+    """Hypothesis shrinks a failure for at most ``seconds`` (its own bound,
+    five minutes, is past the suite's per-test timeout: a failure would be
+    killed before it printed)."""
+    before = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if before is None:  # (a hypothesis without the knob: its own bound)
+        yield
+        return
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = before
+
+
+def run(driver: Driver, config: settings, shrink_s: float = 300) -> None:
     """Run the machine on ``driver`` under ``config``; raises the shrunk failure."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    run_state_machine_as_test(machine_for(driver), settings=config)
+    with shrinking_for(shrink_s):
+        run_state_machine_as_test(machine_for(driver), settings=config)
