@@ -98,6 +98,12 @@ RESTART_BACKOFF_RESET_S = 60.0
 RESTART_LIMIT = 10
 #: New consumers of a roll that die at start, in a row, before the roll fails (the old ones keep running).
 ROLL_START_FAILURES = 3
+#: A roll request (smqsup roll) older than this by the Redis clock is stale: its command gave up
+#: (it waits 5 s for the take) or died; the supervisor leaves it out, s.
+ROLL_REQUEST_FRESH_S = 10.0
+#: A rolled queue is watched this long after its roll ended: ROLL_START_FAILURES deaths of its new
+#: consumers within it (a crash loop just past the probation) mark the roll failed, s.
+ROLL_WATCH_S = 30.0
 #: A new consumer of a roll not ready this long after its fork fails the roll (an import that hangs), s.
 ROLL_READY_TIMEOUT_S = 60.0
 #: How often a supervisor reads the lag and backlog of its autoscaled queues, in seconds (one round trip).
@@ -174,6 +180,14 @@ OUTBOX_LOOK_S = 0.5
 #: A held child whose producer has not told all its parents after this long (it died between the
 #: steps) is registered by the collector, in s.
 HOLD_REPAIR_S = 10.0
+#: An outbox entry whose target Redis refuses (a key of the wrong type) is set aside, not left first in
+#: line: tried again after this long, doubled at each failure up to OUTBOX_RETRY_MAX_S, in s.
+OUTBOX_RETRY_BASE_S = 1.0
+#: The longest an outbox entry set aside waits between tries, in s: a parked entry completes at most this
+#: long after its key is repaired.
+OUTBOX_RETRY_MAX_S = 30.0
+#: Failures after which an outbox entry set aside counts as parked (status shows it either way).
+OUTBOX_PARK_AFTER = 5
 #: Rounds one drain makes at most: down a cascade (children dead-lettered with children of their own), and
 #: again on a partition whose read was full (500 entries a read).
 DRAIN_ROUNDS = 16
@@ -191,6 +205,13 @@ BATCH_ENDS_S = 0.05
 #: Bytes of a ready frame lag.lua sends back: its head (46 at most), '|{"id":"' and a 26-character id fit,
 #: so a frame of megabytes is never sent whole.
 LAG_HEAD_BYTES = 120
+#: Message groups of a partition lag.lua reads one by one (the largest): their pauses, turns and next
+#: frames; past that many, the others are taken as not paused (their count an estimate, garbage included).
+#: About 5 us of Redis each (1,000 groups of 10: 160 us a read at 32, 1.2 ms at 200; 20 us with none).
+LAG_GROUPS_READ = 32
+#: Ready times of messages made ready late (due retries and delayed publishes) a queue keeps, the
+#: newest (promote.lua): the lag of one made ready since this many others counts from its publish.
+READY_AT_KEPT = 10_000
 #: A message id dated further back than this gives no lag (its id does not hold smqsup's time), in s.
 LAG_MAX_AGE_S = 10 * 365 * 86_400
 #: A supervisor's info not rewritten for this many of its own intervals (its every_s) is stale: its

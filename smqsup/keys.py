@@ -19,6 +19,10 @@ live in one Redis Cluster slot::
                                    Redis clock
     ns:{Q}:delayed           ZSET  frames waiting to be retried; score = due
                                    time in ms since the epoch, Redis clock
+    ns:{Q}:ready_at          ZSET  ID -> when a message made ready late (a
+                                   retry's delay, a delayed publish) became
+                                   ready (ms, Redis clock): its lag counts from
+                                   there (promote.lua; the newest kept)
     ns:{Q}:paused            STR   present while the queue is paused: JSON
                                    {"at_ms", "by"}; consumers take nothing
     ns:{Q}:rate              STR   the queue's rate limit state: the GCRA
@@ -61,6 +65,12 @@ live in one Redis Cluster slot::
                                    for its messages, the outbox of their
                                    release, its own children's waits and
                                    parents' outcomes (scripts/includes/deps.lua)
+    ns:{Q}:outbox:parked     ZSET  outbox entries of the deps set whose target
+                                   Redis refused, set aside (store/parked.py):
+                                   score = when to try again (ms, Redis clock)
+    ns:{Q}:outbox:failures   HASH  "KIND\tQUEUE\tID" (a target of parked
+                                   entries) -> JSON {failures, since_ms,
+                                   retry_ms, entries, parked, reason}
     ns:{Q}:blocked           HASH  ID -> "D:T:F|frame" of a message held until
                                    its parents are done (store/workflows.py)
     ns:{Q}:batch:BID         HASH  batch BID, whose home is queue Q (its callback's
@@ -184,6 +194,10 @@ class QueueKeys:
         return f"{self._prefix}:priority:seq"
 
     @cached_property
+    def ready_at(self) -> str:
+        return f"{self._prefix}:ready_at"
+
+    @cached_property
     def paused(self) -> str:
         return f"{self._prefix}:paused"
 
@@ -226,6 +240,14 @@ class QueueKeys:
     @cached_property
     def deps(self) -> str:
         return f"{self._prefix}:deps"
+
+    @cached_property
+    def outbox_parked(self) -> str:
+        return f"{self._prefix}:outbox:parked"
+
+    @cached_property
+    def outbox_failures(self) -> str:
+        return f"{self._prefix}:outbox:failures"
 
     @cached_property
     def blocked(self) -> str:

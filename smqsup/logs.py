@@ -3,11 +3,15 @@ plain timestamps otherwise, or one JSON object a line (``--log-format
 json``, ``log_format: json``); every line one record, with secrets masked.
 
 Untrusted text reaches the logs as arguments (exception texts of handlers,
-message ids, request values): each argument is escaped and capped
-(``safe.escape``), so a value holding newlines or terminal sequences cannot
-forge a line and a 1 MiB exception text costs one bounded line. The
-formatted line is scrubbed of every registered secret (``safe.scrub``), and
-the lines of a traceback are indented under their record.
+message ids, request values), as a message itself (a handler's
+``log.warning(body)``) and in tracebacks (an exception's text, its notes, its
+causes): each is escaped and capped (``safe.escape``), so a value holding
+newlines, terminal sequences or line separators cannot forge a line and a
+1 MiB exception text costs one bounded line; the whole line, traceback
+included, is at most ``safe.LOG_LINE_BYTES`` (cut with a note), in both
+formats. A dict logged whole (``log.info("x: %s", body)``) shows as Python
+prints it. The formatted line is scrubbed of every registered secret
+(``safe.scrub``), and the lines of a traceback are indented under their record.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Hashable, Mapping
-from typing import Optional
+from typing import Any, Optional
 
 from smqsup import safe
 
@@ -28,6 +33,12 @@ _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.
 #: Prefix of the continuation lines of a record (a traceback): never a "<N>"
 #: priority, never mistaken for a record of its own.
 _CONTINUATION = "\n    "
+#: Longest message of a record (its template with its arguments), in characters.
+MESSAGE_CHARS = 8000
+#: Longest line of a traceback or stack (and each exception's text), in characters.
+TRACEBACK_LINE_CHARS = safe.LOG_VALUE_CHARS
+#: Longest logger name shown, in characters.
+NAME_CHARS = 200
 
 
 def _clean(value: object) -> object:
@@ -38,24 +49,125 @@ def _clean(value: object) -> object:
     return safe.escape(value)
 
 
+class _LoggedWhole:
+    """A mapping logged as the one argument of a template with no ``%(key)``
+    (``log.info("x: %s", body)``): logging passes it as the arguments
+    themselves; shown as ``%s`` or ``%r`` shows it, escaped and bounded."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return safe.escape(self.value)
+
+    def __repr__(self) -> str:
+        try:
+            return safe.escape(repr(self.value))
+        except Exception:  # noqa: BLE001 - a value whose __repr__ fails
+            return f"<{type(self.value).__name__}: repr() failed>"
+
+
 class UntrustedArguments(logging.Filter):
     """Escapes and caps every argument of every record (see module doc)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, Mapping):
-            record.args = {key: _clean(value) for key, value in args.items()}
+            if isinstance(record.msg, str) and "%(" in record.msg:
+                record.args = {key: _clean(value) for key, value in args.items()}
+            else:
+                record.args = (_LoggedWhole(args),)
         elif args:
             record.args = tuple(_clean(value) for value in args)
         return True
 
 
+def _message(record: logging.LogRecord) -> str:
+    """The record's message as one escaped, bounded line: its template may
+    come from user code too (a handler's ``log.warning(body)``)."""
+    try:
+        text = record.getMessage()
+    except Exception as exc:  # noqa: BLE001 - arguments that do not fit the template: still one line
+        text = f"{_text(record.msg)} (arguments that do not fit it: {type(exc).__name__})"
+    return safe.escape(text, MESSAGE_CHARS)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - an object whose __str__ fails
+        return f"<{type(value).__name__}: str() failed>"
+
+
+def _traceback(exc_info: tuple[Any, Any, Any]) -> str:
+    """A traceback as lines of escaped, bounded text: each exception's own
+    text (its causes, contexts, group members and notes too) escaped and
+    capped as any untrusted value first, so that its newlines cannot make
+    lines of their own; then every line (a path, a source line) escaped."""
+    try:
+        te = traceback.TracebackException(*exc_info)
+        _escape_texts(te)
+        lines = "".join(te.format()).rstrip("\n").split("\n")
+    except Exception as exc:  # noqa: BLE001 - a traceback that cannot be formatted: said so in its place
+        return f"(the traceback could not be formatted: {type(exc).__name__})"
+    return "\n".join(safe.escape(line, TRACEBACK_LINE_CHARS) for line in lines)
+
+
+def _escape_texts(te: traceback.TracebackException) -> None:
+    """Escape the texts of ``te`` and of every exception chained to it
+    (TracebackException keeps each exception's text as ``_str``, notes as
+    ``__notes__``, a SyntaxError's as ``msg``: where they are missing, the
+    lines are still escaped one by one)."""
+    seen: set[int] = set()
+    todo: list[Any] = [te]
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        for name in ("_str", "msg"):
+            if isinstance(getattr(t, name, None), str):
+                setattr(t, name, safe.escape(getattr(t, name)))
+        notes = getattr(t, "__notes__", None)
+        if isinstance(notes, list):
+            t.__notes__ = [safe.escape(note) for note in notes]
+        todo += [t.__cause__, t.__context__, *(getattr(t, "exceptions", None) or ())]
+
+
+def _fit(line: str, limit: int = safe.LOG_LINE_BYTES) -> str:
+    """``line`` if its UTF-8 takes at most ``limit`` bytes; else its head, cut
+    on a character boundary, and a note of how many bytes were cut."""
+    if len(line) * 4 <= limit:  # (no character takes more than 4 bytes)
+        return line
+    data = line.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return line
+    keep = limit - 64
+    return data[:keep].decode("utf-8", "ignore") + f"...(line cut: +{len(data) - keep} bytes)"
+
+
 class PlainFormatter(logging.Formatter):
     """Time, level, pid, logger and message; secrets masked, continuation
-    lines indented."""
+    lines (a traceback's, a stack's) indented, every text escaped, the line
+    at most LOG_LINE_BYTES."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return safe.scrub(super().format(record)).replace("\n", _CONTINUATION)
+        return _fit(self.text(record))
+
+    def text(self, record: logging.LogRecord) -> str:
+        """The record as text, before the cap."""
+        record.message = _message(record)
+        record.name = safe.escape(record.name, NAME_CHARS)
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        text = self.formatMessage(record)
+        if record.exc_info:
+            text += "\n" + _traceback(record.exc_info)
+        if record.stack_info:
+            text += "\n" + "\n".join(safe.escape(line, TRACEBACK_LINE_CHARS) for line in record.stack_info.split("\n"))
+        return safe.scrub(text).replace("\n", _CONTINUATION)
 
 
 class JournalFormatter(PlainFormatter):
@@ -65,7 +177,7 @@ class JournalFormatter(PlainFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         prio = _PRIORITY.get(record.levelno, 6)
-        return f"<{prio}>{super().format(record)}"
+        return _fit(f"<{prio}>{self.text(record)}")
 
 
 #: The log formats: text for people (and the journal), json for collectors.
@@ -100,13 +212,15 @@ def _trace_id() -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time (UTC, ms), level, role, pid, logger,
     queue, message_id and trace_id where known, the message, and the traceback as
-    "exc"; each text scrubbed of the secrets before it is quoted (a quote
-    would hide a secret from the scrub of the whole line)."""
+    "exc" (a stack as "stack"); each text escaped as the text format's, and scrubbed of the
+    secrets before it is quoted (a quote would hide a secret from the scrub of the whole line);
+    the line at most LOG_LINE_BYTES (the longest of "exc", "stack" and "msg" cut first)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname, **_PROCESS, "pid": record.process, "logger": record.name,
+            "level": record.levelname, **_PROCESS, "pid": record.process,
+            "logger": safe.escape(record.name, NAME_CHARS),
         }
         message_id = getattr(record, "message_id", None) or MESSAGE_ID.get()
         if message_id:
@@ -114,10 +228,45 @@ class JsonFormatter(logging.Formatter):
         trace_id = _trace_id()
         if trace_id:
             line["trace_id"] = trace_id
-        line["msg"] = safe.scrub(record.getMessage())
+        line["msg"] = safe.scrub(_message(record))
         if record.exc_info:
-            line["exc"] = safe.scrub(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False)
+            line["exc"] = safe.scrub(_traceback(record.exc_info))
+        if record.stack_info:
+            line["stack"] = safe.scrub("\n".join(safe.escape(s, TRACEBACK_LINE_CHARS)
+                                                 for s in record.stack_info.split("\n")))
+        return _json_line(line)
+
+
+def _json_line(line: dict[str, object], limit: int = safe.LOG_LINE_BYTES) -> str:
+    """``line`` as one JSON line of at most ``limit`` bytes: while it is
+    longer, its longest text field is cut (head kept, the cut noted)."""
+    for _ in range(4):
+        text = _printable_json(json.dumps(line, ensure_ascii=False))
+        over = len(text.encode("utf-8", "surrogatepass")) - limit
+        if over <= 0:
+            return text
+        key = max(("exc", "stack", "msg"), key=lambda k: len(str(line.get(k, ""))))
+        value = str(line.get(key, ""))
+        # (JSON may double a character, a backslash or a quote: cut twice the excess)
+        line[key] = _fit(value, max(len(value.encode("utf-8", "surrogatepass")) - 2 * over, 0) + 64)
+    return json.dumps({k: line[k] for k in ("time", "level", "pid")} | {"msg": "(a log line too long to cut)"})
+
+
+def _printable_json(text: str) -> str:
+    """JSON text with every character that is not printable (U+2028, a C1
+    control, DEL, a lone surrogate: json.dumps leaves them raw with
+    ensure_ascii off) written as its \\u escape: the same JSON value, one
+    safe line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _json_escape(ord(ch)) for ch in text)
+
+
+def _json_escape(code: int) -> str:
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 class Lasting:

@@ -27,6 +27,8 @@ from urllib.parse import unquote
 
 #: Longest untrusted value put in one log line, in characters.
 LOG_VALUE_CHARS = 2000
+#: Longest line a log record makes (its traceback included), in bytes of UTF-8.
+LOG_LINE_BYTES = 64 * 1024
 #: Longest error text a web client is sent, by default, in characters.
 ERROR_CHARS = 500
 #: Longest url, and longest problem with it, that a config error shows, in characters.

@@ -42,7 +42,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     """
     binary = _redis_binary()
     server = RedisServer(
-        tmp_path_factory.mktemp("redis"), appendfsync="always", binary=binary
+        tmp_path_factory.mktemp("redis"), appendfsync="always", binary=binary, dies_with_parent=True
     )
     server.start()
     try:

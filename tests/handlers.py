@@ -179,6 +179,15 @@ def exit0(msg: Any) -> None:
     os._exit(0)
 
 
+def exit3(msg: Any) -> None:
+    """A body "poison" ends the process with status 3 mid-message (the status a
+    native library might use); any other body is recorded and acked."""
+    if msg.body == "poison":
+        _record("start", msg)
+        os._exit(3)
+    _record("done", msg)
+
+
 def chaos(msg: Any) -> None:
     """Record every delivery; a body ``{"kind": ...}`` is poison: "raise"
     raises, "exit" ends the process mid-message (as a crashing C extension
@@ -277,3 +286,14 @@ def step(msg: Any) -> Any:
     if msg.body == -1:
         raise Reject("minus one")
     return sum(msg.parents.values()) + msg.body
+
+
+def loud(msg: Any) -> None:
+    """Raise ValueError(body["e"]) and log it with its traceback and the whole body (one dict argument),
+    as a handler's own ``except: log.exception(...)`` does; then let it fail the attempt."""
+    _record("attempt", msg)
+    try:
+        raise ValueError(msg.body["e"])
+    except ValueError:
+        logging.getLogger(__name__).exception("handler failed on %s", msg.body)
+        raise

@@ -50,6 +50,25 @@ class AfterOnly:
             raise RuntimeError("AfterOnly breaks after")
 
 
+class RaisesAfter:
+    """An after_process raising the BaseException its message's body names
+    ("SystemExit", "KeyboardInterrupt", "GeneratorExit"), after logging it."""
+
+    def after_process(self, message: Any, result: Any, error: Any) -> None:
+        EVENTS.append(("RaisesAfter", "after", message.body))
+        log.warning("hook-raises %s %s in pid %d", message.id, message.body, os.getpid())
+        raise {"SystemExit": SystemExit(0), "KeyboardInterrupt": KeyboardInterrupt(),
+               "GeneratorExit": GeneratorExit("stray")}[message.body]
+
+
+class AsyncRaisesAfter(RaisesAfter):
+    """RaisesAfter's after_process as an async def."""
+
+    async def after_process(self, message: Any, result: Any, error: Any) -> None:  # type: ignore[override]
+        await asyncio.sleep(0)
+        RaisesAfter.after_process(self, message, result, error)
+
+
 class AsyncHook:
     """async def methods (for an async handler)."""
 

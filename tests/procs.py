@@ -118,7 +118,7 @@ class Supervisor:
 
     def __init__(self, cfg: Path, out_dir: Path, notify_socket: Optional[Path] = None,
                  extra_env: Optional[dict[str, str]] = None, journal: bool = False,
-                 name: str = "supervisor") -> None:
+                 name: str = "supervisor", cwd: Optional[Path] = None) -> None:
         self.name = name
         self.cfg = cfg
         self.out_dir = out_dir
@@ -129,7 +129,7 @@ class Supervisor:
         if journal:
             st = os.fstat(self._log.fileno())
             extra["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=env(out_dir, **extra),
+        self.proc = subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=env(out_dir, **extra), cwd=cwd,
                                      stdout=self._log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         #: Every consumer ``children()`` has listed, by pid: ``stop()`` kills those left behind.
         self._seen: dict[int, psutil.Process] = {}

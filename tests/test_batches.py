@@ -16,7 +16,7 @@ from smqsup import Reject
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from tests.helpers import wait_for
+from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -123,6 +123,26 @@ def test_a_batch_open_until_closed_and_listed(start: Callable[..., Running], pro
     assert batch.close() is False
 
 
+def test_the_callback_waits_for_the_last_member(start: Callable[..., Running], producer: Producer) -> None:
+    """Three members ending one at a time: nothing fires while one still runs; the callback fires once, after
+    the last, with all three counted."""
+    calls = Calls()
+    gates = [threading.Event() for _ in range(3)]
+    start(calls.handler(lambda m: gates[m.body].wait(30)), name="w", concurrency=3)
+    start(calls.handler(), name="done")
+    with producer.batch(on_complete=("done", 1)) as batch:
+        batch.publish_many("w", [0, 1, 2])
+    wait_for(lambda: len(calls.of("w")) == 3)
+    for n, gate in enumerate(gates[:2], 1):
+        gate.set()
+        wait_for(lambda n=n: (s := producer.batch_status(batch.id)) is not None and s.done == n)
+    # The ends are told at once; a callback fired early would be handled within this span.
+    holds(lambda: calls.of("done") == [], 1.0, message="the callback fired before the last member ended")
+    gates[2].set()
+    wait_for(lambda: calls.of("done"), timeout_s=10)
+    assert calls.of("done") == [{"batch": batch.id, "body": 1, "done": 3, "failed": 0, "failures": []}]
+
+
 def test_a_block_that_raises_leaves_the_batch_open(start: Callable[..., Running], producer: Producer) -> None:
     """An exception in the with-block: the batch is not closed, so its callback never fires."""
     with pytest.raises(ZeroDivisionError):
@@ -157,6 +177,23 @@ def test_hostile_callbacks_are_one_line(producer: Producer, kwargs: dict[str, An
     """No callback, not a pair, a queue that cannot exist, a body that is not JSON: MessageError."""
     with pytest.raises(MessageError, match=match):
         producer.batch(**kwargs)
+
+
+def test_a_batchs_messages_take_a_group(start: Callable[..., Running], producer: Producer) -> None:
+    """Batch.publish and publish_many with group (the README's "publish()'s options but dedup keys and
+    depends_on"): each runs in its group under group_concurrency, counted in the batch, which fires."""
+    seen: list[tuple[Any, Any]] = []
+    calls = Calls()
+    start(lambda m: seen.append((m.body, m.group)), name="w", group_concurrency=1)
+    start(calls.handler(), name="done")
+    with producer.batch(on_complete=("done", None)) as batch:
+        batch.publish("w", "one", group="g", priority=4)
+        batch.publish_many("w", ["two", "three"], group="h")
+    wait_for(lambda: calls.of("done"), timeout_s=10)
+    assert sorted(seen, key=str) == [("one", "g"), ("three", "h"), ("two", "h")]
+    assert calls.of("done")[0]["done"] == 3
+    with pytest.raises(MessageError, match="group: holds a control character"):
+        producer.batch(on_complete=("done", None)).publish("w", 1, group="a\tb")
 
 
 def test_hostile_member_options_and_ids(producer: Producer) -> None:

@@ -244,3 +244,37 @@ def test_queue_card_lists_the_busiest_groups_as_text(browser: Any, redis_url: st
         assert problems == []
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_queue_row_shows_outbox_entries_set_aside_and_group_keys_of_the_wrong_type(
+        browser: Any, redis_url: str, redis_client: Any, tmp_path: Path) -> None:
+    """A queue with outbox entries set aside and a group key of the wrong type: its row has a badge for each,
+    the reasons (the key named, hostile text kept as text) in their titles."""
+    from smqsup.keys import QueueKeys, queues_set
+    from smqsup.store import scripts
+    hostile = "<img src=x onerror=window.__xss=1>"
+    a = QueueKeys("smq", "a")
+    redis_client.sadd(queues_set("smq"), "a")
+    reason = f"WRONGTYPE smq:{{b}}:blocked holds a string, not a hash: nothing done {hostile}"
+    scripts.outbox_park(a, [("o\tb", reason, "cid", [b"o\tb\tcid\tpid\tdone\tnull"])], base_ms=1000, most_ms=30000,
+                        park_after=1).run(redis_client)
+    redis_client.set(a.groups[2], "junk")
+    server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", log_dir=tmp_path)
+    problems: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.goto(f"{server.url}/")
+        row = "[data-testid=queue-row][data-queue=a]"
+        _wait(page, f"() => document.querySelector('{row} [data-testid=outbox-parked]') !== null",
+              "the outbox badge of queue 'a'")
+        parked = page.locator(f"{row} [data-testid=outbox-parked]")
+        assert parked.inner_text() == "outbox: 1 set aside"
+        assert parked.get_attribute("title") == f"child of b (1 failures): {reason}"
+        wrong = page.locator(f"{row} [data-testid=wrong-type-keys]")
+        assert wrong.get_attribute("title") == f"{a.groups[2]} holds a string, not a hash"
+        assert _count(page, f"{row} img") == 0 and page.evaluate("window.__xss") is None
+        page.close()
+        assert problems == []
+    finally:
+        assert server.stop() == 0, server.log()

@@ -191,6 +191,53 @@ def test_follow_prints_what_comes_next_and_stops_on_a_signal(redis_url: str, red
     assert code == 0 and all(line.startswith("smqsup events: note: ") for line in stderr.splitlines()), stderr
 
 
+@pytest.mark.single_node("the test restarts the one redis-server")
+@pytest.mark.timeout(90)
+def test_follow_goes_on_across_a_restart_of_redis(redis_server: RedisServer, redis_url: str,
+                                                  redis_client: "redis.Redis[Any]") -> None:
+    """--follow while its redis-server is stopped and started again: a note that Redis was lost and one
+    that it is back, no exit, and the events published after the restart are printed, none twice."""
+    _declare(redis_url)
+    _entries(redis_client, *_published(1))
+    follower = _Follower("--url", redis_url, "q")
+    try:
+        wait_for(lambda: len(follower.lines()) == 1, message="the stream's event not shown")
+        redis_server.stop()
+        redis_server.start()
+        with Producer(redis_url) as p:
+            mid = p.publish("q", 1)
+        later = wait_for(lambda: follower.lines()[1:], timeout_s=30, message="no event after the restart")
+        assert later[0].endswith(f"  published  {mid}  attempts=0") and len(later) == 1, later
+        assert follower.proc.poll() is None
+    finally:
+        code, stderr = follower.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    notes = stderr.splitlines()
+    assert any(n.startswith("smqsup events: note: Redis lost (") for n in notes), notes
+    assert "smqsup events: note: Redis is back; following on" in notes and "Traceback" not in stderr
+
+
+def test_since_means_the_same_to_producer_events_and_to_the_command_line(redis_url: str) -> None:
+    """One rule for since: digits are unix seconds in Producer.events as in --since (text or a number),
+    an ISO time and a cursor read the same in both; 13 digits (milliseconds) are refused by both, saying
+    so; a cursor MS-0 is how to name a time in ms."""
+    from smqsup.client.events import Reading
+    from smqsup.errors import MessageError
+
+    for text in ("1700000000", "1700000000.5", "2023-11-14T22:13:20Z", "1700000000000-0", "0"):
+        assert Reading(text).first == Reading(since(text)).first, text
+    assert Reading(1_700_000_000).first == Reading("1700000000").first == "1699999999999-18446744073709551615"
+    for ms in ("1700000000000", 1_700_000_000_000):
+        with pytest.raises(MessageError, match=r"^since: expected now.*milliseconds\? divide them by 1000"):
+            Reading(ms)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"milliseconds\? divide them by 1000, or pass the "
+                                                          r"cursor '1700000000000-0'"):
+        since("1700000000000")
+    with Producer(redis_url) as p:
+        with pytest.raises(MessageError, match="milliseconds"):
+            p.events("q", since="1700000000000")
+
+
 def test_follow_with_limit_stops_after_n(redis_url: str, redis_client: "redis.Redis[Any]") -> None:
     """--follow --limit 2 over a stream of three: two lines, exit 0, without waiting for more."""
     _declare(redis_url)

@@ -70,8 +70,18 @@ def test_scale_down_stops_idle_children_first_then_the_newest() -> None:
 
 
 def test_stopping_children_do_not_count_toward_the_target() -> None:
-    """A child being recycled is replaced at once: the queue stays at its target of working children."""
+    """A child being recycled that runs no message is replaced at once: the queue stays at its target."""
     assert decide.queue_actions(queue(1), [child(1, stop=StopReason.RECYCLE)], NOW, idle) == [Start("q")]
+
+
+@pytest.mark.parametrize("reason", [StopReason.SCALE_DOWN, StopReason.RECYCLE, StopReason.DECLARED_DEAD])
+def test_a_stopping_child_still_running_its_message_holds_its_place_until_it_exits(reason: StopReason) -> None:
+    """Target 3, two running, one stopped but busy: no start, so that no more than 3 handlers ever run."""
+    finishing = child(3, stop=reason)
+    mine = [child(1), child(2), finishing]
+    assert decide.queue_actions(queue(3), mine, NOW, lambda c: c is finishing) == []
+    assert decide.queue_actions(queue(3), mine, NOW, idle) == [Start("q")]
+    assert decide.queue_actions(queue(4), mine, NOW, lambda c: True) == [Start("q")]
 
 
 def test_a_queue_at_its_target_does_nothing() -> None:
@@ -154,6 +164,9 @@ def test_only_a_stop_we_asked_for_and_ended_is_free(stop: StopReason | None, kil
     (exited(0), view(ready=True), 0, 0.1, Death.CLEAN),
     (exited(0), view(ready=False), 0, 0.1, Death.AT_START),
     (exited(EXIT_IMPORT), view(ready=False), 0, 0.1, Death.CANNOT_RUN),
+    (exited(EXIT_IMPORT), view(ready=True, busy=True), 1, 0.1, Death.WORKING),
+    (exited(EXIT_IMPORT), view(ready=True), 0, 0.1, Death.AT_START),
+    (exited(EXIT_IMPORT), view(ready=True), 0, defaults.MIN_UPTIME_S, Death.WORKING),
     (killed(signal.SIGKILL), view(ready=True), 0, 0.1, Death.AT_START),
     (killed(signal.SIGKILL), view(ready=True, received=1), 0, 0.1, Death.WORKING),
     (killed(signal.SIGKILL), view(ready=True, busy=True), 0, 0.1, Death.WORKING),
@@ -164,7 +177,8 @@ def test_only_a_stop_we_asked_for_and_ended_is_free(stop: StopReason | None, kil
 ])
 def test_a_death_is_classified_by_status_slot_and_what_its_list_held(
         status: int, slot: SlotView, held: int | None, uptime: float, expected: Death) -> None:
-    """Clean after ready, handler import failure, working (took a message or had settled), or at start."""
+    """Clean after ready, handler import failure (exit 3 before ready only), working (took a message or
+    had settled), or at start."""
     assert decide.death(status, slot, held, uptime) is expected
 
 

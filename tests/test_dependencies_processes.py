@@ -16,7 +16,7 @@ import pytest
 from smqsup import MessageFailed
 from smqsup.client.producer import Producer
 from tests import procs
-from tests.handlers import read_events
+from tests.handlers import max_overlap, read_events
 from tests.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies
@@ -106,3 +106,22 @@ def test_a_chain_a_failed_parent_and_a_child_that_runs_anyway_under_a_supervisor
     events = {e["id"]: e for e in read_events(str(out_dir))}
     assert events[anyway]["failed"] == [f"a/{bad}"] and doomed not in events
     assert [events[mid]["t"] for mid in ids] == sorted(events[mid]["t"] for mid in ids)
+
+
+def test_grouped_children_released_by_the_collector_keep_their_group_under_a_supervisor(
+        supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
+    """Four children of group g wait for a parent whose consumer exits right after the ack: the collector
+    releases them into g, and with group_concurrency 1 on 2 consumers of 2 threads no two of them overlap."""
+    supervise({"a": {"handler": "tests.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
+               "b": {"handler": "tests.handlers:pause_thread", "consumers": 2, "concurrency": 2,
+                     "group_concurrency": 1}}, notify)
+    notify.wait("READY=1")
+    with Producer(redis_url) as p:
+        parent = p.publish("a", {"i": 1}, result_ttl=300, delay=0.5)
+        kids = [p.publish("b", {"sleep": 0.2, "n": n}, group="g", depends_on=[("a", parent)], result_ttl=300)
+                for n in range(4)]
+        for mid in kids:
+            p.result("b", mid, timeout=30)
+    events = [e for e in read_events(str(out_dir)) if e["id"] in kids]
+    assert len([e for e in events if e["event"] == "start"]) == 4
+    assert max_overlap(events) == 1

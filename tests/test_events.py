@@ -76,6 +76,26 @@ def test_retries_and_death_are_events_with_the_reason(start: Callable[..., Runni
     assert events[-1].data["reason"].startswith("rejected")
 
 
+def test_a_retried_event_says_why_and_when(start: Callable[..., Running], producer: Producer,
+                                          redis_url: str) -> None:
+    """A handler that raises ValueError, then asks Retry(delay=0.2, reason=...), then returns: each
+    "retried" event's data names the error's type and reason and the delay it waits (ms, 0: at once)."""
+    from smqsup import Retry
+    _declared(redis_url)
+
+    def handle(m: Any) -> None:
+        if m.attempts == 0:
+            raise ValueError("boom")
+        if m.attempts == 1:
+            raise Retry(delay=0.2, reason="bank busy")
+    start(handle, events=True, retry_delay_s=0)
+    mid = producer.publish("q", 1)
+    wait_for(lambda: _of(producer, mid)[-1:] == ["done"])
+    first, second = [e.data for e in producer.events("q") if e.message_id == mid and e.event == "retried"]
+    assert first == {"reason": "ValueError: boom", "error_type": "ValueError", "delay_ms": 0}
+    assert second["error_type"] == "Retry" and "bank busy" in second["reason"] and second["delay_ms"] == 200
+
+
 def test_expiry_cancel_removal_and_requeue_are_events(start: Callable[..., Running], producer: Producer,
                                                       redis_url: str, redis_client: redis.Redis) -> None:
     """expired (ttl passed before a take), cancelled (waiting), removed (scheduled), requeued (from the

@@ -23,7 +23,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
 from tests import procs
-from tests.helpers import client_for, holds, missing_tool, wait_for
+from tests.helpers import client_for, holds, missing_tool, redis_ms, wait_for
 
 pytestmark = pytest.mark.topologies
 
@@ -353,6 +353,21 @@ def test_a_message_moved_into_a_retired_consumers_list_is_returned(redis_url: st
     c.tick()
     assert redis_client.llen(Q.processing("c1")) == 0
     assert redis_client.lrange(Q.pending, 0, -1) == [b"2|late"]
+
+
+@pytest.mark.parametrize("silent_s, reclaimed", [(TIMEOUT_S + 0.6, True), (TIMEOUT_S - 1.0, False)])
+def test_a_consumer_is_reclaimed_once_its_heartbeat_timeout_passed_and_not_before(
+        silent_s: float, reclaimed: bool, redis_url: str, redis_client: "redis.Redis") -> None:
+    """A consumer silent a little longer than heartbeat_timeout (by the Redis clock) is lost at the next tick;
+    one silent a second less is not: the timeout is the one configured, not a multiple of it."""
+    Broker(redis_url).registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+    redis_client.zadd(Q.heartbeats, {"c1": redis_ms(redis_client) - int(silent_s * 1000)})
+    redis_client.lpush(Q.processing("c1"), b"0|x")
+    c = _leading_collector(redis_url, connected_for_s=60)
+    c.tick()
+    assert redis_client.llen(Q.processing("c1")) == (0 if reclaimed else 1)
+    assert redis_client.lrange(Q.pending, 0, -1) == ([b"1|x"] if reclaimed else [])
+    assert redis_client.hexists(Q.consumers, "c1") is not reclaimed
 
 
 @pytest.mark.parametrize("beat", ["+inf", "a day ahead"])

@@ -18,6 +18,7 @@ from smqsup import framing
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
+from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
 from tests import procs
@@ -136,6 +137,31 @@ def test_a_reclaimed_grouped_message_frees_its_slot(redis_url: str, producer: Pr
         broker.registry.register_consumer("q", "c2", ConsumerInfo(pid=2))
         again = broker.messages.take("q", "c2", 5, rate)
         assert len(again.frames) == 1 and again.frames[0].endswith(b"g")
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("settle", ["ack", "retry", "delay", "dead-letter"])
+def test_a_settled_grouped_message_frees_its_slot_at_once(settle: str, redis_url: str, producer: Producer,
+                                                          redis_client: redis.Redis) -> None:
+    """group_concurrency 1: the script that acks, retries, delays or dead-letters the group's message in hand
+    frees the group's slot itself (no repair runs here): the next take gets the group's next message."""
+    broker = Broker(redis_url, NS)
+    try:
+        broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
+        producer.publish_many("q", ["a", "b"], group="g")
+        rate = (0, 1, 1, 1, 0, 1)
+        [frame] = broker.messages.take("q", "c1", 5, rate).frames
+        assert not broker.messages.take("q", "c1", 5, rate).frames  # at its limit: nothing more
+        if settle == "ack":
+            broker.messages.ack("q", "c1", frame, False, rate)
+        else:
+            broker.messages.nack("q", "c1", frame, retry_threshold=-1 if settle == "dead-letter" else 3,
+                                 delay_ms=60_000 if settle == "delay" else 0, meta=scripts.meta_json("failed"),
+                                 fetch_next=False, rate=rate)
+        assert redis_client.hget(K.groups[5], "g") is None
+        again = broker.messages.take("q", "c1", 5, rate).frames
+        assert len(again) == 1 and again[0].endswith(b"g"), again
     finally:
         broker.close()
 

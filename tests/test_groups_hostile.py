@@ -6,6 +6,8 @@ redis-server and the Redis Cluster, consumers and a collector in threads."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,8 @@ from smqsup import defaults
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishRefused
 from smqsup.keys import QueueKeys
-from tests.helpers import wait_for
+from tests import procs
+from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
@@ -56,6 +59,29 @@ def test_a_group_key_of_the_wrong_type_stops_no_queue_and_loses_nothing(
     redis_client.delete(key)
     wait_for(lambda: handled.count() >= 6, timeout_s=REPAIR_WAIT_S, message=f"handled {handled.bodies}")
     assert sorted(handled.bodies) == ["g1", "g2", "g3", "u1", "u2", "u3"]
+
+
+def test_a_group_key_of_the_wrong_type_is_said_once_naming_it_and_shown_by_status(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis, redis_url: str,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state hash a string: the collector says so once (not at every repair), naming the key; status
+    --json and the table show it; once deleted, the collector says it is repaired and status shows nothing."""
+    monkeypatch.setattr(defaults, "GROUP_REPAIR_S", 0.1)
+    caplog.set_level(logging.INFO, logger="smqsup.collector.collector")
+    redis_client.set(STATE, "garbage")
+    producer.publish("q", "g1", group="g")
+    start(Handled())
+
+    def said(word: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if STATE in r.getMessage() and word in r.getMessage()]
+    wait_for(lambda: said("wait"), timeout_s=10)
+    holds(lambda: len(said("wait")) == 1, 1.0)  # about ten repairs
+    snap = json.loads(procs.run("status", "--url", redis_url, "--json").stdout)
+    assert snap["queues"]["q"]["wrong_type_keys"] == [f"{STATE} holds a string, not a hash"]
+    assert f"q: {STATE} holds a string, not a hash" in procs.run("status", "--url", redis_url).stdout
+    redis_client.delete(STATE)
+    wait_for(lambda: said("repaired"), timeout_s=10)
+    assert json.loads(procs.run("status", "--url", redis_url, "--json").stdout)["queues"]["q"]["wrong_type_keys"] == []
 
 
 def test_a_ready_set_of_the_wrong_type_refuses_grouped_publishes_only(

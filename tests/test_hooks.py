@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,60 @@ def test_an_after_process_that_raises_is_logged_and_changes_nothing(
                                    "(RuntimeError: AfterOnly breaks after); the attempt's end is unchanged")
 
 
+class _Exits:
+    """A consumer (hooks ``RaisesAfter``, or its async twin for a task) run in a thread that keeps what
+    ``run()`` raised or returned."""
+
+    def __init__(self, url: str, kind: str) -> None:
+        from smqsup.config.model import QueueConfig
+        from smqsup.store.broker import Broker
+        from smqsup.worker.consumer import Consumer
+        from smqsup.worker.hooks import with_hooks
+
+        handler, concurrency = HANDLERS[kind]
+        hook = "tests.hook_mods:AsyncRaisesAfter" if kind == "tasks" else "tests.hook_mods:RaisesAfter"
+        qcfg = QueueConfig(name="q", handler="tests.handlers:record", concurrency=concurrency, hooks=(hook,))
+        self.consumer = Consumer(Broker(url, NS), qcfg, with_hooks(handler, qcfg), fetch_block_s=0.2)
+        self.ended: list[object] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.ended.append(self.consumer.run())
+        except BaseException as exc:  # noqa: BLE001 - what the test reads
+            self.ended.append(exc)
+
+
+@pytest.mark.parametrize("raised", ["SystemExit", "KeyboardInterrupt", "GeneratorExit"])
+@pytest.mark.parametrize("kind", sorted(HANDLERS))
+def test_an_after_process_raising_a_base_exception_changes_nothing_about_the_attempt(
+        kind: str, raised: str, redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
+    """An after_process raising SystemExit, KeyboardInterrupt or GeneratorExit after a successful
+    handler: the handler ran once, the message is acked once with its result, nothing is retried or
+    dead-lettered; SystemExit and KeyboardInterrupt then stop the consumer, whose run() raises them
+    once settled; GeneratorExit is only logged, and the consumer goes on."""
+    running = _Exits(redis_url, kind)
+    try:
+        mid = producer.publish("q", raised, result_ttl=60)
+        assert producer.result("q", mid, timeout=10) == {"body": raised, "headers": {}}
+        wait_for(_settled(redis_client, 1), timeout_s=5)
+        if raised == "GeneratorExit":
+            second = producer.publish("q", raised, result_ttl=60)
+            assert producer.result("q", second, timeout=10) == {"body": raised, "headers": {}}
+            assert running.thread.is_alive()
+        else:
+            running.thread.join(10)
+            assert [type(e).__name__ for e in running.ended] == [raised]
+        runs = [e for e in EVENTS if e[:2] == ("handler", "run")]
+        assert len(runs) == (2 if raised == "GeneratorExit" else 1)
+        assert int(redis_client.hget(K.counters, "acked") or 0) == len(runs)
+        assert redis_client.llen(K.dead) == 0 and redis_client.zcard(K.delayed) == 0
+    finally:
+        running.consumer.request_stop()
+        running.thread.join(10)
+
+
 def test_async_hook_methods_are_awaited_around_an_async_handler(
         start: Callable[..., Running], producer: Producer) -> None:
     """async def before_process and after_process around an async handler, awaited in stack order."""
@@ -442,3 +497,28 @@ def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(
         p.publish("hang", "stuck")
     wait_for(lambda: redis_client.llen(hang.dead) == 1, timeout_s=20)
     assert deadletter.DeadLetter(redis_client.lindex(hang.dead, 0) or b"").reason == "timeout after 1 s"
+
+
+def _other_child(s: procs.Supervisor, old: int) -> int | None:
+    """The pid of the one consumer when it is not ``old``."""
+    pid = s.only_child()
+    return pid if pid != old else None
+
+
+@pytest.mark.timeout(90)
+def test_a_supervised_consumer_whose_after_process_exits_acks_once_then_is_replaced(
+        supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
+    """Real supervisor: an after_process raising SystemExit, then KeyboardInterrupt, after the handler
+    returned: each message is handled once and acked once (never retried, never dead-lettered), the
+    consumer process exits once it is settled and the supervisor starts another."""
+    s = supervise({"q": {"handler": "tests.handlers:record", "hooks": ["tests.hook_mods:RaisesAfter"],
+                         "retry_threshold": 2, "retry_delay": "0s"}})
+    first = wait_for(s.only_child, timeout_s=30)
+    with Producer(redis_url) as p:
+        for n, raised in enumerate(("SystemExit", "KeyboardInterrupt"), start=1):
+            p.publish("q", raised)
+            wait_for(lambda n=n: int(redis_client.hget(K.counters, "acked") or 0) == n, timeout_s=30)
+            assert sorted(e["body"] for e in s.events("done")) == sorted(["SystemExit", "KeyboardInterrupt"][:n])
+            first = wait_for(lambda old=first: _other_child(s, old), timeout_s=30)
+    assert redis_client.llen(K.dead) == 0 and redis_client.zcard(K.delayed) == 0
+    assert s.log().count("; the consumer stops once its messages are settled") == 2

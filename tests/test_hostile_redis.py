@@ -378,3 +378,26 @@ def test_garbage_and_huge_schedule_values_cost_the_collector_bounded_ticks_and_t
     assert not redis_client.hexists(Q.schedule("flag"), "last_fire_ms")
     assert "unexpected" not in caplog.text and "Traceback" not in caplog.text
     assert said("huge") == 1 and said("bad") == 1
+
+
+def test_a_lost_consumer_whose_list_is_of_the_wrong_type_holds_no_other_reclaim(
+        redis_url: str, redis_client: "redis.Redis", caplog: pytest.LogCaptureFixture) -> None:
+    """Two lost consumers: the first (oldest heartbeat) has a string for its list, so its reclaim is refused;
+    the second's message is still reclaimed to pending, and the refusal is said naming the key."""
+    broker = Broker(redis_url)
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig(name="q", handler="tests.handlers:record")},
+                 heartbeat_interval_s=0.1, heartbeat_timeout_s=0.5)
+    collector = Collector(Broker(redis_url), cfg)
+    for cid, beat in (("ghost-a", 1), ("ghost-b", 2)):
+        broker.registry.register_consumer("q", cid, ConsumerInfo(pid=1))
+        redis_client.zadd(Q.heartbeats, {cid: beat})
+    _wrong_type(redis_client, Q.processing("ghost-a"))
+    redis_client.lpush(Q.processing("ghost-b"), _frame("held"))
+
+    def reclaimed() -> bool:
+        collector.tick()
+        return redis_client.llen(Q.pending) == 1
+    wait_for(reclaimed, timeout_s=15, interval_s=0.05, message="ghost-b's message never reclaimed")
+    collector.release_all()
+    assert redis_client.get(Q.processing("ghost-a")) == b"junk"
+    assert any(Q.processing("ghost-a") in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)

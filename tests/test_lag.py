@@ -225,3 +225,14 @@ def test_a_custom_message_id_gives_no_time() -> None:
     for custom in (b"deadbeefcafe-order-1", b"0190aabbccdd" + b"f" * 13, b"0190aabbccdd" + b"f" * 15):
         head = b'0|{"id":"' + custom + b'","queue":"q","body":1}'
         assert created_ms(head) is None and frame_lag_ms(head, 10**12) is None
+
+
+@pytest.mark.parametrize("where", ["delayed", "scheduled"])
+def test_a_message_made_ready_late_lags_from_its_due_time_not_its_publish(
+        broker: Broker, redis_client: redis.Redis, where: str) -> None:
+    """A retry or a delayed publish due 50 ms ago, published 60 s ago: once promoted, its lag is about 50 ms."""
+    now = redis_ms(redis_client)
+    redis_client.zadd(getattr(keys("q"), where), {frame(now - 60_000): now - 50})
+    assert broker.messages.promote("q").moved == 1
+    lag = _lag(broker, "q")
+    assert lag.ready == 1 and lag.lag_s is not None and 0.0 <= lag.lag_s < 30.0, lag

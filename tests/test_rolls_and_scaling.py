@@ -17,6 +17,7 @@ from smqsup import defaults
 from smqsup.config.model import QueueConfig
 from smqsup.store.control import RollRequest, _request
 from smqsup.supervisor import decide, rolls
+from smqsup.supervisor import reports as reports_mod
 from smqsup.supervisor.decide import Start, StopChild
 from smqsup.supervisor.scaling import Look, Pace, step
 from smqsup.supervisor.states import Child, QueueState, State, StopReason
@@ -67,12 +68,29 @@ def test_a_roll_fails_at_once_on_an_import_error_and_after_three_deaths_at_start
     q = queue(2)
     rolls.begin(q, "base", NOW)
     assert q.generation == "base.1" and q.rolling
-    assert rolls.death_in_roll(q, child(9, "g"), cannot_import=True) is None  # an old child's death
+    assert rolls.death_in_roll(q, child(9, "g"), True, True, NOW + 1) is None  # an old child's death
     # A child forked for the old generation just before the roll began still imported the new code.
-    assert rolls.death_in_roll(q, child(3, "g", NOW + 0.1), cannot_import=True) == "the new code cannot be imported"
+    assert rolls.death_in_roll(q, child(3, "g", NOW + 0.1), True, True, NOW + 1) == "the new code cannot be imported"
     rolls.begin(q, "base", NOW)
-    deaths = [rolls.death_in_roll(q, child(n, q.generation, NOW + 1), cannot_import=False) for n in range(3)]
+    deaths = [rolls.death_in_roll(q, child(n, q.generation, NOW + 1), False, True, NOW + 2) for n in range(3)]
     assert deaths == [None, None, f"{defaults.ROLL_START_FAILURES} new consumers died at start"]
+
+
+def test_a_rolled_queue_is_watched_for_roll_watch_s_after_its_roll_ended() -> None:
+    """Deaths past the probation of the roll's children, during it or ROLL_WATCH_S after: the third fails the roll."""
+    q = queue(2)
+    rolls.begin(q, "base", NOW)
+    new = [child(n, q.generation, NOW + n) for n in range(1, 4)]
+    assert rolls.death_in_roll(q, new[0], False, False, NOW + 3) is None  # during the roll
+    rolls.ended(q, NOW + 5)
+    assert not q.rolling and rolls.watched(q, new[1], NOW + 5 + defaults.ROLL_WATCH_S - 0.1)
+    assert not rolls.watched(q, new[1], NOW + 5 + defaults.ROLL_WATCH_S)  # the watch is over
+    assert not rolls.watched(q, child(9, "g", NOW - 1), NOW + 6)  # forked before the roll: not its child
+    assert rolls.death_in_roll(q, new[1], False, False, NOW + 6) is None
+    why = rolls.death_in_roll(q, new[2], False, True, NOW + 7)
+    assert why == f"3 new consumers died within {defaults.ROLL_WATCH_S:g}s of the roll"
+    rolls.begin(q, "base", NOW + 100)  # the next roll counts afresh
+    assert q.roll_deaths == 0 and q.roll_began == NOW + 100
 
 
 def test_a_roll_asked_during_a_roll_goes_on_toward_the_newest_generation_and_ends_once() -> None:
@@ -155,7 +173,7 @@ def test_a_snapshot_survives_its_json_round_trip(tmp_path: Path) -> None:
                                      b"[" * 100_000])
 def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(content: bytes) -> None:
     """Reports.take never trusts the file: anything but a JSON object is None, and the file goes."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         path = Path(reports.dir) / "123.json"
         path.write_bytes(content)
@@ -169,7 +187,7 @@ def test_a_report_file_that_is_not_a_json_object_is_read_as_none_and_removed(con
 
 def test_a_report_that_is_a_fifo_or_a_link_is_refused_without_blocking(tmp_path: Path) -> None:
     """A FIFO at <pid>.json (nobody writing) and a symlink to a real report: None at once, both removed."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         os.mkfifo(Path(reports.dir) / "5.json")
         assert reports.take(5) is None
@@ -177,9 +195,10 @@ def test_a_report_that_is_a_fifo_or_a_link_is_refused_without_blocking(tmp_path:
         os.symlink(tmp_path / "real.json", Path(reports.dir) / "6.json")
         assert reports.take(6) is None
         assert os.listdir(reports.dir) == []
+        old = reports.dir
         os.rmdir(reports.dir)
-        reports.ensure()  # a /tmp cleaner removed it: made again
-        assert os.stat(reports.dir).st_mode & 0o777 == 0o700
+        reports.ensure()  # a /tmp cleaner removed it: a new one, never the old path again
+        assert reports.dir != old and os.stat(reports.dir).st_mode & 0o777 == 0o700
     finally:
         reports.close()
 
@@ -213,7 +232,7 @@ def test_a_roll_child_not_ready_in_time_is_named_by_not_ready() -> None:
 
 def test_a_report_larger_than_its_bound_is_refused() -> None:
     """A report past CHILD_REPORT_MAX_BYTES is None (a handler importing the world, or garbage)."""
-    reports = rolls.Reports()
+    reports = reports_mod.Reports()
     try:
         big = json.dumps({"error": "x" * defaults.CHILD_REPORT_MAX_BYTES})
         (Path(reports.dir) / "7.json").write_text(big)
@@ -231,15 +250,23 @@ def test_an_import_error_from_a_report_is_one_short_line(report: Any, line: Any)
     assert rolls.error_line(report) == line
 
 
+_AT = 1_700_000_000_000
+
+
 @pytest.mark.parametrize("raw,expected", [
-    (b'{"token": "t", "queues": ["a", "b"]}', RollRequest(("a", "b"))), (b'{"queues": null}', RollRequest(None)),
-    (b"null", None), (b'{"queues": {"a": 1}}', None), (b'{"queues": [1]}', None), (b"\xff", None),
-    (b'{"queues": [' + b'"q",' * 20_000 + b'"q"]}', None), (b"nan", None), (b"[" * 100_000, None),
-    (b'{"queues": ' + b"[" * 100_000 + b"}", None),
+    (b'{"token": "t", "queues": ["a", "b"], "at_ms": %d}' % _AT, RollRequest(("a", "b"))),
+    (b'{"queues": null, "at_ms": %d}' % _AT, RollRequest(None)),
+    (b"null", None), (b'{"queues": {"a": 1}, "at_ms": %d}' % _AT, None), (b'{"queues": [1], "at_ms": %d}' % _AT, None),
+    (b"\xff", None), (b'{"queues": [' + b'"q",' * 20_000 + b'"q"], "at_ms": %d}' % _AT, None), (b"nan", None),
+    (b"[" * 100_000, None), (b'{"queues": ' + b"[" * 100_000 + b"}", None),
+    (b'{"queues": null}', None), (b'{"queues": null, "at_ms": true}', None), (b'{"queues": null, "at_ms": "1"}', None),
+    (b'{"queues": null, "at_ms": %d}' % (_AT - 10_001), None), (b'{"queues": null, "at_ms": %d}' % (_AT + 1_001), None),
+    (b'{"queues": null, "at_ms": %d}' % (_AT - 10_000), RollRequest(None)),
 ])
-def test_a_roll_request_that_is_not_one_is_left_out(raw: bytes, expected: Any) -> None:
-    """What anyone may have written in the roll requests: a request of names or of every queue, or nothing."""
-    assert _request(raw) == expected
+def test_a_roll_request_that_is_not_one_or_is_stale_is_left_out(raw: bytes, expected: Any) -> None:
+    """What anyone may have written in the roll requests: a fresh request of names or of every queue, or nothing;
+    undated, older than ROLL_REQUEST_FRESH_S or dated ahead by more than a second: nothing."""
+    assert _request(raw, _AT) == expected
 
 
 # --- autoscaling -----------------------------------------------------------------------------
@@ -284,3 +311,20 @@ def test_a_busy_look_restarts_the_idle_clock_so_a_steady_load_does_not_flap() ->
         assert step(q, 3, half_of_4, pace, NOW + t) == (0, "")
     assert step(q, 3, Look(3, 0.0, 0.0), pace, NOW + 300) == (0, "")  # something ready: not idle
     assert pace.idle_since is None
+
+
+@pytest.mark.parametrize("limit", [{"rate_limit_per_s": 10.0}, {"group_concurrency": 1},
+                                   {"group_rate_limit_per_s": 2.0}])
+def test_a_rate_limited_queue_steps_up_only_while_its_handlers_are_busy_and_down_when_they_wait(
+        limit: dict[str, Any]) -> None:
+    """rate_limit, group limits: a backlog with handlers mostly idle (waiting for the limit) steps down, not up;
+    busy, up."""
+    q, pace = scaled(1, 4, scale_down_after_s=10.0, scale_cooldown_s=1.0, **limit), Pace()
+    waiting = Look(100, 30.0, 0.5)  # 100 ready, 30 s of lag, 0.5 of 4 handlers busy: the limit holds them
+    assert step(q, 4, waiting, pace, NOW) == (0, "")
+    assert step(q, 4, waiting, pace, NOW + 10)[0] == -1
+    pace.last_step_at = NOW + 10
+    assert step(q, 1, Look(100, 30.0, 1.0), pace, NOW + 20) == (1, "lag 30.0s > 5s")
+    unlimited = scaled(1, 4, scale_down_after_s=10.0)
+    assert step(unlimited, 4, waiting, Pace(), NOW) == (0, "")  # at max: the lag holds it there
+    assert step(unlimited, 2, waiting, Pace(), NOW) == (1, "lag 30.0s > 5s")

@@ -133,7 +133,7 @@ def test_a_broken_deploy_keeps_the_old_consumers_until_a_fixed_one_rolls(
             _write(code / "deploy_h.py", _HANDLER.format(extra=extra))
             _write(code / "deploy_util.py", f"VERSION = {10 + n}\n")
             _hup(sup, notify)
-            wait_for(lambda n=n: sup.log().count("roll failed") >= n, timeout_s=20, message=f"{kind}: no roll failed")
+            wait_for(lambda n=n: sup.log().count("queue q: roll failed") >= n, timeout_s=20, message=f"{kind}: no roll failed")
             wait_for(lambda: any("(roll failed: " in d for d in notify.poll()), message=f"{kind}: STATUS")
             assert sup.consumers_by_queue()["q"] == old, kind
             assert _handled_by(sup, p, {"kind": kind})["version"] == 1

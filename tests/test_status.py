@@ -213,3 +213,29 @@ def test_status_shows_a_dash_for_garbage_in_flight_and_concurrency(redis_url: st
     assert _table_rows(r.stdout, "queue")["q"]["in flight"] == "-"
     snap = json.loads(procs.run("status", "--url", redis_url, "--json").stdout)
     assert (snap["queues"]["q"]["in_flight"], snap["queues"]["q"]["concurrency"]) == (3, 0)
+
+
+@pytest.mark.parametrize("victim", ["pending", "scheduled", "dead", "consumers", "counters", "processing"])
+def test_a_key_of_the_wrong_type_costs_status_that_count_and_is_named(redis_url: str, redis_client: redis.Redis,
+                                                                      victim: str) -> None:
+    """One queue's key overwritten by a string: status (table and --json) still reads every queue, that
+    queue's count reads as empty, and a key the scripts need is named as of the wrong type."""
+    with Producer(redis_url) as p:
+        p.publish_many("fine", [1, 2])
+        p.publish("bad", 1)
+    bad = QueueKeys("smq", "bad")
+    if victim == "processing":
+        Broker(redis_url).registry.register_consumer("bad", "c1", ConsumerInfo(pid=1))
+        key = bad.processing("c1")
+    else:
+        key = getattr(bad, victim)
+        redis_client.delete(key)
+    redis_client.set(key, "junk")
+    r = procs.run("status", "--url", redis_url, "--json")
+    assert r.returncode == 0, r.stderr
+    snap = json.loads(r.stdout)
+    assert snap["queues"]["fine"]["sizes"]["pending"] == 2
+    wanted = {"pending": "list", "scheduled": "zset", "dead": "list"}.get(victim)
+    assert snap["queues"]["bad"]["wrong_type_keys"] == ([f"{key} holds a string, not a {wanted}"] if wanted else [])
+    table = procs.run("status", "--url", redis_url)
+    assert table.returncode == 0, table.stderr

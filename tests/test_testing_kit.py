@@ -6,7 +6,9 @@ partitions, groups, and bad input in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -229,3 +231,96 @@ def test_a_worker_on_any_redis_moves_time_through_the_scripts(smqsup_config: Pat
         assert handled[later].result["charged"] == 7 and handled[failing].result["charged"] == 8
     finally:
         worker.close()
+
+
+def _kit_args() -> list[str]:
+    """pytest's arguments to load the kit: none where smqsup is installed (its pytest11 entry point)."""
+    from importlib.metadata import entry_points
+
+    installed = any(ep.name == "smqsup" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "smqsup.testing"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_the_kits_redis_server_dies_with_its_pytest(sig: int, tmp_path: Path) -> None:
+    """A real pytest run using the kit's session redis-server, ended by SIGTERM (a CI time limit) or
+    SIGKILL while a test runs: its redis-server is gone within seconds, not left running with PPID 1."""
+    import psutil
+
+    (tmp_path / "test_hold.py").write_text(textwrap.dedent("""\
+        import os, threading
+        import redis
+
+        def test_held_until_the_run_is_killed(smqsup_redis_url):
+            pid = redis.Redis.from_url(smqsup_redis_url).info()["process_id"]
+            with open("redis.pid.tmp", "w") as f:
+                f.write(str(pid))
+            os.replace("redis.pid.tmp", "redis.pid")
+            threading.Event().wait(600)  # (the test's work: the run is killed meanwhile)
+        """))
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_kit_args()],
+                           cwd=tmp_path, env=procs.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    server: Any = None
+    try:
+        pid = int(wait_for(lambda: (tmp_path / "redis.pid").exists() and (tmp_path / "redis.pid").read_text(),
+                           timeout_s=60))
+        server = psutil.Process(pid)
+        assert "redis" in server.name() and server.ppid() == run.pid
+        os.kill(run.pid, sig)
+        run.wait(30)
+
+        def gone() -> bool:
+            try:
+                return server.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+        wait_for(gone, timeout_s=10, message=f"redis-server {pid} outlived its pytest ({signal.Signals(sig).name})")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if server is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                server.kill()
+
+
+def test_a_worker_leaves_sys_path_as_it_found_it(tmp_path: Path, redis_url: str) -> None:
+    """A Worker whose config sits in a directory of its own: its handler imports from there (at import and
+    while it runs), and after each import and drain sys.path is what it was: later tests import as before."""
+    (tmp_path / "kit_shop.py").write_text(textwrap.dedent("""\
+        def charge(message):
+            import kit_shop_rates  # (imported as it runs, from the config's directory)
+            return message.body * kit_shop_rates.RATE
+        """))
+    (tmp_path / "kit_shop_rates.py").write_text("RATE = 3\n")
+    (tmp_path / "queues.yaml").write_text("queues:\n  pay: {handler: 'kit_shop:charge'}\n")
+    before = list(sys.path)
+    worker = Worker(tmp_path / "queues.yaml", redis_url, "kit-path")
+    try:
+        worker.handler("pay")
+        assert sys.path == before
+        with Producer(redis_url, "kit-path") as producer:
+            producer.publish("pay", 5, result_ttl=60)
+        [handled] = worker.drain("pay")
+        assert handled.state == "acked" and handled.result == 15
+        assert sys.path == before
+    finally:
+        worker.close()
+        for name in ("kit_shop", "kit_shop_rates"):
+            sys.modules.pop(name, None)
+
+
+def test_a_drain_follows_a_chain_to_its_end(smqsup_producer: Producer, smqsup_worker: Worker) -> None:
+    """A chain of three steps on one queue: one drain handles all three, each after the one before (each
+    ack releases the next step after the consumer's last look at the queue); a chain through another
+    queue runs a step per drain of its queue."""
+    ids = smqsup_producer.chain([("pay", {"amount": 1}), ("pay", {"amount": 2}), ("pay", {"amount": 3})])
+    handled = smqsup_worker.drain("pay")
+    assert [(h.id, h.state, h.result["charged"]) for h in handled] == [
+        (ids[0], "acked", 1), (ids[1], "acked", 2), (ids[2], "acked", 3)]
+    smqsup_producer.chain([("pay", {"amount": 4}), ("hooked", {"amount": 5}), ("pay", {"amount": 6})])
+    assert [h.result["charged"] for h in smqsup_worker.drain("pay")] == [4]
+    assert [h.result["charged"] for h in smqsup_worker.drain("hooked")] == [5]
+    assert [h.result["charged"] for h in smqsup_worker.drain("pay")] == [6]

@@ -293,6 +293,25 @@ def test_the_async_producer_sends_its_span_and_traceparent(memory: Any, start: C
     assert all(s.parent.span_id in send_ids for s in spans if s.name == "process q")
 
 
+def test_an_async_producers_held_child_keeps_its_trace_and_links(memory: Any, start: Callable[..., Running],
+                                                                  redis_url: str) -> None:
+    """AsyncProducer(tracing=True), a grouped child with depends_on (the Producer's code on a thread): its
+    process span, after the hold, is the child of its own send span and links to its parent's send span."""
+    start(lambda msg: None, tracing=True)
+
+    async def main() -> tuple[str, str]:
+        async with AsyncProducer(redis_url, tracing=True) as p:
+            parent = await p.publish("q", 1, result_ttl=60)
+            return parent, await p.publish("q", 2, group="g", depends_on=[("q", parent)])
+    parent, child = asyncio.run(main())
+    wait_for(lambda: len([s for s in memory.get_finished_spans() if s.name == "process q"]) == 2, timeout_s=10)
+    spans = memory.get_finished_spans()
+    sends = {s.attributes["messaging.message.id"]: s for s in spans if s.name == "send q"}
+    [processed] = [s for s in spans if s.name == "process q" and s.attributes["messaging.message.id"] == child]
+    assert processed.parent.span_id == sends[child].context.span_id
+    assert [link.context.span_id for link in processed.links] == [sends[parent].context.span_id]
+
+
 def test_a_batchs_members_are_sent_in_spans_too(memory: Any, start: Callable[..., Running],
                                                  redis_url: str) -> None:
     """Batch.publish and publish_many with tracing on: a send span each, the parent of the members'

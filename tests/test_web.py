@@ -484,3 +484,30 @@ def test_cancel_answers_each_id_and_processing_rows_show_progress(
     redis_client.set(jobs.tracked, "junk")
     [row] = server.json("/api/queues/jobs/messages?state=processing")["messages"]
     assert row["progress"] is None
+
+
+def test_status_and_metrics_show_outbox_entries_set_aside_and_keys_of_the_wrong_type(
+        redis_url: str, redis_client: redis.Redis, web: WebFactory) -> None:
+    """Entries set aside (by the real park script) and a pending list of the wrong type: /api/status names
+    them (the key, Redis's reason), /metrics counts them, and the other figures of the queue still read."""
+    from smqsup.keys import queues_set
+    from smqsup.store import scripts
+    a = QueueKeys("smq", "a")
+    redis_client.sadd(queues_set("smq"), "a")
+    reason = "WRONGTYPE smq:{b}:blocked holds a string, not a hash: nothing done"
+    entries = [f"o\tb\tc{i}\tpid\tdone\tnull".encode() for i in range(3)]
+    scripts.outbox_park(a, [("o\tb", reason, "c2", entries)], base_ms=1000, most_ms=30000, park_after=5).run(
+        redis_client)
+    redis_client.set(a.pending, "junk")
+    redis_client.zadd(a.scheduled, {b"x": 1})
+    server = web()
+    snap = server.json("/api/status")["queues"]["a"]
+    assert snap["wrong_type_keys"] == [f"{a.pending} holds a string, not a list"]
+    assert snap["sizes"]["scheduled"] == 1 and snap["outbox_parked_records"] == 1
+    [row] = snap["outbox_parked"]
+    assert {k: row[k] for k in ("kind", "target_queue", "target_id", "entries", "failures", "parked", "key")} == {
+        "kind": "child", "target_queue": "b", "target_id": "c2", "entries": 3, "failures": 1, "parked": False,
+        "key": "smq:{b}:blocked"}
+    samples = _samples(server.request("GET", "/metrics")[2].decode())
+    assert samples[("smqsup_outbox_parked_entries", frozenset({("queue", "a")}))] == 3
+    assert samples[("smqsup_wrong_type_keys", frozenset({("queue", "a")}))] == 1

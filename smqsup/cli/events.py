@@ -1,6 +1,7 @@
 """``smqsup events``: a queue's lifecycle events (queue option ``events:
 true``), oldest first, as text or JSON lines; with --follow, the ones that
-come next too, until SIGINT or SIGTERM.
+come next too, until SIGINT or SIGTERM (losing Redis meanwhile: a note, and
+it follows on from where it was once Redis is back).
 
     smqsup events (-c FILE | --url URL) QUEUE [--since X] [--follow] [--json] [--limit N]
 
@@ -13,25 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
 from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, limit, queue_broker
+from smqsup.client import since as since_rule
 
 if TYPE_CHECKING:
     from smqsup.store.broker import Broker
     from smqsup.store.events import Event
 
-#: An entry id as the events carry it ("ms-seq"); each part below 2**64.
-_CURSOR = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
-#: Unix seconds, with at most microseconds.
-_SECONDS = re.compile(r"[0-9]{1,11}(\.[0-9]{1,6})?")
 #: Longest id, and longest datum, a text line shows, in characters.
 _ID_CHARS, _DATA_CHARS = 200, 2000
 #: Widest event name ("published", "cancelled"...): the column after it lines up.
@@ -41,7 +38,7 @@ _EVENT_WIDTH = 9
 def add_events(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup events``."""
     p = sub.add_parser("events", help="the lifecycle events of QUEUE (its option events: true), oldest first",
-                       description="Print the events of QUEUE's messages (published, started, progress, retried, "
+                       description="Print the events of QUEUE's messages (published, released, started, progress, retried, "
                                    "done, dead, expired, cancelled, removed, reclaimed, returned, requeued), "
                                    "oldest first, one a line: time (UTC), event, message id, attempts, data. "
                                    "Only a queue whose consumers run with events: true has any.")
@@ -57,24 +54,12 @@ def add_events(sub: Commands[Parser]) -> None:
 
 
 def since(text: str) -> Any:
-    """--since: "now", a cursor "ms-seq" (kept as text), or a time as unix
-    seconds (a float); an ISO-8601 time without a zone is UTC."""
-    if text == "now":
-        return text
-    cursor = _CURSOR.fullmatch(text)
-    if cursor is not None and all(int(part) < 2**64 for part in cursor.groups()):
-        return text
-    if _SECONDS.fullmatch(text):
-        return float(text)
-    try:  # Python 3.10's fromisoformat takes no "Z"
-        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-        seconds = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
-    except (ValueError, OverflowError, OSError):
-        seconds = -1.0
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"expected now, a cursor MS-SEQ, unix seconds or an ISO-8601 time "
-                                         f"from 1970 on, got {safe.escape(repr(text), 60)}")
-    return seconds
+    """--since: what client/since.py reads (the rule Producer.events
+    follows too): "now" or a cursor (kept as text), a time as unix seconds."""
+    try:
+        return since_rule.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -86,12 +71,21 @@ def cmd_events(args: argparse.Namespace) -> int:
     shown = 0
     with queue_broker(args) as (broker, queue), _stopping(args.follow) as stop:
         _note_events_off(broker, queue)
-        for event in read_on(broker, queue, reading, args.follow, lambda: bool(stop)):
+        for event in read_on(broker, queue, reading, args.follow, lambda: bool(stop), _lost):
             print(_json_line(event) if args.json else _line(event, queue), flush=args.follow)
             shown += 1
             if shown == args.limit:
                 break
     return EXIT_OK
+
+
+def _lost(error: Optional[Exception]) -> None:
+    """--follow lost Redis (``error``), or has it back (None): a note on stderr, then it tries again."""
+    if error is None:
+        print("smqsup events: note: Redis is back; following on", file=sys.stderr, flush=True)
+    else:
+        print(f"smqsup events: note: Redis lost ({safe.shown(error)}); trying again until it is back",
+              file=sys.stderr, flush=True)
 
 
 @contextmanager

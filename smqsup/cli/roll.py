@@ -4,7 +4,10 @@ code, without knowing its pid.
     smqsup roll -c FILE [QUEUE...]
 
 It finds the supervisors of this host that run FILE (their process title
-names it; a relative name is resolved against their working directory),
+names it; a relative name is resolved against their working directory; only
+processes of this user are taken, and as root those of another user that
+the queues' supervisors hashes in Redis name as live supervisors of this
+host: the service's, which a local user without Redis cannot forge),
 leaves the queues to roll in Redis for each (store/control.py), sends it
 SIGUSR1 and waits until it took the request. The supervisor rolls them one
 consumer at a time, as a reload rolls changed code.
@@ -17,6 +20,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Collection
 
 import psutil
 
@@ -38,23 +42,40 @@ def add_roll(sub: Commands[Parser]) -> None:
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="the queues to roll (default: every queue)")
 
 
-def supervisors(path: str) -> list[int]:
-    """The pids of this host's supervisors whose config file is ``path``."""
+def supervisors(path: str, vouched: Collection[int] = ()) -> tuple[list[int], list[str]]:
+    """The pids of this host's supervisors whose config file is ``path``
+    that this user may signal, and a note for each process titled as one
+    that is not signalled (another user's).
+
+    A title is no proof: anyone can take it (``exec -a``). Only processes of
+    our own user are taken; as root, also another user's whose pid is in
+    ``vouched`` (the live supervisors Redis names on this host: a service
+    running as its own user, its config owned by root). Never one whose
+    parent is itself taken (a consumer forked by an older smqsup before it
+    set its own title)."""
     wanted = os.path.realpath(path)
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    uid = os.geteuid()
+    found: dict[int, int] = {}
+    refused: list[str] = []
+    for proc in psutil.process_iter(["cmdline", "uids", "ppid"]):
         try:
             line = " ".join(proc.info["cmdline"] or []).strip()
             if not line.startswith(TITLE) or proc.pid == os.getpid():
                 continue
-            named = line[len(TITLE):]
-            if not os.path.isabs(named):
-                named = os.path.join(proc.cwd(), named)
-            if os.path.realpath(named) == wanted:
-                found.append(proc.pid)
-        except (psutil.Error, OSError):  # gone meanwhile, or another user's working directory
+            if set(proc.info["uids"]) != {uid} and not (uid == 0 and proc.pid in vouched):
+                refused.append(f"process {proc.pid} of user {escape(proc.username(), 64)}")
+                continue
+            if _named(proc, line[len(TITLE):]) == wanted:
+                found[proc.pid] = proc.info["ppid"]
+        except (psutil.Error, OSError, TypeError):  # gone meanwhile, or another user's working directory
             continue
-    return sorted(found)
+    return sorted(pid for pid, ppid in found.items() if ppid not in found), refused
+
+
+def _named(proc: psutil.Process, named: str) -> str:
+    """The file a supervisor's title means, resolved (a relative name, as
+    older supervisors' titles have, against its working directory)."""
+    return os.path.realpath(named if os.path.isabs(named) else os.path.join(proc.cwd(), named))
 
 
 def cmd_roll(args: argparse.Namespace) -> int:
@@ -64,18 +85,25 @@ def cmd_roll(args: argparse.Namespace) -> int:
     for name in names or ():
         if name not in cfg.queues:
             raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
-    pids = supervisors(str(cfg.path))
-    if not pids:
-        raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?)")
     broker = connect(redis_url(cfg), cfg.namespace, client_name="smqsup-roll")
     host = socket.gethostname()
     try:
+        vouched = broker.supervisors.live_pids(cfg.queues, host) if os.geteuid() == 0 else set()
+        pids, refused = supervisors(str(cfg.path), vouched)
+        if not pids:
+            others = f"; not signalled: {', '.join(refused[:5])} (another user's)" if refused else ""
+            raise SmqsupError(f"no smqsup supervisor runs {cfg.path} on this host (is it started?){others}")
         for pid in pids:
             raw = broker.control.ask_roll(host, pid, names)
-            _signal(pid)
+            try:
+                _signal(pid)
+            except SmqsupError:
+                broker.control.withdraw_roll(host, pid, raw)
+                raise
             deadline = time.monotonic() + TAKE_TIMEOUT_S
             while not broker.control.roll_taken(host, pid, raw):
                 if time.monotonic() >= deadline:
+                    broker.control.withdraw_roll(host, pid, raw)  # never left to widen a later roll
                     raise SmqsupError(f"supervisor {pid} did not take the roll request within {TAKE_TIMEOUT_S:g}s")
                 time.sleep(0.05)  # a command waiting on another process, not a test
             print(f"supervisor {pid}: rolling {', '.join(names) if names else 'every queue'} "

@@ -17,6 +17,7 @@
   publish_many's one error.
 - dependencies.py: what depends_on adds to a publish (parents checked, what a hold keeps) and a chain's steps.
 - events.py: Reading, where a reading of a queue's event stream is (Producer.events, AsyncProducer.events).
+- since.py: what ``since`` means where a reading of events starts (the producers' and ``smqsup events``').
 - results.py: what a producer makes of a tracked message's record: its result, state, progress,
   or MessageFailed / ResultUnknown / TimeoutError.
 - options.py: the publish options (delay, at, priority, dedup_key, dedup_ttl, ttl,

@@ -38,7 +38,7 @@ class Publisher(Protocol):
 
 #: The keywords a member's publish may give: publish()'s, but dedup keys (a
 #: member deduplicated would be another batch's message) and depends_on.
-MEMBER_OPTIONS = frozenset({"delay", "at", "priority", "ttl", "partition_key", "result_ttl"})
+MEMBER_OPTIONS = frozenset({"delay", "at", "priority", "ttl", "partition_key", "result_ttl", "group"})
 
 
 def callback(value: object, what: str) -> Optional[tuple[str, Any]]:

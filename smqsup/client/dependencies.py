@@ -22,7 +22,7 @@ from smqsup.errors import (
 
 #: The keywords a chain's step may give (publish()'s, but those the chain sets).
 STEP_OPTIONS = frozenset({"headers", "delay", "priority", "dedup_key", "dedup_ttl", "ttl", "message_id",
-                          "partition_key", "result_ttl", "on_parent_failure"})
+                          "partition_key", "result_ttl", "on_parent_failure", "group"})
 
 
 def parents(depends_on: object, limit: int = defaults.MAX_PARENTS) -> list[tuple[str, str]]:
@@ -73,9 +73,12 @@ def failure_rule(value: object) -> bool:
 def kept(out: Outgoing, run: bool) -> tuple[str, bytes, Optional[str], int]:
     """(id, what hold.lua keeps, dedup key, dedup ttl in ms) of the one
     message of ``out``: "D:T:F|" and its frame, linked, without expiry (the
-    delay and ttl count from its release)."""
+    delay and ttl count from its release), with every other option it was
+    published with (priority, tracking, events, its group after the payload:
+    unblock.lua writes them into the frame it releases)."""
     opts = out.options
     item = out.frames[0]
+    group = b""
     if opts is None:  # a plain frame: "0|" + payload
         assert isinstance(item, bytes)
         mid, payload, key = out.ids[0], item[2:], None
@@ -90,9 +93,12 @@ def kept(out: Outgoing, run: bool) -> tuple[str, bytes, Optional[str], int]:
                                "give a delay from then instead)")
         priority, delay_ms, ttl_ms = opts.priority, max(0, opts.delay_ms), opts.ttl_ms
         kept_s, events_max, dedup_ttl_ms = opts.result_ttl_s, opts.events_max, opts.dedup_ttl_ms
-    head = b"%d:%d:%d|0:%d:0:%d:%d:%d|" % (delay_ms, ttl_ms, int(run), priority, kept_s, events_max,
-                                           framing.LINK_PARENTS)
-    return mid, head + payload, key, dedup_ttl_ms
+        group = opts.group
+    head = b"%d:%d:%d|0:%d:0:%d:%d:%d" % (delay_ms, ttl_ms, int(run), priority, kept_s, events_max,
+                                          framing.LINK_PARENTS)
+    if group:
+        return mid, b"%b:%d|%b%b" % (head, len(group), payload, group), key, dedup_ttl_ms
+    return mid, head + b"|" + payload, key, dedup_ttl_ms
 
 
 def publish_error(exc: BrokerError, message_id: str) -> BrokerError:

@@ -21,6 +21,8 @@ delayed messages to pending.
                                  history (counters and sizes)
             workflows.drain_all  every OUTBOX_LOOK_S, the children of its
                                  ended messages no consumer told (it died)
+            workflows.retry_parked  the outbox entries Redis refused, set
+                                 aside (store/parked.py), when due again
             workflows.repair_holds  children whose producer died before it
                                  told all their parents
             groups.repair        every GROUP_REPAIR_S, the groups' running
@@ -104,6 +106,7 @@ class Collector:
         self._queues: dict[str, _QueueGC] = {}
         self._backoff_until = 0.0
         self._trouble = Lasting(log, repeat_s=defaults.COLLECTOR_TROUBLE_REPEAT_S)  # failing steps, per queue
+        self._wrong_keys: dict[str, list[str]] = {}  # group keys of the wrong type said, per queue
         # Reclaim only after Redis has been reachable for a whole
         # heartbeat_timeout: after an outage every heartbeat looks stale until
         # the supervisors have had the time to renew them.
@@ -268,6 +271,7 @@ class Collector:
         if now >= state.next_tell:
             state.next_tell = now + defaults.OUTBOX_LOOK_S
             self._step(name, state, "tell children their parents ended", lambda n, _: flows.drain_all(n))
+            self._step(name, state, "try the outbox entries set aside again", lambda n, _: flows.retry_parked(n))
         if now >= state.next_holds:
             state.next_holds = now + defaults.HOLD_REPAIR_S / 2
             self._step(name, state, "register held messages with their parents",
@@ -278,11 +282,20 @@ class Collector:
 
     def _repair_groups(self, name: str, state: _QueueGC) -> None:
         lock = state.lock
-        state.groups_cursor, fixed, turns = self.broker.groups.repair(
-            name, (lock.key, lock.token), state.queue.group_concurrency, state.groups_cursor)
-        if fixed or turns:
+        r = self.broker.groups.repair(name, (lock.key, lock.token), state.queue.group_concurrency,
+                                      state.groups_cursor)
+        state.groups_cursor, said = r.cursor, self._wrong_keys.get(name, [])
+        for key in set(said) - set(r.wrong):
+            log.info("queue %s: group key %s repaired; grouped messages go on", name, key)
+        for key in set(r.wrong) - set(said):  # (once a key, not at every repair; status shows it)
+            log.warning("queue %s: group key %s: grouped messages wait until it is deleted or repaired", name, key)
+        self._wrong_keys[name] = r.wrong
+        if r.fixed or r.turns:
             log.warning("queue %s: collector: %d group running count(s) set right and %d group(s) given back "
-                        "their turn (a key changed by hand, or a consumer's list deleted?)", name, fixed, turns)
+                        "their turn (a key changed by hand, or a consumer's list deleted?)", name, r.fixed, r.turns)
+        if r.dead:
+            log.error("queue %s: collector: %d member(s) of the groups' ready set were no group's message "
+                      "(written by hand?); dead-lettered, malformed", name, r.dead)
 
     def _step(self, name: str, state: _QueueGC, what: str, step: Callable[[str, _QueueGC], T]) -> Optional[T]:
         """Run one step of one queue's collection. Redis refusing it, or an
@@ -316,11 +329,13 @@ class Collector:
         stale, orphans = self.broker.registry.stale_consumers(name, timeout_ms)
         for cid in stale + orphans:
             reason = "consumer lost" if cid in stale else "consumer lost (no heartbeat)"
-            r = self.broker.registry.reclaim_stale(name, cid, retry_threshold=state.queue.retry_threshold,
-                                                   reason=reason, stale_after_ms=timeout_ms,
-                                                   lock=(state.lock.key, state.lock.token))
-            if r.remaining == -1:
-                continue  # it came back between the two scripts
+            # One consumer Redis refuses (its list of the wrong type) costs its own reclaim, not the others'.
+            def one(n: str, s: _QueueGC, c: str = cid, why: str = reason) -> scripts.ReclaimResult:
+                return self.broker.registry.reclaim_stale(n, c, retry_threshold=s.queue.retry_threshold, reason=why,
+                                                          stale_after_ms=timeout_ms, lock=(s.lock.key, s.lock.token))
+            r = self._step(name, state, f"reclaim lost consumer {cid}", one)
+            if r is None or r.remaining == -1:
+                continue  # refused (said by _step: tried again at the next scan), or it came back meanwhile
             moved = r.requeued + r.dead_lettered
             self._fact(name, state, consumers_lost=1, reclaimed=moved, orphans=int(cid in orphans))
             log.warning("queue %s: consumer %s lost (no heartbeat for %.1fs): %d message(s) reclaimed, "
@@ -333,8 +348,10 @@ class Collector:
         it had been declared dead, then died): nobody else watches that list."""
         lock = (state.lock.key, state.lock.token)
         for cid in self.broker.registry.retired_with_messages(name, int(defaults.RETIRED_WATCH_S * 1000)):
-            r = self.broker.registry.sweep_retired(name, cid, lock=lock)
-            if r.requeued or r.dead_lettered:
+            def sweep(n: str, _: _QueueGC, c: str = cid) -> scripts.ReclaimResult:
+                return self.broker.registry.sweep_retired(n, c, lock=lock)
+            r = self._step(name, state, f"sweep retired consumer {cid}", sweep)
+            if r is not None and (r.requeued or r.dead_lettered):
                 self._fact(name, state, orphans=1, reclaimed=r.requeued + r.dead_lettered)
                 log.warning("queue %s: %d message(s) found in the list of retired consumer %s, returned",
                             name, r.requeued + r.dead_lettered, cid)

@@ -89,14 +89,22 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     rates, consumers (with CPU, memory, messages in flight, heartbeat age)
     and the messages in flight and concurrency summed over them
     (``flight``), collector leader and facts, consumer slots (restarts, last
-    exit), supervisors, producers, and totals (the lag: the largest)."""
+    exit), supervisors, producers, the outbox entries set aside
+    (``outbox_parked``: store/parked.py's rows, of ``outbox_parked_records``
+    records), the keys of the wrong type (``wrong_type_keys``: one line
+    each), and totals (the lag: the largest)."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}
     # The points of the last window_s and one before it, for rates().
     now_ms, readings = broker.statistics.read_queues(queues, recent=int(window_s) + 2)
     lags = broker.lags.read({name: readings[name].partitions for name in queues})
     out["t"] = now_ms
+    parked = broker.workflows.parked(queues)
+    parts = {name: broker.queues.partition_names(name) for name in queues}
+    wrong = broker.statistics.wrong_types([p for names in parts.values() for p in names])
     for name in queues:
-        out["queues"][name] = _queue_snapshot(readings[name], lags[name], now_ms, window_s)
+        q = out["queues"][name] = _queue_snapshot(readings[name], lags[name], now_ms, window_s)
+        q["outbox_parked_records"], q["outbox_parked"] = parked[name]
+        q["wrong_type_keys"] = [line for p in parts[name] for line in wrong[p]]
     totals: dict[str, Any] = {key: 0 for key in (*SIZES, *COUNTERS, "consumers", *FLIGHT)}
     total_rates: dict[str, Optional[float]] = {name: None for name in COUNTERS}
     for q in out["queues"].values():

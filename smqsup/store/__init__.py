@@ -22,6 +22,8 @@ redis-py's errors into smqsup's.
 - tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
 - events.py: Events: queues' event streams read, one Event per entry, partitions merged.
 - outbox.py: the outboxes in queues' deps sets: read by kind, grouped by target, one script a target, cleared.
+- keytypes.py: which of a queue's keys hold another type than the scripts need (one line a key).
+- parked.py: outbox entries Redis refused, set aside with a backoff (never first in line), and status's view of them.
 - batches.py: Batches: batches opened, grown, their members' ends counted, callbacks fired once, read.
 - workflows.py: Workflows: dependencies, children held, registered with their parents, told, released.
 - waiters.py: Subscriber, the one pub/sub connection a process's waits share.

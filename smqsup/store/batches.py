@@ -34,9 +34,10 @@ from typing import Any, Optional
 
 from smqsup import defaults, framing
 from smqsup.config import names
-from smqsup.errors import MalformedMessage
+from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 from smqsup.keys import logical_name, queues_set
 from smqsup.store import outbox, scripts
+from smqsup.store import parked as parked_mod
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link
 from smqsup.store.outbox import split_entry
@@ -140,31 +141,37 @@ class Batches:
             self.drain(home)
         return fired
 
-    def drain(self, name: str) -> list[str]:
+    def drain(self, name: str, parked: Optional[Sequence[bytes]] = None) -> list[str]:
         """Count the ends of partition ``name``'s batch members ("B"
         entries) on their homes, and publish the on_success callbacks for
-        other queues it holds as a home ("S"); the homes that got "S"
-        entries meanwhile, and ``name`` when more wait than one read takes."""
+        other queues it holds as a home ("S"); or those of ``parked``
+        (entries set aside and due again). The homes that got "S" entries
+        meanwhile, and ``name`` when more wait than one read takes."""
         link = self._link
-        entries = outbox.read(link, name, "B")
+        entries = outbox.read(link, name, "B") if parked is None else outbox.of_kind(parked, "B")
         groups, junk = outbox.group(name, entries)
 
         def settle(home: str, bid: str, fields: list[list[str]]) -> scripts.Call[Any]:
             ended = [(f[3], f[4], _failure_of(name, f)) for f in fields]
             return scripts.batch_settle(link.keys(home), bid, ended, close=False, keep_s=defaults.BATCH_KEEP_S)
-        done, ran = outbox.run(link, name, groups, settle, "count batch members' ends")
-        done += self._callbacks(name, outbox.read(link, name, "S"))
-        outbox.clear(link, name, junk + done)
-        return [home for (home, _), (_, told) in ran if told] + outbox.more(name, entries)
+        done, ran, failed = outbox.run(link, name, "B", groups, settle, "count batch members' ends")
+        calls = outbox.read(link, name, "S") if parked is None else outbox.of_kind(parked, "S")
+        called, junk_calls, failed_calls = self._callbacks(name, calls)
+        outbox.clear(link, name, junk + junk_calls, done + called, failed + failed_calls, parked=parked is not None)
+        more = outbox.more(name, entries) + outbox.more(name, calls) if parked is None else []
+        return [home for (home, _), (_, told) in ran if told] + more[:1]
 
-    def _callbacks(self, home: str, entries: Sequence[bytes]) -> list[bytes]:
+    def _callbacks(self, home: str, entries: Sequence[bytes]) -> tuple[
+            list[tuple[str, list[bytes]]], list[bytes], list[parked_mod.Failed]]:
         """Publish the on_success callbacks ("S" ``entries``) a batch of
         ``home`` left for other queues, each with a dedup key (a drain that
-        died before removing the entry publishes nothing twice); the
-        entries done with."""
-        done = []
+        died before removing the entry publishes nothing twice): the
+        (parked.py's field, [entry]) of those published, the entries that are
+        not one, and those Redis refused (to set aside)."""
+        done: list[tuple[str, list[bytes]]] = []
+        junk: list[bytes] = []
+        failed: list[parked_mod.Failed] = []
         for entry in entries:
-            done.append(entry)
             parts = split_entry(entry, 3)
             frame = parts[2].encode() if parts is not None else b""
             mid = framing.peek_id(frame)
@@ -174,15 +181,24 @@ class Batches:
                 mid = None
             if parts is None or mid is None or not names.is_queue_name(parts[1]):
                 log.warning("queue %s: a batch callback entry that is not one, dropped: %r", home, entry[:200])
+                junk.append(entry)
                 continue
             target = parts[1]
             options = scripts.Options(dedup_ttl_ms=defaults.BATCH_KEEP_S * 1000, result_ttl_s=head.result_ttl_s,
                                       events_max=head.events_max)
             call = scripts.publish_options(self._link.keys(target), [(mid, head.payload, f"smqsup:batch:{mid}")],
                                            options, self._link.stats)
-            with wrapped(f"publish a batch callback on {target!r}"):
-                call.run(self._link.client)
-        return done
+            field = parked_mod.field_of("S", target)
+            try:
+                with wrapped(f"publish a batch callback on {target!r}"):
+                    call.run(self._link.client)
+            except BrokerConnectionError:
+                raise
+            except BrokerError as exc:  # (one callback Redis refuses holds none of the others)
+                failed.append(parked_mod.Failed(field, str(exc), mid, [entry]))
+                continue
+            done.append((field, [entry]))
+        return done, junk, failed
 
     def status(self, home: str, batch_id: str) -> Optional[BatchStatus]:
         """The batch's status, or None when Redis holds none (never opened,

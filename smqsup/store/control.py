@@ -1,6 +1,8 @@
 """Requests to a running supervisor that a signal cannot carry: ``smqsup
 roll`` leaves the queues to roll in Redis, then sends SIGUSR1; a SIGUSR1
-that finds no request rolls nothing."""
+that finds no request rolls nothing. A request is dated by the Redis clock
+and taken only while fresh (ROLL_REQUEST_FRESH_S): one left behind by a
+command that gave up or died never widens a later roll."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ import os
 from dataclasses import dataclass
 from typing import Optional, cast
 
+from smqsup import defaults
 from smqsup.keys import roll_request
 from smqsup.store.connection import wrapped
-from smqsup.store.link import Link
+from smqsup.store.link import Link, ms_of
 
 #: A request nobody took is gone after this long, in seconds.
 _KEEP_S = 60
@@ -19,6 +22,8 @@ _KEEP_S = 60
 _MOST = 10_000
 #: Requests one SIGUSR1 takes at most.
 _TAKE = 100
+#: A request dated this far ahead of the taker's Redis clock is refused (a cluster's masters' clocks differ), ms.
+_AHEAD_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -39,13 +44,19 @@ class Control:
         """Leave a roll request for supervisor ``pid`` of ``host`` (None: every
         queue); the request as stored, for roll_taken."""
         key = roll_request(self._link.namespace, host, pid)
-        raw = json.dumps({"token": os.urandom(8).hex(), "queues": queues}).encode()
         with wrapped("ask for a roll"):
+            at_ms = ms_of(self._link.client.time())
+            raw = json.dumps({"token": os.urandom(8).hex(), "queues": queues, "at_ms": at_ms}).encode()
             pipe = self._link.client.pipeline(transaction=False)
             pipe.rpush(key, raw)
             pipe.expire(key, _KEEP_S)
             pipe.execute()
         return raw
+
+    def withdraw_roll(self, host: str, pid: int, raw: bytes) -> None:
+        """Take back request ``raw`` nobody took (the command gives up)."""
+        with wrapped("withdraw a roll request"):
+            self._link.client.lrem(roll_request(self._link.namespace, host, pid), 0, raw)
 
     def roll_taken(self, host: str, pid: int, raw: bytes) -> bool:
         """Whether the supervisor took request ``raw`` (or it expired)."""
@@ -53,27 +64,36 @@ class Control:
             return self._link.client.lpos(roll_request(self._link.namespace, host, pid), raw) is None
 
     def take_rolls(self, host: str, pid: int) -> list[RollRequest]:
-        """The requests left for this supervisor, taken at once (LPOP with a
-        count: atomic), at most _TAKE of them; anything but a request of
-        queue names (anyone with access may write there) is left out."""
+        """The fresh requests left for this supervisor, taken at once (LPOP
+        with a count: atomic), at most _TAKE of them; a stale one (older than
+        ROLL_REQUEST_FRESH_S, or undated) and anything but a request of queue
+        names (anyone with access may write there) are taken and left out."""
         key = roll_request(self._link.namespace, host, pid)
         with wrapped("take the roll requests"):
-            raws = cast(Optional[list[bytes]], self._link.client.lpop(key, _TAKE)) or []
-        return [request for raw in raws if (request := _request(raw)) is not None]
+            now, [raws] = self._link.with_clock(lambda pipe: pipe.lpop(key, _TAKE))
+        now_ms = ms_of(now)
+        return [request for raw in cast(Optional[list[bytes]], raws) or []
+                if (request := _request(raw, now_ms)) is not None]
 
 
-def _request(raw: bytes) -> Optional[RollRequest]:
+def _request(raw: bytes, now_ms: int) -> Optional[RollRequest]:
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or not _fresh(doc.get("at_ms"), now_ms):
         return None
     queues = doc.get("queues")
     if queues is None:
         return RollRequest(None)
     names = _names(queues)
     return None if names is None else RollRequest(names)
+
+
+def _fresh(at_ms: object, now_ms: int) -> bool:
+    if isinstance(at_ms, bool) or not isinstance(at_ms, int):
+        return False
+    return -_AHEAD_MS <= now_ms - at_ms <= defaults.ROLL_REQUEST_FRESH_S * 1000
 
 
 def _names(names: object) -> Optional[tuple[str, ...]]:

@@ -16,7 +16,7 @@ import psutil
 from smqsup import safe
 from smqsup.config.model import Config
 from smqsup.errors import SmqsupError
-from smqsup.store.locate import default_data_dir, running_url
+from smqsup.store.locate import default_data_dir, read_small, running_url
 from smqsup.store.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def ensure_server(config: Config, *, shared: bool = True) -> tuple[str, RedisSer
 def _server_and_parent(directory: Path) -> tuple[int, Optional[psutil.Process]]:
     """The pid of the server serving ``directory`` (its pid file) and its
     parent process; OSError, ValueError or psutil.Error when unreadable."""
-    pid = int((directory / "redis.pid").read_text().strip())
+    pid = int(read_small(directory / "redis.pid").strip())
     return pid, psutil.Process(pid).parent()
 
 

@@ -23,8 +23,8 @@ from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, text
 
 #: Every event the scripts write (anything else in a stream reads as "malformed").
-EVENTS = frozenset({"published", "started", "progress", "retried", "done", "dead", "expired", "cancelled",
-                    "removed", "reclaimed", "returned", "requeued"})
+EVENTS = frozenset({"published", "released", "started", "progress", "retried", "done", "dead", "expired",
+                    "cancelled", "removed", "reclaimed", "returned", "requeued"})
 #: Longest text of a malformed entry an Event keeps.
 _MALFORMED_TEXT = 200
 #: Longest one blocking read waits at once, ms: well inside every client's socket timeout.

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from smqsup.keys import partition_name
-from smqsup.store import scripts
+from smqsup.store import keytypes, scripts
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
 from smqsup.store.queues import Queues
@@ -49,16 +50,35 @@ class Groups:
             return scripts.group_pause(link.keys(self.partition(queue, group)), group.encode("utf-8"),
                                        "").run(link.client)
 
-    def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> tuple[bytes, int, int]:
+    def repair(self, queue: str, lock: scripts.Lock, limit: int, cursor: bytes = b"0") -> Repair:
         """One repair of queue (partition) ``queue``'s groups by its elected
-        collector (group_repair.lua), from ``cursor``: (the next cursor,
-        counts set right, turns given). A queue with no group state costs
-        one read."""
+        collector (group_repair.lua), from ``cursor``; and its group keys of
+        the wrong type (keytypes.wrong's lines). A queue with no group state
+        costs one round trip."""
         link = self._link
         k = link.keys(queue)
         with wrapped(f"repair the groups of {queue!r}"):
             client = link.client
-            if not client.exists(k.groups[1], k.groups[5]):
-                return b"0", 0, 0
-            consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in client.hkeys(k.consumers))
-            return scripts.group_repair(k, consumers, lock, limit, cursor, REPAIR_SLICE).run(client)
+            pipe = client.pipeline(transaction=False)
+            pipe.exists(k.groups[0], k.groups[1], k.groups[5])
+            pipe.hkeys(k.consumers)
+            for key in k.groups:
+                pipe.type(key)
+            present, registered, *types = pipe.execute()
+            wrong = keytypes.wrong(keytypes.group_keys(k), types)
+            if not present:
+                return Repair(b"0", 0, 0, 0, wrong)
+            consumers: Sequence[str] = sorted(c.decode("utf-8", "surrogateescape") for c in registered)
+            return Repair(*scripts.group_repair(k, consumers, lock, limit, cursor, REPAIR_SLICE).run(client), wrong)
+
+
+class Repair(NamedTuple):
+    """What one repair of a partition's groups did: the cursor of the next,
+    counts set right, turns given, members of the ready set that were no
+    group's (dead-lettered); and its group keys of the wrong type."""
+
+    cursor: bytes
+    fixed: int
+    turns: int
+    dead: int
+    wrong: list[str]

@@ -2,8 +2,11 @@
 
     Lags.read({queue: partitions}) ─▶ lag.lua per partition, one round trip ─▶ QueueLag per queue
 
-A partition's next message is the older of the pending list's rightmost frame
-(consumers take from the right) and the priority set's first member; its age
+A partition's next message is the oldest of the pending list's rightmost frame
+(consumers take from the right), the priority set's first member and the
+first published of its message groups' next frames (a paused group's
+messages are not ready: they count nowhere); its age (from when it was
+made ready, for a message promote.lua made ready late: its ready_at)
 is the Redis clock minus the time in its id (ids.py: 12 hex digits of ms
 since the epoch). A queue's lag is the largest of its partitions'. The frames
 are anyone's bytes: one whose head is not a frame, or whose id holds no
@@ -67,29 +70,41 @@ def created_ms(head: Any) -> Optional[int]:
     return int(message_id[:12], 16)
 
 
-def frame_lag_ms(head: Any, now_ms: int) -> Optional[int]:
-    """How long the message of frame ``head`` has waited at ``now_ms``: 0
-    when its id is dated ahead, None when it has no id with a time or one
-    older than LAG_MAX_AGE_S (not a time: nothing has waited ten years)."""
+def frame_lag_ms(head: Any, now_ms: int, ready_at_ms: Optional[int] = None) -> Optional[int]:
+    """How long the message of frame ``head`` has waited at ``now_ms``,
+    counted from its creation or, when it was made ready later
+    (``ready_at_ms``: a retry's delay, a delayed publish), from then: 0 when
+    dated ahead, None when its id has no time or one older than
+    LAG_MAX_AGE_S (not a time: nothing has waited ten years)."""
     created = created_ms(head)
     if created is None or now_ms - created > _MAX_AGE_MS:
         return None
-    return max(0, now_ms - created)
+    return max(0, now_ms - max(created, ready_at_ms or 0))
+
+
+def _ms(value: Any) -> Optional[int]:
+    """A ready time lag.lua read (text, or false: none) in whole ms."""
+    try:
+        return int(float(value)) if isinstance(value, (bytes, str)) else None
+    except (ValueError, OverflowError):
+        return None
 
 
 def lag_call(keys: QueueKeys) -> scripts.Call[Part]:
     """lag.lua on one partition; its reply read as a Part."""
-    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, keys.groups[0], keys.groups[1]),
-                        (defaults.LAG_HEAD_BYTES,),
+    return scripts.Call(scripts.LAG, (keys.pending, keys.priority, keys.paused, *keys.groups[:3], keys.ready_at),
+                        (defaults.LAG_HEAD_BYTES, defaults.LAG_GROUPS_READ),
                         _partition)
 
 
 def _partition(reply: Sequence[Any]) -> Part:
-    """lag.lua's reply as a Part: the lag is the older of the two frames
-    next in line, 0 when none is ready."""
-    pending, prioritised, tail, best, now_ms, paused = reply
+    """lag.lua's reply as a Part: the lag is the oldest of the frames next
+    in line (the pending list's, the priority set's, the groups'), 0 when
+    none is ready."""
+    pending, prioritised, tail, best, now_ms, paused, grouped, *ready_at = reply
     ready, now_ms = int(pending) + int(prioritised), int(now_ms)
-    found = [lag for head in (tail, best) if (lag := frame_lag_ms(head, now_ms)) is not None]
+    found = [lag for head, at in zip((tail, best, grouped), ready_at)
+             if (lag := frame_lag_ms(head, now_ms, _ms(at))) is not None]
     return Part(ready, (max(found) if found else None if ready else 0), now_ms, bool(paused))
 
 

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import stat
 from pathlib import Path
 
 from smqsup.errors import RedisServerError
@@ -129,14 +130,52 @@ def ping(path: Path, timeout_s: float = _PING_TIMEOUT_S) -> bool:
     return reply.startswith(b"+PONG")
 
 
+def not_private(info: os.stat_result, uid: int) -> str | None:
+    """Why a directory (its lstat) is no private one of ``uid``, or None."""
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a directory"
+    if info.st_uid != uid:
+        return f"owned by uid {info.st_uid}"
+    if info.st_mode & 0o022:
+        return f"writable by others, mode {info.st_mode & 0o777:o}"
+    return None
+
+
+def trusted_socket(data_dir: Path, path: Path) -> bool:
+    """Whether the socket ``path`` of ``data_dir`` may be talked to: its
+    directory, and the data directory, are private to the data directory's
+    owner (or root). A socket another user planted where the short socket
+    goes (/tmp) is never used: it would hear our commands and answer them."""
+    try:
+        owner = data_dir.lstat().st_uid
+        dirs = [data_dir.lstat(), path.parent.lstat()]
+    except OSError:
+        return False
+    return all(not_private(info, info.st_uid) is None and info.st_uid in (owner, 0) for info in dirs)
+
+
+def read_small(path: Path, most: int = 64) -> bytes:
+    """The first ``most`` bytes of the regular file ``path``: never through a
+    link, never blocking on a FIFO; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, most)
+    finally:
+        os.close(fd)
+
+
 def running_url(data_dir: Path) -> str | None:
     """``unix://`` URL of a live server serving ``data_dir``, or None.
 
     Live means its socket answers PING now; a socket file left behind by a
-    killed server does not count.
+    killed server does not count, nor one in a directory we cannot trust
+    (trusted_socket).
     """
+    data_dir = data_dir.expanduser().resolve()
     path = socket_path(data_dir)
-    return f"unix://{path}" if ping(path) else None
+    return f"unix://{path}" if trusted_socket(data_dir, path) and ping(path) else None
 
 
 def free_port() -> int:

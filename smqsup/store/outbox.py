@@ -3,7 +3,10 @@ script left, in the same step as a message's end, for a step on another
 slot (a child to tell, a batch to count a member's end in). Read by kind,
 grouped by the target they are for, one script call a target, removed
 once that call ran: a crash between runs the call again, which the
-scripts make harmless."""
+scripts make harmless. The entries of a target whose call Redis refused
+are set aside (parked.py), so that they hold none of the others; the
+collector tries them again from there (``parked`` entries: the same
+calls, forgotten from the parked set once they ran)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from smqsup.logs import warn_once
+from smqsup.store import parked as parked_mod
 from smqsup.store import scripts
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link
@@ -56,21 +59,24 @@ KINDS = ("o", "B", "S")
 
 
 def waiting(link: Link, names: Sequence[str]) -> set[str]:
-    """Which of partitions ``names`` hold an outbox entry of any kind: a
-    look at each in one round trip (on a cluster, one per master), so that
-    the collector's idle looks cost one round trip for all its queues."""
+    """Which of partitions ``names`` hold an outbox entry of any kind, or
+    entries set aside (parked.py): a look at each in one round trip (on a
+    cluster, one per master), so that the collector's idle looks cost one
+    round trip for all its queues."""
     batch = scripts.Batch(link.client)
     for name in names:
         for kind in KINDS:
             batch.command("ZRANGEBYLEX", link.keys(name).deps, f"[{kind}\t", f"({kind}\n", "LIMIT", 0, 1)
+        batch.command("EXISTS", link.keys(name).outbox_parked)  # (entries set aside: parked.py)
     if not len(batch):
         return set()
     with wrapped("look at the outboxes"):
         replies = link.send(batch)
     found = set()
+    per = len(KINDS) + 1
     for n, name in enumerate(names):
         # An error reply (a deps key of another type) counts as waiting: the drain says what it is.
-        if any(isinstance(r, Exception) or r for r in replies[n * len(KINDS):(n + 1) * len(KINDS)]):
+        if any(isinstance(r, Exception) or r for r in replies[n * per:(n + 1) * per]):
             found.add(name)
     return found
 
@@ -98,31 +104,48 @@ def group(name: str, entries: Sequence[bytes]) -> tuple[Groups, list[bytes]]:
     return groups, junk
 
 
-def run(link: Link, name: str, groups: Groups, call_of: Callable[[str, str, list[list[str]]], scripts.Call[Any]],
-        what: str) -> tuple[list[bytes], list[tuple[tuple[str, str], Any]]]:
+def of_kind(entries: Sequence[bytes], kind: str) -> list[bytes]:
+    """The ``entries`` (parked ones: any kind) of ``kind``."""
+    head = kind.encode() + b"\t"
+    return [e for e in entries if e.startswith(head)]
+
+
+def run(link: Link, name: str, kind: str, groups: Groups,
+        call_of: Callable[[str, str, list[list[str]]], scripts.Call[Any]],
+        what: str) -> tuple[list[tuple[str, list[bytes]]], list[tuple[tuple[str, str], Any]], list[parked_mod.Failed]]:
     """One call a target of ``groups`` (``call_of(queue, id, fields)``), in
-    one round trip; the entries of the targets whose call ran (to remove),
-    and (target, reply) of each. A target whose call failed keeps its
-    entries for the next drain (said once)."""
+    one round trip; the (target field, entries) of the targets whose call
+    ran (parked.py's field, to remove), (target, reply) of each, and the entries of each
+    target whose call failed, to set aside (clear)."""
     batch = scripts.Batch(link.client)
     for (queue, target), (fields, _) in groups.items():
         batch.add(call_of(queue, target, fields))
     with wrapped(f"{what} of {name!r}"):
         replies = link.send(batch) if groups else []
-    done: list[bytes] = []
+    done: list[tuple[str, list[bytes]]] = []
+    failed: list[parked_mod.Failed] = []
     ran = []
     for (key, (_, raw)), reply in zip(groups.items(), replies):
+        field = parked_mod.field_of(kind, key[0])
         if isinstance(reply, Exception):
-            warn_once(log, f"outbox:{key}", "queue %s: cannot %s %s of %s yet (said once; the collector tries "
-                      "again): %s", name, what, key[1], key[0], reply)
+            failed.append(parked_mod.Failed(field, str(reply), key[1], raw))
             continue
-        done += raw
+        done.append((field, raw))
         ran.append((key, reply))
-    return done, ran
+    return done, ran, failed
 
 
-def clear(link: Link, name: str, entries: Sequence[bytes]) -> None:
-    """Remove ``entries`` from partition ``name``'s deps set."""
-    if entries:
-        with wrapped(f"clear the outbox of {name!r}"):
-            link.client.zrem(link.keys(name).deps, *entries)
+def clear(link: Link, name: str, junk: Sequence[bytes], done: Sequence[tuple[str, Sequence[bytes]]],
+          failed: Sequence[parked_mod.Failed], *, parked: bool) -> None:
+    """Remove the ``junk`` entries and those ``done`` from partition
+    ``name``'s deps set (its parked set when they were ``parked`` ones), then
+    set the ``failed`` ones aside: an entry is never in both places for long,
+    and a crash between runs a call again, which changes nothing."""
+    if parked:
+        parked_mod.unpark(link, name, [("", list(junk)), *done])
+    else:
+        entries = [*junk, *(e for _, raw in done for e in raw)]
+        if entries:
+            with wrapped(f"clear the outbox of {name!r}"):
+                link.client.zrem(link.keys(name).deps, *entries)
+    parked_mod.park(link, name, failed)

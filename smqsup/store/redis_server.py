@@ -10,17 +10,22 @@ because ``locate.socket_path(data_dir)`` is a pure function of the directory's p
 from __future__ import annotations
 
 import atexit
+import ctypes
+import errno
 import fcntl
 import logging
 import os
+import signal
+import stat
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from smqsup import defaults
 from smqsup.errors import RedisServerError
+from smqsup.store import locate
 from smqsup.store.locate import find_redis_server, ping, running_url, socket_path
 
 if TYPE_CHECKING:
@@ -35,6 +40,8 @@ _POLL_INTERVAL_S = 0.01
 _POLL_INTERVAL_MAX_S = 0.1
 _LOG_TAIL_LINES = 15
 _LOG_TAIL_BYTES = 8192
+#: prctl(2)'s option asking the kernel for a signal when the parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
 
 
 def _log_tail(log_path: Path) -> str:
@@ -50,14 +57,49 @@ def _log_tail(log_path: Path) -> str:
     return "\n".join(lines) if lines else "(log is empty)"
 
 
-def _ensure_private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) if missing; refuse one another user could write into."""
+def _ensure_private_dir(path: Path, what: str) -> None:
+    """Create ``path`` (mode 0700) if missing; refuse, in one line, one that
+    is not a directory of ours writable by us alone (another user could
+    plant or swap files in it)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise RedisServerError(
-            f"{path}: socket directory is not private to uid {os.getuid()}; remove it"
-        )
+    info = path.lstat()
+    why = locate.not_private(info, os.geteuid())
+    if why is not None:
+        raise RedisServerError(f"{path}: {what} of the embedded redis-server is not private ({why}): "
+                               f"make it a directory of uid {os.geteuid()}, mode 0700, or remove it")
+
+
+def _open_append(path: Path) -> IO[bytes]:
+    """``path`` opened for appending, created 0600 if missing: never through
+    a link, never blocking on a FIFO; OSError if it is not a regular file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
+def _touch(path: Path) -> None:
+    _open_append(path).close()
+
+
+def _death_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGKILL the child when this thread
+    ends (prctl PR_SET_PDEATHSIG), and ends the child at once if its parent
+    died before the call; None where there is no prctl (not Linux). prctl
+    is looked up here, before the fork: the child only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # died between the fork and the prctl: no signal would come
+            os._exit(1)
+    return preexec
 
 
 class RedisServer:
@@ -77,6 +119,7 @@ class RedisServer:
         appendfsync: str = defaults.APPENDFSYNC,
         binary: str | None = None,
         extra_args: Sequence[str] = (),
+        dies_with_parent: bool = False,
     ) -> None:
         """Describe a server; start nothing.
 
@@ -84,6 +127,9 @@ class RedisServer:
         listen on 127.0.0.1:port. ``binary`` None: ``find_redis_server()`` at
         ``start``. ``extra_args`` are appended to the command line
         (``["--maxmemory", "100mb"]``) and so override ours.
+        ``dies_with_parent``: the kernel SIGKILLs the server when the thread
+        that started it ends, however it ends (SIGKILL included: no atexit
+        runs then), on Linux; for throwaway servers (a test run's).
         """
         if appendfsync not in APPENDFSYNC_POLICIES:
             raise RedisServerError(
@@ -96,6 +142,7 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.binary = binary
         self.extra_args = tuple(extra_args)
+        self.dies_with_parent = dies_with_parent
         self.socket_path = socket_path(self.data_dir)
         self.log_path = self.data_dir / "redis.log"
         self.pid_path = self.data_dir / "redis.pid"
@@ -150,6 +197,8 @@ class RedisServer:
         binary = self.binary or find_redis_server()
         try:
             self._prepare_dirs()
+        except RedisServerError:
+            raise
         except OSError as error:
             reason = "not a directory" if isinstance(error, FileExistsError) else error.strerror or error
             raise RedisServerError(f"{self.data_dir}: cannot use it as the data directory of the "
@@ -175,12 +224,11 @@ class RedisServer:
         """Create the data (and socket) directory, and check that redis-server
         can write its files there; OSError otherwise (a file in the way, a
         read-only or unwritable directory)."""
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _ensure_private_dir(self.data_dir, "data directory")
         if self.socket_path.parent != self.data_dir:
-            _ensure_private_dir(self.socket_path.parent)
-        self._start_lock(0.0).path.touch()
-        with self.log_path.open("ab"):
-            pass
+            _ensure_private_dir(self.socket_path.parent, "socket directory")
+        _touch(self._start_lock(0.0).path)
+        _touch(self.log_path)
 
     def _start_lock(self, deadline: float) -> _FileLock:
         return _FileLock(self.data_dir / "redis.lock", deadline)
@@ -189,7 +237,7 @@ class RedisServer:
         # stdout/stderr go to the log too: config errors are printed before
         # redis-server opens its logfile. A new session keeps a terminal's
         # Ctrl-C away from it, so its owner decides when it stops (last).
-        with self.log_path.open("ab") as log_file:
+        with _open_append(self.log_path) as log_file:
             try:
                 self._proc = subprocess.Popen(
                     self._command(binary),
@@ -197,6 +245,7 @@ class RedisServer:
                     stdout=log_file,
                     stderr=log_file,
                     start_new_session=True,
+                    preexec_fn=_death_with_parent() if self.dies_with_parent else None,
                 )
             except OSError as error:
                 raise RedisServerError(
@@ -260,7 +309,20 @@ class RedisServer:
                 proc.pid, self.data_dir, proc.returncode,
             )  # fmt: skip
         self._proc = None
+        self._remove_socket_dir()
         log.info("redis-server serving %s stopped", self.data_dir)
+
+    def _remove_socket_dir(self) -> None:
+        """The short socket directory (under /tmp) goes with its server,
+        when empty (the server removed its socket) and still ours."""
+        parent = self.socket_path.parent
+        if parent == self.data_dir:
+            return
+        try:
+            if locate.not_private(parent.lstat(), os.geteuid()) is None:
+                parent.rmdir()
+        except OSError:
+            pass
 
     def forget(self) -> None:
         """The server process was reaped by someone else (a supervisor's
@@ -306,7 +368,7 @@ class _FileLock:
 
     def __enter__(self) -> Self:
         # The fd is close-on-exec, so redis-server never inherits the lock.
-        file = self.path.open("ab")
+        file = _open_append(self.path)
         while True:
             try:
                 fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 from smqsup.keys import PARTITION_SEP, QueueKeys, logical_name, producers_hash
+from smqsup.store import keytypes
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of, text
 from smqsup.store.queues import Queues
@@ -117,13 +118,30 @@ def _ask_reading(pipe: Any, k: QueueKeys, recent: int) -> None:
         pipe.lrange(k.series, 0, recent - 1)
 
 
+#: What each of _ask_reading's replies reads as when Redis refused it (a key of the wrong type): empty.
+_EMPTY: tuple[Any, ...] = (0, 0, 0, 0, 0, 0, 0, [], 0, {}, {}, [], None, {}, {}, {}, [])
+
+
+def _screened(replies: Sequence[Any]) -> list[Any]:
+    """_ask_reading's ``replies`` with each error (a key of the wrong type:
+    anyone may write anything there) read as empty, so that one key costs
+    its own count, not the queue's or every queue's status."""
+    return [_EMPTY[i] if isinstance(r, Exception) else r for i, r in enumerate(replies)]
+
+
+def _count(reply: Any) -> int:
+    """A count read in the second round trip; an error (a list of the wrong type) counts 0."""
+    return reply if isinstance(reply, int) else 0
+
+
 def _reading(replies: Sequence[Any], held: Iterator[Any]) -> QueueReading:
     """A QueueReading from _ask_reading's replies, its consumers' list
     lengths taken from ``held`` in the order of its consumers."""
     paused, counters, consumers, beats, leader, gc, slots, supervisors, *recent = replies[_SIZE_READS:]
-    lengths = [int(next(held)) for _ in consumers]
+    lengths = [_count(next(held)) for _ in consumers]
     candidates = replies[_SIZE_READS - 1]
     running = next(held) if candidates else []
+    running = running if isinstance(running, list) else [None] * len(candidates)
     ready = [next(held) for _ in candidates or ()]
     return QueueReading({**_sizes_of(replies[:_SIZE_READS]), "processing": sum(lengths)}, bool(paused), lengths,
                         counters, consumers, beats, leader, gc, slots, recent[0] if recent else [], supervisors,
@@ -190,6 +208,20 @@ class Statistics:
     def __init__(self, link: Link, queues: Queues) -> None:
         self._link = link
         self._queues = queues
+
+    def wrong_types(self, names: Sequence[str]) -> dict[str, list[str]]:
+        """For each of queue partitions ``names``: its keys that hold another
+        type than the scripts need (keytypes.queue_keys: where messages wait,
+        the outboxes, the group keys), each as one line ("KEY holds a
+        string, not a hash"). One round trip (TYPE of each)."""
+        expected = {name: keytypes.queue_keys(self._link.keys(name)) for name in names}
+        pipe = self._link.client.pipeline(transaction=False)
+        for name in names:
+            for key, _ in expected[name]:
+                pipe.type(key)
+        with wrapped("read the types of the queue keys"):
+            found = iter(pipe.execute())
+        return {name: keytypes.wrong(expected[name], [next(found) for _ in expected[name]]) for name in names}
 
     def sizes(self, queue: str) -> dict[str, int]:
         """Pending (ready, of any priority), scheduled, delayed (retries
@@ -258,7 +290,7 @@ class Statistics:
                 for cid in per_name[name][_SIZE_READS + 2]:
                     pipe.llen(self._link.keys(name).processing(cid.decode("utf-8", "replace")))
                 _ask_running(pipe, self._link.keys(name), per_name[name][_SIZE_READS - 1])
-            held = iter(pipe.execute())
+            held = iter(pipe.execute(raise_on_error=False))
             read = {name: _reading(per_name[name], held) for name in names}
         return ms_of(now), {queue: _merged([read[p] for p in parts[queue]]) for queue in queues}
 
@@ -270,10 +302,12 @@ class Statistics:
         def ask(pipe: Any) -> None:
             for name in names:
                 _ask_reading(pipe, self._link.keys(name), recent if name == logical_name(name) else 0)
-        now, replies = self._link.with_clock(ask)
+        now, replies = self._link.with_clock(ask, raise_on_error=False)
+        if isinstance(now, Exception):
+            raise now
         per_name: dict[str, list[Any]] = {}
         at = 0
         for name in names:
             size = asked if name == logical_name(name) else _SIZE_READS + _OTHER_READS
-            per_name[name], at = replies[at:at + size], at + size
+            per_name[name], at = _screened(replies[at:at + size]), at + size
         return now, per_name

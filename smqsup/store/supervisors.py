@@ -194,3 +194,13 @@ class Supervisors:
         with wrapped(f"read the supervisors of {queue!r}"):
             raw = cast(dict[bytes, bytes], self._link.client.hgetall(self._link.keys(queue).supervisors))
         return live(raw, now_ms)
+
+    def live_pids(self, queues: Iterable[str], host: str) -> set[int]:
+        """The pids of ``host`` that a live entry of any of ``queues``' hashes
+        names (by the Redis clock): the supervisors running there, as they say
+        themselves through Redis, in one round trip."""
+        keys = [self._link.keys(queue).supervisors for queue in queues]
+        with wrapped("read the supervisors of the queues"):
+            now, replies = self._link.with_clock(lambda pipe: [pipe.hgetall(k) for k in keys])
+        return {info.pid for raw in replies for info in live(raw, ms_of(now)) if info.host == host}
+

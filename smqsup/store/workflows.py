@@ -42,6 +42,9 @@ from smqsup.store.batches import Batches
 from smqsup.store.connection import wrapped
 from smqsup.store.link import Link, ms_of
 from smqsup.store.outbox import split_entry
+from smqsup.store.parked import drop_unknown
+from smqsup.store.parked import due as due_parked
+from smqsup.store.parked import rows as parked_rows
 from smqsup.store.queues import Queues
 from smqsup.store.scripts.workflows import DEDUPLICATED, HELD, IN_USE
 
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEDUPLICATED", "HELD", "IN_USE", "Parents", "Workflows", "failed_meta"]
 
+#: Hold marks one repair_holds reads (the next goes on from the last).
+_HOLDS_READ = 100
 #: Parent ids one depend.lua call registers.
 _DEPEND_CHUNK = 1000
 
@@ -86,6 +91,7 @@ class Workflows:
         self._link = link
         self._queues = queues
         self._batches = batches
+        self._holds_from: dict[str, bytes] = {}  # repair_holds' place in each partition's hold marks
 
     def locate(self, parents: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Optional[str]]:
         """The partition holding the record of each (queue, id) of
@@ -153,20 +159,30 @@ class Workflows:
             status, _ = scripts.unblock(link.keys(name), message_id, outcomes, mark).run(link.client)
         return status
 
-    def drain(self, name: str) -> list[str]:
+    def drain(self, name: str, parked: Optional[Sequence[bytes]] = None) -> list[str]:
         """Tell the children of partition ``name``'s ended messages (its
-        outbox: "o" entries); the partitions whose own outbox got entries
-        meanwhile (children dead-lettered with children of their own), and
-        ``name`` when more wait than one read takes."""
+        outbox: "o" entries; or those of ``parked``, entries set aside and
+        due again); the partitions whose own outbox got entries meanwhile
+        (children dead-lettered with children of their own), and ``name``
+        when more wait than one read takes."""
         link = self._link
-        entries = outbox.read(link, name, "o")
+        entries = outbox.read(link, name, "o") if parked is None else outbox.of_kind(parked, "o")
         groups, junk = outbox.group(name, entries)
 
         def unblock(cq: str, cid: str, fields: list[list[str]]) -> scripts.Call[Any]:
             return scripts.unblock(link.keys(cq), cid, [_outcome(name, f[3], f[4], f[5].encode()) for f in fields])
-        done, ran = outbox.run(link, name, groups, unblock, "tell the children")
-        outbox.clear(link, name, junk + done)
-        return [cq for (cq, _), (_, told) in ran if told] + outbox.more(name, entries)
+        done, ran, failed = outbox.run(link, name, "o", groups, unblock, "tell the children")
+        outbox.clear(link, name, junk, done, failed, parked=parked is not None)
+        return [cq for (cq, _), (_, told) in ran if told] + (outbox.more(name, entries) if parked is None else [])
+
+    def parked(self, queues: Sequence[str]) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+        """For each of ``queues`` (all its partitions): how many records (a
+        kind and target queue each) of outbox entries set aside it holds, and
+        some of them as status rows (store/parked.py)."""
+        parts = {q: self._queues.partition_names(q) for q in queues}
+        found = parked_rows(self._link, [p for names in parts.values() for p in names])
+        return {q: (sum(found[p][0] for p in names), [r for p in names for r in found[p][1]])
+                for q, names in parts.items()}
 
     def outboxes_waiting(self, names: Sequence[str]) -> set[str]:
         """The partitions of ``names`` whose outbox holds anything (one round trip)."""
@@ -181,14 +197,29 @@ class Workflows:
                 return
             todo = [more for n in dict.fromkeys(todo) for more in (*self.drain(n), *self._batches.drain(n))]
 
+    def retry_parked(self, name: str) -> int:
+        """Try again the outbox entries of partition ``name`` set aside and
+        due now (store/parked.py), up to DUE_BATCH; how many were due. The
+        partitions their calls gave entries are drained (drain_all)."""
+        due = drop_unknown(self._link, name, due_parked(self._link, name))
+        if due:
+            for more in dict.fromkeys((*self.drain(name, due), *self._batches.drain(name, due))):
+                self.drain_all(more)
+        return len(due)
+
     def repair_holds(self, name: str, older_than_ms: int) -> int:
         """Finish the holds of partition ``name`` whose producer stopped
         before telling all their parents (an "h" mark older than
         ``older_than_ms``); how many were."""
         link = self._link
         deps = link.keys(name).deps
+        start = self._holds_from.get(name, b"[h\t")
         with wrapped(f"read the holds of {name!r}"):
-            now, [marks] = link.with_clock(lambda pipe: pipe.zrangebylex(deps, "[h\t", "(h\n", start=0, num=100))
+            now, [marks] = link.with_clock(lambda pipe: pipe.zrangebylex(deps, start, "(h\n", start=0,
+                                                                         num=_HOLDS_READ))
+        # The next read goes on past these: a hold that cannot be registered
+        # (or is too young) holds none behind it; a short read starts again.
+        self._holds_from[name] = b"(" + marks[-1] if len(marks) >= _HOLDS_READ else b"[h\t"
         now_ms = ms_of(now)
         repaired = 0
         for mark in marks:

@@ -3,7 +3,7 @@
     queues.yaml ─▶ arbiter ─▶ decide (pure) ─▶ consumers ─fork─▶ child ─▶ worker's engine
                       │  ◀── signals: SIGHUP ─▶ plan (pure diff), SIGCHLD ─▶ reap, SIGTERM ─▶ stop
                       └▶ beats, reclaims, resources, declarations, web_child, systemd,
-                         rolls (SIGHUP, SIGUSR1), scaling, queue_info
+                         rolls (SIGHUP, SIGUSR1), reports, scaling, queue_info
 
 Parent code and child code never share a module:
 
@@ -18,8 +18,10 @@ Parent code and child code never share a module:
 - declarations.py: the schedules this supervisor's config declares, upserted and withdrawn.
 - web_child.py: the web UI child process, when queues.yaml has a ``web:`` section.
 - plan.py: the pure SIGHUP diff from one config to the next.
-- rolls.py: code rolls: each child's report of its handler's files, changed code, a roll begun, failed, ended.
-- scaling.py: autoscaling: the look at each autoscaled queue's lag and backlog, one step at a time.
+- rolls.py: code rolls: changed code, a roll begun, failed, ended, watched.
+- codedir.py: where the handlers' code comes from: the working directory as named, re-resolved at each roll.
+- reports.py: the children's reports (their handler's files), in a private directory held open.
+- scaling.py: autoscaling (the look at each autoscaled queue's lag and backlog, one step at a time), SIGTTIN/SIGTTOU.
 - queue_info.py: what this supervisor tells Redis of each queue (target, range, roll, last scale event).
 - systemd.py: sd_notify (READY, RELOADING, STOPPING, STATUS, WATCHDOG) without libsystemd.
 - child.py: what runs in a consumer process after the fork (child side).

@@ -68,9 +68,13 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal
 def run_supervisor(cfg: Config) -> int:
     """Run the supervisor for ``cfg`` until a stop signal; exit status."""
     url, server = ensure_server(cfg, shared=False)
+    arbiter: Optional[Arbiter] = None
     try:
-        return Arbiter(cfg, url, server).run()
+        arbiter = Arbiter(cfg, url, server)
+        return arbiter.run()
     finally:
+        if arbiter is not None:  # every exit: a crash too (SIGKILL: the next start's sweep)
+            arbiter.pool.reports.close()
         if server is not None:
             server.stop()
 
@@ -109,7 +113,7 @@ class Arbiter:
 
     def run(self) -> int:
         self._install_signals()
-        safe.set_title(f"smqsup: supervisor -c {self.cfg.path}")
+        safe.set_title(f"smqsup: supervisor -c {self.pool.code.named(self.cfg.path)}")
         self._check_redis()
         self._preload()
         log.info("supervisor %d started: %s (%d consumer(s)), Redis %s", self.pid, self.cfg.path,
@@ -134,7 +138,6 @@ class Arbiter:
         self.queue_info.withdraw()
         self.collector.release_all()
         self.reclaims.retry(now=True)  # a last try, whenever the previous one was
-        self.pool.reports.close()
         log.info("supervisor %d stopped", self.pid)
         return 0
 
@@ -250,7 +253,9 @@ class Arbiter:
 
     def handle_hup(self) -> None:
         # Everything that may fail runs before anything changes: a rejected
-        # file leaves the running config and children exactly as they were.
+        # file leaves the running config and children exactly as they were
+        # (but the code directory: a deploy switched it whatever the file).
+        moved = self.pool.code.follow()
         try:
             new = config_mod.load(self.cfg.path)
             p = plan(self.cfg, new)
@@ -263,20 +268,37 @@ class Arbiter:
                       safe.escape(f"{type(exc).__name__}: {exc}"))
             log.debug("SIGHUP: the rejected reload's traceback", exc_info=True)
             return
+        finally:
+            if moved is not None:
+                self._roll_moved()
         self._apply(p, cfg)
 
     def _apply(self, p: ReloadPlan, cfg: Config) -> None:
         self.notifier.reloading()
-        log.info("SIGHUP: %s", p.describe())
-        for key in p.restart_required:
-            log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         self.cfg = cfg
         self.collector.update(cfg)
         self.declarations.update(cfg)
         self.pool.apply(p, cfg)
-        self.pool.check_code()
+        # One summary, after the queues' own lines: what the file changed, and which code rolls.
+        code = self.pool.check_code()
+        said = [] if p.empty and code else [p.describe()]
+        if code:
+            said.append(f"handler code rolling: {', '.join(code)}")
+        log.info("SIGHUP: %s", "; ".join(said))
+        for key in p.restart_required:
+            log.warning("SIGHUP: %s changed; it takes effect only after a restart", key)
         if p.web_changed:
             self.web.reload()  # started again by the loop with the new settings, if any
+        self._ready_sent = False
+
+    def _roll_moved(self) -> None:
+        """The code directory was switched (a symlink deploy): every queue
+        rolls onto it, but those whose handler the parent preloaded."""
+        why = f"the code directory {self.pool.code.logical} moved to {self.pool.code.physical}"
+        for name in self.pool.preloaded:
+            log.warning("queue %s: %s, but preload imported its handler in the supervisor: restart smqsup "
+                        "to run the new code", name, why)
+        self.pool.roll([name for name, _ in self.pool.live_queues() if name not in self.pool.preloaded], why)
         self._ready_sent = False
 
     def handle_usr1(self) -> None:
@@ -298,33 +320,18 @@ class Arbiter:
             for name in sorted(wanted - set(names))[:10]:
                 log.warning("SIGUSR1: no queue %s in %s; not rolled", safe.escape(name, 200), self.cfg.path)
             names = [name for name in names if name in wanted]
+        self.pool.code.follow()  # a symlink switched since: its new target is what the roll runs
         log.info("SIGUSR1: rolling %s", ", ".join(names) or "nothing")
         self.pool.roll(names, "a roll was asked for (smqsup roll)")
         self._ready_sent = False
 
     def handle_ttin(self) -> None:
         """One more consumer in every queue, within an autoscaled queue's max."""
-        total = sum(q.target for _, q in self.pool.live_queues())
-        for name, q in self.pool.live_queues():
-            most = q.config.consumers_max or config_mod.CONSUMERS_PER_QUEUE_MAX
-            if q.target >= most or total >= config_mod.CONSUMERS_TOTAL_MAX:
-                bound = f"its max {most}" if q.config.consumers_max else f"{most} per queue"
-                log.warning("SIGTTIN: queue %s stays at %d consumers (at most %s, %d in all queues)",
-                            name, q.target, bound, config_mod.CONSUMERS_TOTAL_MAX)
-                continue
-            total += 1
-            self.scaler.moved(q, q.target + 1, "SIGTTIN", said=True)
-            log.info("SIGTTIN: queue %s scaled to %d", name, q.target)
+        self.scaler.step_all(+1, "SIGTTIN")
 
     def handle_ttou(self) -> None:
         """One fewer consumer in every queue, not below 1 nor an autoscaled queue's min."""
-        for name, q in self.pool.live_queues():
-            least = q.config.consumers if q.config.consumers_max else 1
-            if q.target <= least:
-                log.info("SIGTTOU: queue %s stays at %d consumer(s) (at least %d)", name, q.target, least)
-                continue
-            self.scaler.moved(q, q.target - 1, "SIGTTOU", said=True)
-            log.info("SIGTTOU: queue %s scaled to %d", name, q.target)
+        self.scaler.step_all(-1, "SIGTTOU")
 
     # --- reaping and stopping ----------------------------------------------------------
 

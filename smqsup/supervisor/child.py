@@ -56,7 +56,7 @@ class ChildSpec:
     slots: Slots
     parent_pid: int
     handler: Optional[Callable[[Message], object]] = None  # preloaded by the parent
-    reports: str = ""  # the parent's directory for this child's report (supervisor/rolls.py)
+    reports_fd: int = -1  # the parent's directory for this child's report, open (supervisor/reports.py)
 
 
 def run(spec: ChildSpec) -> NoReturn:
@@ -74,6 +74,9 @@ def run(spec: ChildSpec) -> NoReturn:
 
 
 def _main(spec: ChildSpec) -> int:
+    # Titled before anything else: until then it bears the supervisor's
+    # title, which smqsup roll must never take it for.
+    safe.set_title(f"smqsup: consumer {spec.queue.name} #{spec.index} [starting 0 msgs]")
     consumer_box: list[Consumer] = []
     _reset_process(spec, consumer_box)
     logs.set_context(role="consumer", queue=spec.queue.name)
@@ -114,16 +117,25 @@ _stop_requested = False
 
 
 def _report(spec: ChildSpec, text: str) -> None:
-    """Leave ``text`` for the parent (supervisor/rolls.py Reports), whole or
-    not at all: written aside, then renamed. A report that cannot be
+    """Leave ``text`` for the parent (supervisor/reports.py) through the
+    directory descriptor it inherited, never a path: a new file only
+    (O_EXCL), never through a link, never blocking. A report that cannot be
     written only means the parent cannot tell when this code changes."""
-    if not spec.reports:
+    if spec.reports_fd < 0:
         return
-    path = os.path.join(spec.reports, f"{os.getpid()}.json")
+    name = f"{os.getpid()}.json"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+        info = os.fstat(spec.reports_fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise OSError(f"the report directory is not private (mode {info.st_mode & 0o777:o})")
+        try:
+            fd = os.open(name, flags, 0o600, dir_fd=spec.reports_fd)
+        except FileExistsError:  # an earlier child of the same pid's, never taken: ours to replace
+            os.unlink(name, dir_fd=spec.reports_fd)
+            fd = os.open(name, flags, 0o600, dir_fd=spec.reports_fd)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(path + ".tmp", path)
     except OSError as exc:
         log.warning("queue %s: consumer #%d: cannot tell the supervisor its handler's files: %s",
                     spec.queue.name, spec.index, exc)
@@ -191,6 +203,7 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
     SIGTERM, then exit the process."""
     status = EXIT_ERROR
     try:
+        safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")  # never the supervisor's title
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
                     signal.SIGUSR2, signal.SIGQUIT, signal.SIGALRM, signal.SIGTERM):
@@ -202,7 +215,6 @@ def run_web(cfg: Config, url: str, parent_pid: int) -> NoReturn:
         if os.getppid() != parent_pid:
             os._exit(EXIT_OK)
         systemd.unset_environment(os.environ)
-        safe.set_title(f"smqsup: web {cfg.web.listen if cfg.web else ''}")
         logs.set_context(role="web")
         from smqsup.web.server import serve
 

@@ -24,12 +24,13 @@ from smqsup.logs import Lasting
 from smqsup.store.broker import Broker
 from smqsup.supervisor import child as child_mod
 from smqsup.supervisor import deaths, decide, rolls
+from smqsup.supervisor.codedir import CodeDir
 from smqsup.supervisor.decide import Death, StopChild
 from smqsup.supervisor.plan import ReloadPlan, generation
 from smqsup.supervisor.protocol import MAX_SLOTS, Slots, monotonic_us, signal_child
 from smqsup.supervisor.reclaims import Kind, Reclaim, Reclaims
+from smqsup.supervisor.reports import Reports
 from smqsup.supervisor.resources import Sampler
-from smqsup.supervisor.rolls import Reports
 from smqsup.supervisor.states import Child, QueueState, State, StopReason, describe_status
 from smqsup.worker.sources import Sources
 
@@ -55,6 +56,7 @@ class Consumers:
         self.preloaded_sources: dict[str, Sources] = {}
         self._snapshots: dict[Sources, Sources] = {}
         self.reports = Reports()
+        self.code = CodeDir(cfg.path)
         self._next_sample = 0.0
 
     def _new_queue(self, name: str) -> QueueState:
@@ -113,7 +115,7 @@ class Consumers:
             child_mod.run(child_mod.ChildSpec(
                 config=self.cfg, queue=q.config, url=self.url, consumer_id=f"{self.host}:{os.getpid()}:{token}",
                 index=index, slot=slot, slots=self.slots, parent_pid=self.pid, handler=self.preloaded.get(name),
-                reports=self.reports.dir))
+                reports_fd=self.reports.fd))
         self._trouble.clear("spawn", "queue %s: starting consumers again", name)
         c = Child(pid, name, index, f"{self.host}:{pid}:{token}", q.generation, slot, time.monotonic(),
                   concurrency=q.config.concurrency)
@@ -214,7 +216,7 @@ class Consumers:
         report = self.reports.take(c.pid)
         q = self.queues.get(c.queue)
         threshold = q.config.retry_threshold if q else defaults.RETRY_THRESHOLD
-        cause = describe_status(status)
+        cause = describe_status(status, ready=view.ready_us != 0)
         self._record_exit(c, cause)
         costs = decide.costs_attempt(c)
         started = (view.started, view.returned)  # what it never started, or saw return, goes back free
@@ -298,22 +300,26 @@ class Consumers:
 
     # --- rolls ---------------------------------------------------------------------------
 
-    def check_code(self) -> None:
+    def check_code(self) -> list[str]:
         """SIGHUP: roll each queue whose handler code changed on disk since
-        its consumers imported it, and try each failed roll again. A queue
-        already rolling is looked at again once its roll ends."""
-        now = time.monotonic()
+        its consumers imported it, and try each failed roll again; the
+        queues whose roll this began. A queue already rolling is looked at
+        again once its roll ends."""
+        now, begun = time.monotonic(), []
         for name, q in list(self.live_queues()):
             if q.rolling:
                 q.roll_next = q.roll_next or "check"
             elif q.roll_failed is not None:
                 self._begin(q, f"trying again the roll that failed ({q.roll_failed})", now)
+                begun.append(name)
             elif (path := rolls.changed_code(self.of(name))) is not None:
                 if name in self.preloaded:
                     log.warning("queue %s: %s changed on disk, but preload imported its handler in the "
                                 "supervisor: restart smqsup to run the new code", name, path)
                     continue
                 self._begin(q, f"{path} changed on disk", now)
+                begun.append(name)
+        return begun
 
     def roll(self, names: Iterable[str], why: str) -> None:
         """Roll ``names`` whatever their code (``smqsup roll``); after the running roll, if any."""
@@ -330,13 +336,15 @@ class Consumers:
     def _begin(self, q: QueueState, why: str, now: float) -> None:
         running = q.rolling
         rolls.begin(q, generation(q.config, self.cfg), now)
-        log.info("queue %s: %s; %s its %d consumer(s) one at a time, each new one ready before an old one stops",
-                 q.config.name, why, "still rolling" if running else "rolling", q.target)
+        log.info("queue %s: %s; %s its %d consumer(s) one at a time, each new one ready before an old one stops "
+                 "(code from %s)", q.config.name, why, "still rolling" if running else "rolling", q.target,
+                 self.code.describe())
 
     def _roll_done(self, q: QueueState, now: float) -> None:
         assert q.rolling_since is not None
         log.info("queue %s: rolled in %.1fs", q.config.name, now - q.rolling_since)
-        q.rolling_since, after = None, q.roll_next
+        rolls.ended(q, now)
+        after = q.roll_next
         q.roll_next = None
         if after == "force":
             self._begin(q, "a roll was asked for during the last one", now)
@@ -352,22 +360,26 @@ class Consumers:
         self.stop(late, StopReason.ROLL)
 
     def _roll_death(self, q: QueueState, c: Child, verdict: Death, line: str) -> bool:
-        """Whether the death of ``c`` at start failed its queue's roll (then
-        the restart policy is left out of it: the old children run on)."""
-        if verdict not in (Death.CANNOT_RUN, Death.AT_START):
+        """Whether the death of ``c`` failed its queue's roll, or came after
+        it failed (then the restart policy is left out of it: the old
+        children run on, the new code's back off)."""
+        now = time.monotonic()
+        at_start = verdict in (Death.CANNOT_RUN, Death.AT_START)
+        if not at_start and not rolls.watched(q, c, now):
             return False
         if q.roll_failed is not None:
             # A replacement started from the broken code on disk: it backs
             # off as a crashing consumer does; the queue is not made FATAL
             # (its other consumers run the old code).
-            deaths.restart_policy(q.policy, c, Death.AT_START, time.monotonic())
+            deaths.restart_policy(q.policy, c, Death.AT_START, now)
             return True
-        why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN)
+        why = rolls.death_in_roll(q, c, verdict is Death.CANNOT_RUN, at_start, now)
         if why is None:
             return False
         rolls.fail(q, f"{why}: {line}")
-        log.error("queue %s: roll failed: %s; its consumers of the old code keep running (fix it and reload)",
-                  q.config.name, q.roll_failed)
+        log.error("queue %s: roll failed: %s; %s (fix it and reload)", q.config.name, q.roll_failed,
+                  "its consumers of the old code keep running" if any(k.generation != q.generation
+                  for k in self.of(q.config.name)) else "no consumer of the old code is left")
         return True
 
 

@@ -53,19 +53,32 @@ def queue_actions(q: QueueState, mine: Sequence[Child], now: float,
         return [StopChild(c, StopReason.DRAIN) for c in live]
     if q.policy.state is State.FATAL:
         return []
+    finishing = sum(1 for c in mine if c.stopping and busy(c))
     if q.roll_failed is not None:
-        return _scale(q, live, now, busy)
+        return _scale(q, live, finishing, now, busy)
     current = [c for c in live if c.generation == q.generation]
     old = [c for c in live if c.generation != q.generation]
     if old:
         return _roll(q, mine, current, old, now)
-    return _scale(q, current, now, busy)
+    return _scale(q, current, finishing, now, busy)
 
 
-def _scale(q: QueueState, current: list[Child], now: float, busy: Callable[[Child], bool]) -> list[Action]:
+def _scale(q: QueueState, current: list[Child], finishing: int, now: float,
+           busy: Callable[[Child], bool]) -> list[Action]:
+    """Starts or stops toward the target; ``finishing``: children told to
+    stop that still run a message.
+
+    Handlers of a queue never outnumber its target: a child still finishing
+    its message after a stop holds its place until it exits, so a SIGTTOU
+    and a SIGTTIN (or a max_memory recycle) never run a replacement beside
+    the message it stopped. (A child told to stop takes nothing more; only
+    one that had its message in hand before the SIGTERM landed, and not yet
+    in its slot, can slip past this count.)
+    """
     missing = q.target - len(current)
     if missing > 0:
-        if not q.policy.may_start(now):
+        missing -= finishing
+        if missing <= 0 or not q.policy.may_start(now):
             return []
         return [Start(q.config.name)] * (1 if q.policy.one_at_a_time else missing)
     # Idle children first, then the newest: the busiest keep their work.
@@ -140,11 +153,14 @@ def death(status: int, view: SlotView, held: Optional[int], uptime_s: float) -> 
     list held one (read from the slot and the reclaim, never from the parent's
     own "ready" bookkeeping, which may lag behind a child that took a message
     and died at once). Status 0 before "ready" is no clean exit: handler code
-    that ends the process while it is imported must back off, not loop.
+    that ends the process while it is imported must back off, not loop. The
+    reserved statuses mean what they say only before "ready": after it, the
+    status 3 of a handler or native library (sys.exit(3), os._exit(3)) is an
+    ordinary death, or one poison message would make its queue FATAL.
     """
     if clean_exit(status) and view.ready_us != 0:
         return Death.CLEAN
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT:
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_IMPORT and view.ready_us == 0:
         return Death.CANNOT_RUN
     took_message = view.received > 0 or view.busy_since_us != 0 or bool(held)
     settled = view.ready_us != 0 and uptime_s >= defaults.MIN_UPTIME_S

@@ -1,10 +1,11 @@
 """Rolls, parent side: what each consumer reported of its handler's code,
 whether that code changed on disk, and a roll's beginning, failure and end.
 
-    child ─▶ reports/<pid>.json (its handler's files, or why the import failed)
+    child ─▶ reports.py: <pid>.json (its handler's files, or why the import failed)
     SIGHUP ─▶ changed_code(children) ─▶ begin(q) ─▶ decide._roll, one child at a time
     a new child dies at start ─▶ death_in_roll ─▶ fail(q): the old children keep running
-    no child of another generation left ─▶ finished(q)
+    no child of another generation left ─▶ finished(q) ─▶ ended(q): watched ROLL_WATCH_S more
+    a new child dies while watched (a crash loop past the probation) ─▶ death_in_roll ─▶ fail(q)
 
 A roll gives its queue a new generation: the base (plan.generation, the
 config's hash) and the count of rolls begun, so that a roll the config did
@@ -13,62 +14,11 @@ not ask for still tells new children from old ones.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import stat
-import tempfile
 from collections.abc import Iterable
 from typing import Any, Optional
 
 from smqsup import defaults, safe
 from smqsup.supervisor.states import Child, QueueState, State
-
-
-class Reports:
-    """The private directory (mode 0700) where each child leaves one report
-    for the parent, ``<pid>.json``: ``{"files": ...}`` (worker/sources.py)
-    before it says ready, or ``{"error": "one line"}`` before it exits
-    because its handler cannot be imported."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix=f"smqsup-{os.getpid()}-")
-
-    def take(self, pid: int) -> Optional[dict[str, Any]]:
-        """The report of child ``pid`` (read once: the file goes), None if
-        it wrote none or anything but a JSON object within the size bound."""
-        path = os.path.join(self.dir, f"{pid}.json")
-        try:
-            # Never blocks (a FIFO), never follows a link; a regular file only.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            fd = None
-        try:
-            regular = fd is not None and stat.S_ISREG(os.fstat(fd).st_mode)
-            data = os.read(fd, defaults.CHILD_REPORT_MAX_BYTES + 1) if fd is not None and regular else b""
-        except OSError:
-            data = b""
-        finally:
-            if fd is not None:
-                os.close(fd)
-        try:
-            os.unlink(path)  # read once: whatever it was, it goes
-        except OSError:
-            pass
-        if not data or len(data) > defaults.CHILD_REPORT_MAX_BYTES:
-            return None
-        try:
-            report = json.loads(data)
-        except (ValueError, RecursionError):
-            return None
-        return report if isinstance(report, dict) else None
-
-    def ensure(self) -> None:
-        """Make the directory again if something removed it (a /tmp cleaner)."""
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-
-    def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def error_line(report: Optional[dict[str, Any]]) -> Optional[str]:
@@ -100,7 +50,7 @@ def begin(q: QueueState, base: str, now: float) -> None:
     q.rolls += 1
     q.generation = f"{base}.{q.rolls}"
     if q.rolling_since is None:
-        q.rolling_since = now
+        q.rolling_since = q.roll_began = now
     q.roll_deaths, q.roll_failed, q.roll_next = 0, None, None
     q.policy.reset()  # the fix may be what this roll brings
 
@@ -112,20 +62,33 @@ def fail(q: QueueState, why: str) -> None:
     q.policy.reset()
 
 
-def death_in_roll(q: QueueState, c: Child, cannot_import: bool) -> Optional[str]:
-    """Why a child of the new generation that died at start fails the roll,
-    or None: at once when it cannot import the handler, after
-    ROLL_START_FAILURES deaths at start otherwise."""
+def watched(q: QueueState, c: Child, now: float) -> bool:
+    """Whether the death of ``c`` counts against the last roll: it was forked
+    since the roll began, and the roll runs or ended ROLL_WATCH_S ago at most."""
+    return q.roll_began is not None and c.started_at >= q.roll_began and (q.rolling or now < q.watch_until)
+
+
+def ended(q: QueueState, now: float) -> None:
+    """The roll replaced every old child: its new ones stay watched ROLL_WATCH_S."""
+    q.rolling_since, q.watch_until = None, now + defaults.ROLL_WATCH_S
+
+
+def death_in_roll(q: QueueState, c: Child, cannot_import: bool, at_start: bool, now: float) -> Optional[str]:
+    """Why a watched death of a new child fails the roll, or None: at once
+    when it cannot import the handler, after ROLL_START_FAILURES watched
+    deaths otherwise (at start, or just past the probation: a crash loop)."""
     # Any child forked since the roll began imported the new code, whatever
     # generation it was started for.
-    if q.rolling_since is None or c.started_at < q.rolling_since:
+    if not watched(q, c, now):
         return None
     q.roll_deaths += 1
     if cannot_import:
         return "the new code cannot be imported"
-    if q.roll_deaths >= defaults.ROLL_START_FAILURES:
+    if q.roll_deaths < defaults.ROLL_START_FAILURES:
+        return None
+    if at_start and q.rolling:
         return f"{q.roll_deaths} new consumers died at start"
-    return None
+    return f"{q.roll_deaths} new consumers died within {defaults.ROLL_WATCH_S:g}s of the roll"
 
 
 def not_ready(q: QueueState, mine: Iterable[Child], now: float) -> Optional[Child]:

@@ -14,6 +14,12 @@ The gap between the two (a load that keeps one consumer fewer busy past
 SCALE_DOWN_BUSY never steps down, and one that leaves nothing waiting never
 steps up) is what keeps a steady load from flapping.
 
+A queue with a rate_limit (or a group_concurrency, or a group_rate_limit)
+steps up only while its handlers are busy at least SCALE_DOWN_BUSY of its
+capacity, and down as if nothing were ready: beyond rate × a message's
+handler time (or the groups' limits), consumers can only wait for the
+limit, and their backlog is the limit's, not theirs to take.
+
 Each supervisor scales its own consumers from what it reads: several
 supervisors of one queue each add their step while it lags.
 """
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from smqsup import defaults
+from smqsup.config import model as config_mod
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
@@ -74,15 +81,25 @@ def pressure(q: QueueConfig, target: int, look: Look) -> Optional[str]:
     return None
 
 
+def held_back(q: QueueConfig) -> bool:
+    """Whether the queue's limits may hold ready messages back from idle
+    consumers: a rate_limit, a group_concurrency or a group_rate_limit."""
+    return bool(q.rate_limit_per_s or q.group_concurrency or q.group_rate_limit_per_s)
+
+
 def step(q: QueueConfig, target: int, look: Look, pace: Pace, now: float) -> tuple[int, str]:
     """(+1 or -1, why) to move an autoscaled queue's ``target``, or (0, "")."""
     lowest, highest = q.consumers, q.consumers_max or q.consumers
     cooled = now - pace.last_step_at >= q.scale_cooldown_s
+    # A queue whose limits hold messages back (its rate, its groups' limits)
+    # lags whenever they do; more consumers help only while its handlers
+    # are what is busy.
+    limited = held_back(q)
     why = pressure(q, target, look)
-    if why is not None:
+    if why is not None and (not limited or look.busy >= target * q.concurrency * defaults.SCALE_DOWN_BUSY):
         pace.idle_since = None
         return (1, why) if target < highest and cooled else (0, "")
-    spare = look.ready == 0 and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
+    spare = (look.ready == 0 or limited) and look.busy <= (target - 1) * q.concurrency * defaults.SCALE_DOWN_BUSY
     if not spare:
         pace.idle_since = None
         return 0, ""
@@ -166,3 +183,25 @@ class Autoscaler:
         pace.last = ScaleEvent(int(time.time() * 1000), old, new, why)
         if not said:
             log.info("queue %s: scaled %s %d->%d (%s)", q.config.name, "up" if new > old else "down", old, new, why)
+
+    def step_all(self, by: int, why: str) -> None:
+        """SIGTTIN (``by`` +1) or SIGTTOU (-1): every queue one consumer more or
+        fewer, within its bounds: at least 1 (an autoscaled queue's min), at most
+        an autoscaled queue's max (else the per-queue limit) and the limit of
+        consumers in all queues."""
+        total = sum(q.target for _, q in self.pool.live_queues())
+        for name, q in self.pool.live_queues():
+            cfg = q.config
+            if by > 0:
+                most = cfg.consumers_max or config_mod.CONSUMERS_PER_QUEUE_MAX
+                if q.target >= most or total >= config_mod.CONSUMERS_TOTAL_MAX:
+                    bound = f"its max {most}" if cfg.consumers_max else f"{most} per queue"
+                    log.warning("%s: queue %s stays at %d consumers (at most %s, %d in all queues)",
+                                why, name, q.target, bound, config_mod.CONSUMERS_TOTAL_MAX)
+                    continue
+                total += 1
+            elif q.target <= (least := cfg.consumers if cfg.consumers_max else 1):
+                log.info("%s: queue %s stays at %d consumer(s) (at least %d)", why, name, q.target, least)
+                continue
+            self.moved(q, q.target + by, why, said=True)
+            log.info("%s: queue %s scaled to %d", why, name, q.target)

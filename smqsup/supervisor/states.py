@@ -215,9 +215,10 @@ class QueueState:
     A roll replaces every child of another generation than ``generation``
     one at a time (decide.py). While it runs, ``rolling_since`` is set; a
     new child of it that cannot import its handler, or ROLL_START_FAILURES
-    of them that die at start, make it fail: ``roll_failed`` says why, the
-    children of the old generation keep running, and no roll step is taken
-    until a reload (or ``smqsup roll``) begins another.
+    of them that die at start or while watched (during the roll and
+    ROLL_WATCH_S after it), make it fail: ``roll_failed`` says why, the
+    children of the old generation still there keep running, and no roll
+    step is taken until a reload (or ``smqsup roll``) begins another.
     """
 
     config: QueueConfig
@@ -228,7 +229,9 @@ class QueueState:
     restarts: dict[int, int] = field(default_factory=dict)  # slot index -> unplanned exits
     rolls: int = 0  # rolls begun, the suffix of the generation that tells them apart
     rolling_since: Optional[float] = None  # monotonic; None: no roll running
-    roll_deaths: int = 0  # new children of this roll that died at start
+    roll_began: Optional[float] = None  # monotonic: when the last roll began (kept after it ends)
+    watch_until: float = 0.0  # monotonic: the last roll's new children are watched until then (ROLL_WATCH_S)
+    roll_deaths: int = 0  # new children of the last roll that died at start or while watched
     roll_failed: Optional[str] = None  # one line, until the next roll begins
     roll_next: Optional[str] = None  # a roll asked for while one ran: "check" (the code) or "force"
 
@@ -247,8 +250,9 @@ class QueueState:
         return n
 
 
-def describe_status(status: int) -> str:
-    """'exited with status 3' or 'killed by signal 9 (SIGKILL)'."""
+def describe_status(status: int, ready: bool = False) -> str:
+    """'exited with status 3' or 'killed by signal 9 (SIGKILL)'; a reserved
+    status is explained only in a child that had not said ready (``ready``)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
@@ -258,4 +262,4 @@ def describe_status(status: int) -> str:
         return f"killed by signal {sig} ({name})"
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
     meaning = {EXIT_IMPORT: " (handler cannot be imported)", EXIT_REDIS: " (Redis unreachable at boot)"}
-    return f"exited with status {code}{meaning.get(code, '')}"
+    return f"exited with status {code}{'' if ready else meaning.get(code, '')}"

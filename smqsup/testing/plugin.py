@@ -35,10 +35,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(scope="session")
 def smqsup_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The url of a private redis-server (a unix socket in a temp dir, no
-    persistence), started once for the test session and stopped at its end."""
+    persistence), started once for the test session and stopped at its end;
+    killed by the kernel if pytest dies first (a CI time limit's SIGTERM or
+    SIGKILL), on Linux, so that no server outlives its run."""
     from smqsup.store.redis_server import RedisServer
 
-    server = RedisServer(tmp_path_factory.mktemp("smqsup-redis"), appendfsync="no")
+    server = RedisServer(tmp_path_factory.mktemp("smqsup-redis"), appendfsync="no", dies_with_parent=True)
     server.start()
     try:
         yield server.url

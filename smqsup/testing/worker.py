@@ -10,9 +10,11 @@ became of each message (``Handled``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -105,15 +107,30 @@ class Worker:
             raise UsageError(f"{self.config.path}: no queue {name!r} (queues: {known})") from None
 
     def handler(self, name: str) -> Handler:
-        """The queue's handler, with its hooks, imported once."""
+        """The queue's handler, with its hooks, imported once (from the
+        config file's directory, as a supervisor imports it)."""
         if name not in self._handlers:
             q = self.queue(name)
-            root = str(Path(self.config.path).resolve().parent)
-            if root not in sys.path:
-                sys.path.insert(0, root)  # (a supervisor imports from the directory it started in)
             key, path = f"queues.{name}.handler", str(self.config.path)
-            self._handlers[name] = with_hooks(import_handler(q.handler, path=path, key=key), q, path=path)
+            with self._importing():
+                self._handlers[name] = with_hooks(import_handler(q.handler, path=path, key=key), q, path=path)
         return self._handlers[name]
+
+    @contextlib.contextmanager
+    def _importing(self) -> Iterator[None]:
+        """The config file's directory first in sys.path while a handler is
+        imported or runs (it may import more as it runs), and out of it
+        again after: the rest of a test run imports what it did before."""
+        root = str(Path(self.config.path).resolve().parent)
+        if root in sys.path:
+            yield
+            return
+        sys.path.insert(0, root)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ValueError):  # (the code under test took it out itself)
+                sys.path.remove(root)
 
     def drain(self, queue: str, *, move_time: Union[bool, float] = False, fail_fast: bool = False) -> list[Handled]:
         """Handle every message of ``queue`` that is ready, one at a time on
@@ -131,7 +148,8 @@ class Worker:
         q = self.queue(queue)
         dead_before = self._dead_count(queue)
         for round_ in range(ROUNDS_MAX):
-            self._run(q, recorded)
+            with self._importing():
+                self._run_while_released(q, recorded)
             if move_time is False or (move_time is not True and round_ > 0) or not self._forward(queue, move_time):
                 break
         handled = self._outcomes(queue, seen, dead_before)
@@ -140,8 +158,21 @@ class Worker:
             raise failed
         return handled
 
-    def _run(self, q: QueueConfig, handler: Handler) -> None:
-        """One consumer, run until it would wait for the queue."""
+    def _run_while_released(self, q: QueueConfig, handler: Handler) -> None:
+        """Consumers, one after another, while the last one handled messages
+        and more are ready now: an ack releases the messages that depended
+        on it (the next step of a chain) after the consumer's last look at
+        the queue, which then finds it empty and stops."""
+        for _ in range(ROUNDS_MAX):
+            if not self._run(q, handler) or not self._ready(q.name):
+                return
+
+    def _ready(self, queue: str) -> bool:
+        """Whether a partition of ``queue`` holds a ready message."""
+        return any(self.broker.statistics.sizes(name)["pending"] for name in self.broker.queues.partition_names(queue))
+
+    def _run(self, q: QueueConfig, handler: Handler) -> int:
+        """One consumer, run until it would wait for the queue; the messages it took."""
         # (the handler on this thread, one message at a time, however the file sets it)
         one = dataclasses.replace(q, concurrency=1, prefetch=1, max_messages=0)
         box: list[Consumer] = []
@@ -149,6 +180,7 @@ class Worker:
         box.append(Consumer(self.broker, one, handler, fetch_block_s=_IDLE_FETCH_S,
                             on_idle=lambda: box[0].request_stop()))
         box[0].run()
+        return box[0].stats.received
 
     def _forward(self, queue: str, move_time: Union[bool, float]) -> bool:
         """Bring the waiting retries and scheduled messages forward and make

@@ -52,7 +52,7 @@ _NOTE_CHARS = 200
 def render(snap: dict[str, Any]) -> str:
     """The snapshot as aligned text tables."""
     out = [_queue_table(snap)]
-    for notes in (_supervisor_lines(snap), _group_lines(snap), _event_notes(snap)):
+    for notes in (_supervisor_lines(snap), _group_lines(snap), _trouble_lines(snap), _event_notes(snap)):
         if notes:
             out.append(notes)
     if snap.get("schedules"):
@@ -134,6 +134,24 @@ def _group_lines(snap: dict[str, Any]) -> str:
             busiest = ", ".join(f"{cell(g['group'])} {g['ready']}" + (f" ({g['running']} running)" if g["running"] else "")
                                 for g in groups.get("busiest") or [])
             lines.append(f"  {cell(name)}: {groups['waiting']} groups waiting; largest backlogs: {busiest}")
+    return "\n".join(lines)
+
+
+def _trouble_lines(snap: dict[str, Any]) -> str:
+    """A line per key of the wrong type, and per record of outbox
+    entries set aside (store/parked.py): what waits, why, the key named."""
+    lines = []
+    for name, q in sorted(snap["queues"].items()):
+        for key in q.get("wrong_type_keys") or []:
+            lines.append(f"  {cell(name)}: {safe.escape(key, _NOTE_CHARS)} (what needs it waits until it is "
+                         "deleted or repaired)")
+        for p in q.get("outbox_parked") or []:
+            state = "parked" if p["parked"] else "backing off"
+            lines.append(f"  {cell(name)}: outbox: {p['entries']} {p['kind']} entr(ies) for {cell(p['target_queue'])} "
+                         f"{state} after {p['failures']} failure(s): {safe.escape(p['reason'], _NOTE_CHARS)}")
+        more = (q.get("outbox_parked_records") or 0) - len(q.get("outbox_parked") or [])
+        if more > 0:
+            lines.append(f"  {cell(name)}: outbox: {more} more record(s) of entries set aside")
     return "\n".join(lines)
 
 

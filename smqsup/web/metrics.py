@@ -107,6 +107,13 @@ def render(snap: Mapping[str, Any]) -> str:
                     "10 minutes.", [({"producer": str(p["id"])}, published) for p in snap.get("producers", [])
                                     if (published := _float(p.get("published"))) is not None])
     lines += _schedule_families(snap.get("schedules", []))
+    lines += family("smqsup_outbox_parked_entries", "gauge", "Outbox entries Redis refused, set aside and tried "
+                    "again with a backoff (children to tell, batch ends, batch callbacks), of the records status shows.",
+                    [({"queue": n}, sum(_float(p.get("entries")) or 0 for p in q.get("outbox_parked") or []))
+                     for n, q in queues.items()])
+    lines += family("smqsup_wrong_type_keys", "gauge", "Keys of the queue that hold another type than smqsup needs "
+                    "(what needs them waits until they are repaired).",
+                    [({"queue": n}, len(q.get("wrong_type_keys") or [])) for n, q in queues.items()])
     return "\n".join(lines) + "\n"
 
 

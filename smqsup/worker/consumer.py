@@ -15,24 +15,22 @@ once, one at a time being its degenerate case.
 
     a Redis error ──▶ Recovery: backoff, then our list against what we hold; declared dead ──▶ stop or renew
 
-The loop is ``_turn``, the same at any concurrency; the runner drives it and waits between two
-turns. Inline, the handler runs on this thread before the next round trip: a busy queue costs one
-round trip per message (the ack takes the next frame), one per N with ``prefetch`` N (settled with
-the next take, within SETTLE_WITHIN_S of the first end), and no thread, task or timer. With
-concurrency N an event loop waits for handlers running as tasks or on threads; one round trip
-settles every message that ended meanwhile. No fork, no signals: the child or ``smqsup consume``
-calls ``request_stop()``.
+The loop is ``_turn``, the same at any concurrency; the runner drives it and waits between two turns. Inline, the
+handler runs on this thread before the next round trip: a busy queue costs one round trip per message (the ack takes
+the next frame), one per N with ``prefetch`` N (settled with the next take, within SETTLE_WITHIN_S of the first end),
+and no thread, task or timer. With concurrency N an event loop waits for handlers running as tasks or on threads; one
+round trip settles every message that ended meanwhile. No fork, no signals: the child or ``smqsup consume`` calls
+``request_stop()``.
 
-Every message in hand sits in this consumer's own processing list from its take to its ack or nack
-(LREM by its exact bytes), so a SIGKILL returns all of them (those started costing an attempt), and
-a late ack is a counted no-op. A stop (or ``max_messages``, or an identity declared dead) takes
-nothing more and lets the messages running finish; prefetched frames go back free at once (and when
-the queue is paused), booked ones (the rate limit's) at the end.
+Every message in hand sits in this consumer's own processing list from its take to its ack or nack (LREM by its exact
+bytes), so a SIGKILL returns all of them (those started costing an attempt), and a late ack is a counted no-op. A stop
+(or ``max_messages``, or an identity declared dead) takes nothing more and lets the messages running finish;
+prefetched frames go back free at once (and when the queue is paused), booked ones (the rate limit's) at the end.
 
-message_timeout, one rule: a message past it costs one attempt, and whoever can stop waiting for its
-handler does. The runner of tasks and threads can (a task is cancelled, a thread left behind and
-replaced; reason "timeout"). A handler holding the consumer's own thread cannot be left, inline or when
-it blocks the event loop: the supervisor kills it then (decide.kill_after_s); each started costs an attempt.
+message_timeout, one rule: a message past it costs one attempt, and whoever can stop waiting for its handler does. The
+runner of tasks and threads can (a task is cancelled, a thread left behind and replaced; reason "timeout"). A handler
+holding the consumer's own thread cannot be left, inline or when it blocks the event loop: the supervisor kills it
+then (decide.kill_after_s); each started costs an attempt.
 """
 
 from __future__ import annotations
@@ -90,6 +88,7 @@ class Consumer:
         timeout_s = queue.message_timeout_s if self.runner.can_abandon else 0.0  # else: the supervisor's
         self.in_hand = InHand(int(timeout_s * 1e6))
         self._stop = False
+        self._exit: Optional[BaseException] = None  # an after_process's SystemExit: run() raises it at its end
         self._fetching: Optional[Fetched] = None  # the blocking fetch under way
         self._unsettled_left = False  # stopped with outcomes Redis never took: the list is left for reclaim
         self._finished = self.settler.finished  # (one list for the consumer's life)
@@ -136,15 +135,14 @@ class Consumer:
         return self.in_hand.busy
 
     def flight(self) -> tuple[int, int]:
-        """(messages in flight, monotonic µs since the oldest of them
-        started): what the busy hook reports. Read from other threads."""
+        """(messages in flight, monotonic µs since the oldest started): what the busy hook reports; any thread."""
         return self.in_hand.flight()
 
     # --- control -----------------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Take nothing more; let what is in hand finish (signal-safe)."""
-        self._stop = True
+    def request_stop(self, exit: Optional[BaseException] = None) -> None:
+        """Take nothing more; let what is in hand finish (signal-safe); run() then raises ``exit``, if any."""
+        self._exit, self._stop = self._exit or exit, True
         self.starter.stopped = True
         self.runner.wake()
 
@@ -165,7 +163,7 @@ class Consumer:
             self.registration.enter()
 
     def run(self) -> str:
-        """Consume until asked to stop; return why it stopped."""
+        """Consume until asked to stop; return why it stopped (or raise the exit a stop asked)."""
         self.start()
         try:
             self.runner.drive(self._turn)
@@ -173,6 +171,8 @@ class Consumer:
             self.runner.close()
         if not self._unsettled_left:
             self.registration.leave(self._unregister_on_stop)
+        if self._exit is not None:
+            raise self._exit
         if self.identity.lost and self._on_lost == "stop":
             return "declared dead"
         limit = self.queue.max_messages
@@ -284,8 +284,9 @@ class Consumer:
 
     def _land(self, att: Attempt) -> None:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
-        running = self.in_hand.running
-        if att not in running:  # given up at its message_timeout already: what it did since is ignored
+        if att.error is not None and (exit_asked := att.exit_asked()) is not None:  # a hook's SystemExit: see run()
+            self.request_stop(exit_asked)
+        if att not in (running := self.in_hand.running):  # given up at its message_timeout: what it did since is moot
             self.runner.came_back(att)
             return
         del running[att]

@@ -10,8 +10,14 @@ The rules (the README states them to users):
   handler's would be (Reject and Retry included); the handler does not
   run, and the after_process of each hook whose before_process had run
   (or that has none) still runs, with that error.
-- An after_process that raises is logged, and changes nothing: the next
-  one runs, and the attempt ends as the handler made it end.
+- An after_process that raises (any BaseException) is logged, and changes
+  nothing: the next one runs, and the attempt ends as the handler made it
+  end, settled once. SystemExit and KeyboardInterrupt are user code asking
+  the process to exit: the attempt is settled as without them, the
+  consumer then stops as on SIGTERM (what runs finishes, what was taken
+  goes back), and ``Consumer.run`` raises it at its end (ExitAfterSettling
+  carries it to the consumer). A CancelledError while the attempt's task
+  is being cancelled (its timeout) is that cancellation, not the hook's.
 - Hooks run inside the attempt, so message_timeout bounds them as it
   bounds the handler (a hook that hangs is a handler that hangs).
 - With an ``async def`` handler, a hook's methods may be ``async def``
@@ -23,6 +29,7 @@ message.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Sequence
@@ -33,7 +40,7 @@ from smqsup.client.hooks import PROCESS_METHODS
 from smqsup.config.model import QueueConfig
 from smqsup.worker.handlers import import_hooks
 from smqsup.worker.outcomes import text_of
-from smqsup.worker.records import Handler
+from smqsup.worker.records import ExitAfterSettling, Handler
 from smqsup.worker.runners import is_async_handler
 
 log = logging.getLogger(__name__)
@@ -81,10 +88,7 @@ class Stack:
                 return self._after_awaited(msg, result)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the after_process hooks
             failed = exc
-        self._after(msg, entered, result, failed)
-        if failed is not None:
-            raise failed
-        return result
+        return _ended(result, failed, self._after(msg, entered, result, failed))
 
     async def run_async(self, msg: message.Message) -> Any:
         """An async handler's attempt: async hook methods awaited (a
@@ -100,10 +104,7 @@ class Stack:
             result = await self.handler(msg)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the after_process hooks
             failed = exc
-        await self._after_async(msg, entered, result, failed)
-        if failed is not None:
-            raise failed
-        return result
+        return _ended(result, failed, await self._after_async(msg, entered, result, failed))
 
     async def _after_awaited(self, msg: message.Message, result: Awaitable[Any]) -> Any:
         got, failed = None, None
@@ -111,22 +112,25 @@ class Stack:
             got = await result
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             failed = exc
-        self._after(msg, len(self.befores), got, failed)
-        if failed is not None:
-            raise failed
-        return got
+        return _ended(got, failed, self._after(msg, len(self.befores), got, failed))
 
-    def _after(self, msg: message.Message, entered: int, result: Any, failed: Optional[BaseException]) -> None:
+    def _after(self, msg: message.Message, entered: int, result: Any,
+               failed: Optional[BaseException]) -> Optional[BaseException]:
+        """Run the after_process hooks entered, last first; the first
+        SystemExit or KeyboardInterrupt one raised (the others: logged)."""
+        exit_asked = None
         for i in range(entered - 1, -1, -1):
             after = self.afters[i]
             if after is not None:
                 try:
                     after(msg, result, failed)
-                except Exception as exc:  # noqa: BLE001 - an after hook changes nothing: logged
-                    self._log(msg, i, exc)
+                except BaseException as exc:  # noqa: BLE001 - an after hook changes nothing: logged
+                    exit_asked = self._raised(msg, i, exc, exit_asked)
+        return exit_asked
 
     async def _after_async(self, msg: message.Message, entered: int, result: Any,
-                           failed: Optional[BaseException]) -> None:
+                           failed: Optional[BaseException]) -> Optional[BaseException]:
+        exit_asked = None
         for i in range(entered - 1, -1, -1):
             after = self.afters[i]
             if after is not None:
@@ -134,10 +138,33 @@ class Stack:
                     said = after(msg, result, failed)
                     if inspect.isawaitable(said):
                         await said
-                except Exception as exc:  # noqa: BLE001 - an after hook changes nothing: logged
-                    self._log(msg, i, exc)
+                except asyncio.CancelledError as exc:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # the attempt itself is cancelled (its timeout, a stop): that end wins
+                    exit_asked = self._raised(msg, i, exc, exit_asked)
+                except BaseException as exc:  # noqa: BLE001 - an after hook changes nothing: logged
+                    exit_asked = self._raised(msg, i, exc, exit_asked)
+        return exit_asked
 
-    def _log(self, msg: message.Message, i: int, exc: Exception) -> None:
+    def _raised(self, msg: message.Message, i: int, exc: BaseException,
+                exit_asked: Optional[BaseException]) -> Optional[BaseException]:
+        """Log what after_process ``i`` raised; the exit asked so far, else
+        ``exc`` if it asks the process to exit."""
+        exits = isinstance(exc, (SystemExit, KeyboardInterrupt))
+        then = "; the consumer stops once its messages are settled" if exits else ""
         log.error("queue %s: message %s: after_process of hook %s raised (%s: %s); the attempt's end "
-                  "is unchanged", self.queue, msg.id, self.names[i], type(exc).__name__, text_of(exc),
+                  "is unchanged%s", self.queue, msg.id, self.names[i], type(exc).__name__, text_of(exc), then,
                   exc_info=exc, extra={"message_id": msg.id})
+        return exit_asked if exit_asked is not None or not exits else exc
+
+
+def _ended(result: Any, failed: Optional[BaseException], exit_asked: Optional[BaseException]) -> Any:
+    """The attempt's end once the after hooks ran: ``result``, or ``failed``
+    raised; wrapped in ExitAfterSettling when a hook asked the process to
+    exit (unless the handler's own end already does)."""
+    if exit_asked is not None and not isinstance(failed, (SystemExit, KeyboardInterrupt)):
+        raise ExitAfterSettling(result, failed, exit_asked)
+    if failed is not None:
+        raise failed
+    return result

@@ -60,6 +60,21 @@ class Outcome:
     result: Optional[str] = None  # a tracked message's result, JSON text (ok only)
 
 
+class ExitAfterSettling(BaseException):
+    """Raised by the hooks' stack (worker/hooks.py) in place of the attempt's
+    own end when an after_process raised SystemExit or KeyboardInterrupt:
+    the attempt ends as ``result``/``failed`` say (settled once, as without
+    the hook's exit), then the consumer stops gracefully and ``Consumer.run``
+    raises ``exit``. A BaseException, so no ``except Exception`` of user
+    code between the stack and the runner swallows it."""
+
+    def __init__(self, result: Any, failed: Optional[BaseException], exit: BaseException) -> None:
+        super().__init__(exit)
+        self.result = result
+        self.failed = failed
+        self.exit = exit
+
+
 #: The outcome of a handler that returned (a message not tracked: a frame that is not plain, with events or
 #: links, ends in the ack's script all the same, ack.lua or take.lua).
 OK = Outcome(True)
@@ -84,6 +99,16 @@ class Attempt:
         self.cancelled = False  # its cancel was asked: it ends in the dead letters, "cancelled"
         self.span: Any = None  # tracing on: its CONSUMER span (smqsup/tracing.py), ended with its outcome
         self.trace: Any = None  # and the context its handler runs in
+
+    def exit_asked(self) -> Optional[BaseException]:
+        """An after_process hook asked the process to exit (the error is an
+        ExitAfterSettling): the attempt's own end put back in its place;
+        the exit it asked for. Else None."""
+        wrapped = self.error
+        if not isinstance(wrapped, ExitAfterSettling):
+            return None
+        self.error, self.result = wrapped.failed, wrapped.result
+        return wrapped.exit
 
     def end_span(self) -> None:
         """End the attempt's span with its outcome (tracing on; once)."""

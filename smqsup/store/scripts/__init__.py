@@ -18,7 +18,8 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
   includes/groups.lua has their design).
 - schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
 - tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
-- workflows.py: hold, depend, unblock (dependencies between messages), batch_settle.
+- workflows.py: hold, depend, unblock (dependencies between messages), batch_settle,
+  outbox_park and outbox_unpark (outbox entries set aside: store/parked.py).
 - lag.lua (a partition's ready count and next frames' heads): ``LAG`` here;
   its one caller, which reads its reply, is store/lag.py.
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
@@ -83,7 +84,7 @@ from smqsup.store.scripts.registry import (
     stale,
 )
 from smqsup.store.scripts.tracking import cancel, progress
-from smqsup.store.scripts.workflows import batch_settle, depend, hold, unblock
+from smqsup.store.scripts.workflows import batch_settle, depend, hold, outbox_park, outbox_unpark, unblock
 
 #: lag.lua: reads only; store/lag.py (Lags) calls it and reads its reply.
 LAG = Script("lag")
@@ -97,6 +98,6 @@ __all__ = [
     "PromoteResult", "Rate", "ReadBudget", "ReclaimResult", "Script", "ScriptClient", "TakeResult", "ack", "advance",
     "compare_and_delete", "dlq_purge", "dlq_requeue", "give_back", "group_pause", "heartbeat", "lock_acquire", "lock_release", "lock_renew",
     "meta_json", "nack", "partitions", "group_repair", "peek_range", "producer_stats", "progress", "cancel", "promote", "publish",
-    "publish_options", "batch_settle", "depend", "hold", "unblock",
+    "publish_options", "batch_settle", "depend", "hold", "outbox_park", "outbox_unpark", "unblock",
     "reclaim", "reclaim_stale", "remove", "return_free", "screen", "stale", "take",
 ]

@@ -28,9 +28,14 @@
 -- Returns {fired, told}: fired 1 when this call published its callbacks;
 -- {0, 0} for a batch whose hash is gone (nothing is written then);
 -- told 1 when it left an on_success callback for another queue in KEYS[9].
+-- A key of the wrong type among KEYS[1..9] is an error reply naming it
+-- ("WRONGTYPE <key> holds a ...") before anything is written: Redis does
+-- not roll a script back, and a member counted in KEYS[3] but not in the
+-- counts would never be counted again.
 local batch, members, ended, failures, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, prio_set, prio_seq, deps = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
+--- @include "wrong_type"
 --- @include "now_ms"
 --- @include "ready"
 --- @include "track"
@@ -38,6 +43,9 @@ local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12]}
 -- A batch Redis holds nothing of (past its keep time after it fired, or
 -- never opened) counts nothing: its keys are not made again, without expiry.
 if redis.call('EXISTS', batch) == 0 then return {0, 0} end
+local refused = wrong_type({{batch, 'hash'}, {members, 'set'}, {ended, 'set'}, {failures, 'list'},
+                            {index, 'zset'}, {pending, 'list'}, {prio_set, 'zset'}, {deps, 'zset'}})
+if refused then return refused end
 for i = 4, #ARGV - 2, 3 do
   local id, outcome = ARGV[i], ARGV[i + 1]
   redis.call('SADD', members, id)

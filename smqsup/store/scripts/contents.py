@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Script, bytes_or_none, dedup_index, escaped_texts
+from smqsup.store.scripts.calls import Call, Script, bytes_or_none, dedup_index, escaped_texts, meta_json
 
 _DLQ_REQUEUE = Script("dlq_requeue")
 _REMOVE = Script("remove")
@@ -26,16 +26,19 @@ SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_P
 
 
 def group_repair(keys: QueueKeys, consumers: Sequence[str], lock: tuple[str, str], limit: int, cursor: bytes,
-                 count: int) -> Call[tuple[bytes, int, int]]:
+                 count: int) -> Call[tuple[bytes, int, int, int]]:
     """The collector's repair of the queue's groups (group_repair.lua): the
     running counts recounted from the lists of ``consumers`` (the registered
     ones), a turn for each group that lost its own, a slice of ``count``
-    groups from ``cursor``; (the next cursor, counts set right, turns given)."""
-    return Call(_GROUP_REPAIR, (keys.pending, *keys.groups, keys.consumers, lock[0],
+    groups and of ``count`` ready members from ``cursor`` (opaque, b"0" the
+    start); (the next cursor, counts set right, turns given, members that
+    were no group's dead-lettered)."""
+    garbage = meta_json("malformed", error="not a message group's member (in groups:ready, found by the collector)")
+    return Call(_GROUP_REPAIR, (keys.pending, *keys.groups, keys.consumers, lock[0], keys.dead,
                                 *(keys.processing(c) for c in consumers)),
-                (lock[1], limit, cursor, count, *consumers),
+                (lock[1], limit, cursor, count, *consumers, garbage),
                 lambda reply: (bytes(reply[0]) if isinstance(reply[0], bytes) else str(reply[0]).encode(),
-                               int(reply[1]), int(reply[2])))
+                               int(reply[1]), int(reply[2]), int(reply[3])))
 
 
 def group_pause(keys: QueueKeys, group: bytes, info: str) -> Call[bool]:

@@ -16,27 +16,42 @@
 --      earlier version, or bytes written by hand: group_turn_out);
 --   4. the counts of that slice and the GROUP_RECOUNT_TOP largest set to
 --      their groups' ready frames (the takes do not lower them: routine,
---      not counted as set right).
+--      not counted as set right);
+--   5. a slice of GROUPS.ready (by its own ZSCAN cursor): a member in no
+--      group's layout ("LEN:NAME\t") is no group's message and nobody
+--      would ever take it: it goes to the dead letters whole, "malformed";
+--      one of a group with no count entry (a key deleted by hand) gives
+--      its group a count and, as in 3, a turn.
 --
 -- KEYS[1]  pending list of the queue (partition)
 -- KEYS[2..7] its group keys: ready, count, state, rate, wait, running
 -- KEYS[8]  its consumers registry hash
 -- KEYS[9]  garbage-collector lock key
--- KEYS[10..] the processing lists of the consumers in ARGV[5..], same order
+-- KEYS[10] its dead-letter list
+-- KEYS[11..] the processing lists of the consumers in ARGV[5..], same order
 -- ARGV[1]  the caller's lock token
 -- ARGV[2]  the queue's group_concurrency (0: none)
--- ARGV[3]  ZSCAN cursor of GROUPS.count ("0": from the start)
--- ARGV[4]  most entries to look at in that slice
+-- ARGV[3]  the repair's place: "C R", ZSCAN cursors of GROUPS.count and
+--          GROUPS.ready ("0", or anything else unreadable: from the start)
+-- ARGV[4]  most entries to look at in each slice
 -- ARGV[5..] the registered consumers' ids
+-- ARGV[5 + consumers] the dead-letter metadata of garbage (JSON)
 --
--- Returns {cursor, counts set right, tickets given}; error "NOTLEADER" when
--- the token check fails.
+-- Returns {the next place ("0" once both slices are back at the start),
+-- counts set right, tickets given, members dead-lettered}; error
+-- "NOTLEADER" when the token check fails.
 --- @include "lock"
 --- @include "groups"
+--- @include "now_ms"
+--- @include "dead_letter"
 groups_use(2, KEYS[1])
 local refused = not_leader(KEYS[9], ARGV[1])
 if refused then return refused end
 local limit = math.max(0, tonumber(ARGV[2]) or 0)
+local garbage_meta = table.remove(ARGV)
+local count_cursor, ready_cursor = string.match(ARGV[3], '^(%d+) (%d+)$')
+if not count_cursor then count_cursor, ready_cursor = ARGV[3], '0' end
+local FIRST_LIST = 11
 -- Frames one list is read for at most: a consumer holds concurrency +
 -- prefetch - 1 (at most 1999); a longer list is garbage, not counted.
 local LIST_READ_MAX = 4096
@@ -59,7 +74,7 @@ local function same_consumers()
 end
 local seen, lowered = {}, {}
 if same_consumers() then
-  for i = 10, #KEYS do
+  for i = FIRST_LIST, #KEYS do
     local items = redis.pcall('LRANGE', KEYS[i], 0, LIST_READ_MAX)
     if type(items) == 'table' and #items <= LIST_READ_MAX then
       for _, item in ipairs(items) do
@@ -99,7 +114,7 @@ local function turn_held(g)
   if not pending_short then return true end
   local ticket = '*' .. g
   if redis.pcall('LPOS', KEYS[1], ticket) ~= false then return true end
-  for i = 10, #KEYS do
+  for i = FIRST_LIST, #KEYS do
     if redis.pcall('LPOS', KEYS[i], ticket) ~= false then return true end
   end
   return false
@@ -139,8 +154,9 @@ local function recount(g, score)
 end
 
 -- 3 and 4. A slice of the groups with ready messages, then the largest.
-local scanned = redis.pcall('ZSCAN', GROUPS.count, ARGV[3], 'COUNT', tonumber(ARGV[4]) or 100)
-if type(scanned) ~= 'table' then return {'0', fixed, tickets} end
+local slice = tonumber(ARGV[4]) or 100
+local scanned = redis.pcall('ZSCAN', GROUPS.count, count_cursor, 'COUNT', slice)
+if type(scanned) ~= 'table' then scanned = {'0', {}} end
 for i = 1, #scanned[2], 2 do
   local g = scanned[2][i]
   if not seen[g] or redis.pcall('HGET', GROUPS.state, 's:' .. g) ~= 'b' then needs_turn(g) end
@@ -150,4 +166,35 @@ local largest = redis.pcall('ZREVRANGE', GROUPS.count, 0, GROUP_RECOUNT_TOP - 1,
 if type(largest) == 'table' then
   for i = 1, #largest, 2 do recount(largest[i], largest[i + 1]) end
 end
-return {scanned[1], fixed, tickets}
+
+-- 5. A slice of the ready set: members no group owns, groups no count names.
+local dead = 0
+local function group_of_member(m)
+  local len, at = string.match(m, '^(%d+):()')
+  len = tonumber(len)
+  if not len or string.sub(m, at + len, at + len) ~= '\t' then return nil end
+  return string.sub(m, at, at + len - 1)
+end
+local members = redis.pcall('ZSCAN', GROUPS.ready, ready_cursor, 'COUNT', slice)
+if type(members) ~= 'table' then members = {'0', {}} end
+local counted = {}
+for i = 1, #members[2], 2 do
+  local m = members[2][i]
+  local g = group_of_member(m)
+  if not g then
+    if redis.pcall('ZREM', GROUPS.ready, m) == 1 then
+      dead_letter(KEYS[10], garbage_meta, now_ms(), m, nil)
+      dead = dead + 1
+    end
+  elseif counted[g] == nil then
+    counted[g] = redis.pcall('ZSCORE', GROUPS.count, g) ~= false
+    if not counted[g] then
+      redis.pcall('ZADD', GROUPS.count, string.format('%d', group_ready_count(g)), g)
+      fixed = fixed + 1
+      needs_turn(g)
+    end
+  end
+end
+local place = scanned[1] .. ' ' .. members[1]
+if scanned[1] == '0' and members[1] == '0' then place = '0' end
+return {place, fixed, tickets, dead}

@@ -10,7 +10,8 @@
 -- KEYS[7]  (optional) the message's dedup key (ns:{Q}:dedup:KEY)
 -- ARGV[1]  the message's id
 -- ARGV[2]  what the hold keeps: "D:T:F|" then the frame, linked, without
---          expiry (includes/attempts.lua): D its delay in ms once released,
+--          expiry, with its other options (priority, tracking, events, its
+--          group: includes/attempts.lua): D its delay in ms once released,
 --          T its ttl in ms once released (0: none), F "1" to run it even when
 --          a parent failed, "0" to dead-letter it then
 -- ARGV[3]  "1": count it in KEYS[3] "published"

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from smqsup import defaults
 from smqsup.keys import QueueKeys, producers_hash, producers_seen
 from smqsup.store.scripts.calls import Call, Lock, Script, bytes_or_none, dedup_index, escaped_texts, with_lock
 
@@ -207,8 +208,8 @@ def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
                                 keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
-                                *keys.groups],
-                               [batch],
+                                *keys.groups, keys.ready_at],
+                               [batch, defaults.READY_AT_KEPT],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
 

@@ -14,7 +14,8 @@
 -- KEYS[11] partition count of the queue, this partition's copy (includes/rate.lua)
 -- KEYS[12] tracking hash of the queue, KEYS[13] its expiry set, KEYS[14] its
 --          event stream
---          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead")
+--          (includes/track.lua: "retrying" when delayed, else "waiting", or "dead";
+--          a "retried" event's data says why: reason, error_type, delay_ms)
 -- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[16..21] its group keys (includes/groups.lua: a grouped frame frees its
 --          group's slot, and a retry ready at once goes back to its group)
@@ -81,6 +82,21 @@ local function retry(frame, at_ms)
   return 1, frame
 end
 
+-- The "retried" event of a frame that has events (includes/track.lua),
+-- saying why: its data {"reason", "error_type", "delay_ms"} (delay_ms 0:
+-- ready again at once), from ARGV[4]; metadata that is not a JSON object
+-- leaves only delay_ms (it still costs nothing but the event's data).
+local function retried_event(T, frame)
+  local id, _, attempts, events_max = tracked_of(frame)
+  if not id or events_max == 0 then return end
+  local ok, why = pcall(cjson.decode, meta)
+  if not ok or type(why) ~= 'table' then why = {} end
+  local data = {delay_ms = delay_ms}
+  if type(why.reason) == 'string' then data.reason = why.reason end
+  if type(why.error_type) == 'string' then data.error_type = why.error_type end
+  add_event(T, events_max, 'retried', id, attempts, cjson.encode(data))
+end
+
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {delayed, 'zset'},
                            {dead, 'list'}, {consumers, 'hash'}, {prio_set, 'zset'}})
 if refused then return refused end
@@ -97,7 +113,8 @@ else
     redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
     if dead_event and dead_event ~= '' then redis.pcall('HINCRBY', counters, dead_event, 1) end
   else
-    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', 'retried', at_ms)
+    track(q.track, frame, outcome == 2 and 'retrying' or 'waiting', nil, at_ms)
+    retried_event(q.track, frame)
     redis.pcall('HINCRBY', counters, 'retried', 1)
   end
 end

@@ -14,10 +14,14 @@
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
--- KEYS[18] (optional) garbage-collector lock key
+-- KEYS[18] its ready times (ID -> when it became ready, ms): each message
+--          made ready here is written with its due time, so that its lag
+--          counts from it (lag.lua); only the newest ARGV[2] are kept
+-- KEYS[19] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  (with KEYS[18]) the caller's lock token; the script refuses to act
---          unless KEYS[18] holds exactly this token
+-- ARGV[2]  most entries KEYS[18] keeps (integer > 0)
+-- ARGV[3]  (with KEYS[19]) the caller's lock token; the script refuses to act
+--          unless KEYS[19] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
 -- message of either set is due, or a group's rate wait ends (0 if more are due now, -1 if both are
@@ -30,14 +34,15 @@
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio_seq, dead, counters, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18]
+local prio_seq, dead, counters, ready_at, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18], KEYS[19]
 local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
-local limit, token = tonumber(ARGV[1]), ARGV[2]
+local limit, kept, token = tonumber(ARGV[1]), tonumber(ARGV[2]) or 1, ARGV[3]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "ready"
 --- @include "dead_letter"
+--- @include "frame_id"
 groups_use(12, pending, prio_seq)
 
 local refused = not_leader(lock_key, token)
@@ -48,13 +53,13 @@ local at_ms = now_ms()
 track_prune(T, at_ms)
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local r, p, expired, ready = 1, 1, 0, {}
+local r, p, expired, ready, due = 1, 1, 0, {}, {}
 while #ready + expired < limit and (retries[r] or planned[p]) do
-  local set, frame
+  local set, frame, score
   if planned[p] == nil or (retries[r] and tonumber(retries[r + 1]) <= tonumber(planned[p + 1])) then
-    set, frame, r = delayed, retries[r], r + 2
+    set, frame, score, r = delayed, retries[r], retries[r + 1], r + 2
   else
-    set, frame, p = scheduled, planned[p], p + 2
+    set, frame, score, p = scheduled, planned[p], planned[p + 1], p + 2
   end
   redis.call('ZREM', set, frame)
   local _, _, expires = head_of(frame)
@@ -63,9 +68,20 @@ while #ready + expired < limit and (retries[r] or planned[p]) do
     expired = expired + 1
   else
     ready[#ready + 1] = frame
+    due[#due + 1] = score
   end
 end
 make_ready_all(pending, prio_set, prio_seq, ready)
+-- Their ready times (a score no script wrote, -inf or text, as now).
+local written = 0
+for i, frame in ipairs(ready) do
+  local id, at = frame_id(frame), tonumber(due[i])
+  if id then
+    if not at or at ~= at or at < 0 or at > at_ms then at = at_ms end
+    if type(redis.pcall('ZADD', ready_at, string.format('%d', at), id)) == 'number' then written = written + 1 end
+  end
+end
+if written > 0 then redis.pcall('ZREMRANGEBYRANK', ready_at, 0, -kept - 1) end
 track_all(T, ready, 'waiting', nil, at_ms)
 if expired > 0 then
   redis.pcall('HINCRBY', counters, 'expired', expired)

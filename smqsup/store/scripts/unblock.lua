@@ -69,9 +69,12 @@ if failed then
 end
 if redis.call('ZLEXCOUNT', deps, waits_lo, waits_hi) > 0 then return {'waiting', 0} end
 redis.call('HDEL', blocked, id)
-local _, priority, _, _, kept_s, events_max = head_of(frame)
+-- Every option it was published with but its delay and ttl, which count
+-- from now: its priority, tracking, events, and its group (whose name ends
+-- the kept frame: make_ready puts it in its group).
+local _, priority, _, _, kept_s, events_max, _, group_len = head_of(frame)
 local ttl_ms = tonumber(t)
-frame = head_for(priority or 0, ttl_ms > 0 and at_ms + ttl_ms or 0, kept_s or 0, events_max or 0, 1)
+frame = head_for(priority or 0, ttl_ms > 0 and at_ms + ttl_ms or 0, kept_s or 0, events_max or 0, 1, group_len)
   .. string.sub(frame, string.find(frame, '|', 1, true) + 1)
 if tonumber(d) > 0 then
   redis.call('ZADD', scheduled, now_ms_up() + tonumber(d), frame)

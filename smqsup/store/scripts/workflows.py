@@ -1,6 +1,7 @@
 """Wrappers of the scripts of dependencies and batches (store/workflows.py
 and store/batches.py have the protocols): hold a child, register it with
-its parents, unblock it; settle a batch."""
+its parents, unblock it; settle a batch; set aside the outbox entries
+whose target Redis refused, and forget them once their call ran."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ _HOLD = Script("hold")
 _DEPEND = Script("depend")
 _UNBLOCK = Script("unblock")
 _BATCH_SETTLE = Script("batch_settle")
+_OUTBOX_PARK = Script("outbox_park")
+_OUTBOX_UNPARK = Script("outbox_unpark")
 
-SCRIPTS = (_HOLD, _DEPEND, _UNBLOCK, _BATCH_SETTLE)
+SCRIPTS = (_HOLD, _DEPEND, _UNBLOCK, _BATCH_SETTLE, _OUTBOX_PARK, _OUTBOX_UNPARK)
 
 #: hold()'s answers: held; deduplicated (its dedup key names another message); the id is in use.
 HELD, DEDUPLICATED, IN_USE = 1, 0, -1
@@ -73,3 +76,24 @@ def batch_settle(home: QueueKeys, batch_id: str, ended: Sequence[tuple[str, str,
                                 home.batch_failures(batch_id), home.batches, home.pending, home.priority,
                                 home.priority_seq, home.deps, home.tracked, home.tracked_expiry, home.events),
                 args, lambda reply: (bool(reply[0]), bool(reply[1])))
+
+
+def outbox_park(keys: QueueKeys, failed: Sequence[tuple[str, str, str, Sequence[bytes]]], *, base_ms: int,
+                most_ms: int, park_after: int) -> Call[int]:
+    """Set the (field "KIND\\tQUEUE", reason, target id, entries) ``failed``
+    aside in partition ``keys``' parked set, each due again after its
+    field's backoff; how many entries were not parked already
+    (outbox_park.lua)."""
+    args: list[Any] = [base_ms, most_ms, park_after]
+    for field, reason, target, entries in failed:
+        args += [field, reason, target, len(entries), *entries]
+    return Call(_OUTBOX_PARK, (keys.deps, keys.outbox_parked, keys.outbox_failures), args, int)
+
+
+def outbox_unpark(keys: QueueKeys, done: Sequence[tuple[str, Sequence[bytes]]]) -> Call[int]:
+    """Remove the (field or "", entries) ``done`` from partition
+    ``keys``' parked set and their targets' records (outbox_unpark.lua)."""
+    args: list[Any] = []
+    for field, entries in done:
+        args += [field, len(entries), *entries]
+    return Call(_OUTBOX_UNPARK, (keys.outbox_parked, keys.outbox_failures), args, int)

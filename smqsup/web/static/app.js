@@ -426,6 +426,23 @@
       ])));
   }
 
+  /** Badges for a queue's outbox entries set aside and its group keys of the wrong type (title: why). */
+  function troubleBadges(q) {
+    const parked = Array.isArray(q.outbox_parked) ? q.outbox_parked : [];
+    const wrong = Array.isArray(q.wrong_type_keys) ? q.wrong_type_keys : [];
+    const out = [];
+    if (parked.length) {
+      out.push(el("span", {className: "badge bad", text: `outbox: ${parked.reduce((n, p) => n + (p.entries || 0), 0)} set aside`,
+        title: parked.map((p) => `${p.kind} of ${p.target_queue} (${p.failures} failures): ${p.reason}`).join("\n"),
+        dataset: {testid: "outbox-parked"}}));
+    }
+    if (wrong.length) {
+      out.push(el("span", {className: "badge bad", text: "key of the wrong type", title: wrong.join("\n"),
+        dataset: {testid: "wrong-type-keys"}}));
+    }
+    return out;
+  }
+
   function renderQueues(snap) {
     S.lastSnap = snap;
     const rows = Object.entries(snap.queues).sort(([a], [b]) => a.localeCompare(b)).map(([name, q]) => {
@@ -435,7 +452,7 @@
       return el("tr", {dataset: {testid: "queue-row", queue: name, paused: q.paused ? "true" : "false"}}, [
         el("td", {}, [name, q.partitions > 1 ? el("span", {className: "badge", text: `${q.partitions} partitions`,
           dataset: {testid: "partitions"}}) : "", q.paused ? el("span", {className: "badge", text: "paused",
-          dataset: {testid: "paused"}}) : ""]),
+          dataset: {testid: "paused"}}) : "", ...troubleBadges(q)]),
         ...withLag(SIZES.map((k) => cell(fmtInt(q.sizes[k]))), cell(fmtLag(q.lag_s), {dataset: {testid: "lag"}})),
         ...EVENTS.map(([k]) => cell(fmtRate(rate(k)))),
         cell(String(q.consumers.length)), supervisorsCell(q, snap.t),
