@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=runner_steps(), help="most rules in a sequence")
     parser.add_argument("--seed", type=int, default=None, help="a seed (default: a random one)")
     parser.add_argument("--url", default="", help="a Redis to use (flushed!); default: a private one")
+    parser.add_argument("--shrink-seconds", type=float, default=600, help="most time shrinking the failures")
     args = parser.parse_args()
     started = time.monotonic()
     with runner.store(args.url) as driver:
@@ -35,7 +36,8 @@ def main() -> int:
             machine = with_seed(args.seed)(machine)
         config = runner.suite_settings(args.examples, args.steps, derandomize=False, every_bug=True)
         try:
-            run_state_machine_as_test(machine, settings=config)
+            with runner.shrinking_for(args.shrink_seconds):
+                run_state_machine_as_test(machine, settings=config)
         except Exception as exc:  # noqa: BLE001 - the shrunk failures: each printed, counted
             failures = list(getattr(exc, "exceptions", [exc]))
             for n, failure in enumerate(failures, 1):

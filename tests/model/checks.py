@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from smqsup import message
 from tests.model.driver import Seen
 from tests.model.model import Model, Msg, Violation
 
@@ -49,6 +50,20 @@ def sync(model: Model, seen: Seen, drained: bool) -> None:
         _told(m, due, now)
 
 
+def adopt_callbacks(model: Model, seen: Seen, drained: bool) -> None:
+    """Take in the batches' callbacks Redis shows (each must be due, and
+    fire once); after a drain, every callback due must have fired."""
+    for mid in sorted(set(seen.places) - set(model.msgs)):
+        frame = seen.frames.get(mid)
+        if frame is not None and seen.places[mid] == ["ready"]:
+            msg = message.decode(frame)
+            model.fired(mid, msg.queue, msg.body)
+    for b in model.batches.values() if drained else ():
+        if b.fired != model.callbacks_due(b):
+            raise Violation(f"batch {b.tag} fired {b.fired} after the collector's drain; the model says "
+                            f"{model.callbacks_due(b)} (members: {[(m, model.msgs[m].place) for m in b.members]})")
+
+
 def _told(m: Msg, due: tuple[str, str], now: list[str]) -> None:
     place, reason = due
     if m.cancel_asked and now in (["ready"], ["delayed"]):
@@ -69,7 +84,7 @@ def check(model: Model, seen: Seen) -> None:
                             f"{m.holder or ''}".rstrip())
         if m.place == "dead":
             _check_reason(m, seen.dead_reasons.get(m.id, []))
-        if m.ended:
+        if m.ended and m.tracked:
             _check_record(m, seen.records.get(m.id))
     lost = {m.id for m in model.msgs.values() if m.lost}
     strays = sorted(set(seen.places) - set(model.msgs) - lost)

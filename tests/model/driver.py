@@ -50,9 +50,13 @@ class Seen:
     places: dict[str, list[str]] = field(default_factory=dict)
     dead_reasons: dict[str, list[str]] = field(default_factory=dict)
     records: dict[str, Optional[Record]] = field(default_factory=dict)
+    #: The frame of each message seen waiting (a batch's callback is known by its body).
+    frames: dict[str, bytes] = field(default_factory=dict)
 
-    def add(self, mid: Optional[str], place: str) -> None:
+    def add(self, mid: Optional[str], place: str, frame: bytes = b"") -> None:
         self.places.setdefault(mid or "<unreadable>", []).append(place)
+        if frame and mid:
+            self.frames[mid] = frame
 
 
 def _failure_meta(kind: str, mid: str, cid: str) -> tuple[str, int, int, str]:
@@ -94,6 +98,14 @@ class Driver:
         return self.producer.publish(queue, {"n": mid}, message_id=mid, group=group, priority=priority,
                                      delay=3600 if delay else None, result_ttl=RESULT_TTL_S, depends_on=depends,
                                      dedup_key=dedup_key, dedup_until="done" if dedup_key else None)
+
+    def batch(self, tag: str, complete: str, success: str, members: Iterable[tuple[str, Optional[str]]]) -> list[str]:
+        """A closed batch of tracked ``members`` (queue, group) whose
+        callbacks go to ``complete`` and ``success`` with body {"tag": tag,
+        "cb": "complete" or "success"}; the members' ids."""
+        with self.producer.batch(on_complete=(complete, {"tag": tag, "cb": "complete"}),
+                                 on_success=(success, {"tag": tag, "cb": "success"})) as batch:
+            return [batch.publish(queue, {"n": tag}, group=group, result_ttl=RESULT_TTL_S) for queue, group in members]
 
     def cancel(self, queue: str, mid: str) -> str:
         return self.producer.cancel(queue, mid)
@@ -220,6 +232,8 @@ def _read(out: Seen, place: str, cid: str, reply: Any) -> None:
         elif place == "held":
             out.add(item.decode(), "held")
         elif place == "group":
-            out.add(framing.peek_id(framing.member_frame(item)), "ready")
+            frame = framing.member_frame(item)
+            out.add(framing.peek_id(frame), "ready", frame)
         elif place != "pending" or not framing.is_ticket(item):
-            out.add(framing.peek_id(item), {"processing": f"processing:{cid}", "pending": "ready"}.get(place, place))
+            out.add(framing.peek_id(item), {"processing": f"processing:{cid}", "pending": "ready"}.get(place, place),
+                    item)

@@ -12,9 +12,9 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
-from tests.model.checks import check, sync, view
+from tests.model.checks import adopt_callbacks, check, sync, view
 from tests.model.driver import Driver, Taken
-from tests.model.model import Model, Msg, Violation
+from tests.model.model import Batch, Model, Msg, Violation
 
 QUEUES = ("a", "b")
 #: Consumer slots: the queue is the slot's first letter; a slot's consumer
@@ -84,6 +84,17 @@ class StoreMachine(RuleBasedStateMachine):
             raise Violation(f"the publish of {mid} answered {got}")
         self.model.publish(Msg(mid, queue, group, priority, delay, tuple(parents), dedup))
         return mid
+
+    @rule(target=messages, members=st.lists(st.tuples(queues, groups), min_size=1, max_size=2), complete=queues,
+          success=queues)
+    def batch(self, members: list[tuple[str, Optional[str]]], complete: str, success: str) -> Any:
+        """A batch of messages (queue, group), closed; its callbacks go to ``complete`` and ``success``."""
+        tag = f"B{len(self.model.batches) + 1}"
+        ids = self.driver.batch(tag, complete, success, members)
+        for mid, (queue, group) in zip(ids, members):
+            self.model.publish(Msg(mid, queue, group))
+        self.model.batches[tag] = Batch(tag, tuple(ids), complete, success)
+        return multiple(*ids)
 
     # --- consumers -----------------------------------------------------------------
 
@@ -190,6 +201,7 @@ class StoreMachine(RuleBasedStateMachine):
         seen = self.driver.seen(model.consumers, tracked)
         try:
             sync(model, seen, self.drained)
+            adopt_callbacks(model, seen, self.drained)
             check(model, seen)
         except Violation:
             note(view(model))

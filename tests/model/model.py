@@ -48,6 +48,8 @@ class Msg:
     runs_after_cancel: int = 0
     #: Destroyed by a corrupted key (the model test's break rule): no longer checked.
     lost: bool = False
+    #: Whether it has a record (a batch's callback has none).
+    tracked: bool = True
 
     @property
     def ended(self) -> bool:
@@ -64,6 +66,17 @@ def _check(ok: bool, text: str) -> None:
 
 
 @dataclass
+class Batch:
+    """A closed batch: its members, where its callbacks go, how often each fired."""
+
+    tag: str
+    members: tuple[str, ...]
+    complete: str
+    success: str
+    fired: dict[str, int] = field(default_factory=lambda: {"complete": 0, "success": 0})
+
+
+@dataclass
 class Model:
     """Every message of an example, the consumers and what they hold, the pauses."""
 
@@ -72,6 +85,7 @@ class Model:
     paused: set[str] = field(default_factory=set)
     paused_groups: set[tuple[str, str]] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)
+    batches: dict[str, Batch] = field(default_factory=dict)  # tag -> batch
 
     # --- publish ---------------------------------------------------------------
 
@@ -187,3 +201,28 @@ class Model:
         if any(not p.ended for p in parents):
             return None
         return ("dead", "cancelled") if m.cancel_asked else (self._released_place(m), "")
+
+    # --- batches -------------------------------------------------------------------
+
+    def callbacks_due(self, b: Batch) -> dict[str, int]:
+        """How many times each callback of ``b`` must have fired by now, once told."""
+        members = [self.msgs[mid] for mid in b.members]
+        if not all(m.ended for m in members):
+            return {"complete": 0, "success": 0}
+        return {"complete": 1, "success": int(all(m.place == "done" for m in members))}
+
+    def fired(self, mid: str, queue: str, body: object) -> None:
+        """A message ``mid`` the model never published appeared in ``queue``:
+        it must be a callback of a batch due to fire it, firing once."""
+        said = body.get("body") if isinstance(body, dict) else None
+        tag, kind = (said.get("tag"), said.get("cb")) if isinstance(said, dict) else (None, None)
+        b = self.batches.get(tag) if isinstance(tag, str) else None
+        _check(b is not None and kind in ("complete", "success"),
+               f"Redis holds {mid} in {queue}, which the model never published")
+        assert b is not None and isinstance(kind, str)
+        _check(queue == getattr(b, kind), f"batch {tag}'s {kind} callback went to {queue}")
+        due = self.callbacks_due(b)[kind]
+        _check(b.fired[kind] < due, f"batch {tag}'s {kind} callback fired {b.fired[kind] + 1} time(s), "
+               f"the model says {due} (members: {[(m, self.msgs[m].place) for m in b.members]})")
+        b.fired[kind] += 1
+        self.msgs[mid] = Msg(mid, queue, tracked=False)
