@@ -82,6 +82,8 @@ def check(model: Model, seen: Seen) -> None:
         if now != expected_places(m):
             raise Violation(f"{m.id} is in {now or 'no place'} in Redis; the model says {m.place} "
                             f"{m.holder or ''}".rstrip())
+        if m.id in seen.frames and m.place in ("ready", "delayed", "held"):
+            _check_frame(m, seen.frames[m.id])
         if m.place == "dead":
             _check_reason(m, seen.dead_reasons.get(m.id, []))
         if m.ended and m.tracked:
@@ -90,6 +92,16 @@ def check(model: Model, seen: Seen) -> None:
     strays = sorted(set(seen.places) - set(model.msgs) - lost)
     if strays:
         raise Violation(f"Redis holds messages the model never published: {strays}")
+
+
+def _check_frame(m: Msg, frame: bytes) -> None:
+    """A waiting or held message's frame keeps the group it was published with."""
+    try:
+        group = message.decode(frame).group
+    except Exception as exc:  # noqa: BLE001 - a frame that does not decode is the finding
+        raise Violation(f"{m.id} ({m.place}) has a frame that does not decode: {exc}") from None
+    if group != m.group:
+        raise Violation(f"{m.id} was published in group {m.group!r} but is {m.place} in group {group!r}")
 
 
 def _check_reason(m: Msg, reasons: list[str]) -> None:

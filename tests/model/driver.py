@@ -203,7 +203,7 @@ class Driver:
                 asked.append((place, ""))
             asked += [("pending", ""), ("held", ""), ("dead", "")]
             pipe.lrange(k.pending, 0, -1)
-            pipe.hkeys(k.blocked)
+            pipe.hgetall(k.blocked)
             pipe.lrange(k.dead, 0, -1)
             for cid in consumers:
                 pipe.lrange(k.processing(cid), 0, -1)
@@ -229,8 +229,8 @@ def _read(out: Seen, place: str, cid: str, reply: Any) -> None:
             letter = deadletter.DeadLetter(item)
             out.add(letter.ref, "dead")
             out.dead_reasons.setdefault(letter.ref, []).append(letter.reason)
-        elif place == "held":
-            out.add(item.decode(), "held")
+        elif place == "held":  # (an id -> "D:T:F|frame")
+            out.add(item.decode(), "held", reply[item].partition(b"|")[2])
         elif place == "group":
             frame = framing.member_frame(item)
             out.add(framing.peek_id(frame), "ready", frame)
