@@ -56,11 +56,17 @@ class StoreMachine(RuleBasedStateMachine):
 
     # --- producers -----------------------------------------------------------------
 
-    @initialize(target=messages, first=st.lists(st.tuples(queues, groups, priorities, st.booleans()), min_size=1,
-                                                max_size=3))
-    def seed(self, first: list[tuple[str, Optional[str], int, bool]]) -> Any:
-        """The example opens with a few messages (queue, group, priority, delay) that later ones may wait for."""
-        return multiple(*(self.publish(q, g, p, d, [], None) for q, g, p, d in first))
+    @initialize(target=messages, first=st.lists(st.tuples(queues, groups, priorities, st.booleans(),
+                                                          st.sampled_from((None, 0, 1))), min_size=1, max_size=4))
+    def seed(self, first: list[tuple[str, Optional[str], int, bool, Optional[int]]]) -> Any:
+        """The example opens with a few messages (queue, group, priority,
+        delay, and the index of an earlier one it waits for, or None) that
+        later ones may wait for."""
+        ids: list[str] = []
+        for q, g, p, d, parent in first:
+            parents = [ids[parent]] if parent is not None and parent < len(ids) else []
+            ids.append(self.publish(q, g, p, d and not parents, parents, None))
+        return multiple(*ids)
 
     @rule(target=messages, queue=queues, group=groups, priority=priorities,
           delay=st.booleans(), parents=st.lists(messages, max_size=2, unique=True),
