@@ -118,6 +118,8 @@ MIN_UPTIME_S = 2.0
 ARBITER_TICK_S = 0.1
 #: How often a supervisor looks for a cancel asked since its last heartbeat (then beats at once), in seconds.
 CANCEL_LOOK_S = 0.2
+#: Looks for a message a cancel makes, when it moved between a look and the cancel script (the last is "nowhere").
+CANCEL_LOOKS = 3
 #: Socket timeout of the supervisor's own Redis client, in seconds.
 SUPERVISOR_SOCKET_TIMEOUT_S = 2.0
 #: How often the supervisor reads each child's USS (smaps_rollup is costly), s.

@@ -52,7 +52,8 @@ live in one Redis Cluster slot::
                                    its fields go (ms, Redis clock)
     ns:{Q}:cancel            ZSET  ids of messages whose cancel was asked, score
                                    = when (ms, Redis clock); their consumers stop
-                                   them; entries go after an hour (cancel.lua)
+                                   them; an id goes when its message ends
+                                   (scripts/includes/track.lua)
     ns:{Q}:options           HASH  what the queue's consumers declared for
                                    producers: result_ttl (s, 0: not tracked),
                                    events_max (0: no events)

@@ -23,6 +23,9 @@ from tests import inproc, procs, script_coverage
 from tests.helpers import client_for, servers_of
 from tests.topology import ClusterTopology, SentinelTopology
 
+#: The both_clients fixtures (client, new_producer) live beside the adapter they hand out.
+pytest_plugins = ("tests.clients",)
+
 
 def _redis_binary() -> str:
     """The redis-server to run; fails the test (never skips it) with a one-line message if none."""
@@ -204,11 +207,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run each test of a ``topologies`` module that talks to Redis through
     ``redis_url`` twice: on one redis-server and on a 3+3 Redis Cluster. A
     test that drives the server itself (``redis_server``: kill, restart) or
-    is marked ``single_node`` runs on one server only."""
-    if (metafunc.definition.get_closest_marker("topologies") is not None
-            and metafunc.definition.get_closest_marker("single_node") is None
-            and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames):
+    is marked ``single_node`` runs on one server only. And run each test of
+    a ``both_clients`` module that takes ``producer`` or ``new_producer``
+    once per client (tests/clients.py), unless marked ``sync_client_only``:
+    the AsyncProducer on one server only (its cluster path is the same
+    plans and frames), unless marked ``both_clients("cluster")``."""
+    d = metafunc.definition
+    topologies = (d.get_closest_marker("topologies") is not None and d.get_closest_marker("single_node") is None
+                  and "redis_url" in metafunc.fixturenames and "redis_server" not in metafunc.fixturenames)
+    both = d.get_closest_marker("both_clients")
+    clients_too = (both is not None and d.get_closest_marker("sync_client_only") is None
+                   and bool({"producer", "new_producer"} & set(metafunc.fixturenames)))
+    if topologies and clients_too:
+        pairs = [("single", "sync"), ("cluster", "sync"), ("single", "async")]
+        if both is not None and "cluster" in both.args:
+            pairs.append(("cluster", "async"))
+        metafunc.parametrize(("topology", "client"), pairs, indirect=True, ids=["-".join(p) for p in pairs])
+    elif topologies:
         metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
+    elif clients_too:
+        metafunc.parametrize("client", ["sync", "async"], indirect=True)
 
 
 @pytest.fixture
@@ -326,10 +344,9 @@ def _end_blocking_fetches(url: str) -> None:
 
 
 @pytest.fixture
-def producer(redis_url: str) -> Iterator[Producer]:
-    """A Producer on the test's Redis."""
-    with Producer(redis_url) as p:
-        yield p
+def producer(redis_url: str, new_producer: Callable[..., Producer]) -> Producer:
+    """A Producer on the test's Redis (or, for the "async" client, an AsyncProducer driven as one)."""
+    return new_producer(redis_url)
 
 
 #: Test files that run for minutes on end, whatever their test count: given

@@ -297,3 +297,16 @@ def loud(msg: Any) -> None:
     except ValueError:
         logging.getLogger(__name__).exception("handler failed on %s", msg.body)
         raise
+
+
+def when_told(msg: Any) -> None:
+    """Record the start, wait (at most 30 s) until the test creates the file ``go-ID`` in $SMQ_TEST_OUT,
+    then raise when body["then"] is "raise", else return (a test decides when the handler ends)."""
+    _record("start", msg)
+    go = os.path.join(os.environ["SMQ_TEST_OUT"], f"go-{msg.id}")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.002)  # (the handler's wait: it must end within milliseconds of the file)
+    if isinstance(msg.body, dict) and msg.body.get("then") == "raise":
+        raise ValueError("failed after the cancel")
+    _record("done", msg)

@@ -221,7 +221,8 @@ def test_bad_settings_are_the_same_error_from_both(options: dict[str, Any]) -> N
     assert sync[0] in ("ConfigError", "MessageError") and "secret-pw" not in sync[1]
 
 
-@pytest.mark.parametrize("body", ["x" * (20 << 20), _nested(99), {"text": "[" * 5000, "\u2028": "\x00\x1f"}])
+@pytest.mark.parametrize("body", ["x" * (20 << 20), _nested(99), {"text": "[" * 5000, "\u2028": "\x00\x1f"}],
+                         ids=["20 MiB", "nested 99", "controls"])
 def test_hostile_bodies_that_fit_make_the_same_frames(redis_url: str, redis_client: redis.Redis, body: Any) -> None:
     """A 20 MiB body (under a raised max_message_size), nesting at the limit, control characters and
     brackets in strings: published by both, the same frames."""

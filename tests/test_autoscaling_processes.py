@@ -19,6 +19,8 @@ from tests.helpers import wait_for
 from tests.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
+#: The burst's scale_down_after, s: its way back to min takes this, then a cooldown (1 s) a step.
+DOWN_AFTER_S = 2
 
 
 def _count(sup: procs.Supervisor) -> int:
@@ -36,8 +38,9 @@ def _each_once(sups: list[procs.Supervisor], published: list[str]) -> None:
 
 def test_a_burst_scales_up_to_max_within_10s_and_back_to_min_after_idle(
         supervise: Supervise, notify: NotifySocket, redis_url: str) -> None:
-    """5,000 messages of 20 ms, {min: 1, max: 8}: 8 consumers within 10 s, drained once each, 1 again after idle."""
-    sup = supervise(_queue(1, 8, scale_down_after="5s"), notify)
+    """5,000 messages of 20 ms, {min: 1, max: 8}: 8 consumers within 10 s, drained once each, 1 again after idle
+    (scale_down_after 2s: the bound on the way back is relative to it)."""
+    sup = supervise(_queue(1, 8, scale_down_after=f"{DOWN_AFTER_S}s"), notify)
     notify.wait("READY=1")
     wait_for(lambda: _count(sup) == 1)
     with Producer(redis_url) as p:
@@ -47,7 +50,7 @@ def test_a_burst_scales_up_to_max_within_10s_and_back_to_min_after_idle(
              message=f"not 8 consumers within 10 s: {_count(sup)}")
     wait_for(lambda: len(sup.events("done")) >= 5000, timeout_s=60)
     drained = time.monotonic()
-    wait_for(lambda: _count(sup) == 1, timeout_s=5 + 10 - (time.monotonic() - drained), interval_s=0.1,
+    wait_for(lambda: _count(sup) == 1, timeout_s=DOWN_AFTER_S + 10 - (time.monotonic() - drained), interval_s=0.1,
              message=f"not back to 1 within scale_down_after + 10 s: {_count(sup)}")
     _each_once([sup], published)
     log = sup.log()

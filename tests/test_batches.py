@@ -16,10 +16,12 @@ from smqsup import Reject
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
+from smqsup.store.batches import parse_id
+from smqsup.store.broker import Broker
 from tests.helpers import holds, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 
 def _deep(depth: int) -> Any:
@@ -104,7 +106,8 @@ def test_a_batch_grows_from_inside_a_handler(start: Callable[..., Running], prod
     assert len(calls.of("done")) == 1
 
 
-def test_a_batch_open_until_closed_and_listed(start: Callable[..., Running], producer: Producer) -> None:
+def test_a_batch_open_until_closed_and_listed(start: Callable[..., Running], producer: Producer,
+                                              redis_url: str) -> None:
     """Nothing fires before close(), even with every message ended; it is listed open until then."""
     calls = Calls()
     start(calls.handler(), name="w")
@@ -114,10 +117,10 @@ def test_a_batch_open_until_closed_and_listed(start: Callable[..., Running], pro
     wait_for(lambda: len(calls.of("w")) == 2)
     wait_for(lambda: (s := producer.batch_status(batch.id)) is not None and s.done == 2)
     assert calls.of("done") == []
-    assert batch.id in producer._broker.batches.open_ids("done")
+    assert batch.id in Broker(redis_url, NS).batches.open_ids("done")
     batch.close()
     wait_for(lambda: calls.of("done"), timeout_s=10)
-    assert batch.id not in producer._broker.batches.open_ids("done")
+    assert batch.id not in Broker(redis_url, NS).batches.open_ids("done")
     with pytest.raises(MessageError, match="closed"):
         batch.publish("w", 3)
     assert batch.close() is False
@@ -216,8 +219,9 @@ def test_garbage_in_the_batch_keys_costs_that_batch_only(start: Callable[..., Ru
     start(calls.handler(), name="w")
     start(calls.handler(), name="done")
     doomed = producer.batch(on_complete=("done", "doomed"))
-    redis_client.delete(QueueKeys(NS, "done").batch(doomed.batch_id))
-    redis_client.set(QueueKeys(NS, "done").batch(doomed.batch_id), "garbage")
+    doomed_id = parse_id(doomed.id)[1]  # type: ignore[index]
+    redis_client.delete(QueueKeys(NS, "done").batch(doomed_id))
+    redis_client.set(QueueKeys(NS, "done").batch(doomed_id), "garbage")
     doomed.publish("w", "member")
     redis_client.zadd(QueueKeys(NS, "w").deps, {b"B\tjunk": 0, b"S\tdone\tnot a frame": 0, b"B\tdone\tx\ty\tmaybe\t": 0,
                                                 b"B\tdone\tgone-batch\tm1\tdone\tnull": 0})

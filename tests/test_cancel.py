@@ -1,6 +1,7 @@
 """Cancelling messages: waiting, scheduled and retrying ones dead-lettered at
 once; running ones stopped (a task cancelled, a thread told); cancel of
-finished, unknown and odd ids; on one Redis and on the Cluster."""
+finished, unknown and odd ids; on one Redis and on the Cluster, from the
+Producer and from the AsyncProducer (tests/clients.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from smqsup.keys import QueueKeys
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 
 K = QueueKeys(NS, "q")
 
@@ -143,3 +144,15 @@ def test_garbage_in_the_cancel_set_costs_no_message(start: Callable[..., Running
     start(lambda m: seen.append(m.body))
     producer.publish("q", 2)
     wait_for(lambda: seen == [2])
+
+
+def test_a_waiting_grouped_message_is_dead_lettered_and_its_group_goes_on(
+        start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
+    """Three waiting messages of group g: cancelling the second says "cancelled", it never runs, the others do."""
+    ids = [producer.publish("q", i, group="g", result_ttl=60) for i in range(3)]
+    assert producer.cancel("q", ids[1]) == "cancelled" and producer.cancel("q", ids[1]) == "cancelled"
+    assert producer.state("q", ids[1]) == "cancelled" and _dead(redis_client) == [(ids[1], "cancelled")]
+    seen: list[Any] = []
+    start(lambda m: seen.append(m.body))
+    assert [producer.result("q", mid, timeout=10) for mid in (ids[0], ids[2])] == [None, None]
+    assert seen == [0, 2]

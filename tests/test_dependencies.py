@@ -22,7 +22,7 @@ from smqsup.store.broker import Broker
 from tests.helpers import holds, redis_ms, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 
 class Seen:
@@ -63,7 +63,7 @@ def test_a_child_waits_for_its_parent_and_reads_its_result(start: Callable[..., 
 
 
 def test_a_fan_in_of_many_parents_on_three_queues_runs_once_after_the_last(
-        start: Callable[..., Running], producer: Producer) -> None:
+        redis_url: str, start: Callable[..., Running], producer: Producer) -> None:
     """60 parents on 3 queues, one child: it runs once, after the last parent, with all 60 results."""
     seen = Seen()
     parents = [(q, producer.publish(q, {"q": q, "i": i}, result_ttl=60)) for i in range(20) for q in "xyz"]
@@ -77,7 +77,7 @@ def test_a_fan_in_of_many_parents_on_three_queues_runs_once_after_the_last(
     assert failed == {}
     assert got == {(q, mid): int(i) * 10 for (q, mid), i in zip(parents, [i for i in range(20) for _ in "xyz"])}
     assert at > max(item[4] for item in seen.items if item[0] in "xyz")
-    assert Broker(producer._broker.url, NS).workflows.waits("c", child) == []
+    assert Broker(redis_url, NS).workflows.waits("c", child) == []
 
 
 def test_on_the_cluster_parents_and_children_live_on_different_masters(
@@ -173,6 +173,7 @@ def test_a_delay_and_a_ttl_count_from_the_release(start: Callable[..., Running],
     assert seen.of("c")[4] - seen.of("p")[4] >= 0.5
 
 
+@pytest.mark.sync_client_only("a SystemExit raised inside a publish stops the event loop that runs it")
 def test_a_child_held_but_never_registered_is_registered_by_the_collector(
         start: Callable[..., Running], producer: Producer, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A producer dies between the hold and telling the parents: the collector finishes it (HOLD_REPAIR_S)."""
@@ -194,6 +195,7 @@ def test_a_child_held_but_never_registered_is_registered_by_the_collector(
     wait_for(lambda: seen.bodies("b") == ["c"], timeout_s=10)
 
 
+@pytest.mark.sync_client_only("a SystemExit raised inside a publish stops the event loop that runs it")
 def test_holds_the_collector_cannot_register_hold_no_other_hold(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,13 +352,13 @@ def test_garbage_in_the_held_keys_costs_that_child_only(start: Callable[..., Run
 
 
 def test_parents_in_partitions_and_a_parent_that_expires(start: Callable[..., Running], producer: Producer,
-                                                         redis_client: redis.Redis) -> None:
+                                                         redis_client: redis.Redis, redis_url: str) -> None:
     """Parents on both partitions of a queue release their child; a parent whose ttl passes before a consumer
     takes it dead-letters its child "dependency failed: ... (expired)"."""
     seen = Seen()
     redis_client.set(QueueKeys(NS, "pp").partitions, "2")
     parents = [("pp", producer.publish("pp", i, result_ttl=60, partition_key=f"k{i}")) for i in range(6)]
-    assert {producer._broker.tracking.find(["pp", "pp~1"], mid)[0] for _, mid in parents} == {"pp", "pp~1"}
+    assert {Broker(redis_url, NS).tracking.find(["pp", "pp~1"], mid)[0] for _, mid in parents} == {"pp", "pp~1"}
     child = producer.publish("c", "joined", depends_on=parents, result_ttl=60)
     published_ms = redis_ms(redis_client)
     doomed_parent = producer.publish("e", "late", result_ttl=60, ttl=0.2)
@@ -365,7 +367,7 @@ def test_parents_in_partitions_and_a_parent_that_expires(start: Callable[..., Ru
     start(seen.handler(), name="c")
     assert producer.result("c", child, timeout=10) == "joined"
     assert set(seen.of("joined")[2]) == set(parents)
-    wait_for(lambda: producer._broker.statistics.total_sizes("e")["pending"] == 1)
+    wait_for(lambda: Broker(redis_url, NS).statistics.total_sizes("e")["pending"] == 1)
     wait_for(lambda: redis_ms(redis_client) > published_ms + 250)  # the parent's ttl passed, by the Redis clock
     start(seen.handler(), name="e")
     with pytest.raises(MessageFailed) as failed:
@@ -378,3 +380,14 @@ def test_a_held_child_sees_a_dedup_key_held_until_done(producer: Producer) -> No
     parent = producer.publish("a", "p", result_ttl=60)
     holder = producer.publish("b", 1, dedup_key="K", dedup_until="done")
     assert producer.publish("b", 2, dedup_key="K", depends_on=[("a", parent)]) == holder
+
+
+@pytest.mark.parametrize("junk", [b'{"state":"done"', b'{"state":"dead","meta":', b'{"state": 7}', b"\xff"],
+                         ids=["done cut short", "dead cut short", "no state", "not utf-8"])
+def test_a_parent_record_holding_garbage_counts_as_running(producer: Producer, redis_client: redis.Redis,
+                                                           junk: bytes) -> None:
+    """A parent whose record is not one smqsup wrote (even one starting like a done one): its child is held,
+    neither released with a made-up result nor failed."""
+    redis_client.hset(QueueKeys(NS, "a").tracked, "odd", junk)
+    child = producer.publish("b", "c", depends_on=[("a", "odd")], result_ttl=60)
+    assert producer.state("b", child) == "blocked"

@@ -19,11 +19,12 @@ from smqsup.errors import BrokerError, MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
+from tests import clients
 from tests.conftest import client_for
 from tests.helpers import redis_ms, servers_of, until, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 K = QueueKeys(NS, "q")
 
@@ -35,8 +36,7 @@ def _declared(url: str, queue: str = "q", events_max: int = 10_000, result_ttl_s
 
 def _until_declared(producer: Producer, queue: str = "q") -> None:
     """Wait until the producer reads that the queue's consumers declared events."""
-    queues = producer._broker.queues
-    wait_for(lambda: queues.partitions(queue, fresh=True) and queues.declared(queue)[1].events_max > 0)
+    wait_for(lambda: clients.declared_now(producer, queue)[1].events_max > 0)
 
 
 def _of(producer: Producer, mid: str, queue: str = "q") -> list[str]:
@@ -155,7 +155,7 @@ def test_partitions_are_merged_and_each_messages_events_stay_in_order(
     """Three partitions: events() reads all three streams; every message has published, started, done in order."""
     start(lambda m: None, events=True, partitions=3, consumers=1)
     _until_declared(producer)
-    wait_for(lambda: producer._broker.queues.partitions("q", fresh=True) == 3)
+    wait_for(lambda: clients.declared_now(producer, "q")[0] == 3)
     ids = [producer.publish("q", i, partition_key=f"k{i}") for i in range(12)]
     wait_for(lambda: sum(e.event == "done" for e in producer.events("q")) == 12)
     events = list(producer.events("q"))
@@ -179,13 +179,13 @@ def test_since_reads_after_a_cursor_a_time_or_from_now(start: Callable[..., Runn
     assert list(producer.events("q", since="now")) == []
 
 
-def test_follow_waits_for_new_events_without_polling(producer: Producer, redis_url: str) -> None:
+def test_follow_waits_for_new_events_without_polling(new_producer: Callable[..., Producer], producer: Producer, redis_url: str) -> None:
     """follow=True: the iterator blocks in XREAD and yields an event published after it started."""
     _declared(redis_url)
     got: list[str] = []
 
     def follow() -> None:
-        with Producer(redis_url) as p:
+        with new_producer(redis_url) as p:
             for e in p.events("q", since="now", follow=True):
                 got.append(e.message_id)
                 return
@@ -232,11 +232,11 @@ def test_garbage_in_the_stream_reads_as_malformed_events(producer: Producer, red
 
 
 @pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b"", b"0"])
-def test_junk_in_the_declared_events_max_leaves_publishes_plain(redis_url: str, redis_client: redis.Redis,
+def test_junk_in_the_declared_events_max_leaves_publishes_plain(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis,
                                                                junk: bytes) -> None:
     """An events_max no consumer wrote (junk, negative, too long, 0) reads as none: publishes stay plain."""
     redis_client.hset(K.options, mapping={"result_ttl": b"0", "events_max": junk})
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("q", 1)
         assert redis_client.lindex(K.pending, 0).startswith(b"0|")  # type: ignore[union-attr]
         assert list(p.events("q")) == [] and redis_client.llen(K.pending) == 1

@@ -25,7 +25,7 @@ from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 K = QueueKeys(NS, "q")
 
@@ -342,6 +342,7 @@ def test_removing_a_groups_last_waiting_message_ends_its_count_whatever_its_scor
         broker.close()
 
 
+@pytest.mark.sync_client_only("the CLI's pause and publish; the producer only publishes")
 def test_cli_pause_resume_and_publish_take_a_group(producer: Producer, redis_url: str,
                                                     redis_client: redis.Redis) -> None:
     """smqsup publish --group, pause --group and resume --group, and their hostile names (one line, exit 2)."""

@@ -90,14 +90,15 @@ def _settled(redis_client: redis.Redis, count: int) -> Callable[[], bool]:
 # --- publish hooks ----------------------------------------------------------------------------
 
 
-def test_publish_hooks_add_headers_in_order_that_the_handler_reads(
+@pytest.mark.both_clients
+def test_publish_hooks_add_headers_in_order_that_the_handler_reads(new_producer: Callable[..., Producer],
         start: Callable[..., Running], redis_url: str, redis_client: redis.Redis) -> None:
     """Two publish hooks in order (the second reads what the first added) on publish, publish_many
     (headers differing per body, plain and with options) and a caller's own headers, left unchanged."""
     seen: list[Any] = []
     start(lambda msg: seen.append((msg.body, dict(msg.headers))))
     mine = {"from": "caller"}
-    with Producer(redis_url, hooks=[AddTenant(), AddTrace()]) as p:
+    with new_producer(redis_url, hooks=[AddTenant(), AddTrace()]) as p:
         p.publish("q", 1, mine)
         p.publish_many("q", [2, 3, "x"])
         p.publish_many("q", [4, 5], priority=5)
@@ -111,10 +112,11 @@ def test_publish_hooks_add_headers_in_order_that_the_handler_reads(
     assert got["x"]["tenant"] == "none"
 
 
-def test_a_publish_hook_that_raises_refuses_the_whole_call(redis_url: str, redis_client: redis.Redis) -> None:
+@pytest.mark.both_clients
+def test_a_publish_hook_that_raises_refuses_the_whole_call(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis) -> None:
     """before_publish raising: HookFailed naming the queue, the hook and its error, the error as its
     cause; nothing queued, for publish and for a publish_many whose 7th body is refused."""
-    with Producer(redis_url, hooks=[AddTenant(), RefuseSeven()]) as p:
+    with new_producer(redis_url, hooks=[AddTenant(), RefuseSeven()]) as p:
         with pytest.raises(HookFailed) as raised:
             p.publish("q", 7)
         assert "queue 'q': before_publish of hook RefuseSeven raised (ValueError: seven is not allowed)" in str(
@@ -138,13 +140,14 @@ class BadHeader:
         headers["bad"] = self.value
 
 
+@pytest.mark.both_clients
 @pytest.mark.parametrize("value", [object(), float("nan"), "\udcff", {"deep": [[[[[]]]]] * 2}],
                          ids=["object", "nan", "surrogate", "ok-nested"])
-def test_a_hook_adding_a_header_json_cannot_carry_refuses_the_publish(value: Any, redis_url: str,
+def test_a_hook_adding_a_header_json_cannot_carry_refuses_the_publish(new_producer: Callable[..., Producer], value: Any, redis_url: str,
                                                                      redis_client: redis.Redis) -> None:
     """A before_publish adding an object, NaN or a lone surrogate: MessageError, nothing queued (publish
     and publish_many alike); a nested but valid header goes through."""
-    with Producer(redis_url, hooks=[BadHeader(value)]) as p:
+    with new_producer(redis_url, hooks=[BadHeader(value)]) as p:
         if isinstance(value, dict):
             p.publish("q", 1)
             assert redis_client.llen(K.pending) == 1
@@ -166,7 +169,8 @@ def test_bad_hooks_under_defaults_name_the_defaults_key(tmp_path: Path) -> None:
         assert str(bad.value).startswith(f"{path}: {key}: ") and "\n" not in str(bad.value)
 
 
-def test_a_chain_runs_each_steps_publish_hooks_once(start: Callable[..., Running], redis_url: str) -> None:
+@pytest.mark.both_clients
+def test_a_chain_runs_each_steps_publish_hooks_once(new_producer: Callable[..., Producer], start: Callable[..., Running], redis_url: str) -> None:
     """chain() checks every step before the first is sent, then publishes each: the hooks run once a
     step, on the step actually sent."""
     class Count:
@@ -176,14 +180,15 @@ def test_a_chain_runs_each_steps_publish_hooks_once(start: Callable[..., Running
             self.calls.append(body)
     seen: list[Any] = []
     start(lambda msg: seen.append(msg.body) or msg.body)
-    with Producer(redis_url, hooks=[Count()]) as p:
+    with new_producer(redis_url, hooks=[Count()]) as p:
         p.chain([("q", 1, {"result_ttl": 60}), ("q", 2)])
     assert Count.calls == [1, 2]
 
 
-def test_headers_that_are_not_a_mapping_are_refused_as_ever_with_hooks(redis_url: str) -> None:
+@pytest.mark.both_clients
+def test_headers_that_are_not_a_mapping_are_refused_as_ever_with_hooks(new_producer: Callable[..., Producer], redis_url: str) -> None:
     """A str or a list of pairs as headers: MessageError before any hook runs, as without hooks."""
-    with Producer(redis_url, hooks=[AddTenant()]) as p:
+    with new_producer(redis_url, hooks=[AddTenant()]) as p:
         for bad in ("x", [("a", 1)]):
             with pytest.raises(MessageError, match="headers must be a mapping"):
                 p.publish("q", 1, bad)  # type: ignore[arg-type]
@@ -473,7 +478,7 @@ def test_check_passes_good_hooks(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(
+def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(new_producer: Callable[..., Producer],
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """Real supervisor: a producer's hook adds a header, the consumer's before_process stamps its pid, the
     handler returns both, the after_process logs the result; a queue whose hook cannot be imported says
@@ -484,7 +489,7 @@ def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(
                    "bad": {"handler": "tests.handlers:record", "hooks": ["smqt_missing_mod:Hook"]},
                    "hang": {"handler": "tests.handlers:record", "hooks": ["tests.hook_mods:Hangs"],
                             "message_timeout": "1s", "retry_threshold": 0}})
-    with Producer(redis_url, hooks=[AddTenant()]) as p:
+    with new_producer(redis_url, hooks=[AddTenant()]) as p:
         mid = p.publish("q", 5, result_ttl=60)
         got = p.result("q", mid, timeout=30)
     assert got["tenant"] == "t-5" and got["queue_seen"] == "q"
@@ -493,7 +498,7 @@ def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(
     wait_for(lambda: "queues.bad.hooks[0]: cannot import module 'smqt_missing_mod'" in s.log(), timeout_s=20)
     assert "Traceback" not in s.log()
     hang = QueueKeys(NS, "hang")
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("hang", "stuck")
     wait_for(lambda: redis_client.llen(hang.dead) == 1, timeout_s=20)
     assert deadletter.DeadLetter(redis_client.lindex(hang.dead, 0) or b"").reason == "timeout after 1 s"

@@ -20,6 +20,8 @@ from smqsup.store.consumer_info import ConsumerInfo
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
+pytestmark = pytest.mark.both_clients
+
 K = QueueKeys(NS, "q")
 NAN = float("nan")
 
@@ -85,14 +87,14 @@ def test_garbage_in_the_priority_counter_costs_order_never_a_message(producer: P
 
 
 @pytest.mark.parametrize("key", ["priority", "scheduled"])
-def test_a_priority_or_scheduled_key_of_the_wrong_type_refuses_without_loss(
+def test_a_priority_or_scheduled_key_of_the_wrong_type_refuses_without_loss(redis_url: str,
         producer: Producer, redis_client: redis.Redis, key: str) -> None:
     """The set replaced by a string: the publish is refused; a consumer's take is refused, its list untouched."""
     redis_client.set(getattr(K, key), "garbage")
     with pytest.raises(PublishRefused, match="WRONGTYPE"):
         producer.publish("q", 1, priority=3, delay=1 if key == "scheduled" else None)
     producer.publish("q", "plain")
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     if key == "priority":
         with pytest.raises(Exception, match="WRONGTYPE"):
@@ -118,11 +120,11 @@ def test_forged_frames_in_the_priority_and_scheduled_sets_are_dead_lettered_or_h
     assert all(r in ("malformed", "expired") for r in dead)
 
 
-def test_a_paused_flag_of_any_type_pauses_and_resume_clears_it(producer: Producer,
+def test_a_paused_flag_of_any_type_pauses_and_resume_clears_it(redis_url: str, producer: Producer,
                                                                redis_client: redis.Redis) -> None:
     """Anyone's value at the paused key means paused (EXISTS); resume deletes whatever it is."""
     redis_client.hset(K.paused, "x", "1")
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", 1)
     assert broker.messages.take("q", "c").paused and redis_client.llen(K.pending) == 1
@@ -140,13 +142,13 @@ def test_a_huge_dedup_key_and_an_odd_one_are_keys_like_any_other(producer: Produ
 
 
 @pytest.mark.parametrize("score", ["+inf", "-inf", str(10 * 2 ** 44), "-1e300"])
-def test_a_priority_member_with_a_score_no_script_wrote_is_still_taken_and_listed(
+def test_a_priority_member_with_a_score_no_script_wrote_is_still_taken_and_listed(redis_url: str,
         producer: Producer, redis_client: redis.Redis, score: str) -> None:
     """Anyone's ZADD with +inf or a huge score: the member is listed and taken, never stuck."""
     from smqsup.views import browse
     producer.publish("q", "plain")
     redis_client.zadd(K.priority, {b'0:5:0|{"id":"odd","queue":"q","body":"odd","created_at":0}': float(score)})
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     assert {r["id"] for r in browse.listing(broker, "q", "pending", 10)} >= {"odd"}
     taken = [broker.messages.take("q", "c").next_frame for _ in range(3)]

@@ -26,7 +26,7 @@ from tests.helpers import Starts, holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 from tests.test_publish_options import recorder
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 PARTS = ["q", "q~1", "q~2"]
 
@@ -203,6 +203,7 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     assert broker.queues.resume("q") and not broker.statistics.read_queues(["q"])[1]["q"].paused
 
 
+@pytest.mark.sync_client_only("consumers' rate limits; the producer only publishes")
 def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Producer,
                                                     start: Callable[..., Running]) -> None:
     """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
@@ -218,14 +219,15 @@ def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Pro
     assert 59 / span <= 30 * 1.15, f"{59 / span:.1f}/s"
 
 
-def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(redis_url: str,
+@pytest.mark.sync_client_only("consumers' rate limits; the producer only publishes")
+def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(new_producer: Callable[..., Producer], redis_url: str,
                                                                        start: Callable[..., Running]) -> None:
     """partitions 1 in the file and 8 in Redis: rate_limit 5/s still holds for the queue (each partition
     keeps 5/8 a second; their bursts of one make 8 at once), so in 3 s at most 8 + 15 messages start; and
     two consumers reach every partition's share (a consumer the limit gives no start here looks at the
     others): the second burst of 8 comes."""
     Broker(redis_url, NS).queues.declare_partitions("q", 8)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         for i in range(64):
             p.publish("q", i)  # in turn over the 8 partitions the producer reads in Redis
     s = Starts()
@@ -240,7 +242,7 @@ def test_a_rate_limit_holds_for_the_queue_whatever_count_the_file_gives(redis_ur
     assert len(within) <= 8 + 15 + 1, f"{len(within)} started in 3 s"
 
 
-def test_a_paused_queue_stays_paused_on_the_partitions_added_later(redis_url: str, redis_client: redis.Redis,
+def test_a_paused_queue_stays_paused_on_the_partitions_added_later(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis,
                                                                    start: Callable[..., Running]) -> None:
     """Paused with 1 partition, then consumers of 3 start (declaring 2 more): the new partitions are paused
     too, nothing runs and status says paused; resumed, every message runs."""
@@ -250,7 +252,7 @@ def test_a_paused_queue_stays_paused_on_the_partitions_added_later(redis_url: st
     done: list[Any] = []
     start(lambda m: done.append(m.body), partitions=3)
     wait_for(lambda: Broker(redis_url, NS).queues.partitions("q") == 3)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         for i in range(9):
             p.publish("q", i)  # in turn over the 3 partitions
     holds(lambda: not done, 1.0)
@@ -280,7 +282,7 @@ def test_a_pause_or_resume_during_a_raise_leaves_every_partition_as_partition_0_
 
 
 @pytest.mark.parametrize("junk", ["abc", "-5", "0", "nan", "1.5", "hash"])
-def test_junk_in_a_partition_copy_of_the_count_costs_no_message(junk: str, redis_url: str,
+def test_junk_in_a_partition_copy_of_the_count_costs_no_message(new_producer: Callable[..., Producer], junk: str, redis_url: str,
                                                                  redis_client: redis.Redis,
                                                                  start: Callable[..., Running]) -> None:
     """The copy of the partition count a partition's rate scripts divide by holding text, a count below 1,
@@ -292,7 +294,7 @@ def test_junk_in_a_partition_copy_of_the_count_costs_no_message(junk: str, redis
         redis_client.hset(copy, "a", "b")
     else:
         redis_client.set(copy, junk)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         for i in range(20):
             p.publish("q", i)
     done: list[Any] = []
@@ -300,7 +302,7 @@ def test_junk_in_a_partition_copy_of_the_count_costs_no_message(junk: str, redis
     wait_for(lambda: len(done) == 20, timeout_s=10)
 
 
-def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, redis_client: redis.Redis) -> None:
+def test_the_partition_count_only_grows_and_junk_reads_as_one(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis) -> None:
     """Declared 3 then 2: 3 stays. Junk, a negative or a huge count in the key: 1, and at most 64."""
     broker = Broker(redis_url, NS)
     key = QueueKeys(NS, "q").partitions
@@ -313,7 +315,7 @@ def test_the_partition_count_only_grows_and_junk_reads_as_one(redis_url: str, re
         redis_client.set(key, junk)
     redis_client.delete(key)
     redis_client.hset(key, "x", "y")  # the wrong type: producers publish to the queue itself
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("q", 1)
     assert redis_client.llen(QueueKeys(NS, "q").pending) == 1
 
@@ -341,7 +343,8 @@ def test_partition_names_cannot_collide_with_queue_names() -> None:
         validate_queue_name("q~1")
 
 
-def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed_child_in_its_partition(
+@pytest.mark.sync_client_only("supervised consumers' reclaim; the producer only publishes")
+def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed_child_in_its_partition(new_producer: Callable[..., Producer],
         supervise: Callable[..., Any], notify: Any, out_dir: Any, redis_url: str, redis_client: redis.Redis) -> None:
     """`smqsup -c` with partitions 3, 2 consumers: each registered in the 3 partitions; a child SIGKILLed
     in its handler has its message back (attempt counted, in the message's partition) and handled by the
@@ -356,7 +359,7 @@ def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed
     sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2, "partitions": 3}}, notify)
     notify.wait("READY=1")
     assert [redis_client.hlen(QueueKeys(NS, p).consumers) for p in PARTS] == [2, 2, 2]
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         mid = p.publish("q", {"sleep": 0.5}, partition_key="victim")
     victim_part = PARTS[zlib.crc32(b"victim") % 3]
     [first] = wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "start"])
@@ -365,7 +368,7 @@ def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed
                               if e["event"] == "start" and e["pid"] != first["pid"]], timeout_s=10)
     assert again[0]["id"] == mid and again[0]["attempts"] == 1
     assert int(redis_client.hget(QueueKeys(NS, victim_part).counters, "reclaimed") or 0) == 1
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         ids = set(p.publish_many("q", [{"sleep": 0}] * 30) + [p.publish("q", {"sleep": 0}) for _ in range(60)])
     wait_for(lambda: ids <= {e["id"] for e in read_events(str(out_dir)) if e["event"] == "done"}, timeout_s=30)
     wait_for(lambda: all(redis_client.get(QueueKeys(NS, p).gc_lock) for p in PARTS), message="3 collector locks")

@@ -20,7 +20,7 @@ from smqsup.store.consumer_info import ConsumerInfo
 from tests.helpers import holds, node_of, redis_ms, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 K = QueueKeys(NS, "q")
 
@@ -48,6 +48,7 @@ def test_a_delayed_message_is_not_handled_before_it_is_due(start: Callable[..., 
     assert seen[0][1] <= before + 600 + 1000
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """Published in reverse due order, handled in due order; an `at` in the past goes straight to pending."""
@@ -65,6 +66,7 @@ def test_due_messages_come_out_in_due_order_and_at_in_the_past_is_at_once(
     assert [b for b, _ in seen] == ["past", "epoch", "d2", "d1", "d0"]
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_the_highest_priority_ready_message_goes_first_fifo_within_a_level(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """1,000 of priority 0 waiting, then 100 of priority 9 and 10 of 5: 9s, then 5s, then 0s, each in order."""
@@ -89,6 +91,7 @@ def _blmove_calls(node: Any) -> int:
     return int(node.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_a_priority_message_wakes_a_consumer_blocked_on_an_empty_queue(
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """With nothing else ready a priority message goes to the pending list, so a blocked consumer gets it at once.
@@ -124,9 +127,9 @@ def test_a_retried_priority_message_keeps_its_priority(start: Callable[..., Runn
     assert seen[:2] == ["flaky", "flaky"]
 
 
-def test_a_delayed_retry_becomes_due_with_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
+def test_a_delayed_retry_becomes_due_with_its_priority(redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """A priority-9 frame retried with a delay keeps its head, and the promotion puts it before the backlog."""
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "urgent", priority=9)
     took = broker.messages.take("q", "c")
@@ -166,7 +169,7 @@ def test_a_dedup_key_is_free_again_after_its_ttl(producer: Producer, redis_clien
     assert redis_client.llen(K.pending) == 2
 
 
-def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(
+def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(redis_url: str,
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """Acked or dead-lettered, the key still holds; purging the dead letter frees it."""
     def handle(msg: Any) -> None:
@@ -179,14 +182,15 @@ def test_a_dedup_key_holds_while_its_message_waits_is_handled_or_dies(
     assert producer.publish("q", "good", dedup_key="g") == ok
     assert producer.publish("q", "bad", dedup_key="b") == bad
     from smqsup.views import deadletters
-    assert deadletters.purge(Broker(producer._broker.url), "q", [bad]) == 1
+    assert deadletters.purge(Broker(redis_url), "q", [bad]) == 1
     assert producer.publish("q", "bad", dedup_key="b") != bad
     assert producer.publish("q", "good", dedup_key="g") == ok
 
 
-def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(producer: Producer, redis_client: redis.Redis) -> None:
+@pytest.mark.sync_client_only("the purge's freeing of dedup keys; the producer only publishes")
+def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """Purging every dead letter frees each one's key, and leaves another message's key alone."""
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     ids = producer.publish_many("q", list(range(2500)), dedup_key=[f"k{i}" for i in range(2500)])
     for _ in ids:
@@ -202,10 +206,10 @@ def test_a_whole_purge_frees_the_dedup_keys_of_its_messages(producer: Producer, 
     assert not [k for k in redis_client.scan_iter(f"{K.dead}:purging:*")]
 
 
-def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
+def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(redis_url: str,
         start: Callable[..., Running], producer: Producer, redis_client: redis.Redis) -> None:
     """ttl passes while the queue is paused: at resume it is dead-lettered 'expired', the handler never sees it."""
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.queues.pause("q", "test")
     seen: list[Any] = []
     start(lambda m: seen.append(m.body))
@@ -221,12 +225,12 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_never_handled(
     assert redis_client.hget(K.counters, "expired") == b"1"
 
 
-def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(
+def test_an_ack_that_takes_a_frame_with_an_expiry_from_the_list_screens_it(redis_url: str,
         producer: Producer, redis_client: redis.Redis) -> None:
     """ack.lua's hot path hands a frame that is not plain (here: with an expiry) to fetch_next: expired ones
     are dead-lettered, the next live frame is returned with its head intact, an ack past the last fetches
     nothing."""
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "first")
     took = broker.messages.take("q", "c")
@@ -273,6 +277,7 @@ def test_reject_dead_letters_at_once_whatever_the_attempts(start: Callable[..., 
     assert redis_client.hget(K.counters, "rejected") == b"1"
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., Running], producer: Producer,
                                                           redis_client: redis.Redis) -> None:
     """Retry(delay=0.3) with retry_threshold 2: three deliveries, each >= 0.3 s apart, then dead-lettered."""
@@ -288,10 +293,10 @@ def test_retry_uses_its_own_delay_and_the_queue_threshold(start: Callable[..., R
     assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0)).reason.startswith("Retry: ")
 
 
-def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], producer: Producer,
+def test_pause_stops_taking_and_resume_goes_on(redis_url: str, start: Callable[..., Running], producer: Producer,
                                                redis_client: redis.Redis) -> None:
     """Paused: published messages wait, none is handled; resumed: all are handled."""
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     seen: list[Any] = []
     start(lambda m: seen.append(m.body))
     producer.publish("q", "before")
@@ -308,10 +313,10 @@ def test_pause_stops_taking_and_resume_goes_on(start: Callable[..., Running], pr
     assert seen == ["before", 0, 1, 2, 3, 4]
 
 
-def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer, redis_client: redis.Redis) -> None:
+def test_the_pending_listing_follows_the_order_consumers_take(redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """browse.listing('pending') gives exactly the order take.lua hands the messages out."""
     from smqsup.views import browse
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     for body, prio in [("a9", 9), ("b5", 5), ("c0", 0), ("d9", 9), ("e0", 0), ("f5", 5)]:
         producer.publish("q", body, priority=prio)
@@ -322,6 +327,7 @@ def test_the_pending_listing_follows_the_order_consumers_take(producer: Producer
     assert listed == taken == ["a9", "d9", "b5", "f5", "c0", "e0"]
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_consumer(
         redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """Four idle consumers, four priority-5 messages in one call: all four start at once, not one by one."""
@@ -345,10 +351,10 @@ def test_a_burst_of_priority_messages_into_an_empty_queue_wakes_every_blocked_co
             r.stop()
 
 
-def test_a_requeued_dead_letter_keeps_its_priority(producer: Producer, redis_client: redis.Redis) -> None:
+def test_a_requeued_dead_letter_keeps_its_priority(redis_url: str, producer: Producer, redis_client: redis.Redis) -> None:
     """A priority-9 dead letter requeued behind a priority-0 backlog is taken first."""
     from smqsup.views import deadletters
-    broker = Broker(producer._broker.url)
+    broker = Broker(redis_url)
     broker.registry.register_consumer("q", "c", ConsumerInfo(pid=1, host="h", queue="q", started_at=0))
     producer.publish("q", "urgent", priority=9)
     took = broker.messages.take("q", "c")

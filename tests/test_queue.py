@@ -20,7 +20,7 @@ from smqsup.store.broker import Broker
 from tests.helpers import client_for, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 
 def test_publish_consume_ack_in_fifo_order(start: Callable[..., Running], producer: Producer,
@@ -63,6 +63,7 @@ def test_failing_handler_is_retried_threshold_times_then_dead_lettered(
     assert broker.statistics.sizes("q") == {"pending": 0, "scheduled": 0, "delayed": 0, "dead": 1}
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running], producer: Producer,
                                                      redis_client: redis.Redis) -> None:
     """A failed message waits retry_delay in the delayed set before its next attempt."""
@@ -81,6 +82,7 @@ def test_retry_delay_is_honoured_by_the_redis_clock(start: Callable[..., Running
     assert redis_client.zcard(QueueKeys(NS, "q").delayed) == 0
 
 
+@pytest.mark.sync_client_only("the consumers' order and timing; the producer only publishes (its frames: test_async_producer)")
 def test_retry_backoff_grows_the_delay(start: Callable[..., Running], producer: Producer,
                                        redis_client: redis.Redis) -> None:
     """With retry_backoff 2, the second retry waits twice the first."""
@@ -157,9 +159,9 @@ def test_async_handlers_run_on_an_event_loop(start: Callable[..., Running], prod
     assert sorted(seen) == [("a", 0), ("b", 0), ("bad", 1)]
 
 
-def test_oversize_publish_is_refused_with_a_clear_error(redis_url: str, redis_client: redis.Redis) -> None:
+def test_oversize_publish_is_refused_with_a_clear_error(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis) -> None:
     """A message over max_message_size is refused before anything is sent."""
-    with Producer(redis_url, max_message_size=1000) as p:
+    with new_producer(redis_url, max_message_size=1000) as p:
         with pytest.raises(MessageError, match=r"exceeds the limit of 1000 bytes"):
             p.publish("q", "x" * 1000)
         with pytest.raises(MessageError, match="exceeds"):
@@ -167,24 +169,24 @@ def test_oversize_publish_is_refused_with_a_clear_error(redis_url: str, redis_cl
     assert redis_client.llen(QueueKeys(NS, "q").pending) == 0
 
 
-def test_default_size_limit_is_one_mebibyte(redis_url: str) -> None:
+def test_default_size_limit_is_one_mebibyte(new_producer: Callable[..., Producer], redis_url: str) -> None:
     """The default limit refuses a message just over 1 MiB and accepts one under it."""
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("q", "x" * (1024 * 1024 - 200))
         with pytest.raises(MessageError, match="1048576 bytes"):
             p.publish("q", "x" * (1024 * 1024))
 
 
 @pytest.mark.parametrize("name", ["", "a{b}", "a:b", "with space", "x" * 200])
-def test_bad_queue_names_are_refused(redis_url: str, name: str) -> None:
+def test_bad_queue_names_are_refused(new_producer: Callable[..., Producer], redis_url: str, name: str) -> None:
     """Queue names that would break the key schema are refused."""
-    with Producer(redis_url) as p, pytest.raises(MessageError):
+    with new_producer(redis_url) as p, pytest.raises(MessageError):
         p.publish(name, 1)
 
 
-def test_non_json_body_is_refused(redis_url: str) -> None:
+def test_non_json_body_is_refused(new_producer: Callable[..., Producer], redis_url: str) -> None:
     """A body that JSON cannot encode is refused with the queue named."""
-    with Producer(redis_url) as p, pytest.raises(MessageError, match="'q'.*JSON"):
+    with new_producer(redis_url) as p, pytest.raises(MessageError, match="'q'.*JSON"):
         p.publish("q", {1, 2})
 
 
@@ -195,10 +197,10 @@ def test_ids_are_unique_and_time_ordered() -> None:
     assert ids == sorted(ids)
 
 
-def test_late_ack_is_a_counted_no_op(redis_url: str, redis_client: redis.Redis) -> None:
+def test_late_ack_is_a_counted_no_op(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis) -> None:
     """An ack for a message reclaimed meanwhile deletes nothing and is counted."""
     broker = Broker(redis_url, NS)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("q", "x")
     frame, _ = broker.messages.fetch("q", "c1", 1)
     assert frame is not None
@@ -370,12 +372,12 @@ def test_stop_finishes_the_message_in_hand(start: Callable[..., Running], produc
     assert redis_client.hlen(k.consumers) == 0
 
 
-def test_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, redis_url: str,
+def test_publish_while_redis_is_down_is_certainly_not_sent(new_producer: Callable[..., Producer], redis_server: Any, redis_url: str,
                                                             redis_client: redis.Redis) -> None:
     """Redis unreachable: PublishNotSent (nothing queued); after it restarts the same producer works at once."""
     from smqsup.errors import PublishNotSent
 
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         p.publish("q", "before")
         redis_server.kill()
         with pytest.raises(PublishNotSent) as caught:
@@ -391,7 +393,7 @@ def test_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, re
 
 
 @pytest.mark.single_node("maxmemory set on one server")
-def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
+def test_publish_many_refused_part_way_says_which_ids_are_queued(new_producer: Callable[..., Producer], redis_url: str,
                                                                   redis_client: redis.Redis) -> None:
     """Redis out of memory after some chunks: PublishRefused lists exactly the queued and the unqueued ids."""
     from smqsup.errors import PublishRefused
@@ -402,7 +404,7 @@ def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
     try:
         # The refusal leaves the with block: the producer's close() (its
         # statistics flush, maybe refused too) must not replace it.
-        with pytest.raises(PublishRefused) as caught, Producer(redis_url) as p:
+        with pytest.raises(PublishRefused) as caught, new_producer(redis_url) as p:
             p.publish_many("q", ["x" * 500] * 5000)
     finally:
         redis_client.config_set("maxmemory", 0)
@@ -416,14 +418,14 @@ def test_publish_many_refused_part_way_says_which_ids_are_queued(redis_url: str,
 
 
 @pytest.mark.single_node("maxmemory set on one server")
-def test_refused_publish_is_what_the_caller_sees_when_close_is_refused_too(redis_url: str,
+def test_refused_publish_is_what_the_caller_sees_when_close_is_refused_too(new_producer: Callable[..., Producer], redis_url: str,
                                                                             redis_client: redis.Redis) -> None:
     """Redis out of memory: the with block raises PublishRefused, not close()'s refused statistics flush."""
     from smqsup.errors import PublishRefused
 
     redis_client.config_set("maxmemory-policy", "noeviction")
     try:
-        with pytest.raises(PublishRefused) as caught, Producer(redis_url) as p:
+        with pytest.raises(PublishRefused) as caught, new_producer(redis_url) as p:
             first = p.publish("q", "queued")  # published > 0: close() will flush statistics
             redis_client.config_set("maxmemory", 1)  # from now on every write is refused (OOM)
             p.publish("q", "refused")
@@ -434,9 +436,9 @@ def test_refused_publish_is_what_the_caller_sees_when_close_is_refused_too(redis
 
 
 @pytest.mark.single_node("maxmemory set on one server")
-def test_close_does_not_raise_when_redis_refuses_the_statistics(redis_url: str, redis_client: redis.Redis) -> None:
+def test_close_does_not_raise_when_redis_refuses_the_statistics(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis) -> None:
     """close() after a successful publish returns normally though Redis refuses every write (OOM)."""
-    p = Producer(redis_url)
+    p = new_producer(redis_url)
     p.publish("q", "queued")
     redis_client.config_set("maxmemory-policy", "noeviction")
     redis_client.config_set("maxmemory", 1)
@@ -447,12 +449,12 @@ def test_close_does_not_raise_when_redis_refuses_the_statistics(redis_url: str, 
     assert redis_client.llen(QueueKeys(NS, "q").pending) == 1
 
 
-def test_first_publish_while_redis_is_down_is_certainly_not_sent(redis_server: Any, redis_url: str) -> None:
+def test_first_publish_while_redis_is_down_is_certainly_not_sent(new_producer: Callable[..., Producer], redis_server: Any, redis_url: str) -> None:
     """Redis unreachable at a producer's first publish (the pipelined path): PublishNotSent, not uncertain."""
     from smqsup.errors import PublishNotSent
 
     redis_server.kill()
-    with pytest.raises(PublishNotSent) as caught, Producer(redis_url) as p:
+    with pytest.raises(PublishNotSent) as caught, new_producer(redis_url) as p:
         p.publish("q", "while down")
     assert "not queued" in str(caught.value) and len(caught.value.message_ids) == 1
 

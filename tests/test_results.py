@@ -1,6 +1,7 @@
 """Tracked messages (result_ttl): results, state and progress written by the
 scripts that move a message, read by the producer, waited for without
-polling; on one Redis and on the Redis Cluster, partitioned too."""
+polling; on one Redis and on the Redis Cluster, partitioned too; from the
+Producer and from the AsyncProducer (tests/clients.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from smqsup.store.broker import Broker
 from tests.helpers import holds, redis_ms, servers_of, wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 
 K = QueueKeys(NS, "q")
 
@@ -49,7 +50,7 @@ def test_async_and_threaded_handlers_give_results_too(start: Callable[..., Runni
     assert [producer.result("t", mid, timeout=10) for mid in tids] == [{"twice": 2 * i} for i in range(30)]
 
 
-def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Running], producer: Producer,
+def test_fifty_waiters_on_one_message_all_get_its_result(new_producer: Callable[..., Producer], start: Callable[..., Running], producer: Producer,
                                                          redis_url: str) -> None:
     """50 threads wait on one message published before any consumer runs; each gets the result."""
     mid = producer.publish("q", "go", result_ttl=60)
@@ -57,7 +58,7 @@ def test_fifty_waiters_on_one_message_all_get_its_result(start: Callable[..., Ru
     lock = threading.Lock()
 
     def wait() -> None:
-        with Producer(redis_url) as p:
+        with new_producer(redis_url) as p:
             value = p.result("q", mid, timeout=20)
         with lock:
             got.append(value)
@@ -200,10 +201,10 @@ def test_result_ttl_passes_and_the_result_is_gone(start: Callable[..., Running],
     wait_for(lambda: not redis_client.hexists(K.tracked, mid) and redis_client.zscore(K.tracked_expiry, mid) is None)
 
 
-def test_the_queue_option_result_ttl_tracks_plain_publishes(redis_url: str, start: Callable[..., Running]) -> None:
+def test_the_queue_option_result_ttl_tracks_plain_publishes(new_producer: Callable[..., Producer], redis_url: str, start: Callable[..., Running]) -> None:
     """A queue whose consumers say result_ttl tracks what any producer publishes without it; 0 opts out."""
     start(lambda m: m.body + 1, result_ttl_s=30)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         wait_for(lambda: Broker(redis_url, NS).queues.result_ttl("q") == 30)
         mid = p.publish("q", 1)
         assert p.result("q", mid, timeout=10) == 2
@@ -236,27 +237,59 @@ def test_garbage_in_the_tracking_keys_costs_records_not_messages(
     assert producer.state("q", "odd") == "unknown" and producer.state("q", "odd2") == "unknown"
 
 
+GARBAGE_RECORDS = [b"{not json", b"\xff\xfe{", b'{"state":"done"', b'{"state":"dead","attempts":', b"null", b"[1, 2]",
+                   b'{"attempts": 1, "at_ms": 5}', b'{"state": "exploded"}', b'{"state": 7}', b"",
+                   b'{"state":"done","x":"' + b"a" * 4_000_000]
+
+
+@pytest.mark.parametrize("junk", GARBAGE_RECORDS, ids=lambda junk: repr(junk[:30]))
+def test_a_tracked_record_holding_garbage_is_unknown_at_once(producer: Producer, redis_client: redis.Redis,
+                                                             junk: bytes) -> None:
+    """A record that is not what track.lua writes (not JSON, not UTF-8, cut short, no state, huge): state()
+    "unknown", result() and progress() ResultUnknown at once whatever the timeout, cancel() "unknown"."""
+    redis_client.hset(K.tracked, "odd", junk)
+    assert producer.state("q", "odd") == "unknown"
+    for timeout in (0, 3, None):
+        began = time.monotonic()
+        with pytest.raises(ResultUnknown):
+            producer.result("q", "odd", timeout=timeout)
+        assert time.monotonic() - began < 2
+    with pytest.raises(ResultUnknown):
+        producer.progress("q", "odd")
+    assert producer.cancel("q", "odd") == "unknown" and redis_client.zcard(K.cancel) == 0
+
+
+def test_a_tracking_hash_of_the_wrong_type_is_unknown_at_once(producer: Producer, redis_client: redis.Redis) -> None:
+    """The tracking hash a list: state() "unknown", result(timeout=None) ResultUnknown at once, cancel() "unknown"."""
+    redis_client.rpush(K.tracked, "odd")
+    assert producer.state("q", "odd") == "unknown"
+    began = time.monotonic()
+    with pytest.raises(ResultUnknown):
+        producer.result("q", "odd", timeout=None)
+    assert time.monotonic() - began < 2 and producer.cancel("q", "odd") == "unknown"
+
+
 @pytest.mark.parametrize("junk", [b"abc", b"-5", b"9" * 50, b"1e3", b"\xff\xfe", b""])
-def test_junk_in_the_declared_options_leaves_publishes_untracked(redis_url: str, redis_client: redis.Redis,
+def test_junk_in_the_declared_options_leaves_publishes_untracked(new_producer: Callable[..., Producer], redis_url: str, redis_client: redis.Redis,
                                                                  junk: bytes) -> None:
     """A result_ttl no consumer wrote (junk, negative, too long) reads as 0: publishes go on, untracked."""
     redis_client.hset(K.options, "result_ttl", junk)
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         mid = p.publish("q", 1)
         assert p.state("q", mid) == "unknown" and redis_client.llen(K.pending) == 1
 
 
-def test_options_and_partition_keys_of_the_wrong_type_cost_no_publish(redis_url: str,
+def test_options_and_partition_keys_of_the_wrong_type_cost_no_publish(new_producer: Callable[..., Producer], redis_url: str,
                                                                       redis_client: redis.Redis) -> None:
     """An options key holding a list: publishes go on untracked. A partition count Redis cannot read does
     not hide a declared result_ttl: the publish is tracked, on the queue itself."""
     redis_client.rpush(K.options, "x")
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         assert p.state("q", p.publish("q", 1)) == "unknown"
     redis_client.delete(K.options)
     redis_client.hset(K.options, "result_ttl", "30")
     redis_client.rpush(K.partitions, "x")
-    with Producer(redis_url) as p:
+    with new_producer(redis_url) as p:
         assert p.state("q", p.publish("q", 2)) == "waiting"
 
 

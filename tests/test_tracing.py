@@ -183,11 +183,12 @@ def test_an_exception_whose_text_raises_is_traced_without_harm(memory: Any, star
     assert bad.events[0].attributes["exception.message"] == "(its text could not be read)"
 
 
-def test_a_traced_producer_refuses_headers_that_are_not_a_mapping(redis_url: str) -> None:
+@pytest.mark.both_clients
+def test_a_traced_producer_refuses_headers_that_are_not_a_mapping(new_producer: Callable[..., Producer], redis_url: str) -> None:
     """Tracing on, headers a str or a list of pairs: MessageError, as with tracing off; a depends_on
     that is not a list: MessageError as ever (the links read nothing of it)."""
     from smqsup.errors import MessageError
-    with Producer(redis_url, tracing=True) as p:
+    with new_producer(redis_url, tracing=True) as p:
         for bad in ("x", [("a", 1)]):
             with pytest.raises(MessageError, match="headers must be a mapping"):
                 p.publish("q", 1, bad)  # type: ignore[arg-type]
@@ -312,12 +313,13 @@ def test_an_async_producers_held_child_keeps_its_trace_and_links(memory: Any, st
     assert [link.context.span_id for link in processed.links] == [sends[parent].context.span_id]
 
 
-def test_a_batchs_members_are_sent_in_spans_too(memory: Any, start: Callable[..., Running],
+@pytest.mark.both_clients
+def test_a_batchs_members_are_sent_in_spans_too(new_producer: Callable[..., Producer], memory: Any, start: Callable[..., Running],
                                                  redis_url: str) -> None:
     """Batch.publish and publish_many with tracing on: a send span each, the parent of the members'
     process spans."""
     start(lambda msg: None, tracing=True)
-    with Producer(redis_url, tracing=True) as p:
+    with new_producer(redis_url, tracing=True) as p:
         with p.batch(on_complete=("q", "all done")) as batch:
             batch.publish("q", 1)
             batch.publish_many("q", [2, 3])
@@ -328,9 +330,10 @@ def test_a_batchs_members_are_sent_in_spans_too(memory: Any, start: Callable[...
     assert len(sends) == 2 and len(members) == 3 and all(s.parent.span_id in sends for s in members)
 
 
-def test_a_failed_publish_ends_its_span_as_an_error(memory: Any) -> None:
+@pytest.mark.both_clients
+def test_a_failed_publish_ends_its_span_as_an_error(new_producer: Callable[..., Producer], memory: Any) -> None:
     """No Redis to reach: the send span ends with the error recorded."""
-    with Producer("redis://127.0.0.1:1/0", tracing=True) as p, pytest.raises(PublishNotSent):
+    with new_producer("redis://127.0.0.1:1/0", tracing=True) as p, pytest.raises(PublishNotSent):
         p.publish("q", 1)
     [send] = [s for s in memory.get_finished_spans() if s.name == "send q"]
     assert send.status.status_code.name == "ERROR" and send.events[0].name == "exception"

@@ -17,7 +17,7 @@ from smqsup.keys import QueueKeys
 from tests.helpers import wait_for
 from tests.inproc import NS, Running
 
-pytestmark = pytest.mark.topologies
+pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 
 
 def test_a_key_held_until_done_refuses_copies_while_waiting_and_running(start: Callable[..., Running],

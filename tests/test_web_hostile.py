@@ -29,6 +29,7 @@ from smqsup.views import browse
 from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
+from tests.shared_web import SharedWeb, shared_web_fixture, shared_web_servers  # noqa: F401 (fixtures used here)
 from tests.webserver import WebServer
 
 TOKEN = "hostile-test-token"
@@ -156,10 +157,10 @@ def check_log(server: WebServer, secrets: tuple[str, ...] = (TOKEN, PASSWORD)) -
 # --- the reproduced bugs, one at a time ------------------------------------------------
 
 
-def test_a_dead_letter_holding_nan_is_listed_as_strict_json(redis_client: redis.Redis, web: WebFactory) -> None:
+def test_a_dead_letter_holding_nan_is_listed_as_strict_json(shared_web: SharedWeb) -> None:
     """GET /api/queues/q/dead over a frame with a bare NaN answers strict JSON listing it."""
-    redis_client.lpush("smq:{q}:dead", NAN_DEAD_LETTER)
-    server = web()
+    shared_web.client.lpush("smq:{q}:dead", NAN_DEAD_LETTER)
+    server = shared_web.server
     status, headers, body = server.request("GET", "/api/queues/q/dead")
     assert status == 200 and headers["content-type"].startswith("application/json")
     listing = strict_json(body)
@@ -167,9 +168,10 @@ def test_a_dead_letter_holding_nan_is_listed_as_strict_json(redis_client: redis.
 
 
 @pytest.mark.parametrize("token", [None, TOKEN])
-def test_undecodable_headers_and_odd_arguments_get_a_json_4xx(web: WebFactory, token: Optional[str]) -> None:
+def test_undecodable_headers_and_odd_arguments_get_a_json_4xx(web: WebFactory, shared_web: SharedWeb,
+                                                              token: Optional[str]) -> None:
     """Raw 0xff in Authorization or Cookie, "²" or 5,000 digits, deep or non-UTF-8 bodies: a JSON 4xx, no traceback."""
-    server = web(*(("--token", token) if token else ()))
+    server = web("--token", token) if token else shared_web.server
     port = server.address.rsplit(":", 1)[1]
     auth = {"Authorization": b"Bearer " + token.encode()} if token else {}
     origin = {"Origin": f"http://{server.address}".encode()}
@@ -239,11 +241,10 @@ async def _first_messages(url: str, count: int, **headers: str) -> list[str]:
             return [await ws.receive_str(timeout=10) for _ in range(count)]
 
 
-def test_hostile_bytes_in_redis_still_give_200_and_valid_output(redis_client: redis.Redis,
-                                                                  web: WebFactory) -> None:
+def test_hostile_bytes_in_redis_still_give_200_and_valid_output(shared_web: SharedWeb) -> None:
     """Over garbage in every key it reads, each endpoint and the WebSocket answer 200 with strict JSON or metrics."""
-    seed_hostile(redis_client)
-    server = web()
+    seed_hostile(shared_web.client)
+    server = shared_web.server
     for path in ("/api/status", "/api/queues/q/history", "/api/queues/q/dead?limit=1000",
                  *(f"/api/queues/q/messages?state={state}&limit=1000" for state in browse.STATES)):
         status, _, body = server.request("GET", path)
@@ -310,9 +311,9 @@ def test_metrics_render_garbage_in_flight_figures_as_a_valid_exposition() -> Non
     assert not families["smqsup_queue_in_flight"].samples
 
 
-def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> None:
+def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(shared_web: SharedWeb) -> None:
     """'.' and '..' as the queue in the path, plain or %-encoded: a 4xx JSON error, never a listing."""
-    server = web()
+    server = shared_web.server
     origin = {"Origin": f"http://{server.address}".encode(), "Content-Type": b"application/json"}
     for method, target in (("GET", "/api/queues/./dead"), ("GET", "/api/queues/%2e%2e/dead"),
                            ("GET", "/api/queues/%2E/history"), ("GET", "/api/queues/../dead"),
@@ -327,9 +328,9 @@ def test_dot_and_dotdot_queue_names_in_the_path_get_a_4xx(web: WebFactory) -> No
 
 @pytest.mark.parametrize("path, name", [("/api/queues/q/history", "seconds"), ("/api/queues/q/dead", "limit"),
                                         ("/api/queues/q/messages", "limit")])
-def test_hostile_query_numbers_get_a_400_naming_the_argument(web: WebFactory, path: str, name: str) -> None:
+def test_hostile_query_numbers_get_a_400_naming_the_argument(shared_web: SharedWeb, path: str, name: str) -> None:
     """seconds / limit negative, zero, NaN, empty, huge, non-UTF-8, a lone surrogate or very long: 400, one line."""
-    server = web()
+    server = shared_web.server
     for value in ("-1", "0", "NaN", "nan", "inf", "", "1e3", "0x10", "+5", "%EF%BC%91", "9" * 5000, "%ff",
                   "%ED%A0%80", "%00", "1%0a2", "x" * 8000, "99999999999999999999999", "1" + "0" * 400):
         target = f"{path}?{name}={value}"
@@ -364,11 +365,11 @@ def _refusal(server: WebServer, method: str, target: str, body: bytes = b"",
 _BAD_QUEUES = ("a%7Bb%7D", "%7Bq%7D", "a:b", "%2e", "%2e%2e", "%ff", "%ED%A0%80", "%00", "a%20b", "x" * 300)
 
 
-def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(
-        redis_client: redis.Redis, web: WebFactory) -> None:
+def test_hostile_message_browser_and_pause_arguments_get_a_4xx_naming_them(shared_web: SharedWeb) -> None:
     """state, limit, ids, the queue in the path, the body and the method of the new endpoints: a JSON 4xx naming it."""
+    redis_client = shared_web.client
     redis_client.sadd("smq:queues", "q")
-    server = web()
+    server = shared_web.server
     for state in ("bogus", "", "PENDING", "dead%00", "%ff", "%ED%A0%80", "pending%20", "x" * 8000):
         status, problem = _refusal(server, "GET", f"/api/queues/q/messages?state={state}")
         assert status == 400 and problem.startswith("state: expected one of pending, scheduled, processing, dead"), \
@@ -560,13 +561,14 @@ def test_random_and_adversarial_requests_never_get_a_5xx(redis_client: redis.Red
 
 @pytest.mark.parametrize("state", [*browse.STATES, "dead-api"])
 def test_listing_1000_frames_of_1_mib_through_the_api_reads_a_bounded_number_of_bytes(
-        redis_client: redis.Redis, web: WebFactory, state: str) -> None:
+        shared_web: SharedWeb, state: str) -> None:
     """GET messages?limit=1000 (and dead?limit=1000) over 1000 frames of 1 MiB: 200, under 8.25 MiB read, every row."""
     from tests.test_listing_bounds import BOUND, K, seed, sent
 
+    redis_client = shared_web.client
     redis_client.config_set("appendonly", "no")  # a gigabyte need not reach the disk
     expected = seed(redis_client, state.removesuffix("-api"), 1 << 20)
-    server = web()
+    server = shared_web.server
     before = sent(redis_client, K.pending)
     path = ("/api/queues/q/dead?limit=1000" if state == "dead-api"
             else f"/api/queues/q/messages?state={state}&limit=1000")

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.client import results
+from smqsup.client import batches, results
 from smqsup.client.aio_flows import AsyncBatch, Steps
 from smqsup.client.checks import valid_url
 from smqsup.client.events import Reading
@@ -34,7 +34,7 @@ from smqsup.store.aio import AsyncBroker
 from smqsup.store.batches import BatchStatus
 from smqsup.store.events import BLOCK_SLICE_MS, Event
 from smqsup.store.queues import NOTHING_DECLARED, Declared
-from smqsup.store.tracking import Record
+from smqsup.store.records import Record
 
 
 class AsyncProducer:
@@ -153,7 +153,9 @@ class AsyncProducer:
     def batch(self, on_complete: Optional[tuple[str, Any]] = None,
               on_success: Optional[tuple[str, Any]] = None) -> AsyncBatch:
         """Producer.batch() for asyncio: ``async with producer.batch(...) as
-        batch:`` opens it, ``await batch.publish(...)``, closed at the end."""
+        batch:`` opens it, ``await batch.publish(...)``, closed at the end.
+        Its callbacks are checked here, as the Producer's (MessageError)."""
+        batches.callbacks(on_complete, on_success, self.max_message_size)
         return AsyncBatch(self._steps, on_complete, on_success)
 
     async def batch_status(self, batch_id: str) -> Optional[BatchStatus]:
@@ -200,9 +202,9 @@ class AsyncProducer:
         share one subscription connection."""
         wait_s = results.wait_s(timeout)
         found = await self._find(queue, message_id)
-        record = None if found is None else found[1]
-        if found is not None and not found[1].ended and wait_s > 0:
-            record = await self._broker.tracking.wait(found[0], message_id, wait_s)
+        where = results.to_wait(found, wait_s)
+        record = await self._broker.tracking.wait(where, message_id, wait_s) if where is not None \
+            else None if found is None else found[1]
         return results.result_of(record, queue, message_id, timeout)
 
     async def state(self, queue: str, message_id: str) -> str:

@@ -50,10 +50,21 @@ def callback(value: object, what: str) -> Optional[tuple[str, Any]]:
     return valid_name(value[0], f"{what}: queue"), value[1]
 
 
-def callback_frame(queue: str, body: Any, batch: str, head: bytes, max_size: int) -> tuple[str, str]:
-    """The frame of a callback up to its summary, and what follows it
-    (scripts/batch_settle.lua writes the summary between)."""
-    body_json = message.bounded_json(body, f"callback on {queue!r}: body", max_size)
+def callbacks(on_complete: object, on_success: object, max_size: int) -> list[tuple[str, str, str]]:
+    """(field "complete" or "success", queue, body as JSON) of each callback
+    given, checked before anything is sent, by both producers: MessageError
+    for none, not a pair, a queue that cannot exist, a body that is not JSON
+    or over ``max_size``. The first one's queue is the batch's home."""
+    complete, success = callback(on_complete, "on_complete"), callback(on_success, "on_success")
+    if complete is None and success is None:
+        raise MessageError("batch: give on_complete or on_success (a (queue, body) pair)")
+    return [(name, cb[0], message.bounded_json(cb[1], f"callback on {cb[0]!r}: body", max_size))
+            for name, cb in (("complete", complete), ("success", success)) if cb is not None]
+
+
+def callback_frame(queue: str, body_json: str, batch: str, head: bytes) -> tuple[str, str]:
+    """The frame of a callback (its body already JSON) up to its summary, and
+    what follows it (scripts/batch_settle.lua writes the summary between)."""
     prefix = head + ('{"id":%s,"queue":%s,"body":{"batch":%s,"body":%s' % (
         json.dumps(new_id()), json.dumps(queue), json.dumps(batch), body_json)).encode()
     return prefix.decode(), ',"created_at":%r,"headers":{}}' % round(time.time(), 6)

@@ -116,20 +116,16 @@ def open_batch(producer: Producer, on_complete: Optional[tuple[str, Any]],
     their body: {"batch", "body" (the given one), "done", "failed",
     "failures" (the first 100: {"id", "queue", "reason"})}. At least
     one callback (MessageError)."""
-    complete, success = batches.callback(on_complete, "on_complete"), batches.callback(on_success, "on_success")
-    if complete is None and success is None:
-        raise MessageError("batch: give on_complete or on_success (a (queue, body) pair)")
-    home = (complete or success or ("", None))[0]
+    given = batches.callbacks(on_complete, on_success, producer._core.max_message_size)
+    home = given[0][1]
     bid = new_id()
     fields: dict[str, Any] = {"created_ms": int(time.time() * 1000), "success_queue": ""}
-    for name, cb in (("complete", complete), ("success", success)):
-        if cb is not None:
-            said = producer._declared(cb[0])[1]
-            head = batches.frame_head_of(said.result_ttl_s, said.events_max)
-            fields[name], fields["tail"] = batches.callback_frame(cb[0], cb[1], public_id(home, bid), head,
-                                                                  producer._core.max_message_size)
-    if success is not None and success[0] != home:
-        fields["success_queue"] = success[0]
+    for name, queue, body_json in given:
+        said = producer._declared(queue)[1]
+        head = batches.frame_head_of(said.result_ttl_s, said.events_max)
+        fields[name], fields["tail"] = batches.callback_frame(queue, body_json, public_id(home, bid), head)
+        if name == "success" and queue != home:
+            fields["success_queue"] = queue
     producer._broker.batches.open(home, bid, fields)
     return batches.Batch(producer, home, bid)
 

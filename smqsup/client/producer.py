@@ -31,7 +31,7 @@ from smqsup.store.batches import BatchStatus, parse_id
 from smqsup.store.broker import Broker
 from smqsup.store.events import Event
 from smqsup.store.queues import Declared
-from smqsup.store.tracking import Record
+from smqsup.store.records import Record
 
 
 class Producer:
@@ -246,9 +246,9 @@ class Producer:
         time, ResultUnknown if it was never tracked or its result_ttl passed."""
         wait_s = results.wait_s(timeout)
         found = self._find(queue, message_id)
-        record = None if found is None else found[1]
-        if found is not None and not record.ended and wait_s > 0:  # type: ignore[union-attr]
-            record = self._broker.tracking.wait(found[0], message_id, wait_s)
+        where = results.to_wait(found, wait_s)
+        record = self._broker.tracking.wait(where, message_id, wait_s) if where is not None \
+            else None if found is None else found[1]
         return results.result_of(record, queue, message_id, timeout)
 
     def state(self, queue: str, message_id: str) -> str:

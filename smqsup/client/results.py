@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from smqsup import safe
 from smqsup.errors import MessageError, MessageFailed, ResultUnknown
-from smqsup.store.tracking import Record
+from smqsup.store.records import Record
 
 #: What state() says of a message nothing is known of.
 UNKNOWN = "unknown"
@@ -47,12 +47,22 @@ def unknown(queue: str, message_id: str) -> ResultUnknown:
                          "with result_ttl; or its result_ttl passed)")
 
 
+def to_wait(found: Optional[tuple[str, Record]], wait_s: float) -> Optional[str]:
+    """The partition result() waits on, given what the first read ``found``
+    (partition, record) and its wait ``wait_s``: None when the answer is
+    already known (no record, a final one: ended or garbage) or no wait is asked."""
+    if found is None or found[1].final or wait_s <= 0:
+        return None
+    return found[0]
+
+
 def result_of(record: Optional[Record], queue: str, message_id: str, timeout_s: Optional[float]) -> Any:
     """The result of a message whose record is ``record`` after a wait of
     ``timeout_s``: its handler's return value once done; MessageFailed once
     it ended in the dead letters; TimeoutError while it has not ended;
-    ResultUnknown without a record."""
-    if record is None:
+    ResultUnknown without a record, or with one that is garbage (state
+    "unknown": nothing will ever end it)."""
+    if record is None or record.state == UNKNOWN:
         raise unknown(queue, message_id)
     if record.state == "done":
         return _decoded(record.result)
@@ -71,7 +81,8 @@ def state_of(record: Optional[Record]) -> str:
 
 
 def progress_of(record: Optional[Record], queue: str, message_id: str) -> Any:
-    """The last progress its handler reported (None: none yet); ResultUnknown without a record."""
-    if record is None:
+    """The last progress its handler reported (None: none yet); ResultUnknown
+    without a record, or with one that is garbage."""
+    if record is None or record.state == UNKNOWN:
         raise unknown(queue, message_id)
     return _decoded(record.progress)

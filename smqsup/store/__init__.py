@@ -19,7 +19,9 @@ redis-py's errors into smqsup's.
 - lag.py: Lags: the lag of queues (their oldest ready message's age, Redis clock), QueueLag.
 - supervisors.py: Supervisors, SupervisorInfo: what each supervisor says of its consumers of a queue.
 - schedules.py: Schedules in Redis, and reading their definitions back.
-- tracking.py: Tracking: tracked messages' records (Record), waits for their end, progress.
+- tracking.py: Tracking: tracked messages' records read, waits for their end, progress; run(), the plans' sync driver.
+- records.py: Record, a tracked message's record as readers see it (parse, found_in); no I/O.
+- plans.py: where a message is, its record, a cancel's answer, when a wait stops: decided once, no I/O, for both drivers.
 - events.py: Events: queues' event streams read, one Event per entry, partitions merged.
 - outbox.py: the outboxes in queues' deps sets: read by kind, grouped by target, one script a target, cleared.
 - keytypes.py: which of a queue's keys hold another type than the scripts need (one line a key).
@@ -27,13 +29,14 @@ redis-py's errors into smqsup's.
 - batches.py: Batches: batches opened, grown, their members' ends counted, callbacks fired once, read.
 - workflows.py: Workflows: dependencies, children held, registered with their parents, told, released.
 - waiters.py: Subscriber, the one pub/sub connection a process's waits share.
+- subscriptions.py: Channels, that shared subscription's protocol (what to send, what a reply means); no I/O.
 - consumer_info.py: ConsumerInfo, what a heartbeat says; RateMeter, its rate.
 - connection.py: connect(), check_server(), wrapped(), a batch's round trip.
 - hotline.py: HotLine, the connection held per thread for the hot path.
 - cluster.py: Redis Cluster routing of batches and of the held connection.
 - aio.py: AsyncBroker, the publish and tracking operations on redis.asyncio (the AsyncProducer's).
 - aio_cluster.py: Redis Cluster routing of those on redis.asyncio; one round trip on a connection.
-- aio_tracking.py: AsyncTracking: tracked messages' records read and their ends awaited, on redis.asyncio.
+- aio_tracking.py: AsyncTracking: the plans' driver on redis.asyncio (records read, cancels, ends awaited).
 - aio_events.py: AsyncEvents: queues' event streams read on redis.asyncio.
 - aio_waiters.py: AsyncSubscriber, the one pub/sub connection and reading task an AsyncBroker's waits share.
 - scripts/: the Lua scripts and their typed wrappers (its own map).

@@ -163,11 +163,12 @@ class AsyncBroker:
             k = self._keys[queue] = QueueKeys(self.namespace, queue)
         return k
 
-    async def partitions(self, queue: str) -> int:
+    async def partitions(self, queue: str, *, fresh: bool = False) -> int:
         """store.queues.Queues.partitions(), the count read again at most every
-        PARTITIONS_READ_S; publishes awaited together share one reading."""
+        PARTITIONS_READ_S (at once when ``fresh``); publishes awaited
+        together share one reading."""
         known = self._partitions.get(queue)
-        if known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
+        if not fresh and known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
             return known[0]
         reading = self._reading.get(queue)
         if reading is None:

@@ -11,7 +11,8 @@ SUBSCRIBE it needs: anything published from then on reaches it), reads
 the record, and waits for ``changed`` before it reads again. Redis answers
 a connection's commands in order, so the confirmations of a channel are
 counted: a watch waits for the confirmation of the SUBSCRIBE sent after
-the channel's last UNSUBSCRIBE, never an older one's. watch() and unwatch()
+the channel's last UNSUBSCRIBE, never an older one's (subscriptions.py:
+the protocol, the threaded driver's too). watch() and unwatch()
 only queue their commands (one sending task writes them in order), so a
 waiter cancelled between the two leaves no command half sent. If the
 connection fails, every watch is told (``lost``) and woken; a waiter that
@@ -29,41 +30,16 @@ from typing import Any, Optional
 
 import redis.exceptions as rexc
 
+from smqsup.store import subscriptions
+
 log = logging.getLogger(__name__)
 
 #: Longest the reading task blocks in one read, s (then it reads again; close() cancels it).
 _READ_S = 60.0
 
 
-class AsyncWatch:
-    """One waiter's view of one channel: ``needs`` is the count of the
-    channel's confirmations after which it is subscribed."""
-
-    __slots__ = ("channel", "needs", "subscribed", "changed", "lost", "refused")
-
-    def __init__(self, channel: str, needs: int) -> None:
-        self.channel = channel
-        self.needs = needs
-        self.subscribed = asyncio.Event()
-        self.changed = asyncio.Event()
-        self.lost = False
-        #: Redis's refusal of a SUBSCRIBE (the connection then counts as lost).
-        self.refused: Optional[Exception] = None
-
-
-class _Channel:
-    """A channel's watches, SUBSCRIBEs sent and confirmed on the current connection."""
-
-    __slots__ = ("watches", "sent", "confirmed")
-
-    def __init__(self) -> None:
-        self.watches: set[AsyncWatch] = set()
-        self.sent = 0
-        self.confirmed = 0
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+#: One waiter's view of one channel (subscriptions.Watch, its events asyncio's).
+AsyncWatch = subscriptions.Watch[asyncio.Event]
 
 
 class AsyncSubscriber:
@@ -77,7 +53,7 @@ class AsyncSubscriber:
         self._opening: Optional[asyncio.Future[None]] = None
         self._sending = False
         self._outbox: list[tuple[str, str]] = []
-        self._channels: dict[str, _Channel] = {}
+        self._channels: subscriptions.Channels[asyncio.Event] = subscriptions.Channels(asyncio.Event)
         #: The reading and sending tasks (close() cancels them).
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -85,33 +61,15 @@ class AsyncSubscriber:
         """Start watching ``channel`` (see the module's docstring). Raises
         what redis-py raises when the connection cannot be made."""
         await self._connected()
-        ch = self._channels.get(channel)
-        if ch is None:
-            ch = self._channels[channel] = _Channel()
-        if not ch.watches:
-            ch.sent += 1
+        w, subscribe = self._channels.watch(channel)
+        if subscribe:
             self._command("SUBSCRIBE", channel)
-        w = AsyncWatch(channel, ch.sent)
-        if ch.confirmed >= w.needs:
-            w.subscribed.set()
-        ch.watches.add(w)
         return w
 
     def unwatch(self, w: AsyncWatch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it). Never awaits."""
-        ch = self._channels.get(w.channel)
-        if ch is None or w not in ch.watches:  # (lost: its connection's channels are gone)
-            return
-        ch.watches.discard(w)
-        if not ch.watches:
+        if self._channels.unwatch(w):
             self._command("UNSUBSCRIBE", w.channel)
-            self._forget_if_idle(w.channel, ch)
-
-    def _forget_if_idle(self, channel: str, ch: _Channel) -> None:
-        """Drop a channel no one watches once its SUBSCRIBEs are all confirmed
-        (a confirmation still coming must find the count it belongs to)."""
-        if not ch.watches and ch.confirmed >= ch.sent:
-            self._channels.pop(channel, None)
 
     async def _connected(self) -> None:
         """Make the connection and start its reading task if there is none;
@@ -189,21 +147,8 @@ class AsyncSubscriber:
             await self._drop(conn)
 
     def _deliver(self, reply: Any) -> None:
-        if not isinstance(reply, (list, tuple)) or len(reply) < 3:
-            return
-        kind, channel = _text(reply[0]), _text(reply[1])
-        ch = self._channels.get(channel)
-        if ch is None:
-            return
-        if kind == "subscribe":
-            ch.confirmed += 1
-            for w in ch.watches:
-                if w.needs <= ch.confirmed:
-                    w.subscribed.set()
-            self._forget_if_idle(channel, ch)
-        elif kind == "message":
-            for w in ch.watches:
-                w.changed.set()
+        if isinstance(reply, (list, tuple)) and len(reply) >= 3:
+            self._channels.heard(reply[0], reply[1])
 
     async def _drop(self, conn: Any, refusal: Optional[Exception] = None) -> None:
         """``conn`` is gone (failed, closed, or a command refused: ``refusal``):
@@ -211,12 +156,7 @@ class AsyncSubscriber:
         if self._conn is conn:
             self._conn = None
             self._outbox.clear()
-            channels, self._channels = self._channels, {}
-            for ch in channels.values():
-                for w in ch.watches:
-                    w.lost, w.refused = True, refusal
-                    w.subscribed.set()
-                    w.changed.set()
+            self._channels.lost(refusal)
         await conn.disconnect(nowait=True)
 
     async def close(self) -> None:

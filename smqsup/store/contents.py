@@ -14,7 +14,7 @@ from typing import Any, Optional, cast
 from smqsup import defaults, framing, safe
 from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
-from smqsup.store import scripts
+from smqsup.store import plans, scripts, tracking
 from smqsup.store.connection import wrapped
 from smqsup.store.link import LOGGER, Link, text
 
@@ -23,7 +23,7 @@ log = logging.getLogger(LOGGER)
 PURGE_CHUNK = 1000
 #: Entries read per page while going through the waiting messages, and
 #: messages removed per remove script call.
-PAGE = 1000
+PAGE = plans.PAGE
 
 
 class Contents:
@@ -114,27 +114,9 @@ class Contents:
         """Cancel ``message_id`` in the partitions ``names`` of a queue, looked
         for among the waiting messages, then in the lists of the registered
         consumers, partition by partition until one knows it: "cancelled",
-        "stopping", the state it ended in, or "unknown" (cancel.lua)."""
-        for name in names:
-            seen, frame = self._locate(name, message_id)
-            with wrapped(f"cancel message {message_id!r} of {name!r}"):
-                answer = scripts.cancel(self._link.keys(name), message_id, seen, frame).run(self._link.client)
-            if answer != "unknown":
-                return answer
-        return "unknown"
-
-    def _locate(self, queue: str, message_id: str) -> tuple[str, bytes]:
-        """(where, frame) of ``message_id``: a waiting place, "processing", or ("", b"")."""
-        for where, frame in self.waiting(queue):
-            if framing.peek_id(framing.member_frame(frame) if where == "group" else frame) == message_id:
-                return where, frame
-        k = self._link.keys(queue)
-        with wrapped(f"look for message {message_id!r} of {queue!r}"):
-            for cid in self.holders(queue):
-                for frame in self._link.client.lrange(k.processing(cid), 0, -1):
-                    if framing.peek_id(frame) == message_id:
-                        return "processing", frame
-        return "", b""
+        "stopping", the state it ended in, or "unknown" (plans.cancel())."""
+        with wrapped(f"cancel message {message_id!r} of {names[0]!r}"):
+            return tracking.run(self._link, plans.cancel(self._link.keys, names, message_id))
 
     # --- dead letters --------------------------------------------------------
 

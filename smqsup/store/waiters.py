@@ -12,7 +12,8 @@ record, and waits for ``changed`` before it reads again. If the connection
 fails, every watch is told (``lost``) and woken; a waiter that still waits
 watches again, on a new connection. If Redis refuses a SUBSCRIBE (an ACL
 without the channels: NOPERM), every watch is told that too (``refused``):
-watching again would only be refused again.
+watching again would only be refused again. What to send and what each
+reply means is subscriptions.py's, the asyncio driver's too (aio_waiters.py).
 """
 
 from __future__ import annotations
@@ -24,53 +25,43 @@ from typing import Any, Optional
 
 import redis.exceptions as rexc
 
+from smqsup.store import subscriptions
+
 log = logging.getLogger(__name__)
 
 #: Longest the reading thread blocks at once, s (how soon it sees close()).
 _READ_S = 1.0
 
 
-class Watch:
-    """One waiter's view of one channel."""
-
-    __slots__ = ("channel", "subscribed", "changed", "lost", "refused")
-
-    def __init__(self, channel: str) -> None:
-        self.channel = channel
-        self.subscribed = threading.Event()
-        self.changed = threading.Event()
-        self.lost = False
-        #: Redis's refusal of a SUBSCRIBE (the connection then counts as lost).
-        self.refused: Optional[Exception] = None
+#: One waiter's view of one channel (subscriptions.Watch, its events threading's).
+Watch = subscriptions.Watch[threading.Event]
 
 
 class Subscriber:
-    """The shared subscription of one Broker. Thread-safe."""
+    """The shared subscription of one Broker: subscriptions.Channels says
+    what to send and what each reply means; this sends and reads, on
+    redis-py's PubSub and one reading thread. Thread-safe."""
 
     def __init__(self, open_pubsub: Callable[[], Any]) -> None:
         self._open = open_pubsub
         self._lock = threading.Lock()
-        self._watches: dict[str, list[Watch]] = {}
+        self._channels: subscriptions.Channels[threading.Event] = subscriptions.Channels(threading.Event)
         self._pubsub: Any = None
         self._reader: Optional[threading.Thread] = None
 
     def watch(self, channel: str) -> Watch:
         """Start watching ``channel``; the watch's ``subscribed`` is set once
-        Redis confirmed it (at once when another waiter had it already).
+        Redis confirmed its SUBSCRIBE (at once when another waiter's was).
         Raises what the connection raises when the SUBSCRIBE cannot be sent."""
-        w = Watch(channel)
         with self._lock:
             if self._pubsub is None:
                 self._pubsub = self._open()
-            watches = self._watches.setdefault(channel, [])
-            if watches and watches[0].subscribed.is_set():
-                w.subscribed.set()
-            watches.append(w)
-            if len(watches) == 1:
+            w, subscribe = self._channels.watch(channel)
+            if subscribe:
                 try:
                     self._pubsub.subscribe(channel)
                 except Exception:
-                    self._drop(w)
+                    self._channels.unwatch(w)
                     raise
             if self._reader is None:
                 self._reader = threading.Thread(target=self._read, args=(self._pubsub,), daemon=True,
@@ -81,21 +72,11 @@ class Subscriber:
     def unwatch(self, w: Watch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it)."""
         with self._lock:
-            if self._drop(w) and self._pubsub is not None and not w.lost:
+            if self._channels.unwatch(w) and self._pubsub is not None:
                 try:
                     self._pubsub.unsubscribe(w.channel)
                 except Exception:  # noqa: BLE001 - the reader sees the connection fail and starts over
                     log.debug("unsubscribe of %s failed", w.channel, exc_info=True)
-
-    def _drop(self, w: Watch) -> bool:
-        """Forget ``w``; whether it was its channel's last watch."""
-        watches = self._watches.get(w.channel, [])
-        if w in watches:
-            watches.remove(w)
-        if watches:
-            return False
-        self._watches.pop(w.channel, None)
-        return True
 
     def _read(self, pubsub: Any) -> None:
         """The reading thread: hand each confirmation and publication to the
@@ -114,14 +95,8 @@ class Subscriber:
         self._lost(pubsub)
 
     def _deliver(self, message: dict[str, Any]) -> None:
-        channel = message.get("channel")
-        name = channel.decode("utf-8", "replace") if isinstance(channel, bytes) else str(channel)
         with self._lock:
-            watches = list(self._watches.get(name, ()))
-        for w in watches:
-            if message.get("type") == "subscribe":
-                w.subscribed.set()
-            w.changed.set()
+            self._channels.heard(message.get("type"), message.get("channel"))
 
     def _lost(self, pubsub: Any, refusal: Optional[Exception] = None) -> None:
         """The connection is gone (failed, closed, or a command refused:
@@ -130,12 +105,7 @@ class Subscriber:
         with self._lock:
             if self._pubsub is pubsub:
                 self._pubsub, self._reader = None, None
-            lost = [w for watches in self._watches.values() for w in watches]
-            self._watches.clear()
-        for w in lost:
-            w.lost, w.refused = True, refusal
-            w.subscribed.set()
-            w.changed.set()
+                self._channels.lost(refusal)
         try:
             pubsub.close()
         except Exception:  # noqa: BLE001 - closing a broken connection
@@ -146,6 +116,7 @@ class Subscriber:
         they still wait); the reading thread ends with it."""
         with self._lock:
             pubsub, self._pubsub, self._reader = self._pubsub, None, None
+            self._channels.lost()
         if pubsub is not None:
             try:
                 pubsub.close()

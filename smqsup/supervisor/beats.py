@@ -126,6 +126,7 @@ class Heartbeats:
             if c.concurrency == 1 and place == 0 and self.pool.slots.read(c.slot).busy_since_us:
                 log.warning("queue %s: message %s was cancelled while consumer #%d (pid %d) runs it; replacing "
                             "the consumer to stop its handler", logical_name(part), mid, c.index, c.pid)
+                c.stopping_for(StopReason.CANCEL, None)
                 signal_child(c.pid, signal.SIGKILL)
             else:
                 signal_child(c.pid, signal.SIGUSR2)

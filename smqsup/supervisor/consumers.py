@@ -225,6 +225,10 @@ class Consumers:
             self._reclaim(c, costs, f"timeout after {limit:g} s", threshold, started)
             log.error("queue %s: consumer #%d (pid %d) killed: message_timeout %gs passed",
                       c.queue, c.index, c.pid, limit)
+        elif c.stop_reason is StopReason.CANCEL:
+            self._reclaim(c, costs, "cancelled", threshold, started)
+            log.warning("queue %s: consumer #%d (pid %d) was replaced to stop a cancelled message (%s); the "
+                        "message is dead-lettered \"cancelled\"", c.queue, c.index, c.pid, cause)
         elif c.stop is not None:
             self._reclaim(c, costs, cause if costs else c.stop.reason.value, threshold, started)
             log.info("queue %s: consumer #%d (pid %d) stopped (%s): %s", c.queue, c.index, c.pid,

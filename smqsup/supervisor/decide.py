@@ -135,8 +135,10 @@ def costs_attempt(c: Child) -> bool:
     that no message is redelivered for ever; so does a message_timeout kill.
     A stop we asked for is free, our SIGKILL at its deadline included; any
     other death during it is not (a clean exit has emptied its list already).
+    A cancel's SIGKILL costs one too (the message ran; its reclaim
+    dead-letters it "cancelled" whatever the cost).
     """
-    if c.stop is None or c.stop.reason is StopReason.TIMEOUT:
+    if c.stop is None or c.stop.reason in (StopReason.TIMEOUT, StopReason.CANCEL):
         return True
     return not c.stop.killed_by_us
 

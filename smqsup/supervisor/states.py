@@ -75,7 +75,7 @@ def checked(moves: dict[State, frozenset[State]], old: State, new: State) -> Sta
 
 
 class StopReason(str, enum.Enum):
-    """Why the parent stopped a child; every one but TIMEOUT is free of cost."""
+    """Why the parent stopped a child; every one but TIMEOUT and CANCEL is free of cost."""
 
     SHUTDOWN = "shutdown"
     SCALE_DOWN = "scale-down"
@@ -84,6 +84,7 @@ class StopReason(str, enum.Enum):
     RECYCLE = "max_memory"
     DECLARED_DEAD = "declared dead by the garbage collector"
     TIMEOUT = "timeout"
+    CANCEL = "its message was cancelled"  # SIGKILLed at once; the message it ran costs its attempt
 
 
 @dataclass

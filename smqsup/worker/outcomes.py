@@ -136,10 +136,11 @@ class Judge:
         log.info("queue %s: message %s cancelled", where, msg.id, extra=_about(msg))
         return self.cancelled_frame(msg.id)
 
-    def cancelled_frame(self, message_id: Optional[str]) -> Outcome:
-        """The outcome of a cancelled message (run or not)."""
+    def cancelled_frame(self, message_id: Optional[str], started: bool = True) -> Outcome:
+        """The outcome of a cancelled message: its attempt counted if it was
+        ``started`` (as a failure's is), not if it never ran (nack.lua's -2)."""
         meta = scripts.meta_json("cancelled", message_id=message_id, consumer=self.identity.consumer_id)
-        return Outcome(False, meta, threshold=-1, dead_event="cancelled")
+        return Outcome(False, meta, threshold=-1 if started else -2, dead_event="cancelled")
 
     def _rejected(self, msg: message.Message, exc: Reject, where: str) -> Outcome:
         """Reject: dead-letter now, whatever the attempts."""

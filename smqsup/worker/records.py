@@ -54,7 +54,7 @@ class Outcome:
 
     ok: bool
     meta: str = ""  # dead-letter metadata (failures only)
-    threshold: int = 0  # retry_threshold, or -1 to dead-letter at once
+    threshold: int = 0  # retry_threshold, or -1 to dead-letter at once (-2: without an attempt, never started)
     delay_ms: int = 0
     dead_event: str = ""  # a counter to add 1 to when dead-lettered ("rejected")
     result: Optional[str] = None  # a tracked message's result, JSON text (ok only)

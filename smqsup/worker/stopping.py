@@ -71,7 +71,7 @@ class Stopper:
                 self._cancel(held[mid])
             elif (frame := waiting.get(mid)) is not None:
                 in_hand.waiting.remove(frame)
-                self.settler.finished.append(Attempt(frame, None, outcome=self.judge.cancelled_frame(mid)))
+                self.settler.finished.append(Attempt(frame, None, outcome=self.judge.cancelled_frame(mid, started=False)))
 
     def _cancel(self, att: Attempt) -> None:
         assert att.msg is not None

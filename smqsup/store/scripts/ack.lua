@@ -15,6 +15,11 @@
 -- KEYS[14..19] its group keys (includes/groups.lua: a grouped frame acked
 --          frees its group's slot; a ticket taken is redeemed; KEYS[14..16]
 --          ready, count, state)
+-- KEYS[20] its cancel set (includes/track.lua): a message whose cancel was
+--          asked is dead-lettered "cancelled" (into KEYS[7], counted
+--          "cancelled", not "acked"), never "done"; the hot path reads it
+--          in the EXISTS it makes anyway, so it costs nothing while no
+--          message of the queue has a cancel pending
 -- ARGV[1]  the frame being acked: the exact bytes the consumer fetched
 -- ARGV[2]  "1": also take the next ready frame into KEYS[1]; "0": do not
 -- ARGV[3]  the consumer's id
@@ -54,8 +59,8 @@
 -- next BLMOVE reports the key). Counters use redis.pcall as well: a counters
 -- hash that holds garbage costs its statistics, never the ack.
 -- Runs once a message. The hot path (a plain frame acked, a registered
--- consumer, a queue with no rate limit, no priority set and no paused flag,
--- a plain frame next) calls LREM, HINCRBY,
+-- consumer, a queue with no rate limit, no priority set, no paused flag
+-- and no cancel pending, a plain frame next) calls LREM, HINCRBY,
 -- HEXISTS, EXISTS and LMOVE and returns before the includes below it
 -- (after a grouped frame, the LMOVE rotates the pending list, and a
 -- group's turn found there is redeemed inline: see below): their
@@ -86,8 +91,10 @@ local grouped = not simple and light and string.find(frame, GROUP_ONLY_HEAD) ~= 
 -- or of the pending list ("rotated": already back at the far end).
 local rotated = false
 if not result and (simple or grouped) then
-  if redis.call('HEXISTS', consumers, consumer_id) == 0 then return {acked, false, 0, 0, 0} end
-  if not limited and redis.call('EXISTS', KEYS[6], KEYS[5]) == 0 then
+  if redis.call('HEXISTS', consumers, consumer_id) == 0 then
+    -- (declared dead: nothing is taken; a cancel pending is still honoured below)
+    if acked == 0 or redis.pcall('EXISTS', KEYS[20]) ~= 1 then return {acked, false, 0, 0, 0} end
+  elseif not limited and redis.call('EXISTS', KEYS[6], KEYS[5], KEYS[20]) == 0 then
     if not wanted then return {acked, false, 1, 0, 0} end
     if grouped then
       -- After a grouped frame the next item is most likely a group's turn,
@@ -152,10 +159,13 @@ end
 
 --- @include "fetch_next"
 groups_use(14, pending, nil, ARGV[8], ARGV[9], ARGV[10])
-local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
+local T = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13], cancel = KEYS[20]}
 -- (a frame that is not plain ends here: its record, its event, its links,
--- its group's slot)
-if acked == 1 and (result or not plain(frame)) then
+-- its group's slot; one whose cancel was asked ends "cancelled")
+if acked == 1 and end_if_cancelled(KEYS[7], counters, now_ms(), frame, T) then
+  if count then redis.pcall('HINCRBY', counters, 'acked', -1) end  -- (counted above, before it was known)
+  group_settled(frame)
+elseif acked == 1 and (result or not plain(frame)) then
   track(T, frame, 'done', 'done', nil, nil, result or 'null')
   group_settled(frame)
 end

@@ -14,35 +14,43 @@
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 --          (includes/track.lua)
 -- KEYS[12], KEYS[13] its groups' ready set and counts (includes/groups.lua)
+-- KEYS[14] (ARGV[2] "processing") the list of the consumer it was seen in
 -- ARGV[1]  the message's id
 -- ARGV[2]  where it was seen: "pending", "priority", "scheduled", "delayed",
 --          "group" (its group's ready set), "processing" (a consumer's
 --          list), or "" (nowhere)
 -- ARGV[3]  the frame seen there ("" when nowhere; its member for "group")
 --
--- Returns "cancelled" (it waited: dead-lettered now), "stopping" (taken by a
--- consumer, or seen waiting and taken since: its consumer stops it), the
--- state it ended in ("done", "dead", "cancelled": a tracked message), or
--- "unknown" (seen nowhere, no record: finished untracked, or never was).
--- Asking twice is harmless. Cancel requests go after CANCEL_KEEP_MS.
+-- Returns "cancelled" (it waited: dead-lettered now), "stopping" (in
+-- KEYS[14] now, or a tracked message not ended: its consumer stops it), the
+-- state it ended in ("done", "dead", "cancelled": a tracked message),
+-- "moved" (seen in KEYS[14] or waiting, not there now: the caller looks
+-- again), or "unknown" (seen nowhere, no record: finished untracked, or
+-- never was; a record that is garbage counts as none: includes/record_state).
+-- Asking twice is harmless.
+-- The cancel set gets an id only while its message is in a consumer's list
+-- (KEYS[14], checked here) or, tracked, has not ended: every script that
+-- takes a message out of a consumer's list ends it "cancelled" and removes
+-- the id (includes/track.lua), so a cancel lasts as long as its message,
+-- however long its retries wait, and no id is left behind by a message
+-- that ended between the caller's look and this script.
 -- A key of the wrong type among KEYS[1..5] is an error reply "WRONGTYPE ..."
 -- before anything is written; the others' garbage costs records only.
 local where = {pending = KEYS[1], priority = KEYS[2], scheduled = KEYS[3], delayed = KEYS[4]}
 local dead, counters = KEYS[5], KEYS[6]
 local T = {hash = KEYS[7], expiry = KEYS[8], cancel = KEYS[9], events = KEYS[10], deps = KEYS[11]}
 local id, seen, frame = ARGV[1], ARGV[2], ARGV[3]
-local CANCEL_KEEP_MS = 3600000
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "dead_letter"
 --- @include "groups"
+--- @include "record_state"
 groups_use_ready(KEYS[12], KEYS[13])
 
 local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'},
                            {dead, 'list'}})
 if refused then return refused end
 local at_ms = now_ms()
-redis.pcall('ZREMRANGEBYSCORE', T.cancel, '-inf', at_ms - CANCEL_KEEP_MS)
 local key, removed = where[seen], 0
 if seen == 'group' then
   local taken = group_unready(frame)
@@ -58,9 +66,9 @@ if removed > 0 then
   redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
   return 'cancelled'
 end
-local record = redis.pcall('HGET', T.hash, id)
-local state = type(record) == 'string' and string.match(record, '^{"state":"(%a+)"') or nil
+local state = record_state(redis.pcall('HGET', T.hash, id))
 if state == 'done' or state == 'dead' or state == 'cancelled' then return state end
-if seen == '' and not state then return 'unknown' end
+local here = seen == 'processing' and type(redis.pcall('LPOS', KEYS[14], frame)) == 'number'
+if not here and not state then return seen == '' and 'unknown' or 'moved' end
 redis.pcall('ZADD', T.cancel, at_ms, id)
 return 'stopping'

@@ -17,6 +17,7 @@
 -- parent's end overwrites it and tells the child.
 local tracked, expiry, deps, child = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 --- @include "now_ms"
+--- @include "record_state"
 
 local at_ms = now_ms()
 local out = {}
@@ -26,7 +27,7 @@ for i = 2, #ARGV do
   local gone = tonumber(redis.call('ZSCORE', expiry, pid) or '')
   local outcome, data = 'unknown', ''
   if raw and not (gone and gone <= at_ms) then
-    local state = string.match(raw, '^{"state":"(%l+)"')
+    local state = record_state(raw)
     if state == 'done' then
       outcome, data = 'done', redis.call('HGET', tracked, pid .. ':r') or 'null'
     elseif state == 'dead' or state == 'cancelled' then

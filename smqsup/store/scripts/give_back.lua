@@ -14,34 +14,45 @@
 --          (a grouped frame frees its group's slot and goes back to the front
 --          of its group; a ticket goes back as it is, unless its group was
 --          paused since: group_turn_back)
+-- KEYS[12] its cancel set, KEYS[13] its dead-letter list, KEYS[14] its
+--          counters hash, KEYS[15] its dependencies (includes/track.lua,
+--          includes/deps.lua): a frame whose cancel was asked is
+--          dead-lettered "cancelled" instead, its attempts unchanged
 -- ARGV[1..n] the frames, the exact bytes taken, in the order they were taken
 --
 -- Returns how many went back: a frame no longer in KEYS[1] (reclaimed
 -- meanwhile, the consumer declared dead) is left alone, so another copy of
 -- the message is never pushed twice.
--- A key of the wrong type among KEYS[1, 2] is an error reply "WRONGTYPE ..."
+-- A key of the wrong type among KEYS[1, 2, 13] is an error reply "WRONGTYPE ..."
 -- before anything is written (includes/wrong_type.lua): the frames then
 -- stay in KEYS[1], where a reclaim finds them.
 local processing, pending = KEYS[1], KEYS[2]
-local T = {hash = KEYS[3], expiry = KEYS[4], events = KEYS[5]}
+local T = {hash = KEYS[3], expiry = KEYS[4], events = KEYS[5], cancel = KEYS[12], deps = KEYS[15]}
+local dead, counters = KEYS[13], KEYS[14]
 --- @include "wrong_type"
---- @include "track"
+--- @include "now_ms"
+--- @include "dead_letter"
 --- @include "groups"
 groups_use(6, pending)
 
-local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
+local refused = wrong_type({{processing, 'list'}, {pending, 'list'}, {dead, 'list'}})
 if refused then return refused end
 local given = 0
+local cancels = redis.pcall('EXISTS', T.cancel) == 1
+local at_ms = cancels and now_ms()
 -- The newest first: the oldest lands last at the consuming end, so goes first.
 for i = #ARGV, 1, -1 do
-  if redis.call('LREM', processing, 1, ARGV[i]) > 0 then
-    group_settled(ARGV[i])
-    if is_ticket(ARGV[i]) then
-      group_turn_back(ARGV[i], pending)
-    elseif not group_ready(ARGV[i], true) then
-      redis.call('RPUSH', pending, ARGV[i])
+  local frame = ARGV[i]
+  if redis.call('LREM', processing, 1, frame) > 0 then
+    group_settled(frame)
+    if not (cancels and end_if_cancelled(dead, counters, at_ms, frame, T)) then  -- (a cancelled one never runs)
+      if is_ticket(frame) then
+        group_turn_back(frame, pending)
+      elseif not group_ready(frame, true) then
+        redis.call('RPUSH', pending, frame)
+      end
+      track(T, frame, 'waiting', 'returned')
     end
-    track(T, ARGV[i], 'waiting', 'returned')
     given = given + 1
   end
 end

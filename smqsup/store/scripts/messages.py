@@ -114,11 +114,12 @@ def _ack_result(reply: Sequence[Any]) -> AckResult:
 
 @functools.lru_cache(maxsize=256)
 def _fetch_keys(keys: QueueKeys, consumer_id: str) -> tuple[str, ...]:
-    """KEYS[1..18] of ack.lua and take.lua: what includes/fetch_next.lua needs
-    (formed once per consumer: they are sent with every message)."""
+    """KEYS[1..20] of ack.lua and take.lua: what includes/fetch_next.lua needs,
+    and the cancel set (formed once per consumer: they are sent with every
+    message)."""
     return (keys.processing(consumer_id), keys.pending, keys.counters, keys.consumers, keys.priority, keys.paused,
             keys.dead, keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
-            *keys.groups)
+            *keys.groups, keys.cancel)
 
 
 def ack(keys: QueueKeys, consumer_id: str, frame: bytes, fetch_next: bool, count: bool = True,
@@ -160,7 +161,7 @@ def give_back(keys: QueueKeys, consumer_id: str, frames: Sequence[bytes]) -> Cal
     consumer's list to the consuming end of pending, free of cost; how many
     were still there to go back."""
     return Call(_GIVE_BACK, (keys.processing(consumer_id), keys.pending, keys.tracked, keys.tracked_expiry,
-                                keys.events, *keys.groups),
+                             keys.events, *keys.groups, keys.cancel, keys.dead, keys.counters, keys.deps),
                 tuple(frames), int)
 
 
@@ -177,7 +178,7 @@ def screen(keys: QueueKeys, consumer_id: str, frame: bytes,
     None) for a frame a blocking fetch just moved into the consumer's list."""
     return Call(_SCREEN, (keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.paused,
                           keys.rate, keys.partitions, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
-                          *keys.groups),
+                          *keys.groups, keys.cancel),
                 (frame, *rate),
                 _screen_result)
 
@@ -194,7 +195,7 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
-                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps, *keys.groups),
+                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps, *keys.groups, keys.cancel),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -208,7 +209,7 @@ def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call
     """Make due retries and scheduled messages ready, at most ``batch`` of them."""
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
                                 keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
-                                *keys.groups, keys.ready_at],
+                                *keys.groups, keys.ready_at, keys.cancel],
                                [batch, defaults.READY_AT_KEPT],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)

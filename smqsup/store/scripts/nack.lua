@@ -19,9 +19,14 @@
 -- KEYS[15] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[16..21] its group keys (includes/groups.lua: a grouped frame frees its
 --          group's slot, and a retry ready at once goes back to its group)
+-- KEYS[22] its cancel set (includes/track.lua): a message whose cancel was
+--          asked is dead-lettered "cancelled" (counted "cancelled"), never
+--          retried, whatever ARGV[2..4] say
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
---          dead-lettered; -1 dead-letters at once (malformed messages)
+--          dead-lettered; -1 dead-letters at once (malformed messages); -2
+--          too, without counting an attempt (a frame its consumer never
+--          started: a prefetched message cancelled)
 -- ARGV[3]  retry delay in ms (integer, >= 0; 0 = ready again at once: the
 --          pending list, or the priority set, as includes/ready.lua says)
 -- ARGV[4]  dead-letter metadata: a JSON object text with at least "reason"
@@ -60,7 +65,7 @@ local meta, wanted, consumer_id, dead_event = ARGV[4], ARGV[5] == '1', ARGV[6], 
 local q = {processing = processing, pending = pending, counters = counters, consumers = consumers,
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
-q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15]}
+q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15], cancel = KEYS[22]}
 groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
@@ -68,8 +73,8 @@ groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 -- reads.
 local function retry(frame, at_ms)
   local attempts, sep = attempts_of(frame)
-  if attempts == nil then
-    return 3, frame  -- not a frame at all: dead-letter the bytes as they are
+  if attempts == nil or threshold == -2 then
+    return 3, frame  -- not a frame at all (dead-letter the bytes as they are), or never started
   end
   attempts, frame = add_attempt(frame, attempts, sep)
   if threshold < 0 or attempts > threshold then
@@ -107,7 +112,15 @@ else
   group_settled(fetched)
   local at_ms = now_ms()
   local frame
-  outcome, frame = retry(fetched, at_ms)
+  if cancel_asked(q.track, fetched) then
+    -- (it ran, unless its consumer says not: an attempt, as a failure costs)
+    if threshold ~= -2 then threshold = -1 end
+    outcome, frame = retry(fetched, at_ms)
+    meta = dead_event == 'cancelled' and meta or '{"reason":"cancelled"}'
+    dead_event = 'cancelled'
+  else
+    outcome, frame = retry(fetched, at_ms)
+  end
   if outcome == 3 then
     dead_letter(dead, meta, at_ms, frame, q.track)
     redis.pcall('HINCRBY', counters, 'dead_lettered', 1)

@@ -19,10 +19,11 @@
 local hash, id, value = KEYS[1], ARGV[1], ARGV[2]
 local tracked, events_max = ARGV[3] == '1', tonumber(ARGV[4]) or 0
 --- @include "track"
+--- @include "record_state"
 if tracked then
   local record = redis.call('HGET', hash, id)
   if not record then return 0 end
-  local state = string.match(record, '^{"state":"(%a+)"')
+  local state = record_state(record)
   if state == 'done' or state == 'dead' or state == 'cancelled' then return 0 end
   redis.call('HSET', hash, id .. ':p', value)
   redis.call('PUBLISH', hash .. ':' .. id, 'progress')

@@ -17,11 +17,14 @@
 -- KEYS[18] its ready times (ID -> when it became ready, ms): each message
 --          made ready here is written with its due time, so that its lag
 --          counts from it (lag.lua); only the newest ARGV[2] are kept
--- KEYS[19] (optional) garbage-collector lock key
+-- KEYS[19] its cancel set (includes/track.lua): a due retry whose cancel
+--          was asked is dead-lettered "cancelled" (counted "cancelled"),
+--          never made ready
+-- KEYS[20] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
 -- ARGV[2]  most entries KEYS[18] keeps (integer > 0)
--- ARGV[3]  (with KEYS[19]) the caller's lock token; the script refuses to act
---          unless KEYS[19] holds exactly this token
+-- ARGV[3]  (with KEYS[20]) the caller's lock token; the script refuses to act
+--          unless KEYS[20] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
 -- message of either set is due, or a group's rate wait ends (0 if more are due now, -1 if both are
@@ -34,8 +37,8 @@
 -- A key of the wrong type among KEYS[1, 2, 3, 4, 6] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio_seq, dead, counters, ready_at, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18], KEYS[19]
-local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
+local prio_seq, dead, counters, ready_at, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18], KEYS[20]
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11], cancel = KEYS[19]}
 local limit, kept, token = tonumber(ARGV[1]), tonumber(ARGV[2]) or 1, ARGV[3]
 --- @include "lock"
 --- @include "wrong_type"
@@ -53,8 +56,9 @@ local at_ms = now_ms()
 track_prune(T, at_ms)
 local retries = redis.call('ZRANGEBYSCORE', delayed, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local planned = redis.call('ZRANGEBYSCORE', scheduled, '-inf', at_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local r, p, expired, ready, due = 1, 1, 0, {}, {}
-while #ready + expired < limit and (retries[r] or planned[p]) do
+local r, p, expired, cancelled, ready, due = 1, 1, 0, 0, {}, {}
+local cancels = #retries > 0 and redis.pcall('EXISTS', T.cancel) == 1
+while #ready + expired + cancelled < limit and (retries[r] or planned[p]) do
   local set, frame, score
   if planned[p] == nil or (retries[r] and tonumber(retries[r + 1]) <= tonumber(planned[p + 1])) then
     set, frame, score, r = delayed, retries[r], retries[r + 1], r + 2
@@ -63,7 +67,9 @@ while #ready + expired < limit and (retries[r] or planned[p]) do
   end
   redis.call('ZREM', set, frame)
   local _, _, expires = head_of(frame)
-  if expires and expires > 0 and expires <= at_ms then
+  if cancels and set == delayed and end_if_cancelled(dead, counters, at_ms, frame, T) then
+    cancelled = cancelled + 1
+  elseif expires and expires > 0 and expires <= at_ms then
     dead_letter(dead, '{"reason":"expired"}', at_ms, frame, T)
     expired = expired + 1
   else

@@ -15,6 +15,9 @@
 --          (includes/track.lua: a tracked frame to handle is "active")
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[12..17] its group keys (includes/groups.lua)
+-- KEYS[18] its cancel set (includes/track.lua): a frame whose cancel was
+--          asked is dead-lettered "cancelled" where it would go back or
+--          expire (verdicts 1, 3 and 2 say the same: it left KEYS[1])
 -- ARGV[1]  the frame, the exact bytes fetched; or a group's ticket: it is
 --          redeemed for the group's next frame, which then takes its place
 --          and is the frame looked at (the reply's third element)
@@ -48,7 +51,7 @@ local frame = ARGV[1]
 --- @include "groups"
 local rate = rate_of(KEYS[6], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
 groups_use(12, pending, nil, ARGV[5], ARGV[6], ARGV[7])
-local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11]}
+local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11], cancel = KEYS[18]}
 
 local refused = wrong_type({{processing, 'list'}, {pending, 'list'}})
 if refused then return refused end
@@ -61,6 +64,7 @@ local function put_back()
     return true
   end
   group_settled(frame)
+  if end_if_cancelled(dead, counters, now_ms(), frame, T) then return true end
   if not group_ready(frame, true) then redis.call('RPUSH', pending, frame) end
   return true
 end
@@ -101,6 +105,7 @@ refused = wrong_type({{dead, 'list'}})
 if refused then return refused end
 if redis.call('LREM', processing, 1, frame) == 0 then return {-1, 0} end
 group_settled(frame)
+if end_if_cancelled(dead, counters, at_ms, frame, T) then return {2, 0} end
 dead_letter(dead, '{"reason":"expired"}', at_ms, frame, T)
 redis.pcall('HINCRBY', counters, 'expired', 1)
 redis.pcall('HINCRBY', counters, 'dead_lettered', 1)

@@ -22,6 +22,10 @@
 -- KEYS[14..19] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua: a ticket taken is redeemed for its group's
 --          frame; a grouped frame acked frees its group's slot)
+-- KEYS[20] its cancel set (includes/track.lua): an acked frame whose
+--          cancel was asked is dead-lettered "cancelled" (KEYS[7], counted
+--          "cancelled", not "acked"), never "done"; the hot path reads it
+--          in the EXISTS it makes anyway (no cost while none is pending)
 -- ARGV[1]  the consumer's id
 -- ARGV[2]  most frames to take, 0 to 1000 (0: only ack, and say whether
 --          the consumer is registered and the queue paused); it takes at
@@ -54,7 +58,7 @@
 -- recovery finds it there), so consumption of the others goes on meanwhile.
 local q = {processing = KEYS[1], pending = KEYS[2], counters = KEYS[3], consumers = KEYS[4],
            priority = KEYS[5], paused = KEYS[6], dead = KEYS[7]}
-q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13]}
+q.track = {hash = KEYS[10], expiry = KEYS[11], events = KEYS[12], deps = KEYS[13], cancel = KEYS[20]}
 local consumer_id = ARGV[1]
 local most = math.max(0, math.min(tonumber(ARGV[2]) or 1, 1000))
 local asked = most  -- (``most`` becomes its share of what is ready)
@@ -73,6 +77,7 @@ local FIRST_ACK = 10
 -- right end, in ARGV order): one LRANGE proves it, one LTRIM removes them.
 -- Otherwise each goes by LREM, from the right end.
 local ended = {}
+local acked_frames = nil  -- (off the hot path) every frame acked, for the cancels
 local function ack_all()
   local count = #ARGV - FIRST_ACK + 1
   local late, acked = {}, 0
@@ -87,6 +92,7 @@ local function ack_all()
       redis.call('LTRIM', q.processing, 0, -count - 1)
       acked = count
       for i = FIRST_ACK, #ARGV do
+        if acked_frames then acked_frames[#acked_frames + 1] = ARGV[i] end
         if not (plain(ARGV[i]) or light and string.find(ARGV[i], GROUP_ONLY_HEAD)) then ended[#ended + 1] = ARGV[i] end
       end
     end
@@ -97,6 +103,7 @@ local function ack_all()
         late[#late + 1] = i - FIRST_ACK + 1
       else
         acked = acked + 1
+        if acked_frames then acked_frames[#acked_frames + 1] = ARGV[i] end
         if not (plain(ARGV[i]) or light and string.find(ARGV[i], GROUP_ONLY_HEAD)) then ended[#ended + 1] = ARGV[i] end
       end
     end
@@ -120,7 +127,7 @@ end
 -- (then they move below).
 local hot_reply, hot_frames, hot_moved, hot_turned = nil, nil, true, 0
 local hot = ARGV[3] == '0' and redis.call('HEXISTS', q.consumers, consumer_id) == 1
-    and redis.call('EXISTS', q.paused, q.priority) == 0
+    and redis.call('EXISTS', q.paused, q.priority, q.track.cancel) == 0
 local ready = hot and redis.call('LLEN', q.pending)
 if hot and ready == 0 and most > 0 and redis.call('EXISTS', KEYS[18]) == 1 then hot = false end
 if hot then
@@ -223,11 +230,13 @@ local function screen_all(reply, frames, waits)
     local expires = not plain(frame) and select(3, head_of(frame))
     if expires and expires ~= 0 then at_ms = at_ms or now_ms() end
     if expires and expires ~= 0 and expires <= at_ms then
-      dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame, q.track)
+      if not end_if_cancelled(q.dead, q.counters, at_ms, frame, q.track) then  -- (a cancel pending: "cancelled")
+        dead_letter(q.dead, '{"reason":"expired"}', at_ms, frame, q.track)
+        redis.pcall('HINCRBY', q.counters, 'expired', 1)
+        redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
+      end
       redis.call('LREM', q.processing, 1, frame)
       group_settled(frame)
-      redis.pcall('HINCRBY', q.counters, 'expired', 1)
-      redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
     else
       if q.track and expires then track(q.track, frame, 'active', 'started', at_ms) end
       reply[#reply + 1] = frame
@@ -235,6 +244,25 @@ local function screen_all(reply, frames, waits)
     end
   end
   return reply
+end
+-- The acked frames whose cancel was asked (``acked``: nil when no cancel
+-- is pending) dead-lettered "cancelled", not counted "acked"; returns
+-- ``ended`` without them (the others end "done").
+local function ended_or_cancelled(ended_frames, acked)
+  if not acked then return ended_frames end
+  local at_ms, gone = now_ms(), {}
+  for _, frame in ipairs(acked) do
+    if end_if_cancelled(q.dead, q.counters, at_ms, frame, q.track) then
+      gone[frame] = true
+      group_settled(frame)
+      if ARGV[9] == '1' then redis.pcall('HINCRBY', q.counters, 'acked', -1) end
+    end
+  end
+  local kept = {}
+  for _, frame in ipairs(ended_frames) do
+    if not gone[frame] then kept[#kept + 1] = frame end
+  end
+  return kept
 end
 -- The end of each acked frame that is not plain (its record, its event,
 -- its links: includes/track.lua), then the counts of outbox entries in the
@@ -261,7 +289,9 @@ q.rate = rate_of(KEYS[8], KEYS[9], ARGV[3], ARGV[4], ARGV[5])
 local refused = wrong_type({{q.processing, 'list'}, {q.pending, 'list'}, {q.consumers, 'hash'},
                            {q.priority, 'zset'}})
 if refused then return refused end
+acked_frames = #ARGV >= FIRST_ACK and redis.pcall('EXISTS', q.track.cancel) == 1 and {} or nil
 local late = ack_all()
+ended = ended_or_cancelled(ended, acked_frames)
 for _, frame in ipairs(ended) do
   track(q.track, frame, 'done', 'done', nil, nil, 'null')
   group_settled(frame)

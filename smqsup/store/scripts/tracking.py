@@ -20,13 +20,15 @@ def progress(keys: QueueKeys, message_id: str, value: str, *, tracked: bool = Tr
     return Call(_PROGRESS, (keys.tracked, keys.events), (message_id, value, int(tracked), events_max, attempts), bool)
 
 
-def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"") -> Call[str]:
+def cancel(keys: QueueKeys, message_id: str, seen: str = "", frame: bytes = b"", holder: str = "") -> Call[str]:
     """Cancel ``message_id``, seen at ``seen`` ("pending", "priority",
     "scheduled", "delayed", "group" (``frame``: its member of the groups'
-    ready set), "processing" or "": nowhere) as ``frame``:
-    "cancelled", "stopping", the state it ended in, or "unknown" (cancel.lua)."""
+    ready set), "processing" (in the list of consumer ``holder``) or "":
+    nowhere) as ``frame``: "cancelled", "stopping", the state it ended in,
+    "moved" (no longer in ``holder``'s list: look again) or "unknown"
+    (cancel.lua)."""
     return Call(_CANCEL, (keys.pending, keys.priority, keys.scheduled, keys.delayed, keys.dead, keys.counters,
                           keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps, keys.groups[0],
-                          keys.groups[1]),
+                          keys.groups[1], keys.processing(holder) if seen == "processing" else keys.pending),
                 (message_id, seen, frame),
                 lambda reply: bytes(reply).decode("ascii", "replace") if isinstance(reply, bytes) else str(reply))

@@ -13,6 +13,8 @@
 --          event stream (includes/track.lua)
 -- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
+-- KEYS[18] its cancel set: a held message whose cancel was asked ends
+--          "cancelled" here, whether its parents released it or failed it
 -- ARGV[1]  the held message's id
 -- ARGV[2]  its "h" mark to remove (its parents are all told), or "": none
 -- ARGV[3..] four per parent: its queue partition, its id, "done" and its
@@ -27,7 +29,7 @@
 -- A key of the wrong type is an error reply before anything is written.
 local blocked, deps, pending, prio_set, prio_seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local scheduled, dead, counters = KEYS[6], KEYS[7], KEYS[8]
-local T = {hash = KEYS[9], expiry = KEYS[10], events = KEYS[11], deps = deps}
+local T = {hash = KEYS[9], expiry = KEYS[10], events = KEYS[11], deps = deps, cancel = KEYS[18]}
 local id = ARGV[1]
 --- @include "wrong_type"
 --- @include "now_ms"
@@ -63,12 +65,15 @@ end
 local at_ms = now_ms()
 if failed then
   drop()
-  dead_letter(dead, failed, at_ms, frame, T)
-  redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
+  if not end_if_cancelled(dead, counters, at_ms, frame, T) then
+    dead_letter(dead, failed, at_ms, frame, T)
+    redis.pcall('HINCRBY', counters, 'dead_lettered', 1)
+  end
   return {'dead', DEPS.told + DEPS.ended}
 end
 if redis.call('ZLEXCOUNT', deps, waits_lo, waits_hi) > 0 then return {'waiting', 0} end
 redis.call('HDEL', blocked, id)
+if end_if_cancelled(dead, counters, at_ms, frame, T) then return {'dead', DEPS.told + DEPS.ended} end
 -- Every option it was published with but its delay and ttl, which count
 -- from now: its priority, tracking, events, and its group (whose name ends
 -- the kept frame: make_ready puts it in its group).

@@ -74,11 +74,14 @@ local function fetch_next(call, q, consumer_id, wanted, taken)
     if expires > at_ms then return booked(nxt) end
     -- Dead-lettered before it leaves the list: a dead-letter list of the
     -- wrong type fails the script with the frame still in ours (handled).
-    dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt, q.track)
+    -- (one whose cancel is pending ends "cancelled": includes/dead_letter.lua)
+    if not end_if_cancelled(q.dead, q.counters, at_ms, nxt, q.track) then
+      dead_letter(q.dead, '{"reason":"expired"}', at_ms, nxt, q.track)
+      redis.pcall('HINCRBY', q.counters, 'expired', 1)
+      redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
+    end
     redis.call('LREM', q.processing, 1, nxt)
     group_settled(nxt)
-    redis.pcall('HINCRBY', q.counters, 'expired', 1)
-    redis.pcall('HINCRBY', q.counters, 'dead_lettered', 1)
   end
   return 1, false, 0, 0
 end

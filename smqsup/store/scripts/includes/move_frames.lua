@@ -37,7 +37,7 @@
 -- a frame popped is always pushed somewhere. Counters use redis.pcall: a
 -- counters hash that holds garbage costs its statistics, never a message.
 local function move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T)
-  local requeued, dead_lettered = 0, 0
+  local requeued, dead_lettered, cancelled = 0, 0, 0
   local left = started and redis.call('LLEN', list)  -- frames from the right end to the next popped
   local cancels = T and T.cancel and redis.pcall('EXISTS', T.cancel) == 1
   for _ = 1, limit do
@@ -55,9 +55,8 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
         attempts, frame = add_attempt(frame, attempts, sep)
         to_dead = attempts > threshold
       end
-      if cancels and cancel_asked(T, frame) then
-        dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
-        dead_lettered = dead_lettered + 1
+      if cancels and end_if_cancelled(dead, nil, at_ms, frame, T) then
+        dead_lettered, cancelled = dead_lettered + 1, cancelled + 1
       elseif to_dead then
         dead_letter(dead, meta, at_ms, frame, T)
         dead_lettered = dead_lettered + 1
@@ -72,6 +71,7 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
   if requeued + dead_lettered > 0 then
     redis.pcall('HINCRBY', counters, 'reclaimed', requeued + dead_lettered)
     if dead_lettered > 0 then redis.pcall('HINCRBY', counters, 'dead_lettered', dead_lettered) end
+    if cancelled > 0 then redis.pcall('HINCRBY', counters, 'cancelled', cancelled) end
   end
   return requeued, dead_lettered, remaining
 end

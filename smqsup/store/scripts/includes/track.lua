@@ -26,7 +26,13 @@
 --
 --   T.cancel  ZSET  (where a script has it) ids of messages whose cancel was
 --                   asked, score = when (ms): their consumers stop them
---                   (cancel.lua; the heartbeat finds them in consumers' lists)
+--                   (cancel.lua; the heartbeat finds them in consumers' lists).
+--                   An id is added only while its message is in a consumer's
+--                   list, and every script that takes a message out of one
+--                   (ack, nack, reclaim, give-back, screen, promote) asks
+--                   cancel_asked, which removes it: the mark lives exactly
+--                   as long as its message, and a message marked never runs
+--                   again (it is dead-lettered "cancelled")
 --
 -- Its end is published on the channel T.hash .. ":" .. ID (the state's
 -- name), which a waiter subscribes to before it reads the record (the
@@ -67,13 +73,12 @@ local function add_event(T, cap, event, id, attempts, data)
 end
 
 -- Whether the cancel of ``frame``'s message was asked (T.cancel); if so it
--- leaves the cancel set (the caller dead-letters it "cancelled").
+-- leaves the cancel set (the caller dead-letters it "cancelled"). One ZREM:
+-- the question and the clean-up at once (garbage in T.cancel: no).
 local function cancel_asked(T, frame)
   if not T or not T.cancel then return false end
   local id = frame_id(frame)
-  if not id or not redis.pcall('ZSCORE', T.cancel, id) then return false end
-  redis.pcall('ZREM', T.cancel, id)
-  return true
+  return id ~= nil and redis.pcall('ZREM', T.cancel, id) == 1
 end
 
 local function track_prune(T, at_ms)
