@@ -196,11 +196,12 @@ class Model:
         """For a held message whose parents all ended: the place and reason
         it must go to once told (None while a parent has not ended)."""
         parents = [self.msgs[p] for p in m.parents]
-        if any(p.ended and p.place != "done" for p in parents):
-            return ("dead", "dependency failed")  # (the first failure told: no need to wait for the others)
-        if any(not p.ended for p in parents):
+        failed = any(p.ended and p.place != "done" for p in parents)
+        if not failed and any(not p.ended for p in parents):
             return None
-        return ("dead", "cancelled") if m.cancel_asked else (self._released_place(m), "")
+        if m.cancel_asked:
+            return ("dead", "cancelled")  # (its own cancel, remembered, ends it: before any parent's failure)
+        return ("dead", "dependency failed") if failed else (self._released_place(m), "")
 
     # --- batches -------------------------------------------------------------------
 
