@@ -22,7 +22,7 @@ from smqsup.store.tracking import Record, parse
 
 NAMESPACE = "model"
 #: Failed attempts a message may have before the next failure dead-letters it.
-RETRY_THRESHOLD = 2
+RETRY_THRESHOLD = 1
 #: Every queue's group_concurrency (the limit the model checks).
 GROUP_LIMIT = 1
 #: A queue with group_concurrency GROUP_LIMIT and no rate limit, as the fetch scripts take it.
