@@ -8,9 +8,10 @@ from __future__ import annotations
 from tests.model import runner
 
 #: Sequences run in the suite, the most steps in each, and how long a failure
-#: is shrunk (passing: about 20 s here; failing, with the shrink, under 120 s).
+#: is shrunk (passing: about 10 s on this shared machine; failing, with the shrink, about 65 s).
 #: The examples are derandomized: the same 200 on every run. Each of issue #40 items
-#: 1-3 alone (on 960f54b, and main with only that fix reverted) was found by them.
+#: 1-3 alone (main with only that fix reverted; the three together on 960f54b) is found by
+#: them; tests/bench/model.py draws new ones each run.
 EXAMPLES = 200
 STEPS = 50
 SHRINK_S = 60
