@@ -1,0 +1,239 @@
+"""The real store, driven as the model test's actors would drive it: a
+producer (the Producer), consumers simulated in this process (take.lua,
+ack.lua, nack.lua with consumer ids, as worker/settling.py sends them), a
+consumer's death (reclaim.lua, as its supervisor reclaims it), a graceful
+stop (its list given back free), the collector's promote and outbox drain,
+an operator's cancel, remove and pauses, and the testing kit's clock moved
+forward (advance.lua). ``seen()`` reads where Redis holds each message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from smqsup import deadletter, framing, message
+from smqsup.client.producer import Producer
+from smqsup.keys import QueueKeys
+from smqsup.store import scripts
+from smqsup.store.broker import Broker
+from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.tracking import Record, parse
+
+NAMESPACE = "model"
+#: Failed attempts a message may have before the next failure dead-letters it.
+RETRY_THRESHOLD = 1
+#: Every queue's group_concurrency (the limit the model checks).
+GROUP_LIMIT = 1
+#: A queue with group_concurrency GROUP_LIMIT and no rate limit, as the fetch scripts take it.
+RATE: scripts.Rate = (0, 1, 1, GROUP_LIMIT, 0, 1)
+#: How long every message's record is kept (all are tracked: any may be a parent).
+RESULT_TTL_S = 3600
+#: A retry's delay when the handler asks for one later (the clock is moved past it).
+LATER_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A frame a consumer took, and the message it decodes to."""
+
+    frame: bytes
+    msg: message.Message
+
+
+@dataclass
+class Seen:
+    """Where Redis holds each message: id -> the places it is in ("ready",
+    "delayed", "held", "processing:CID", "dead"), the reason of each dead
+    letter, the records of the messages asked for."""
+
+    places: dict[str, list[str]] = field(default_factory=dict)
+    dead_reasons: dict[str, list[str]] = field(default_factory=dict)
+    records: dict[str, Optional[Record]] = field(default_factory=dict)
+    #: The frame of each message seen waiting (a batch's callback is known by its body).
+    frames: dict[str, bytes] = field(default_factory=dict)
+
+    def add(self, mid: Optional[str], place: str, frame: bytes = b"") -> None:
+        self.places.setdefault(mid or "<unreadable>", []).append(place)
+        if frame and mid:
+            self.frames[mid] = frame
+
+
+def _failure_meta(kind: str, mid: str, cid: str) -> tuple[str, int, int, str]:
+    """nack.lua's (meta, threshold, delay_ms, dead_event) for an attempt that
+    ended ``kind``, as worker/outcomes.py's Judge draws them."""
+    if kind == "reject":
+        return (scripts.meta_json("rejected: no", error_type="Reject", message_id=mid, consumer=cid), -1, 0,
+                "rejected")
+    delay = LATER_MS if kind == "retry_later" else 0
+    return scripts.meta_json("failed", error_type="ValueError", message_id=mid, consumer=cid), RETRY_THRESHOLD, delay, ""
+
+
+class Driver:
+    """The actors of one example, on the redis-server at ``url``."""
+
+    def __init__(self, url: str, queues: Iterable[str]) -> None:
+        self.queues = tuple(queues)
+        self.broker = Broker(url, NAMESPACE, client_name="smqsup-model")
+        self.producer = Producer(url, NAMESPACE)
+
+    def close(self) -> None:
+        self.producer.close()
+        self.broker.close()
+
+    def reset(self) -> None:
+        """An empty Redis for the next example (the server is the model test's own)."""
+        self.broker.client.flushall()
+
+    def keys(self, queue: str) -> QueueKeys:
+        return self.broker.keys(queue)
+
+    # --- producer and operator -------------------------------------------------
+
+    def publish(self, queue: str, mid: str, *, group: Optional[str], priority: int, delay: bool,
+                parents: Iterable[tuple[str, str]], dedup_key: Optional[str]) -> str:
+        """Publish one tracked message (``delay``: an hour ahead); the id
+        queued, or the id that holds ``dedup_key`` (held until done)."""
+        depends = list(parents) or None
+        return self.producer.publish(queue, {"n": mid}, message_id=mid, group=group, priority=priority,
+                                     delay=3600 if delay else None, result_ttl=RESULT_TTL_S, depends_on=depends,
+                                     dedup_key=dedup_key, dedup_until="done" if dedup_key else None)
+
+    def batch(self, tag: str, complete: str, success: str, members: Iterable[tuple[str, Optional[str]]]) -> list[str]:
+        """A closed batch of tracked ``members`` (queue, group) whose
+        callbacks go to ``complete`` and ``success`` with body {"tag": tag,
+        "cb": "complete" or "success"}; the members' ids."""
+        with self.producer.batch(on_complete=(complete, {"tag": tag, "cb": "complete"}),
+                                 on_success=(success, {"tag": tag, "cb": "success"})) as batch:
+            return [batch.publish(queue, {"n": tag}, group=group, result_ttl=RESULT_TTL_S) for queue, group in members]
+
+    def cancel(self, queue: str, mid: str) -> str:
+        return self.producer.cancel(queue, mid)
+
+    def remove(self, queue: str, mid: str) -> bool:
+        """Remove waiting message ``mid`` as `smqsup remove` does; whether it was removed."""
+        contents = self.broker.contents
+        for where, frame in contents.waiting(queue):
+            seen = framing.member_frame(frame) if where == "group" else frame
+            if framing.peek_id(seen) == mid:
+                dedup = message.decode(seen).dedup_key
+                return contents.remove(queue, [(where, frame, mid, dedup)])[0]
+        return False
+
+    def pause(self, queue: str, paused: bool) -> None:
+        (self.broker.queues.pause(queue, "model") if paused else self.broker.queues.resume(queue))
+
+    def pause_group(self, queue: str, group: str, paused: bool) -> None:
+        groups = self.broker.groups
+        (groups.pause(queue, group, "model") if paused else groups.resume(queue, group))
+
+    def break_blocked(self, queue: str) -> None:
+        """Turn the queue's blocked hash into a string (its held messages are lost)."""
+        self.broker.client.set(self.keys(queue).blocked, "garbage")
+
+    # --- consumers ---------------------------------------------------------------
+
+    def register(self, queue: str, cid: str) -> None:
+        self.broker.registry.register_consumer(queue, cid, ConsumerInfo(queue=queue))
+
+    def take(self, queue: str, cid: str) -> tuple[Optional[Taken], bool]:
+        """One frame taken for ``cid`` (or None), and whether the queue said it is paused."""
+        took = self.broker.messages.take(queue, cid, 1, RATE)
+        if not took.frames:
+            return None, took.paused
+        frame = took.frames[0]
+        return Taken(frame, message.decode(frame)), took.paused
+
+    def ack(self, queue: str, cid: str, frame: bytes, result: str) -> scripts.AckResult:
+        """ack.lua with the handler's result, then the children told at
+        once when it left any in the outbox (worker/settling.py)."""
+        call = scripts.ack(self.keys(queue), cid, frame, False, True, RATE, result)
+        out = self.broker.messages.exchange(queue, [call])[0]
+        self._tell(queue, out.told, out.ended)
+        return out  # type: ignore[no-any-return]
+
+    def nack(self, queue: str, cid: str, frame: bytes, kind: str, mid: str) -> scripts.NackResult:
+        """nack.lua for an attempt that ended ``kind`` ("fail": retry at
+        once, "retry_later": Retry with a delay, "reject": Reject)."""
+        meta, threshold, delay_ms, event = _failure_meta(kind, mid, cid)
+        out = self.broker.messages.nack(queue, cid, frame, retry_threshold=threshold, delay_ms=delay_ms, meta=meta,
+                                        fetch_next=False, dead_event=event, rate=RATE)
+        self._tell(queue, out.told, out.ended)
+        return out
+
+    def _tell(self, queue: str, told: int, ended: int) -> None:
+        if told or ended:
+            self.broker.workflows.drain_all(queue)
+
+    def die(self, queue: str, cid: str) -> scripts.ReclaimResult:
+        """The consumer's process died: its supervisor reclaims its list, each message costing an attempt."""
+        return self.broker.registry.reclaim_dead(queue, cid, retry_threshold=RETRY_THRESHOLD, reason="consumer lost")
+
+    def stop(self, queue: str, cid: str) -> scripts.ReclaimResult:
+        """The consumer stopped as asked: its list given back free, its registration gone."""
+        return self.broker.messages.return_stopped(queue, cid, reason="consumer stopped")
+
+    # --- the collector and the clock ---------------------------------------------
+
+    def collect(self) -> None:
+        """The collector's round on every queue: promote what is due, drain the outboxes."""
+        for queue in self.queues:
+            self.broker.messages.promote(queue)
+            self.broker.workflows.drain_all(queue)
+
+    def advance(self) -> None:
+        """The testing kit's move_time=True: every retry and scheduled message due now, promoted."""
+        for queue in self.queues:
+            if self.broker.messages.advance(queue, None):
+                while self.broker.messages.promote(queue).moved > 0:
+                    pass
+
+    # --- what Redis holds ------------------------------------------------------------
+
+    def seen(self, consumers: Iterable[str], tracked: Iterable[tuple[str, str]]) -> Seen:
+        """Where every message is (in the lists of ``consumers``, every id a
+        consumer had), and the records of ``tracked`` (queue, id): one round trip."""
+        pipe: Any = self.broker.client.pipeline(transaction=False)
+        asked: list[tuple[str, str]] = []
+        for queue in self.queues:
+            k = self.keys(queue)
+            for place, key in (("ready", k.priority), ("delayed", k.scheduled), ("delayed", k.delayed),
+                               ("group", k.groups[0])):
+                pipe.zrange(key, 0, -1)
+                asked.append((place, ""))
+            asked += [("pending", ""), ("held", ""), ("dead", "")]
+            pipe.lrange(k.pending, 0, -1)
+            pipe.hgetall(k.blocked)
+            pipe.lrange(k.dead, 0, -1)
+            for cid in consumers:
+                pipe.lrange(k.processing(cid), 0, -1)
+                asked.append(("processing", cid))
+        records = list(tracked)
+        for queue, mid in records:
+            pipe.hmget(self.keys(queue).tracked, [mid, f"{mid}:r", f"{mid}:p"])
+        replies = pipe.execute(raise_on_error=False)
+        out = Seen()
+        for (place, cid), reply in zip(asked, replies):
+            _read(out, place, cid, reply)
+        for (_, mid), reply in zip(records, replies[len(asked):]):
+            out.records[mid] = None if isinstance(reply, Exception) else parse(*reply, None, 0)
+        return out
+
+
+def _read(out: Seen, place: str, cid: str, reply: Any) -> None:
+    """Note where the members of one key's ``reply`` are (a key of another type: nothing)."""
+    if isinstance(reply, Exception):
+        return
+    for item in reply:
+        if place == "dead":
+            letter = deadletter.DeadLetter(item)
+            out.add(letter.ref, "dead")
+            out.dead_reasons.setdefault(letter.ref, []).append(letter.reason)
+        elif place == "held":  # (an id -> "D:T:F|frame")
+            out.add(item.decode(), "held", reply[item].partition(b"|")[2])
+        elif place == "group":
+            frame = framing.member_frame(item)
+            out.add(framing.peek_id(frame), "ready", frame)
+        elif place != "pending" or not framing.is_ticket(item):
+            out.add(framing.peek_id(item), {"processing": f"processing:{cid}", "pending": "ready"}.get(place, place),
+                    item)

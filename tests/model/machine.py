@@ -1,0 +1,216 @@
+"""StoreMachine: hypothesis's RuleBasedStateMachine driving the real store
+(driver.Driver) and the reference model (model.Model) side by side, the
+invariants (checks.py) after every step. A failure shrinks to a short
+sequence of these rules with their arguments, the model's view noted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
+
+from tests.model.checks import adopt_callbacks, check, sync, view
+from tests.model.driver import Driver, Taken
+from tests.model.model import Batch, Model, Msg, Violation
+
+QUEUES = ("a", "b")
+#: Consumer slots: the queue is the slot's first letter; a slot's consumer
+#: gets a new id each time it dies or stops ("a1-2" after "a1-1").
+SLOTS = ("a1", "a2", "b1")
+GROUPS = ("g", "h")
+
+queues = st.sampled_from(QUEUES)
+slots = st.sampled_from(SLOTS)
+groups = st.sampled_from((None, *GROUPS))
+priorities = st.sampled_from((0, 5))
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """One example: an empty Redis, the model, and the consumers' hands."""
+
+    #: Set by runner.machine_for: the one driver (and redis-server) all examples share.
+    driver: Driver
+    messages = Bundle("messages")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.driver.reset()
+        self.model = Model()
+        self.hands: dict[str, list[Taken]] = {}
+        self.cids: dict[str, str] = {}
+        self.generation: dict[str, int] = {}
+        self.published = 0
+        self.drained = False
+        for slot in SLOTS:
+            self._register(slot)
+
+    def _register(self, slot: str) -> None:
+        self.generation[slot] = self.generation.get(slot, 0) + 1
+        cid = self.cids[slot] = f"{slot}-{self.generation[slot]}"
+        self.hands[cid] = []
+        self.model.consumers[cid] = slot[0]
+        self.driver.register(slot[0], cid)
+
+    # --- producers -----------------------------------------------------------------
+
+    @initialize(target=messages, first=st.lists(st.tuples(queues, groups, priorities, st.booleans(),
+                                                          st.sampled_from((None, 0, 1))), min_size=1, max_size=4))
+    def seed(self, first: list[tuple[str, Optional[str], int, bool, Optional[int]]]) -> Any:
+        """The example opens with a few messages (queue, group, priority,
+        delay, and the index of an earlier one it waits for, or None) that
+        later ones may wait for."""
+        ids: list[str] = []
+        for q, g, p, d, parent in first:
+            parents = [ids[parent]] if parent is not None and parent < len(ids) else []
+            ids.append(self.publish(q, g, p, d and not parents, parents, None))
+        return multiple(*ids)
+
+    @rule(target=messages, queue=queues, group=groups, priority=priorities,
+          delay=st.booleans(), parents=st.lists(messages, max_size=2, unique=True),
+          dedup=st.sampled_from((None, "k")))
+    def publish(self, queue: str, group: Optional[str], priority: int, delay: bool, parents: list[str],
+                dedup: Optional[str]) -> Any:
+        if queue in self.model.broken:
+            parents = []  # (a hold there cannot be written: the break rule's loss is not this one's)
+        if parents:
+            dedup = None  # (refused with depends_on: a held message's key holds for its dedup_ttl)
+        self.published += 1
+        mid = f"m{self.published}"
+        holder = self.model.dedup_holder(queue, dedup)
+        got = self.driver.publish(queue, mid, group=group, priority=priority, delay=delay,
+                                  parents=[(self.model.msgs[p].queue, p) for p in parents], dedup_key=dedup)
+        if holder is not None:
+            if got != holder:
+                raise Violation(f"dedup key {dedup!r} is held by {holder}, but the publish queued {got}")
+            return multiple()
+        if got != mid:
+            raise Violation(f"the publish of {mid} answered {got}")
+        self.model.publish(Msg(mid, queue, group, priority, delay, tuple(parents), dedup))
+        return mid
+
+    @rule(target=messages, members=st.lists(st.tuples(queues, groups), min_size=1, max_size=2), complete=queues,
+          success=queues)
+    def batch(self, members: list[tuple[str, Optional[str]]], complete: str, success: str) -> Any:
+        """A batch of messages (queue, group), closed; its callbacks go to ``complete`` and ``success``."""
+        tag = f"B{len(self.model.batches) + 1}"
+        ids = self.driver.batch(tag, complete, success, members)
+        for mid, (queue, group) in zip(ids, members):
+            self.model.publish(Msg(mid, queue, group))
+        self.model.batches[tag] = Batch(tag, tuple(ids), complete, success)
+        return multiple(*ids)
+
+    # --- consumers -----------------------------------------------------------------
+
+    @rule(slot=slots)
+    def take(self, slot: str) -> None:
+        cid, queue = self.cids[slot], slot[0]
+        taken, _ = self.driver.take(queue, cid)
+        if taken is None:
+            ready = [m.id for m in self.model.takeable(queue)]
+            if ready:
+                raise Violation(f"a take on {queue} gave nothing, though {ready} may run")
+            return
+        self.model.taken(cid, taken.msg.id, taken.msg.group, taken.msg.attempts)
+        self.hands[cid].append(taken)
+
+    def _oldest(self, slot: str) -> Optional[tuple[str, str, Taken]]:
+        cid = self.cids[slot]
+        return (slot[0], cid, self.hands[cid].pop(0)) if self.hands[cid] else None
+
+    @rule(slot=slots, outcome=st.sampled_from(("ack", "fail", "retry_later", "reject")))
+    def settle(self, slot: str, outcome: str) -> None:
+        """The handler of the consumer's oldest message returned (ack), raised
+        (fail: retried at once), raised Retry (later) or Reject."""
+        cid = self.cids[slot]
+        if not self.hands[cid]:
+            return
+        taken = self.hands[cid].pop(0)
+        if outcome == "ack":
+            self.driver.ack(slot[0], cid, taken.frame, json.dumps({"id": taken.msg.id}))
+        else:
+            self.driver.nack(slot[0], cid, taken.frame, outcome, taken.msg.id)
+        self.model.settled(self.model.msgs[taken.msg.id], outcome)
+
+    @rule(slot=slots, how=st.sampled_from(("die", "stop")))
+    def leave(self, slot: str, how: str) -> None:
+        """The consumer's process died with what it holds (reclaimed, an
+        attempt each), or it stopped as asked (given back free); it comes
+        back under a new id."""
+        self._leave(slot, how)
+
+    def _leave(self, slot: str, how: str) -> None:
+        cid = self.cids[slot]
+        (self.driver.die if how == "die" else self.driver.stop)(slot[0], cid)
+        for taken in self.hands.pop(cid):
+            self.model.settled(self.model.msgs[taken.msg.id], how)
+        self._register(slot)
+
+    # --- operators, the collector, the clock ------------------------------------------
+
+    @rule(mid=messages)
+    def cancel(self, mid: str) -> None:
+        m = self.model.msgs[mid]
+        if m.lost:
+            return
+        answer = self.driver.cancel(m.queue, mid)
+        expected = self.model.cancel(m)
+        if answer not in expected:
+            raise Violation(f"cancel of {mid} answered {answer!r}; the model says {' or '.join(expected)}")
+
+    @rule(mid=messages)
+    def remove(self, mid: str) -> None:
+        m = self.model.msgs[mid]
+        if m.lost:
+            return
+        removed = self.driver.remove(m.queue, mid)
+        if removed != self.model.remove(m):
+            raise Violation(f"remove of {mid} (model: {m.place}) answered {removed}")
+
+    @rule(queue=queues, group=st.sampled_from((None, *GROUPS)), paused=st.booleans())
+    def pause(self, queue: str, group: Optional[str], paused: bool) -> None:
+        """An operator pauses or resumes the queue, or one group of it."""
+        if group is None:
+            self.driver.pause(queue, paused)
+            (self.model.paused.add if paused else self.model.paused.discard)(queue)
+        else:
+            self.driver.pause_group(queue, group, paused)
+            (self.model.paused_groups.add if paused else self.model.paused_groups.discard)((queue, group))
+
+    @rule()
+    def collect(self) -> None:
+        """The collector's round: promote, then drain every outbox."""
+        self.driver.collect()
+        self.drained = True
+
+    @rule()
+    def advance(self) -> None:
+        """The clock moved past every delay (the testing kit's move_time=True)."""
+        self.driver.advance()
+        self.model.advance()
+
+    @precondition(lambda self: not self.model.broken)
+    @rule(queue=queues)
+    def break_blocked(self, queue: str) -> None:
+        """A queue's blocked key turned into a string (its held messages are lost)."""
+        self.driver.break_blocked(queue)
+        self.model.break_blocked(queue)
+
+    # --- after every step -----------------------------------------------------------
+
+    @invariant()
+    def agrees_with_redis(self) -> None:
+        model = self.model
+        tracked = [(m.queue, m.id) for m in model.msgs.values() if m.ended or m.place == "held"]
+        seen = self.driver.seen(model.consumers, tracked)
+        try:
+            sync(model, seen, self.drained)
+            adopt_callbacks(model, seen, self.drained)
+            check(model, seen)
+        except Violation:
+            note(view(model))
+            raise
+        finally:
+            self.drained = False
