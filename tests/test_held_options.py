@@ -71,7 +71,7 @@ class Client:
 
 
 @pytest.fixture(params=["sync", "async"])
-def client(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Client]:
+def publisher(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Client]:
     """The Producer's publish, or the AsyncProducer's."""
     c = Client(request.param, redis_url)
     yield c
@@ -119,13 +119,13 @@ def _released(producer: Producer, queue: str, ids: list[str]) -> None:
              message="children not released")
 
 
-def test_a_held_childs_group_survives_its_hold(client: Client, producer: Producer,
+def test_a_held_childs_group_survives_its_hold(publisher: Client, producer: Producer,
                                                start: Callable[..., Running]) -> None:
     """Four children of group g held by one parent: released into g, message.group is "g", and
     group_concurrency 1 never lets two of g run at once on a consumer of 4 threads."""
     parent = producer.publish("a", "p", result_ttl=60)
-    kids = [client.publish("b", i, group="g", depends_on=[("a", parent)], result_ttl=60) for i in range(4)]
-    other = client.publish("b", "ungrouped", depends_on=[("a", parent)], result_ttl=60)
+    kids = [publisher.publish("b", i, group="g", depends_on=[("a", parent)], result_ttl=60) for i in range(4)]
+    other = publisher.publish("b", "ungrouped", depends_on=[("a", parent)], result_ttl=60)
     seen = Seen(work_s=0.1)
     start(seen, name="b", concurrency=4, group_concurrency=1)
     start(lambda m: None, name="a")
@@ -137,11 +137,11 @@ def test_a_held_childs_group_survives_its_hold(client: Client, producer: Produce
 
 
 def test_a_held_childs_priority_orders_it_in_its_queue_and_its_group(
-        client: Client, producer: Producer, start: Callable[..., Running]) -> None:
+        publisher: Client, producer: Producer, start: Callable[..., Running]) -> None:
     """Children of priorities 1, 9 and 5 (three ungrouped, three of group g), all released before a consumer
     starts: each kind runs highest first."""
     parent = producer.publish("a", "p", result_ttl=60)
-    ids = [client.publish("b", f"{g or 'u'}{prio}", priority=prio, group=g, depends_on=[("a", parent)],
+    ids = [publisher.publish("b", f"{g or 'u'}{prio}", priority=prio, group=g, depends_on=[("a", parent)],
                           result_ttl=60)
            for g in (None, "g") for prio in (1, 9, 5)]
     start(lambda m: None, name="a")
@@ -155,11 +155,11 @@ def test_a_held_childs_priority_orders_it_in_its_queue_and_its_group(
 
 @pytest.mark.parametrize("group", [None, "g"])
 def test_a_held_childs_ttl_counts_from_its_release_and_expires_it(
-        group: Optional[str], client: Client, producer: Producer, redis_client: redis.Redis,
+        group: Optional[str], publisher: Client, producer: Producer, redis_client: redis.Redis,
         start: Callable[..., Running]) -> None:
     """A child with ttl=0.3 not taken within 0.3 s of its release is dead-lettered "expired" (grouped too)."""
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "late", ttl=0.3, group=group, depends_on=[("a", parent)], result_ttl=60)
+    child = publisher.publish("b", "late", ttl=0.3, group=group, depends_on=[("a", parent)], result_ttl=60)
     start(lambda m: None, name="a")
     _released(producer, "b", [child])
     released_ms = redis_ms(redis_client)
@@ -173,11 +173,11 @@ def test_a_held_childs_ttl_counts_from_its_release_and_expires_it(
 
 
 def test_a_held_childs_delay_counts_from_its_release_and_it_keeps_its_group(
-        client: Client, producer: Producer, start: Callable[..., Running]) -> None:
+        publisher: Client, producer: Producer, start: Callable[..., Running]) -> None:
     """A grouped child with delay=0.4 is scheduled at its release, then promoted into its group: it starts
     at least 0.4 s after its parent, as a message of g."""
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "later", delay=0.4, group="g", depends_on=[("a", parent)], result_ttl=60)
+    child = publisher.publish("b", "later", delay=0.4, group="g", depends_on=[("a", parent)], result_ttl=60)
     seen_a, seen_b = Seen(), Seen()
     start(seen_b, name="b", group_concurrency=1)
     start(seen_a, name="a")
@@ -187,7 +187,7 @@ def test_a_held_childs_delay_counts_from_its_release_and_it_keeps_its_group(
     assert seen_b.started["later"] - seen_a.started["p"] >= 0.4
 
 
-def test_a_held_childs_headers_result_and_events_arrive(client: Client, producer: Producer, redis_url: str,
+def test_a_held_childs_headers_result_and_events_arrive(publisher: Client, producer: Producer, redis_url: str,
                                                         start: Callable[..., Running]) -> None:
     """headers reach the handler; the child is tracked for its result_ttl; its events say it was published,
     released, started and done."""
@@ -195,7 +195,7 @@ def test_a_held_childs_headers_result_and_events_arrive(client: Client, producer
     wait_for(lambda: producer._broker.queues.partitions("b", fresh=True) and
              producer._broker.queues.declared("b")[1].events_max > 0)
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "c", headers={"tenant": "t-1", "n": [1, 2]}, group="g",
+    child = publisher.publish("b", "c", headers={"tenant": "t-1", "n": [1, 2]}, group="g",
                            depends_on=[("a", parent)], result_ttl=60)
     seen = Seen()
     start(seen, name="b", events=True)
@@ -209,31 +209,31 @@ def test_a_held_childs_headers_result_and_events_arrive(client: Client, producer
         ["published", "released", "started", "done"]
 
 
-def test_a_held_childs_dedup_key_holds_from_its_publish(client: Client, producer: Producer,
+def test_a_held_childs_dedup_key_holds_from_its_publish(publisher: Client, producer: Producer,
                                                         start: Callable[..., Running]) -> None:
     """While a child is held, and after it ran, its dedup key (dedup_ttl) deduplicates publishes with the
     same key, held or not: they return its id and queue nothing."""
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "first", dedup_key="K", dedup_ttl=60, group="g", depends_on=[("a", parent)],
+    child = publisher.publish("b", "first", dedup_key="K", dedup_ttl=60, group="g", depends_on=[("a", parent)],
                            result_ttl=60)
-    assert client.publish("b", "second", dedup_key="K") == child
-    assert client.publish("b", "third", dedup_key="K", depends_on=[("a", parent)]) == child
+    assert publisher.publish("b", "second", dedup_key="K") == child
+    assert publisher.publish("b", "third", dedup_key="K", depends_on=[("a", parent)]) == child
     seen = Seen()
     start(seen, name="b")
     start(lambda m: None, name="a")
     assert producer.result("b", child, timeout=10) == "first"
-    assert client.publish("b", "fourth", dedup_key="K", group="g") == child
+    assert publisher.publish("b", "fourth", dedup_key="K", group="g") == child
     assert seen.bodies() == ["first"] and seen.items[0].group == "g"
 
 
 def test_a_held_grouped_child_waits_in_its_groups_partition(
-        client: Client, producer: Producer, redis_client: redis.Redis, start: Callable[..., Running]) -> None:
+        publisher: Client, producer: Producer, redis_client: redis.Redis, start: Callable[..., Running]) -> None:
     """On a queue of 3 partitions a grouped child is held, and released, in the partition its group's name
     picks, where the group's other messages are; it runs as a message of that group."""
     redis_client.set(QueueKeys(NS, "b").partitions, "3")
     home = partition_name("b", zlib.crc32(b"tenant-7") % 3)
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "held", group="tenant-7", depends_on=[("a", parent)], result_ttl=60)
+    child = publisher.publish("b", "held", group="tenant-7", depends_on=[("a", parent)], result_ttl=60)
     assert redis_client.hexists(QueueKeys(NS, home).blocked, child)
     start(lambda m: None, name="a")
     _released(producer, "b", [child])
@@ -244,9 +244,9 @@ def test_a_held_grouped_child_waits_in_its_groups_partition(
     assert seen.of("held").group == "tenant-7"
 
 
-def test_a_chain_step_takes_a_group(client: Client, producer: Producer, start: Callable[..., Running]) -> None:
+def test_a_chain_step_takes_a_group(publisher: Client, producer: Producer, start: Callable[..., Running]) -> None:
     """chain() steps may give a group: each step after the first is held, and runs in its group."""
-    ids = client.chain([("a", 1, {"group": "g"}), ("a", 2, {"group": "g"}), ("a", 3, {"group": "h", "result_ttl": 60})])
+    ids = publisher.chain([("a", 1, {"group": "g"}), ("a", 2, {"group": "g"}), ("a", 3, {"group": "h", "result_ttl": 60})])
     seen = Seen()
     start(seen, name="a", group_concurrency=1)
     assert producer.result("a", ids[-1], timeout=10) == 3
@@ -254,10 +254,10 @@ def test_a_chain_step_takes_a_group(client: Client, producer: Producer, start: C
 
 
 def test_a_chain_step_with_a_bad_group_is_refused_before_anything_is_sent(
-        client: Client, redis_client: redis.Redis) -> None:
+        publisher: Client, redis_client: redis.Redis) -> None:
     """A chain whose second step's group is no group's name: MessageError, the first step not sent."""
     with pytest.raises(MessageError, match=r"group: holds a control character"):
-        client.chain([("a", 1), ("b", 2, {"group": "a\x1bb"})])
+        publisher.chain([("a", 1), ("b", 2, {"group": "a\x1bb"})])
     assert redis_client.llen(QueueKeys(NS, "a").pending) == 0
 
 
@@ -303,7 +303,7 @@ def test_a_hold_the_collector_registers_keeps_the_options(
 
 
 def test_a_child_dead_lettered_for_its_parent_keeps_its_options_in_the_dead_letters(
-        client: Client, producer: Producer, redis_url: str, start: Callable[..., Running]) -> None:
+        publisher: Client, producer: Producer, redis_url: str, start: Callable[..., Running]) -> None:
     """A parent fails: its grouped child is dead-lettered with its group, priority and headers in its frame;
     requeued by an operator, it runs in its group."""
     from smqsup.views import deadletters
@@ -311,7 +311,7 @@ def test_a_child_dead_lettered_for_its_parent_keeps_its_options_in_the_dead_lett
     def fail(m: Any) -> None:
         raise ValueError("bad input")
     parent = producer.publish("a", "p", result_ttl=60)
-    child = client.publish("b", "c", group="g", priority=7, headers={"h": 1}, depends_on=[("a", parent)],
+    child = publisher.publish("b", "c", group="g", priority=7, headers={"h": 1}, depends_on=[("a", parent)],
                            result_ttl=60)
     start(fail, name="a", retry_threshold=1)
     with pytest.raises(MessageFailed, match="dependency failed"):
@@ -335,13 +335,13 @@ def test_a_child_dead_lettered_for_its_parent_keeps_its_options_in_the_dead_lett
     ({"group": ""}, "group: expected 1 to 256 bytes"), ({"group": "a\nb"}, "group: holds a control character"),
     ({"group": "x" * 257}, "group: expected 1 to 256 bytes"), ({"group": 7}, "group: expected a string"),
 ])
-def test_options_a_hold_cannot_keep_are_refused_in_one_line(client: Client, producer: Producer,
+def test_options_a_hold_cannot_keep_are_refused_in_one_line(publisher: Client, producer: Producer,
                                                             redis_client: redis.Redis, options: dict[str, Any],
                                                             match: str) -> None:
     """at, dedup_until, a partition_key beside a group, and hostile group names, with depends_on:
     MessageError of one line from either client, nothing held."""
     parent = producer.publish("a", "p", result_ttl=60)
     with pytest.raises(MessageError, match=match) as info:
-        client.publish("b", "c", depends_on=[("a", parent)], **options)
+        publisher.publish("b", "c", depends_on=[("a", parent)], **options)
     assert "\n" not in str(info.value)
     assert redis_client.exists(QueueKeys(NS, "b").blocked) == 0
