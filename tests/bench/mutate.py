@@ -279,10 +279,11 @@ def apply(root: Path, mutant: Mutant, original: str) -> None:
     (root / mutant.path).write_text("".join(lines))
 
 
-def judge(root: Path, tests: list[str], timeout_s: float) -> str:
+def judge(root: Path, tests: list[str], timeout_s: float, workers: int = 0) -> str:
     """'killed' (a test failed, or the run timed out), or 'survived'."""
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "-o", "addopts=", "--timeout", "60", *tests]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", str(workers), "-p", "no:cacheprovider",
+           "-p", "no:randomly", "-o", "addopts=", "--timeout", "60", *(["--dist", "loadfile"] if workers else []),
+           *tests]
     try:
         done = subprocess.run(cmd, cwd=root, capture_output=True, timeout=timeout_s,
                               env={**os.environ, "PYTHONPATH": str(root)})
@@ -318,6 +319,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one mutant's tests may take")
     ap.add_argument("--list", action="store_true", help="print the mutants drawn; run nothing")
     ap.add_argument("--rerun", type=Path, help="an earlier run's output: judge its survivors again")
+    ap.add_argument("--workers", type=int, default=0, help="pytest-xdist workers per mutant's run (0: one process)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="smqmutate-") as tmp:
         root = Path(tmp)
@@ -333,7 +335,7 @@ def main() -> None:
             for m in mutants:
                 print(" ", m.describe())
             return
-        run(root, mutants, args.timeout)
+        run(root, mutants, args.timeout, args.workers)
 
 
 def _survivors_of(output: Path, mutants: list[Mutant]) -> list[Mutant]:
@@ -355,7 +357,7 @@ def _survivors_of(output: Path, mutants: list[Mutant]) -> list[Mutant]:
     return found
 
 
-def run(root: Path, mutants: list[Mutant], timeout_s: float) -> None:
+def run(root: Path, mutants: list[Mutant], timeout_s: float, workers: int) -> None:
     has_model = (root / _MODEL[0]).exists()
     users = _lua_users(root)
     tally = {"killed": 0, "survived": 0, "invalid": 0}
@@ -368,7 +370,7 @@ def run(root: Path, mutants: list[Mutant], timeout_s: float) -> None:
             apply(root, m, original)
             try:
                 tests = [t for t in area_of(m.path, has_model) if (root / t).exists()]
-                verdict = judge(root, tests, timeout_s) if loads(client, root, m, users) else "invalid"
+                verdict = judge(root, tests, timeout_s, workers) if loads(client, root, m, users) else "invalid"
             finally:
                 (root / m.path).write_text(original)
             tally[verdict] += 1
