@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from smqsup import message
+from smqsup import framing, message
 from tests.model.driver import Seen
-from tests.model.model import Model, Msg, Violation
+from tests.model.model import WAITING, Model, Msg, Violation
 
 _RECORD_STATES = {"done": ("done",), "dead": ("dead", "cancelled"), "removed": ("dead",)}
 
@@ -47,7 +47,7 @@ def sync(model: Model, seen: Seen, drained: bool) -> None:
                 raise Violation(f"{m.id} is still held after the collector's drain, though its parents "
                                 f"{list(m.parents)} ended (it must be {due[0]} {due[1]})")
             continue
-        _told(m, due, now)
+        _told(m, due, now, seen.frames.get(m.id))
 
 
 def adopt_callbacks(model: Model, seen: Seen, drained: bool) -> None:
@@ -64,13 +64,26 @@ def adopt_callbacks(model: Model, seen: Seen, drained: bool) -> None:
                             f"{model.callbacks_due(b)} (members: {[(m, model.msgs[m].place) for m in b.members]})")
 
 
-def _told(m: Msg, due: tuple[str, str], now: list[str]) -> None:
+def _told(m: Msg, due: tuple[str, str], now: list[str], frame: Optional[bytes]) -> None:
     place, reason = due
     if m.cancel_asked and now in (["ready"], ["delayed"]):
         place, reason = now[0], ""  # (a cancel remembered: it is stopped when it is taken)
     if now != ([place] if place != "done" else []):
         raise Violation(f"{m.id} left its hold for {now}, the model says {place} {reason}".rstrip())
+    if m.ttl == "short" and place in WAITING:
+        expires = framing.frame_head(frame).expires_ms if frame else None
+        if expires is None or expires <= m.after_ms:
+            raise Violation(f"{m.id} was released with expiry {expires}, not counted from its release "
+                            f"(its ttl from its publish had passed at {m.after_ms})")
     m.place, m.reason = place, reason
+
+
+def expire(model: Model, seen: Seen) -> None:
+    """Take in the ripe waiting messages Redis shows dead-lettered (a take
+    or promote met them): each ends as Model.expire says (check() reads its reason)."""
+    for m in model.msgs.values():
+        if m.ripe and m.place in WAITING and not m.lost and seen.places.get(m.id) == ["dead"]:
+            model.expire(m)
 
 
 def check(model: Model, seen: Seen) -> None:
@@ -129,7 +142,8 @@ def view(model: Model) -> str:
     for m in model.msgs.values():
         opts = "".join(f" {k}={v}" for k, v in (("group", m.group), ("prio", m.priority or None),
                                                 ("parents", ",".join(m.parents) or None),
-                                                ("cancel", m.cancel_asked or None)) if v)
+                                                ("cancel", m.cancel_asked or None),
+                                                ("ttl", m.ttl), ("ripe", m.ripe or None)) if v)
         where = m.holder if m.place == "processing" else m.reason or ""
         parts.append(f"{m.id}@{m.queue}: {m.place} {where} att={m.attempts}{opts}{' LOST' if m.lost else ''}")
     paused = f" paused={sorted(model.paused)} groups={sorted(model.paused_groups)} broken={sorted(model.broken)}"

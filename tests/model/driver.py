@@ -8,6 +8,7 @@ forward (advance.lua). ``seen()`` reads where Redis holds each message."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -31,6 +32,10 @@ RATE: scripts.Rate = (0, 1, 1, GROUP_LIMIT, 0, 1)
 RESULT_TTL_S = 3600
 #: A retry's delay when the handler asks for one later (the clock is moved past it).
 LATER_MS = 60_000
+#: A publish's ttl by name: "long" never passes within an example (the kit's
+#: advance moves due times, not the clock); "short" has passed by the next step.
+TTL_S = {"long": 3600.0, "short": 0.001}
+SHORT_TTL_MS = 1
 
 
 @dataclass(frozen=True)
@@ -91,13 +96,14 @@ class Driver:
     # --- producer and operator -------------------------------------------------
 
     def publish(self, queue: str, mid: str, *, group: Optional[str], priority: int, delay: bool,
-                parents: Iterable[tuple[str, str]], dedup_key: Optional[str]) -> str:
-        """Publish one tracked message (``delay``: an hour ahead); the id
-        queued, or the id that holds ``dedup_key`` (held until done)."""
+                parents: Iterable[tuple[str, str]], dedup_key: Optional[str], ttl: Optional[str] = None) -> str:
+        """Publish one tracked message (``delay``: an hour ahead; ``ttl``: a
+        name of TTL_S); the id queued, or the id that holds ``dedup_key`` (held until done)."""
         depends = list(parents) or None
         return self.producer.publish(queue, {"n": mid}, message_id=mid, group=group, priority=priority,
                                      delay=3600 if delay else None, result_ttl=RESULT_TTL_S, depends_on=depends,
-                                     dedup_key=dedup_key, dedup_until="done" if dedup_key else None)
+                                     dedup_key=dedup_key, dedup_until="done" if dedup_key else None,
+                                     ttl=TTL_S[ttl] if ttl else None)
 
     def batch(self, tag: str, complete: str, success: str, members: Iterable[tuple[str, Optional[str]]]) -> list[str]:
         """A closed batch of tracked ``members`` (queue, group) whose
@@ -187,6 +193,19 @@ class Driver:
             if self.broker.messages.advance(queue, None):
                 while self.broker.messages.promote(queue).moved > 0:
                     pass
+
+    def now_ms(self) -> int:
+        """The Redis clock (the one a ttl is judged by), in ms."""
+        s, us = self.broker.client.time()
+        return int(s) * 1000 + int(us) // 1000
+
+    def wait_past(self, ms: int, timeout_s: float = 5.0) -> int:
+        """Wait until the Redis clock is past ``ms``; the clock then."""
+        deadline = time.monotonic() + timeout_s
+        while (now := self.now_ms()) <= ms:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Redis clock did not pass {ms} within {timeout_s} s")
+        return now
 
     # --- what Redis holds ------------------------------------------------------------
 
