@@ -7,7 +7,10 @@
 - a held child whose parents all ended leaves its hold in the way the
   model says, and once the collector drained the outboxes it has left it
   (unless its own queue is broken);
-- nothing is in Redis that the model did not publish.
+- nothing is in Redis that the model did not publish;
+- in the events queue (driver.EVENTS_QUEUE), each message's events open
+  with "published", and an ended one's close with the one end event its
+  end says (done, dead, expired, cancelled, removed), a live one has none.
 
 The store may choose when a child is told between two collector rounds (a
 consumer tells its children at once, a cancel leaves that to the
@@ -19,7 +22,7 @@ import json
 from typing import Optional
 
 from smqsup import framing, message
-from tests.model.driver import Seen
+from tests.model.driver import EVENTS_QUEUE, Seen
 from tests.model.model import WAITING, Model, Msg, Violation
 
 _RECORD_STATES = {"done": ("done",), "dead": ("dead", "cancelled"), "removed": ("dead",)}
@@ -101,6 +104,8 @@ def check(model: Model, seen: Seen) -> None:
             _check_reason(m, seen.dead_reasons.get(m.id, []))
         if m.ended and m.tracked:
             _check_record(m, seen.records.get(m.id))
+        if m.queue == EVENTS_QUEUE and m.tracked:
+            _check_events(m, seen.events.get(m.id, []))
     lost = {m.id for m in model.msgs.values() if m.lost}
     strays = sorted(set(seen.places) - set(model.msgs) - lost)
     if strays:
@@ -122,6 +127,26 @@ def _check_reason(m: Msg, reasons: list[str]) -> None:
         m.reason == "dependency failed" and reasons[0].startswith("dependency failed: ")))
     if not ok:
         raise Violation(f"{m.id} is dead-lettered with reasons {reasons}; the model says {m.reason!r}")
+
+
+_END_EVENTS = ("done", "dead", "expired", "cancelled", "removed")
+
+
+def end_event(m: Msg) -> str:
+    """The event that must close an ended message's lifecycle."""
+    if m.place in ("done", "removed"):
+        return m.place
+    return m.reason if m.reason in ("expired", "cancelled") else "dead"
+
+
+def _check_events(m: Msg, names: list[str]) -> None:
+    """A message of the events queue: its stream opens with "published";
+    an ended one's closes with the one end event its end says, a live one's has none."""
+    ends = [n for n in names if n in _END_EVENTS]
+    want = [end_event(m)] if m.ended else []
+    if names[:1] != ["published"] or ends != want or (want and names[-1] != want[0]):
+        raise Violation(f"{m.id} ({m.place} {m.reason}) has events {names}; the model says "
+                        f"published ... {want[0] if want else '(no end yet)'}")
 
 
 def _check_record(m: Msg, record: Optional[object]) -> None:

@@ -16,9 +16,10 @@ from typing import Any, Optional
 from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.store import scripts
+from smqsup.store import events, scripts
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record, parse
 
 NAMESPACE = "model"
@@ -36,6 +37,9 @@ LATER_MS = 60_000
 #: advance moves due times, not the clock); "short" has passed by the next step.
 TTL_S = {"long": 3600.0, "short": 0.001}
 SHORT_TTL_MS = 1
+#: The queue whose consumers declare lifecycle events (the other stays plain), and its stream's cap.
+EVENTS_QUEUE = "b"
+EVENTS_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class Seen:
     records: dict[str, Optional[Record]] = field(default_factory=dict)
     #: The frame of each message seen waiting (a batch's callback is known by its body).
     frames: dict[str, bytes] = field(default_factory=dict)
+    #: The events of EVENTS_QUEUE's stream: id -> their names, in the stream's order.
+    events: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, mid: Optional[str], place: str, frame: bytes = b"") -> None:
         self.places.setdefault(mid or "<unreadable>", []).append(place)
@@ -89,6 +95,7 @@ class Driver:
     def reset(self) -> None:
         """An empty Redis for the next example (the server is the model test's own)."""
         self.broker.client.flushall()
+        self.broker.queues.declare_options(EVENTS_QUEUE, Declared(events_max=EVENTS_MAX))
 
     def keys(self, queue: str) -> QueueKeys:
         return self.broker.keys(queue)
@@ -230,8 +237,12 @@ class Driver:
         records = list(tracked)
         for queue, mid in records:
             pipe.hmget(self.keys(queue).tracked, [mid, f"{mid}:r", f"{mid}:p"])
+        pipe.xrange(self.keys(EVENTS_QUEUE).events)
         replies = pipe.execute(raise_on_error=False)
         out = Seen()
+        for entry_id, fields in replies.pop():
+            event = events.parse(EVENTS_QUEUE, entry_id, fields)
+            out.events.setdefault(event.message_id, []).append(event.event)
         for (place, cid), reply in zip(asked, replies):
             _read(out, place, cid, reply)
         for (_, mid), reply in zip(records, replies[len(asked):]):
