@@ -7,7 +7,10 @@
 - a held child whose parents all ended leaves its hold in the way the
   model says, and once the collector drained the outboxes it has left it
   (unless its own queue is broken);
-- nothing is in Redis that the model did not publish.
+- nothing is in Redis that the model did not publish;
+- in the events queue (driver.EVENTS_QUEUE), each message's events open
+  with "published", and an ended one's close with the one end event its
+  end says (done, dead, expired, cancelled, removed), a live one has none.
 
 The store may choose when a child is told between two collector rounds (a
 consumer tells its children at once, a cancel leaves that to the
@@ -18,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from smqsup import message
-from tests.model.driver import Seen
-from tests.model.model import Model, Msg, Violation
+from smqsup import framing, message
+from tests.model.driver import EVENTS_QUEUE, Seen
+from tests.model.model import WAITING, Model, Msg, Violation
 
 _RECORD_STATES = {"done": ("done",), "dead": ("dead", "cancelled"), "removed": ("dead",)}
 
@@ -47,7 +50,7 @@ def sync(model: Model, seen: Seen, drained: bool) -> None:
                 raise Violation(f"{m.id} is still held after the collector's drain, though its parents "
                                 f"{list(m.parents)} ended (it must be {due[0]} {due[1]})")
             continue
-        _told(m, due, now)
+        _told(m, due, now, seen.frames.get(m.id))
 
 
 def adopt_callbacks(model: Model, seen: Seen, drained: bool) -> None:
@@ -64,13 +67,26 @@ def adopt_callbacks(model: Model, seen: Seen, drained: bool) -> None:
                             f"{model.callbacks_due(b)} (members: {[(m, model.msgs[m].place) for m in b.members]})")
 
 
-def _told(m: Msg, due: tuple[str, str], now: list[str]) -> None:
+def _told(m: Msg, due: tuple[str, str], now: list[str], frame: Optional[bytes]) -> None:
     place, reason = due
     if m.cancel_asked and now in (["ready"], ["delayed"]):
         place, reason = now[0], ""  # (a cancel remembered: it is stopped when it is taken)
     if now != ([place] if place != "done" else []):
         raise Violation(f"{m.id} left its hold for {now}, the model says {place} {reason}".rstrip())
+    if m.ttl == "short" and place in WAITING:
+        expires = framing.frame_head(frame).expires_ms if frame else None
+        if expires is None or expires <= m.after_ms:
+            raise Violation(f"{m.id} was released with expiry {expires}, not counted from its release "
+                            f"(its ttl from its publish had passed at {m.after_ms})")
     m.place, m.reason = place, reason
+
+
+def expire(model: Model, seen: Seen) -> None:
+    """Take in the ripe waiting messages Redis shows dead-lettered (a take
+    or promote met them): each ends as Model.expire says (check() reads its reason)."""
+    for m in model.msgs.values():
+        if m.ripe and m.place in WAITING and not m.lost and seen.places.get(m.id) == ["dead"]:
+            model.expire(m)
 
 
 def check(model: Model, seen: Seen) -> None:
@@ -88,6 +104,8 @@ def check(model: Model, seen: Seen) -> None:
             _check_reason(m, seen.dead_reasons.get(m.id, []))
         if m.ended and m.tracked:
             _check_record(m, seen.records.get(m.id))
+        if m.queue == EVENTS_QUEUE and m.tracked:
+            _check_events(m, seen.events.get(m.id, []))
     lost = {m.id for m in model.msgs.values() if m.lost}
     strays = sorted(set(seen.places) - set(model.msgs) - lost)
     if strays:
@@ -111,6 +129,26 @@ def _check_reason(m: Msg, reasons: list[str]) -> None:
         raise Violation(f"{m.id} is dead-lettered with reasons {reasons}; the model says {m.reason!r}")
 
 
+_END_EVENTS = ("done", "dead", "expired", "cancelled", "removed")
+
+
+def end_event(m: Msg) -> str:
+    """The event that must close an ended message's lifecycle."""
+    if m.place in ("done", "removed"):
+        return m.place
+    return m.reason if m.reason in ("expired", "cancelled") else "dead"
+
+
+def _check_events(m: Msg, names: list[str]) -> None:
+    """A message of the events queue: its stream opens with "published";
+    an ended one's closes with the one end event its end says, a live one's has none."""
+    ends = [n for n in names if n in _END_EVENTS]
+    want = [end_event(m)] if m.ended else []
+    if names[:1] != ["published"] or ends != want or (want and names[-1] != want[0]):
+        raise Violation(f"{m.id} ({m.place} {m.reason}) has events {names}; the model says "
+                        f"published ... {want[0] if want else '(no end yet)'}")
+
+
 def _check_record(m: Msg, record: Optional[object]) -> None:
     state = getattr(record, "state", None)
     if state not in _RECORD_STATES[m.place]:
@@ -129,7 +167,8 @@ def view(model: Model) -> str:
     for m in model.msgs.values():
         opts = "".join(f" {k}={v}" for k, v in (("group", m.group), ("prio", m.priority or None),
                                                 ("parents", ",".join(m.parents) or None),
-                                                ("cancel", m.cancel_asked or None)) if v)
+                                                ("cancel", m.cancel_asked or None),
+                                                ("ttl", m.ttl), ("ripe", m.ripe or None)) if v)
         where = m.holder if m.place == "processing" else m.reason or ""
         parts.append(f"{m.id}@{m.queue}: {m.place} {where} att={m.attempts}{opts}{' LOST' if m.lost else ''}")
     paused = f" paused={sorted(model.paused)} groups={sorted(model.paused_groups)} broken={sorted(model.broken)}"

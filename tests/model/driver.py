@@ -8,6 +8,7 @@ forward (advance.lua). ``seen()`` reads where Redis holds each message."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -15,9 +16,10 @@ from typing import Any, Optional
 from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.store import scripts
+from smqsup.store import events, scripts
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.queues import Declared
 from smqsup.store.tracking import Record, parse
 
 NAMESPACE = "model"
@@ -31,6 +33,13 @@ RATE: scripts.Rate = (0, 1, 1, GROUP_LIMIT, 0, 1)
 RESULT_TTL_S = 3600
 #: A retry's delay when the handler asks for one later (the clock is moved past it).
 LATER_MS = 60_000
+#: A publish's ttl by name: "long" never passes within an example (the kit's
+#: advance moves due times, not the clock); "short" has passed by the next step.
+TTL_S = {"long": 3600.0, "short": 0.001}
+SHORT_TTL_MS = 1
+#: The queue whose consumers declare lifecycle events (the other stays plain), and its stream's cap.
+EVENTS_QUEUE = "b"
+EVENTS_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,8 @@ class Seen:
     records: dict[str, Optional[Record]] = field(default_factory=dict)
     #: The frame of each message seen waiting (a batch's callback is known by its body).
     frames: dict[str, bytes] = field(default_factory=dict)
+    #: The events of EVENTS_QUEUE's stream: id -> their names, in the stream's order.
+    events: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, mid: Optional[str], place: str, frame: bytes = b"") -> None:
         self.places.setdefault(mid or "<unreadable>", []).append(place)
@@ -84,6 +95,7 @@ class Driver:
     def reset(self) -> None:
         """An empty Redis for the next example (the server is the model test's own)."""
         self.broker.client.flushall()
+        self.broker.queues.declare_options(EVENTS_QUEUE, Declared(events_max=EVENTS_MAX))
 
     def keys(self, queue: str) -> QueueKeys:
         return self.broker.keys(queue)
@@ -91,13 +103,14 @@ class Driver:
     # --- producer and operator -------------------------------------------------
 
     def publish(self, queue: str, mid: str, *, group: Optional[str], priority: int, delay: bool,
-                parents: Iterable[tuple[str, str]], dedup_key: Optional[str]) -> str:
-        """Publish one tracked message (``delay``: an hour ahead); the id
-        queued, or the id that holds ``dedup_key`` (held until done)."""
+                parents: Iterable[tuple[str, str]], dedup_key: Optional[str], ttl: Optional[str] = None) -> str:
+        """Publish one tracked message (``delay``: an hour ahead; ``ttl``: a
+        name of TTL_S); the id queued, or the id that holds ``dedup_key`` (held until done)."""
         depends = list(parents) or None
         return self.producer.publish(queue, {"n": mid}, message_id=mid, group=group, priority=priority,
                                      delay=3600 if delay else None, result_ttl=RESULT_TTL_S, depends_on=depends,
-                                     dedup_key=dedup_key, dedup_until="done" if dedup_key else None)
+                                     dedup_key=dedup_key, dedup_until="done" if dedup_key else None,
+                                     ttl=TTL_S[ttl] if ttl else None)
 
     def batch(self, tag: str, complete: str, success: str, members: Iterable[tuple[str, Optional[str]]]) -> list[str]:
         """A closed batch of tracked ``members`` (queue, group) whose
@@ -188,6 +201,19 @@ class Driver:
                 while self.broker.messages.promote(queue).moved > 0:
                     pass
 
+    def now_ms(self) -> int:
+        """The Redis clock (the one a ttl is judged by), in ms."""
+        s, us = self.broker.client.time()
+        return int(s) * 1000 + int(us) // 1000
+
+    def wait_past(self, ms: int, timeout_s: float = 5.0) -> int:
+        """Wait until the Redis clock is past ``ms``; the clock then."""
+        deadline = time.monotonic() + timeout_s
+        while (now := self.now_ms()) <= ms:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Redis clock did not pass {ms} within {timeout_s} s")
+        return now
+
     # --- what Redis holds ------------------------------------------------------------
 
     def seen(self, consumers: Iterable[str], tracked: Iterable[tuple[str, str]]) -> Seen:
@@ -211,8 +237,12 @@ class Driver:
         records = list(tracked)
         for queue, mid in records:
             pipe.hmget(self.keys(queue).tracked, [mid, f"{mid}:r", f"{mid}:p"])
+        pipe.xrange(self.keys(EVENTS_QUEUE).events)
         replies = pipe.execute(raise_on_error=False)
         out = Seen()
+        for entry_id, fields in replies.pop():
+            event = events.parse(EVENTS_QUEUE, entry_id, fields)
+            out.events.setdefault(event.message_id, []).append(event.event)
         for (place, cid), reply in zip(asked, replies):
             _read(out, place, cid, reply)
         for (_, mid), reply in zip(records, replies[len(asked):]):

@@ -12,9 +12,9 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
-from tests.model.checks import adopt_callbacks, check, sync, view
-from tests.model.driver import Driver, Taken
-from tests.model.model import Batch, Model, Msg, Violation
+from tests.model.checks import adopt_callbacks, check, expire, sync, view
+from tests.model.driver import SHORT_TTL_MS, Driver, Taken
+from tests.model.model import WAITING, Batch, Model, Msg, Violation
 
 QUEUES = ("a", "b")
 #: Consumer slots: the queue is the slot's first letter; a slot's consumer
@@ -44,6 +44,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.generation: dict[str, int] = {}
         self.published = 0
         self.drained = False
+        #: A take that gave nothing though some may run: (queue, those, the ripe it may have met).
+        self.met: Optional[tuple[str, list[str], list[str]]] = None
         for slot in SLOTS:
             self._register(slot)
 
@@ -70,9 +72,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(target=messages, queue=queues, group=groups, priority=priorities,
           delay=st.booleans(), parents=st.lists(messages, max_size=2, unique=True),
-          dedup=st.sampled_from((None, "k")))
+          dedup=st.sampled_from((None, "k")), ttl=st.sampled_from((None, "long", "short")))
     def publish(self, queue: str, group: Optional[str], priority: int, delay: bool, parents: list[str],
-                dedup: Optional[str]) -> Any:
+                dedup: Optional[str], ttl: Optional[str] = None) -> Any:
         if queue in self.model.broken:
             parents = []  # (a hold there cannot be written: the break rule's loss is not this one's)
         if parents:
@@ -81,14 +83,19 @@ class StoreMachine(RuleBasedStateMachine):
         mid = f"m{self.published}"
         holder = self.model.dedup_holder(queue, dedup)
         got = self.driver.publish(queue, mid, group=group, priority=priority, delay=delay,
-                                  parents=[(self.model.msgs[p].queue, p) for p in parents], dedup_key=dedup)
+                                  parents=[(self.model.msgs[p].queue, p) for p in parents], dedup_key=dedup,
+                                  ttl=ttl)
         if holder is not None:
             if got != holder:
                 raise Violation(f"dedup key {dedup!r} is held by {holder}, but the publish queued {got}")
             return multiple()
         if got != mid:
             raise Violation(f"the publish of {mid} answered {got}")
-        self.model.publish(Msg(mid, queue, group, priority, delay, tuple(parents), dedup))
+        m = Msg(mid, queue, group, priority, delay, tuple(parents), dedup, ttl)
+        self.model.publish(m)
+        if ttl == "short" and m.place == "held" and self.model.due(m) is None:
+            # (its ttl passes now, as it waits for a parent: it must count from its release)
+            m.after_ms = self.driver.wait_past(self.driver.now_ms() + SHORT_TTL_MS)
         return mid
 
     @rule(target=messages, members=st.lists(st.tuples(queues, groups), min_size=1, max_size=2), complete=queues,
@@ -106,15 +113,31 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(slot=slots)
     def take(self, slot: str) -> None:
+        self._take(slot)
+
+    @rule(slot=slots)
+    def handle(self, slot: str) -> None:
+        """The consumer takes a message and its handler returns (the common
+        path, in one step: what lets chains of children run within an example)."""
+        taken = self._take(slot)
+        if taken is not None:
+            self.hands[self.cids[slot]].remove(taken)
+            self._settle(slot, taken, "ack")
+
+    def _take(self, slot: str) -> Optional[Taken]:
         cid, queue = self.cids[slot], slot[0]
         taken, _ = self.driver.take(queue, cid)
         if taken is None:
             ready = [m.id for m in self.model.takeable(queue)]
-            if ready:
+            ripe = [m.id for m in self.model.msgs.values() if m.queue == queue and m.ripe and m.place in WAITING]
+            if ready and not ripe:
                 raise Violation(f"a take on {queue} gave nothing, though {ready} may run")
-            return
+            if ready:  # (a take that meets an expired message may give nothing: it must have ended one)
+                self.met = (queue, ready, ripe)
+            return None
         self.model.taken(cid, taken.msg.id, taken.msg.group, taken.msg.attempts)
         self.hands[cid].append(taken)
+        return taken
 
     def _oldest(self, slot: str) -> Optional[tuple[str, str, Taken]]:
         cid = self.cids[slot]
@@ -127,7 +150,10 @@ class StoreMachine(RuleBasedStateMachine):
         cid = self.cids[slot]
         if not self.hands[cid]:
             return
-        taken = self.hands[cid].pop(0)
+        self._settle(slot, self.hands[cid].pop(0), outcome)
+
+    def _settle(self, slot: str, taken: Taken, outcome: str) -> None:
+        cid = self.cids[slot]
         if outcome == "ack":
             self.driver.ack(slot[0], cid, taken.frame, json.dumps({"id": taken.msg.id}))
         else:
@@ -203,10 +229,12 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def agrees_with_redis(self) -> None:
         model = self.model
-        tracked = [(m.queue, m.id) for m in model.msgs.values() if m.ended or m.place == "held"]
+        tracked = [(m.queue, m.id) for m in model.msgs.values() if m.ended or m.ripe or m.place == "held"]
         seen = self.driver.seen(model.consumers, tracked)
         try:
             sync(model, seen, self.drained)
+            expire(model, seen)
+            self._met_one()
             adopt_callbacks(model, seen, self.drained)
             check(model, seen)
         except Violation:
@@ -214,3 +242,18 @@ class StoreMachine(RuleBasedStateMachine):
             raise
         finally:
             self.drained = False
+        self._ripen()
+
+    def _met_one(self) -> None:
+        met, self.met = self.met, None
+        if met and not any(self.model.msgs[mid].ended for mid in met[2]):
+            raise Violation(f"a take on {met[0]} gave nothing, though {met[1]} may run and it expired none of {met[2]}")
+
+    def _ripen(self) -> None:
+        """Wait out the short ttl of every message that began to wait in this step: ripe by the next."""
+        young = [m for m in self.model.msgs.values()
+                 if m.ttl == "short" and not m.ripe and not m.lost and m.place in WAITING]
+        if young:
+            self.driver.wait_past(self.driver.now_ms() + SHORT_TTL_MS)
+            for m in young:
+                m.ripe = True

@@ -14,7 +14,11 @@ Python with no I/O. The intended semantics (DESIGN.md sections 1 and 11):
   it ends dead-lettered "cancelled" and never runs again;
 - a child whose parents all ended done is released once the outbox is
   drained; one whose parent failed is dead-lettered "dependency failed";
-- at most GROUP_LIMIT messages of one group are in hand at once.
+- at most GROUP_LIMIT messages of one group are in hand at once;
+- a message whose ttl passed while it waited ("ripe") is never handed out:
+  a take or promote that meets it dead-letters it "expired" (or "cancelled"
+  when its cancel is remembered: a cancel beats expiry); a held child's ttl
+  counts from its release.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ class Msg:
     delay: bool = False
     parents: tuple[str, ...] = ()
     dedup_key: Optional[str] = None
+    #: Its ttl's name (driver.TTL_S), or None.
+    ttl: Optional[str] = None
+    #: A "short" ttl that has passed (by the Redis clock) while it waited.
+    ripe: bool = False
+    #: A held "short" child: a Redis time past its publish + ttl (its expiry must come after).
+    after_ms: int = 0
     place: str = "ready"
     holder: Optional[str] = None
     reason: str = ""
@@ -118,6 +128,7 @@ class Model:
         if queue in self.paused:
             return []
         return [m for m in self.msgs.values() if m.queue == queue and m.place == "ready" and not m.lost
+                and not m.ripe
                 and (m.group is None or ((queue, m.group) not in self.paused_groups
                                          and self.running(queue, m.group) < GROUP_LIMIT))]
 
@@ -126,6 +137,7 @@ class Model:
         m = self.msgs.get(mid)
         _check(m is not None, f"take handed out {mid!r}, which the model never published")
         assert m is not None
+        _check(not m.ripe, f"{mid} was handed out though its ttl had passed")
         _check(group == m.group, f"{mid} was published in group {m.group!r} but runs in group {group!r}")
         _check(m in self.takeable(self.consumers[cid]), f"{mid} was handed out from place {m.place!r} "
                f"(group {m.group!r} running {self.running(m.queue, m.group) if m.group else 0}, "
@@ -180,9 +192,16 @@ class Model:
         return False
 
     def advance(self) -> None:
+        """Every delayed message due and promoted: one whose ttl passed expires."""
         for m in self.msgs.values():
-            if m.place == "delayed":
+            if m.place == "delayed" and m.ripe:
+                self.expire(m)
+            elif m.place == "delayed":
                 m.place = "ready"
+
+    def expire(self, m: Msg) -> None:
+        """A ripe waiting message met by a take or promote (its remembered cancel beats expiry)."""
+        self.end(m, "dead", "cancelled" if m.cancel_asked else "expired")
 
     def break_blocked(self, queue: str) -> None:
         self.broken.add(queue)
