@@ -32,6 +32,16 @@ def _dead(client: redis.Redis) -> list[tuple[str, str]]:
     return [(d.ref, d.reason) for d in (deadletter.DeadLetter(raw) for raw in reversed(client.lrange(K.dead, 0, -1)))]
 
 
+def _failing_once_told(go: threading.Event, tries: list[Any]) -> Callable[[Any], None]:
+    """A handler recording each body it runs; on "x" it waits (at most 20 s) for ``go``, then raises."""
+    def handle(m: Any) -> None:
+        tries.append(m.body)
+        if m.body == "x":
+            go.wait(20)
+            raise ValueError("failed anyway")
+    return handle
+
+
 @pytest.mark.parametrize("tracked", [True, False])
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_a_handler_that_raises_after_its_cancel_ends_cancelled(
@@ -40,12 +50,7 @@ def test_a_handler_that_raises_after_its_cancel_ends_cancelled(
     """cancel() answers "stopping"; the handler raises before its consumer looks: the nack dead-letters it
     "cancelled" (no retry), and it never runs again."""
     go, tries = threading.Event(), []
-
-    def handle(m: Any) -> None:
-        tries.append(m.body)
-        if m.body == "x":
-            go.wait(20)
-            raise ValueError("failed anyway")
+    handle = _failing_once_told(go, tries)
     start(handle, concurrency=concurrency, retry_delay_s=0)
     mid = producer.publish("q", "x", result_ttl=60 if tracked else None)
     wait_for(lambda: tries == ["x"])
@@ -158,12 +163,7 @@ def test_a_cancel_outlives_an_hour_of_retry_delay(start: Callable[..., Running],
     """A running message is cancelled ("stopping") and its handler raises, on a queue whose retry_delay is
     two hours; its cancel dates from over an hour ago when other cancels are asked: it never runs again."""
     go, tries = threading.Event(), []
-
-    def handle(m: Any) -> None:
-        tries.append(m.body)
-        if m.body == "x":
-            go.wait(20)
-            raise ValueError("failed anyway")
+    handle = _failing_once_told(go, tries)
     start(handle, retry_delay_s=7200)
     mid = producer.publish("q", "x", result_ttl=60)
     wait_for(lambda: tries == ["x"])
