@@ -236,3 +236,23 @@ def test_a_message_made_ready_late_lags_from_its_due_time_not_its_publish(
     assert broker.messages.promote("q").moved == 1
     lag = _lag(broker, "q")
     assert lag.ready == 1 and lag.lag_s is not None and 0.0 <= lag.lag_s < 30.0, lag
+
+
+@pytest.mark.parametrize("junk", ["a string", "+inf", "-inf", "1e300", "ahead"])
+def test_junk_in_the_ready_times_costs_no_message_and_no_read(
+        broker: Broker, redis_client: redis.Redis, junk: str) -> None:
+    """ready_at is Redis state anyone may write: of the wrong type, or a message's entry at ±inf, 1e300 or a day
+    ahead, a due retry is still promoted and the lag still read (never negative, never past its publish)."""
+    now = redis_ms(redis_client)
+    f = frame(now - 60_000)
+    mid = json.loads(f.split(b"|", 1)[1])["id"]
+    if junk == "a string":
+        redis_client.set(keys("q").ready_at, "garbage")
+    else:
+        score = {"+inf": float("inf"), "-inf": float("-inf"), "1e300": 1e300, "ahead": now + 86_400_000}[junk]
+        redis_client.zadd(keys("q").ready_at, {mid: score})
+    redis_client.zadd(keys("q").delayed, {f: now - 50})
+    assert broker.messages.promote("q").moved == 1
+    assert redis_client.lrange(keys("q").pending, 0, -1) == [f]
+    lag = _lag(broker, "q")
+    assert lag.ready == 1 and lag.lag_s is not None and 0.0 <= lag.lag_s <= 70.0, lag

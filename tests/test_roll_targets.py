@@ -258,3 +258,22 @@ def test_a_new_generation_dying_just_past_its_probation_marks_the_roll_failed(
         return bool(info["roll_failed"]) and "died within" in info["roll_failed"]
 
     wait_for(said, timeout_s=15, interval_s=0.3)
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe", b"not json", b"[1]", b"[" * 10_000, b'{"at_ms": NaN, "queues": null}',
+                                 b'{"at_ms": true, "queues": null}', b'{"at_ms": 1e300, "queues": null}',
+                                 b'{"queues": null}', b'{"at_ms": %d, "queues": [1]}', b'{"at_ms": %d, "queues": "a"}',
+                                 b'{"at_ms": %d, "queues": ["a"], "x": 1}'])
+def test_roll_requests_left_in_redis_are_read_safely(raw: bytes) -> None:
+    """A request list anyone with Redis may write: undecodable, not an object, deeply nested, a NaN or boolean
+    or far date, no date, queues that are not names: no request (never an error, never every queue); only a
+    well-formed fresh one counts."""
+    from smqsup.store.control import _request
+
+    now = 1_700_000_000_000
+    text = raw.replace(b"%d", str(now).encode())
+    request = _request(text, now)
+    if raw.endswith(b', "x": 1}'):
+        assert request is not None and request.queues == ("a",)
+    else:
+        assert request is None
