@@ -211,9 +211,6 @@ LAG_HEAD_BYTES = 120
 #: frames; past that many, the others are taken as not paused (their count an estimate, garbage included).
 #: About 5 us of Redis each (1,000 groups of 10: 160 us a read at 32, 1.2 ms at 200; 20 us with none).
 LAG_GROUPS_READ = 32
-#: Ready times of messages made ready late (due retries and delayed publishes) a queue keeps, the
-#: newest (promote.lua): the lag of one made ready since this many others counts from its publish.
-READY_AT_KEPT = 10_000
 #: A message id dated further back than this gives no lag (its id does not hold smqsup's time), in s.
 LAG_MAX_AGE_S = 10 * 365 * 86_400
 #: A supervisor's info not rewritten for this many of its own intervals (its every_s) is stale: its

@@ -19,10 +19,11 @@ live in one Redis Cluster slot::
                                    Redis clock
     ns:{Q}:delayed           ZSET  frames waiting to be retried; score = due
                                    time in ms since the epoch, Redis clock
-    ns:{Q}:ready_at          ZSET  ID -> when a message made ready late (a
-                                   retry's delay, a delayed publish) became
-                                   ready (ms, Redis clock): its lag counts from
-                                   there (promote.lua; the newest kept)
+    ns:{Q}:ready_at          ZSET  ID -> when a message made ready after its
+                                   publish (a due delay, a retry, a reclaim, a
+                                   release) became ready (ms, Redis clock): its
+                                   lag counts from there (includes/ready_at.lua;
+                                   the newest kept)
     ns:{Q}:paused            STR   present while the queue is paused: JSON
                                    {"at_ms", "by"}; consumers take nothing
     ns:{Q}:rate              STR   the queue's rate limit state: the GCRA

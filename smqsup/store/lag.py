@@ -6,7 +6,8 @@ A partition's next message is the oldest of the pending list's rightmost frame
 (consumers take from the right), the priority set's first member and the
 first published of its message groups' next frames (a paused group's
 messages are not ready: they count nowhere); its age (from when it was
-made ready, for a message promote.lua made ready late: its ready_at)
+made ready, for a message made ready after its publish: its ready_at,
+includes/ready_at.lua)
 is the Redis clock minus the time in its id (ids.py: 12 hex digits of ms
 since the epoch). A queue's lag is the largest of its partitions'. The frames
 are anyone's bytes: one whose head is not a frame, or whose id holds no
@@ -73,7 +74,7 @@ def created_ms(head: Any) -> Optional[int]:
 def frame_lag_ms(head: Any, now_ms: int, ready_at_ms: Optional[int] = None) -> Optional[int]:
     """How long the message of frame ``head`` has waited at ``now_ms``,
     counted from its creation or, when it was made ready later
-    (``ready_at_ms``: a retry's delay, a delayed publish), from then: 0 when
+    (``ready_at_ms``: a due delay, a retry, a reclaim, a release), from then: 0 when
     dated ahead, None when its id has no time or one older than
     LAG_MAX_AGE_S (not a time: nothing has waited ten years)."""
     created = created_ms(head)

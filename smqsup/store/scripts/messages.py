@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from smqsup import defaults
 from smqsup.keys import QueueKeys, producers_hash, producers_seen
 from smqsup.store.scripts.calls import Call, Lock, Script, bytes_or_none, dedup_index, escaped_texts, with_lock
 
@@ -195,7 +194,8 @@ def nack(keys: QueueKeys, consumer_id: str, frame: bytes, *, retry_threshold: in
     (counting ``dead_event`` too, e.g. "rejected", when dead-lettered)."""
     return Call(_NACK, (keys.processing(consumer_id), keys.pending, keys.delayed, keys.dead, keys.counters,
                         keys.consumers, keys.priority, keys.priority_seq, keys.paused, keys.rate, keys.partitions,
-                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps, *keys.groups, keys.cancel),
+                        keys.tracked, keys.tracked_expiry, keys.events, keys.deps, *keys.groups, keys.cancel,
+                        keys.ready_at),
                 (frame, retry_threshold, max(0, int(delay_ms)), meta, int(fetch_next), consumer_id, dead_event,
                  *rate), _nack_result)
 
@@ -210,7 +210,7 @@ def promote(keys: QueueKeys, *, batch: int, lock: Optional[Lock] = None) -> Call
     key_list, args = with_lock([keys.delayed, keys.scheduled, keys.pending, keys.priority, keys.priority_seq,
                                 keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, keys.deps,
                                 *keys.groups, keys.ready_at, keys.cancel],
-                               [batch, defaults.READY_AT_KEPT],
+                               [batch],
                                lock)
     return Call(_PROMOTE, key_list, args, _promote_result)
 

@@ -22,6 +22,8 @@
 -- KEYS[22] its cancel set (includes/track.lua): a message whose cancel was
 --          asked is dead-lettered "cancelled" (counted "cancelled"), never
 --          retried, whatever ARGV[2..4] say
+-- KEYS[23] its ready times (includes/ready_at.lua): a retry ready at once
+--          is written with now, so that its lag counts from its retry
 -- ARGV[1]  the frame: the exact bytes the consumer fetched
 -- ARGV[2]  retry_threshold: a message whose attempts would exceed it is
 --          dead-lettered; -1 dead-letters at once (malformed messages); -2
@@ -66,6 +68,7 @@ local q = {processing = processing, pending = pending, counters = counters, cons
            priority = prio_set, paused = paused, dead = dead,
            rate = rate_of(KEYS[10], KEYS[11], ARGV[8], ARGV[9], ARGV[10])}
 q.track = {hash = KEYS[12], expiry = KEYS[13], events = KEYS[14], deps = KEYS[15], cancel = KEYS[22]}
+--- @include "ready_at"
 groups_use(16, pending, prio_seq, ARGV[11], ARGV[12], ARGV[13])
 
 -- One more attempt for the frame in hand, ready again (1) or delayed (2),
@@ -84,6 +87,7 @@ local function retry(frame, at_ms)
     return 2, frame
   end
   make_ready(pending, prio_set, prio_seq, frame)
+  ready_at_mark(KEYS[23], {frame}, at_ms, at_ms)
   return 1, frame
 end
 

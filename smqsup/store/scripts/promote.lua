@@ -14,16 +14,15 @@
 -- KEYS[11] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[12..17] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
--- KEYS[18] its ready times (ID -> when it became ready, ms): each message
---          made ready here is written with its due time, so that its lag
---          counts from it (lag.lua); only the newest ARGV[2] are kept
+-- KEYS[18] its ready times (includes/ready_at.lua): each message made
+--          ready here is written with its due time, so that its lag counts
+--          from it (lag.lua)
 -- KEYS[19] its cancel set (includes/track.lua): a due retry whose cancel
 --          was asked is dead-lettered "cancelled" (counted "cancelled"),
 --          never made ready
 -- KEYS[20] (optional) garbage-collector lock key
 -- ARGV[1]  most messages to move in this call (integer > 0)
--- ARGV[2]  most entries KEYS[18] keeps (integer > 0)
--- ARGV[3]  (with KEYS[20]) the caller's lock token; the script refuses to act
+-- ARGV[2]  (with KEYS[20]) the caller's lock token; the script refuses to act
 --          unless KEYS[20] holds exactly this token
 --
 -- Returns {moved, wait_ms, expired}: wait_ms is the time until the next
@@ -39,13 +38,13 @@
 local delayed, scheduled, pending, prio_set = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio_seq, dead, counters, ready_at, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[18], KEYS[20]
 local T = {hash = KEYS[8], expiry = KEYS[9], events = KEYS[10], deps = KEYS[11], cancel = KEYS[19]}
-local limit, kept, token = tonumber(ARGV[1]), tonumber(ARGV[2]) or 1, ARGV[3]
+local limit, token = tonumber(ARGV[1]), ARGV[2]
 --- @include "lock"
 --- @include "wrong_type"
 --- @include "now_ms"
 --- @include "ready"
 --- @include "dead_letter"
---- @include "frame_id"
+--- @include "ready_at"
 groups_use(12, pending, prio_seq)
 
 local refused = not_leader(lock_key, token)
@@ -78,16 +77,7 @@ while #ready + expired + cancelled < limit and (retries[r] or planned[p]) do
   end
 end
 make_ready_all(pending, prio_set, prio_seq, ready)
--- Their ready times (a score no script wrote, -inf or text, as now).
-local written = 0
-for i, frame in ipairs(ready) do
-  local id, at = frame_id(frame), tonumber(due[i])
-  if id then
-    if not at or at ~= at or at < 0 or at > at_ms then at = at_ms end
-    if type(redis.pcall('ZADD', ready_at, string.format('%d', at), id)) == 'number' then written = written + 1 end
-  end
-end
-if written > 0 then redis.pcall('ZREMRANGEBYRANK', ready_at, 0, -kept - 1) end
+ready_at_mark(ready_at, ready, due, at_ms)
 track_all(T, ready, 'waiting', nil, at_ms)
 if expired > 0 then
   redis.pcall('HINCRBY', counters, 'expired', expired)

@@ -15,6 +15,8 @@
 -- KEYS[13..18] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
 --          (includes/track.lua: a message whose cancel was asked is dead-lettered "cancelled")
+-- KEYS[19] its ready times (includes/ready_at.lua: a started message back
+--          from a dead consumer counts its lag from now)
 -- ARGV[1]  "1": each message costs an attempt (the consumer died);
 --          "0": it does not (a stop asked for, a consumer re-registering)
 -- ARGV[2]  retry_threshold: past it a costly reclaim dead-letters a message
@@ -37,7 +39,8 @@
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumers, heartbeats, retired = KEYS[5], KEYS[6], KEYS[7]
-local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12]}
+local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12],
+           ready_at = KEYS[19]}
 local costs, threshold, meta = ARGV[1] == '1', tonumber(ARGV[2]), ARGV[3]
 local limit, consumer_id = tonumber(ARGV[4]), ARGV[5]
 local started = tonumber(ARGV[6] or '-1')

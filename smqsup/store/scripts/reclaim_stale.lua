@@ -16,7 +16,9 @@
 -- KEYS[12] its dependencies (includes/deps.lua: an end tells the children)
 -- KEYS[13..18] its group keys: ready, count, state, rate, wait, running
 --          (includes/groups.lua)
--- KEYS[19] (optional) garbage-collector lock key
+-- KEYS[19] its ready times (includes/ready_at.lua: a message back from the
+--          consumer counts its lag from now)
+-- KEYS[20] (optional) garbage-collector lock key
 -- ARGV[1]  retry_threshold: past it a message is dead-lettered
 -- ARGV[2]  dead-letter metadata: a JSON object text with at least "reason"
 -- ARGV[3]  most messages to move in this call (integer > 0)
@@ -25,17 +27,18 @@
 --          is missing, older than this, or a day or more ahead (no heartbeat
 --          wrote it: stale.lua); it may have come back since the caller
 --          listed it as stale
--- ARGV[6]  (with KEYS[19]) the caller's lock token: the script refuses to act
---          unless KEYS[19] holds exactly this token
+-- ARGV[6]  (with KEYS[20]) the caller's lock token: the script refuses to act
+--          unless KEYS[20] holds exactly this token
 --
 -- Returns {requeued, dead_lettered, remaining}; remaining > 0 means call
 -- again; remaining -1 means the consumer is alive after all (nothing done).
--- With KEYS[19] given and the token not matching, an error reply "NOTLEADER".
+-- With KEYS[20] given and the token not matching, an error reply "NOTLEADER".
 -- A key of the wrong type among KEYS[1, 2, 3, 5, 6, 7] is an error reply
 -- "WRONGTYPE ..." before anything is written (includes/wrong_type.lua).
 local processing, pending, dead, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[19]
-local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12]}
+local consumers, heartbeats, retired, lock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[20]
+local T = {hash = KEYS[8], expiry = KEYS[9], cancel = KEYS[10], events = KEYS[11], deps = KEYS[12],
+           ready_at = KEYS[19]}
 local threshold, meta, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local consumer_id, stale_after_ms, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 --- @include "lock"

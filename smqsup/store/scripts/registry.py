@@ -39,11 +39,13 @@ def _reclaim_result(reply: Sequence[Any]) -> ReclaimResult:
 
 
 def _reclaim_keys(keys: QueueKeys, consumer_id: str) -> list[str]:
-    """KEYS[1..12] of reclaim.lua and reclaim_stale.lua: the consumer's list,
-    pending, dead, counters, the registry, heartbeats, retired and the
-    tracking keys (its cancel set, event stream and dependencies too)."""
+    """KEYS[1..19] of reclaim.lua and reclaim_stale.lua: the consumer's list,
+    pending, dead, counters, the registry, heartbeats, retired, the
+    tracking keys (its cancel set, event stream and dependencies too), the
+    group keys and the ready times."""
     return [keys.processing(consumer_id), keys.pending, keys.dead, keys.counters, keys.consumers, keys.heartbeats,
-            keys.retired, keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps, *keys.groups]
+            keys.retired, keys.tracked, keys.tracked_expiry, keys.cancel, keys.events, keys.deps, *keys.groups,
+            keys.ready_at]
 
 
 def reclaim(keys: QueueKeys, consumer_id: str, *, costs_attempt: bool, retry_threshold: int, reason: str,

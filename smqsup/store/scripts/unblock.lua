@@ -15,6 +15,8 @@
 --          (includes/groups.lua)
 -- KEYS[18] its cancel set: a held message whose cancel was asked ends
 --          "cancelled" here, whether its parents released it or failed it
+-- KEYS[19] its ready times (includes/ready_at.lua): a child ready at its
+--          release counts its lag from then, not from its publish
 -- ARGV[1]  the held message's id
 -- ARGV[2]  its "h" mark to remove (its parents are all told), or "": none
 -- ARGV[3..] four per parent: its queue partition, its id, "done" and its
@@ -35,6 +37,7 @@ local id = ARGV[1]
 --- @include "now_ms"
 --- @include "ready"
 --- @include "dead_letter"
+--- @include "ready_at"
 groups_use(12, pending, prio_seq)
 
 local refused = wrong_type({{blocked, 'hash'}, {deps, 'zset'}, {pending, 'list'}, {prio_set, 'zset'},
@@ -86,6 +89,7 @@ if tonumber(d) > 0 then
   track(T, frame, 'scheduled', 'released', at_ms)
 else
   make_ready(pending, prio_set, prio_seq, frame)
+  ready_at_mark(KEYS[19], {frame}, at_ms, at_ms)
   track(T, frame, 'waiting', 'released', at_ms)
 end
 return {'released', 0}

@@ -60,7 +60,7 @@ def unblock(keys: QueueKeys, message_id: str, outcomes: Sequence[tuple[str, str,
         args.extend(outcome)
     return Call(_UNBLOCK, (keys.blocked, keys.deps, keys.pending, keys.priority, keys.priority_seq, keys.scheduled,
                            keys.dead, keys.counters, keys.tracked, keys.tracked_expiry, keys.events, *keys.groups,
-                           keys.cancel), args,
+                           keys.cancel, keys.ready_at), args,
                 lambda reply: (_text(reply[0]), int(reply[1])))
 
 

@@ -1,5 +1,6 @@
 --- @include "groups"
 --- @include "dead_letter"
+--- @include "ready_at"
 -- move_frames(list, pending, dead, counters, costs, threshold, meta, limit, at_ms, started, returned, T):
 -- return up to ``limit`` frames of a consumer's processing list to its queue.
 --
@@ -22,7 +23,11 @@
 -- T         the queue's tracking keys, or nil (includes/track.lua): a
 --           tracked frame requeued is "waiting", one dead-lettered "dead";
 --           a message whose cancel was asked (T.cancel) is dead-lettered
---           "cancelled", cost or not, never requeued
+--           "cancelled", cost or not, never requeued; with T.ready_at (the
+--           queue's ready times), a frame its consumer had started (every
+--           one with ``costs`` and no ``started``) is requeued with now as
+--           its ready time (includes/ready_at.lua): its lag counts from its
+--           return, while one that was never started keeps its own
 --
 -- Returns requeued, dead_lettered, remaining (the length of ``list`` after).
 -- Bytes that are not a frame are dead-lettered as they are, cost or not. A
@@ -43,7 +48,8 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
   for _ = 1, limit do
     local frame = redis.call('LPOP', list)
     if not frame then break end
-    local cost = costs and (not started or (left <= started and left > (returned or 0)))
+    local begun = costs and (not started or left <= started)
+    local cost = begun and (not started or left > (returned or 0))
     if left then left = left - 1 end
     if is_ticket(frame) then  -- a group's turn, taken and not yet redeemed: back as it is
       group_turn_back(frame, pending)
@@ -62,6 +68,7 @@ local function move_frames(list, pending, dead, counters, costs, threshold, meta
         dead_lettered = dead_lettered + 1
       else
         if not group_ready(frame, true) then redis.call('RPUSH', pending, frame) end
+        if begun and T and T.ready_at then ready_at_mark(T.ready_at, {frame}, at_ms, at_ms) end
         track(T, frame, 'waiting', 'reclaimed', at_ms)
         requeued = requeued + 1
       end
