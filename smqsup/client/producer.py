@@ -53,7 +53,9 @@ class Producer:
     of its publish, it is dead-lettered as "expired". ``partition_key``: on
     a queue with partitions, messages with the same key go to the same
     partition, so they keep their order (a message with a dedup key and no
-    partition key goes by its dedup key; the others round-robin).
+    partition key goes by its dedup key; the others round-robin). On such a
+    queue a dedup key holds within the partition its message goes to: with a
+    group or partition key of another partition the same key queues again.
     ``group`` (a str of 1 to 256 bytes of UTF-8, no control characters): the
     message's group (a tenant, a customer, an API key): the queue's
     consumers take from its groups in turn, one message per group per turn,
