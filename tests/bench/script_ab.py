@@ -15,14 +15,17 @@ redis-server (a private one, as every bench here), ``--groups`` x
 - ``ack`` (default): ack.lua acking the frame it took last and taking the
   next, one call a message (a consumer at prefetch 1);
 - ``take``: take.lua acking the ``--count`` frames it took last and taking
-  the next ``--count`` (a consumer at prefetch ``--count``).
+  the next ``--count`` (a consumer at prefetch ``--count``);
+- ``nack``: nack.lua failing the frame it took last (retry_threshold 1, no
+  delay: its first failure makes it ready again, its second dead-letters it)
+  and taking the next, one call a failure (a handler that always raises).
 
 Reported: the µs Redis spent in EVALSHA per message on each side (INFO
 commandstats, read around each turn, so the turns of one side are summed
 and the drift of the machine falls on both) and B - A. Each side's Lua text
 is read from its checkout (its includes resolved), run by EVALSHA with the
 KEYS and ARGV this checkout's scripts module builds: the two texts must take
-the same KEYS and ARGV.
+the same KEYS and ARGV (or B a superset: A's script leaves the rest unread).
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ class Side:
         if args.script == "take":
             call: Any = scripts.take(keys, "c1", args.count)
             self.held: list[bytes] = []
+        elif args.script == "nack":
+            self.held = list(scripts.take(keys, "c1", 1).run(client).frames)
+            call = scripts.nack(keys, "c1", self.held[0], retry_threshold=1, delay_ms=0,
+                                meta='{"reason":"bench"}', fetch_next=True)
         else:
             self.held = list(scripts.take(keys, "c1", 1).run(client).frames)
             call = scripts.ack(keys, "c1", self.held[0], True)
@@ -128,7 +135,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", help="A: a git revision of this repository, or a checkout's directory")
     parser.add_argument("b", nargs="?", default=str(common.REPO_ROOT), help="B (default: this checkout)")
-    parser.add_argument("--script", choices=("ack", "take"), default="ack")
+    parser.add_argument("--script", choices=("ack", "take", "nack"), default="ack")
     parser.add_argument("--count", type=int, default=32, help="frames per take (--script take)")
     parser.add_argument("--groups", type=int, default=10_000)
     parser.add_argument("--per-group", type=int, default=10)
@@ -141,7 +148,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     kind = "plain" if args.plain else f"{args.groups:,} groups x {args.per_group}"
-    what = f"take of {args.count}" if args.script == "take" else "ack and take the next"
+    what = {"take": f"take of {args.count}", "nack": "fail and take the next"}.get(args.script, "ack and take the next")
     print(f"smqsup script A/B: {common.machine()}\n{args.script}.lua ({what}), {kind}, A = {args.a}, B = {args.b}")
     with tempfile.TemporaryDirectory() as tmp:
         paths = [rev if Path(rev).is_dir() else checkout_of(rev, tmp) for rev in (args.a, args.b)]
