@@ -8,6 +8,8 @@
   model says, and once the collector drained the outboxes it has left it
   (unless its own queue is broken);
 - nothing is in Redis that the model did not publish;
+- each message is in one partition of its queue, always the same one, the
+  one its key picks (model.partition_of) when it has a key;
 - in the events queue (driver.EVENTS_QUEUE), each message's events open
   with "published", and an ended one's close with the one end event its
   end says (done, dead, expired, cancelled, removed), a live one has none.
@@ -95,6 +97,7 @@ def check(model: Model, seen: Seen) -> None:
         if m.lost:
             continue
         now = seen.places.get(m.id, [])
+        _check_partition(m, seen.partitions.get(m.id, set()))
         if now != expected_places(m):
             raise Violation(f"{m.id} is in {now or 'no place'} in Redis; the model says {m.place} "
                             f"{m.holder or ''}".rstrip())
@@ -110,6 +113,14 @@ def check(model: Model, seen: Seen) -> None:
     strays = sorted(set(seen.places) - set(model.msgs) - lost)
     if strays:
         raise Violation(f"Redis holds messages the model never published: {strays}")
+
+
+def _check_partition(m: Msg, parts: set[str]) -> None:
+    """``m`` is in the one partition the model knows (learning it at its first sight when it had no key)."""
+    if len(parts) > 1 or (parts and m.partition is not None and parts != {m.partition}):
+        raise Violation(f"{m.id} is in partitions {sorted(parts)}; the model says {m.partition}")
+    if parts and m.partition is None:
+        m.partition = next(iter(parts))
 
 
 def _check_frame(m: Msg, frame: bytes) -> None:
@@ -165,9 +176,10 @@ def view(model: Model) -> str:
     """The model's view in one line a message: for note() on a failure."""
     parts = []
     for m in model.msgs.values():
-        opts = "".join(f" {k}={v}" for k, v in (("group", m.group), ("prio", m.priority or None),
+        opts = "".join(f" {k}={v}" for k, v in (("part", m.partition), ("group", m.group),
+                                                ("pkey", m.partition_key), ("prio", m.priority or None),
                                                 ("parents", ",".join(m.parents) or None),
-                                                ("cancel", m.cancel_asked or None),
+                                                ("run", m.run_anyway or None), ("cancel", m.cancel_asked or None),
                                                 ("ttl", m.ttl), ("ripe", m.ripe or None)) if v)
         where = m.holder if m.place == "processing" else m.reason or ""
         parts.append(f"{m.id}@{m.queue}: {m.place} {where} att={m.attempts}{opts}{' LOST' if m.lost else ''}")

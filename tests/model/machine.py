@@ -12,20 +12,24 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
+from smqsup.keys import partition_name
 from tests.model.checks import adopt_callbacks, check, expire, sync, view
-from tests.model.driver import SHORT_TTL_MS, Driver, Taken
-from tests.model.model import WAITING, Batch, Model, Msg, Violation
+from tests.model.driver import PARTITIONED, SHORT_TTL_MS, Driver, Taken
+from tests.model.model import WAITING, Batch, Model, Msg, Violation, partition_of
 
 QUEUES = ("a", "b")
-#: Consumer slots: the queue is the slot's first letter; a slot's consumer
-#: gets a new id each time it dies or stops ("a1-2" after "a1-1").
-SLOTS = ("a1", "a2", "b1")
+#: Consumer slots and the partition each works: queue PARTITIONED's first
+#: partition has two (its group limit is shared), its second one; a slot's
+#: consumer gets a new id each time it dies or stops ("a1-2" after "a1-1").
+SLOT_PARTITIONS = {"a1": PARTITIONED, "a2": PARTITIONED, "a3": partition_name(PARTITIONED, 1), "b1": "b"}
+SLOTS = tuple(SLOT_PARTITIONS)
 GROUPS = ("g", "h")
 
 queues = st.sampled_from(QUEUES)
 slots = st.sampled_from(SLOTS)
 groups = st.sampled_from((None, *GROUPS))
 priorities = st.sampled_from((0, 5))
+partition_keys = st.sampled_from((None, "p", "t"))  # (CRC-32 % 2: "p" 1, "t" 0)
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -53,8 +57,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.generation[slot] = self.generation.get(slot, 0) + 1
         cid = self.cids[slot] = f"{slot}-{self.generation[slot]}"
         self.hands[cid] = []
-        self.model.consumers[cid] = slot[0]
-        self.driver.register(slot[0], cid)
+        self.model.consumers[cid] = SLOT_PARTITIONS[slot]
+        self.driver.register(SLOT_PARTITIONS[slot], cid)
 
     # --- producers -----------------------------------------------------------------
 
@@ -67,31 +71,36 @@ class StoreMachine(RuleBasedStateMachine):
         ids: list[str] = []
         for q, g, p, d, parent in first:
             parents = [ids[parent]] if parent is not None and parent < len(ids) else []
-            ids.append(self.publish(q, g, p, d and not parents, parents, None))
+            ids.append(self.publish(q, g, p, d and not parents, parents, None, None, None, False))
         return multiple(*ids)
 
     @rule(target=messages, queue=queues, group=groups, priority=priorities,
           delay=st.booleans(), parents=st.lists(messages, max_size=2, unique=True),
-          dedup=st.sampled_from((None, "k")), ttl=st.sampled_from((None, "long", "short")))
+          dedup=st.sampled_from((None, "k")), ttl=st.sampled_from((None, "long", "short")),
+          partition_key=partition_keys, run_anyway=st.booleans())
     def publish(self, queue: str, group: Optional[str], priority: int, delay: bool, parents: list[str],
-                dedup: Optional[str], ttl: Optional[str] = None) -> Any:
+                dedup: Optional[str], ttl: Optional[str], partition_key: Optional[str], run_anyway: bool) -> Any:
+        """A tracked message with these options (``run_anyway``: on_parent_failure="run")."""
+        if group is not None:
+            partition_key = None  # (refused with a group: a group lives in the partition its name picks)
         if queue in self.model.broken:
             parents = []  # (a hold there cannot be written: the break rule's loss is not this one's)
         if parents:
             dedup = None  # (refused with depends_on: a held message's key holds for its dedup_ttl)
         self.published += 1
         mid = f"m{self.published}"
-        holder = self.model.dedup_holder(queue, dedup)
+        holder = self.model.dedup_holder(partition_of(queue, group or partition_key or dedup), dedup)
         got = self.driver.publish(queue, mid, group=group, priority=priority, delay=delay,
                                   parents=[(self.model.msgs[p].queue, p) for p in parents], dedup_key=dedup,
-                                  ttl=ttl)
+                                  ttl=ttl, partition_key=partition_key, run_anyway=run_anyway and bool(parents))
         if holder is not None:
             if got != holder:
                 raise Violation(f"dedup key {dedup!r} is held by {holder}, but the publish queued {got}")
             return multiple()
         if got != mid:
             raise Violation(f"the publish of {mid} answered {got}")
-        m = Msg(mid, queue, group, priority, delay, tuple(parents), dedup, ttl)
+        m = Msg(mid, queue, group, priority, delay, tuple(parents), dedup, ttl, partition_key=partition_key,
+                run_anyway=run_anyway and bool(parents))
         self.model.publish(m)
         if ttl == "short" and m.place == "held" and self.model.due(m) is None:
             # (its ttl passes now, as it waits for a parent: it must count from its release)
@@ -125,23 +134,19 @@ class StoreMachine(RuleBasedStateMachine):
             self._settle(slot, taken, "ack")
 
     def _take(self, slot: str) -> Optional[Taken]:
-        cid, queue = self.cids[slot], slot[0]
-        taken, _ = self.driver.take(queue, cid)
+        cid, part = self.cids[slot], SLOT_PARTITIONS[slot]
+        taken, _ = self.driver.take(part, cid)
         if taken is None:
-            ready = [m.id for m in self.model.takeable(queue)]
-            ripe = [m.id for m in self.model.msgs.values() if m.queue == queue and m.ripe and m.place in WAITING]
+            ready = [m.id for m in self.model.takeable(part)]
+            ripe = [m.id for m in self.model.msgs.values() if m.partition == part and m.ripe and m.place in WAITING]
             if ready and not ripe:
-                raise Violation(f"a take on {queue} gave nothing, though {ready} may run")
+                raise Violation(f"a take on {part} gave nothing, though {ready} may run")
             if ready:  # (a take that meets an expired message may give nothing: it must have ended one)
-                self.met = (queue, ready, ripe)
+                self.met = (part, ready, ripe)
             return None
         self.model.taken(cid, taken.msg.id, taken.msg.group, taken.msg.attempts)
         self.hands[cid].append(taken)
         return taken
-
-    def _oldest(self, slot: str) -> Optional[tuple[str, str, Taken]]:
-        cid = self.cids[slot]
-        return (slot[0], cid, self.hands[cid].pop(0)) if self.hands[cid] else None
 
     @rule(slot=slots, outcome=st.sampled_from(("ack", "fail", "retry_later", "reject")))
     def settle(self, slot: str, outcome: str) -> None:
@@ -154,24 +159,24 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _settle(self, slot: str, taken: Taken, outcome: str) -> None:
         cid = self.cids[slot]
+        part = SLOT_PARTITIONS[slot]
         if outcome == "ack":
-            self.driver.ack(slot[0], cid, taken.frame, json.dumps({"id": taken.msg.id}))
+            self.driver.ack(part, cid, taken.frame, json.dumps({"id": taken.msg.id}))
         else:
-            self.driver.nack(slot[0], cid, taken.frame, outcome, taken.msg.id)
+            self.driver.nack(part, cid, taken.frame, outcome, taken.msg.id)
         self.model.settled(self.model.msgs[taken.msg.id], outcome)
 
-    @rule(slot=slots, how=st.sampled_from(("die", "stop")))
+    @rule(slot=slots, how=st.sampled_from(("die", "lost", "stop")))
     def leave(self, slot: str, how: str) -> None:
-        """The consumer's process died with what it holds (reclaimed, an
-        attempt each), or it stopped as asked (given back free); it comes
-        back under a new id."""
-        self._leave(slot, how)
-
-    def _leave(self, slot: str, how: str) -> None:
+        """The consumer's process died with what it holds (reclaimed by its
+        supervisor, an attempt each), its host went silent (reclaimed by the
+        collector once its heartbeat is stale, an attempt each), or it
+        stopped as asked (given back free); it comes back under a new id."""
         cid = self.cids[slot]
-        (self.driver.die if how == "die" else self.driver.stop)(slot[0], cid)
+        leaving = {"die": self.driver.die, "lost": self.driver.lose, "stop": self.driver.stop}[how]
+        leaving(SLOT_PARTITIONS[slot], cid)
         for taken in self.hands.pop(cid):
-            self.model.settled(self.model.msgs[taken.msg.id], how)
+            self.model.settled(self.model.msgs[taken.msg.id], "stop" if how == "stop" else "die")
         self._register(slot)
 
     # --- operators, the collector, the clock ------------------------------------------
@@ -185,6 +190,15 @@ class StoreMachine(RuleBasedStateMachine):
         expected = self.model.cancel(m)
         if answer not in expected:
             raise Violation(f"cancel of {mid} answered {answer!r}; the model says {' or '.join(expected)}")
+
+    @rule(slot=slots)
+    def cancel_in_hand(self, slot: str) -> None:
+        """An operator cancels the message a consumer took first (drawn
+        from the bundle, a message is seldom in hand: this seam is where a
+        cancel races its handler's end)."""
+        hand = self.hands[self.cids[slot]]
+        if hand:
+            self.cancel(hand[0].msg.id)
 
     @rule(mid=messages)
     def remove(self, mid: str) -> None:
@@ -232,8 +246,9 @@ class StoreMachine(RuleBasedStateMachine):
         tracked = [(m.queue, m.id) for m in model.msgs.values() if m.ended or m.ripe or m.place == "held"]
         seen = self.driver.seen(model.consumers, tracked)
         try:
-            sync(model, seen, self.drained)
+            # (expiries first: a parent a take met expired has ended before its children are judged)
             expire(model, seen)
+            sync(model, seen, self.drained)
             self._met_one()
             adopt_callbacks(model, seen, self.drained)
             check(model, seen)

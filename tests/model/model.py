@@ -15,6 +15,15 @@ Python with no I/O. The intended semantics (DESIGN.md sections 1 and 11):
 - a child whose parents all ended done is released once the outbox is
   drained; one whose parent failed is dead-lettered "dependency failed";
 - at most GROUP_LIMIT messages of one group are in hand at once;
+- a message lives in one partition of its queue from its publish to its end
+  (held, waiting, in hand, dead-lettered), and only a consumer of that
+  partition takes it; a message with a group, a partition key or a dedup key
+  is in the partition that key picks (CRC-32 of the key, modulo the count:
+  a group lives in one partition); the others are spread, their partition
+  learned where Redis first shows them; a dedup key holds within the
+  partition its message goes to;
+- a child published with on_parent_failure="run" is released once its
+  parents all ended, whether they succeeded or not;
 - a message whose ttl passed while it waited ("ripe") is never handed out:
   a take or promote that meets it dead-letters it "expired" (or "cancelled"
   when its cancel is remembered: a cancel beats expiry); a held child's ttl
@@ -23,10 +32,12 @@ Python with no I/O. The intended semantics (DESIGN.md sections 1 and 11):
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tests.model.driver import GROUP_LIMIT, RETRY_THRESHOLD
+from smqsup.keys import logical_name, partition_name
+from tests.model.driver import GROUP_LIMIT, PARTITIONED, PARTITIONS, RETRY_THRESHOLD
 
 WAITING = ("ready", "delayed")
 ENDED = ("done", "dead", "removed")
@@ -60,10 +71,28 @@ class Msg:
     lost: bool = False
     #: Whether it has a record (a batch's callback has none).
     tracked: bool = True
+    partition_key: Optional[str] = None
+    #: on_parent_failure="run": released when its parents ended, whatever their outcome.
+    run_anyway: bool = False
+    #: The partition it lives in: the one its key picks, else learned from Redis (None until seen).
+    partition: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        key = self.group or self.partition_key or self.dedup_key
+        if self.partition is None and (key is not None or self.queue != PARTITIONED):
+            self.partition = partition_of(self.queue, key)
 
     @property
     def ended(self) -> bool:
         return self.place in ENDED
+
+
+def partition_of(queue: str, key: Optional[str]) -> str:
+    """The partition a message of ``queue`` with (group, partition or
+    dedup) ``key`` goes to, as a producer in any language computes it."""
+    if queue != PARTITIONED or key is None:
+        return queue
+    return partition_name(queue, zlib.crc32(key.encode("utf-8")) % PARTITIONS)
 
 
 class Violation(AssertionError):
@@ -91,7 +120,7 @@ class Model:
     """Every message of an example, the consumers and what they hold, the pauses."""
 
     msgs: dict[str, Msg] = field(default_factory=dict)
-    consumers: dict[str, str] = field(default_factory=dict)  # cid -> queue
+    consumers: dict[str, str] = field(default_factory=dict)  # cid -> the partition it works
     paused: set[str] = field(default_factory=set)
     paused_groups: set[tuple[str, str]] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)
@@ -99,12 +128,14 @@ class Model:
 
     # --- publish ---------------------------------------------------------------
 
-    def dedup_holder(self, queue: str, key: Optional[str]) -> Optional[str]:
-        """The live message of ``queue`` holding dedup key ``key`` (held until done), if any."""
+    def dedup_holder(self, partition: str, key: Optional[str]) -> Optional[str]:
+        """The live message of ``partition`` holding dedup key ``key`` (held
+        until done), if any: a key holds within the partition its message
+        goes to (one script, one partition)."""
         if key is None:
             return None
         return next((m.id for m in self.msgs.values()
-                     if m.queue == queue and m.dedup_key == key and not m.ended and not m.lost), None)
+                     if m.partition == partition and m.dedup_key == key and not m.ended and not m.lost), None)
 
     def publish(self, m: Msg) -> None:
         """A message queued: held while a parent has not ended, else released."""
@@ -123,11 +154,12 @@ class Model:
         return sum(1 for m in self.msgs.values()
                    if m.place == "processing" and m.queue == queue and m.group == group)
 
-    def takeable(self, queue: str) -> list[Msg]:
-        """What a take on ``queue`` may hand out now."""
+    def takeable(self, partition: str) -> list[Msg]:
+        """What a take on ``partition`` may hand out now."""
+        queue = logical_name(partition)
         if queue in self.paused:
             return []
-        return [m for m in self.msgs.values() if m.queue == queue and m.place == "ready" and not m.lost
+        return [m for m in self.msgs.values() if m.partition == partition and m.place == "ready" and not m.lost
                 and not m.ripe
                 and (m.group is None or ((queue, m.group) not in self.paused_groups
                                          and self.running(queue, m.group) < GROUP_LIMIT))]
@@ -215,7 +247,7 @@ class Model:
         """For a held message whose parents all ended: the place and reason
         it must go to once told (None while a parent has not ended)."""
         parents = [self.msgs[p] for p in m.parents]
-        failed = any(p.ended and p.place != "done" for p in parents)
+        failed = not m.run_anyway and any(p.ended and p.place != "done" for p in parents)
         if not failed and any(not p.ended for p in parents):
             return None
         if m.cancel_asked:
@@ -240,9 +272,9 @@ class Model:
         _check(b is not None and kind in ("complete", "success"),
                f"Redis holds {mid} in {queue}, which the model never published")
         assert b is not None and isinstance(kind, str)
-        _check(queue == getattr(b, kind), f"batch {tag}'s {kind} callback went to {queue}")
+        _check(logical_name(queue) == getattr(b, kind), f"batch {tag}'s {kind} callback went to {queue}")
         due = self.callbacks_due(b)[kind]
         _check(b.fired[kind] < due, f"batch {tag}'s {kind} callback fired {b.fired[kind] + 1} time(s), "
                f"the model says {due} (members: {[(m, self.msgs[m].place) for m in b.members]})")
         b.fired[kind] += 1
-        self.msgs[mid] = Msg(mid, queue, tracked=False)
+        self.msgs[mid] = Msg(mid, logical_name(queue), tracked=False)
