@@ -7,7 +7,7 @@ that runs its consumers as a service. This docstring is the map.
 
 Each subpackage's ``__init__`` maps its own modules, a line each. Imports run
 down this list, never up or across: the top-level leaves, config/, store/,
-client/ and collector/, worker/ and views/, web/, supervisor/, cli/
+launch/, client/ and collector/, worker/ and views/, web/, supervisor/, cli/
 (tests/test_layout.py checks it, and that only store/ talks to Redis).
 
 The path of one message, as a newcomer would follow it:
@@ -43,7 +43,8 @@ The subpackages:
 
 - config/: queues.yaml read within bounds and validated into frozen dataclasses.
 - store/: the one way to Redis: the Broker, its operation classes by concern,
-  cluster routing, the Lua scripts (store/scripts/), the embedded redis-server.
+  cluster routing, the Lua scripts (store/scripts/).
+- launch/: redis-server processes smqsup starts itself: the embedded default, private ones for tests.
 - client/: what programs publish with: the Producer, the AsyncProducer (asyncio) and their options.
 - worker/: the consumer engine (one, at any concurrency), handlers, verdicts.
 - collector/: per queue, the elected housekeeper: reclaim, promote, schedules, stats.

@@ -36,7 +36,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.errors import BrokerConnectionError, PublishUncertain
 from smqsup.keys import QueueKeys, partition_names
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.process import RedisServer
 from tests import procs
 
 Q = QueueKeys("smq", "q")

@@ -17,8 +17,8 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
-from smqsup.store.locate import find_redis_server
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.discovery import find_redis_server
+from smqsup.launch.process import RedisServer
 from tests import inproc, procs, script_coverage
 from tests.helpers import client_for, servers_of
 from tests.topology import ClusterTopology, SentinelTopology

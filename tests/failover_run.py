@@ -40,7 +40,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotSent, PublishRefused, PublishUncertain
 from smqsup.keys import QueueKeys
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.process import RedisServer
 from tests import procs
 from tests.helpers import wait_for
 from tests.topology import FAILOVER_TIMEOUT_S, ClusterTopology, SentinelTopology

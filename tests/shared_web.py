@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from smqsup.errors import RedisServerError
-from smqsup.store.locate import find_redis_server
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.discovery import find_redis_server
+from smqsup.launch.process import RedisServer
 from tests.webserver import WebServer
 
 

@@ -24,9 +24,9 @@ from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, RedisServerError
 from smqsup.keys import QueueKeys
+from smqsup.launch.discovery import find_redis_server, free_port
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.locate import find_redis_server, free_port
-from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import missing_tool, wait_for

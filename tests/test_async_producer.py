@@ -26,8 +26,8 @@ from smqsup.errors import (
     SmqsupError,
 )
 from smqsup.keys import QueueKeys, partition_names, producers_hash, queues_set
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer
 from tests.helpers import ticking, worst_gap
 from tests.topology import SentinelTopology
 

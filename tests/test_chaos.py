@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.process import RedisServer
 from tests.chaos import POISON, POISON_THRESHOLD, report, run_chaos
 
 

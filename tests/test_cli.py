@@ -18,7 +18,7 @@ from smqsup.cli import publish as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
-from smqsup.store.locate import running_url
+from smqsup.launch.discovery import running_url
 from tests import procs
 from tests.helpers import wait_for
 

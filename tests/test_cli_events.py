@@ -19,9 +19,9 @@ import redis
 from smqsup.cli.events import since
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
-from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.helpers import wait_for
 from tests.inproc import Running

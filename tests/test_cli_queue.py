@@ -16,9 +16,9 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words

@@ -11,8 +11,8 @@ import redis
 
 from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 from tests.test_cli_queue import _one_line_error

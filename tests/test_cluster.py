@@ -22,9 +22,9 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, ConfigError, PublishNotReplicated, PublishNotSent
 from smqsup.framing import peek_id
 from smqsup.keys import QueueKeys, partition_names
+from smqsup.launch.discovery import free_port
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.locate import free_port
-from smqsup.store.redis_server import RedisServer
 from smqsup.worker.consumer import Consumer
 from tests import procs
 from tests.helpers import Monitored, client_for, wait_for

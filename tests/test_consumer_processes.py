@@ -17,8 +17,8 @@ import redis
 from smqsup import message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer
 from tests import procs
 from tests.handlers import read_events
 from tests.helpers import client_for, wait_for

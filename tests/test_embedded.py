@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from smqsup.store.locate import running_url
+from smqsup.launch.discovery import running_url
 from tests import procs
 from tests.helpers import wait_for
 

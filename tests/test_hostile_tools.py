@@ -16,8 +16,8 @@ import redis
 from smqsup import framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from smqsup.store.locate import free_port
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.discovery import free_port
+from smqsup.launch.process import RedisServer
 from tests import procs
 from tests.helpers import wait_for
 

@@ -24,11 +24,12 @@ LAYERS: dict[str, int] = {
     "": 0,  # errors, defaults, keys, message, safe, logs
     "config": 1,
     "store": 2,
-    "client": 3, "collector": 3,
-    "worker": 4, "views": 4,
-    "web": 5, "testing": 5,
-    "supervisor": 6,
-    "cli": 7,
+    "launch": 3,  # (its adopted server's SHUTDOWN goes through a Broker; client finds the embedded url)
+    "client": 4, "collector": 4,
+    "worker": 5, "views": 5,
+    "web": 6, "testing": 6,
+    "supervisor": 7,
+    "cli": 8,
 }
 FACE = {"smqsup", "smqsup.__main__"}
 MAX_TOP_LEVEL_FILES = 12

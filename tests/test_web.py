@@ -20,9 +20,9 @@ from smqsup.client.producer import Producer
 from smqsup.config import model as config
 from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
+from smqsup.launch.discovery import free_port
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.locate import free_port
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests import procs

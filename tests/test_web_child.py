@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import psutil
 
-from smqsup.store.locate import free_port
+from smqsup.launch.discovery import free_port
 from tests import procs
 from tests.helpers import wait_for
 

@@ -22,8 +22,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from smqsup.store.locate import find_redis_server
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.discovery import find_redis_server
+from smqsup.launch.process import RedisServer
 from tests.helpers import wait_for
 
 #: Hash slots of a Redis Cluster, and how many masters/replicas ours has.

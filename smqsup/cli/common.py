@@ -99,8 +99,8 @@ def target(args: argparse.Namespace) -> tuple[str, str, int]:
     cfg = config(args)
     if args.namespace:
         raise UsageError(f"smqsup {args.command}: --namespace goes with --url; -c FILE names its namespace")
-    # Here, after the config's errors: store.embedded imports psutil.
-    from smqsup.store.embedded import redis_url
+    # Here, after the config's errors: launch.embedded imports psutil.
+    from smqsup.launch.embedded import redis_url
 
     return redis_url(cfg), cfg.namespace, cfg.max_message_size_bytes
 

@@ -88,7 +88,7 @@ def cmd_roll(args: argparse.Namespace) -> int:
     for name in names or ():
         if name not in cfg.queues:
             raise UsageError(f"{cfg.path}: no queue {escape(name, 200)!r} (its queues: {', '.join(cfg.queues)})")
-    from smqsup.store.embedded import redis_url  # here, after the config's errors: it imports psutil
+    from smqsup.launch.embedded import redis_url  # here, after the config's errors: it imports psutil
 
     pids, refused = supervisors(str(cfg.path))
     if not pids and not refused:

@@ -90,7 +90,7 @@ class AsyncProducer:
         ``path`` names (its embedded server must be running). Reads the file
         at once: call it at start-up, not in a busy loop."""
         from smqsup.config import model as config_mod
-        from smqsup.store.embedded import redis_url
+        from smqsup.launch.embedded import redis_url
 
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,

@@ -121,7 +121,7 @@ class Producer:
         """A producer using exactly the Redis and namespace that queues.yaml at
         ``path`` names (its embedded server must be running)."""
         from smqsup.config import model as config_mod
-        from smqsup.store.embedded import redis_url
+        from smqsup.launch.embedded import redis_url
 
         cfg = config_mod.load(path)
         return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,

@@ -40,7 +40,4 @@ redis-py's errors into smqsup's.
 - aio_events.py: AsyncEvents: queues' event streams read on redis.asyncio.
 - aio_waiters.py: AsyncSubscriber, the one pub/sub connection and reading task an AsyncBroker's waits share.
 - scripts/: the Lua scripts and their typed wrappers (its own map).
-- locate.py: where a private redis-server is (binary, data dir, socket).
-- redis_server.py: RedisServer, one private redis-server process.
-- embedded.py: the embedded server of a config: found, started, adopted.
 """

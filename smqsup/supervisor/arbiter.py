@@ -40,11 +40,11 @@ from smqsup.collector.collector import Collector
 from smqsup.config import model as config_mod
 from smqsup.config.model import Config
 from smqsup.errors import BrokerConnectionError, BrokerError, SmqsupError
+from smqsup.launch.embedded import ensure_server
+from smqsup.launch.process import RedisServer
 from smqsup.logs import Lasting
 from smqsup.safe import mask_url
 from smqsup.store.broker import Broker
-from smqsup.store.embedded import ensure_server
-from smqsup.store.redis_server import RedisServer
 from smqsup.supervisor import decide
 from smqsup.supervisor.beats import Heartbeats
 from smqsup.supervisor.consumers import Consumers

@@ -38,7 +38,7 @@ def smqsup_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     persistence), started once for the test session and stopped at its end;
     killed by the kernel if pytest dies first (a CI time limit's SIGTERM or
     SIGKILL), on Linux, so that no server outlives its run."""
-    from smqsup.store.redis_server import RedisServer
+    from smqsup.launch.process import RedisServer
 
     server = RedisServer(tmp_path_factory.mktemp("smqsup-redis"), appendfsync="no", dies_with_parent=True)
     server.start()

@@ -9,8 +9,8 @@ from typing import Optional
 
 from smqsup import logs
 from smqsup.config.model import Config, QueueConfig
+from smqsup.launch.embedded import ensure_server
 from smqsup.store.broker import Broker
-from smqsup.store.embedded import ensure_server
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler

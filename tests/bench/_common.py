@@ -30,7 +30,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from smqsup.store.redis_server import RedisServer  # noqa: E402
+from smqsup.launch.process import RedisServer  # noqa: E402
 
 #: Start method of every consumer process (each builds its own Broker after fork).
 CTX = mp.get_context("fork")

@@ -34,9 +34,9 @@ from _common import NAMESPACE, Children, machine, run_consumer  # type: ignore[i
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, partition_names
+from smqsup.launch.discovery import free_port
+from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.locate import free_port
-from smqsup.store.redis_server import RedisServer
 from tests.topology import ClusterTopology
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis.internal.conjecture import engine
 
+from smqsup.launch.process import RedisServer
 from smqsup.store import outbox
-from smqsup.store.redis_server import RedisServer
 from tests.model.driver import Driver
 from tests.model.machine import QUEUES, StoreMachine
 

@@ -2,7 +2,7 @@
 of a config's embedded server, the unix socket that serves a data directory,
 and whether a server answers there (running_url); free_port for tests and
 benches. Pure functions of paths and the environment, but ping() and
-free_port(); redis_server.py starts and stops the server itself.
+free_port(); process.py starts and stops the server itself.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ RedisServer, one such process serving one data directory.
 
 A data directory is the identity of a server: it holds the AOF, ``redis.log``,
 ``redis.pid`` and (when the path is short enough) ``redis.sock``. Any process
-can find the live server of a data directory with ``locate.running_url(data_dir)``,
-because ``locate.socket_path(data_dir)`` is a pure function of the directory's path.
+can find the live server of a data directory with ``discovery.running_url(data_dir)``,
+because ``discovery.socket_path(data_dir)`` is a pure function of the directory's path.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import IO, TYPE_CHECKING
 
 from smqsup import defaults
 from smqsup.errors import RedisServerError
-from smqsup.store import locate
-from smqsup.store.locate import find_redis_server, ping, running_url, socket_path
+from smqsup.launch import discovery
+from smqsup.launch.discovery import find_redis_server, ping, running_url, socket_path
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -63,7 +63,7 @@ def _ensure_private_dir(path: Path, what: str) -> None:
     plant or swap files in it)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = path.lstat()
-    why = locate.not_private(info, os.geteuid())
+    why = discovery.not_private(info, os.geteuid())
     if why is not None:
         raise RedisServerError(f"{path}: {what} of the embedded redis-server is not private ({why}): "
                                f"make it a directory of uid {os.geteuid()}, mode 0700, or remove it")
@@ -319,7 +319,7 @@ class RedisServer:
         if parent == self.data_dir:
             return
         try:
-            if locate.not_private(parent.lstat(), os.geteuid()) is None:
+            if discovery.not_private(parent.lstat(), os.geteuid()) is None:
                 parent.rmdir()
         except OSError:
             pass

@@ -16,8 +16,8 @@ import psutil
 from smqsup import safe
 from smqsup.config.model import Config
 from smqsup.errors import SmqsupError
-from smqsup.store.locate import default_data_dir, read_small, running_url
-from smqsup.store.redis_server import RedisServer
+from smqsup.launch.discovery import default_data_dir, read_small, running_url
+from smqsup.launch.process import RedisServer
 
 log = logging.getLogger(__name__)
 
