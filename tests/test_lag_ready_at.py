@@ -4,6 +4,7 @@ delay, a started message back from a dead or stale consumer, a child its parents
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 
@@ -45,11 +46,8 @@ def ready_at(client: redis.Redis, queue: str, f: bytes) -> object:
 
 @pytest.fixture
 def broker(redis_url: str) -> Iterator[Broker]:
-    b = Broker(redis_url, NS)
-    try:
+    with contextlib.closing(Broker(redis_url, NS)) as b:
         yield b
-    finally:
-        b.close()
 
 
 def _lag(broker: Broker, queue: str) -> QueueLag:

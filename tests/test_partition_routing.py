@@ -27,25 +27,27 @@ pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 PARTS = ["q", "q~1", "q~2"]
 
 
-def _declare(redis_url: str, count: int = 3) -> Broker:
+def declare(redis_url: str, count: int = 3) -> Broker:
+    """Queue "q" of ``count`` partitions (PARTS), as its supervisors declare it; a Broker on it."""
     broker = Broker(redis_url, NS)
     assert broker.queues.declare_partitions("q", count) == count
     return broker
 
 
-def _pending(client: Any) -> list[int]:
+def pending_sizes(client: Any) -> list[int]:
+    """The length of each partition's pending list, in PARTS' order."""
     return [client.llen(QueueKeys(NS, p).pending) for p in PARTS]
 
 
 def test_a_producer_spreads_messages_over_the_partitions_in_turn(redis_url: str, redis_client: redis.Redis,
                                                                  producer: Producer) -> None:
     """Without a key, messages go to the partitions in turn: 3 partitions, 300 messages, 100 each."""
-    _declare(redis_url)
+    declare(redis_url)
     for i in range(300):
         producer.publish("q", i)
-    assert _pending(redis_client) == [100, 100, 100]
+    assert pending_sizes(redis_client) == [100, 100, 100]
     producer.publish_many("q", list(range(30)))  # a batch is spread: 10 to each
-    assert _pending(redis_client) == [110, 110, 110]
+    assert pending_sizes(redis_client) == [110, 110, 110]
 
 
 def test_publish_many_spreads_over_the_partitions_and_a_group_keeps_to_its_own(
@@ -53,9 +55,9 @@ def test_publish_many_spreads_over_the_partitions_and_a_group_keeps_to_its_own(
     """3,000 messages in one publish_many land 1,000 on each partition (on the cluster: on each master, a
     partition's hash tag on a master of its own); 100 with a group all land in the group's partition, the
     one its name's CRC-32 picks (as pause --group finds it)."""
-    _declare(redis_url)
+    declare(redis_url)
     producer.publish_many("q", list(range(3000)))
-    assert _pending(redis_client) == [1000, 1000, 1000]
+    assert pending_sizes(redis_client) == [1000, 1000, 1000]
     if topology == "cluster":
         masters = {redis_client.get_node_from_key(QueueKeys(NS, p).pending).name for p in PARTS}  # type: ignore[attr-defined]
         assert len(masters) == 3, "the three partitions should live on three masters"
@@ -73,7 +75,7 @@ def test_publish_many_spreads_over_the_partitions_and_a_group_keeps_to_its_own(
 def test_a_partition_key_keeps_related_messages_in_order_in_one_partition(
         redis_url: str, redis_client: redis.Redis, producer: Producer, start: Callable[..., Running]) -> None:
     """Messages with one partition_key land in CRC-32(key) % N and are handled in publish order."""
-    _declare(redis_url)
+    declare(redis_url)
     ids = [producer.publish("q", i, partition_key="order-42") for i in range(50)]
     where = PARTS[zlib.crc32(b"order-42") % 3]
     assert redis_client.llen(QueueKeys(NS, where).pending) == 50
@@ -88,7 +90,7 @@ def test_priorities_and_delays_keep_their_meaning_within_a_partition(
     """Within one partition (one partition key): a priority-9 message published after 200 of priority 0 is
     handled first, and one delayed 0.6 s waits in that partition's delayed set until the Redis clock says
     it is due, then is handled within a second."""
-    _declare(redis_url)
+    declare(redis_url)
     where = QueueKeys(NS, PARTS[zlib.crc32(b"k") % 3])
     producer.publish_many("q", list(range(200)), partition_key="k")
     producer.publish("q", "urgent", priority=9, partition_key="k")
@@ -104,7 +106,7 @@ def test_priorities_and_delays_keep_their_meaning_within_a_partition(
 
 def test_dedup_keys_deduplicate_across_a_partitioned_queue(redis_url: str, producer: Producer) -> None:
     """A dedup key picks the partition, so a second publish with the key finds the first, whatever the turn."""
-    _declare(redis_url)
+    declare(redis_url)
     first = producer.publish("q", 1, dedup_key="k")
     assert [producer.publish("q", 2, dedup_key="k") for _ in range(5)] == [first] * 5
     ids = producer.publish_many("q", [1, 2, 3, 4], dedup_key=["a", "b", "c", "a"])
@@ -116,7 +118,7 @@ def test_dedup_keys_deduplicate_across_a_partitioned_queue(redis_url: str, produ
 def test_a_hostile_partition_key_is_refused_before_anything_is_sent(bad: Any, producer: Producer,
                                                                      redis_url: str) -> None:
     """partition_key must be 1..N bytes of UTF-8 text; anything else is a MessageError naming it."""
-    _declare(redis_url)
+    declare(redis_url)
     if bad is None:
         producer.publish("q", 1, partition_key=bad)  # None: no key, the next partition in turn
         return
@@ -139,7 +141,7 @@ def test_a_dedup_key_holds_within_the_partition_its_message_goes_to(redis_url: s
     """With a group (or a partition key) picking the partition, a dedup key holds among the messages that go to
     that partition: the same key in a group of another partition queues again, in the same group it does not,
     and without a group or partition key it holds queue-wide (it picks the partition itself)."""
-    _declare(redis_url)
+    declare(redis_url)
     apart = [g for g in ("g", "h", "i", "j") if zlib.crc32(g.encode()) % 3 != zlib.crc32(b"g") % 3][0]
     first = producer.publish("q", 1, dedup_key="k", group="g")
     assert producer.publish("q", 2, dedup_key="k", group="g") == first

@@ -22,26 +22,14 @@ from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from tests.helpers import Starts, holds, node_of, wait_for
 from tests.inproc import NS, Running
+from tests.test_partition_routing import PARTS, declare
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
-
-PARTS = ["q", "q~1", "q~2"]
-
-
-def _declare(redis_url: str, count: int = 3) -> Broker:
-    broker = Broker(redis_url, NS)
-    assert broker.queues.declare_partitions("q", count) == count
-    return broker
-
-
-def _pending(client: Any) -> list[int]:
-    return [client.llen(QueueKeys(NS, p).pending) for p in PARTS]
-
 
 def test_consumers_prefer_different_partitions_and_every_message_is_handled_once(
         redis_url: str, producer: Producer, start: Callable[..., Running]) -> None:
     """Three consumers draw three different home partitions; 600 messages are each handled once."""
-    _declare(redis_url)
+    declare(redis_url)
     seen: collections.Counter[int] = collections.Counter()
     lock = threading.Lock()
 
@@ -62,7 +50,7 @@ def test_consumers_prefer_different_partitions_and_every_message_is_handled_once
 def test_a_lone_consumer_takes_from_every_partition(redis_url: str, producer: Producer,
                                                    start: Callable[..., Running]) -> None:
     """One consumer (home: one partition) empties all three, and one that arrives later blocks at home."""
-    _declare(redis_url)
+    declare(redis_url)
     for i in range(90):
         producer.publish("q", i)
     seen: list[int] = []
@@ -81,7 +69,7 @@ def test_an_idle_consumer_of_partitions_does_not_poll_busily(concurrency: int, r
                                                               redis_client: redis.Redis) -> None:
     """Idle for 2 s with fetch_block_s 0.2 and 3 partitions: about one take per other partition per block
     (2 x 10 = 20), never a tight loop; the script calls on all masters are counted."""
-    _declare(redis_url)
+    declare(redis_url)
     run = Running(redis_url, QueueConfig("q", "x:y", partitions=3, concurrency=concurrency), lambda m: None)
     try:
         wait_for(lambda: run.consumer.registered)
@@ -103,7 +91,7 @@ def test_an_idle_consumer_of_partitions_does_not_poll_busily(concurrency: int, r
 
 def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
     """read_queues and total_sizes give one queue: sizes, counters and the partition count summed."""
-    broker = _declare(redis_url)
+    broker = declare(redis_url)
     for i in range(30):
         producer.publish("q", i)
     producer.publish("q", "later", delay=60)
@@ -129,7 +117,7 @@ def test_views_sum_the_partitions(redis_url: str, producer: Producer) -> None:
 def test_a_rate_limit_is_split_over_the_partitions(redis_url: str, producer: Producer,
                                                     start: Callable[..., Running]) -> None:
     """rate_limit 30/s over 3 partitions: each partition 10/s, the queue as a whole at most 30/s."""
-    _declare(redis_url)
+    declare(redis_url)
     assert QueueConfig("q", "x:y", rate_limit_per_s=30.0, rate_burst=3, partitions=3).rate == (33_333, 3)
     s = Starts()
     for _ in range(3):
@@ -209,7 +197,7 @@ def test_junk_in_a_partition_copy_of_the_count_costs_no_message(new_producer: Ca
                                                                  start: Callable[..., Running]) -> None:
     """The copy of the partition count a partition's rate scripts divide by holding text, a count below 1,
     NaN, a fraction or another type: it counts as the consumer's own count, and every message runs."""
-    _declare(redis_url, 2)
+    declare(redis_url, 2)
     copy = QueueKeys(NS, "q~1").partitions
     redis_client.delete(copy)
     if junk == "hash":
@@ -284,7 +272,7 @@ def test_a_busy_home_does_not_starve_another_partition(concurrency: int, redis_u
                                                       start: Callable[..., Running]) -> None:
     """One consumer kept busy by its home partition still handles a message waiting in another one: it
     looks at the others every 64 messages (a concurrent one: 64 per slot, once its flights have landed)."""
-    _declare(redis_url, 2)
+    declare(redis_url, 2)
     seen: list[Any] = []
     run = start(lambda m: seen.append(m.body), partitions=2, concurrency=concurrency)
     wait_for(lambda: run.consumer.registered)
@@ -304,7 +292,7 @@ def test_junk_in_the_ticket_counter_never_keeps_a_consumer_from_starting(
         start: Callable[..., Running]) -> None:
     """The shared counter consumers draw their home from holds text, INCR's limit or a hash: the consumer
     draws at random instead, registers in every partition and handles what comes."""
-    _declare(redis_url)
+    declare(redis_url)
     key = QueueKeys(NS, "q").partition_seq
     if junk == "hash":
         redis_client.hset(key, "x", "y")
