@@ -19,12 +19,12 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import RedisServerError
 from smqsup.launch.discovery import find_redis_server
 from smqsup.launch.process import RedisServer
-from tests import inproc, procs, script_coverage
-from tests.helpers import client_for, servers_of
-from tests.topology import ClusterTopology, SentinelTopology
+from tests.support import inproc, procs, script_coverage
+from tests.support.helpers import client_for, servers_of
+from tests.support.topology import ClusterTopology, SentinelTopology
 
 #: The both_clients fixtures (client, new_producer) live beside the adapter they hand out.
-pytest_plugins = ("tests.clients",)
+pytest_plugins = ("tests.support.clients",)
 
 
 def _redis_binary() -> str:
@@ -97,7 +97,7 @@ def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[C
 @pytest.fixture
 def redis_cluster(_shared_cluster: list[ClusterTopology],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
-    """A Redis Cluster of 3 masters and 3 replicas (tests/topology.py), shared by the
+    """A Redis Cluster of 3 masters and 3 replicas (tests/support/topology.py), shared by the
     tests of a worker process and flushed for each; started afresh when an earlier test left it
     changed (a node killed, roles or slots moved). Its replicas never fail over: a test
     that kills nodes takes ``fresh_cluster``."""
@@ -136,7 +136,7 @@ def _shared_sentinel_group() -> Iterator[list[SentinelTopology]]:
 @pytest.fixture
 def sentinel_group(_shared_sentinel_group: list[SentinelTopology],
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
-    """A master, its replica and 3 Sentinels watching them as 'mymaster' (tests/topology.py),
+    """A master, its replica and 3 Sentinels watching them as 'mymaster' (tests/support/topology.py),
     shared by the tests of a worker process and flushed for each; started afresh when an
     earlier test left it changed (a server killed or stopped, a failover). A test that
     kills or stops its servers takes ``fresh_sentinel_group``."""
@@ -209,7 +209,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     test that drives the server itself (``redis_server``: kill, restart) or
     is marked ``single_node`` runs on one server only. And run each test of
     a ``both_clients`` module that takes ``producer`` or ``new_producer``
-    once per client (tests/clients.py), unless marked ``sync_client_only``:
+    once per client (tests/support/clients.py), unless marked ``sync_client_only``:
     the AsyncProducer on one server only (its cluster path is the same
     plans and frames), unless marked ``both_clients("cluster")``."""
     d = metafunc.definition
@@ -310,7 +310,7 @@ def start(redis_url: str) -> Iterator[Callable[..., inproc.Running]]:
 
     def _start(handler: Callable[[Any], Any], fetch_block_s: float = 0.2, **options: Any) -> inproc.Running:
         options.setdefault("name", "q")
-        options.setdefault("handler", "tests.handlers:record")
+        options.setdefault("handler", "tests.support.handlers:record")
         r = inproc.Running(redis_url, QueueConfig(**options), handler, fetch_block_s)
         running.append(r)
         return r

@@ -27,11 +27,11 @@ from smqsup.keys import QueueKeys
 from smqsup.launch.discovery import find_redis_server, free_port
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import missing_tool, wait_for
-from tests.inproc import NS, Running
-from tests.topology import MASTERS, assign_and_meet, free_ports, unmet_cluster_ok, wait_until
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import missing_tool, wait_for
+from tests.support.inproc import NS, Running
+from tests.support.topology import MASTERS, assign_and_meet, free_ports, unmet_cluster_ok, wait_until
 
 #: The password of every test user: distinctive, so a leak is easy to grep.
 PASSWORD = "Acl-Pa55word-7f3e"
@@ -213,7 +213,7 @@ def test_supervisor_under_the_acl_reclaims_local_orphans_at_start(
     admin.zadd(Q.heartbeats, {orphan: secs * 1000 + usecs // 1000 - 60_000})
     admin.lpush(Q.processing(orphan), framing.frame(payload))
     sup = supervise(readme_user(admin, server),
-                    {"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+                    {"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     [done] = wait_for(lambda: read_events(str(out_dir)), message="the orphan's message was not handled")
     assert done["id"] == mid and done["attempts"] == 1
@@ -294,8 +294,8 @@ def test_end_to_end_under_exactly_the_documented_acl_user(
     admin.hset(Q.consumers, "elsewhere:4242:gone", json.dumps({"host": "elsewhere", "pid": 4242}))
     admin.zadd(Q.heartbeats, {"elsewhere:4242:gone": secs * 1000 + usecs // 1000 - 60_000})
     admin.lpush(Q.processing("elsewhere:4242:gone"), framing.frame(payload))
-    sup = supervise(url, {"q": {"handler": "tests.handlers:slow", "consumers": 2},
-                          "bad": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 0}},
+    sup = supervise(url, {"q": {"handler": "tests.support.handlers:slow", "consumers": 2},
+                          "bad": {"handler": "tests.support.handlers:fail", "consumers": 1, "retry_threshold": 0}},
                     notify, heartbeat_interval="200ms", heartbeat_timeout="2s")
     notify.wait("READY=1")
 
@@ -448,7 +448,7 @@ def test_producer_and_supervisor_work_over_tls(
     url = tls.url(certs.ca)
     with Producer(url) as p:
         ids = p.publish_many("q", [1, 2, 3])
-    sup = supervise(url, {"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    sup = supervise(url, {"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify)
     notify.wait("READY=1")
     wait_for(lambda: {e["id"] for e in read_events(str(out_dir))} == set(ids),
              message="messages published over TLS were not consumed over TLS")

@@ -28,8 +28,8 @@ from smqsup.errors import (
 from smqsup.keys import QueueKeys, partition_names, producers_hash, queues_set
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from tests.helpers import ticking, worst_gap
-from tests.topology import SentinelTopology
+from tests.support.helpers import ticking, worst_gap
+from tests.support.topology import SentinelTopology
 
 pytestmark = pytest.mark.topologies
 

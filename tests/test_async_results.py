@@ -20,9 +20,9 @@ import redis
 from smqsup import AsyncProducer, Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MessageError, SmqsupError
-from tests.helpers import servers_of, ticking, until, wait_for, worst_gap
-from tests.inproc import Running
-from tests.topology import SentinelTopology
+from tests.support.helpers import servers_of, ticking, until, wait_for, worst_gap
+from tests.support.inproc import Running
+from tests.support.topology import SentinelTopology
 
 pytestmark = pytest.mark.topologies
 
@@ -215,7 +215,7 @@ def test_a_hundred_waiters_on_one_message_all_get_its_result(start: Callable[...
 
 def test_results_through_sentinel(sentinel_group: SentinelTopology) -> None:
     """Through Sentinel: the waits subscribe on the master Sentinel names, and get the results."""
-    consumer = Running(sentinel_group.url, QueueConfig(name="q", handler="tests.handlers:record"), lambda m: -m.body)
+    consumer = Running(sentinel_group.url, QueueConfig(name="q", handler="tests.support.handlers:record"), lambda m: -m.body)
     try:
         async def work(p: AsyncProducer) -> list[Any]:
             ids = await p.publish_many("q", [1, 2, 3], result_ttl=60)

@@ -10,8 +10,8 @@ import pytest
 
 from smqsup import AsyncProducer
 from smqsup.errors import MessageError
-from tests.helpers import wait_for
-from tests.inproc import Running
+from tests.support.helpers import wait_for
+from tests.support.inproc import Running
 from tests.test_async_results import run
 
 pytestmark = pytest.mark.topologies

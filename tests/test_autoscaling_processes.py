@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
 #: The burst's scale_down_after, s: its way back to min takes this, then a cooldown (1 s) a step.
@@ -28,7 +28,7 @@ def _count(sup: procs.Supervisor) -> int:
 
 
 def _queue(low: int, high: int, **scale: Any) -> dict[str, dict[str, Any]]:
-    return {"q": {"handler": "tests.handlers:slow", "consumers": {"min": low, "max": high}, **scale}}
+    return {"q": {"handler": "tests.support.handlers:slow", "consumers": {"min": low, "max": high}, **scale}}
 
 
 def _each_once(sups: list[procs.Supervisor], published: list[str]) -> None:

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from smqsup.client.producer import Producer
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 from tests.test_autoscaling_processes import Supervise, _count, _each_once, _queue
 
 #: The queue's scale_down_after, s: the longest timing of the scaling rules

@@ -18,8 +18,8 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.batches import parse_id
 from smqsup.store.broker import Broker
-from tests.helpers import holds, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import holds, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

@@ -17,10 +17,10 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies
 
@@ -54,8 +54,8 @@ def test_a_batch_of_1000_fires_once_while_consumers_and_the_collector_die(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """1,000 messages, consumers SIGKILLed every 200 ms, the supervisor leading the members' queue's collector
     SIGKILLed with its consumers: on_complete is published exactly once, counting 1,000 done."""
-    queues = {"w": {"handler": "tests.handlers:family", "consumers": 2, "retry_threshold": 50},
-              "done": {"handler": "tests.handlers:record", "consumers": 1}}
+    queues = {"w": {"handler": "tests.support.handlers:family", "consumers": 2, "retry_threshold": 50},
+              "done": {"handler": "tests.support.handlers:record", "consumers": 1}}
     sups = [supervise(queues, name=f"s{i}", **HB) for i in range(2)]
     for s in sups:
         procs.wait_registered(s, 2, redis_client, queue="w")
@@ -81,8 +81,8 @@ def test_a_batch_grows_from_its_handlers_in_consumer_processes(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
     """Each of 5 messages adds two more from its handler (another process each time): the callback waits
     for all 15 and fires once."""
-    sup = supervise({"w": {"handler": "tests.handlers:grow", "consumers": 3},
-                     "done": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"w": {"handler": "tests.support.handlers:grow", "consumers": 3},
+                     "done": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         with p.batch(on_complete=("done", "fin")) as batch:
@@ -98,7 +98,7 @@ def test_a_key_held_until_done_holds_across_a_sigkill_and_its_retry(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
     """The consumer of a message holding its dedup key until done is SIGKILLed mid-message: through the reclaim
     and the second attempt the key still names it; once it is done, the key is free."""
-    sup = supervise({"q": {"handler": "tests.handlers:answer", "consumers": 1}}, notify, **HB)
+    sup = supervise({"q": {"handler": "tests.support.handlers:answer", "consumers": 1}}, notify, **HB)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         mid = p.publish("q", {"hang": True}, dedup_key="u", dedup_until="done", result_ttl=60)

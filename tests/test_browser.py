@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import missing_tool, wait_for
-from tests.webserver import WebServer
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import missing_tool, wait_for
+from tests.support.webserver import WebServer
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -69,8 +69,8 @@ def test_page_shows_live_charts_consumers_and_dead_letters_safely(
         browser: Any, supervise: Callable[..., procs.Supervisor], redis_url: str, out_dir: Path,
         tmp_path: Path) -> None:
     """Live counters and charts move, consumers show CPU/memory, Requeue works, a hostile body stays text."""
-    supervise({"work": {"handler": "tests.handlers:record", "consumers": 2},
-               "bad": {"handler": "tests.web_handlers:fail_first", "retry_threshold": 0}})
+    supervise({"work": {"handler": "tests.support.handlers:record", "consumers": 2},
+               "bad": {"handler": "tests.support.web_handlers:fail_first", "retry_threshold": 0}})
     server = WebServer("--url", redis_url, "--listen", "127.0.0.1:0", "--token", TOKEN, log_dir=tmp_path)
     problems: list[str] = []
     try:

@@ -1,7 +1,7 @@
 """Cancelling messages: waiting, scheduled and retrying ones dead-lettered at
 once; running ones stopped (a task cancelled, a thread told); cancel of
 finished, unknown and odd ids; on one Redis and on the Cluster, from the
-Producer and from the AsyncProducer (tests/clients.py)."""
+Producer and from the AsyncProducer (tests/support/clients.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from smqsup import MessageFailed, deadletter
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 

@@ -19,8 +19,8 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
-from tests.helpers import redis_ms, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import redis_ms, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

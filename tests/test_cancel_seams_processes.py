@@ -15,8 +15,8 @@ import redis
 from smqsup import MessageFailed, deadletter
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 K = QueueKeys("smq", "q")
 
@@ -44,7 +44,7 @@ def test_a_handler_raising_just_after_its_cancel_is_not_retried(
         supervise: Callable[..., procs.Supervisor], out_dir: Path, redis_url: str, concurrency: int) -> None:
     """cancel() answers "stopping", then the handler raises within milliseconds (before the supervisor's
     look): five times out of five the message is dead-lettered "cancelled" and never runs again."""
-    sup = supervise({"q": {"handler": "tests.handlers:when_told", "consumers": 1, "concurrency": concurrency,
+    sup = supervise({"q": {"handler": "tests.support.handlers:when_told", "consumers": 1, "concurrency": concurrency,
                            "retry_delay": "0s"}})
     with Producer(redis_url) as p:
         _ends_cancelled(sup, p, out_dir, "raise", 5)
@@ -54,7 +54,7 @@ def test_a_thread_returning_just_after_its_cancel_is_not_acked_done(
         supervise: Callable[..., procs.Supervisor], out_dir: Path, redis_url: str) -> None:
     """A sync handler on a thread returns a few milliseconds after cancel() answered "stopping": dead-lettered
     "cancelled", as the README says, never "done"."""
-    sup = supervise({"q": {"handler": "tests.handlers:when_told", "consumers": 1, "concurrency": 2}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:when_told", "consumers": 1, "concurrency": 2}})
     with Producer(redis_url) as p:
         _ends_cancelled(sup, p, out_dir, "return", 5)
 
@@ -65,7 +65,7 @@ def test_a_cancelled_message_handed_back_at_a_stop_never_runs(
     """Prefetch 2: one message runs past shutdown_timeout, the one prefetched behind it is cancelled
     ("stopping"); SIGTERM: the consumer is killed at the deadline and its list goes back free; the cancelled
     one is dead-lettered "cancelled" (attempts 0), the running one is back in pending, free."""
-    sup = supervise({"q": {"handler": "tests.handlers:when_told", "consumers": 1, "prefetch": 2}},
+    sup = supervise({"q": {"handler": "tests.support.handlers:when_told", "consumers": 1, "prefetch": 2}},
                     shutdown_timeout="1s")
     with Producer(redis_url) as p:
         running, behind = p.publish_many("q", [{"then": "return"}] * 2, result_ttl=60)
@@ -85,7 +85,7 @@ def test_the_log_of_a_cancel_kill_says_it_was_a_cancel(
         supervise: Callable[..., procs.Supervisor], out_dir: Path, redis_url: str) -> None:
     """Concurrency 1: the child running a cancelled message is replaced; the log says the message was
     cancelled and dead-lettered, never "out of memory" or "back in pending"."""
-    sup = supervise({"q": {"handler": "tests.handlers:when_told", "consumers": 1}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:when_told", "consumers": 1}})
     with Producer(redis_url) as p:
         mid = p.publish("q", {"then": "return"}, result_ttl=60)
         wait_for(lambda: sup.events("start") and p.state("q", mid) == "active")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from smqsup.launch.process import RedisServer
-from tests.chaos import POISON, POISON_THRESHOLD, report, run_chaos
+from tests.support.chaos import POISON, POISON_THRESHOLD, report, run_chaos
 
 
 @pytest.mark.timeout(240)

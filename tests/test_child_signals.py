@@ -13,7 +13,7 @@ from typing import Any, Optional, cast
 import pytest
 
 from smqsup.supervisor import child as child_mod
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 
 def _child(ready_r: int) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import procs
+from tests.support import procs
 
 PROBE = '''
-from tests.helpers import missing_tool
+from tests.support.helpers import missing_tool
 
 def test_needs_a_tool():
     missing_tool("frobnicator not found: apt-get install frobnicator")
@@ -37,13 +37,13 @@ def test_a_missing_tool_skips_with_its_reason_unless_ci_requires_it(tmp_path: Pa
 def test_the_script_coverage_report_names_a_script_no_cluster_ran(tmp_path: Path) -> None:
     """Records of every script but ``take``: the report says take NEVER RAN and exits 1; with take
     recorded by another worker too, it exits 0."""
-    from tests import script_coverage
+    from tests.support import script_coverage
 
     shas = {name: sha for sha, name in script_coverage.NAMES.items()}
     (tmp_path / "cluster-1.jsonl").write_text(json.dumps(sorted(set(shas.values()) - {shas["take"]})) + "\n[]\n")
 
     def report() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tests.script_coverage", str(tmp_path)], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "tests.support.script_coverage", str(tmp_path)], capture_output=True,
                               text=True, cwd=procs.REPO, timeout=60)
     r = report()
     assert r.returncode == 1 and "take                 NEVER RAN" in r.stdout, r.stdout + r.stderr
@@ -55,7 +55,7 @@ def test_the_script_coverage_report_names_a_script_no_cluster_ran(tmp_path: Path
 @pytest.mark.parametrize("args", [[], ["/nonexistent/dir"], ["a", "b"]])
 def test_the_script_coverage_report_without_its_directory_says_how_to_call_it(args: list[str]) -> None:
     """No directory, a missing one, two: one usage line, exit 1, no traceback."""
-    r = subprocess.run([sys.executable, "-m", "tests.script_coverage", *args], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "tests.support.script_coverage", *args], capture_output=True, text=True,
                        cwd=procs.REPO, timeout=60)
-    assert r.returncode == 1 and r.stderr.startswith("usage: python -m tests.script_coverage DIR"), r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("usage: python -m tests.support.script_coverage DIR"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout

@@ -19,8 +19,8 @@ from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys
 from smqsup.launch.discovery import running_url
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 K = QueueKeys("smq", "q")
 
@@ -183,7 +183,7 @@ def test_usage_errors_are_one_line_with_exit_2(args: list[str], expect: str) -> 
 
 def test_consume_unknown_queue_names_the_key(tmp_path: Path, redis_url: str) -> None:
     """Consuming a queue the config lacks names file and key path."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:record"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:record"}})
     r = procs.run("consume", "-c", str(cfg), "nope")
     assert r.returncode == 2 and f"{cfg}: queues.nope:" in r.stderr
 
@@ -232,7 +232,7 @@ def test_embedded_redis_started_by_consume_is_reached_by_publish(tmp_path: Path)
     """With no redis.url, `consume` owns an embedded server; `publish -c` reaches it; it stops with consume."""
     out = tmp_path / "out"
     out.mkdir()
-    cfg = procs.write_config(tmp_path / "q.yaml", None, {"q": {"handler": "tests.handlers:record"}},
+    cfg = procs.write_config(tmp_path / "q.yaml", None, {"q": {"handler": "tests.support.handlers:record"}},
                              redis={"data_dir": str(tmp_path / "data"), "appendfsync": "always"})
     # Nothing runs yet: publish says so in one line.
     r = procs.run("publish", "-c", str(cfg), "q", "1")

@@ -22,9 +22,9 @@ from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
-from tests import procs
-from tests.helpers import wait_for
-from tests.inproc import Running
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import Running
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 from tests.test_web_hostile import FAIRLY_DEEP
 

@@ -19,8 +19,8 @@ from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests import procs
-from tests.helpers import holds, wait_for
+from tests.support import procs
+from tests.support.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 
 pytestmark = pytest.mark.topologies
@@ -76,7 +76,7 @@ def test_a_paused_queue_keeps_its_message_pending_until_resumed(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """Paused by the CLI, a running consumer leaves a new message pending; resumed, it handles it."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     assert procs.run("pause", "--url", redis_url, "q").returncode == 0
     with Producer(redis_url) as p:
@@ -102,7 +102,7 @@ def test_a_garbage_pause_flag_is_shown_escaped(redis_url: str, redis_client: "re
 def test_pause_and_resume_with_a_config_file_and_a_namespace(tmp_path: Path, redis_url: str,
                                                               redis_client: "redis.Redis") -> None:
     """-c FILE uses the file's url and namespace; $SMQSUP_REDIS_URL with --namespace another namespace."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:record"}},
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:record"}},
                              namespace="billing")
     assert procs.run("pause", "-c", str(cfg), "q").returncode == 0
     assert redis_client.exists(QueueKeys("billing", "q").paused) and not redis_client.exists(K.paused)

@@ -13,7 +13,7 @@ from smqsup.config.schedule import ScheduleConfig
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from tests import procs
+from tests.support import procs
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 from tests.test_cli_queue import _one_line_error
 from tests.test_schedule_views import seed_hostile_schedules

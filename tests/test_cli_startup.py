@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from smqsup.cli import main as cli
-from tests import procs
+from tests.support import procs
 
 FIXTURE = Path(__file__).resolve().parent / "cli_help.txt"
 #: The terminal width the help is formatted for (argparse reads $COLUMNS).

@@ -26,10 +26,10 @@ from smqsup.launch.discovery import free_port
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
-from tests import procs
-from tests.helpers import Monitored, client_for, wait_for
-from tests.inproc import NS, Running
-from tests.topology import ClusterTopology, SentinelTopology
+from tests.support import procs
+from tests.support.helpers import Monitored, client_for, wait_for
+from tests.support.inproc import NS, Running
+from tests.support.topology import ClusterTopology, SentinelTopology
 
 K = QueueKeys(NS, "q")
 
@@ -290,7 +290,7 @@ def test_wait_replicas_on_a_lone_server_says_so_and_consumers_go_on(redis_url: s
 
 
 _REDIS = "redis:\n  url: redis://127.0.0.1:1/0\n"
-_QUEUE = "queues:\n  q:\n    handler: tests.handlers:record\n"
+_QUEUE = "queues:\n  q:\n    handler: tests.support.handlers:record\n"
 
 
 @pytest.mark.parametrize(("key", "problem", "document"), [

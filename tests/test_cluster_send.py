@@ -8,7 +8,7 @@ import pytest
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotSent
 from smqsup.keys import QueueKeys, queues_set
-from tests.topology import ClusterTopology
+from tests.support.topology import ClusterTopology
 
 
 def _queue_apart(cluster: ClusterTopology) -> str:

@@ -20,8 +20,8 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.runners import InlineRunner, LoopRunner, is_async_handler
-from tests.helpers import holds, node_of, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import holds, node_of, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

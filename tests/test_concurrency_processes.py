@@ -16,9 +16,9 @@ import redis
 from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.handlers import max_overlap
-from tests.helpers import holds, wait_for
+from tests.support import procs
+from tests.support.handlers import max_overlap
+from tests.support.helpers import holds, wait_for
 
 K = QueueKeys("smq", "q")
 
@@ -31,7 +31,7 @@ def test_two_consumers_of_twenty_run_forty_at_once_and_finish_2000_within_twice_
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """concurrency 20, an async handler awaiting 200 ms, 2 consumers: 40 in flight at once (recorded by the
     handlers) and 2,000 messages done, each once, within 2x the ideal 10 s."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "consumers": 2, "concurrency": 20}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "consumers": 2, "concurrency": 20}})
     wait_for(lambda: redis_client.hlen(K.consumers) == 2)
     began = time.monotonic()
     with Producer(redis_url) as p:
@@ -48,7 +48,7 @@ def test_two_consumers_of_twenty_run_forty_at_once_and_finish_2000_within_twice_
 def test_sigkill_with_twenty_in_flight_returns_all_twenty_each_costing_one_attempt(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """SIGKILL of a consumer running 20: all 20 come back (attempts 1), nothing lost, none run twice more."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 20}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 20}})
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     with Producer(redis_url) as p:
         ids = p.publish_many("q", [{"sleep": 60, "then": 0}] * 20)
@@ -67,7 +67,7 @@ def test_sigkill_with_twenty_in_flight_returns_all_twenty_each_costing_one_attem
 def test_sigterm_with_twenty_in_flight_lets_all_twenty_finish(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """A graceful stop takes nothing more and lets every message in flight finish and ack (no attempt)."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 20}}, shutdown_timeout="20s")
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 20}}, shutdown_timeout="20s")
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     with Producer(redis_url) as p:
         ids = p.publish_many("q", [{"sleep": 1.5}] * 25)
@@ -88,7 +88,7 @@ def test_a_task_past_message_timeout_is_cancelled_while_its_nineteen_siblings_ac
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """message_timeout 1 s: the one task sleeping 60 s is cancelled and costs an attempt (reason "timeout",
     dead-lettered at retry_threshold 0); the 19 others ack; the process is not killed."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 20, "message_timeout": "1s",
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 20, "message_timeout": "1s",
                            "retry_threshold": 0}})
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     [pid] = sup.consumers_by_queue()["q"]
@@ -108,7 +108,7 @@ def test_a_thread_past_message_timeout_is_left_behind_and_its_siblings_go_on(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """A plain handler on 4 threads: the one stuck 60 s costs an attempt at message_timeout; a new thread
     takes its place, so 4 still run at once after it; the process is not killed."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "concurrency": 4, "message_timeout": "1s",
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_thread", "concurrency": 4, "message_timeout": "1s",
                            "retry_threshold": 0}})
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     [pid] = sup.consumers_by_queue()["q"]
@@ -128,7 +128,7 @@ def test_messages_still_running_at_shutdown_timeout_go_back_free(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """SIGTERM with 5 tasks that outlast shutdown_timeout: the supervisor kills the consumer at the deadline
     and all 5 go back to pending without costing an attempt."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 5}}, shutdown_timeout="1s")
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 5}}, shutdown_timeout="1s")
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     with Producer(redis_url) as p:
         ids = p.publish_many("q", [{"sleep": 60}] * 5)
@@ -145,7 +145,7 @@ def test_a_handler_blocking_the_event_loop_gets_the_process_killed_and_every_mes
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis) -> None:
     """A task that blocks the loop (time.sleep) can't be cancelled: past message_timeout plus the grace the
     supervisor kills the process; the blocker and its 3 siblings in flight each cost one attempt."""
-    sup = supervise({"q": {"handler": "tests.handlers:pause_async", "concurrency": 4, "message_timeout": "1s"}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 4, "message_timeout": "1s"}})
     wait_for(lambda: redis_client.hlen(K.consumers) == 1)
     [pid] = sup.consumers_by_queue()["q"]
     with Producer(redis_url) as p:
@@ -162,7 +162,7 @@ def test_sighup_changing_concurrency_rolls_the_consumers_and_the_new_ones_run_th
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: redis.Redis) -> None:
     """concurrency 2 -> 6 by SIGHUP: the consumer is replaced, its title and the overlap say 6."""
-    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.handlers:pause_async", "concurrency": 2}}
+    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.support.handlers:pause_async", "concurrency": 2}}
     sup = supervise(queues, notify)
     notify.wait("READY=1")
     [old] = sup.consumers_by_queue()["q"]

@@ -15,7 +15,7 @@ from smqsup.config import names, scalars
 from smqsup.errors import ConfigError, HandlerImportError
 from smqsup.supervisor.protocol import MAX_SLOTS
 from smqsup.worker import handlers
-from tests import procs
+from tests.support import procs
 
 CONFIGS = Path(__file__).parent / "configs"
 BAD_FILES = sorted((CONFIGS / "bad").glob("*.yaml"))

@@ -19,9 +19,9 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import client_for, wait_for
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import client_for, wait_for
 
 pytestmark = pytest.mark.topologies
 
@@ -62,7 +62,7 @@ def test_ten_thousand_messages_over_four_processes_each_handled_once(
         tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis",
         consumers: list[Any]) -> None:
     """10,000 messages, 4 consumer processes: every id handled exactly once, nothing left."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:record"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:record"}})
     for _ in range(4):
         _consume(consumers, cfg, out_dir)
     wait_for(lambda: redis_client.hlen(K.consumers) == 4, message="4 consumers did not register")
@@ -84,7 +84,7 @@ def test_sigkill_mid_message_leaves_it_in_the_processing_list_and_reclaim_return
         tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis",
         consumers: list[Any]) -> None:
     """A consumer SIGKILLed in its handler holds the message in its own list; reclaim returns it, costing one attempt."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:slow"}})
     victim = _consume(consumers, cfg, out_dir)
     cid = _consumer_of(redis_client, victim.pid)
     with Producer(redis_url) as p:
@@ -99,7 +99,7 @@ def test_sigkill_mid_message_leaves_it_in_the_processing_list_and_reclaim_return
     assert (r.requeued, r.dead_lettered) == (1, 0)
     assert redis_client.llen(K.processing(cid)) == 0
     # A new consumer finishes it, as its second attempt.
-    procs.write_config(cfg, redis_url, {"q": {"handler": "tests.handlers:record"}})
+    procs.write_config(cfg, redis_url, {"q": {"handler": "tests.support.handlers:record"}})
     _consume(consumers, cfg, out_dir)
     done = wait_for(lambda: [e for e in read_events(str(out_dir)) if e["event"] == "done"])
     assert [(e["id"], e["attempts"]) for e in done] == [(mid, 1)]
@@ -108,7 +108,7 @@ def test_sigkill_mid_message_leaves_it_in_the_processing_list_and_reclaim_return
 def test_redis_killed_and_restarted_under_a_running_consumer(
         tmp_path: Path, out_dir: Path, redis_server: RedisServer, redis_url: str, consumers: list[Any]) -> None:
     """redis-server SIGKILLed and restarted from its AOF: the consumer reconnects and nothing is lost."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:slow"}})
     _consume(consumers, cfg, out_dir)
     client = client_for(redis_url)
     wait_for(lambda: client.hlen(K.consumers) == 1)
@@ -131,7 +131,7 @@ def test_sigterm_lets_the_message_in_hand_finish(
         tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis",
         consumers: list[Any]) -> None:
     """SIGTERM during a handler: it finishes and acks, the rest stays pending, exit 0."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:slow"}})
     proc = _consume(consumers, cfg, out_dir)
     with Producer(redis_url) as p:
         ids = p.publish_many("q", [{"sleep": 1}, {"sleep": 0}])

@@ -19,8 +19,8 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import holds, redis_ms, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import holds, redis_ms, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

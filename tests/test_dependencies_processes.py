@@ -15,9 +15,9 @@ import pytest
 
 from smqsup import MessageFailed
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.handlers import max_overlap, read_events
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.handlers import max_overlap, read_events
+from tests.support.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies
 
@@ -44,7 +44,7 @@ def test_a_fan_in_of_100_parents_runs_its_child_once_after_the_last_while_consum
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """100 parents on 3 queues, consumers SIGKILLed every 200 ms while they run: the child runs exactly once,
     after the last parent's ack, with all 100 results."""
-    queue = {"handler": "tests.handlers:family", "consumers": 2, "result_ttl": "5m", "retry_threshold": 50}
+    queue = {"handler": "tests.support.handlers:family", "consumers": 2, "result_ttl": "5m", "retry_threshold": 50}
     sup = supervise({"x": queue, "y": queue, "z": queue, "c": {**queue, "consumers": 1}}, notify,
                     heartbeat_interval="0.5s", heartbeat_timeout="2s")
     notify.wait("READY=1")
@@ -72,9 +72,9 @@ def test_a_consumer_dying_between_the_ack_and_the_telling_leaves_it_to_the_colle
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """The parent's consumer exits right after the ack, before it tells the children: the elected collector
     releases them (both children, on two queues), each runs once."""
-    supervise({"a": {"handler": "tests.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
-               "b": {"handler": "tests.handlers:family", "consumers": 1},
-               "c": {"handler": "tests.handlers:family", "consumers": 1}}, notify)
+    supervise({"a": {"handler": "tests.support.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
+               "b": {"handler": "tests.support.handlers:family", "consumers": 1},
+               "c": {"handler": "tests.support.handlers:family", "consumers": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         parent = p.publish("a", {"i": 4}, result_ttl=300, delay=0.5)
@@ -90,7 +90,7 @@ def test_a_chain_a_failed_parent_and_a_child_that_runs_anyway_under_a_supervisor
     """Consumer processes: a chain of 5 steps on 2 queues passes results along; a parent that fails for good
     dead-letters its waiting child with the reason, and its other child, published with on_parent_failure="run",
     runs with the failure said."""
-    queue = {"handler": "tests.handlers:step", "consumers": 2, "result_ttl": "5m"}
+    queue = {"handler": "tests.support.handlers:step", "consumers": 2, "result_ttl": "5m"}
     supervise({"a": queue, "b": queue}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
@@ -112,8 +112,8 @@ def test_grouped_children_released_by_the_collector_keep_their_group_under_a_sup
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """Four children of group g wait for a parent whose consumer exits right after the ack: the collector
     releases them into g, and with group_concurrency 1 on 2 consumers of 2 threads no two of them overlap."""
-    supervise({"a": {"handler": "tests.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
-               "b": {"handler": "tests.handlers:pause_thread", "consumers": 2, "concurrency": 2,
+    supervise({"a": {"handler": "tests.support.die_before_telling:handle", "consumers": 1, "result_ttl": "5m"},
+               "b": {"handler": "tests.support.handlers:pause_thread", "consumers": 2, "concurrency": 2,
                      "group_concurrency": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:

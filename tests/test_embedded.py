@@ -10,15 +10,15 @@ from pathlib import Path
 import psutil
 
 from smqsup.launch.discovery import running_url
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 
 def test_a_new_supervisor_adopts_the_server_its_killed_predecessor_left(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, tmp_path: Path) -> None:
     """Supervisor SIGKILLed: its redis-server lives on with the data; the next one adopts it and stops it last."""
     data = tmp_path / "data"
-    queues = {"q": {"handler": "tests.handlers:record"}}
+    queues = {"q": {"handler": "tests.support.handlers:record"}}
     first = supervise(queues, notify, embedded=True, redis={"data_dir": str(data), "appendfsync": "always"})
     notify.wait("READY=1")
     r = procs.run("publish", "-c", str(first.cfg), "q", '"kept"')
@@ -43,7 +43,7 @@ def test_embedded_redis_is_started_reached_by_publish_and_stopped_last(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, out_dir: Path, tmp_path: Path) -> None:
     """No redis.url: the supervisor runs its own redis-server, `publish -c` reaches it, SIGTERM stops it (exit 0)."""
     data_dir = tmp_path / "data"
-    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify, embedded=True,
+    sup = supervise({"q": {"handler": "tests.support.handlers:record"}}, notify, embedded=True,
                     redis={"data_dir": str(data_dir)})
     notify.wait("READY=1")
     assert running_url(data_dir) is not None

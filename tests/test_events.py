@@ -19,10 +19,10 @@ from smqsup.errors import BrokerError, MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
-from tests import clients
 from tests.conftest import client_for
-from tests.helpers import redis_ms, servers_of, until, wait_for
-from tests.inproc import NS, Running
+from tests.support import clients
+from tests.support.helpers import redis_ms, servers_of, until, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

@@ -1,8 +1,8 @@
 """The master serving a queue is SIGKILLed mid-run and its replica promoted: producers and
 consumers follow the new master on their own; with redis.wait_replicas 1 nothing
-acknowledged is lost, and with 0 the loss is measured (tests/failover_run.py). The same
+acknowledged is lost, and with 0 the loss is measured (tests/support/failover_run.py). The same
 with a replica made to lag (SIGSTOPped): with 0 acknowledged messages are lost, with 1
-none is acknowledged while it lags (tests/lagging_run.py)."""
+none is acknowledged while it lags (tests/support/lagging_run.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests import lagging_run
-from tests.failover_run import CONCURRENCY, CONSUMERS, ClusterSide, FailoverResult, SentinelSide, report, run_failover
-from tests.topology import SentinelTopology
+from tests.support import lagging_run
+from tests.support.failover_run import (
+    CONCURRENCY,
+    CONSUMERS,
+    ClusterSide,
+    FailoverResult,
+    SentinelSide,
+    report,
+    run_failover,
+)
+from tests.support.topology import SentinelTopology
 
 
 @pytest.fixture

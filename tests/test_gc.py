@@ -22,8 +22,8 @@ from smqsup.config.model import Config, QueueConfig
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests import procs
-from tests.helpers import client_for, holds, missing_tool, redis_ms, wait_for
+from tests.support import procs
+from tests.support.helpers import client_for, holds, missing_tool, redis_ms, wait_for
 
 pytestmark = pytest.mark.topologies
 
@@ -50,7 +50,7 @@ def _ready(s: procs.Supervisor, n: int, client: "redis.Redis", queue: str = "q")
 
 def _busy(supervise: Supervise, redis_url: str, client: "redis.Redis", n: int) -> tuple[procs.Supervisor, list[str]]:
     """Supervisor "a" with ``n`` slow consumers, each in the middle of a 30 s message; the messages' ids."""
-    a = supervise({"q": {"handler": "tests.handlers:slow", "consumers": n}}, name="a", **HB)
+    a = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": n}}, name="a", **HB)
     _ready(a, n, client)
     with Producer(redis_url) as p:
         ids = p.publish_many("q", [{"sleep": 30}] * n)
@@ -76,7 +76,7 @@ def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """SIGKILL of supervisor A's process group mid-message: B reclaims within heartbeat_timeout + 2 s, none lost."""
     a, ids = _busy(supervise, redis_url, redis_client, 2)
-    b = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="b", shutdown_timeout="1s", **HB)
+    b = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 2}}, name="b", shutdown_timeout="1s", **HB)
     _ready(b, 2, redis_client)
     assert _leader(redis_client) == a.pid  # A leads: B must take over first
     a.kill_group()
@@ -101,7 +101,7 @@ def test_a_whole_supervisor_killed_its_messages_are_reclaimed_by_another(
 def test_leader_killed_another_leads_within_one_ttl_and_never_two(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """The collector's supervisor killed: another takes over within one lock TTL; at no sample two claim it."""
-    queues = {"q": {"handler": "tests.handlers:record"}}
+    queues = {"q": {"handler": "tests.support.handlers:record"}}
     group = [supervise(queues, name=n, **HB) for n in ("a", "b", "c")]
     for s in group:
         _ready(s, 1, redis_client)
@@ -145,7 +145,7 @@ def test_a_paused_leader_cannot_act_and_each_orphan_is_requeued_once(
     """Leader SIGSTOPped for 3x the TTL while its consumer dies; B requeues the orphan once; A steps down."""
     a, [mid] = _busy(supervise, redis_url, redis_client, 1)
     [start] = _events(a, event="start")
-    b = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, name="b", **HB)
+    b = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, name="b", **HB)
     _ready(b, 1, redis_client)
     assert _leader(redis_client) == a.pid
     os.kill(a.pid, signal.SIGSTOP)
@@ -237,7 +237,7 @@ def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str
 def test_a_handler_spinning_the_cpu_is_not_declared_dead(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Pure-Python CPU spin for 3x heartbeat_timeout: the message is not reclaimed and is handled once."""
-    a = supervise({"q": {"handler": "tests.handlers:spin"}}, name="a", **HB)
+    a = supervise({"q": {"handler": "tests.support.handlers:spin"}}, name="a", **HB)
     _ready(a, 1, redis_client)
     with Producer(redis_url) as p:
         mid = p.publish("q", {"seconds": 3 * TIMEOUT_S})
@@ -250,7 +250,7 @@ def test_a_handler_spinning_the_cpu_is_not_declared_dead(
 def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Consumer SIGSTOPped past heartbeat_timeout: message handled elsewhere; after SIGCONT its ack is a no-op."""
-    a = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, name="a", **HB)
+    a = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 2}}, name="a", **HB)
     _ready(a, 2, redis_client)
     with Producer(redis_url) as p:
         mid = p.publish("q", {"sleep": 1})
@@ -271,7 +271,7 @@ def test_a_stopped_consumer_is_reclaimed_and_its_late_ack_is_a_counted_no_op(
 def test_delayed_retries_come_back_on_time_by_the_collector(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """A retry_delay of 1 s is honoured by the collector's promotion (consumers never promote)."""
-    a = supervise({"q": {"handler": "tests.handlers:fail", "retry_threshold": 2, "retry_delay": "1s"}},
+    a = supervise({"q": {"handler": "tests.support.handlers:fail", "retry_threshold": 2, "retry_delay": "1s"}},
                   name="a", **HB)
     _ready(a, 1, redis_client)
     with Producer(redis_url) as p:
@@ -289,9 +289,9 @@ def test_a_supervisor_with_a_skewed_wall_clock_causes_no_false_death(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis", skew: str) -> None:
     """One supervisor's wall clock off by 30 s (libfaketime): no consumer is declared dead, by either side."""
     lib = _libfaketime()
-    a = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, name="a", **HB)
+    a = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, name="a", **HB)
     _ready(a, 2, redis_client)
-    b = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, name="b", **HB,
+    b = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, name="b", **HB,
                   extra_env={"LD_PRELOAD": lib, "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     _ready(b, 2, redis_client)
     # B's clock really is skewed (its children inherit it).

@@ -19,7 +19,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests.inproc import NS
+from tests.support.inproc import NS
 
 pytestmark = pytest.mark.topologies
 

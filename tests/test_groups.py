@@ -21,9 +21,9 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests import procs
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

@@ -19,9 +19,9 @@ from smqsup import defaults
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishRefused
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import holds, wait_for
-from tests.inproc import NS, Running
+from tests.support import procs
+from tests.support.helpers import holds, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

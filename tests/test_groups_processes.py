@@ -4,7 +4,7 @@ are SIGKILLed, and group_rate_limit, with consumer processes recording what
 their handlers saw.
 
 The handlers are defined here (``tests.test_groups_processes:NAME``): the
-consumers import this module, which records through tests.handlers."""
+consumers import this module, which records through tests.support.handlers."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.handlers import _record
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.handlers import _record
+from tests.support.helpers import wait_for
 
 K = QueueKeys("smq", "q")
 #: The group state hash (includes/groups.lua): "s:G", "p:G"; and the running counts: G -> its messages in

@@ -25,8 +25,8 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_name
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
-from tests.helpers import redis_ms, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import redis_ms, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

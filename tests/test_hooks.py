@@ -25,13 +25,13 @@ from smqsup.client.producer import Producer
 from smqsup.config.model import load
 from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
-from tests import hook_mods, procs
-from tests.helpers import wait_for
-from tests.hook_mods import EVENTS
-from tests.inproc import NS, Running
+from tests.support import hook_mods, procs
+from tests.support.helpers import wait_for
+from tests.support.hook_mods import EVENTS
+from tests.support.inproc import NS, Running
 
 K = QueueKeys(NS, "q")
-BOTH = ("tests.hook_mods:First", "tests.hook_mods:Second")
+BOTH = ("tests.support.hook_mods:First", "tests.support.hook_mods:Second")
 
 
 @pytest.fixture(autouse=True)
@@ -163,7 +163,7 @@ def test_bad_hooks_under_defaults_name_the_defaults_key(tmp_path: Path) -> None:
     """defaults.hooks not a list, or an entry not a spec: one line naming defaults.hooks."""
     path = tmp_path / "queues.yaml"
     for hooks, key in (("5", "defaults.hooks"), ("[nocolon]", "defaults.hooks[0]")):
-        path.write_text(f"defaults: {{hooks: {hooks}}}\nqueues:\n  q: {{handler: 'tests.handlers:record'}}\n")
+        path.write_text(f"defaults: {{hooks: {hooks}}}\nqueues:\n  q: {{handler: 'tests.support.handlers:record'}}\n")
         with pytest.raises(ConfigError) as bad:
             load(path)
         assert str(bad.value).startswith(f"{path}: {key}: ") and "\n" not in str(bad.value)
@@ -292,7 +292,7 @@ def test_an_after_process_that_raises_is_logged_and_changes_nothing(
     hook; First's after still runs; the message is acked with the handler's result."""
     handler, concurrency = HANDLERS[kind]
     caplog.set_level(logging.ERROR, logger="smqsup.worker.hooks")
-    start(handler, concurrency=concurrency, hooks=("tests.hook_mods:First", "tests.hook_mods:AfterOnly"),
+    start(handler, concurrency=concurrency, hooks=("tests.support.hook_mods:First", "tests.support.hook_mods:AfterOnly"),
           retry_threshold=0)
     mid = producer.publish("q", "break-after", result_ttl=60)
     assert producer.result("q", mid, timeout=10) == {"body": "break-after", "headers": {"first": True}}
@@ -315,8 +315,8 @@ class _Exits:
         from smqsup.worker.hooks import with_hooks
 
         handler, concurrency = HANDLERS[kind]
-        hook = "tests.hook_mods:AsyncRaisesAfter" if kind == "tasks" else "tests.hook_mods:RaisesAfter"
-        qcfg = QueueConfig(name="q", handler="tests.handlers:record", concurrency=concurrency, hooks=(hook,))
+        hook = "tests.support.hook_mods:AsyncRaisesAfter" if kind == "tasks" else "tests.support.hook_mods:RaisesAfter"
+        qcfg = QueueConfig(name="q", handler="tests.support.handlers:record", concurrency=concurrency, hooks=(hook,))
         self.consumer = Consumer(Broker(url, NS), qcfg, with_hooks(handler, qcfg), fetch_block_s=0.2)
         self.ended: list[object] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -361,7 +361,7 @@ def test_an_after_process_raising_a_base_exception_changes_nothing_about_the_att
 def test_async_hook_methods_are_awaited_around_an_async_handler(
         start: Callable[..., Running], producer: Producer) -> None:
     """async def before_process and after_process around an async handler, awaited in stack order."""
-    start(_handle_async, concurrency=4, hooks=("tests.hook_mods:AsyncHook", "tests.hook_mods:First"))
+    start(_handle_async, concurrency=4, hooks=("tests.support.hook_mods:AsyncHook", "tests.support.hook_mods:First"))
     mid = producer.publish("q", "a", result_ttl=60)
     producer.result("q", mid, timeout=10)
     wait_for(lambda: len(EVENTS) == 5, timeout_s=5)
@@ -377,7 +377,7 @@ def test_a_hook_that_hangs_is_bounded_by_message_timeout(
         redis_client: redis.Redis) -> None:
     """A before_process that never returns (a thread waiting, a task awaiting): given up at
     message_timeout as a handler would be, dead-lettered "timeout", and the consumer goes on."""
-    start(handler, concurrency=2, hooks=(f"tests.hook_mods:{hook}",), message_timeout_s=0.5, retry_threshold=0)
+    start(handler, concurrency=2, hooks=(f"tests.support.hook_mods:{hook}",), message_timeout_s=0.5, retry_threshold=0)
     producer.publish("q", f"stuck-{hook}")
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=10)
     assert deadletter.DeadLetter(redis_client.lindex(K.dead, 0) or b"").reason == "timeout"
@@ -406,7 +406,7 @@ def _config(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize(("hooks", "problem"), [
-    ("tests.hook_mods:First", "queues.q.hooks: expected a list of 'module:Class' hooks, got 'tests.hook_mods:First'"),
+    ("tests.support.hook_mods:First", "queues.q.hooks: expected a list of 'module:Class' hooks, got 'tests.support.hook_mods:First'"),
     ("{a: 1}", "queues.q.hooks: expected a list of 'module:Class' hooks, got a mapping"),
     ("[42]", "queues.q.hooks[0]: expected 'module:Class', got 42"),
     ("[nocolon]", "queues.q.hooks[0]: expected 'module:Class' (no ':' found), got 'nocolon'"),
@@ -419,7 +419,7 @@ def _config(tmp_path: Path, text: str) -> Path:
 def test_bad_hooks_in_the_config_are_one_line_naming_the_key(tmp_path: Path, hooks: str, problem: str) -> None:
     """hooks: not a list, a mapping, a number, no colon, nested lists, 33 entries, a 100,000-character
     module, a lone surrogate, null: one ConfigError line naming queues.q.hooks (and the index)."""
-    path = _config(tmp_path, f"queues:\n  q:\n    handler: tests.handlers:record\n    hooks: {hooks}\n")
+    path = _config(tmp_path, f"queues:\n  q:\n    handler: tests.support.handlers:record\n    hooks: {hooks}\n")
     with pytest.raises(ConfigError) as raised:
         load(path)
     text = str(raised.value)
@@ -429,32 +429,32 @@ def test_bad_hooks_in_the_config_are_one_line_naming_the_key(tmp_path: Path, hoo
 
 def test_a_queue_hooks_replace_the_defaults_and_an_empty_list_means_none(tmp_path: Path) -> None:
     """defaults.hooks apply to every queue; a queue's own list replaces them; [] leaves it none."""
-    path = _config(tmp_path, "defaults:\n  hooks: [tests.hook_mods:First]\nqueues:\n"
-                             "  a: {handler: 'tests.handlers:record'}\n"
-                             "  b: {handler: 'tests.handlers:record', hooks: ['tests.hook_mods:Second', 'm:C']}\n"
-                             "  c: {handler: 'tests.handlers:record', hooks: []}\n")
+    path = _config(tmp_path, "defaults:\n  hooks: [tests.support.hook_mods:First]\nqueues:\n"
+                             "  a: {handler: 'tests.support.handlers:record'}\n"
+                             "  b: {handler: 'tests.support.handlers:record', hooks: ['tests.support.hook_mods:Second', 'm:C']}\n"
+                             "  c: {handler: 'tests.support.handlers:record', hooks: []}\n")
     cfg = load(path)
-    assert cfg.queues["a"].hooks == ("tests.hook_mods:First",)
-    assert cfg.queues["b"].hooks == ("tests.hook_mods:Second", "m:C")
+    assert cfg.queues["a"].hooks == ("tests.support.hook_mods:First",)
+    assert cfg.queues["b"].hooks == ("tests.support.hook_mods:Second", "m:C")
     assert cfg.queues["c"].hooks == ()
 
 
 @pytest.mark.parametrize(("spec", "problem"), [
     ("smqt_missing_mod:Hook", "queues.q.hooks[1]: cannot import module 'smqt_missing_mod'"),
-    ("tests.hook_mods:Nope", "queues.q.hooks[1]: module 'tests.hook_mods' has no attribute 'Nope'"),
-    ("tests.hook_mods:NoMethods", "queues.q.hooks[1]: defines none of before_publish, before_process, "
-                                  "after_process, got 'tests.hook_mods:NoMethods'"),
-    ("tests.hook_mods:BadInit", "queues.q.hooks[1]: could not be made without arguments "
-                                "(ValueError: BadInit needs a database), got 'tests.hook_mods:BadInit'"),
-    ("tests.hook_mods:NotCallable", "queues.q.hooks[1]: its before_process is not callable"),
-    ("tests.hook_mods:AsyncHook", "queues.q.hooks[1]: before_process is async def and the handler is not"),
+    ("tests.support.hook_mods:Nope", "queues.q.hooks[1]: module 'tests.support.hook_mods' has no attribute 'Nope'"),
+    ("tests.support.hook_mods:NoMethods", "queues.q.hooks[1]: defines none of before_publish, before_process, "
+                                  "after_process, got 'tests.support.hook_mods:NoMethods'"),
+    ("tests.support.hook_mods:BadInit", "queues.q.hooks[1]: could not be made without arguments "
+                                "(ValueError: BadInit needs a database), got 'tests.support.hook_mods:BadInit'"),
+    ("tests.support.hook_mods:NotCallable", "queues.q.hooks[1]: its before_process is not callable"),
+    ("tests.support.hook_mods:AsyncHook", "queues.q.hooks[1]: before_process is async def and the handler is not"),
 ])
 def test_check_imports_hooks_and_names_a_bad_one_in_one_line(tmp_path: Path, spec: str, problem: str) -> None:
     """smqsup check imports each queue's hooks: one not importable, missing, defining nothing, failing to
     be made, with a method that is not callable, or async around a plain handler: exit 2, one line."""
     cfg = procs.write_config(tmp_path / "queues.yaml", "redis://127.0.0.1:1/0",
-                             {"q": {"handler": "tests.handlers:record",
-                                    "hooks": ["tests.hook_mods:INSTANCE", spec]}})
+                             {"q": {"handler": "tests.support.handlers:record",
+                                    "hooks": ["tests.support.hook_mods:INSTANCE", spec]}})
     done = subprocess.run([sys.executable, "-m", "smqsup", "check", "-c", str(cfg)], cwd=procs.REPO,
                           env=procs.env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
@@ -466,9 +466,9 @@ def test_check_imports_hooks_and_names_a_bad_one_in_one_line(tmp_path: Path, spe
 def test_check_passes_good_hooks(tmp_path: Path) -> None:
     """A class, an instance and an after-only hook: check says ok."""
     cfg = procs.write_config(tmp_path / "queues.yaml", "redis://127.0.0.1:1/0",
-                             {"q": {"handler": "tests.handlers:record",
-                                    "hooks": ["tests.hook_mods:First", "tests.hook_mods:INSTANCE",
-                                              "tests.hook_mods:AfterOnly"]}})
+                             {"q": {"handler": "tests.support.handlers:record",
+                                    "hooks": ["tests.support.hook_mods:First", "tests.support.hook_mods:INSTANCE",
+                                              "tests.support.hook_mods:AfterOnly"]}})
     done = subprocess.run([sys.executable, "-m", "smqsup", "check", "-c", str(cfg)], cwd=procs.REPO,
                           env=procs.env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and ": ok (1 queue(s)" in done.stdout, done.stderr
@@ -484,10 +484,10 @@ def test_a_supervised_consumer_runs_its_hooks_and_refuses_a_bad_one_at_start(new
     handler returns both, the after_process logs the result; a queue whose hook cannot be imported says
     so in one line and never starts a consumer, while the others run; an inline consumer whose hook
     hangs is killed at message_timeout, its message dead-lettered "timeout"."""
-    s = supervise({"q": {"handler": "tests.hook_mods:headers_of", "hooks": ["tests.hook_mods:Stamp"],
+    s = supervise({"q": {"handler": "tests.support.hook_mods:headers_of", "hooks": ["tests.support.hook_mods:Stamp"],
                          },
-                   "bad": {"handler": "tests.handlers:record", "hooks": ["smqt_missing_mod:Hook"]},
-                   "hang": {"handler": "tests.handlers:record", "hooks": ["tests.hook_mods:Hangs"],
+                   "bad": {"handler": "tests.support.handlers:record", "hooks": ["smqt_missing_mod:Hook"]},
+                   "hang": {"handler": "tests.support.handlers:record", "hooks": ["tests.support.hook_mods:Hangs"],
                             "message_timeout": "1s", "retry_threshold": 0}})
     with new_producer(redis_url, hooks=[AddTenant()]) as p:
         mid = p.publish("q", 5, result_ttl=60)
@@ -516,7 +516,7 @@ def test_a_supervised_consumer_whose_after_process_exits_acks_once_then_is_repla
     """Real supervisor: an after_process raising SystemExit, then KeyboardInterrupt, after the handler
     returned: each message is handled once and acked once (never retried, never dead-lettered), the
     consumer process exits once it is settled and the supervisor starts another."""
-    s = supervise({"q": {"handler": "tests.handlers:record", "hooks": ["tests.hook_mods:RaisesAfter"],
+    s = supervise({"q": {"handler": "tests.support.handlers:record", "hooks": ["tests.support.hook_mods:RaisesAfter"],
                          "retry_threshold": 2, "retry_delay": "0s"}})
     first = wait_for(s.only_child, timeout_s=30)
     with Producer(redis_url) as p:

@@ -20,8 +20,8 @@ from smqsup.cli import publish as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import client_for, wait_for
+from tests.support import procs
+from tests.support.helpers import client_for, wait_for
 
 
 def _one_line_error(r: "subprocess.CompletedProcess[str]", *parts: str) -> None:
@@ -64,7 +64,7 @@ def test_a_fifo_as_token_file_is_refused_without_hanging(fifo: Path, redis_url: 
 def test_a_supervisor_reloading_a_config_replaced_by_a_fifo_keeps_running(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket) -> None:
     """SIGHUP after queues.yaml became a FIFO: the reload fails in one log line, the loop goes on."""
-    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record"}}, notify)
     notify.wait("READY=1")
     sup.cfg.unlink()
     os.mkfifo(sup.cfg)
@@ -78,7 +78,7 @@ def test_a_supervisor_reloading_a_config_replaced_by_a_fifo_keeps_running(
 
 
 def _embedded_config(tmp_path: Path, data_dir: str) -> Path:
-    return procs.write_config(tmp_path / "queues.yaml", None, {"q": {"handler": "tests.handlers:record"}},
+    return procs.write_config(tmp_path / "queues.yaml", None, {"q": {"handler": "tests.support.handlers:record"}},
                               redis={"data_dir": data_dir})
 
 
@@ -100,7 +100,7 @@ def test_a_second_supervisor_on_one_data_dir_is_refused(
     """Two supervisors, one embedded data dir: the second refuses to start (the first would stop
     its Redis under it), and the first keeps running."""
     data = tmp_path / "data"
-    first = supervise({"q": {"handler": "tests.handlers:record"}}, notify, embedded=True,
+    first = supervise({"q": {"handler": "tests.support.handlers:record"}}, notify, embedded=True,
                       redis={"data_dir": str(data)})
     notify.wait("READY=1")
     r = procs.run("-c", str(first.cfg), timeout=30)

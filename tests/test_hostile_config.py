@@ -22,9 +22,9 @@ from smqsup.supervisor import arbiter as arbiter_mod
 from smqsup.supervisor import scaling as scaling_mod
 from smqsup.supervisor.arbiter import Arbiter
 from smqsup.supervisor.protocol import MAX_SLOTS
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 REJECTED = "SIGHUP: new config rejected, keeping the old one"
 DEEP_LISTS = "[" * 5000 + "]" * 5000 + "\n"
@@ -92,7 +92,7 @@ SCALARS = [
     "${1BAD}", "${SMQSUP_FUZZ_UNSET}", "!!int foo", "!!float foo", "!!bool foo", "!!timestamp foo",
     "!!binary '!!!'", "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!pairs [a: 1]", "!!str [1]",
     "!custom 1", "!!python/object/apply:os.system [ls]", "[]", "{}", "[1, [2]]", "{a: 1}", "*undefined",
-    "m:f", "'tests.handlers:record'", "redis://h:99999/0", "'[::1]:0'", "16MB", "1.5", "3",
+    "m:f", "'tests.support.handlers:record'", "redis://h:99999/0", "'[::1]:0'", "16MB", "1.5", "3",
     "{min: 5, max: 2}", "{max: 8}", "{min: 1, max: 1024}", "{max: ~}",
 ]
 #: What ${SMQSUP_FUZZ_A}, _B and _C may hold (surrogate-escaped bytes included).
@@ -255,7 +255,7 @@ def test_check_and_start_refuse_deep_nesting_in_one_line(tmp_path: Path) -> None
 def test_sighup_with_deeply_nested_yaml_keeps_the_supervisor_and_its_consumers(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket) -> None:
     """Deep lists, then deep mappings on SIGHUP: one rejection line each, same consumer pids."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify)
     notify.wait("READY=1")
     before = {c.pid for c in sup.children()}
     for count, text in enumerate((DEEP_LISTS, DEEP_MAPPINGS), 1):
@@ -270,7 +270,7 @@ def test_sighup_with_deeply_nested_yaml_keeps_the_supervisor_and_its_consumers(
 def _bad_files(rng: random.Random, queue: str) -> list[bytes]:
     """One file of each hostile kind, drawn at random, in a random order; each is a rejected config."""
     def option(line: str) -> bytes:
-        return f"queues:\n  {queue}:\n    handler: tests.handlers:record\n    {line}\n".encode()
+        return f"queues:\n  {queue}:\n    handler: tests.support.handlers:record\n    {line}\n".encode()
 
     kinds: list[Callable[[], bytes]] = [
         lambda: _deep(rng).encode(),
@@ -285,7 +285,7 @@ def _bad_files(rng: random.Random, queue: str) -> list[bytes]:
         lambda: option("#" * 300_000),
         lambda: bytes(rng.randrange(256) for _ in range(rng.randint(1, 2000))),
         lambda: f"queues: {rng.choice(['[q]', '7', 'x', '{}'])}\n".encode(),
-        lambda: f"queues:\n  '{rng.choice(['.', '..'])}':\n    handler: tests.handlers:record\n".encode(),
+        lambda: f"queues:\n  '{rng.choice(['.', '..'])}':\n    handler: tests.support.handlers:record\n".encode(),
         lambda: _bomb(rng).encode(),
     ]
     rng.shuffle(kinds)
@@ -300,7 +300,7 @@ def test_a_supervisor_survives_a_series_of_hostile_reloads_then_applies_a_good_o
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
     """Random bad files on SIGHUP: one line each, same consumers; the good file after them is applied."""
     seed = _seed()
-    queues = {"q": {"handler": "tests.handlers:record", "consumers": 2}}
+    queues = {"q": {"handler": "tests.support.handlers:record", "consumers": 2}}
     sup = supervise(queues, notify)
     notify.wait("READY=1")
     before = {c.pid for c in sup.children()}
@@ -331,8 +331,8 @@ def test_a_supervisor_survives_a_series_of_hostile_reloads_then_applies_a_good_o
 def arbiter(tmp_path: Path, redis_url: str) -> Iterator[Arbiter]:
     """An Arbiter for two queues (a: 2, b: 1 consumers) whose loop is never started: nothing forks."""
     path = procs.write_config(tmp_path / "queues.yaml", redis_url,
-                              {"a": {"handler": "tests.handlers:record", "consumers": 2},
-                               "b": {"handler": "tests.handlers:record"}})
+                              {"a": {"handler": "tests.support.handlers:record", "consumers": 2},
+                               "b": {"handler": "tests.support.handlers:record"}})
     arb = Arbiter(config.load(path), redis_url, None)
     yield arb
     arb.broker.close()

@@ -19,10 +19,10 @@ import redis
 from smqsup import Retry, deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
-from tests.topology import free_ports
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
+from tests.support.topology import free_ports
 
 K = QueueKeys(NS, "q")
 
@@ -139,7 +139,7 @@ def test_no_secret_reaches_a_dead_letter(supervise: Callable[..., procs.Supervis
     """An exception text and traceback holding a Redis url's password and the web token (which consumers
     learn from the config) are stored masked, in the reason, the error and the traceback alike."""
     token = "tok-Zq81-never-shown"
-    s = supervise({"q": {"handler": "tests.handlers:leak_secrets", "retry_threshold": 0}},
+    s = supervise({"q": {"handler": "tests.support.handlers:leak_secrets", "retry_threshold": 0}},
                   web={"listen": f"127.0.0.1:{free_ports(1)[0]}", "token": token},
                   extra_env={"LEAK_TOKEN": token, "LEAK_PASSWORD": "pw-Kx77-never-shown"})
     producer.publish("q", "x")

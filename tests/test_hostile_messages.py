@@ -18,9 +18,9 @@ from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.topologies
 
@@ -120,7 +120,7 @@ def test_hostile_frames_become_dead_letters_while_good_messages_flow(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """Every undecodable frame is a "malformed" dead letter, taken one by one or 32 to a take; the queue
     never stalls or goes FATAL."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2, "retry_threshold": 1,
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2, "retry_threshold": 1,
                            "prefetch": prefetch}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as producer:
@@ -148,7 +148,7 @@ def test_random_frames_fuzz_never_stops_the_queue(
     supervisor up, no traceback."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 3, "retry_threshold": 0,
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 3, "retry_threshold": 0,
                            "prefetch": prefetch}}, notify)
     notify.wait("READY=1")
     good: list[str] = []
@@ -198,7 +198,7 @@ def test_a_forged_attempts_prefix_stays_a_frame_with_its_id(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket,
         redis_client: "redis.Redis") -> None:
     """A frame claiming 999999999 failed attempts is dead-lettered with its id, not as malformed."""
-    supervise({"q": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 3}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:fail", "consumers": 1, "retry_threshold": 3}}, notify)
     notify.wait("READY=1")
     mid, payload = message.encode_payload("q", "forged", max_size_bytes=1 << 20)
     redis_client.lpush(Q.pending, framing.frame(payload, 999999999))
@@ -214,7 +214,7 @@ def test_poison_that_ends_its_process_costs_attempts_and_never_a_backoff(
         redis_url: str, redis_client: "redis.Redis") -> None:
     """Messages that os._exit their consumer (even before it was seen ready) are dead-lettered
     after retry_threshold + 1 deliveries; no consumer is counted as dying at start."""
-    sup = supervise({"q": {"handler": "tests.handlers:chaos", "consumers": 4, "retry_threshold": 2}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:chaos", "consumers": 4, "retry_threshold": 2}}, notify)
     notify.wait("READY=1")
     bodies = [{"n": n, "kind": "exit" if n % 10 == 0 else None} for n in range(200)]
     with Producer(redis_url) as producer:
@@ -235,7 +235,7 @@ def test_a_handler_exception_cannot_forge_or_flood_log_lines(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """Newlines and terminal escapes in exception texts are escaped; a 1 MiB text makes a bounded line."""
-    sup = supervise({"q": {"handler": "tests.handlers:fail", "consumers": 1, "retry_threshold": 0}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:fail", "consumers": 1, "retry_threshold": 0}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as producer:
         producer.publish("q", "x\n2026-01-01 00:00:00,000 CRITICAL [1] smqsup: forged\x1b[2J")

@@ -17,8 +17,8 @@ from smqsup.errors import MessageError, PublishRefused
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.both_clients
 

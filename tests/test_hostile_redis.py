@@ -21,9 +21,9 @@ from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import holds, wait_for
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import holds, wait_for
 
 Q = QueueKeys("smq", "q")
 BAD = QueueKeys("smq", "bad")
@@ -192,7 +192,7 @@ def test_garbage_keys_of_one_queue_never_stop_the_collector_of_another(
 
     if when == "before the start":
         spoil()
-    sup = supervise({"bad": {"handler": "tests.handlers:record"}, "q": {"handler": "tests.handlers:record"}},
+    sup = supervise({"bad": {"handler": "tests.support.handlers:record"}, "q": {"handler": "tests.support.handlers:record"}},
                     notify, shutdown_timeout="1s", **HB)
     if when == "while running":
         notify.wait("READY=1")
@@ -228,7 +228,7 @@ def test_a_collector_lock_that_never_expires_is_given_a_ttl_and_the_queue_gets_a
     else:
         redis_client.hset(Q.gc_lock, "junk", "1")
     redis_client.zadd(Q.delayed, {_frame("due"): 0})
-    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify, **HB)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record"}}, notify, **HB)
     wait_for(lambda: any(e["id"] == "due" for e in read_events(str(out_dir))), 20,
              message="the delayed message was never promoted: no collector")
     assert redis_client.pttl(Q.gc_lock) > 0
@@ -267,7 +267,7 @@ def _leading_collector(redis_url: str) -> Collector:
 def test_a_standalone_consumer_under_oom_is_not_declared_dead_by_its_own_collector(
         tmp_path: Path, out_dir: Path, redis_url: str, redis_client: "redis.Redis") -> None:
     """Heartbeats refused for OOM longer than heartbeat_timeout: the message in hand is not reclaimed or redelivered."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:slow"}}, **HB)
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:slow"}}, **HB)
     p = procs.smqsup("consume", "-c", str(cfg), "q", out_dir=out_dir, stdout=subprocess.DEVNULL)
     try:
         wait_for(lambda: redis_client.hlen(Q.consumers) == 1, 15, message="consumer never registered")
@@ -385,7 +385,7 @@ def test_a_lost_consumer_whose_list_is_of_the_wrong_type_holds_no_other_reclaim(
     """Two lost consumers: the first (oldest heartbeat) has a string for its list, so its reclaim is refused;
     the second's message is still reclaimed to pending, and the refusal is said naming the key."""
     broker = Broker(redis_url)
-    cfg = Config(Path("<test>"), queues={"q": QueueConfig(name="q", handler="tests.handlers:record")},
+    cfg = Config(Path("<test>"), queues={"q": QueueConfig(name="q", handler="tests.support.handlers:record")},
                  heartbeat_interval_s=0.1, heartbeat_timeout_s=0.5)
     collector = Collector(Broker(redis_url), cfg)
     for cid, beat in (("ghost-a", 1), ("ghost-b", 2)):

@@ -18,8 +18,8 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.discovery import free_port
 from smqsup.launch.process import RedisServer
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 Q = QueueKeys("smq", "q")
 PASSWORD = "s3cret-Pa55word"
@@ -89,11 +89,11 @@ def test_status_survives_garbage_in_every_key(redis_url: str, redis_client: "red
 
 def test_check_fails_for_a_module_that_ends_the_process_on_import(tmp_path: Path, redis_url: str) -> None:
     """`smqsup check` is not fooled by os._exit(0) at import, and KeyboardInterrupt there is one line."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.exit_at_import:handle"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.exit_at_import:handle"}})
     r = procs.run("check", "-c", str(cfg))
     assert r.returncode == 2 and "ok" not in r.stdout, (r.stdout, r.stderr)
     assert "ended the checking process" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.interrupt_at_import:handle"}})
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.interrupt_at_import:handle"}})
     r = procs.run("check", "-c", str(cfg))
     assert r.returncode == 2, (r.stdout, r.stderr)
     [line] = r.stderr.strip().splitlines()
@@ -118,7 +118,7 @@ def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_the_password_shows_nowhere(password_redis: str, tmp_path: Path,
                                     supervise: Callable[..., procs.Supervisor]) -> None:
     """Start line, errors, status output and process titles mask the Redis password."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, url=password_redis)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, url=password_redis)
     wait_for(lambda: "all consumers ready" in sup.log(), 20)
     with Producer(password_redis) as producer:
         producer.publish("q", 1)
@@ -157,7 +157,7 @@ def test_the_url_can_come_from_the_environment(password_redis: str, redis_client
 def test_a_standalone_consumer_reports_its_counts_like_a_supervised_one(
         tmp_path: Path, redis_url: str, out_dir: Path) -> None:
     """`smqsup consume` heartbeats carry `received` and `acked`, which status shows."""
-    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.handlers:record"}},
+    cfg = procs.write_config(tmp_path / "q.yaml", redis_url, {"q": {"handler": "tests.support.handlers:record"}},
                              heartbeat_interval="200ms", heartbeat_timeout="2s")
     with Producer(redis_url) as producer:
         producer.publish_many("q", range(5))

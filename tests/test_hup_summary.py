@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 
 def _write(path: Path, text: str) -> None:

@@ -21,8 +21,8 @@ from smqsup.store.broker import Broker
 from smqsup.store.lag import QueueLag, created_ms, frame_lag_ms
 from smqsup.views import status
 from smqsup.web import metrics
-from tests import procs
-from tests.helpers import redis_ms, wait_for
+from tests.support import procs
+from tests.support.helpers import redis_ms, wait_for
 
 pytestmark = pytest.mark.topologies
 

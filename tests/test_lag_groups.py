@@ -14,7 +14,7 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.lag import QueueLag
-from tests.helpers import redis_ms
+from tests.support.helpers import redis_ms
 
 pytestmark = pytest.mark.topologies
 

@@ -15,8 +15,8 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.lag import QueueLag
-from tests.helpers import redis_ms, wait_for
-from tests.inproc import Running
+from tests.support.helpers import redis_ms, wait_for
+from tests.support.inproc import Running
 
 pytestmark = pytest.mark.topologies
 

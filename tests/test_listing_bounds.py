@@ -18,7 +18,7 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.views import browse, deadletters
-from tests.helpers import node_of
+from tests.support.helpers import node_of
 
 pytestmark = pytest.mark.topologies
 

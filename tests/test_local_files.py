@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -57,7 +57,7 @@ _PLANTS = {
 def test_a_report_dir_made_again_by_another_user_is_never_used(
         supervise: Supervise, notify: NotifySocket, tmp_path: Path, redis_url: str, plant: str) -> None:
     """A cleaner removes the report dir, nobody makes it again (0777, links, FIFOs, a file): nothing written, queue runs."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     [first] = sup.consumers_by_queue()["q"]
     [path] = report_dirs(sup.pid)
@@ -94,14 +94,14 @@ def _survives(sup: procs.Supervisor, redis_url: str, first: int, plant: str) -> 
 def test_the_report_dir_goes_on_every_exit_and_a_killed_ones_at_the_next_start(
         supervise: Supervise, notify: NotifySocket) -> None:
     """Clean stop: its dir goes; SIGKILL: left, then removed by the next start; another user's dir stays."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     [mine] = report_dirs(sup.pid)
     sup.stop()
     assert not os.path.exists(mine)
 
     mark = len(notify.poll())
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1", mark)
     [killed] = report_dirs(sup.pid)
     sup.kill_group()
@@ -111,7 +111,7 @@ def test_the_report_dir_goes_on_every_exit_and_a_killed_ones_at_the_next_start(
     as_other(f"import os; os.mkdir({theirs!r}, 0o700)")
     try:
         mark = len(notify.poll())
-        again = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+        again = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
         notify.wait("READY=1", mark)
         assert not os.path.exists(killed)
         assert os.path.isdir(theirs) and len(report_dirs(again.pid)) == 1

@@ -17,8 +17,8 @@ import redis
 from smqsup import logs
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 #: What a hostile exception text tries: erase the terminal line, return the cursor, and print a
 #: supervisor's line of its own (in both formats), then a JS line separator and a C1 control.
@@ -151,7 +151,7 @@ def test_a_handler_raising_a_hostile_text_cannot_forge_or_flood_the_supervisors_
     """Real supervisor: a handler raises ValueError(body["e"]) with 1 MiB holding ESC[2K\\r and a forged
     supervisor line after a newline, logging it first with its traceback and the whole body: every line of the output is under 64 KiB and printable, none is
     forged, and the JSON format carries no raw U+2028."""
-    s = supervise({"q": {"handler": "tests.handlers:loud", "retry_threshold": 0}}, log_format=fmt)
+    s = supervise({"q": {"handler": "tests.support.handlers:loud", "retry_threshold": 0}}, log_format=fmt)
     with Producer(redis_url) as p:
         p.publish("q", {"e": HOSTILE.replace("\udcff", "") + "y" * 1_000_000})  # (a body is valid Unicode)
     wait_for(lambda: redis_client.llen(QueueKeys("smq", "q").dead) == 1, timeout_s=30)

@@ -17,8 +17,8 @@ import pytest
 
 from smqsup import logs, safe
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 #: What the talk handler prints to stdout (the log file holds the processes' stdout too): no log line.
 STDOUT = "stdout of the handler for "
@@ -69,15 +69,15 @@ def test_a_supervisor_with_log_format_json_writes_json_lines_naming_roles_queues
     """log_format: json: every line the supervisor and its consumers write is JSON; the supervisor's say
     role supervisor, a consumer's role consumer and its queue; a handler's own line (inline, and in a
     handler thread) and smqsup's line about a failed attempt name the message."""
-    s = supervise({"talk": {"handler": "tests.handlers:talk", "concurrency": concurrency},
-                   "fail": {"handler": "tests.handlers:fail", "retry_threshold": 1}}, log_format="json")
+    s = supervise({"talk": {"handler": "tests.support.handlers:talk", "concurrency": concurrency},
+                   "fail": {"handler": "tests.support.handlers:fail", "retry_threshold": 1}}, log_format="json")
     talked = producer.publish("talk", {"n": 1})
     failed = producer.publish("fail", {"n": 2})
 
     def about(mid: str, queue: str) -> list[dict[str, Any]]:
         return [r for r in _lines(s.log()) if r.get("message_id") == mid and r.get("queue") == queue]
     def said() -> bool:
-        return (any(r["logger"] == "tests.handlers" for r in about(talked, "talk"))
+        return (any(r["logger"] == "tests.support.handlers" for r in about(talked, "talk"))
                 and any("failed on attempt 1" in r["msg"] for r in about(failed, "fail")))
     # Waits for the very lines asserted below (any line about the message was a race: another line about
     # the failed message could come first, and the SIGTERM then stopped it before its attempt's line).
@@ -87,7 +87,7 @@ def test_a_supervisor_with_log_format_json_writes_json_lines_naming_roles_queues
     records = _lines(s.log())
     assert {r["role"] for r in records} == {"supervisor", "consumer"}
     assert all(r["role"] == "supervisor" for r in records if "queue" not in r)
-    [own] = [r for r in about(talked, "talk") if r["logger"] == "tests.handlers"]
+    [own] = [r for r in about(talked, "talk") if r["logger"] == "tests.support.handlers"]
     assert own["msg"] == f"handling {talked}" and own["level"] == "WARNING"
     assert any("failed on attempt 1" in r["msg"] for r in about(failed, "fail"))
 
@@ -96,11 +96,11 @@ def test_the_flag_wins_over_the_file_and_a_bad_log_format_is_one_line(tmp_path: 
     """--log-format json on a file saying text: JSON lines; log_format: xml and a huge value: one line naming
     the key, exit 2; --log-format yaml: refused by the command line."""
     cfg = tmp_path / "q.yaml"
-    procs.write_config(cfg, redis_url, {"q": {"handler": "tests.handlers:record"}}, log_format="text")
+    procs.write_config(cfg, redis_url, {"q": {"handler": "tests.support.handlers:record"}}, log_format="text")
     r = procs.run("--log-format", "json", "consume", "-c", str(cfg), "nosuchqueue")
     assert r.returncode == 2 and "no such queue" in r.stderr  # (an error for people stays a line of text)
     for bad in ("xml", "j" * 10_000, 5, None):
-        procs.write_config(cfg, redis_url, {"q": {"handler": "tests.handlers:record"}}, log_format=bad)
+        procs.write_config(cfg, redis_url, {"q": {"handler": "tests.support.handlers:record"}}, log_format=bad)
         r = procs.run("check", "-c", str(cfg))
         assert r.returncode == 2, r.stderr
         [line] = r.stderr.splitlines()

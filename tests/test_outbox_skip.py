@@ -20,9 +20,9 @@ from smqsup import defaults
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

@@ -18,8 +18,8 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import redis_ms, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import redis_ms, wait_for
+from tests.support.inproc import NS, Running
 from tests.test_publish_options import recorder
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]

@@ -20,8 +20,8 @@ from smqsup.config.model import QueueConfig
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from tests.helpers import Starts, holds, node_of, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import Starts, holds, node_of, wait_for
+from tests.support.inproc import NS, Running
 from tests.test_partition_routing import PARTS, declare
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
@@ -240,10 +240,10 @@ def test_a_supervised_partitioned_queue_handles_everything_and_reclaims_a_killed
     import os
     import signal
 
-    from tests import procs
-    from tests.handlers import read_events
+    from tests.support import procs
+    from tests.support.handlers import read_events
 
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2, "partitions": 3}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 2, "partitions": 3}}, notify)
     notify.wait("READY=1")
     assert [redis_client.hlen(QueueKeys(NS, p).consumers) for p in PARTS] == [2, 2, 2]
     with new_producer(redis_url) as p:

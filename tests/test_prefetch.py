@@ -21,9 +21,9 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.helpers import wait_for
-from tests.inproc import Running
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import Running
 
 K = QueueKeys("smq", "q")
 
@@ -91,7 +91,7 @@ def test_sigkill_with_eight_prefetched_charges_the_started_one_and_frees_seven_a
     """prefetch 8: a SIGKILL while the first of 8 runs; it comes back at attempts 1, the 7 never started
     at attempts 0, all 8 handled before 5 messages published after them; each handled once."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "prefetch": 8}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_thread", "prefetch": 8}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"sleep": 60, "then": 0}] + [{"sleep": 0}] * 7)
     wait_for(lambda: len(sup.events("start")) == 1 and _held(redis_client) == 8)
@@ -114,7 +114,7 @@ def test_sigkill_frees_a_finished_unsettled_message_which_alone_runs_twice(
     it) runs; a SIGKILL then charges the second alone (attempts 1); the first goes back free and runs
     again (the duplicate a finished, unsettled frame may cost), the two never started go back free."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "prefetch": 4}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_thread", "prefetch": 4}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"sleep": 0}, {"sleep": 60, "then": 0}, {"sleep": 0}, {"sleep": 0}])
     wait_for(lambda: len(sup.events("start")) == 2 and len(sup.events("done")) == 1 and _held(redis_client) == 4)
@@ -132,7 +132,7 @@ def test_a_poison_message_that_ends_its_process_never_costs_its_batch_neighbours
     good ones that return first, is dead-lettered after its 2 deliveries; the 5 (handled again after
     each death) and the 2 never started are never charged: none of them is dead-lettered."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"n": i} for i in range(5)] + [{"n": 5, "kind": "exit"}] + [{"n": 6}, {"n": 7}])
     wait_for(lambda: redis_client.llen(K.dead) == 1, timeout_s=30)
@@ -151,7 +151,7 @@ def test_a_failed_attempt_is_recorded_before_the_next_starts_so_a_later_death_ne
     process: the raise's retry is settled before the next starts, so the death charges only the message
     that died; the good ones after the raise go back free and are never dead-lettered."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:chaos", "prefetch": 8, "retry_threshold": 1}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"n": 0}, {"n": 1, "kind": "raise"}, {"n": 2}, {"n": 3}, {"n": 4, "kind": "exit"}])
     wait_for(lambda: redis_client.llen(K.dead) == 2, timeout_s=30)
@@ -184,7 +184,7 @@ def test_a_stop_gives_the_frames_never_started_back_free_at_once_while_the_runni
     """concurrency 2, prefetch 8 (9 held: 2 running, 7 waiting): a graceful stop or a roll puts the 7
     back in pending within a second, free (a roll's new consumer takes them at once), while the 2
     running finish and ack."""
-    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.handlers:pause_thread", "concurrency": 2,
+    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.support.handlers:pause_thread", "concurrency": 2,
                                                "prefetch": 8}}
     _pause(redis_url)
     sup = supervise(queues, shutdown_timeout="20s")
@@ -222,7 +222,7 @@ def test_a_scale_down_gives_the_stopped_consumers_waiting_frames_back_at_once(
     """2 consumers, concurrency 2, prefetch 4, each holding 5 (2 running, 3 waiting): SIGTTOU stops one;
     its 3 waiting are back in pending within a second, free; all 10 end handled once, none charged."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "concurrency": 2, "prefetch": 4,
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_thread", "concurrency": 2, "prefetch": 4,
                            "consumers": 2}}, shutdown_timeout="20s")
     procs.wait_registered(sup, 2, redis_client)
     ids = _burst(redis_url, [{"sleep": 2}] * 10)
@@ -243,7 +243,7 @@ def test_a_pause_sends_the_waiting_frames_back_within_a_second_and_a_resume_runs
     """concurrency 2, prefetch 8: paused while 2 run and 7 wait, the 7 are back in pending within a
     second, never started; resumed, all 9 are handled once, none charged."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:pause_thread", "concurrency": 2, "prefetch": 8}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:pause_thread", "concurrency": 2, "prefetch": 8}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"sleep": 3}] * 2 + [{"sleep": 0}] * 7)
     wait_for(lambda: len(sup.events("start")) == 2 and _held(redis_client) == 9)
@@ -266,7 +266,7 @@ def test_max_messages_never_takes_past_its_limit_so_nothing_waits_for_a_consumer
     """prefetch 8, max_messages 5: each consumer handles at most 5 (it never takes more), is replaced,
     and all 23 are handled once, none charged an attempt."""
     _pause(redis_url)
-    sup = supervise({"q": {"handler": "tests.handlers:record", "prefetch": 8, "max_messages": 5}})
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "prefetch": 8, "max_messages": 5}})
     procs.wait_registered(sup, 1, redis_client)
     ids = _burst(redis_url, [{"i": i} for i in range(23)])
     wait_for(lambda: len(sup.events("done")) == 23, timeout_s=30)

@@ -17,8 +17,8 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
-from tests.helpers import holds, node_of, redis_ms, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import holds, node_of, redis_ms, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

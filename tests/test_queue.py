@@ -17,8 +17,8 @@ from smqsup.errors import MessageError
 from smqsup.ids import new_id
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import client_for, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import client_for, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

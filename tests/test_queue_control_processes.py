@@ -1,6 +1,6 @@
 """Priorities, dedup keys and pausing as users run them: real ``smqsup``
 supervisors (two on one Redis where it matters), OS processes publishing at
-once, and the handlers of tests/handlers.py recording every start and end."""
+once, and the handlers of tests/support/handlers.py recording every start and end."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from smqsup import message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.helpers import holds, wait_for
+from tests.support import procs
+from tests.support.helpers import holds, wait_for
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -37,7 +37,7 @@ FOLLOWS_S = 1.0
 def test_priority_9_overtakes_a_backlog_of_priority_0_and_each_level_stays_fifo(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """One consumer; paused, 1,000 priority-0 then 100 priority-9 published; resumed: all 100 first, each level FIFO."""
-    a = supervise({"q": {"handler": "tests.handlers:record"}}, **HB)
+    a = supervise({"q": {"handler": "tests.support.handlers:record"}}, **HB)
     procs.wait_registered(a, 1, redis_client)
     broker = Broker(redis_url)
     assert broker.queues.pause("q", "test")
@@ -216,7 +216,7 @@ def _pause_holds(supervisors: list[procs.Supervisor], broker: Broker) -> None:
 def test_pause_stops_two_supervisors_consumers_and_outlasts_their_restart(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Paused while 2 supervisors x 2 consumers are busy: none starts a handler, across restarts, until resume; none lost."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 2}}
+    queues = {"q": {"handler": "tests.support.handlers:slow", "consumers": 2}}
     first = [supervise(queues, name=n, **HB) for n in ("a", "b")]
     for s in first:
         procs.wait_registered(s, 2, redis_client)

@@ -20,8 +20,8 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
 from smqsup.worker.consumer import Consumer
-from tests.helpers import Monitored, Starts, holds, node_of, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import Monitored, Starts, holds, node_of, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = pytest.mark.topologies
 

@@ -12,8 +12,8 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 from tests.test_rate_limit import assert_starts_follow_bookings, booked_starts, rate_bookings
 
 K = QueueKeys("smq", "q")
@@ -33,7 +33,7 @@ def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_
     books the starts at least 20 ms apart (at most 50 in any second) across all of them, no handler starts
     before its booking, and the achieved rate is >= 95 % of the limit; SIGHUP to both with the limit
     removed: the 2,000 left drain at full speed."""
-    queue = {"handler": "tests.handlers:record", "consumers": 2, "rate_limit": "50/s"}
+    queue = {"handler": "tests.support.handlers:record", "consumers": 2, "rate_limit": "50/s"}
     a = supervise({"q": queue}, name="a")
     b = supervise({"q": {**queue, "concurrency": 4}}, name="b")
     wait_for(lambda: redis_client.hlen(K.consumers) == 4, timeout_s=20)
@@ -53,7 +53,7 @@ def test_fifty_a_second_across_four_consumers_on_two_supervisors_then_lifted_by_
     assert {e["pid"] for e in a.events("done")} and {e["pid"] for e in b.events("done")}
 
     for sup, extra in ((a, {}), (b, {"concurrency": 4})):
-        procs.write_config(sup.cfg, redis_url, {"q": {"handler": "tests.handlers:record", "consumers": 2, **extra}})
+        procs.write_config(sup.cfg, redis_url, {"q": {"handler": "tests.support.handlers:record", "consumers": 2, **extra}})
         sup.signal(signal.SIGHUP)
     lifted = time.monotonic()
     wait_for(lambda: len(a.events("done")) + len(b.events("done")) >= PUBLISHED, timeout_s=30,
@@ -67,7 +67,7 @@ def test_a_raised_limit_is_followed_at_once_after_sighup(supervise: Callable[...
                                                          redis_url: str, redis_client: redis.Redis) -> None:
     """rate_limit 1/h: one of 5 messages starts, the rest wait; raised to 100/s by SIGHUP (the consumers
     roll), the other 4 start within seconds: the hour the old limit booked is not kept."""
-    queue = {"handler": "tests.handlers:record", "consumers": 2, "rate_limit": "1/h"}
+    queue = {"handler": "tests.support.handlers:record", "consumers": 2, "rate_limit": "1/h"}
     s = supervise({"q": queue})
     procs.wait_registered(s, 2, redis_client)
     with Producer(redis_url) as p:

@@ -1,7 +1,7 @@
 """Tracked messages (result_ttl): results, state and progress written by the
 scripts that move a message, read by the producer, waited for without
 polling; on one Redis and on the Redis Cluster, partitioned too; from the
-Producer and from the AsyncProducer (tests/clients.py)."""
+Producer and from the AsyncProducer (tests/support/clients.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from smqsup.errors import BrokerError, MessageError
 from smqsup.framing import frame_head, peek_id
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from tests.helpers import holds, redis_ms, servers_of, wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import holds, redis_ms, servers_of, wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients("cluster")]
 

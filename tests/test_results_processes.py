@@ -13,10 +13,10 @@ import pytest
 
 from smqsup import MessageFailed
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies
 
@@ -25,7 +25,7 @@ def test_after_a_sigkill_mid_message_the_result_is_the_redeliverys(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """The child running a tracked message is SIGKILLed: result() waits through the reclaim and returns
     what the second attempt (another process) returned; the state said active, then done."""
-    supervise({"q": {"handler": "tests.handlers:answer", "consumers": 1}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:answer", "consumers": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         mid = p.publish("q", {"hang": True}, result_ttl=60)
@@ -40,8 +40,8 @@ def test_after_a_sigkill_mid_message_the_result_is_the_redeliverys(
 def test_result_ttl_in_queues_yaml_tracks_every_publish(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
     """``result_ttl: 1m`` on a queue: a plain publish from any producer is tracked; a Reject raises MessageFailed."""
-    supervise({"q": {"handler": "tests.handlers:answer", "result_ttl": "1m"},
-               "r": {"handler": "tests.handlers:reject", "result_ttl": "1m"}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:answer", "result_ttl": "1m"},
+               "r": {"handler": "tests.support.handlers:reject", "result_ttl": "1m"}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         wait_for(lambda: p._broker.queues.result_ttl("q") == 60 and p._broker.queues.result_ttl("r") == 60)
@@ -57,7 +57,7 @@ def test_cancel_of_a_running_message_at_concurrency_1_replaces_the_child(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """One consumer runs a 30 s message: cancel stops it within seconds (the child replaced), it is dead-lettered
     "cancelled", and the message queued behind it is handled by the new child."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         long_id = p.publish("q", {"sleep": 30}, result_ttl=60)
@@ -77,7 +77,7 @@ def test_cancel_at_concurrency_10_stops_only_that_task(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """Ten tasks of one async consumer: the supervisor's SIGUSR2 makes it cancel one task; the process and the
     other nine go on and end done."""
-    supervise({"q": {"handler": "tests.handlers:pause_async", "consumers": 1, "concurrency": 10}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:pause_async", "consumers": 1, "concurrency": 10}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         ids = [p.publish("q", {"sleep": 3}, result_ttl=60) for _ in range(10)]
@@ -97,7 +97,7 @@ def test_events_in_queues_yaml_show_a_sigkilled_message_reclaimed_and_redone(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """``events: true``: a plain publish's child is SIGKILLed mid-message; its events read published, started,
     reclaimed (an attempt charged), started, done, written by the publish, take, reclaim and ack scripts."""
-    supervise({"q": {"handler": "tests.handlers:answer", "consumers": 1, "events": True}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:answer", "consumers": 1, "events": True}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         queues = p._broker.queues
@@ -116,7 +116,7 @@ def test_a_cancel_is_found_between_heartbeats(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str) -> None:
     """heartbeat_interval 8s: a cancel of a running message still stops it long before the next heartbeat, as
     the supervisor looks for new cancels every 0.2 s and beats at once on one (else this times out)."""
-    supervise({"q": {"handler": "tests.handlers:slow", "consumers": 1}}, notify,
+    supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 1}}, notify,
               heartbeat_interval="8s", heartbeat_timeout="60s")
     notify.wait("READY=1")
     with Producer(redis_url) as p:

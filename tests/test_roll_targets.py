@@ -18,9 +18,9 @@ import psutil
 import pytest
 import redis
 
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -37,7 +37,7 @@ def _env(*paths: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([*map(str, paths), str(procs.REPO)]), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-_SLOW_IMPORT = "import time\ntime.sleep(4)\nfrom tests.handlers import record as handle\n"
+_SLOW_IMPORT = "import time\ntime.sleep(4)\nfrom tests.support.handlers import record as handle\n"
 
 
 def test_a_consumer_still_importing_is_titled_as_one_and_roll_asks_only_the_supervisor(
@@ -66,7 +66,7 @@ def _fake_supervisor(cfg: Path) -> "subprocess.Popen[bytes]":
 def test_a_process_of_another_user_titled_as_the_supervisor_is_never_signalled(
         supervise: Supervise, notify: NotifySocket, tmp_path: Path) -> None:
     """nobody runs `exec -a 'smqsup: supervisor -c FILE' cat`: roll signals only the real supervisor; cat lives."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     fake = _fake_supervisor(sup.cfg)
     try:
@@ -83,7 +83,7 @@ def test_a_process_of_another_user_titled_as_the_supervisor_is_never_signalled(
 def test_a_stale_roll_request_in_redis_does_not_widen_an_operators_roll(
         supervise: Supervise, notify: NotifySocket, redis_client: "redis.Redis") -> None:
     """A request for every queue left in Redis (its command died): `roll a` rolls a only; b keeps its consumers."""
-    sup = supervise({"a": {"handler": "tests.handlers:record"}, "b": {"handler": "tests.handlers:record"}}, notify)
+    sup = supervise({"a": {"handler": "tests.support.handlers:record"}, "b": {"handler": "tests.support.handlers:record"}}, notify)
     notify.wait("READY=1")
     wait_for(lambda: len(sup.consumers_by_queue()) == 2)
     before = sup.consumers_by_queue()
@@ -122,7 +122,7 @@ def test_as_root_another_users_supervisor_is_taken_only_when_redis_names_it_live
     from smqsup.store.broker import Broker
     from smqsup.store.supervisors import SupervisorInfo
 
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     fake = _fake_supervisor(sup.cfg)
     broker = Broker(redis_url)
@@ -146,7 +146,7 @@ def test_as_root_another_users_supervisor_is_taken_only_when_redis_names_it_live
         fake.wait()
 
 
-_RELEASE = "from tests.handlers import _record\n\ndef handle(msg):\n    _record('done', msg, version={n})\n"
+_RELEASE = "from tests.support.handlers import _record\n\ndef handle(msg):\n    _record('done', msg, version={n})\n"
 
 
 def _release(tmp_path: Path, n: int, redis_url: str) -> Path:
@@ -227,7 +227,7 @@ def test_a_pwd_that_names_another_directory_or_is_relative_is_not_the_code_dir(
 
 _DIES_LATE = """\
 import os, threading
-from tests.handlers import _record
+from tests.support.handlers import _record
 
 # The new generation dies {after} s after its fork: just past the roll's probation.
 if {dies}:

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from smqsup.client.producer import Producer
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -29,7 +29,7 @@ Supervise = Callable[..., procs.Supervisor]
 #: that editing either one is a change of the handler's code.
 _HANDLER = """\
 import deploy_util
-from tests.handlers import _record
+from tests.support.handlers import _record
 {extra}
 
 def handle(msg):

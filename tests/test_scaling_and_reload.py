@@ -13,9 +13,9 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -36,8 +36,8 @@ def _wait_queues(sup: procs.Supervisor, counts: dict[str, int]) -> dict[str, set
 def test_sigttin_adds_a_consumer_per_queue_and_sigttou_removes_one_never_below_1(
         supervise: Supervise, notify: NotifySocket) -> None:
     """SIGTTIN: one more consumer in every queue; SIGTTOU: one fewer, not below 1; the first consumers survive."""
-    sup = supervise({"a": {"handler": "tests.handlers:record", "consumers": 2},
-                     "b": {"handler": "tests.handlers:record", "consumers": 1}}, notify)
+    sup = supervise({"a": {"handler": "tests.support.handlers:record", "consumers": 2},
+                     "b": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
     first = _wait_queues(sup, {"a": 2, "b": 1})
 
@@ -68,14 +68,14 @@ def test_sighup_with_a_new_handler_rolls_one_child_at_a_time_and_loses_nothing(
         redis_client: redis.Redis) -> None:
     """A changed handler rolls 3 busy consumers one by one under a trickle: <= 4 processes, each message once."""
     n = 3
-    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.handlers:slow", "consumers": n}}
+    queues: dict[str, dict[str, Any]] = {"q": {"handler": "tests.support.handlers:slow", "consumers": n}}
     sup = supervise(queues, notify)
     notify.wait("READY=1")
     old = sup.processes()
     assert len(old) == n
     # The old handler sleeps 0.2 s per message, so an old consumer told to stop is mostly mid-message
     # and lingers; the new one acks at once.
-    queues["q"]["handler"] = "tests.handlers:record"
+    queues["q"]["handler"] = "tests.support.handlers:record"
     procs.write_config(sup.cfg, redis_url, queues)
 
     published: list[str] = []
@@ -119,8 +119,8 @@ def test_sighup_starts_an_added_queue_and_drains_a_removed_one(
         supervise: Supervise, notify: NotifySocket, redis_url: str,
         redis_client: redis.Redis) -> None:
     """SIGHUP: a new queue starts; a removed one finishes its in-flight message (acked, attempts 0) and exits."""
-    queues: dict[str, dict[str, Any]] = {"gone": {"handler": "tests.handlers:slow"},
-                                         "keep": {"handler": "tests.handlers:record", "consumers": 2}}
+    queues: dict[str, dict[str, Any]] = {"gone": {"handler": "tests.support.handlers:slow"},
+                                         "keep": {"handler": "tests.support.handlers:record", "consumers": 2}}
     sup = supervise(queues, notify)
     notify.wait("READY=1")
     before = _wait_queues(sup, {"gone": 1, "keep": 2})
@@ -128,7 +128,7 @@ def test_sighup_starts_an_added_queue_and_drains_a_removed_one(
         mid = p.publish("gone", {"sleep": 1.5})
     wait_for(lambda: sup.events("start"))
 
-    procs.write_config(sup.cfg, redis_url, {"keep": queues["keep"], "new": {"handler": "tests.handlers:record"}})
+    procs.write_config(sup.cfg, redis_url, {"keep": queues["keep"], "new": {"handler": "tests.support.handlers:record"}})
     mark = len(notify.poll())
     sup.signal(signal.SIGHUP)
     notify.wait("READY=1", notify.wait("RELOADING=1", mark))  # READY only once "gone" has no process left

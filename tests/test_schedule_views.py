@@ -18,7 +18,7 @@ from smqsup.store.broker import Broker
 from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
-from tests import procs
+from tests.support import procs
 from tests.test_web_hostile import DEEP, seed_hostile, strict_json
 
 K = QueueKeys("smq", "q")

@@ -1,6 +1,6 @@
 """Scheduled and expiring messages, and Reject and Retry, as users run them:
 real ``smqsup`` supervisors on a private redis-server, real signals, the
-handlers of tests/handlers.py recording every delivery.
+handlers of tests/support/handlers.py recording every delivery.
 
 Due times and expiries are on the Redis clock, which on one host is the wall
 clock the ``timed`` handler records (``time.time()``), so the two compare
@@ -24,8 +24,8 @@ from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
 from smqsup.views import deadletters
-from tests import procs
-from tests.helpers import redis_ms, wait_for
+from tests.support import procs
+from tests.support.helpers import redis_ms, wait_for
 
 Supervise = Callable[..., procs.Supervisor]
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.topologies
 
 Q = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
-TIMED = {"q": {"handler": "tests.handlers:timed"}}
+TIMED = {"q": {"handler": "tests.support.handlers:timed"}}
 #: How late after its due time a scheduled message may reach its handler, in s:
 #: the collector looks every 0.1 s; the rest is a fetch and a handler call.
 ON_TIME_S = 1.0
@@ -189,9 +189,9 @@ def _dead_reason(client: "redis.Redis", queue: str) -> str:
 def test_reject_and_retry_give_exact_delivery_counts(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """Reject: 1 delivery, "rejected: bad"; Retry(0.5) with threshold 2: 3, 0.5 s apart, dead; Retry once: 2, acked."""
-    a = supervise({"rej": {"handler": "tests.handlers:reject"},
-                   "again": {"handler": "tests.handlers:retry_always", "retry_threshold": 2},
-                   "once": {"handler": "tests.handlers:retry_once", "retry_threshold": 2}}, **HB)
+    a = supervise({"rej": {"handler": "tests.support.handlers:reject"},
+                   "again": {"handler": "tests.support.handlers:retry_always", "retry_threshold": 2},
+                   "once": {"handler": "tests.support.handlers:retry_once", "retry_threshold": 2}}, **HB)
     for q in ("rej", "again", "once"):
         procs.wait_registered(a, 1, redis_client, q)
     with Producer(redis_url) as p:
@@ -226,7 +226,7 @@ def test_reject_and_retry_give_exact_delivery_counts(
 def test_a_rejected_message_is_counted_as_rejected(
         supervise: Supervise, redis_url: str, redis_client: "redis.Redis") -> None:
     """A handler's Reject adds one to the queue's "rejected" counter."""
-    a = supervise({"rej": {"handler": "tests.handlers:reject"}}, **HB)
+    a = supervise({"rej": {"handler": "tests.support.handlers:reject"}}, **HB)
     procs.wait_registered(a, 1, redis_client, "rej")
     with Producer(redis_url) as p:
         p.publish("rej", "rej")

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from smqsup.launch.process import RedisServer
-from tests import procs
-from tests.helpers import holds, wait_for
+from tests.support import procs
+from tests.support.helpers import holds, wait_for
 from tests.test_gc import _libfaketime
 from tests.test_schedules_processes import (
     HB,

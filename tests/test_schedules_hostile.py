@@ -29,8 +29,8 @@ from smqsup.ids import new_id
 from smqsup.keys import QueueKeys
 from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
-from tests import procs
-from tests.helpers import holds, redis_ms, wait_for
+from tests.support import procs
+from tests.support.helpers import holds, redis_ms, wait_for
 from tests.test_schedule import _cron, _ms, _setup
 
 Supervise = Callable[..., procs.Supervisor]
@@ -69,7 +69,7 @@ def test_ten_thousand_hostile_definitions_never_stale_the_heartbeats_and_declare
     supervisor's heartbeats of both queues stay younger than 2 heartbeat intervals over 6 s, and the
     schedules its config declares on q and on another queue fire every second."""
     seed_hostile_definitions(redis_client, 10_000, declared=1000)
-    handler = {"handler": "tests.handlers:record_fire"}
+    handler = {"handler": "tests.support.handlers:record_fire"}
     sup = supervise({"q": handler, "other": handler}, heartbeat_interval="500ms", heartbeat_timeout="5s",
                     schedules={"tick": {"queue": "q", "every": "1s"}, "tock": {"queue": "other", "every": "1s"}})
     procs.wait_registered(sup, 1, redis_client, "q")
@@ -158,7 +158,7 @@ def test_a_state_years_ahead_is_said_once_listed_and_reset_from_the_command_line
         supervise: Supervise, redis_client: "redis.Redis") -> None:
     """last_fire_ms written 3 years ahead: nothing fires, the collector warns once naming `smqsup schedules
     reset`, the listing says why; `smqsup schedules reset tick` settles it up to now and firing resumes."""
-    sup = supervise({"q": {"handler": "tests.handlers:record_fire"}}, heartbeat_interval="200ms",
+    sup = supervise({"q": {"handler": "tests.support.handlers:record_fire"}}, heartbeat_interval="200ms",
                     heartbeat_timeout="2s", schedules={"tick": {"queue": "q", "every": "1s"}})
     wait_for(lambda: sup.events("fire"), timeout_s=15, message="it never fired")
     ahead = redis_ms(redis_client) + 3 * YEAR_MS
@@ -188,7 +188,7 @@ def test_a_state_years_ahead_is_said_once_listed_and_reset_from_the_command_line
 def test_a_body_over_max_message_size_is_refused_by_check_in_one_line(tmp_path: Path) -> None:
     """A schedule whose message (body, headers and envelope) outgrows max_message_size: `smqsup check`
     exits 2 with one line naming the file, the key and the size; one that fits passes."""
-    queues = {"q": {"handler": "tests.handlers:record_fire"}}
+    queues = {"q": {"handler": "tests.support.handlers:record_fire"}}
     body = "x" * 900
     cfg = procs.write_config(tmp_path / "q.yaml", "redis://127.0.0.1:1/0", queues, max_message_size="1KB",
                              schedules={"tick": {"queue": "q", "every": "1s", "body": body,

@@ -16,15 +16,15 @@ import redis
 
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
-from tests import procs
-from tests.helpers import holds, redis_ms, wait_for
+from tests.support import procs
+from tests.support.helpers import holds, redis_ms, wait_for
 
 Supervise = Callable[..., procs.Supervisor]
 K = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
 ROUND_S = 5  # the leader is killed at the end of each of five rounds
 WINDOW_MS = 6 * ROUND_S * 1000
-QUEUES = {"q": {"handler": "tests.handlers:record_fire"}}
+QUEUES = {"q": {"handler": "tests.support.handlers:record_fire"}}
 
 
 def _schedules(**settings: Any) -> dict[str, dict[str, Any]]:
@@ -168,7 +168,7 @@ def test_a_fired_message_is_tracked_and_has_events_as_its_queue_says(supervise: 
     """A queue with result_ttl and events: each message its schedule fires carries both (the collector writes
     its head), so its events read published, started, done and its result is kept."""
     from smqsup.client.producer import Producer
-    supervise({"q": {"handler": "tests.handlers:record_fire", "result_ttl": "1m", "events": True}},
+    supervise({"q": {"handler": "tests.support.handlers:record_fire", "result_ttl": "1m", "events": True}},
               schedules=_schedules(), **HB)
     with Producer(redis_url) as p:
         [first] = wait_for(lambda: [e for e in p.events("q") if e.event == "done"][:1], timeout_s=15)

@@ -6,7 +6,7 @@ import pytest
 
 from smqsup.client.producer import Producer
 from smqsup.store.broker import Broker
-from tests.topology import SentinelTopology
+from tests.support.topology import SentinelTopology
 
 
 def test_publish_and_consume_through_sentinel(sentinel_group: SentinelTopology) -> None:

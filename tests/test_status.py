@@ -17,8 +17,8 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
 from smqsup.views import browse
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.topologies
 
@@ -37,7 +37,7 @@ def test_status_reports_exact_counts_and_rates_within_ten_percent(
         supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A paced run: status --json rates match the measured rate within 10 %, counts are exact."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify,
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify,
                     heartbeat_interval="500ms")
     notify.wait("READY=1")
     rate, seconds = 200.0, 13.0
@@ -81,8 +81,8 @@ def test_status_reports_exact_counts_and_rates_within_ten_percent(
 def test_status_table_for_people(supervise: Callable[..., procs.Supervisor], notify: procs.NotifySocket,
                                  redis_url: str) -> None:
     """The table names each queue, its sizes and rates, and each consumer with CPU and memory."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2},
-                     "bad": {"handler": "tests.handlers:fail", "retry_threshold": 0}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2},
+                     "bad": {"handler": "tests.support.handlers:fail", "retry_threshold": 0}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish_many("q", range(10))

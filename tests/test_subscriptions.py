@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from smqsup.store.subscriptions import Channels
 from smqsup.store.waiters import Subscriber
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 
 class _PubSub:

@@ -18,10 +18,10 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.discovery import free_port
 from smqsup.launch.process import RedisServer
-from tests import procs
-from tests.handlers import read_events
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.handlers import read_events
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 pytestmark = pytest.mark.topologies
 
@@ -39,8 +39,8 @@ def _rewrite(sup: procs.Supervisor, redis_url: str, queues: dict[str, dict[str, 
 def test_starts_every_consumer_with_titles_and_notifies_ready_after_them(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_client: "redis.Redis") -> None:
     """2 queues x N consumers: right process count and titles; READY=1 only once all are registered."""
-    sup = supervise({"a": {"handler": "tests.handlers:record", "consumers": 3},
-                     "b": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    sup = supervise({"a": {"handler": "tests.support.handlers:record", "consumers": 3},
+                     "b": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify)
     notify.wait("READY=1")
     # Every child had registered in Redis before the parent heard it was ready.
     assert redis_client.hlen(QueueKeys("smq", "a").consumers) == 3
@@ -62,7 +62,7 @@ def test_a_consumer_title_says_idle_once_its_burst_is_handled(
         concurrency: int) -> None:
     """A burst of 5 quick messages: once they are handled the title says idle with the count (the
     once-a-second pace of title updates must not leave the last change out)."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "concurrency": concurrency}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "concurrency": concurrency}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         for n in range(5):
@@ -76,7 +76,7 @@ def test_sigkill_of_a_child_mid_message_reclaims_at_once_and_replaces_it(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A child SIGKILLed in its handler: message back within 1 s, a replacement consuming within 2 s."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         mid = p.publish("q", {"sleep": 0.5})
@@ -106,7 +106,7 @@ def test_sighup_scales_in_place_keeping_unchanged_consumers(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """2 -> 5 -> 1 consumers by SIGHUP: old pids survive, in-flight messages finish, RELOADING then READY."""
-    queues = {"q": {"handler": "tests.handlers:slow", "consumers": 2}}
+    queues = {"q": {"handler": "tests.support.handlers:slow", "consumers": 2}}
     sup = supervise(queues, notify, shutdown_timeout="10s")
     notify.wait("READY=1")
     first = {c.pid for c in sup.children()}
@@ -145,10 +145,10 @@ def test_invalid_config_on_sighup_keeps_the_old_one_running(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path,
         redis_url: str) -> None:
     """A broken file on SIGHUP: one error line, the old consumers keep consuming."""
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify)
     notify.wait("READY=1")
     before = {c.pid for c in sup.children()}
-    sup.cfg.write_text("queues:\n  q:\n    handler: tests.handlers:record\n    consumers: four\n")
+    sup.cfg.write_text("queues:\n  q:\n    handler: tests.support.handlers:record\n    consumers: four\n")
     sup.signal(signal.SIGHUP)
     wait_for(lambda: "new config rejected" in sup.log())
     [line] = [ln for ln in sup.log().splitlines() if "new config rejected" in ln]
@@ -162,7 +162,7 @@ def test_invalid_config_on_sighup_keeps_the_old_one_running(
 def _sigterm_mid_message(supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path,
                          redis_url: str, shutdown_timeout: str, sleep_s: float) -> str:
     """SIGTERM a supervisor while its one consumer handles a ``sleep_s`` message; it exits 0. The message's id."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow"}}, notify, shutdown_timeout=shutdown_timeout)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow"}}, notify, shutdown_timeout=shutdown_timeout)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         mid = p.publish("q", {"sleep": sleep_s})
@@ -196,7 +196,7 @@ def test_second_sigint_stops_at_once_and_returns_messages(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """SIGINT twice: children are killed at once, their messages back in pending with attempts 0."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2}}, notify, shutdown_timeout="60s")
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 2}}, notify, shutdown_timeout="60s")
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish_many("q", [{"sleep": 30}] * 2)
@@ -214,7 +214,7 @@ def test_unimportable_handler_puts_its_queue_in_fatal_while_others_run(
         redis_url: str) -> None:
     """A handler that cannot be imported: that queue is FATAL (started once), the other keeps processing."""
     sup = supervise({"bad": {"handler": "no_such_module:handle", "consumers": 2},
-                     "q": {"handler": "tests.handlers:record"}}, notify)
+                     "q": {"handler": "tests.support.handlers:record"}}, notify)
     notify.wait("READY=1")
     wait_for(lambda: "FATAL" in sup.log())
     with Producer(redis_url) as p:
@@ -230,7 +230,7 @@ def test_unimportable_handler_puts_its_queue_in_fatal_while_others_run(
 def test_a_child_dying_at_start_is_restarted_with_exponential_backoff(
         supervise: Callable[..., procs.Supervisor], out_dir: Path) -> None:
     """A consumer that dies while starting is restarted after 0.5, 1, 2, 4 s: not in a tight loop."""
-    supervise({"q": {"handler": "tests.crash_at_import:handle"}})
+    supervise({"q": {"handler": "tests.support.crash_at_import:handle"}})
     imports = out_dir / "imports.log"
     wait_for(lambda: imports.exists() and len(imports.read_text().split()) >= 4, timeout_s=15)
     times = [float(t) for t in imports.read_text().split()]
@@ -245,8 +245,8 @@ def test_supervisor_sigkill_takes_its_children_down_within_3_s(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path,
         redis_url: str) -> None:
     """SIGKILL of the supervisor: every child (idle or mid-message) is gone within 3 s."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": 2},
-                     "idle": {"handler": "tests.handlers:record", "consumers": 2}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": 2},
+                     "idle": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish("q", {"sleep": 60})
@@ -275,7 +275,7 @@ def test_message_timeout_kills_a_stuck_child_and_costs_an_attempt(
     """A handler past message_timeout: child killed, message dead-lettered with reason timeout, child replaced."""
     from smqsup.deadletter import DeadLetter
 
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "message_timeout": "1s", "retry_threshold": 0}},
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "message_timeout": "1s", "retry_threshold": 0}},
                     notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
@@ -294,7 +294,7 @@ def test_max_memory_recycles_a_leaking_child_between_messages(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A child whose RSS passes max_memory is replaced gracefully: its message acked, no attempt lost."""
-    sup = supervise({"q": {"handler": "tests.handlers:leak", "max_memory": "150MB"}}, notify,
+    sup = supervise({"q": {"handler": "tests.support.handlers:leak", "max_memory": "150MB"}}, notify,
                     heartbeat_interval="200ms", heartbeat_timeout="2s")
     notify.wait("READY=1")
     [first] = sup.children()
@@ -313,7 +313,7 @@ def test_a_message_that_crashes_its_consumer_is_retried_then_dead_lettered(
     """A poison message that kills the process costs an attempt each time and ends dead-lettered; the queue goes on."""
     from smqsup.deadletter import DeadLetter
 
-    sup = supervise({"q": {"handler": "tests.handlers:crash", "retry_threshold": 2}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:crash", "retry_threshold": 2}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish("q", "poison")
@@ -340,11 +340,11 @@ def test_bad_config_exits_2_with_one_line_naming_the_key(path: Path) -> None:
 def test_check_validates_and_imports_handlers(tmp_path: Path) -> None:
     """`smqsup check` is 0 for a good file and one line per unimportable handler for a bad one."""
     good = procs.write_config(tmp_path / "good.yaml", "redis://127.0.0.1:1/0",
-                              {"q": {"handler": "tests.handlers:record", "consumers": 2}})
+                              {"q": {"handler": "tests.support.handlers:record", "consumers": 2}})
     r = procs.run("check", "-c", str(good))
     assert r.returncode == 0 and "ok (1 queue(s), 2 consumer(s))" in r.stdout, r.stderr
     bad = procs.write_config(tmp_path / "bad.yaml", "redis://127.0.0.1:1/0",
-                             {"q": {"handler": "tests.handlers:nope"}, "r": {"handler": "no_mod:f"}})
+                             {"q": {"handler": "tests.support.handlers:nope"}, "r": {"handler": "no_mod:f"}})
     r = procs.run("check", "-c", str(bad))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -355,7 +355,7 @@ def test_a_handler_exiting_with_status_0_mid_message_still_costs_an_attempt(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         redis_client: "redis.Redis") -> None:
     """A clean exit status in the middle of a message is no reason to redeliver it for free forever."""
-    supervise({"q": {"handler": "tests.handlers:exit0", "retry_threshold": 1}}, notify)
+    supervise({"q": {"handler": "tests.support.handlers:exit0", "retry_threshold": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish("q", "poison")
@@ -368,7 +368,7 @@ def test_preload_imports_handlers_in_the_supervisor_before_forking(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, out_dir: Path, redis_url: str,
         preload: bool) -> None:
     """preload: true imports the handler once, in the supervisor; otherwise each consumer imports it."""
-    sup = supervise({"q": {"handler": "tests.import_probe:handle", "consumers": 2}}, notify, preload=preload)
+    sup = supervise({"q": {"handler": "tests.support.import_probe:handle", "consumers": 2}}, notify, preload=preload)
     notify.wait("READY=1")
     importers = [int(line) for line in (out_dir / "imported-by.txt").read_text().split()]
     consumers = sup.processes()
@@ -388,7 +388,7 @@ def test_unreachable_redis_at_start_backs_off_until_it_appears(
     """Redis down at start: the supervisor keeps running, consumers exit 4 and back off; once it is up, READY=1."""
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
-    sup = supervise({"q": {"handler": "tests.handlers:record", "consumers": 2}}, notify, url=url)
+    sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 2}}, notify, url=url)
     wait_for(lambda: "Redis not usable at start" in sup.log())
     # A consumer waits CHILD_BOOT_REDIS_TIMEOUT_S (10 s) for Redis, then exits 4 and is restarted after a backoff.
     wait_for(lambda: "exited with status 4 (Redis unreachable at boot)" in sup.log(), timeout_s=15)

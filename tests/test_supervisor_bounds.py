@@ -13,10 +13,10 @@ import redis
 
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
-from tests import procs
-from tests.handlers import max_overlap, read_events
-from tests.helpers import holds, wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.handlers import max_overlap, read_events
+from tests.support.helpers import holds, wait_for
+from tests.support.procs import NotifySocket
 
 Q = QueueKeys("smq", "q")
 
@@ -31,7 +31,7 @@ def test_exit_status_3_while_handling_a_message_is_an_ordinary_death_not_an_impo
     """Exit 3 after ready restarts the consumer at once: the queue keeps its consumers, poison dead-letters."""
     from smqsup.deadletter import DeadLetter
 
-    sup = supervise({"q": {"handler": "tests.handlers:exit3", "consumers": 2, "retry_threshold": 1}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:exit3", "consumers": 2, "retry_threshold": 1}}, notify)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         p.publish("q", "poison")
@@ -54,7 +54,7 @@ def _started_pids(sup: procs.Supervisor) -> set[int]:
 def test_ttou_then_ttin_while_every_consumer_is_busy_never_runs_more_than_max_handlers(
         supervise: Callable[..., procs.Supervisor], notify: NotifySocket, redis_url: str) -> None:
     """{min: 1, max: 3}, all busy, SIGTTOU then SIGTTIN five times: never more than 3 handlers at once."""
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": {"min": 1, "max": 3},
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": {"min": 1, "max": 3},
                            "scale_up_backlog": 1000, "scale_up_lag": "1h", "scale_down_after": "1h"}}, notify)
     notify.wait("READY=1")
     for n in (2, 3):  # one at a time: two signals sent at once may be delivered as one
@@ -85,7 +85,7 @@ def test_a_paused_groups_backlog_and_garbage_in_the_groups_keys_do_not_scale_a_q
     resumed, the group's messages scale it up."""
     from smqsup.store.broker import Broker
 
-    sup = supervise({"q": {"handler": "tests.handlers:slow", "consumers": {"min": 1, "max": 4}}}, notify)
+    sup = supervise({"q": {"handler": "tests.support.handlers:slow", "consumers": {"min": 1, "max": 4}}}, notify)
     notify.wait("READY=1")
     broker = Broker(redis_url, "smq")
     try:

@@ -18,9 +18,9 @@ from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.supervisors import SupervisorInfo, live
-from tests import procs
-from tests.helpers import redis_ms
-from tests.webserver import WebServer
+from tests.support import procs
+from tests.support.helpers import redis_ms
+from tests.support.webserver import WebServer
 
 pytestmark = pytest.mark.topologies
 

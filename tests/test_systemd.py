@@ -17,9 +17,9 @@ import pytest
 
 from smqsup.client.producer import Producer
 from smqsup.supervisor.systemd import Notifier, monotonic_usec, unset_environment
-from tests import procs
-from tests.helpers import wait_for
-from tests.procs import NotifySocket
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.procs import NotifySocket
 
 Listener = tuple[socket.socket, str]
 Supervise = Callable[..., procs.Supervisor]
@@ -222,7 +222,7 @@ def test_monotonic_usec_is_clock_monotonic() -> None:
 def test_watchdog_datagrams_keep_arriving_when_systemd_asks_for_them(
         supervise: Supervise, notify: NotifySocket) -> None:
     """WATCHDOG_USEC=300000 (no WATCHDOG_PID) and a NOTIFY_SOCKET: at least 3 WATCHDOG=1 within 2 s."""
-    supervise({"q": {"handler": "tests.handlers:record"}}, notify, extra_env={"WATCHDOG_USEC": "300000"})
+    supervise({"q": {"handler": "tests.support.handlers:record"}}, notify, extra_env={"WATCHDOG_USEC": "300000"})
     first = notify.wait("WATCHDOG=1")
 
     def pings() -> int:
@@ -234,7 +234,7 @@ def test_watchdog_datagrams_keep_arriving_when_systemd_asks_for_them(
 def test_journal_stream_gives_priority_prefixes_and_no_timestamps(
         supervise: Supervise, notify: NotifySocket, redis_url: str) -> None:
     """stderr is the journal: every log line starts <N> (<6> info, <4> warning, <3> error) with no timestamp."""
-    sup = supervise({"q": {"handler": "tests.handlers:talk"}}, notify, journal=True)
+    sup = supervise({"q": {"handler": "tests.support.handlers:talk"}}, notify, journal=True)
     notify.wait("READY=1")
     [child] = sup.children()
     child.kill()
@@ -261,7 +261,7 @@ def test_without_the_journal_lines_start_with_a_timestamp_and_carry_the_pid(
     if stream == "another file":
         st = os.stat(tmp_path)
         extra["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-    sup = supervise({"q": {"handler": "tests.handlers:talk"}}, notify, extra_env=extra)
+    sup = supervise({"q": {"handler": "tests.support.handlers:talk"}}, notify, extra_env=extra)
     notify.wait("READY=1")
     with Producer(redis_url) as p:
         mid = p.publish("q", "hi")
@@ -271,4 +271,4 @@ def test_without_the_journal_lines_start_with_a_timestamp_and_carry_the_pid(
     lines = [ln for ln in sup.log().splitlines() if not ln.startswith("stdout of the handler")]
     assert lines and all(_TIMESTAMP.match(ln) for ln in lines), lines
     assert any(f" INFO [{sup.pid}] " in ln and f"supervisor {sup.pid} started" in ln for ln in lines)
-    assert any(f" WARNING [{done['pid']}] tests.handlers: handling {mid}" in ln for ln in lines)
+    assert any(f" WARNING [{done['pid']}] tests.support.handlers: handling {mid}" in ln for ln in lines)

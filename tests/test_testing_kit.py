@@ -21,8 +21,8 @@ import redis
 from smqsup import Producer, Reject, Retry
 from smqsup.errors import HandlerImportError, UsageError
 from smqsup.testing import Worker
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.topologies  # (the tests that take redis_url run on a Redis Cluster too)
 

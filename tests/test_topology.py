@@ -9,7 +9,7 @@ import pytest
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from tests.topology import MASTERS, SLOTS, ClusterTopology, SentinelTopology
+from tests.support.topology import MASTERS, SLOTS, ClusterTopology, SentinelTopology
 
 
 @contextmanager

@@ -22,9 +22,9 @@ from smqsup.client.producer import Producer
 from smqsup.config.model import load
 from smqsup.errors import ConfigError, PublishNotSent
 from smqsup.keys import QueueKeys
-from tests import otel_setup, procs
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support import otel_setup, procs
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 K = QueueKeys(NS, "q")
 
@@ -47,8 +47,8 @@ def _by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 def _produce(url: str, queue: str, spans_dir: Path, *bodies: str) -> list[str]:
-    """Publish ``bodies`` from a producer process of its own (tests/otel_producer.py); the ids."""
-    done = subprocess.run([sys.executable, "-m", "tests.otel_producer", url, queue, *bodies], cwd=procs.REPO,
+    """Publish ``bodies`` from a producer process of its own (tests/support/otel_producer.py); the ids."""
+    done = subprocess.run([sys.executable, "-m", "tests.support.otel_producer", url, queue, *bodies], cwd=procs.REPO,
                           env={**procs.env(), "SMQSUP_TEST_SPANS": str(spans_dir)}, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -65,7 +65,7 @@ def test_a_trace_runs_from_a_producer_process_through_a_consumer_process_and_its
     second acked; one failing past retry_threshold ends "dead_lettered" with its reason."""
     spans_dir = tmp_path / "spans"
     spans_dir.mkdir()
-    s = supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True, "retry_threshold": 1,
+    s = supervise({"q": {"handler": "tests.support.otel_handlers:work", "tracing": True, "retry_threshold": 1,
                          "retry_delay": "100ms"}}, extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)}, log_format="json")
     ok, retried, dead = _produce(redis_url, "q", spans_dir, "{}", '{"fail": 1}', '{"fail": 5}')
 
@@ -117,7 +117,7 @@ def test_a_dependencys_child_links_to_its_parents_send_spans(
     and span ids), and is the child of its own send span."""
     spans_dir = tmp_path / "spans"
     spans_dir.mkdir()
-    supervise({"q": {"handler": "tests.otel_handlers:work", "tracing": True}},
+    supervise({"q": {"handler": "tests.support.otel_handlers:work", "tracing": True}},
               extra_env={"SMQSUP_TEST_SPANS": str(spans_dir)})
     first, second, child = _produce(redis_url, "q", spans_dir, "flow")
 
@@ -343,11 +343,11 @@ def test_tracing_without_opentelemetry_is_one_line(tmp_path: Path, monkeypatch: 
     """tracing: true where OpenTelemetry is not installed, or tracing: "yes": one line naming the key;
     Producer(tracing=True) there: ConfigError saying what to install."""
     path = tmp_path / "queues.yaml"
-    path.write_text("queues:\n  q: {handler: 'tests.handlers:record', tracing: yes-please}\n")
+    path.write_text("queues:\n  q: {handler: 'tests.support.handlers:record', tracing: yes-please}\n")
     with pytest.raises(ConfigError, match=r"queues\.q\.tracing: expected true or false"):
         load(path)
     monkeypatch.setattr("smqsup.config.scalars.otel_installed", lambda: False)
-    path.write_text("defaults: {tracing: true}\nqueues:\n  q: {handler: 'tests.handlers:record'}\n")
+    path.write_text("defaults: {tracing: true}\nqueues:\n  q: {handler: 'tests.support.handlers:record'}\n")
     with pytest.raises(ConfigError) as raised:
         load(path)
     assert str(raised.value) == (f"{path}: defaults.tracing: tracing needs OpenTelemetry: "
@@ -367,8 +367,8 @@ def test_a_producer_tracing_that_is_not_a_bool_is_refused(tracing: Any) -> None:
 def test_a_bad_tracing_key_is_one_line(tmp_path: Path, value: str) -> None:
     """tracing: null, 1, 'on', a list, a mapping (per queue and under defaults): one line naming the key."""
     path = tmp_path / "queues.yaml"
-    for text, key in ((f"queues:\n  q: {{handler: 'tests.handlers:record', tracing: {value}}}\n", "queues.q.tracing"),
-                      (f"defaults: {{tracing: {value}}}\nqueues:\n  q: {{handler: 'tests.handlers:record'}}\n",
+    for text, key in ((f"queues:\n  q: {{handler: 'tests.support.handlers:record', tracing: {value}}}\n", "queues.q.tracing"),
+                      (f"defaults: {{tracing: {value}}}\nqueues:\n  q: {{handler: 'tests.support.handlers:record'}}\n",
                        "defaults.tracing")):
         path.write_text(text)
         with pytest.raises(ConfigError) as bad:

@@ -14,8 +14,8 @@ from smqsup import MessageFailed, Reject, Retry
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from tests.helpers import wait_for
-from tests.inproc import NS, Running
+from tests.support.helpers import wait_for
+from tests.support.inproc import NS, Running
 
 pytestmark = [pytest.mark.topologies, pytest.mark.both_clients]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from smqsup.config.model import load
-from tests import procs
-from tests.procs import REPO
+from tests.support import procs
+from tests.support.procs import REPO
 
 CONFIG = Path(__file__).parent.parent / "config"
 UNIT = CONFIG / "smqsup.service"

@@ -25,9 +25,9 @@ from smqsup.store.broker import Broker
 from smqsup.store.consumer_info import ConsumerInfo
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
-from tests import procs
-from tests.helpers import holds, wait_for
-from tests.webserver import WebServer
+from tests.support import procs
+from tests.support.helpers import holds, wait_for
+from tests.support.webserver import WebServer
 
 pytestmark = pytest.mark.topologies
 
@@ -64,7 +64,7 @@ def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 def _dead_letter(supervise: Callable[..., procs.Supervisor], redis_url: str, body: Any) -> str:
     """Publish ``body`` to queue 'bad' (handler always fails, retry_threshold 0),
     wait for its dead letter, stop the supervisor; returns the message id."""
-    sup = supervise({"bad": {"handler": "tests.handlers:fail", "retry_threshold": 0}})
+    sup = supervise({"bad": {"handler": "tests.support.handlers:fail", "retry_threshold": 0}})
     with Producer(redis_url) as p:
         mid = p.publish("bad", body)
     broker = Broker(redis_url)
@@ -79,8 +79,8 @@ def _dead_letter(supervise: Callable[..., procs.Supervisor], redis_url: str, bod
 def test_status_and_metrics_report_sizes_counters_consumers_and_leader(
         supervise: Callable[..., procs.Supervisor], redis_url: str, web: WebFactory) -> None:
     """/api/status and /metrics agree with what was published, acked and dead-lettered."""
-    supervise({"work": {"handler": "tests.handlers:record", "consumers": 2},
-               "bad": {"handler": "tests.handlers:fail", "retry_threshold": 0}})
+    supervise({"work": {"handler": "tests.support.handlers:record", "consumers": 2},
+               "bad": {"handler": "tests.support.handlers:fail", "retry_threshold": 0}})
     with Producer(redis_url) as p:
         p.publish_many("work", [{"n": i} for i in range(5)])
         p.publish("bad", "doomed")
@@ -332,7 +332,7 @@ def test_pause_and_resume_through_the_api_set_and_clear_the_flag_consumers_obey(
         supervise: Callable[..., procs.Supervisor], redis_url: str, redis_client: redis.Redis,
         web: WebFactory) -> None:
     """POST pause sets the Redis flag (by web@address), consumers take nothing; resume clears it and they go on."""
-    supervise({"orders": {"handler": "tests.handlers:record"}})
+    supervise({"orders": {"handler": "tests.support.handlers:record"}})
     server = web("--token", TOKEN)
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     k = QueueKeys("smq", "orders")

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import psutil
 
 from smqsup.launch.discovery import free_port
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 
 def _get(port: int, path: str) -> dict[str, object]:
@@ -41,7 +41,7 @@ def test_supervisor_runs_restarts_and_stops_the_web_ui(supervise: Callable[..., 
                                                         notify: procs.NotifySocket) -> None:
     """With web:, the UI answers; killed, it is restarted; on SIGTERM it stops with the supervisor."""
     port = free_port()
-    sup = supervise({"q": {"handler": "tests.handlers:record"}}, notify, web={"listen": f"127.0.0.1:{port}"})
+    sup = supervise({"q": {"handler": "tests.support.handlers:record"}}, notify, web={"listen": f"127.0.0.1:{port}"})
     notify.wait("READY=1")
     first = wait_for(lambda: _web_child(sup), message="no web child")
     wait_for(lambda: _answers(port), message="web UI does not answer")

@@ -17,9 +17,9 @@ from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
 from smqsup.store.queues import Declared
 from tests import test_browser
+from tests.support.webserver import WebServer
 from tests.test_browser import XSS, _count, _wait
 from tests.test_web_hostile import check_log, check_reply, raw_request, request_bytes, seed_hostile, strict_json
-from tests.webserver import WebServer
 
 pytestmark = pytest.mark.topologies
 

@@ -29,8 +29,8 @@ from smqsup.views import browse
 from smqsup.web import metrics
 from smqsup.web.server import build_app
 from smqsup.web.source import Source
-from tests.shared_web import SharedWeb, shared_web_fixture, shared_web_servers  # noqa: F401 (fixtures used here)
-from tests.webserver import WebServer
+from tests.support.shared_web import SharedWeb, shared_web_fixture, shared_web_servers  # noqa: F401 (fixtures used here)
+from tests.support.webserver import WebServer
 
 TOKEN = "hostile-test-token"
 PASSWORD = "hostile-redis-pass"

@@ -32,7 +32,7 @@ from smqsup.config import model  # noqa: E402
 #: The largest prefetch (1 on a commit before prefetch: these scripts run there too, for ABBA).
 PREFETCH_MAX: int = getattr(model, "PREFETCH_MAX", 1)
 from smqsup.launch.process import RedisServer  # noqa: E402
-from tests.chaos import POISON, POISON_THRESHOLD, ChaosResult, report, run_chaos  # noqa: E402
+from tests.support.chaos import POISON, POISON_THRESHOLD, ChaosResult, report, run_chaos  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

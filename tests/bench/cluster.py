@@ -37,7 +37,7 @@ from smqsup.keys import QueueKeys, partition_names
 from smqsup.launch.discovery import free_port
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from tests.topology import ClusterTopology
+from tests.support.topology import ClusterTopology
 
 
 def noop(message: Any) -> None:

@@ -30,8 +30,8 @@ import redis  # noqa: E402
 from smqsup import message  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
-from tests import procs  # noqa: E402
 from tests.bench._common import bench_server  # noqa: E402
+from tests.support import procs  # noqa: E402
 
 Q = QueueKeys("smq", "q")
 
@@ -39,7 +39,7 @@ Q = QueueKeys("smq", "q")
 def _start(root: Path, name: str, url: str, timeout_s: float) -> subprocess.Popen[bytes]:
     out = root / name
     out.mkdir()
-    cfg = procs.write_config(root / f"{name}.yaml", url, {"q": {"handler": "tests.handlers:slow", "consumers": 2}},
+    cfg = procs.write_config(root / f"{name}.yaml", url, {"q": {"handler": "tests.support.handlers:slow", "consumers": 2}},
                              heartbeat_interval=f"{timeout_s / 10:g}s", heartbeat_timeout=f"{timeout_s:g}s")
     log = open(out / "log.txt", "w")
     return subprocess.Popen([sys.executable, "-m", "smqsup", "-c", str(cfg)], env=procs.env(out), stdout=log,

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import yaml  # noqa: E402
 
 from smqsup.keys import QueueKeys  # noqa: E402
-from tests import procs  # noqa: E402
 from tests.bench import _common as common  # noqa: E402
+from tests.support import procs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

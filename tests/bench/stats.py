@@ -31,8 +31,8 @@ from smqsup import stats  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 from smqsup.store.broker import Broker  # noqa: E402
-from tests import procs  # noqa: E402
 from tests.bench._common import bench_server  # noqa: E402
+from tests.support import procs  # noqa: E402
 
 
 def _registered(client: redis.Redis, queue: str, pid: int) -> int:

@@ -1,4 +1,4 @@
-"""Hooks the hook tests name in their configs (``tests.hook_mods:NAME``):
+"""Hooks the hook tests name in their configs (``tests.support.hook_mods:NAME``):
 they write what they see to EVENTS (in-process tests) or to the log and
 the message's headers (supervised ones)."""
 
@@ -15,7 +15,7 @@ EVENTS: list[tuple[str, str, Any]] = []
 #: Set by a test to free the hooks that hang.
 RELEASE = threading.Event()
 
-log = logging.getLogger("tests.hook_mods")
+log = logging.getLogger("tests.support.hook_mods")
 
 
 class First:

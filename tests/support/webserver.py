@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from tests import procs
-from tests.helpers import wait_for
+from tests.support import procs
+from tests.support.helpers import wait_for
 
 _READY = "smqsup web: listening on http://"
 

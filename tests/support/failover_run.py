@@ -41,9 +41,9 @@ from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotSent, PublishRefused, PublishUncertain
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
-from tests import procs
-from tests.helpers import wait_for
-from tests.topology import FAILOVER_TIMEOUT_S, ClusterTopology, SentinelTopology
+from tests.support import procs
+from tests.support.helpers import wait_for
+from tests.support.topology import FAILOVER_TIMEOUT_S, ClusterTopology, SentinelTopology
 
 QUEUE = "q"
 KEYS = QueueKeys("smq", QUEUE)
@@ -251,7 +251,7 @@ def _drained(side: Side) -> bool:
 
 
 def _start(side: Side, root: Path, wait_replicas: int) -> list[procs.Supervisor]:
-    queues: dict[str, dict[str, Any]] = {QUEUE: {"handler": "tests.handlers:record", "consumers": CONSUMERS_EACH}}
+    queues: dict[str, dict[str, Any]] = {QUEUE: {"handler": "tests.support.handlers:record", "consumers": CONSUMERS_EACH}}
     sups: list[procs.Supervisor] = []
     try:
         for name in SUPERVISORS:

@@ -2,7 +2,7 @@
 
 import os
 
-from tests.handlers import record as handle
+from tests.support.handlers import record as handle
 
 with open(os.path.join(os.environ["SMQ_TEST_OUT"], "imported-by.txt"), "a") as f:
     f.write(f"{os.getpid()}\n")

@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from smqsup.launch.discovery import find_redis_server
 from smqsup.launch.process import RedisServer
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 #: Hash slots of a Redis Cluster, and how many masters/replicas ours has.
 SLOTS = 16384

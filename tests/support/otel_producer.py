@@ -2,8 +2,8 @@
 publishes each body given (JSON) to the queue given, with tracing on; with
 the one body "flow", two tracked parents and a child depending on both.
 
-    python -m tests.otel_producer URL QUEUE BODY...
-    python -m tests.otel_producer URL QUEUE flow
+    python -m tests.support.otel_producer URL QUEUE BODY...
+    python -m tests.support.otel_producer URL QUEUE flow
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from opentelemetry import trace
 
 from smqsup import Producer
-from tests.otel_setup import to_files
+from tests.support.otel_setup import to_files
 
 
 def main(url: str, queue: str, bodies: list[str]) -> None:

@@ -45,9 +45,9 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.errors import PublishNotReplicated
 from smqsup.framing import peek_id
-from tests.failover_run import KEYS, QUEUE
-from tests.helpers import wait_for
-from tests.topology import FAILOVER_TIMEOUT_S, SentinelTopology
+from tests.support.failover_run import KEYS, QUEUE
+from tests.support.helpers import wait_for
+from tests.support.topology import FAILOVER_TIMEOUT_S, SentinelTopology
 
 #: redis.wait_timeout of the run (s): what each publish costs while the replica is stopped.
 WAIT_TIMEOUT_S = 0.2

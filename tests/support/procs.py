@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from tests.handlers import read_events
-from tests.helpers import wait_for
+from tests.support.handlers import read_events
+from tests.support.helpers import wait_for
 
 if TYPE_CHECKING:
     import psutil
     import redis
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: A consumer's process title: ``smqsup: consumer QUEUE #N ...``.
 _CONSUMER_TITLE = re.compile(r"smqsup: consumer (\S+) #\d+")
 
@@ -196,7 +196,7 @@ class Supervisor:
         return sorted(" ".join(k.cmdline()) for k in self.children())
 
     def events(self, event: Optional[str] = None) -> list[dict[str, Any]]:
-        """What its handlers recorded (tests.handlers), only ``event`` ones if given."""
+        """What its handlers recorded (tests.support.handlers), only ``event`` ones if given."""
         return [e for e in read_events(str(self.out_dir)) if event is None or e["event"] == event]
 
     def log(self) -> str:

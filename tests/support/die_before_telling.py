@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from smqsup.worker.settling import Settler
-from tests.handlers import family
+from tests.support.handlers import family
 
 
 def _die(self: Settler) -> None:
@@ -19,5 +19,5 @@ Settler._tell = _die  # type: ignore[method-assign]
 
 
 def handle(msg: Any) -> Any:
-    """tests.handlers.family."""
+    """tests.support.handlers.family."""
     return family(msg)

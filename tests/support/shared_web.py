@@ -16,7 +16,7 @@ import redis
 from smqsup.errors import RedisServerError
 from smqsup.launch.discovery import find_redis_server
 from smqsup.launch.process import RedisServer
-from tests.webserver import WebServer
+from tests.support.webserver import WebServer
 
 
 @dataclass

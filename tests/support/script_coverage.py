@@ -2,7 +2,7 @@
 the cluster runs of the suite cover every script.
 
     SMQSUP_SCRIPT_COVERAGE=DIR python -m pytest -k cluster     # record
-    python -m tests.script_coverage DIR                         # report; exit 1 if one never ran
+    python -m tests.support.script_coverage DIR                         # report; exit 1 if one never ran
 
 With the variable set, after each test on a cluster (a test may flush the
 script caches, as a restarted node would) the scripts its live nodes hold in
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from smqsup.store import scripts
 from smqsup.store.scripts import schedules
-from tests.topology import ClusterTopology
+from tests.support.topology import ClusterTopology
 
 #: SHA-1 -> script name, of every script smqsup sends.
 NAMES = {s.sha: s.name for s in (*scripts.ALL, *schedules.ALL)}
@@ -55,7 +55,7 @@ def report(where: Path) -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        sys.exit(f"usage: python -m tests.script_coverage DIR (the directory {ENV} named); "
+        sys.exit(f"usage: python -m tests.support.script_coverage DIR (the directory {ENV} named); "
                  f"got {sys.argv[1:]!r:.200}")
     missing = report(Path(sys.argv[1]))
     print(f"{len(NAMES) - len(missing)} of {len(NAMES)} scripts ran on a cluster")

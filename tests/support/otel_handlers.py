@@ -8,7 +8,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from tests.otel_setup import to_files
+from tests.support.otel_setup import to_files
 
 to_files()
 

@@ -166,7 +166,7 @@ def declared_now(producer: Any, queue: str) -> tuple[int, Any]:
 @pytest.fixture
 def client(request: pytest.FixtureRequest) -> str:
     """Which client the ``producer`` is: "sync" (a Producer) or, in a run of
-    a ``both_clients`` module (tests/clients.py), "async" (an AsyncProducer
+    a ``both_clients`` module (tests/support/clients.py), "async" (an AsyncProducer
     driven through the Producer's API)."""
     return cast(str, getattr(request, "param", "sync"))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.handlers import _record
+from tests.support.handlers import _record
 
 _seen: set[str] = set()
 

@@ -37,7 +37,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import BrokerConnectionError, PublishUncertain
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.launch.process import RedisServer
-from tests import procs
+from tests.support import procs
 
 Q = QueueKeys("smq", "q")
 
@@ -130,9 +130,9 @@ def run_chaos(server: RedisServer, root: Path, *, messages: int, rate: float, ba
     rng = rng or random.Random(1)
     out = root / "out"
     out.mkdir()
-    queue: dict[str, Any] = {"handler": "tests.handlers:record", "consumers": consumers, "retry_threshold": 1000}
+    queue: dict[str, Any] = {"handler": "tests.support.handlers:record", "consumers": consumers, "retry_threshold": 1000}
     if poison:
-        queue.update(handler="tests.handlers:chaos", retry_threshold=POISON_THRESHOLD,
+        queue.update(handler="tests.support.handlers:chaos", retry_threshold=POISON_THRESHOLD,
                      message_timeout=f"{POISON_TIMEOUT_S}s")
     queue.update(options or {})
     parts = [QueueKeys("smq", p) for p in partition_names("q", int(queue.get("partitions", 1)))]
