@@ -363,7 +363,7 @@ LONG_FEW = (
     "tests/test_autoscaling_processes.py",
     "tests/test_schedules_processes.py",
     "tests/test_chaos.py",
-    "tests/test_scheduled_processes.py",
+    "tests/test_delays_processes.py",
     "tests/test_queue_control_processes.py",
     "tests/test_concurrency_processes.py",
 )

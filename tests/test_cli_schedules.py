@@ -16,7 +16,7 @@ from smqsup.store.broker import Broker
 from tests.support import procs
 from tests.test_acl_tls import PASSWORD, readme_acl_words
 from tests.test_cli_queue import _one_line_error
-from tests.test_schedule_views import seed_hostile_schedules
+from tests.test_schedules_views import seed_hostile_schedules
 
 
 def _store(url: str, *schedules: ScheduleConfig) -> None:

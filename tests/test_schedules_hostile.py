@@ -31,7 +31,7 @@ from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
 from tests.support import procs
 from tests.support.helpers import holds, redis_ms, wait_for
-from tests.test_schedule import _cron, _ms, _setup
+from tests.test_schedules import _cron, _ms, _setup
 
 Supervise = Callable[..., procs.Supervisor]
 Q, OTHER = QueueKeys("smq", "q"), QueueKeys("smq", "other")

@@ -75,7 +75,7 @@ AREAS: list[tuple[str, list[str]]] = [
     (r"^(lag)$", ["tests/test_lag.py"]),
     (r"^(peek_range|remove|dlq_.*|partitions)$", ["tests/test_cli_queue.py", "tests/test_partitions.py",
                                                   "tests/test_listing_bounds.py"]),
-    (r"^schedule", ["tests/test_schedules_hostile.py", "tests/test_schedule.py"]),
+    (r"^schedule", ["tests/test_schedules_hostile.py", "tests/test_schedules.py"]),
     (r"outcomes\.py$", _CORE + ["tests/test_hostile_handlers.py", "tests/test_concurrency.py"]),
     (r".", _CORE + _TRACK + ["tests/test_concurrency.py"]),
 ]

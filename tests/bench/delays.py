@@ -3,7 +3,7 @@ message published with a delay is handled within 100 ms of its due time at
 p99, at a steady load), beside the plain publish -> handler start latency of
 the same run.
 
-    python tests/bench/scheduled.py [--messages 500] [--max-delay-ms 5000] [--rate 500] [--seed 10]
+    python tests/bench/delays.py [--messages 500] [--max-delay-ms 5000] [--rate 500] [--seed 10]
 
 Setup: a private redis-server and one supervisor (supervisor.py's Supervisor)
 serving queue "sched" with 2 consumers; the queue's collector, which makes due
