@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "smqsup"
+TESTS = PACKAGE.parent / "tests"
 
 #: Layers, lowest first: a module may import its own subpackage and anything on a lower layer, never one
 #: beside it or above. The top-level leaves are everyone's; smqsup/__init__ (the public face) and
@@ -114,6 +115,19 @@ def test_every_module_and_subpackage_has_its_line_in_its_package_map() -> None:
             if not re.search(rf"(?<![\w/.]){re.escape(wanted)}", text):
                 missing.append(f"{init.relative_to(PACKAGE.parent)}: no line for {wanted}")
     assert missing == []
+
+
+def test_the_tests_folder_holds_tests_and_its_support_is_mapped() -> None:
+    """tests/ holds test modules (test_*.py), conftest and __init__; what they share is in tests/support/,
+    whose __init__ names each of its modules (a newcomer finds a helper there, not among 100 test files)."""
+    stray = sorted(p.name for p in TESTS.glob("*.py")
+                   if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py"))
+    assert stray == [], "support modules belong in tests/support/"
+    support = TESTS / "support"
+    text = (support / "__init__.py").read_text()
+    unmapped = [p.name for p in sorted(support.glob("*.py"))
+                if p.name != "__init__.py" and not re.search(rf"(?<![\w/.]){re.escape(p.name)}", text)]
+    assert unmapped == [], "tests/support/__init__.py: no line for these"
 
 
 def test_the_top_level_holds_only_the_public_face_and_the_shared_leaves() -> None:
