@@ -45,6 +45,22 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+@contextmanager
+def interruptible(what: str) -> Iterator[None]:
+    """A benchmark's run: Ctrl-C or SIGTERM (Terminated, once bench_server()
+    is on) ends it with one line on stderr, "stopping ``what``", and the
+    shell's status for the signal (SystemExit 130 or 143), the caller's
+    cleanup running on the way out."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: stopping {what}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Terminated:
+        print(f"\nterminated: stopping {what}", file=sys.stderr)
+        raise SystemExit(143) from None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -349,18 +349,13 @@ def main() -> int:
         smq = SmqRuns(server.url, argparse.Namespace(**{**vars(args), "messages": max(counts)}))
         arq_runs = ArqRuns(server.url, args, smq.children) if have_arq else None
         try:
-            version = smq.client.info("server")["redis_version"]
-            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; messages per run "
-                  f"{', '.join(f'c{c}: {n}' for c, n in zip(args.concurrency, counts))}; "
-                  f"median of {args.repeats}\n")
-            found = run_cases(smq, arq_runs, args, counts)
-            print_table(found, args, have_arq)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping consumers and redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("consumers and redis-server"):
+                version = smq.client.info("server")["redis_version"]
+                print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; messages per run "
+                      f"{', '.join(f'c{c}: {n}' for c, n in zip(args.concurrency, counts))}; "
+                      f"median of {args.repeats}\n")
+                found = run_cases(smq, arq_runs, args, counts)
+                print_table(found, args, have_arq)
         finally:
             if arq_runs is not None:
                 arq_runs.close()

@@ -71,7 +71,8 @@ import _common as common  # noqa: E402  (puts the repo root on sys.path too)
 import redis  # noqa: E402
 import supervisor as supbench  # noqa: E402  (tests/bench/supervisor.py: Supervisor, Notify)
 
-from smqsup import framing, options  # noqa: E402
+from smqsup import framing  # noqa: E402
+from smqsup.client import options  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 
@@ -276,7 +277,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with common.bench_server() as server, supbench.workdir() as tmp, contextlib.ExitStack() as stack:
         notify = supbench.Notify(tmp / "notify")
         stack.callback(notify.close)
-        try:
+        with common.interruptible("the supervisor and redis-server"):
             cfg = supbench.write_config(tmp / "sched.yaml", server.url, {QUEUE: {
                 "handler": "_supervisor_handlers:stamp", "consumers": CONSUMERS}})
             mark = notify.mark()
@@ -287,12 +288,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             ready(rig)
             print(f"supervisor pid {sup.pid}, {CONSUMERS} consumers of {QUEUE!r}, collector elected\n", flush=True)
             run(rig, args)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping the supervisor and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping the supervisor and redis-server", file=sys.stderr)
-            return 143
     return 0
 
 

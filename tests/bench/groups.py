@@ -376,21 +376,16 @@ def main() -> int:
     with common.bench_server() as server:
         bench = Bench(server.url, args)
         try:
-            version = bench.client.info("server")["redis_version"]
-            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; {bench.n:,} messages "
-                  f"per run ({args.groups:,} groups x {args.per_group}), median of {args.repeats}\n")
-            rates = run_cases(bench, args)
-            worst = print_rates(rates, args)
-            print_costs(bench)
-            print_commands(bench.cmds)
-            if args.profile == "always" or (args.profile == "auto" and worst[0] < TARGET):
-                profile_run(bench, args, str(server.data_dir), worst[1])
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping consumers and redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("consumers and redis-server"):
+                version = bench.client.info("server")["redis_version"]
+                print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; {bench.n:,} messages "
+                      f"per run ({args.groups:,} groups x {args.per_group}), median of {args.repeats}\n")
+                rates = run_cases(bench, args)
+                worst = print_rates(rates, args)
+                print_costs(bench)
+                print_commands(bench.cmds)
+                if args.profile == "always" or (args.profile == "auto" and worst[0] < TARGET):
+                    profile_run(bench, args, str(server.data_dir), worst[1])
         finally:
             bench.close()
     return 0

@@ -266,17 +266,12 @@ def main() -> int:
     with common.bench_server() as server:
         client = redis.Redis.from_url(server.url)
         try:
-            version = client.info("server")["redis_version"]
-            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; "
-                  f"{args.consumers} consumers (smqsup prefetch {args.prefetch}), {args.rate:g} msg/s, "
-                  f"{args.messages} messages each for smqsup and raw, in {args.rounds} phase(s) each (ABBA)\n")
-            samples = run_phases(server.url, client, args, server.data_dir.parent)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping consumers and redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("consumers and redis-server"):
+                version = client.info("server")["redis_version"]
+                print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; "
+                      f"{args.consumers} consumers (smqsup prefetch {args.prefetch}), {args.rate:g} msg/s, "
+                      f"{args.messages} messages each for smqsup and raw, in {args.rounds} phase(s) each (ABBA)\n")
+                samples = run_phases(server.url, client, args, server.data_dir.parent)
         finally:
             client.close()
     print_results(samples, args)

@@ -151,17 +151,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         client: "redis.Redis[bytes]" = redis.Redis.from_url(server.url)
         producer = Producer(server.url, NS)
         try:
-            print(f"redis-server {client.info('server')['redis_version']}, {common.transport(server)}, appendfsync everysec\n",
-                  flush=True)
-            one = single(producer, client, args.single)
-            bulk = many(producer, client, args.many, args.repeats)
-            report(one, bulk, args)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("redis-server"):
+                print(f"redis-server {client.info('server')['redis_version']}, {common.transport(server)}, appendfsync everysec\n",
+                      flush=True)
+                one = single(producer, client, args.single)
+                bulk = many(producer, client, args.many, args.repeats)
+                report(one, bulk, args)
         finally:
             producer.close()
             client.close()

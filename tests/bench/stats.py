@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psutil  # noqa: E402
 import redis  # noqa: E402
 
-from smqsup import stats  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
+from smqsup.collector import stats  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 from smqsup.store.broker import Broker  # noqa: E402
 from tests.bench._common import bench_server  # noqa: E402

@@ -362,14 +362,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     with common.bench_server() as server, workdir() as tmp:
         notify = Notify(tmp / "notify")
         try:
-            bench_fleet(server.url, tmp, notify, args)
-            bench_kill(server.url, tmp, notify, args)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping the supervisor and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping the supervisor and redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("the supervisor and redis-server"):
+                bench_fleet(server.url, tmp, notify, args)
+                bench_kill(server.url, tmp, notify, args)
         finally:
             notify.close()
     return 0

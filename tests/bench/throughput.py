@@ -362,19 +362,14 @@ def main() -> int:
     with common.bench_server() as server:
         bench = Bench(server.url, args)
         try:
-            version = bench.client.info("server")["redis_version"]
-            print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; "
-                  f"{args.messages} messages per run, median of {args.repeats}\n")
-            if not plain(args):
-                print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}, "
-                      f"prefetch {', '.join(map(str, args.prefetch))}\n")
-            report(bench, args, str(server.data_dir))
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping consumers and redis-server", file=sys.stderr)
-            return 130
-        except common.Terminated:
-            print("\nterminated: stopping consumers and redis-server", file=sys.stderr)
-            return 143
+            with common.interruptible("consumers and redis-server"):
+                version = bench.client.info("server")["redis_version"]
+                print(f"redis-server {version}, {common.transport(server)}, appendfsync everysec; "
+                      f"{args.messages} messages per run, median of {args.repeats}\n")
+                if not plain(args):
+                    print(f"handler {args.handler}, smqsup concurrency {', '.join(map(str, args.concurrency))}, "
+                          f"prefetch {', '.join(map(str, args.prefetch))}\n")
+                report(bench, args, str(server.data_dir))
         finally:
             bench.close()
     return 0
