@@ -117,3 +117,24 @@ def test_the_ready_times_kept_are_bounded(broker: Broker, redis_client: redis.Re
     assert redis_client.zcard(k) == 10_000
     assert isinstance(ready_at(redis_client, "q", f), float)
     assert redis_client.zscore(k, old_id(now - OLD_MS, 0)) is None
+
+
+@pytest.mark.parametrize("how", ["retry", "reclaim", "stale"])
+def test_ready_times_of_the_wrong_type_cost_no_message(broker: Broker, redis_client: redis.Redis, how: str) -> None:
+    """The ready times are Redis state anyone may overwrite: a string there, and a retry without delay, a dead
+    consumer's reclaim and a stale one's still put the message back where consumers take it (its lag then
+    counts from its publish)."""
+    redis_client.set(keys("q").ready_at, "garbage")
+    f = frame(redis_ms(redis_client) - OLD_MS)
+    redis_client.lpush(keys("q").processing("c1"), f)
+    if how == "retry":
+        assert broker.messages.nack("q", "c1", f, retry_threshold=5, delay_ms=0, meta='{"reason":"x"}',
+                                    fetch_next=False).outcome == 1
+    elif how == "reclaim":
+        assert broker.registry.reclaim_dead("q", "c1", retry_threshold=5, reason="died").requeued == 1
+    else:
+        assert broker.registry.reclaim_stale("q", "c1", retry_threshold=5, reason="stale",
+                                             stale_after_ms=1).requeued == 1
+    assert redis_client.llen(keys("q").pending) == 1 and redis_client.get(keys("q").ready_at) == b"garbage"
+    lag = _lag(broker, "q")
+    assert lag.ready == 1 and lag.lag_s is not None and lag.lag_s >= OLD_MS / 1000 - 1
