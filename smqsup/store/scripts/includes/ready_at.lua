@@ -1,8 +1,8 @@
 --- @include "frame_id"
--- ready_at_mark(key, frames, ats): write when each of ``frames`` became
--- ready (ms, Redis clock: ``ats[i]``, or one number for all) into the queue's
--- ready times ``key`` (ID -> ms), so that its lag counts from then, not from
--- its publish (lag.lua). Written wherever a message becomes ready later
+-- ready_at_mark(key, frames, ats, now): write when each of ``frames``
+-- became ready (ms, Redis clock: ``ats[i]``, or one number for all; ``now``
+-- the clock of the call) into the queue's ready times ``key`` (ID -> ms),
+-- so that its lag counts from then, not from its publish (lag.lua). Written wherever a message becomes ready later
 -- than its publish: a due retry or delayed publish (promote.lua), a retry
 -- without delay (nack.lua), a started message back from a dead consumer
 -- (move_frames.lua), a child its parents released (unblock.lua).
@@ -12,7 +12,7 @@
 -- counts from its publish (the older reading, never a lost message).
 -- Writes use redis.pcall: a key of another type costs the lag reading,
 -- never the move of a message. An ``at`` that is not a time (NaN, negative,
--- ahead of now) is written as now.
+-- ahead of ``now``) is written as ``now``.
 local READY_AT_KEPT = 10000
 
 local function ready_at_mark(key, frames, ats, now)
