@@ -14,7 +14,7 @@ The path of one message, as a newcomer would follow it:
 
 1. ``Producer.publish`` (client/producer.py) builds the envelope and its
    frame ``attempts|json`` (framing.py) and calls ``broker.messages.push``
-   (store/messages.py), which runs publish.lua: LPUSH on the queue's pending
+   (store/ops/messages.py), which runs publish.lua: LPUSH on the queue's pending
    list (key names: keys.py). With options (delay or at, priority, dedup_key,
    ttl: client/options.py checks them) it is ``push_with`` and
    publish_options.lua.
@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
         return Producer
     if name == "AsyncProducer":
-        from smqsup.client.aio import AsyncProducer
+        from smqsup.client.aio_producer import AsyncProducer
 
         return AsyncProducer
     if name == "Message":
@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
 
         return Message
     if name == "Event":
-        from smqsup.store.events import Event
+        from smqsup.store.ops.events import Event
 
         return Event
     if name in ("Reject", "Retry"):

@@ -9,10 +9,10 @@ scripts' includes/attempts.lua reads the same grammar:
              epoch by the Redis clock (1 to 15 digits, 0: none). Written by
              publish_options.lua for a message with a priority or a ttl.
     A:P:E:R  the same, tracked: its state and outcome are kept until R
-             seconds (1 to 8 digits) after it ended (store/tracking.py).
+             seconds (1 to 8 digits) after it ended (store/ops/tracking.py).
     A:P:E:R:V  the same (R may be 0: not tracked), with events: each step
              of its life is added to its queue's event stream, which is
-             capped at about V entries (1 to 7 digits; store/events.py).
+             capped at about V entries (1 to 7 digits; store/ops/events.py).
     A:P:E:R:V:L  the same (R and V may be 0), linked: L (1 to 7) says
              what the message has in its queue's deps set to see to when it
              starts or ends, the sum of LINK_PARENTS (1), LINK_HOLD (2) and

@@ -68,13 +68,13 @@ live in one Redis Cluster slot::
                                    release, its own children's waits and
                                    parents' outcomes (scripts/includes/deps.lua)
     ns:{Q}:outbox:parked     ZSET  outbox entries of the deps set whose target
-                                   Redis refused, set aside (store/parked.py):
+                                   Redis refused, set aside (store/ops/parked.py):
                                    score = when to try again (ms, Redis clock)
     ns:{Q}:outbox:failures   HASH  "KIND\tQUEUE\tID" (a target of parked
                                    entries) -> JSON {failures, since_ms,
                                    retry_ms, entries, parked, reason}
     ns:{Q}:blocked           HASH  ID -> "D:T:F|frame" of a message held until
-                                   its parents are done (store/workflows.py)
+                                   its parents are done (store/ops/workflows.py)
     ns:{Q}:batch:BID         HASH  batch BID, whose home is queue Q (its callback's
                                    queue): closed, fired, done, failed, its
                                    callbacks' frames (scripts/batch_settle.lua)
@@ -108,7 +108,7 @@ live in one Redis Cluster slot::
     ns:{Q}:supervisors       HASH  "HOST:PID" of a supervisor running consumers
                                    of Q -> what it says of them: target count,
                                    bounds, running, roll, last scale event
-                                   (JSON, store/supervisors.py), rewritten
+                                   (JSON, store/ops/supervisors.py), rewritten
                                    every few seconds; each write sets the
                                    hash's expiry, readers drop stale fields
     ns:{Q}:schedules         HASH  schedule name -> its definition (canonical JSON,

@@ -104,7 +104,7 @@ class Message:
 
     @property
     def batch(self) -> Any:
-        """The batch this message is a member of (client/batches.py Batch),
+        """The batch this message is a member of (client/batching.py Batch),
         or None: ``message.batch.publish(...)`` adds a message to it, and
         the batch waits for that one too. Read at the first look."""
         if self._batch is False:

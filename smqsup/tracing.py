@@ -261,7 +261,7 @@ def detach(token: object) -> None:
 
 def ended(span: Span, attempts: int, error: Optional[BaseException], ok: bool, meta: str, threshold: int,
           delay_ms: int) -> None:
-    """End an attempt's span with its outcome (worker/records.py Outcome):
+    """End an attempt's span with its outcome (worker/consumer_state.py Outcome):
     acked, or failed with the dead-letter reason, and then retried (after
     ``delay_ms``) or dead-lettered, as nack.lua decides it (the attempts
     would pass ``threshold``, or it is -1). Never raises: a failure is

@@ -240,7 +240,7 @@ def test_a_bad_url_is_one_line_with_exit_2_and_the_password_masked(url: str, pro
 def test_connect_registers_the_password_so_any_later_text_is_scrubbed() -> None:
     """After connect(url), safe.scrub removes the url's password from free text (a library's message)."""
     from smqsup import safe
-    from smqsup.store.connection import connect
+    from smqsup.store.sync.connection import connect
 
     password = "Scrub-Me-Later-91c2"
     connect(f"redis://smqsup:{password}@127.0.0.1:1/0").close()

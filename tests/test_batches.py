@@ -16,8 +16,8 @@ from smqsup import Reject
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
-from smqsup.store.batches import parse_id
 from smqsup.store.broker import Broker
+from smqsup.store.ops.batches import parse_id
 from tests.support.helpers import holds, wait_for
 from tests.support.inproc import NS, Running
 

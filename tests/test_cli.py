@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from smqsup.cli import main as cli
-from smqsup.cli import publish as cli_publish
+from smqsup.cli import publish_cmd as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import UsageError
 from smqsup.keys import QueueKeys

@@ -16,12 +16,12 @@ from typing import Any, NoReturn
 import pytest
 import redis
 
-from smqsup.cli.events import since
+from smqsup.cli.events_cmd import since
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.queues import Declared
+from smqsup.store.ops.queues import Declared
 from tests.support import procs
 from tests.support.helpers import wait_for
 from tests.support.inproc import Running
@@ -221,7 +221,7 @@ def test_since_means_the_same_to_producer_events_and_to_the_command_line(redis_u
     """One rule for since: digits are unix seconds in Producer.events as in --since (text or a number),
     an ISO time and a cursor read the same in both; 13 digits (milliseconds) are refused by both, saying
     so; a cursor MS-0 is how to name a time in ms."""
-    from smqsup.client.events import Reading
+    from smqsup.client.event_cursor import Reading
     from smqsup.errors import MessageError
 
     for text in ("1700000000", "1700000000.5", "2023-11-14T22:13:20Z", "1700000000000-0", "0"):

@@ -18,7 +18,7 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support import procs
 from tests.support.helpers import holds, wait_for
 from tests.test_acl_tls import PASSWORD, readme_acl_words

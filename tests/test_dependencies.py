@@ -178,7 +178,7 @@ def _held_never_registered(start: Callable[..., Running], producer: Producer, mo
     """Child c of queue b held on parent p of queue a by a producer that died before telling the parents
     (register raises SystemExit); with consumers of a and b and the hold repair every 0.5 s, c runs."""
     from smqsup import defaults
-    from smqsup.store import workflows
+    from smqsup.store.ops import workflows
     seen = Seen()
     parent = producer.publish("a", "p", result_ttl=60)
 

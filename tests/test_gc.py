@@ -21,7 +21,7 @@ from smqsup.collector.collector import Collector
 from smqsup.config.model import Config, QueueConfig
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support import procs
 from tests.support.helpers import client_for, holds, missing_tool, redis_ms, wait_for
 

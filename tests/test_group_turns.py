@@ -18,7 +18,7 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support.inproc import NS
 
 pytestmark = pytest.mark.topologies

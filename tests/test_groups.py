@@ -20,7 +20,7 @@ from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support import procs
 from tests.support.helpers import wait_for
 from tests.support.inproc import NS, Running

@@ -19,12 +19,12 @@ import pytest
 import redis
 
 from smqsup import MessageFailed, framing
-from smqsup.client.aio import AsyncProducer
+from smqsup.client.aio_producer import AsyncProducer
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_name
 from smqsup.store.broker import Broker
-from smqsup.store.queues import Declared
+from smqsup.store.ops.queues import Declared
 from tests.support.helpers import redis_ms, wait_for
 from tests.support.inproc import NS, Running
 
@@ -285,7 +285,7 @@ def test_a_hold_the_collector_registers_keeps_the_options(
     """A producer dies between the hold and telling the parents: the collector's repair registers the
     child, which is released in its group with its headers."""
     from smqsup import defaults
-    from smqsup.store import workflows
+    from smqsup.store.ops import workflows
     parent = producer.publish("a", "p", result_ttl=60)
 
     def die(*_: Any, **__: Any) -> str:

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from smqsup import HookFailed, deadletter
-from smqsup.client.aio import AsyncProducer
+from smqsup.client.aio_producer import AsyncProducer
 from smqsup.client.producer import Producer
 from smqsup.config.model import load
 from smqsup.errors import ConfigError, MessageError
@@ -291,7 +291,7 @@ def test_an_after_process_that_raises_is_logged_and_changes_nothing(
     """AfterOnly's after raising (it runs first, the last hook): logged naming the queue, message and
     hook; First's after still runs; the message is acked with the handler's result."""
     handler, concurrency = HANDLERS[kind]
-    caplog.set_level(logging.ERROR, logger="smqsup.worker.hooks")
+    caplog.set_level(logging.ERROR, logger="smqsup.worker.process_hooks")
     start(handler, concurrency=concurrency, hooks=("tests.support.hook_mods:First", "tests.support.hook_mods:AfterOnly"),
           retry_threshold=0)
     mid = producer.publish("q", "break-after", result_ttl=60)
@@ -299,7 +299,7 @@ def test_an_after_process_that_raises_is_logged_and_changes_nothing(
     wait_for(lambda: ("First", "after", ({"body": "break-after", "headers": {"first": True}}, None)) in EVENTS,
              timeout_s=5)
     assert redis_client.llen(K.dead) == 0
-    [record] = [r for r in caplog.records if r.name == "smqsup.worker.hooks"]
+    [record] = [r for r in caplog.records if r.name == "smqsup.worker.process_hooks"]
     assert record.getMessage() == (f"queue q: message {mid}: after_process of hook AfterOnly raised "
                                    "(RuntimeError: AfterOnly breaks after); the attempt's end is unchanged")
 
@@ -312,7 +312,7 @@ class _Exits:
         from smqsup.config.model import QueueConfig
         from smqsup.store.broker import Broker
         from smqsup.worker.consumer import Consumer
-        from smqsup.worker.hooks import with_hooks
+        from smqsup.worker.process_hooks import with_hooks
 
         handler, concurrency = HANDLERS[kind]
         hook = "tests.support.hook_mods:AsyncRaisesAfter" if kind == "tasks" else "tests.support.hook_mods:RaisesAfter"
@@ -387,7 +387,7 @@ def test_a_hook_that_hangs_is_bounded_by_message_timeout(
 def test_a_queue_without_hooks_gets_its_handler_itself() -> None:
     """No hooks, or hooks with no process method: the handler is not wrapped (nothing paid per message)."""
     from smqsup.config.model import QueueConfig
-    from smqsup.worker.hooks import with_hooks
+    from smqsup.worker.process_hooks import with_hooks
     assert with_hooks(_handle, QueueConfig(name="q", handler="x:y")) is _handle
     only_publish = QueueConfig(name="q", handler="x:y", hooks=("tests.test_hooks:PUBLISH_ONLY",))
     assert with_hooks(_handle, only_publish) is _handle

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from smqsup import safe
-from smqsup.cli import publish as cli_publish
+from smqsup.cli import publish_cmd as cli_publish
 from smqsup.client.producer import Producer
 from smqsup.errors import ConfigError, MessageError
 from smqsup.keys import QueueKeys

@@ -16,7 +16,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError, PublishRefused
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support.helpers import wait_for
 from tests.support.inproc import NS, Running
 

@@ -20,7 +20,7 @@ from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from tests.support import procs
 from tests.support.handlers import read_events
 from tests.support.helpers import holds, wait_for

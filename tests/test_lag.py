@@ -1,4 +1,4 @@
-"""A queue's lag (the age of its oldest ready message, by the Redis clock): store/lag.py and lag.lua, and how
+"""A queue's lag (the age of its oldest ready message, by the Redis clock): store/ops/lag.py and lag.lua, and how
 status, --json and /metrics show it; whatever bytes the queue holds."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from smqsup.collector import stats
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.lag import QueueLag, created_ms, frame_lag_ms
+from smqsup.store.ops.lag import QueueLag, created_ms, frame_lag_ms
 from smqsup.views import status
 from smqsup.web import metrics
 from tests.support import procs

@@ -1,4 +1,4 @@
-"""The lag of a queue with message groups (store/lag.py, lag.lua): it counts
+"""The lag of a queue with message groups (store/ops/lag.py, lag.lua): it counts
 the grouped messages consumers could take (not a paused group's, not
 garbage in the groups' ready set) and dates them even when no group's turn
 is next in the pending list."""
@@ -13,7 +13,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.lag import QueueLag
+from smqsup.store.ops.lag import QueueLag
 from tests.support.helpers import redis_ms
 
 pytestmark = pytest.mark.topologies

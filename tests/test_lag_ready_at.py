@@ -14,7 +14,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.lag import QueueLag
+from smqsup.store.ops.lag import QueueLag
 from tests.support.helpers import redis_ms, wait_for
 from tests.support.inproc import Running
 

@@ -1,4 +1,4 @@
-"""The decisions both stores share (store/plans.py), driven here by hand
+"""The decisions both stores share (store/core/plans.py), driven here by hand
 with the replies Redis would give: where a message is (the groups' ready
 set too), how a cancel is answered, when a wait for an end stops. The
 real drivers are tested against real servers by test_cancel.py and
@@ -13,8 +13,9 @@ from typing import Any, Optional
 
 from smqsup import framing
 from smqsup.keys import QueueKeys
-from smqsup.store import plans, scripts
-from smqsup.store.plans import Command
+from smqsup.store import scripts
+from smqsup.store.core import plans
+from smqsup.store.core.plans import Command
 
 K = QueueKeys("ns", "q")
 

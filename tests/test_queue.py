@@ -261,7 +261,7 @@ def test_reclaim_checks_the_lock_token(redis_url: str, redis_client: redis.Redis
 
 def _held_by_c1(broker: Broker, redis_client: redis.Redis, *frames: bytes) -> QueueKeys:
     """Register consumer c1 (a fresh heartbeat) holding ``frames`` (the last newest)."""
-    from smqsup.store.consumer_info import ConsumerInfo
+    from smqsup.store.core.consumer_info import ConsumerInfo
 
     k = QueueKeys(NS, "q")
     broker.registry.register_consumer("q", "c1", ConsumerInfo(pid=1))
@@ -472,8 +472,8 @@ def test_every_script_is_sent_with_its_includes_inlined_once() -> None:
 def test_scripts_unknown_to_the_server_are_sent_by_text_alone_and_in_a_pipeline(
         redis_url: str, redis_client: redis.Redis) -> None:
     """After SCRIPT FLUSH (a restarted Redis), a publish, a pipelined push and heartbeat still run, each once."""
-    from smqsup.store import messages
-    from smqsup.store.consumer_info import ConsumerInfo
+    from smqsup.store.core.consumer_info import ConsumerInfo
+    from smqsup.store.ops import messages
 
     broker = Broker(redis_url, NS)
     k = QueueKeys(NS, "q")

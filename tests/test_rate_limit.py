@@ -18,7 +18,7 @@ from smqsup.config.scalars import rate_limit
 from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from smqsup.worker.consumer import Consumer
 from tests.support.helpers import Monitored, Starts, holds, node_of, wait_for
 from tests.support.inproc import NS, Running

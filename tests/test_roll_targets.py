@@ -118,9 +118,9 @@ def test_as_root_another_users_supervisor_is_taken_only_when_redis_names_it_live
     """The shipped unit runs the service as its own user with a root-owned config: root's roll takes a process of
     another user only when the queues' supervisors hashes name it a live supervisor of this host (the service
     writes them through Redis; a local user without Redis cannot): nobody's look-alike, unnamed, is refused."""
-    from smqsup.cli.roll import supervisors
+    from smqsup.cli.roll_cmd import supervisors
     from smqsup.store.broker import Broker
-    from smqsup.store.supervisors import SupervisorInfo
+    from smqsup.store.ops.supervisors import SupervisorInfo
 
     sup = supervise({"q": {"handler": "tests.support.handlers:record", "consumers": 1}}, notify)
     notify.wait("READY=1")
@@ -268,7 +268,7 @@ def test_roll_requests_left_in_redis_are_read_safely(raw: bytes) -> None:
     """A request list anyone with Redis may write: undecodable, not an object, deeply nested, a NaN or boolean
     or far date, no date, queues that are not names: no request (never an error, never every queue); only a
     well-formed fresh one counts."""
-    from smqsup.store.control import _request
+    from smqsup.store.ops.control import _request
 
     now = 1_700_000_000_000
     text = raw.replace(b"%d", str(now).encode())

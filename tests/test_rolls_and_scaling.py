@@ -15,7 +15,7 @@ import pytest
 
 from smqsup import defaults
 from smqsup.config.model import QueueConfig
-from smqsup.store.control import RollRequest, _request
+from smqsup.store.ops.control import RollRequest, _request
 from smqsup.supervisor import decide, rolls
 from smqsup.supervisor import reports as reports_mod
 from smqsup.supervisor.decide import Start, StopChild

@@ -18,9 +18,9 @@ from smqsup.config import schedule
 from smqsup.config.schedule import Fire, ScheduleConfig, due, latest_at_or_before, next_after
 from smqsup.errors import ConfigError, NotLeader
 from smqsup.keys import QueueKeys
-from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
-from smqsup.store.scripts import schedules as calls
+from smqsup.store.ops import schedules as schedule_store
+from smqsup.store.scripts import schedule_calls as calls
 
 pytestmark = pytest.mark.topologies
 

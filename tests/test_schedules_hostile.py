@@ -19,7 +19,7 @@ import redis
 
 from smqsup import message
 from smqsup.collector.collector import Collector
-from smqsup.collector.schedules import Firing
+from smqsup.collector.firing import Firing
 from smqsup.config import model as config
 from smqsup.config import schedule
 from smqsup.config.model import Config, QueueConfig
@@ -27,8 +27,8 @@ from smqsup.config.schedule import Fire, ScheduleConfig, due
 from smqsup.errors import BrokerError, ConfigError
 from smqsup.ids import new_id
 from smqsup.keys import QueueKeys
-from smqsup.store import schedules as schedule_store
 from smqsup.store.broker import Broker
+from smqsup.store.ops import schedules as schedule_store
 from tests.support import procs
 from tests.support.helpers import holds, redis_ms, wait_for
 from tests.test_schedules import _cron, _ms, _setup

@@ -15,7 +15,7 @@ from smqsup.supervisor.states import (
     RestartPolicy,
     State,
     StopReason,
-    checked,
+    allowed_move,
 )
 
 MIN, MAX = defaults.RESTART_BACKOFF_MIN_S, defaults.RESTART_BACKOFF_MAX_S
@@ -120,4 +120,4 @@ def test_a_policy_without_limit_never_goes_fatal_by_count() -> None:
 def test_every_policy_move_outside_the_table_is_refused(old: State, new: State) -> None:
     """A policy is RUNNING, BACKOFF or FATAL, and FATAL only goes back to RUNNING."""
     with pytest.raises(IllegalMove):
-        checked(POLICY_MOVES, old, new)
+        allowed_move(POLICY_MOVES, old, new)

@@ -15,7 +15,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from smqsup.views import browse
 from tests.support import procs
 from tests.support.helpers import wait_for

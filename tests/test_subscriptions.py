@@ -1,4 +1,4 @@
-"""The waits' shared subscription protocol (store/subscriptions.py), one for
+"""The waits' shared subscription protocol (store/core/subscriptions.py), one for
 both clients: a watch is subscribed by its own SUBSCRIBE's confirmation,
 never by one sent before its channel's last UNSUBSCRIBE. The threaded
 driver is checked through a stand-in connection that hands out exactly the
@@ -11,8 +11,8 @@ import queue
 import threading
 from typing import Any, Optional
 
-from smqsup.store.subscriptions import Channels
-from smqsup.store.waiters import Subscriber
+from smqsup.store.core.subscriptions import Channels
+from smqsup.store.sync.subscriber import Subscriber
 from tests.support.helpers import wait_for
 
 

@@ -1,4 +1,4 @@
-"""What each supervisor says of its consumers of a queue (store/supervisors.py): written, read, forgotten,
+"""What each supervisor says of its consumers of a queue (store/ops/supervisors.py): written, read, forgotten,
 stale and hostile entries dropped, and shown by status, --json, /api/status and /metrics."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.supervisors import SupervisorInfo, live
+from smqsup.store.ops.supervisors import SupervisorInfo, live
 from tests.support import procs
 from tests.support.helpers import redis_ms
 from tests.support.webserver import WebServer

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from smqsup.client.aio import AsyncProducer
+from smqsup.client.aio_producer import AsyncProducer
 from smqsup.client.producer import Producer
 from smqsup.config.model import load
 from smqsup.errors import ConfigError, PublishNotSent

@@ -22,7 +22,7 @@ from smqsup.errors import ConfigError
 from smqsup.keys import QueueKeys
 from smqsup.launch.discovery import free_port
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from smqsup.web import metrics
 from smqsup.web.security import check_exposure, same_origin
 from tests.support import procs

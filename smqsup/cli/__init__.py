@@ -10,13 +10,13 @@ checks what they load).
 
 - main.py: the top-level parser, the dispatch to each command, main() and its one-line errors.
 - common.py: what the commands share: the parser class, -c FILE / --url / --namespace, flag types, connect().
-- run.py: ``run`` (the supervisor), ``check`` (validate without starting) and ``consume`` (one consumer).
-- publish.py: ``publish``, its flags' parsers and the publish itself.
-- queue.py: ``pause``, ``resume``, ``messages`` and ``remove``: an operator's commands on one queue.
-- events.py: ``events``: a queue's lifecycle events, oldest first, as text or JSON lines; --follow for what comes next.
-- schedules.py: ``schedules``: list them, or pause, resume or reset one.
-- status.py: ``status``: the statistics snapshot, once or every few seconds.
-- dlq.py: ``dlq``: list, requeue or purge dead letters.
-- web.py: ``web``: the web UI in the foreground, and where its token comes from.
-- roll.py: ``roll``: find this host's supervisors running a config, and ask them to roll its queues.
+- run_cmd.py: ``run`` (the supervisor), ``check`` (validate without starting) and ``consume`` (one consumer).
+- publish_cmd.py: ``publish``, its flags' parsers and the publish itself.
+- queue_cmd.py: ``pause``, ``resume``, ``messages`` and ``remove``: an operator's commands on one queue.
+- events_cmd.py: ``events``: a queue's lifecycle events, oldest first, as text or JSON lines; --follow for what comes next.
+- schedules_cmd.py: ``schedules``: list them, or pause, resume or reset one.
+- status_cmd.py: ``status``: the statistics snapshot, once or every few seconds.
+- dlq_cmd.py: ``dlq``: list, requeue or purge dead letters.
+- web_cmd.py: ``web``: the web UI in the foreground, and where its token comes from.
+- roll_cmd.py: ``roll``: find this host's supervisors running a config, and ask them to roll its queues.
 """

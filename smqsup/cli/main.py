@@ -32,7 +32,17 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from smqsup import __version__, logs, safe
-from smqsup.cli import dlq, events, publish, queue, roll, run, schedules, status, web
+from smqsup.cli import (
+    dlq_cmd,
+    events_cmd,
+    publish_cmd,
+    queue_cmd,
+    roll_cmd,
+    run_cmd,
+    schedules_cmd,
+    status_cmd,
+    web_cmd,
+)
 from smqsup.cli.common import EXIT_ERROR, EXIT_OK, Parser, nonempty
 from smqsup.errors import SmqsupError, UsageError
 
@@ -48,30 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=logs.FORMATS,
                         help="text (default) or json: one JSON object a line (wins over log_format in FILE)")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
-    for add in (run.add_run_and_check, publish.add_publish, run.add_consume, status.add_status, web.add_web,
-                dlq.add_dlq, queue.add_pause_resume, queue.add_messages, queue.add_remove,
-                queue.add_cancel, events.add_events,
-                schedules.add_schedules, roll.add_roll):
+    for add in (run_cmd.add_run_and_check, publish_cmd.add_publish, run_cmd.add_consume, status_cmd.add_status, web_cmd.add_web,
+                dlq_cmd.add_dlq, queue_cmd.add_pause_resume, queue_cmd.add_messages, queue_cmd.add_remove,
+                queue_cmd.add_cancel, events_cmd.add_events,
+                schedules_cmd.add_schedules, roll_cmd.add_roll):
         add(sub)
     return parser
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": run.cmd_run,
-    "check": run.cmd_check,
-    "publish": publish.cmd_publish,
-    "consume": run.cmd_consume,
-    "dlq": dlq.cmd_dlq,
-    "status": status.cmd_status,
-    "web": web.cmd_web,
-    "pause": queue.cmd_pause,
-    "resume": queue.cmd_resume,
-    "messages": queue.cmd_messages,
-    "remove": queue.cmd_remove,
-    "cancel": queue.cmd_cancel,
-    "events": events.cmd_events,
-    "schedules": schedules.cmd_schedules,
-    "roll": roll.cmd_roll,
+    "run": run_cmd.cmd_run,
+    "check": run_cmd.cmd_check,
+    "publish": publish_cmd.cmd_publish,
+    "consume": run_cmd.cmd_consume,
+    "dlq": dlq_cmd.cmd_dlq,
+    "status": status_cmd.cmd_status,
+    "web": web_cmd.cmd_web,
+    "pause": queue_cmd.cmd_pause,
+    "resume": queue_cmd.cmd_resume,
+    "messages": queue_cmd.cmd_messages,
+    "remove": queue_cmd.cmd_remove,
+    "cancel": queue_cmd.cmd_cancel,
+    "events": events_cmd.cmd_events,
+    "schedules": schedules_cmd.cmd_schedules,
+    "roll": roll_cmd.cmd_roll,
 }
 
 
@@ -80,7 +90,7 @@ _ROLES = {"run": "supervisor", "consume": "consumer"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status_cmd."""
     # Handlers are imported relative to the working directory, as with
     # `python -m` (the console script's own directory is no place for them).
     if os.getcwd() not in sys.path:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup.client.batches import Batch
+from smqsup.client.batching import Batch
 from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
-from smqsup.store.batches import BatchStatus
+from smqsup.store.ops.batches import BatchStatus
 
 
 class Steps:

@@ -1,6 +1,6 @@
 """What a publish with ``depends_on`` adds to a plain one, and the steps of a
 chain: the checks of the parents and the failure rule, and the bytes a hold
-keeps (store/workflows.py has the protocol). Nothing here does I/O.
+keeps (store/ops/workflows.py has the protocol). Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The publishes that take more than one step, each step through the
 Producer's store: a message held until its parents are done (depends_on),
 a chain, a batch and its members. The checks and the bytes are
-dependencies.py's and batches.py's; the protocols store/workflows.py's and
-store/batches.py's."""
+dependencies.py's and batching.py's; the protocols store/ops/workflows.py's and
+store/ops/batches.py's."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
 from smqsup import defaults
-from smqsup.client import batches, dependencies
+from smqsup.client import batching, dependencies
 from smqsup.client.publishing import Outgoing, Publishing, log
 from smqsup.errors import BrokerError, MessageError
 from smqsup.ids import new_id
-from smqsup.store.batches import public_id
 from smqsup.store.broker import Broker
-from smqsup.store.queues import Declared
-from smqsup.store.workflows import DEDUPLICATED, IN_USE
+from smqsup.store.ops.batches import public_id
+from smqsup.store.ops.queues import Declared
+from smqsup.store.ops.workflows import DEDUPLICATED, IN_USE
 
 #: publish()'s options as a call without any gives them (what Publishing.one and many need spelled out).
 _UNSET: dict[str, Any] = {"delay": None, "at": None, "priority": 0, "dedup_key": None, "dedup_ttl": None,
@@ -41,11 +41,11 @@ class Producer(Protocol):
     def publish(self) -> Callable[..., str]:
         ...
 
-    def publish_members(self, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+    def publish_members(self, batch: batching.Batch, queue: str, bodies: Iterable[Any],
                         headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
         ...
 
-    def close_batch(self, batch: batches.Batch) -> bool:
+    def close_batch(self, batch: batching.Batch) -> bool:
         ...
 
 
@@ -79,7 +79,7 @@ def chain(producer: Producer, steps: Sequence[Any]) -> list[str]:
 
 def held(producer: Producer, out: Outgoing, count: "int | BrokerError", depends_on: object,
          on_parent_failure: object) -> str:
-    """publish() of a message with ``depends_on`` (store/workflows.py)."""
+    """publish() of a message with ``depends_on`` (store/ops/workflows.py)."""
     wanted, run = dependencies.parents(depends_on), dependencies.failure_rule(on_parent_failure)
     core, flows = producer._core, producer._broker.workflows
     mid, kept, key, dedup_ttl_ms = dependencies.kept(out, run)
@@ -109,28 +109,28 @@ def held(producer: Producer, out: Outgoing, count: "int | BrokerError", depends_
 
 
 def open_batch(producer: Producer, on_complete: Optional[tuple[str, Any]],
-               on_success: Optional[tuple[str, Any]]) -> batches.Batch:
-    """A new batch (client/batches.py): once it is closed and every one
+               on_success: Optional[tuple[str, Any]]) -> batching.Batch:
+    """A new batch (client/batching.py): once it is closed and every one
     of its messages ended, one message goes to ``on_complete`` (queue,
     body), and one to ``on_success`` when none failed, exactly once;
     their body: {"batch", "body" (the given one), "done", "failed",
     "failures" (the first 100: {"id", "queue", "reason"})}. At least
     one callback (MessageError)."""
-    given = batches.callbacks(on_complete, on_success, producer._core.max_message_size)
+    given = batching.callbacks(on_complete, on_success, producer._core.max_message_size)
     home = given[0][1]
     bid = new_id()
     fields: dict[str, Any] = {"created_ms": int(time.time() * 1000), "success_queue": ""}
     for name, queue, body_json in given:
         said = producer._declared(queue)[1]
-        head = batches.frame_head_of(said.result_ttl_s, said.events_max)
-        fields[name], fields["tail"] = batches.callback_frame(queue, body_json, public_id(home, bid), head)
+        head = batching.frame_head_of(said.result_ttl_s, said.events_max)
+        fields[name], fields["tail"] = batching.callback_frame(queue, body_json, public_id(home, bid), head)
         if name == "success" and queue != home:
             fields["success_queue"] = queue
     producer._broker.batches.open(home, bid, fields)
-    return batches.Batch(producer, home, bid)
+    return batching.Batch(producer, home, bid)
 
 
-def members(producer: Producer, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+def members(producer: Producer, batch: batching.Batch, queue: str, bodies: Iterable[Any],
             headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
     """Batch.publish / publish_many: the messages, linked to ``batch``,
     then counted as its members on its home."""

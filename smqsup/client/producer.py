@@ -11,7 +11,7 @@
 A publish without options is one LPUSH script (publish.lua); one with any
 option goes through publish_options.lua (options.py checks them). The checks,
 envelopes, partition choice and errors are publishing.py's, shared with the
-AsyncProducer (aio.py); this module sends what it prepares through the Broker.
+AsyncProducer (aio_producer.py); this module sends what it prepares through the Broker.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import defaults, message
-from smqsup.client import batches, flows, results
+from smqsup.client import batching, flows, results
 from smqsup.client.checks import valid_url
-from smqsup.client.events import Reading, read_on
+from smqsup.client.event_cursor import Reading, read_on
 from smqsup.client.publishing import Outgoing, Publishing, Sending, log
 from smqsup.errors import BrokerError, MessageError
-from smqsup.store.batches import BatchStatus, parse_id
 from smqsup.store.broker import Broker
-from smqsup.store.events import Event
-from smqsup.store.queues import Declared
-from smqsup.store.records import Record
+from smqsup.store.core.records import Record
+from smqsup.store.ops.batches import BatchStatus, parse_id
+from smqsup.store.ops.events import Event
+from smqsup.store.ops.queues import Declared
 
 
 class Producer:
@@ -93,7 +93,7 @@ class Producer:
         whose ``before_publish(queue, body, headers)`` runs, in order, on
         each message's own copy of its headers before it is encoded; one
         that raises refuses the whole call (HookFailed, nothing sent;
-        client/hooks.py). ``tracing``: a PRODUCER span "send QUEUE" around
+        client/publish_hooks.py). ``tracing``: a PRODUCER span "send QUEUE" around
         each publish, its traceparent in the messages' headers (smqsup/tracing.py;
         ConfigError without ``pip install 'smqsup[otel]'``)."""
         core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
@@ -159,8 +159,8 @@ class Producer:
         return flows.chain(self, steps)
 
     def batch(self, on_complete: Optional[tuple[str, Any]] = None,
-              on_success: Optional[tuple[str, Any]] = None) -> batches.Batch:
-        """A new batch (client/batches.py): once it is closed and every one
+              on_success: Optional[tuple[str, Any]] = None) -> batching.Batch:
+        """A new batch (client/batching.py): once it is closed and every one
         of its messages ended, one message goes to ``on_complete`` (queue,
         body), and one to ``on_success`` when none failed, exactly once;
         their body: {"batch", "body" (the given one), "done", "failed",
@@ -177,12 +177,12 @@ class Producer:
             raise MessageError(f"batch_id: expected an id Batch.id gave, got {str(batch_id)[:80]!r}")
         return self._broker.batches.status(*where)
 
-    def publish_members(self, batch: batches.Batch, queue: str, bodies: Iterable[Any],
+    def publish_members(self, batch: batching.Batch, queue: str, bodies: Iterable[Any],
                         headers: Optional[Mapping[str, Any]], options: dict[str, Any], *, many: bool) -> list[str]:
         """Batch.publish / publish_many (client/flows.py)."""
         return flows.members(self, batch, queue, bodies, headers, options, many=many)
 
-    def close_batch(self, batch: batches.Batch) -> bool:
+    def close_batch(self, batch: batching.Batch) -> bool:
         """Batch.close: whether its callbacks were published now."""
         return self._broker.batches.close(batch.home, batch.batch_id)
 

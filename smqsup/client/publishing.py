@@ -2,7 +2,7 @@
 checks of a publish's arguments, its envelopes and frames, the partition each
 message goes to, the error a failed send raises and the statistics a send
 carries. Nothing here does I/O: each producer sends what this prepares
-through its own store (store/messages.py, or store/aio.py for asyncio).
+through its own store (store/ops/messages.py, or store/aio/broker.py for asyncio).
 
     publish(...) ─▶ Publishing.one / many ─▶ Outgoing (checked, encoded)
         ─▶ [the producer reads the partition count] ─▶ route ─▶ (partition, messages)...
@@ -24,7 +24,7 @@ from typing import Any, Optional, Union, cast
 from smqsup import defaults, framing, message
 from smqsup.client import options, spans
 from smqsup.client.checks import dedup_keys, materialise, one_error, valid_max_size, valid_name
-from smqsup.client.hooks import PublishHooks
+from smqsup.client.publish_hooks import PublishHooks
 from smqsup.config import scalars
 from smqsup.errors import (
     BrokerConnectionError,
@@ -42,7 +42,7 @@ from smqsup.ids import new_id, new_ids
 from smqsup.keys import partition_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
-from smqsup.store.queues import NOTHING_DECLARED, Declared
+from smqsup.store.ops.queues import NOTHING_DECLARED, Declared
 
 #: The logger of every producer, sync or asyncio: one name, the Producer's
 #: module's (operators grep their logs by it).

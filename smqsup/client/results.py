@@ -1,4 +1,4 @@
-"""What a producer makes of a tracked message's record (store/tracking.py):
+"""What a producer makes of a tracked message's record (store/ops/tracking.py):
 its result, its state, its progress, or the error saying why there is none.
 No I/O here: the sync and the asyncio producer read the record, this turns
 it into their answer."""
@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from smqsup import safe
 from smqsup.errors import MessageError, MessageFailed, ResultUnknown
-from smqsup.store.records import Record
+from smqsup.store.core.records import Record
 
 #: What state() says of a message nothing is known of.
 UNKNOWN = "unknown"

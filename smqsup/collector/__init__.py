@@ -7,6 +7,6 @@
 
 - collector.py: ``Collector``, the per-queue loop: election, reclaim of stale consumers, promotion.
 - lock.py: the leader lock (SET NX PX with an owner token, renewed and released by compare-and-set).
-- schedules.py: firing schedules in rounds under a time budget, by the Redis clock.
+- firing.py: firing schedules in rounds under a time budget, by the Redis clock.
 - stats.py: the statistics history the collector writes and the snapshots views and the web read.
 """

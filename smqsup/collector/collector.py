@@ -22,7 +22,7 @@ delayed messages to pending.
             workflows.drain_all  every OUTBOX_LOOK_S, the children of its
                                  ended messages no consumer told (it died)
             workflows.retry_parked  the outbox entries Redis refused, set
-                                 aside (store/parked.py), when due again
+                                 aside (store/ops/parked.py), when due again
             workflows.repair_holds  children whose producer died before it
                                  told all their parents
             groups.repair        every GROUP_REPAIR_S, the groups' running
@@ -55,8 +55,8 @@ from typing import Optional, TypeVar
 
 from smqsup import defaults
 from smqsup.collector import stats
+from smqsup.collector.firing import Firing
 from smqsup.collector.lock import LeaderLock
-from smqsup.collector.schedules import Firing
 from smqsup.config.model import Config, QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError, NotLeader
 from smqsup.logs import Lasting
@@ -90,7 +90,7 @@ class _QueueGC:
     next_tell: float = 0.0
     next_holds: float = 0.0
     next_groups: float = 0.0
-    groups_cursor: bytes = b"0"  # the repair's place in the queue's groups (store/groups.py)
+    groups_cursor: bytes = b"0"  # the repair's place in the queue's groups (store/ops/groups.py)
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
 
@@ -266,7 +266,7 @@ class Collector:
     def _dependencies(self, name: str, state: _QueueGC, now: float) -> None:
         """Tell the children of the queue's ended messages that a consumer
         did not (it died first), and finish the holds a producer left half
-        done (store/workflows.py): both steps repeat without effect."""
+        done (store/ops/workflows.py): both steps repeat without effect."""
         flows = self.broker.workflows
         if now >= state.next_tell:
             state.next_tell = now + defaults.OUTBOX_LOOK_S

@@ -13,10 +13,10 @@ Where the numbers come from (none costs a round trip per message):
     and sizes, Redis clock) to a list trimmed to SERIES_POINTS, so memory is
     bounded and a dashboard opened now shows the last 15 minutes;
   - lag (the age of the oldest ready message): read with each snapshot, one
-    round trip for all queues (store/lag.py);
+    round trip for all queues (store/ops/lag.py);
   - supervisors (target, bounds, rolls, last scale event): what each
     supervisor rewrites every few seconds, stale entries dropped
-    (store/supervisors.py).
+    (store/ops/supervisors.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from smqsup.keys import logical_name
-from smqsup.store import supervisors
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.lag import QueueLag
-from smqsup.store.statistics import QueueReading, redis_int
+from smqsup.store.core.consumer_info import ConsumerInfo
+from smqsup.store.ops import supervisors
+from smqsup.store.ops.lag import QueueLag
+from smqsup.store.ops.statistics import QueueReading, redis_int
 
 #: Points kept per queue: one a second, 15 minutes.
 SERIES_POINTS = 900
@@ -90,7 +90,7 @@ def snapshot(broker: Broker, queues: Sequence[str], *, window_s: float = 10.0) -
     and the messages in flight and concurrency summed over them
     (``flight``), collector leader and facts, consumer slots (restarts, last
     exit), supervisors, producers, the outbox entries set aside
-    (``outbox_parked``: store/parked.py's rows, of ``outbox_parked_records``
+    (``outbox_parked``: store/ops/parked.py's rows, of ``outbox_parked_records``
     records), the keys of the wrong type (``wrong_type_keys``: one line
     each), and totals (the lag: the largest)."""
     out: dict[str, Any] = {"queues": {}, "producers": producers(broker)}

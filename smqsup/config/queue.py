@@ -82,7 +82,7 @@ class QueueConfig:
     group_rate_limit_per_s: float = 0.0
     group_rate_burst: int = 1
     #: ``module:Class`` specs of the hooks around each handler run, in order
-    #: (worker/hooks.py imports them in the consumer).
+    #: (worker/process_hooks.py imports them in the consumer).
     hooks: tuple[str, ...] = ()
     #: OpenTelemetry: a CONSUMER span per attempt (smqsup/tracing.py).
     tracing: bool = False

@@ -1,7 +1,7 @@
 """The Broker: the handle on one namespace in Redis that every process
 makes (``Broker(url, namespace, client_name=...)``), and the only way the
 rest of smqsup reaches Redis. Its operations are plain classes by concern,
-one attribute each, all sharing the Broker's one link.Link:
+one attribute each, all sharing the Broker's one session.Session:
 
     broker.messages     publish, fetch, settle, promote, hand back (messages.py)
     broker.registry     consumers, heartbeats, reclaims, the leader lock (registry.py)
@@ -27,22 +27,22 @@ from redis.cluster import RedisCluster
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
-from smqsup.store.batches import Batches
-from smqsup.store.connection import check_server, wrapped
-from smqsup.store.contents import Contents
-from smqsup.store.control import Control
-from smqsup.store.events import Events
-from smqsup.store.groups import Groups
-from smqsup.store.lag import Lags
-from smqsup.store.link import Link
-from smqsup.store.messages import Messages
-from smqsup.store.queues import Queues
-from smqsup.store.registry import Registry
-from smqsup.store.schedules import Schedules
-from smqsup.store.statistics import Statistics
-from smqsup.store.supervisors import Supervisors
-from smqsup.store.tracking import Tracking
-from smqsup.store.workflows import Workflows
+from smqsup.store.ops.batches import Batches
+from smqsup.store.ops.contents import Contents
+from smqsup.store.ops.control import Control
+from smqsup.store.ops.events import Events
+from smqsup.store.ops.groups import Groups
+from smqsup.store.ops.lag import Lags
+from smqsup.store.ops.messages import Messages
+from smqsup.store.ops.queues import Queues
+from smqsup.store.ops.registry import Registry
+from smqsup.store.ops.schedules import Schedules
+from smqsup.store.ops.statistics import Statistics
+from smqsup.store.ops.supervisors import Supervisors
+from smqsup.store.ops.tracking import Tracking
+from smqsup.store.ops.workflows import Workflows
+from smqsup.store.sync.connection import check_server, wrapped
+from smqsup.store.sync.session import Session
 
 
 class Broker:
@@ -56,77 +56,77 @@ class Broker:
         a schedule's firing) within ``wait_timeout_s`` before it is reported
         done; short of that, NotReplicated. ``stats``: count published and
         acked messages in the queue counters."""
-        self._link = Link(url, namespace, client_name=client_name, socket_timeout_s=socket_timeout_s, stats=stats,
+        self._session = Session(url, namespace, client_name=client_name, socket_timeout_s=socket_timeout_s, stats=stats,
                           wait_replicas=wait_replicas, wait_timeout_s=wait_timeout_s)
-        self.messages = Messages(self._link)
-        self.registry = Registry(self._link)
-        self.queues = Queues(self._link)
-        self.contents = Contents(self._link)
-        self.control = Control(self._link)
-        self.statistics = Statistics(self._link, self.queues)
-        self.schedules = Schedules(self._link)
-        self.tracking = Tracking(self._link)
-        self.events = Events(self._link)
-        self.batches = Batches(self._link)
-        self.workflows = Workflows(self._link, self.queues, self.batches)
-        self.lags = Lags(self._link, self.queues)
-        self.supervisors = Supervisors(self._link)
-        self.groups = Groups(self._link, self.queues)
+        self.messages = Messages(self._session)
+        self.registry = Registry(self._session)
+        self.queues = Queues(self._session)
+        self.contents = Contents(self._session)
+        self.control = Control(self._session)
+        self.statistics = Statistics(self._session, self.queues)
+        self.schedules = Schedules(self._session)
+        self.tracking = Tracking(self._session)
+        self.events = Events(self._session)
+        self.batches = Batches(self._session)
+        self.workflows = Workflows(self._session, self.queues, self.batches)
+        self.lags = Lags(self._session, self.queues)
+        self.supervisors = Supervisors(self._session)
+        self.groups = Groups(self._session, self.queues)
 
     @property
     def url(self) -> str:
-        return self._link.url
+        return self._session.url
 
     @property
     def namespace(self) -> str:
-        return self._link.namespace
+        return self._session.namespace
 
     @property
     def stats(self) -> bool:
         """Whether the scripts count published and acked messages in the queue counters."""
-        return self._link.stats
+        return self._session.stats
 
     @property
     def wait_replicas(self) -> int:
-        return self._link.wait_replicas
+        return self._session.wait_replicas
 
     @property
     def reclaim_batch(self) -> int:
         """Most messages one reclaim script call moves (the reclaims loop over batches)."""
-        return self._link.reclaim_batch
+        return self._session.reclaim_batch
 
     @reclaim_batch.setter
     def reclaim_batch(self, n: int) -> None:
-        self._link.reclaim_batch = n
+        self._session.reclaim_batch = n
 
     @property
     def client(self) -> Any:
-        """The redis-py client (link.Link.client), for tests: outside store/
+        """The redis-py client (session.Session.client), for tests: outside store/
         nothing in smqsup touches it."""
-        return self._link.client
+        return self._session.client
 
     def keys(self, queue: str) -> QueueKeys:
-        return self._link.keys(queue)
+        return self._session.keys(queue)
 
     def close(self) -> None:
         self.tracking.close()
-        self._link.close()
+        self._session.close()
 
     # --- server ------------------------------------------------------------
 
     def ping(self) -> None:
         with wrapped("PING"):
-            self._link.client.ping()
+            self._session.client.ping()
 
     @property
     def clustered(self) -> bool:
         """Whether this broker's Redis is a Redis Cluster."""
-        return self._link.router is not None
+        return self._session.router is not None
 
     def check_server(self) -> list[str]:
         """connection.check_server() on this broker's Redis (each master of a cluster)."""
-        client = self._link.client
-        if self._link.router is None:
+        client = self._session.client
+        if self._session.router is None:
             return check_server(client)
         with wrapped("read the masters of the Redis Cluster"):
             masters = cast(RedisCluster, client).get_primaries()  # type: ignore[no-untyped-call]
@@ -139,4 +139,4 @@ class Broker:
     def shutdown_server(self) -> None:
         """SHUTDOWN the Redis server (an embedded one, at its owner's stop)."""
         with wrapped("SHUTDOWN"):
-            self._link.client.shutdown()
+            self._session.client.shutdown()

@@ -17,7 +17,7 @@ from smqsup.collector.collector import Collector
 from smqsup.errors import BrokerError
 from smqsup.keys import logical_name
 from smqsup.logs import Lasting
-from smqsup.store.consumer_info import ConsumerInfo
+from smqsup.store.core.consumer_info import ConsumerInfo
 from smqsup.store.scripts import Cancel
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.protocol import SlotView, signal_child

@@ -33,7 +33,7 @@ from smqsup.supervisor.protocol import EXIT_ERROR, EXIT_IMPORT, EXIT_OK, EXIT_RE
 from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
-from smqsup.worker.hooks import with_hooks
+from smqsup.worker.process_hooks import with_hooks
 from smqsup.worker.sources import loaded_since
 
 log = logging.getLogger(__name__)

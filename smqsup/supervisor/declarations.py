@@ -20,7 +20,7 @@ from smqsup.config.schedule import ScheduleConfig
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting, warn_once
 from smqsup.store.broker import Broker
-from smqsup.store.scripts import schedules as calls
+from smqsup.store.scripts import schedule_calls as calls
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What this supervisor tells Redis of each of its queues, for ``smqsup
 status``, the web UI and /metrics: its consumer target and range, how many
 are ready, a roll running or failed, the last scale event
-(store/supervisors.py SupervisorInfo), rewritten every heartbeat_interval."""
+(store/ops/supervisors.py SupervisorInfo), rewritten every heartbeat_interval."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from smqsup import defaults
 from smqsup.errors import BrokerError
-from smqsup.store.supervisors import SupervisorInfo
+from smqsup.store.ops.supervisors import SupervisorInfo
 from smqsup.supervisor.consumers import Consumers
 from smqsup.supervisor.scaling import Autoscaler
 from smqsup.supervisor.states import QueueState, State

@@ -31,7 +31,7 @@ from typing import Optional
 
 from smqsup import defaults
 from smqsup.config.model import QueueConfig
-from smqsup.store.consumer_info import RateMeter
+from smqsup.store.core.consumer_info import RateMeter
 from smqsup.supervisor.protocol import EXIT_IMPORT, EXIT_REDIS
 from smqsup.worker.sources import Sources
 
@@ -67,7 +67,7 @@ class IllegalMove(RuntimeError):
     """A move the tables do not allow: a bug in the supervisor, never user input."""
 
 
-def checked(moves: dict[State, frozenset[State]], old: State, new: State) -> State:
+def allowed_move(moves: dict[State, frozenset[State]], old: State, new: State) -> State:
     """``new`` if ``old -> new`` is in ``moves``; IllegalMove otherwise."""
     if new not in moves.get(old, frozenset()):
         raise IllegalMove(f"{old.value} -> {new.value}")
@@ -118,7 +118,7 @@ class Child:
     sources: Optional[Sources] = None  # its handler's files as it imported them (its report), once ready
 
     def move(self, new: State) -> None:
-        self.state = checked(PROCESS_MOVES, self.state, new)
+        self.state = allowed_move(PROCESS_MOVES, self.state, new)
 
     def stopping_for(self, reason: StopReason, kill_at: Optional[float]) -> None:
         """Enter STOPPING: the caller has just sent SIGTERM (or SIGKILL, ``kill_at`` None)."""
@@ -159,7 +159,7 @@ class RestartPolicy:
     fatal: Optional[str] = None  # why it gave up, while FATAL
 
     def _move(self, new: State) -> None:
-        self.state = checked(POLICY_MOVES, self.state, new)
+        self.state = allowed_move(POLICY_MOVES, self.state, new)
 
     def may_start(self, now: float) -> bool:
         return self.state is not State.FATAL and now >= self.next_start_at

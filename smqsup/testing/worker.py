@@ -24,9 +24,9 @@ from smqsup.config.model import Config, QueueConfig, load
 from smqsup.errors import MessageError, UsageError
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
+from smqsup.worker.consumer_state import Handler
 from smqsup.worker.handlers import import_handler
-from smqsup.worker.hooks import Stack, with_hooks
-from smqsup.worker.records import Handler
+from smqsup.worker.process_hooks import Stack, with_hooks
 from smqsup.worker.runners import is_async_handler
 
 #: Longest a drain's consumer waits for the queue once nothing is in hand, s.
@@ -56,10 +56,10 @@ class Handled:
 
 
 class _Seen:
-    """A hook (worker/hooks.py Stack runs it after each attempt, last of
+    """A hook (worker/process_hooks.py Stack runs it after each attempt, last of
     all): each attempt's message and how it ended, by message id, in order.
     A tracked message's result that the consumer cannot keep (not JSON,
-    too large) counts as the failure it is there (outcomes.py Judge.drawn)."""
+    too large) counts as the failure it is there (outcomes.py OutcomeDecider.drawn)."""
 
     def __init__(self) -> None:
         self.runs: dict[str, list[tuple[message.Message, Any, Optional[BaseException]]]] = {}

@@ -11,7 +11,7 @@ from typing import Any, Optional, TextIO
 from smqsup import safe
 from smqsup.collector import stats
 from smqsup.store.broker import Broker
-from smqsup.views.schedules import render as render_schedules
+from smqsup.views.schedule_table import render as render_schedules
 from smqsup.views.text import cell
 
 
@@ -139,7 +139,7 @@ def _group_lines(snap: dict[str, Any]) -> str:
 
 def _trouble_lines(snap: dict[str, Any]) -> str:
     """A line per key of the wrong type, and per record of outbox
-    entries set aside (store/parked.py): what waits, why, the key named."""
+    entries set aside (store/ops/parked.py): what waits, why, the key named."""
     lines = []
     for name, q in sorted(snap["queues"].items()):
         for key in q.get("wrong_type_keys") or []:

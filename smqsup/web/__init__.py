@@ -9,7 +9,7 @@
 - security.py: who may talk to it: where it may listen, the token, the session cookie, the origin.
 - args.py: what a request of the JSON API asks, read and checked.
 - source.py: what the web UI reads and changes in Redis, kept off the event loop.
-- events.py: what the events endpoint reads: a queue's newest events, or those after a client's cursors.
+- event_api.py: what the events endpoint reads: a queue's newest events, or those after a client's cursors.
 - metrics.py: ``GET /metrics``: a statistics snapshot in the Prometheus text format.
 - jsonout.py: strict JSON for everything the server sends.
 - static/: the page (index.html, app.js, messages.js, events.js, ui.js, app.css).

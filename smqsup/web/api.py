@@ -18,7 +18,7 @@ from smqsup import safe
 from smqsup.collector import stats
 from smqsup.errors import ConfigError
 from smqsup.views import browse
-from smqsup.web import args, events, metrics
+from smqsup.web import args, event_api, metrics
 from smqsup.web.jsonout import response
 from smqsup.web.source import Source
 
@@ -136,7 +136,7 @@ async def api_events(request: web.Request) -> web.Response:
     limit, after = args.int_arg(request, "limit", EVENTS_LIMIT, EVENTS_LIMIT_MAX), args.events_after(request)
     queue = await _known_queue(request)
     source = request.app[SOURCE]
-    return response(await source.call(events.page, source.broker, queue, after, limit))
+    return response(await source.call(event_api.page, source.broker, queue, after, limit))
 
 
 async def api_batches(request: web.Request) -> web.Response:

@@ -6,7 +6,7 @@ exact (the scripts count them), per-consumer values are those of each
 consumer's last heartbeat (about a second old). Consumer series carry the
 consumer id, so a replaced consumer starts new series rather than resetting
 an old counter; supervisor series carry its HOST:PID the same way. A queue's
-lag comes with the snapshot too (a round trip of its own, store/lag.py).
+lag comes with the snapshot too (a round trip of its own, store/ops/lag.py).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from smqsup.collector import stats
 from smqsup.config.names import validate_queue_name
 from smqsup.errors import ConfigError, SmqsupError
 from smqsup.logs import Lasting
-from smqsup.store.batches import parse_id
 from smqsup.store.broker import Broker
+from smqsup.store.ops.batches import parse_id
 from smqsup.store.scripts import Peeked
 from smqsup.views import browse, deadletters
 from smqsup.web.jsonout import dumps

@@ -5,9 +5,9 @@ once, one at a time being its degenerate case.
        ▲                                                               │ up to concurrency + prefetch - 1 frames
        │                                                               ▼
        │     Starter: in take order, each waits for a free slot (prefetched), then
-       │     Judge.decode ──▶ InHand.start ──▶ runner.start: inline (1) │ a task or a thread (N)
+       │     OutcomeDecider.decode ──▶ InFlight.start ──▶ runner.start: inline (1) │ a task or a thread (N)
        │                                                               ▼ the handler returns or raises
-       │     _land: Judge draws the Outcome (Stopper: past message_timeout, or cancelled)
+       │     _land: OutcomeDecider draws the Outcome (Stopper: past message_timeout, or cancelled)
        │                                                               │ Settler.finished
        │                                                               ▼
        └─ one round trip, Settler.exchange: nack.lua per failure; the acks in one
@@ -43,11 +43,11 @@ from smqsup import defaults
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
 from smqsup.worker.fetching import Fetcher
-from smqsup.worker.in_hand import InHand
-from smqsup.worker.outcomes import Judge
+from smqsup.worker.in_flight import InFlight
+from smqsup.worker.outcomes import OutcomeDecider
 from smqsup.worker.partitions import Partitions
-from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Handler, Identity, IdleHook
 from smqsup.worker.recovery import Recovery
 from smqsup.worker.registration import Registration, new_consumer_id
 from smqsup.worker.runners import Fetched, InlineRunner, LoopRunner
@@ -77,7 +77,7 @@ class Consumer:
         self.identity = Identity(consumer_id or new_consumer_id(queue.name))
         self.fetcher = Fetcher(broker, queue, self.identity, self.stats, fetch_block_s)
         self.settler = Settler(broker, self.identity, self.stats, self.fetcher)
-        self.judge = Judge(queue, self.identity, self.stats)
+        self.decider = OutcomeDecider(queue, self.identity, self.stats)
         self.recovery = Recovery(broker, self.identity, self.fetcher, self.settler)
         self.registration = Registration(broker, queue, self.identity, self.fetcher, lambda: self._stop)
         self.runner: InlineRunner | LoopRunner = (
@@ -86,7 +86,7 @@ class Consumer:
         self._on_busy, self._on_idle = on_busy, on_idle
         self._on_lost, self._unregister_on_stop = on_lost, unregister_on_stop
         timeout_s = queue.message_timeout_s if self.runner.can_abandon else 0.0  # else: the supervisor's
-        self.in_hand = InHand(int(timeout_s * 1e6))
+        self.in_flight = InFlight(int(timeout_s * 1e6))
         self._stop = False
         self._exit: Optional[BaseException] = None  # an after_process's SystemExit: run() raises it at its end
         self._fetching: Optional[Fetched] = None  # the blocking fetch under way
@@ -94,10 +94,10 @@ class Consumer:
         self._finished = self.settler.finished  # (one list for the consumer's life)
         self._each_end = None if self.runner.inline else on_busy  # told of each end (not inline: of each settle)
         self._returned = 0  # inline: the finished attempts, from the first, whose handler returned
-        self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.judge, self.in_hand,
+        self.starter = Starter(queue, self.stats, self.identity, self.fetcher, self.decider, self.in_flight,
                                self.settler, self.runner, on_busy)
-        self.stopper = Stopper(broker, self.identity, self.stats, self.fetcher, self.in_hand, self.settler,
-                               self.judge, self.runner, on_busy)
+        self.stopper = Stopper(broker, self.identity, self.stats, self.fetcher, self.in_flight, self.settler,
+                               self.decider, self.runner, on_busy)
 
     # --- what the supervisor, the heartbeats and the tests read ------------
 
@@ -127,16 +127,16 @@ class Consumer:
     def started(self) -> tuple[int, int]:
         """Frames of our list started and not settled (its oldest: Starter),
         and of those the oldest whose handlers returned (inline only)."""
-        return len(self.in_hand.running) + len(self.settler.finished), self._returned
+        return len(self.in_flight.running) + len(self.settler.finished), self._returned
 
     @property
     def busy(self) -> bool:
         """Whether a handler is running now (read from another thread: a hint)."""
-        return self.in_hand.busy
+        return self.in_flight.busy
 
     def flight(self) -> tuple[int, int]:
         """(messages in flight, monotonic µs since the oldest started): what the busy hook reports; any thread."""
-        return self.in_hand.flight()
+        return self.in_flight.flight()
 
     # --- control -----------------------------------------------------------
 
@@ -187,11 +187,11 @@ class Consumer:
 
     def _room(self, taking: bool) -> int:
         """Messages we may take now."""
-        if not taking or self.fetcher.rotate:
+        if not taking or self.fetcher.rotate_partitions:
             return 0
-        in_hand = self.in_hand
-        held = len(in_hand.booked) + len(in_hand.waiting) + (self._fetching is not None)
-        room = self.starter.capacity - len(in_hand.running) - held
+        in_flight = self.in_flight
+        held = len(in_flight.booked) + len(in_flight.waiting) + (self._fetching is not None)
+        room = self.starter.capacity - len(in_flight.running) - held
         limit = self.queue.max_messages
         if limit:
             room = min(room, limit - self.stats.received - held)
@@ -201,15 +201,15 @@ class Consumer:
         """One turn: what became due, one round trip (every finished outcome recorded, room
         taken), what came started; how long the runner may then wait (s), None once done."""
         try:
-            settler, in_hand, f = self.settler, self.in_hand, self.fetcher
+            settler, in_flight, f = self.settler, self.in_flight, self.fetcher
             taking = self._taking()
-            if not (taking or in_hand.running or settler.finished or self._fetching is not None or in_hand.waiting):
+            if not (taking or in_flight.running or settler.finished or self._fetching is not None or in_flight.waiting):
                 return self._at_rest()
             if self.recovery.needed:
                 return self._recover()
             if self.stopper.cancels_due:
                 self.stopper.apply_cancels()
-            if self._fetching is not None or in_hand.booked or f.look_at or (in_hand.timeout_us and in_hand.running):
+            if self._fetching is not None or in_flight.booked or f.rate_retry_at or (in_flight.timeout_us and in_flight.running):
                 self._collect()
                 taking = self._taking()
             give_back = self.starter.before_exchange(taking)
@@ -229,9 +229,9 @@ class Consumer:
             self.starter.accept(frames, self._taking)
             if self.recovery.failures:
                 self.recovery.worked()
-            if f.rotate:
+            if f.rotate_partitions:
                 self._maybe_rotate()
-            if f.checked:
+            if f.found_empty:
                 self._maybe_block()
             return 0.0 if settler.finished else self._wait_s()
         except BrokerError as exc:
@@ -241,13 +241,13 @@ class Consumer:
         """What came due: the blocking fetch's frame, booked starts, a rate look, deadlines."""
         if self._fetching is not None and self._fetching.done():
             self._fetch_done()
-        if self.in_hand.booked:
-            for frame in self.in_hand.due():
+        if self.in_flight.booked:
+            for frame in self.in_flight.due():
                 if self._taking():
                     self.starter.launch(frame)
-        if self.fetcher.look_at:
+        if self.fetcher.rate_retry_at:
             self.fetcher.look_due(time.monotonic())
-        for att in self.in_hand.overdue():
+        for att in self.in_flight.overdue():
             self.stopper.time_out(att)
 
     def _wait_s(self) -> float:
@@ -258,21 +258,21 @@ class Consumer:
             return 0.0
         f = self.fetcher
         taking = self._taking()
-        in_hand = self.in_hand
-        if not taking and not in_hand.running and fetching is None:
+        in_flight = self.in_flight
+        if not taking and not in_flight.running and fetching is None:
             return 0.0  # nothing more to come: the next turn ends
-        if in_hand.waiting and (len(in_hand.running) < self.runner.size or not taking or f.paused):
+        if in_flight.waiting and (len(in_flight.running) < self.runner.size or not taking or f.paused):
             return 0.0  # a frame to start, or to give back
-        if (taking and not (f.checked or f.paused or f.look_at) and fetching is None and not in_hand.waiting
+        if (taking and not (f.found_empty or f.paused or f.rate_retry_at) and fetching is None and not in_flight.waiting
                 and self._room(taking)):
             return 0.0  # room, and no script has looked since: take.lua looks now (waiting frames first)
         now = time.monotonic()
         due = now + _TICK_S
-        if f.look_at:
-            due = min(due, f.look_at)
+        if f.rate_retry_at:
+            due = min(due, f.rate_retry_at)
         if f.paused and taking:
             due = min(due, f.poll_at)
-        held = in_hand.next_due()
+        held = in_flight.next_due()
         if held is not None:
             due = min(due, held)
         waits = self.starter.next_due()
@@ -286,7 +286,7 @@ class Consumer:
         """A handler ended (the runner tells it on this thread): its outcome is due."""
         if att.error is not None and (exit_asked := att.exit_asked()) is not None:  # a hook's SystemExit: see run()
             self.request_stop(exit_asked)
-        if att not in (running := self.in_hand.running):  # given up at its message_timeout: what it did since is moot
+        if att not in (running := self.in_flight.running):  # given up at its message_timeout: what it did since is moot
             self.runner.came_back(att)
             return
         del running[att]
@@ -294,7 +294,7 @@ class Consumer:
         # (a tracked message's outcome carries its result; a cancelled one's is "cancelled")
         msg = att.msg
         tracked = msg is not None and msg.result_ttl_s or att.cancelled
-        att.outcome = OK if att.error is None and not tracked else self.judge.drawn(att, self.fetcher.name)
+        att.outcome = OK if att.error is None and not tracked else self.decider.drawn(att, self.fetcher.name)
         if att.span is not None:  # (tracing on: the span ends with its outcome)
             att.end_span()
         if att.outcome.ok and self._returned == len(self._finished) and self._each_end is None:
@@ -310,11 +310,11 @@ class Consumer:
     def _maybe_rotate(self) -> None:
         """Time to look at the other partitions (ROTATE_EVERY starts per slot in a row
         here), nothing in hand: take from the first other that has a message."""
-        in_hand = self.in_hand
-        if in_hand.running or in_hand.booked or in_hand.waiting or self.settler.finished or self._fetching is not None:
+        in_flight = self.in_flight
+        if in_flight.running or in_flight.booked or in_flight.waiting or self.settler.finished or self._fetching is not None:
             return
-        self.fetcher.rotate = False
-        self.fetcher.checked = False
+        self.fetcher.rotate_partitions = False
+        self.fetcher.found_empty = False
         self._steal_and_launch()
 
     def _steal_and_launch(self) -> bool:
@@ -327,16 +327,16 @@ class Consumer:
     def _maybe_block(self) -> None:
         """A script just found the queue empty: with room, wait on it
         (BLMOVE; with partitions, after a look at the others, at home)."""
-        if (self._fetching is not None or self.settler.finished or self.in_hand.waiting
+        if (self._fetching is not None or self.settler.finished or self.in_flight.waiting
                 or not self._room(self._taking())):
             return
         f = self.fetcher
-        if f.partitions.many and not self.in_hand.running and not self.in_hand.booked:
+        if f.partitions.many and not self.in_flight.running and not self.in_flight.booked:
             if self._steal_and_launch() or self.identity.lost:
-                f.checked = False
+                f.found_empty = False
                 return
             f.move(f.partitions.home)
-        if self._on_idle is not None and not self.in_hand.running:
+        if self._on_idle is not None and not self.in_flight.running:
             self._on_idle()
         self.settler.flush_ends()
         self._fetching = self.runner.run_blocking(f.block_call())
@@ -349,7 +349,7 @@ class Consumer:
         fetched, self._fetching = self._fetching, None
         assert fetched is not None
         frame, paused = fetched.result()
-        self.fetcher.checked = False  # a timeout leaves no script's look behind: take.lua looks first
+        self.fetcher.found_empty = False  # a timeout leaves no script's look behind: take.lua looks first
         if frame is None or not self._taking():
             return  # (taken during a stop: it stays in our list, given back free at the end)
         if self.runner.inline and not paused and self.starter.start_fetched(frame):
@@ -362,7 +362,7 @@ class Consumer:
     def _failed(self, exc: BrokerError) -> Optional[float]:
         """A round trip failed: back off, then recover; or, stopping with outcomes
         Redis has not taken, leave them in our list, where the reclaim finds them."""
-        if self._stop and not self.in_hand.running and self.settler.finished:
+        if self._stop and not self.in_flight.running and self.settler.finished:
             log.error("queue %s: consumer %s stops with %d outcome(s) unrecorded (%s); their messages stay in its "
                       "processing list for reclaim", self.name, self.consumer_id, len(self.settler.finished), exc)
             self.settler.finished.clear()
@@ -384,7 +384,7 @@ class Consumer:
             except BrokerError:
                 pass  # its frame, if any, is in our list: found below
         # Not taking, what we found stays in our list: given back free by the stop or the renewal.
-        self.starter.accept(self.recovery.recover(self.in_hand.frames(), self._taking()), self._taking)
+        self.starter.accept(self.recovery.recover(self.in_flight.frames(), self._taking()), self._taking)
         return 0.0
 
     def _at_rest(self) -> Optional[float]:
@@ -396,5 +396,5 @@ class Consumer:
         if self._on_lost == "stop" or not self.registration.renew():
             self._stop = True
             return None
-        self.in_hand.forget_booked()  # taken under the old id: given back free with its list
+        self.in_flight.forget_booked()  # taken under the old id: given back free with its list
         return 0.0

@@ -13,8 +13,8 @@ from smqsup import defaults, framing
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import ConsumerStats, Identity
 from smqsup.worker.partitions import Partitions
-from smqsup.worker.records import ConsumerStats, Identity
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Fetcher:
     from.
 
     Blocking (BLMOVE) is safe only right after a script looked for work and
-    found none (``checked``): that script also checked the registration, the
+    found none (``found_empty``): that script also checked the registration, the
     priority set and the paused flag (includes/ready.lua). Otherwise (after a
     fetch timeout, a reconnect, while paused, after a rate limit's wait)
     take.lua looks first."""
@@ -66,9 +66,9 @@ class Fetcher:
         self.rate: scripts.Rate = (*queue.rate, len(self.partitions.names), *queue.group_limits)
         self.limited = queue.rate_limit_per_s > 0
         self.paused = False  # the current partition's flag, as the last script said it
-        self.checked = False  # a script just found the queue empty: a BLMOVE may follow
-        self.rotate = False  # look at the other partitions before the current one
-        self.look_at = 0.0  # monotonic: ask a rate limit that allowed no start again (0: no wait)
+        self.found_empty = False  # a script just found the queue empty: a BLMOVE may follow
+        self.rotate_partitions = False  # look at the other partitions before the current one
+        self.rate_retry_at = 0.0  # monotonic: ask a rate limit that allowed no start again (0: no wait)
         self.poll_at = 0.0  # monotonic: the paused queue's next look
 
     # --- what the scripts said ---------------------------------------------
@@ -89,22 +89,22 @@ class Fetcher:
         if not self.paused or now < self.poll_at:
             return False
         self.poll_at = now + defaults.PAUSED_POLL_S
-        self.checked = False
+        self.found_empty = False
         return True
 
     def no_start(self, wait_us: int) -> None:
         """The rate limit allowed no start now: look again then (at most
         RATE_LOOK_MAX_S), and at the other partitions first, whose share
         may allow one."""
-        self.look_at = look_again_at(wait_us)
-        self.rotate = self.rotate or self.partitions.many
+        self.rate_retry_at = look_again_at(wait_us)
+        self.rotate_partitions = self.rotate_partitions or self.partitions.many
 
     def look_due(self, now: float) -> bool:
         """A rate limit's wait is over: take.lua may look again."""
-        if not self.look_at or now < self.look_at:
+        if not self.rate_retry_at or now < self.rate_retry_at:
             return False
-        self.look_at = 0.0
-        self.checked = False
+        self.rate_retry_at = 0.0
+        self.found_empty = False
         return True
 
     # --- partitions ----------------------------------------------------------

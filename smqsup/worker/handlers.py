@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from smqsup.client.hooks import PROCESS_METHODS, hook_problem
+from smqsup.client.publish_hooks import PROCESS_METHODS, hook_problem
 from smqsup.config.model import Config, load
 from smqsup.config.names import handler_spec
 from smqsup.config.problems import error
@@ -109,7 +109,7 @@ def import_handler(spec: str, *, path: str = "", key: str = "") -> Callable[...,
 
 
 def import_hooks(specs: Sequence[str], *, path: str = "", key: str = "", is_async: bool = False) -> list[object]:
-    """The hook objects ``specs`` name (worker/hooks.py runs them): a class
+    """The hook objects ``specs`` name (worker/process_hooks.py runs them): a class
     is made without arguments, anything else is used as it is. Every
     failure is a one-line HandlerImportError naming ``key[i]``; so is an
     ``async def`` process hook when the handler (``is_async``) is plain."""

@@ -17,7 +17,7 @@ from smqsup.config.model import Config
 from smqsup.errors import BrokerError
 from smqsup.logs import Lasting
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo, RateMeter
+from smqsup.store.core.consumer_info import ConsumerInfo, RateMeter
 from smqsup.worker.consumer import Consumer
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from smqsup.client import options
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MalformedMessage, MessageError
 from smqsup.store import scripts
-from smqsup.worker.records import OK, Attempt, ConsumerStats, Identity, Outcome
+from smqsup.worker.consumer_state import OK, Attempt, ConsumerStats, Identity, Outcome
 from smqsup.worker.verdicts import Reject, Retry
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def _about(msg: message.Message) -> dict[str, str]:
     return {"message_id": msg.id}
 
 
-class Judge:
+class OutcomeDecider:
     """Draws the Outcome of each frame, without talking to Redis (the
     settler records it): ``where`` in every call names the partition the
     frame came from, the queue of the log lines."""

@@ -13,8 +13,8 @@ from typing import Optional
 from smqsup import defaults, framing
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import Identity
 from smqsup.worker.fetching import Fetcher, Taken
-from smqsup.worker.records import Identity
 from smqsup.worker.settling import Settler
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Recovery:
         failover, OOM): how long to back off before the recovery."""
         self.needed = True
         self.failures += 1
-        self.fetcher.checked = False
+        self.fetcher.found_empty = False
         wait_s = self._backoff
         log.warning("queue %s: consumer %s: %s; retrying in %.2fs", self.fetcher.name, self.identity.consumer_id,
                     exc, wait_s)
@@ -57,21 +57,21 @@ class Recovery:
         """What is left of the backoff (0: try now)."""
         return max(0.0, self._retry_at - time.monotonic())
 
-    def recover(self, in_hand: Iterable[bytes], taking: bool) -> list[Taken]:
+    def recover(self, in_flight: Iterable[bytes], taking: bool) -> list[Taken]:
         """Once Redis answers: give back what the other partitions hold of
         ours, keep for the next round every finished outcome Redis did not
         take, and (``taking``) return the frames our list holds that nobody
         runs (a fetch whose reply was lost), screened as the fetch would
         have (paused, expired, rate limit), for the caller to start.
-        ``in_hand``: the frames running or booked; they stay ours. Raises
+        ``in_flight``: the frames running or booked; they stay ours. Raises
         BrokerError while Redis does not answer."""
         self.broker.ping()
         self.fetcher.return_elsewhere()
         held = collections.Counter(self.broker.messages.processing(self.fetcher.name, self.identity.consumer_id))
-        held.subtract(in_hand)
+        held.subtract(in_flight)
         self.settler.recovered(held)
         self.needed = False
-        self.fetcher.checked = False
+        self.fetcher.found_empty = False
         found = [frame for frame, count in held.items() for _ in range(count)] if taking else []
         return [taken for taken in map(self._screen, found) if taken is not None]
 

@@ -13,10 +13,10 @@ from smqsup import defaults
 from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.queues import Declared
+from smqsup.store.core.consumer_info import ConsumerInfo
+from smqsup.store.ops.queues import Declared
+from smqsup.worker.consumer_state import Identity
 from smqsup.worker.fetching import Fetcher
-from smqsup.worker.records import Identity
 from smqsup.worker.runners import sleep_unless
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional, Protocol, TypeAlias
 
 from smqsup import logs
+from smqsup.worker.consumer_state import Attempt, Handler
 from smqsup.worker.outcomes import refuse_generator
-from smqsup.worker.records import Attempt, Handler
 
 #: One turn of the consumer's loop: how long the runner may then wait (s,
 #: less when woken), or None once the consumer is done.

@@ -15,8 +15,8 @@ from smqsup.errors import BrokerError
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import OK, Attempt, ConsumerStats, Identity, Outcome
 from smqsup.worker.fetching import Fetcher, Taken
-from smqsup.worker.records import OK, Attempt, ConsumerStats, Identity, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Settler:
         results = self.broker.messages.exchange(f.name, calls)[given:]
         # The last script that looked for work (checked the registration, the
         # priority set, the paused flag: includes/ready.lua) says whether a
-        # BLMOVE is safe next: only if it found none (Fetcher.checked); one
+        # BLMOVE is safe next: only if it found none (Fetcher.found_empty); one
         # that found work says the queue may have more: the next round takes.
         frames = self._read(finished, results, fetching)
         finished.clear()  # (only now: Redis took them all)
@@ -81,7 +81,7 @@ class Settler:
             frames.extend(self._took(results[-1], take > 0))
         elif fetching:
             last = results[fetching - 1]  # the last script that looked for work
-            f.checked = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
+            f.found_empty = last.next_frame is None and not last.wait_us and not self.identity.lost and not f.paused
         return frames
 
     def _settle(self, keys: QueueKeys, cid: str, att: Attempt, fetch: bool) -> scripts.Call[Any]:
@@ -107,7 +107,7 @@ class Settler:
         (the last fetch came back full) or no script has looked since the
         last blocking fetch; while paused, only as the paused poll asks."""
         f = self.fetcher
-        return room if room > 0 and not f.checked and (poll or not f.paused) and not f.look_at else 0
+        return room if room > 0 and not f.found_empty and (poll or not f.paused) and not f.rate_retry_at else 0
 
     def _batch(self, room: int, poll: bool, give_back: Sequence[bytes], ok: int) -> list[Taken]:
         """exchange() with more than one ack, or one and room for more than
@@ -180,7 +180,7 @@ class Settler:
 
     def flush_ends(self, now: Optional[float] = None) -> None:
         """Count the ends of batch members settled so far on their batches
-        (their outbox: store/batches.py), in bulk: at most every
+        (their outbox: store/ops/batches.py), in bulk: at most every
         BATCH_ENDS_S, or at once (``now`` None: the consumer is about to wait)."""
         if self._ends_due and (now is None or now >= self._next_ends):
             self._ends_due = False
@@ -189,7 +189,7 @@ class Settler:
 
     def _tell(self) -> None:
         """Tell the children of a message just settled that it ended (its
-        outbox: store/workflows.py), now rather than at the collector's next
+        outbox: store/ops/workflows.py), now rather than at the collector's next
         look; a failure is the collector's to repair."""
         try:
             self.broker.workflows.drain_all(self.fetcher.name)
@@ -208,7 +208,7 @@ class Settler:
             self.fetcher.no_start(take.retry_us)
         f = self.fetcher
         # Asked for none, it looked at no list: whether the queue is empty stays unknown.
-        f.checked = looked and not take.frames and not take.retry_us and not self.identity.lost and not f.paused
+        f.found_empty = looked and not take.frames and not take.retry_us and not self.identity.lost and not f.paused
         return list(zip(take.frames, take.waits_us))
 
     def _count(self, att: Attempt, result: "scripts.AckResult | scripts.NackResult") -> None:

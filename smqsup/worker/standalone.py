@@ -15,7 +15,7 @@ from smqsup.worker.consumer import Consumer
 from smqsup.worker.fetching import fetch_block_s
 from smqsup.worker.handlers import import_handler
 from smqsup.worker.heartbeat import LivenessThread
-from smqsup.worker.hooks import with_hooks
+from smqsup.worker.process_hooks import with_hooks
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from smqsup import defaults, framing
-from smqsup.client.batches import Batch
+from smqsup.client.batching import Batch
 from smqsup.client.producer import Producer
 from smqsup.config.model import QueueConfig
 from smqsup.errors import MalformedMessage
 from smqsup.message import decode
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import OK, Attempt, BusyHook, ConsumerStats, Identity
 from smqsup.worker.fetching import Fetcher, Taken
-from smqsup.worker.in_hand import InHand
-from smqsup.worker.outcomes import Judge
+from smqsup.worker.in_flight import InFlight
+from smqsup.worker.outcomes import OutcomeDecider
 from smqsup.worker.partitions import ROTATE_EVERY
-from smqsup.worker.records import OK, Attempt, BusyHook, ConsumerStats, Identity
 from smqsup.worker.runners import InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
 
@@ -40,14 +40,14 @@ _FRAME, _WAIT = operator.itemgetter(0), operator.itemgetter(1)
 class Starter:
     """Starts frames. ``capacity``: the frames the consumer may hold,
     ``concurrency + prefetch - 1`` (its running ones and the rest waiting in
-    ``in_hand.waiting``). ``stopped`` is set by the consumer's stop
+    ``in_flight.waiting``). ``stopped`` is set by the consumer's stop
     (signal-safe: a flag), after which nothing more starts."""
 
-    def __init__(self, queue: QueueConfig, stats: ConsumerStats, identity: Identity, fetcher: Fetcher, judge: Judge,
-                 in_hand: InHand, settler: Settler, runner: "InlineRunner | LoopRunner",
+    def __init__(self, queue: QueueConfig, stats: ConsumerStats, identity: Identity, fetcher: Fetcher, decider: OutcomeDecider,
+                 in_flight: InFlight, settler: Settler, runner: "InlineRunner | LoopRunner",
                  on_busy: Optional[BusyHook]) -> None:
-        self.stats, self.identity, self.fetcher, self.judge = stats, identity, fetcher, judge
-        self.in_hand, self.settler, self.runner, self.on_busy = in_hand, settler, runner, on_busy
+        self.stats, self.identity, self.fetcher, self.decider = stats, identity, fetcher, decider
+        self.in_flight, self.settler, self.runner, self.on_busy = in_flight, settler, runner, on_busy
         # A rate-limited queue books each start as its frame is taken: a
         # prefetched frame would hold a start it cannot use yet (denied to the
         # other consumers), so such a queue takes only what it can start.
@@ -71,18 +71,18 @@ class Starter:
             for frame, wait_us in frames:
                 self.launch(frame, wait_us)
             return
-        in_hand = self.in_hand
-        waiting = in_hand.waiting
+        in_flight = self.in_flight
+        waiting = in_flight.waiting
         # Whatever brought them (a script, or BLMOVE and its flag read after
         # the move) said the paused flag just now: no look is due before
         # they start, even after a long wait in BLMOVE.
         self.looked_at = time.monotonic()
         # Those that start now, first in line, were screened by the take that brought them.
-        self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_hand.running)))
+        self._fresh = 0 if waiting else min(len(frames), max(0, self.runner.size - len(in_flight.running)))
         if any(map(_WAIT, frames)):
             for frame, wait_us in frames:
                 if wait_us:
-                    in_hand.book(frame, wait_us)
+                    in_flight.book(frame, wait_us)
                 else:
                     waiting.append(frame)
         else:  # (no rate limit: no start booked)
@@ -96,7 +96,7 @@ class Starter:
         expiry to screen) and nothing else is in hand or limits its start,
         what accept() would do, without the line of waiting frames; whether
         it was."""
-        if framing.must_screen(frame) or self.fetcher.limited or self.in_hand.waiting or self.in_hand.running:
+        if framing.must_screen(frame) or self.fetcher.limited or self.in_flight.waiting or self.in_flight.running:
             return False
         self.looked_at = time.monotonic()  # (as accept: the fetch read the flag just now)
         self.launch(frame)
@@ -107,11 +107,11 @@ class Starter:
         still wait for a slot and nothing is due (no round trip now); else
         the frames to give back with the round trip (a stop or a pause: all
         that wait, free), maybe none."""
-        if not self.in_hand.waiting:
+        if not self.in_flight.waiting:
             return []
         if taking and not self.fetcher.paused:
             return None if self.start_waiting() else []
-        return self.in_hand.give_back()
+        return self.in_flight.give_back()
 
     def start_waiting(self) -> bool:
         """Start waiting frames while a slot is free (inline: run them one
@@ -119,9 +119,9 @@ class Starter:
         whether frames still wait and nothing is due (no round trip needed).
         A frame that waited and carries an expiry is screened first (by the
         Redis clock: screen.lua dead-letters it "expired")."""
-        in_hand, finished, size, f, identity = self.in_hand, self.settler.finished, self.runner.size, \
+        in_flight, finished, size, f, identity = self.in_flight, self.settler.finished, self.runner.size, \
             self.fetcher, self.identity
-        waiting, running, clock, settle_us = in_hand.waiting, in_hand.running, time.monotonic_ns, self._settle_us
+        waiting, running, clock, settle_us = in_flight.waiting, in_flight.running, time.monotonic_ns, self._settle_us
         look_ns, inline = int((self.looked_at + self._look_s) * 1e9), self.runner.inline
         while waiting:
             now_ns = clock()
@@ -152,12 +152,12 @@ class Starter:
         """Start a frame now, or book it for the start the rate limit gave it
         (during a stop it then stays in our list, never handled)."""
         if wait_us:
-            self.in_hand.book(frame, wait_us)
+            self.in_flight.book(frame, wait_us)
             return
         self.stats.received += 1
         f = self.fetcher
         if f.partitions.many and f.partitions.handled(self._rotate_every):
-            f.rotate = True  # take nothing more here: the consumer looks elsewhere
+            f.rotate_partitions = True  # take nothing more here: the consumer looks elsewhere
         if self.on_busy is not None:
             # Told before the decoding: a frame that kills the process there
             # has started, and its reclaim charges it an attempt.
@@ -165,7 +165,7 @@ class Starter:
         try:
             msg = decode(frame)  # raises MalformedMessage and nothing else, whatever the bytes
         except MalformedMessage as exc:  # dead-lettered without a handler
-            self.settler.finished.append(Attempt(frame, None, outcome=self.judge.malformed(exc, f.name)))
+            self.settler.finished.append(Attempt(frame, None, outcome=self.decider.malformed(exc, f.name)))
             return
         if msg.result_ttl_s or msg.events_max:  # tracked, or with events: its handler may report progress
             msg.progress_sink = functools.partial(f.broker.tracking.progress, f.name, msg.id,
@@ -175,7 +175,7 @@ class Starter:
             msg.parents_source = functools.partial(_family, f.broker, f.name, msg.id)
         if msg.linked & framing.LINK_BATCH:  # a batch's member: its handler may add to its batch
             msg.batch_source = functools.partial(_batch_of, f.broker, f.name, msg.id)
-        att = self.in_hand.start(frame, msg)
+        att = self.in_flight.start(frame, msg)
         if self.traced:
             from smqsup import tracing  # (imported only where tracing is on)
 
@@ -186,11 +186,11 @@ class Starter:
 
     def look_due(self, now: float) -> bool:
         """Frames wait, and no script has said the paused flag for a while."""
-        return bool(self.in_hand.waiting) and now >= self.looked_at + self._look_s
+        return bool(self.in_flight.waiting) and now >= self.looked_at + self._look_s
 
     def next_due(self) -> Optional[float]:
         """While frames wait: when (monotonic) the next look or settle is due."""
-        if not self.in_hand.waiting:
+        if not self.in_flight.waiting:
             return None
         due = self.looked_at + self._look_s
         finished = self.settler.finished
@@ -211,7 +211,7 @@ _PRODUCERS: dict[tuple[int, str, str], Producer] = {}
 
 
 def _batch_of(broker: Broker, name: str, message_id: str) -> Any:
-    """The batch (client/batches.py) ``message_id`` of partition ``name`` is a member of, or None."""
+    """The batch (client/batching.py) ``message_id`` of partition ``name`` is a member of, or None."""
     found = broker.batches.member_of(name, message_id)
     if found is None:
         return None

@@ -14,10 +14,10 @@ from typing import Optional
 
 from smqsup import framing
 from smqsup.store.broker import Broker
+from smqsup.worker.consumer_state import Attempt, BusyHook, ConsumerStats, Identity
 from smqsup.worker.fetching import Fetcher
-from smqsup.worker.in_hand import InHand
-from smqsup.worker.outcomes import Judge
-from smqsup.worker.records import Attempt, BusyHook, ConsumerStats, Identity
+from smqsup.worker.in_flight import InFlight
+from smqsup.worker.outcomes import OutcomeDecider
 from smqsup.worker.runners import InlineRunner, LoopRunner
 from smqsup.worker.settling import Settler
 
@@ -27,11 +27,11 @@ log = logging.getLogger(__name__)
 class Stopper:
     """Stops attempts for a consumer (its parts, shared)."""
 
-    def __init__(self, broker: Broker, identity: Identity, stats: ConsumerStats, fetcher: Fetcher, in_hand: InHand,
-                 settler: Settler, judge: Judge, runner: "InlineRunner | LoopRunner",
+    def __init__(self, broker: Broker, identity: Identity, stats: ConsumerStats, fetcher: Fetcher, in_flight: InFlight,
+                 settler: Settler, decider: OutcomeDecider, runner: "InlineRunner | LoopRunner",
                  on_busy: Optional[BusyHook]) -> None:
         self.broker, self.identity, self.stats, self.fetcher = broker, identity, stats, fetcher
-        self.in_hand, self.settler, self.judge, self.runner, self._on_busy = in_hand, settler, judge, runner, on_busy
+        self.in_flight, self.settler, self.decider, self.runner, self._on_busy = in_flight, settler, decider, runner, on_busy
         #: A cancel may concern us (SIGUSR2 from the supervisor, or a heartbeat said so): look at the next turn.
         self.cancels_due = False
 
@@ -43,7 +43,7 @@ class Stopper:
         self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
         now = "cancelling it" if att.task is not None else "its thread is left behind"
         name = self.fetcher.name
-        att.outcome = self.judge.cancelled(att.msg, name) if att.cancelled else self.judge.timed_out(att.msg, name,
+        att.outcome = self.decider.cancelled(att.msg, name) if att.cancelled else self.decider.timed_out(att.msg, name,
                                                                                                     now)
         self._give_up(att)
         if self.runner.exhausted:
@@ -62,23 +62,23 @@ class Stopper:
         """Stop what we hold whose cancel was asked: a task now; a thread
         told; a frame not started dead-lettered without running."""
         self.cancels_due = False
-        in_hand = self.in_hand
-        held = {att.msg.id: att for att in in_hand.running if att.msg is not None}
-        waiting = {mid: frame for frame in in_hand.waiting if (mid := framing.peek_id(frame)) is not None}
+        in_flight = self.in_flight
+        held = {att.msg.id: att for att in in_flight.running if att.msg is not None}
+        waiting = {mid: frame for frame in in_flight.waiting if (mid := framing.peek_id(frame)) is not None}
         asked = self.broker.tracking.cancels_asked(self.fetcher.partitions.names, [*held, *waiting])
         for mid in asked:
             if mid in held:
                 self._cancel(held[mid])
             elif (frame := waiting.get(mid)) is not None:
-                in_hand.waiting.remove(frame)
-                self.settler.finished.append(Attempt(frame, None, outcome=self.judge.cancelled_frame(mid, started=False)))
+                in_flight.waiting.remove(frame)
+                self.settler.finished.append(Attempt(frame, None, outcome=self.decider.cancelled_frame(mid, started=False)))
 
     def _cancel(self, att: Attempt) -> None:
         assert att.msg is not None
         att.cancelled = True
         att.msg.cancel()
-        if att.task is not None and att in self.in_hand.running:  # a task stops now; a thread was told
-            del self.in_hand.running[att]
+        if att.task is not None and att in self.in_flight.running:  # a task stops now; a thread was told
+            del self.in_flight.running[att]
             self.stats.busy_s += (time.monotonic_ns() // 1000 - att.since_us) / 1e6
-            att.outcome = self.judge.cancelled(att.msg, self.fetcher.name)
+            att.outcome = self.decider.cancelled(att.msg, self.fetcher.name)
             self._give_up(att)

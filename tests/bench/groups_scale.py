@@ -33,7 +33,7 @@ from smqsup.ids import new_id  # noqa: E402
 from smqsup.message import EnvelopeWriter  # noqa: E402
 from smqsup.store import scripts  # noqa: E402
 from smqsup.store.broker import Broker  # noqa: E402
-from smqsup.store.consumer_info import ConsumerInfo  # noqa: E402
+from smqsup.store.core.consumer_info import ConsumerInfo  # noqa: E402
 
 #: Script calls one pipelined round trip of the publish sends.
 _PIPELINE = 5000

@@ -54,8 +54,8 @@ import redis  # noqa: E402
 
 SCRIPTS = Path("smqsup/store/scripts")
 #: The Python code that decides and records a message's outcome.
-SETTLING = ["smqsup/worker/settling.py", "smqsup/worker/outcomes.py", "smqsup/store/messages.py",
-            "smqsup/store/scripts/messages.py"]
+SETTLING = ["smqsup/worker/settling.py", "smqsup/worker/outcomes.py", "smqsup/store/ops/messages.py",
+            "smqsup/store/scripts/message_calls.py"]
 
 _CORE = ["tests/test_queue.py", "tests/test_prefetch.py", "tests/test_publish_options.py"]
 _GROUPS = ["tests/test_groups.py", "tests/test_group_turns.py", "tests/test_groups_hostile.py"]
@@ -205,7 +205,7 @@ def py_mutants(path: str, text: str) -> Iterator[Mutant]:
 
 
 def area_of(path: str, has_model: bool) -> list[str]:
-    """The test modules that judge a mutant of ``path``."""
+    """The test modules that decider a mutant of ``path``."""
     stem = Path(path).stem if path.endswith(".lua") else path
     for pattern, modules in AREAS:
         if re.search(pattern, stem):
@@ -279,7 +279,7 @@ def apply(root: Path, mutant: Mutant, original: str) -> None:
     (root / mutant.path).write_text("".join(lines))
 
 
-def judge(root: Path, tests: list[str], timeout_s: float, workers: int = 0) -> str:
+def decider(root: Path, tests: list[str], timeout_s: float, workers: int = 0) -> str:
     """'killed' (a test failed, or the run timed out), or 'survived'."""
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", str(workers), "-p", "no:cacheprovider",
            "-p", "no:randomly", "-o", "addopts=", "--timeout", "60", *(["--dist", "loadfile"] if workers else []),
@@ -318,7 +318,7 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="*", default=["cmp", "off", "call", "swap", "logic"])
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one mutant's tests may take")
     ap.add_argument("--list", action="store_true", help="print the mutants drawn; run nothing")
-    ap.add_argument("--rerun", type=Path, help="an earlier run's output: judge its survivors again")
+    ap.add_argument("--rerun", type=Path, help="an earlier run's output: decider its survivors again")
     ap.add_argument("--workers", type=int, default=0, help="pytest-xdist workers per mutant's run (0: one process)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="smqmutate-") as tmp:
@@ -370,7 +370,7 @@ def run(root: Path, mutants: list[Mutant], timeout_s: float, workers: int) -> No
             apply(root, m, original)
             try:
                 tests = [t for t in area_of(m.path, has_model) if (root / t).exists()]
-                verdict = judge(root, tests, timeout_s, workers) if loads(client, root, m, users) else "invalid"
+                verdict = decider(root, tests, timeout_s, workers) if loads(client, root, m, users) else "invalid"
             finally:
                 (root / m.path).write_text(original)
             tally[verdict] += 1

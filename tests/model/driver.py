@@ -21,11 +21,12 @@ from typing import Any, Optional
 from smqsup import deadletter, framing, message
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, logical_name, partition_names
-from smqsup.store import events, scripts
+from smqsup.store import scripts
 from smqsup.store.broker import Broker
-from smqsup.store.consumer_info import ConsumerInfo
-from smqsup.store.queues import Declared
-from smqsup.store.tracking import Record, parse
+from smqsup.store.core.consumer_info import ConsumerInfo
+from smqsup.store.ops import events
+from smqsup.store.ops.queues import Declared
+from smqsup.store.ops.tracking import Record, parse
 from smqsup.views import browse
 
 NAMESPACE = "model"
@@ -86,7 +87,7 @@ class Seen:
 
 def _failure_meta(kind: str, mid: str, cid: str) -> tuple[str, int, int, str]:
     """nack.lua's (meta, threshold, delay_ms, dead_event) for an attempt that
-    ended ``kind``, as worker/outcomes.py's Judge draws them."""
+    ended ``kind``, as worker/outcomes.py's OutcomeDecider draws them."""
     if kind == "reject":
         return (scripts.meta_json("rejected: no", error_type="Reject", message_id=mid, consumer=cid), -1, 0,
                 "rejected")

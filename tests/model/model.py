@@ -147,7 +147,7 @@ class Model:
 
     # --- consumers ---------------------------------------------------------------
 
-    def in_hand(self, cid: str) -> list[Msg]:
+    def in_flight(self, cid: str) -> list[Msg]:
         return [m for m in self.msgs.values() if m.place == "processing" and m.holder == cid]
 
     def running(self, queue: str, group: str) -> int:

@@ -7,7 +7,7 @@ code, never on the seed, and nothing is replayed from a local file the
 next checkout lacks); ``suite_settings`` bounds the suite's run, and
 tests/bench/model.py asks for more examples with a seed of its own.
 
-The outboxes' read size (store/outbox.py DRAIN_BATCH, 500) is made 1 for
+The outboxes' read size (store/ops/outbox.py DRAIN_BATCH, 500) is made 1 for
 the run: what 500 failing entries at the head of an outbox do to the others
 behind them, one does here, within a sequence short enough to shrink and
 read."""
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.internal.conjecture import engine
 
 from smqsup.launch.process import RedisServer
-from smqsup.store import outbox
+from smqsup.store.ops import outbox
 from tests.model.driver import Driver
 from tests.model.machine import QUEUES, StoreMachine
 

@@ -12,7 +12,7 @@ from smqsup.collector.collector import Collector
 from smqsup.config.model import Config, QueueConfig
 from smqsup.store.broker import Broker
 from smqsup.worker.consumer import Consumer
-from smqsup.worker.hooks import with_hooks
+from smqsup.worker.process_hooks import with_hooks
 
 NS = "smq"
 

@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 from smqsup.store import scripts
-from smqsup.store.scripts import schedules
+from smqsup.store.scripts import schedule_calls
 from tests.support.topology import ClusterTopology
 
 #: SHA-1 -> script name, of every script smqsup sends.
-NAMES = {s.sha: s.name for s in (*scripts.ALL, *schedules.ALL)}
+NAMES = {s.sha: s.name for s in (*scripts.ALL, *schedule_calls.ALL)}
 ENV = "SMQSUP_SCRIPT_COVERAGE"
 
 

@@ -9,27 +9,27 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 
 - calls.py: Script (a Lua file, includes resolved, EVALSHA then EVAL),
   Call, Batch, and the readers and argument helpers the wrappers share.
-- messages.py: publish, publish_options, take, give_back, screen, ack, nack, promote, advance,
+- message_calls.py: publish, publish_options, take, give_back, screen, ack, nack, promote, advance,
   producer_stats; their results, the rate limit (Rate), the outcomes.
-- registry.py: heartbeat, stale, the reclaims (reclaim, reclaim_stale,
+- registry_calls.py: heartbeat, stale, the reclaims (reclaim, reclaim_stale,
   return_free), the leader lock (lock_*, compare_and_delete).
-- contents.py: peek_range (bounded listings), remove, dlq_requeue,
+- content_calls.py: peek_range (bounded listings), remove, dlq_requeue,
   dlq_purge, partitions, group_pause and group_repair (message groups:
   includes/groups.lua has their design).
-- schedules.py: the schedule_*.lua scripts (declare, fire, pause...).
-- tracking.py: progress, cancel (the scripts about what becomes of a message after publish).
-- workflows.py: hold, depend, unblock (dependencies between messages), batch_settle,
-  outbox_park and outbox_unpark (outbox entries set aside: store/parked.py).
+- schedule_calls.py: the schedule_*.lua scripts (declare, fire, pause...).
+- tracking_calls.py: progress, cancel (the scripts about what becomes of a message after publish).
+- workflow_calls.py: hold, depend, unblock (dependencies between messages), batch_settle,
+  outbox_park and outbox_unpark (outbox entries set aside: store/ops/parked.py).
 - lag.lua (a partition's ready count and next frames' heads): ``LAG`` here;
-  its one caller, which reads its reply, is store/lag.py.
+  its one caller, which reads its reply, is store/ops/lag.py.
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
 """
 
 from __future__ import annotations
 
-from smqsup.store.scripts import contents, messages, registry, tracking, workflows
+from smqsup.store.scripts import content_calls, message_calls, registry_calls, tracking_calls, workflow_calls
 from smqsup.store.scripts.calls import Batch, Call, Lock, Script, ScriptClient, meta_json
-from smqsup.store.scripts.contents import (
+from smqsup.store.scripts.content_calls import (
     Peeked,
     ReadBudget,
     dlq_purge,
@@ -40,7 +40,7 @@ from smqsup.store.scripts.contents import (
     peek_range,
     remove,
 )
-from smqsup.store.scripts.messages import (
+from smqsup.store.scripts.message_calls import (
     DEAD,
     DELAYED,
     EXPIRED,
@@ -70,7 +70,7 @@ from smqsup.store.scripts.messages import (
     screen,
     take,
 )
-from smqsup.store.scripts.registry import (
+from smqsup.store.scripts.registry_calls import (
     Cancel,
     ReclaimResult,
     compare_and_delete,
@@ -83,14 +83,14 @@ from smqsup.store.scripts.registry import (
     return_free,
     stale,
 )
-from smqsup.store.scripts.tracking import cancel, progress
-from smqsup.store.scripts.workflows import batch_settle, depend, hold, outbox_park, outbox_unpark, unblock
+from smqsup.store.scripts.tracking_calls import cancel, progress
+from smqsup.store.scripts.workflow_calls import batch_settle, depend, hold, outbox_park, outbox_unpark, unblock
 
-#: lag.lua: reads only; store/lag.py (Lags) calls it and reads its reply.
+#: lag.lua: reads only; store/ops/lag.py (Lags) calls it and reads its reply.
 LAG = Script("lag")
 
 #: Every script but the schedules' (schedules.ALL).
-ALL = (*messages.SCRIPTS, *registry.SCRIPTS, *contents.SCRIPTS, *tracking.SCRIPTS, *workflows.SCRIPTS, LAG)
+ALL = (*message_calls.SCRIPTS, *registry_calls.SCRIPTS, *content_calls.SCRIPTS, *tracking_calls.SCRIPTS, *workflow_calls.SCRIPTS, LAG)
 
 __all__ = [
     "ALL", "LAG", "Cancel", "DEAD", "DELAYED", "EXPIRED", "GIVEN_BACK", "GONE", "HANDLE", "LATE", "NO_RATE",

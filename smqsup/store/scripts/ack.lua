@@ -45,9 +45,9 @@
 --   wait   µs to wait before starting ``next`` (rate limit), or before
 --          looking again when the limit gave no start (includes/rate.lua)
 --   told   (a tracked message's ack) its waiting children now in the
---          outbox of KEYS[13]: the consumer drains it (store/workflows.py)
+--          outbox of KEYS[13]: the consumer drains it (store/ops/workflows.py)
 --   ended  (a batch member's ack) 1: its end is in that outbox for its
---          batch (store/batches.py)
+--          batch (store/ops/batches.py)
 --
 -- Invariant: LREM count 1 removes one copy from this consumer's own list and
 -- nothing from any other list.

@@ -1,5 +1,5 @@
 -- Record the ends of members of a batch, and its close, then publish its
--- callbacks if it is complete (store/batches.py has the protocol). Runs on
+-- callbacks if it is complete (store/ops/batches.py has the protocol). Runs on
 -- the slot of the batch's home queue (its on_complete queue, else its
 -- on_success one). Each member counts once (KEYS[3]), and the callbacks are
 -- published in the same step as the "fired" flag that says so, so that

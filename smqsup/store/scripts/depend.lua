@@ -1,5 +1,5 @@
 -- Register a held message (hold.lua) with its parents in one queue
--- partition, or learn that they ended already (store/workflows.py). Runs on
+-- partition, or learn that they ended already (store/ops/workflows.py). Runs on
 -- the parents' slot: a parent's end is either before this (its record says
 -- it) or after (its end finds the child in KEYS[3]: includes/deps.lua),
 -- never lost between the two.

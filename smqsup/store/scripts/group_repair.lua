@@ -57,7 +57,7 @@ local FIRST_LIST = 11
 local LIST_READ_MAX = 4096
 local fixed, tickets = 0, 0
 -- The largest counts set right at each repair (status names the largest
--- backlogs among them: store/statistics.py's BUSIEST_READ).
+-- backlogs among them: store/ops/statistics.py's BUSIEST_READ).
 local GROUP_RECOUNT_TOP = 20
 -- A turn said to wait in the pending list is looked for there only while
 -- the list is this short (LPOS reads it whole).

@@ -1,4 +1,4 @@
--- Hold a new message until its parents are done (store/workflows.py has the
+-- Hold a new message until its parents are done (store/ops/workflows.py has the
 -- protocol): it is kept aside, invisible to consumers, with one wait per
 -- parent and a mark saying its parents are not all told yet.
 --

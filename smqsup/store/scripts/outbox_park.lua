@@ -1,4 +1,4 @@
--- Set outbox entries whose target Redis refused aside (store/parked.py),
+-- Set outbox entries whose target Redis refused aside (store/ops/parked.py),
 -- so that none of them holds the entries behind it: out of the deps set
 -- into the parked set, due again after a backoff that doubles with each
 -- failure on their target queue, up to ARGV[2]; that queue's record says

@@ -1,4 +1,4 @@
--- Forget parked outbox entries whose call ran at last (store/parked.py):
+-- Forget parked outbox entries whose call ran at last (store/ops/parked.py):
 -- out of the parked set, and off their target queue's record, which goes
 -- with its last entry.
 --

@@ -1,5 +1,5 @@
 -- Tell a held message (hold.lua) the outcomes of some of its parents, and
--- release it once none is left to wait for (store/workflows.py). Each
+-- release it once none is left to wait for (store/ops/workflows.py). Each
 -- outcome counts once (its "w" entry goes with it), so whoever repeats a
 -- call (a drain that died before it removed its outbox entry, the
 -- collector's repair of a hold) changes nothing.

@@ -1,4 +1,4 @@
--- Dependencies, the parent's side and the end of a child (store/workflows.py
+-- Dependencies, the parent's side and the end of a child (store/ops/workflows.py
 -- has the whole protocol). Each queue's ``deps`` ZSET holds, all with score
 -- 0 so that lexicographic ranges find them (fields split by a tab):
 --
@@ -21,7 +21,7 @@
 --   u ID MODE K           message ID holds "k" entry K until it ends (MODE
 --                         "done") or starts ("start")
 --   b ID HOME BID         message ID is a member of batch BID (its keys on
---                         queue HOME's slot: store/batches.py)
+--                         queue HOME's slot: store/ops/batches.py)
 --   B HOME BID ID OUT DATA  the batch outbox: member ID ended, OUT "done" or
 --                         "dead" (DATA: its dead-letter metadata); the
 --                         drainer hands it to batch_settle.lua on HOME's slot
@@ -36,7 +36,7 @@
 -- parents) turn into outbox entries; all in the same step as its end.
 -- DEPS.told counts the children's entries (ack.lua and nack.lua say so, and
 -- their consumer drains at once), DEPS.ended the batches' (their consumer
--- drains those in bulk: store/batches.py).
+-- drains those in bulk: store/ops/batches.py).
 --
 -- deps_started(T, id, linked): linked message ``id`` started: a dedup key
 -- it held until its start is freed.

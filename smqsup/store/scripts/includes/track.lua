@@ -6,7 +6,7 @@
 -- its state and outcome until R seconds after it ended; one whose head is
 -- "A:P:E:R:V" with V > 0 also adds each step of its life to its queue's
 -- event stream, capped at about V entries. Both are written here by the
--- scripts that move it (store/tracking.py and store/events.py read them).
+-- scripts that move it (store/ops/tracking.py and store/ops/events.py read them).
 -- ``T`` is the script's tracking keys, or nil:
 --
 --   T.hash    HASH  field ID: the state record, JSON {"state", "attempts",

@@ -1,0 +1,204 @@
+"""What the sync and the asyncio store decide about one message, written
+once without I/O (h11's sans-I/O design): where it is, its tracked record,
+how a cancel is answered, when a wait for its end stops. Each plan is a
+generator that yields the commands of its next round trip and is sent
+their replies (error replies in place); a wait's plan also yields the
+steps of its subscription: Subscribe (the reply: the watch), Pause,
+UNSUBSCRIBE.
+The drivers only send and receive: Session.run (redis-py) and
+AsyncTracking.run (redis.asyncio), so the two cannot drift apart.
+
+    plan ──yield [Command | scripts.Call, ...]──▶ driver: one Batch, one round trip
+         ◀──────────── send(replies) ─────────┘   (a Pause: wait on the subscription)
+         ... until the plan returns its answer
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple, Optional, Protocol, TypeVar, Union
+
+from smqsup import defaults, framing
+from smqsup.keys import QueueKeys
+from smqsup.store import scripts
+from smqsup.store.core.records import Record, found_in
+from smqsup.store.sync.connection import translated
+from smqsup.store.sync.session import UNREACHABLE, ms_of, text
+
+T = TypeVar("T")
+
+#: Entries read per round trip while looking through a queue's waiting messages.
+PAGE = 1000
+#: Longest a wait blocks on its subscription at once, s (then it reads the record again).
+WAIT_SLICE_S = 5.0
+
+
+class Command(NamedTuple):
+    """A plain command; ``route``: the key a cluster sends a keyless one (TIME) by."""
+
+    args: tuple[Any, ...]
+    route: Any = None
+
+
+class Pause(NamedTuple):
+    """A wait's plan asks to wait for a change published on its channel, at most ``seconds``."""
+
+    seconds: float
+
+
+class Subscribe(NamedTuple):
+    """A wait asks to watch ``channel`` (the shared subscription) and to wait
+    at most ``seconds`` for Redis to confirm it; the reply is the watch."""
+
+    channel: str
+    seconds: float
+
+
+class Unsubscribe(NamedTuple):
+    """A wait is done with its watch (the driver also drops it if the plan fails)."""
+
+
+UNSUBSCRIBE = Unsubscribe()
+
+
+class Watching(Protocol):
+    """A wait's view of its subscription (waiters.Watch, aio_waiters.AsyncWatch)."""
+
+    lost: bool
+    refused: Optional[Exception]
+
+
+Request = Union[Command, "scripts.Call[Any]"]
+Plan = Generator[list[Request], list[Any], T]
+WaitPlan = Generator[Union[list[Request], Pause, Subscribe, Unsubscribe], Any, T]
+
+
+def fill(batch: scripts.Batch, requests: Sequence[Request]) -> scripts.Batch:
+    """``batch`` with ``requests`` added, in order (what a driver sends)."""
+    for r in requests:
+        if isinstance(r, Command):
+            batch.command(*r.args, route=r.route)
+        else:
+            batch.add(r)
+    return batch
+
+
+def _ok(reply: Any) -> Any:
+    """``reply``, or raised when it is an error."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def find(keys: Callable[[str], QueueKeys], names: Sequence[str],
+         message_id: str) -> Plan[Optional[tuple[str, Record]]]:
+    """The partition (among ``names``, a queue's) holding the record of
+    ``message_id``, and the record; None when none does. One round trip:
+    TIME, then per partition HMGET (record, result, progress) and ZSCORE
+    (its expiry). A key of the wrong type holds nothing readable; Redis
+    unreachable is raised."""
+    requests: list[Request] = [Command(("TIME",), route=keys(names[0]).tracked)]
+    for name in names:
+        k = keys(name)
+        requests.append(Command(("HMGET", k.tracked, message_id, f"{message_id}:r", f"{message_id}:p")))
+        requests.append(Command(("ZSCORE", k.tracked_expiry, message_id)))
+    now, *replies = yield requests
+    for reply in (now, *replies):
+        if isinstance(reply, UNREACHABLE):
+            raise reply
+    return found_in(names, replies, ms_of(_ok(now)))
+
+
+def _is(where: str, frame: bytes, message_id: str) -> bool:
+    """Whether ``frame``, read in place ``where``, is message ``message_id``'s."""
+    if where == "group":
+        return framing.peek_id(framing.member_frame(frame)) == message_id
+    return not (where == "pending" and framing.is_ticket(frame)) and framing.peek_id(frame) == message_id
+
+
+def locate(k: QueueKeys, message_id: str) -> Plan[tuple[str, bytes, str]]:
+    """(where, frame, holder) of ``message_id`` in the partition of keys
+    ``k``: among the waiting messages (the priority set, scheduled, delayed,
+    the groups' ready set: where "group", the frame its member there; then
+    pending, its groups' tickets left out), PAGE entries a round trip, then
+    in the registered consumers' lists ("processing", and the consumer whose
+    list holds it), all of them in one round trip; ("", b"", "") when nowhere."""
+    places = (("priority", "ZRANGE", k.priority), ("scheduled", "ZRANGE", k.scheduled),
+              ("delayed", "ZRANGE", k.delayed), ("group", "ZRANGE", k.groups[0]), ("pending", "LRANGE", k.pending))
+    for where, command, key in places:
+        start = 0
+        while True:
+            [page] = yield [Command((command, key, start, start + PAGE - 1))]
+            found = next((f for f in _ok(page) if _is(where, f, message_id)), None)
+            if found is not None:
+                return where, found, ""
+            if len(page) < PAGE:
+                break
+            start += PAGE
+    [holders] = yield [Command(("HKEYS", k.consumers))]
+    cids = [text(cid) for cid in sorted(_ok(holders))]
+    frames = (yield [Command(("LRANGE", k.processing(cid), 0, -1)) for cid in cids]) if cids else []
+    for cid, held in zip(cids, frames):
+        found = next((f for f in _ok(held) if framing.peek_id(f) == message_id), None)
+        if found is not None:
+            return "processing", found, cid
+    return "", b"", ""
+
+
+def cancel(keys: Callable[[str], QueueKeys], names: Sequence[str], message_id: str) -> Plan[str]:
+    """Cancel ``message_id`` in the first of the partitions ``names`` that
+    knows it, each looked through as locate() says: "cancelled",
+    "stopping", the state it ended in, or "unknown" (cancel.lua). A message
+    that moved between the look and the script ("moved") is looked for
+    again, up to CANCEL_LOOKS times, the last as seen nowhere."""
+    for name in names:
+        k, answer = keys(name), "moved"
+        for look in range(defaults.CANCEL_LOOKS):
+            last = look == defaults.CANCEL_LOOKS - 1
+            seen, frame, holder = ("", b"", "") if last else (yield from locate(k, message_id))
+            [answer] = yield [scripts.cancel(k, message_id, seen, frame, holder)]
+            if _ok(answer) != "moved":
+                break
+        if answer != "unknown":
+            return str(answer)
+    return "unknown"
+
+
+def end(keys: Callable[[str], QueueKeys], name: str, message_id: str,
+        timeout_s: float) -> WaitPlan[Optional[Record]]:
+    """The record of ``message_id`` in partition ``name`` once it is final
+    (Record.final), or as it is when ``timeout_s`` passed first; None once
+    it is gone. Race-free: the record is read only once Redis confirmed the
+    subscription to its channel, so an end published after that read is
+    heard and one before it is read. A lost subscription is watched again
+    while the wait goes on; a refused one (an ACL: NOPERM) is a BrokerError
+    at once (watching again would be refused again)."""
+    deadline = time.monotonic() + timeout_s
+    channel = keys(name).tracked_channel(message_id)
+    while True:
+        w = yield Subscribe(channel, max(0.0, deadline - time.monotonic()))
+        record = yield from _watched(keys, name, message_id, deadline, w)
+        yield UNSUBSCRIBE
+        if w.refused is not None:
+            what = f"wait for message {message_id!r} of {name!r} (SUBSCRIBE {channel})"
+            raise translated(what, w.refused) or w.refused
+        if not (w.lost and record is not None and not record.final and time.monotonic() < deadline):
+            return record
+
+
+def _watched(keys: Callable[[str], QueueKeys], name: str, message_id: str, deadline: float,
+             watching: Watching) -> WaitPlan[Optional[Record]]:
+    """end() while subscribed: read the record, and while it may still change
+    and ``deadline`` (monotonic) is ahead, Pause until a change is published
+    (at most WAIT_SLICE_S) and read again; the record as read once
+    ``watching`` is lost."""
+    while True:
+        found = yield from find(keys, [name], message_id)
+        record = None if found is None else found[1]
+        if record is None or record.final:
+            return record
+        left = deadline - time.monotonic()
+        if left <= 0 or watching.lost:
+            return record
+        yield Pause(min(left, WAIT_SLICE_S))
