@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
 
         return Message
     if name == "Event":
-        from smqsup.store.ops.events import Event
+        from smqsup.store.core.event_entries import Event
 
         return Event
     if name in ("Reject", "Retry"):

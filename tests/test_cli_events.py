@@ -21,7 +21,7 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.launch.process import RedisServer
 from smqsup.store.broker import Broker
-from smqsup.store.ops.queues import Declared
+from smqsup.store.core.declared import Declared
 from tests.support import procs
 from tests.support.helpers import wait_for
 from tests.support.inproc import Running

@@ -18,7 +18,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import BrokerError, MessageError
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.broker import Broker
-from smqsup.store.ops.queues import Declared
+from smqsup.store.core.declared import Declared
 from tests.conftest import client_for
 from tests.support import clients
 from tests.support.helpers import redis_ms, servers_of, until, wait_for
@@ -247,7 +247,7 @@ def test_junk_in_the_declared_events_max_leaves_publishes_plain(new_producer: Ca
     {b"k": [[(b"1-0", {b"event": b"done"})]]}])
 def test_xread_replies_of_every_shape_read_alike(reply: Any) -> None:
     """XREAD as RESP2 lists, a RESP3 dict, or a RESP3 dict of wrapped lists: the same entries by key."""
-    from smqsup.store.ops.events import by_key
+    from smqsup.store.core.event_entries import by_key
     assert by_key(reply) == {"k": [(b"1-0", {b"event": b"done"})]} and by_key(None) == by_key([]) == {}
 
 

@@ -24,7 +24,7 @@ from smqsup.client.producer import Producer
 from smqsup.errors import MessageError
 from smqsup.keys import QueueKeys, partition_name
 from smqsup.store.broker import Broker
-from smqsup.store.ops.queues import Declared
+from smqsup.store.core.declared import Declared
 from tests.support.helpers import redis_ms, wait_for
 from tests.support.inproc import NS, Running
 

@@ -33,6 +33,11 @@ LAYERS: dict[str, int] = {
     "cli": 8,
 }
 FACE = {"smqsup", "smqsup.__main__"}
+#: The rooms of smqsup.store, lowest first, as LAYERS are: the Lua and its wrappers; what both drivers
+#: decide (no I/O); the two drivers, beside each other and never importing one another; the operation
+#: classes; the facade (store/*.py).
+STORE_ROOMS: dict[str, int] = {"scripts": 0, "core": 1, "sync": 2, "aio": 2, "ops": 3, "": 4}
+MAX_FOLDER_MODULES = 20
 MAX_TOP_LEVEL_FILES = 12
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 40
@@ -217,3 +222,54 @@ def test_each_module_opens_with_a_sentence_saying_what_it_is_for() -> None:
     """Every module has a docstring; its first line is not empty."""
     bare = [name for name, mod in modules().items() if not (ast.get_docstring(mod.tree) or "").strip()]
     assert bare == []
+
+
+def _store_room(name: str) -> str:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in STORE_ROOMS else ""
+
+
+def test_the_store_rooms_import_down_never_up_or_across() -> None:
+    """Inside smqsup.store: ops/ may use the drivers, core/ and scripts/; a driver (sync/, aio/) core/ and
+    scripts/, never the other driver nor ops/; core/ only scripts/: what decides has no I/O to reach for."""
+    store = {name: mod for name, mod in modules().items() if name.startswith("smqsup.store.")}
+    wrong = [f"{name} -> {target}"
+             for name, mod in store.items()
+             for target, _ in _internal_edges(mod)
+             if target.startswith("smqsup.store.") and _store_room(target) != _store_room(name)
+             and STORE_ROOMS[_store_room(target)] >= STORE_ROOMS[_store_room(name)]]
+    assert wrong == []
+
+
+def test_the_store_core_does_no_io() -> None:
+    """smqsup.store.core imports no network or thread module and no redis client (redis-py's exception
+    classes only), and never sleeps (it may read the monotonic clock): both drivers call it, so it must
+    neither block nor await."""
+    io = ("socket", "threading", "asyncio", "select", "redis.asyncio", "redis.client", "redis.cluster")
+    found = [f"{name} imports {target}" for name, mod in modules().items() if name.startswith("smqsup.store.core")
+             for target in mod.imports if target in io or (target == "redis" and "" in mod.imports[target])]
+    found += [f"{name}:{node.lineno} sleeps" for name, mod in modules().items() if name.startswith("smqsup.store.core")
+              for node in ast.walk(mod.tree) if isinstance(node, ast.Attribute) and node.attr == "sleep"]
+    assert found == []
+
+
+def test_no_folder_holds_more_than_twenty_modules() -> None:
+    """A room with more than twenty modules is two rooms: each package folder holds at most twenty."""
+    crowded = {str(init.parent.relative_to(PACKAGE.parent)): n for init in PACKAGE.rglob("__init__.py")
+               if (n := len([p for p in init.parent.glob("*.py") if p.name != "__init__.py"])) > MAX_FOLDER_MODULES}
+    assert crowded == {}
+
+
+def test_a_file_name_holds_one_role() -> None:
+    """No two modules share a file name, but an asyncio driver's module named for the one it mirrors
+    (store/aio/X.py beside store/ops/X.py, store/sync/X.py or store/X.py): a name found in a traceback or
+    a map says which module it is."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py") and path.parent.name != "aio":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    shared = {name: where for name, where in by_name.items() if len(where) > 1}
+    assert shared == {}
+    mirrors = [p.name for p in (PACKAGE / "store" / "aio").glob("*.py")
+               if p.name != "__init__.py" and p.name not in by_name]
+    assert mirrors == [], "a module of store/aio/ is named for the sync module it mirrors"

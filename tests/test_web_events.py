@@ -15,7 +15,7 @@ import redis
 from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys
 from smqsup.store.broker import Broker
-from smqsup.store.ops.queues import Declared
+from smqsup.store.core.declared import Declared
 from tests import test_browser
 from tests.support.webserver import WebServer
 from tests.test_browser import XSS, _count, _wait

@@ -27,7 +27,7 @@ from smqsup.client import since as since_rule
 
 if TYPE_CHECKING:
     from smqsup.store.broker import Broker
-    from smqsup.store.ops.events import Event
+    from smqsup.store.core.event_entries import Event
 
 #: Longest id, and longest datum, a text line shows, in characters.
 _ID_CHARS, _DATA_CHARS = 200, 2000

@@ -2,9 +2,13 @@
 
     your program ─▶ Producer.publish ─▶ options (checked) ─▶ message frame ─▶ store (publish*.lua)
 
+- producer_base.py: ``ProducerBase``, what both producers are, written once: their settings, from_config,
+  and publish() / publish_many(), which gather the options into a PublishOptions for the producer's sending.
 - producer.py: ``Producer``, the public API: publish one or many messages, with options, to a queue.
 - aio_producer.py: ``AsyncProducer``, the same API as coroutines for asyncio programs (sent through store/aio/broker.py),
   results, state and progress of tracked messages too.
+- publish_options.py: ``PublishOptions``, the options of one publish call in one frozen value.
+- outgoing.py: Outgoing (a publish call's messages, encoded) and Sending (one round trip of them).
 - publishing.py: what every producer shares, without I/O: argument checks, envelopes, the partition
   a message goes to, the errors of a failed send, the statistics a send carries.
 - batching.py: ``Batch``, a batch's handle (publish, publish_many, close) and its callbacks' frames.

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from smqsup.client.batching import Batch
 from smqsup.client.producer import Producer
+from smqsup.client.publish_options import PublishOptions
 from smqsup.errors import MessageError
 from smqsup.store.ops.batches import BatchStatus
 
@@ -42,8 +43,9 @@ class Steps:
                     self._producer._core.sent_spans = self._sent
             return self._producer
 
-    async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], **options: Any) -> str:
-        return await asyncio.to_thread(lambda: self.sync().publish(queue, body, headers, **options))
+    async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]],
+                      given: PublishOptions) -> str:
+        return await asyncio.to_thread(lambda: self.sync()._publish(queue, body, headers, given))
 
     async def chain(self, steps: Sequence[Any]) -> list[str]:
         return await asyncio.to_thread(lambda: self.sync().chain(steps))
@@ -87,19 +89,16 @@ class AsyncBatch:
 
     async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, **options: Any) -> str:
         """Batch.publish."""
-        batch = self._opened()
-        return await asyncio.to_thread(lambda: batch.publish(queue, body, headers, **options))
+        return await asyncio.to_thread(self._opened().publish, queue, body, headers, **options)
 
     async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None,
                            **options: Any) -> list[str]:
         """Batch.publish_many."""
-        batch, items = self._opened(), list(bodies)
-        return await asyncio.to_thread(lambda: batch.publish_many(queue, items, headers, **options))
+        return await asyncio.to_thread(self._opened().publish_many, queue, list(bodies), headers, **options)
 
     async def close(self) -> bool:
         """Batch.close: whether its callbacks were published now."""
-        batch = self._opened()
-        return await asyncio.to_thread(batch.close)
+        return await asyncio.to_thread(self._opened().close)
 
     async def __aenter__(self) -> "AsyncBatch":
         return await self.open()

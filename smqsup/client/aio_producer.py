@@ -18,26 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup import defaults, message
+from smqsup import message
 from smqsup.client import batching, results
 from smqsup.client.aio_flows import AsyncBatch, Steps
-from smqsup.client.checks import valid_url
 from smqsup.client.event_cursor import Reading
+from smqsup.client.outgoing import Outgoing, Sending
 from smqsup.client.producer import Producer
-from smqsup.client.publishing import Outgoing, Publishing, Sending, log
+from smqsup.client.producer_base import ProducerBase
+from smqsup.client.publish_options import PublishOptions
 from smqsup.errors import BrokerError
 from smqsup.store.aio.broker import AsyncBroker
+from smqsup.store.core.declared import NOTHING_DECLARED, Declared
+from smqsup.store.core.event_entries import BLOCK_SLICE_MS, Event
 from smqsup.store.core.records import Record
 from smqsup.store.ops.batches import BatchStatus
-from smqsup.store.ops.events import BLOCK_SLICE_MS, Event
-from smqsup.store.ops.queues import NOTHING_DECLARED, Declared
 
 
-class AsyncProducer:
+class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]]]):
     """Publishes JSON messages to queues from asyncio code; the Producer's
     arguments, options, checks and errors (see its docstrings), each method a
     coroutine. Made with no I/O (inside a running loop or not), it connects
@@ -51,98 +52,36 @@ class AsyncProducer:
     many MB still holds it for its own JSON time).
     Cancelling a publish leaves its messages as a lost reply would: maybe
     queued (the connection is dropped, never reused out of step).
+
+    Its arguments are the Producer's (``hooks``: their before_publish run on
+    the event loop, or with depends_on, chain and batches on the thread that
+    publishes those; ``tracing``: the span current in the calling task is
+    the parent). publish() and publish_many() return awaitables.
     """
 
-    def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
-                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
-                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
-                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
-                 hooks: Sequence[object] = (), tracing: bool = False) -> None:
-        """The Producer's arguments (``wait_replicas``: each publish returns
-        once that many replicas have its messages, else raises
-        PublishNotReplicated after ``wait_timeout`` seconds; ``hooks``: the
-        Producer's, their before_publish run on the event loop, or with
-        depends_on, chain and batches on the thread that publishes those; ``tracing``:
-        the Producer's, the span current in the calling task the parent)."""
-        core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
-                                       dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout, hooks=hooks, tracing=tracing)
-        self.namespace = core.namespace
-        self.dedup_ttl_s = core.dedup_ttl_s
-        self.max_message_size = core.max_message_size
-        self.id = core.id
-        self._broker = AsyncBroker(valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}",
-                                   stats=stats, wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
-        self._steps = Steps(lambda: Producer(url, namespace, max_message_size=max_message_size, stats=stats,
-                                             dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                             wait_timeout=wait_timeout, hooks=hooks, tracing=tracing),
-                            core.sent_spans)
+    def _open(self, url: str, namespace: str, settings: dict[str, Any]) -> None:
+        core = self._core
+        self._broker = AsyncBroker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=core.stats,
+                                   wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
+        self._steps = Steps(lambda: Producer(url, namespace, **settings), core.sent_spans)
 
-    @property
-    def published(self) -> int:
-        """Messages this producer has published (the statistics read it)."""
-        return self._core.published
-
-    @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = (),
-                    tracing: Optional[bool] = None) -> "AsyncProducer":
-        """A producer using exactly the Redis and namespace that queues.yaml at
-        ``path`` names (its embedded server must be running). Reads the file
-        at once: call it at start-up, not in a busy loop."""
-        from smqsup.config import model as config_mod
-        from smqsup.launch.embedded import redis_url
-
-        cfg = config_mod.load(path)
-        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
-                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks,
-                   tracing=any(q.tracing for q in cfg.queues.values()) if tracing is None else tracing)
-
-    async def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
-                      delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
-                      dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                      partition_key: Optional[str] = None, result_ttl: Any = None,
-                      dedup_until: Optional[str] = None, depends_on: Optional[Sequence[tuple[str, str]]] = None,
-                      on_parent_failure: str = "fail", group: Optional[str] = None) -> str:
-        """Producer.publish(): queue one message in one round trip; its id.
-        MessageError (raised before anything is sent) for a bad argument.
-        ``result_ttl`` (s; None: the queue's declared one; 0: not tracked):
-        keep its state, progress and outcome (result(), state(), progress()).
-        With ``depends_on``: the Producer's, on a thread (aio_flows.py)."""
-        if depends_on is not None:
-            return await self._steps.publish(
-                queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key, dedup_ttl=dedup_ttl,
-                ttl=ttl, message_id=message_id, partition_key=partition_key, result_ttl=result_ttl,
-                dedup_until=dedup_until, depends_on=depends_on, on_parent_failure=on_parent_failure, group=group)
+    async def _publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]],
+                       given: PublishOptions) -> str:
+        if given.depends_on is not None:  # the Producer's, on a thread (aio_flows.py)
+            return await self._steps.publish(queue, body, headers, given)
         with self._core.send_span(queue) as send:
             headers = send.headers(headers)  # (tracing on: its traceparent)
             async with self._broker.turns:
-                declared = await self._declared(queue)
-                out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority,
-                                     dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id,
-                                     partition_key=partition_key, result_ttl=result_ttl, declared=declared,
-                                     dedup_until=dedup_until, group=group)
-                ids = await self._deliver(out)
+                ids = await self._deliver(self._core.one(queue, body, headers, given, await self._declared(queue)))
             send.done(ids)
         return ids[0]
 
-    async def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
-                           delay: Any = None, at: Any = None, priority: int = 0,
-                           dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                           ttl: Any = None, partition_key: Optional[str] = None,
-                           result_ttl: Any = None, dedup_until: Optional[str] = None,
-                           group: Optional[str] = None) -> list[str]:
-        """Producer.publish_many(): queue many messages in one round trip
-        (one per partition for a sequence of dedup keys on a partitioned
-        queue); their ids in order."""
+    async def _publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]],
+                            given: PublishOptions) -> list[str]:
         with self._core.send_span(queue) as send:
             headers = send.headers(headers)  # (tracing on: its traceparent, in every message's headers)
             async with self._broker.turns:
-                declared = await self._declared(queue)
-                out = self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
-                                      dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl, partition_key=partition_key,
-                                      result_ttl=result_ttl, declared=declared, dedup_until=dedup_until, group=group)
-                ids = await self._deliver(out)
+                ids = await self._deliver(self._core.many(queue, bodies, headers, given, await self._declared(queue)))
             send.done(ids, many=True)
         return ids
 
@@ -236,39 +175,22 @@ class AsyncProducer:
         return await self._broker.tracking.find(await self._broker.partition_names(queue), message_id)
 
     async def _deliver(self, out: Outgoing) -> list[str]:
-        """Producer._deliver(), awaited: to its partitions side by side."""
-        core = self._core
+        """Producer._deliver(), awaited: to its partitions side by side (the
+        others' messages are sent whatever one of them meets)."""
         try:
-            count = await self._broker.partitions(out.queue)
+            count: "int | BrokerError" = await self._broker.partitions(out.queue)
         except BrokerError as exc:
-            count = core.uncounted(out.queue, out.ids, exc)
-        groups = core.route(out, count)
-        if len(groups) == 1:  # one round trip for them all: its error is the caller's (the usual case)
-            return await self._send(core.sending(out, *groups[0]))
-        # One round trip per partition, side by side; the others' messages
-        # are sent whatever one of them meets.
-        sendings = [core.sending(out, target, where) for target, where in groups]
-        replies = await asyncio.gather(*(self._send(s) for s in sendings), return_exceptions=True)
-        results: list[list[str] | BrokerError] = []
-        for reply in replies:
-            if isinstance(reply, BaseException) and not isinstance(reply, BrokerError):
-                raise reply
-            results.append(reply)
-        return core.merged(out, groups, results)
+            count = exc
+        sendings = self._core.sendings(out, count)
+        if len(sendings) == 1:  # one round trip for them all: its error is the caller's (the usual case)
+            return await self._send(sendings[0])
+        sent = await asyncio.gather(*(self._send(s) for s in sendings), return_exceptions=True)
+        return self._core.merged(out, sendings, sent)
 
     async def _send(self, s: Sending) -> list[str]:
         """Producer._send(), awaited."""
-        pairs: list[tuple[str, bool]] = []
-        try:
-            if s.options is None:
-                await self._broker.push(s.target, s.frames, register=s.register,  # type: ignore[arg-type]
-                                        producer=s.stats)
-            else:
-                pairs = await self._broker.push_with(s.target, s.frames, s.options,  # type: ignore[arg-type]
-                                                     register=s.register, producer=s.stats)
-        except BrokerError as exc:
-            self._core.failed(s, exc)
-            raise
+        with self._core.sending_of(s):
+            pairs = await self._broker.publish(s.target, s.frames, s.options, register=s.register, producer=s.stats)
         return self._core.sent(s, pairs)
 
     async def close(self) -> None:
@@ -276,11 +198,9 @@ class AsyncProducer:
         raised) and close the connections (the waits' subscription too)."""
         info = self._core.closing_stats()
         if info is not None:
-            try:
+            with self._core.flushing():
                 async with self._broker.turns:
                     await self._broker.producer_stats(self.id, info)
-            except BrokerError as exc:
-                self._core.not_flushed(exc)
         await self._steps.close()
         await self._broker.close()
 
@@ -291,9 +211,5 @@ class AsyncProducer:
                         tb: Optional[TracebackType]) -> None:
         """Close; an exception already in flight is the one the caller sees,
         never one from closing."""
-        try:
+        with self._core.closing_after(exc):
             await self.close()
-        except Exception:
-            if exc is None:
-                raise
-            log.debug("producer %s: closing after %s failed too", self.id, exc_type, exc_info=True)

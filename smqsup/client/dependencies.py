@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from smqsup import defaults, framing, message, safe
 from smqsup.client.checks import valid_name
-from smqsup.client.publishing import Outgoing
+from smqsup.client.outgoing import Outgoing
 from smqsup.errors import (
     BrokerConnectionError,
     BrokerError,

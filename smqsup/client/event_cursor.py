@@ -12,7 +12,7 @@ from typing import Any, Optional
 from smqsup.client import since as since_rule
 from smqsup.errors import BrokerConnectionError, MessageError
 from smqsup.store.broker import Broker
-from smqsup.store.ops.events import BLOCK_SLICE_MS, Event, cursor_after
+from smqsup.store.core.event_entries import BLOCK_SLICE_MS, Event, cursor_after
 
 
 class Reading:

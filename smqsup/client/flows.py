@@ -12,17 +12,15 @@ from typing import Any, Optional, Protocol
 
 from smqsup import defaults
 from smqsup.client import batching, dependencies
-from smqsup.client.publishing import Outgoing, Publishing, log
+from smqsup.client.outgoing import Outgoing
+from smqsup.client.publish_options import PublishOptions
+from smqsup.client.publishing import Publishing, log
 from smqsup.errors import BrokerError, MessageError
 from smqsup.ids import new_id
 from smqsup.store.broker import Broker
+from smqsup.store.core.declared import Declared
 from smqsup.store.ops.batches import public_id
-from smqsup.store.ops.queues import Declared
 from smqsup.store.ops.workflows import DEDUPLICATED, IN_USE
-
-#: publish()'s options as a call without any gives them (what Publishing.one and many need spelled out).
-_UNSET: dict[str, Any] = {"delay": None, "at": None, "priority": 0, "dedup_key": None, "dedup_ttl": None,
-                          "ttl": None, "partition_key": None}
 
 
 class Producer(Protocol):
@@ -66,7 +64,7 @@ def chain(producer: Producer, steps: Sequence[Any]) -> list[str]:
             raise MessageError(f"chain[{i}]: result_ttl 0, but the next step reads its result")
         dependencies.failure_rule(opts.get("on_parent_failure", "fail"))
         checked = {k: v for k, v in opts.items() if k not in ("headers", "on_parent_failure")}
-        producer._core.one(queue, body, opts.get("headers"), **{**_UNSET, "message_id": None, **checked},
+        producer._core.one(queue, body, opts.get("headers"), PublishOptions(**checked),
                            hooked=False)  # (a check: publish() below runs the hooks, once)
     ids: list[str] = []
     for i, (queue, body, opts) in enumerate(plan):
@@ -138,12 +136,11 @@ def members(producer: Producer, batch: batching.Batch, queue: str, bodies: Itera
     with producer._core.send_span(queue) as send:
         headers = send.headers(headers)  # (tracing on: its traceparent)
         count, said = producer._declared(queue)
-        kw: dict[str, Any] = {**_UNSET, **options}
+        given = PublishOptions(**options, link=batch.link)
         if many:
-            out = producer._core.many(queue, bodies, headers, declared=said, link=batch.link, **kw)
+            out = producer._core.many(queue, bodies, headers, given, said)
         else:
-            out = producer._core.one(queue, next(iter(bodies)), headers, message_id=None, declared=said,
-                                     link=batch.link, **kw)
+            out = producer._core.one(queue, next(iter(bodies)), headers, given, said)
         ids = producer._deliver(out, count)
         send.done(ids, many=many)
     producer._broker.batches.add(batch.home, batch.batch_id, ids)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import Any
 
 from smqsup import defaults, framing, safe
+from smqsup.client.publish_options import PublishOptions
 from smqsup.errors import MessageError
 from smqsup.store import scripts
 
@@ -137,10 +137,11 @@ def dedup_until(value: object, dedup_key: object, dedup_ttl: object) -> str:
     return str(value)
 
 
-def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = None, dedup_ttl: Any = None,
-          default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0, until: str = "",
-          link: str = "", group_: bytes = b"") -> scripts.Options:
-    """The checked options of one publish call, in the script's units."""
+def build(given: PublishOptions, *, default_dedup_ttl_s: float, result_ttl_s: int = 0, events_max: int = 0,
+          until: str = "", group_: bytes = b"") -> scripts.Options:
+    """The checked options of one publish call, in the script's units
+    (``until`` and ``group_`` checked by the caller: dedup_until(), group())."""
+    delay, at, ttl, dedup_ttl = given.delay, given.at, given.ttl, given.dedup_ttl
     if delay is not None and at is not None:
         raise MessageError("delay and at: give one of them, not both")
     # Rounded up: a message is never handed out before the time asked for.
@@ -148,11 +149,5 @@ def build(*, delay: Any = None, at: Any = None, priority_: Any = 0, ttl: Any = N
     at_ms = -1 if at is None else math.ceil(due_time(at) * 1000)
     ttl_ms = 0 if ttl is None else max(1, int(seconds(ttl, "ttl", zero_ok=False) * 1000))
     dedup_s = default_dedup_ttl_s if dedup_ttl is None else seconds(dedup_ttl, "dedup_ttl", zero_ok=False)
-    return scripts.Options(priority(priority_), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)), result_ttl_s,
-                           events_max, until, link, group_)
-
-
-def plain(delay: Any, at: Any, priority_: Any, ttl: Any, dedup: Any) -> bool:
-    """Whether a publish asks for nothing beyond today's fast path."""
-    return delay is None and at is None and ttl is None and dedup is None and type(priority_) is int \
-        and priority_ == 0
+    return scripts.Options(priority(given.priority), delay_ms, at_ms, ttl_ms, max(1, int(dedup_s * 1000)),
+                           result_ttl_s, events_max, until, given.link, group_)

@@ -21,20 +21,21 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from smqsup import defaults, message
+from smqsup import message
 from smqsup.client import batching, flows, results
-from smqsup.client.checks import valid_url
 from smqsup.client.event_cursor import Reading, read_on
-from smqsup.client.publishing import Outgoing, Publishing, Sending, log
+from smqsup.client.outgoing import Outgoing, Sending
+from smqsup.client.producer_base import ProducerBase
+from smqsup.client.publish_options import PublishOptions
 from smqsup.errors import BrokerError, MessageError
 from smqsup.store.broker import Broker
+from smqsup.store.core.declared import Declared
+from smqsup.store.core.event_entries import Event
 from smqsup.store.core.records import Record
 from smqsup.store.ops.batches import BatchStatus, parse_id
-from smqsup.store.ops.events import Event
-from smqsup.store.ops.queues import Declared
 
 
-class Producer:
+class Producer(ProducerBase[str, list[str]]):
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
 
@@ -79,75 +80,22 @@ class Producer:
     create a duplicate. Both derive from BrokerConnectionError.
     """
 
-    def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
-                 max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
-                 dedup_ttl: Any = defaults.DEDUP_TTL_S, dedup_ttls: Optional[Mapping[str, float]] = None,
-                 wait_replicas: int = 0, wait_timeout: Any = defaults.WAIT_TIMEOUT_S,
-                 hooks: Sequence[object] = (), tracing: bool = False) -> None:
-        """``dedup_ttl``: how long a dedup key holds when a publish gives
-        none; ``dedup_ttls``: the same per queue (from_config passes each
-        queue's ``dedup_ttl``). ``wait_replicas``: a publish returns only
-        once that many replicas of the master have its messages (WAIT),
-        else raises PublishNotReplicated after ``wait_timeout`` seconds
-        (the README says what each setting guarantees). ``hooks``: objects
-        whose ``before_publish(queue, body, headers)`` runs, in order, on
-        each message's own copy of its headers before it is encoded; one
-        that raises refuses the whole call (HookFailed, nothing sent;
-        client/publish_hooks.py). ``tracing``: a PRODUCER span "send QUEUE" around
-        each publish, its traceparent in the messages' headers (smqsup/tracing.py;
-        ConfigError without ``pip install 'smqsup[otel]'``)."""
-        core = self._core = Publishing(namespace, max_message_size=max_message_size, stats=stats,
-                                       dedup_ttl=dedup_ttl, dedup_ttls=dedup_ttls, wait_replicas=wait_replicas,
-                                       wait_timeout=wait_timeout, hooks=hooks, tracing=tracing)
-        self.namespace = core.namespace
-        self.dedup_ttl_s = core.dedup_ttl_s
-        self.max_message_size = core.max_message_size
-        self.id = core.id
-        self._broker = Broker(valid_url(url), namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=stats,
+    def _open(self, url: str, namespace: str, settings: dict[str, Any]) -> None:
+        core = self._core
+        self._broker = Broker(url, namespace, client_name=f"smqsup-producer-{os.getpid()}", stats=core.stats,
                               wait_replicas=core.wait_replicas, wait_timeout_s=core.wait_timeout_s)
-
-    @property
-    def published(self) -> int:
-        """Messages this producer has published (the statistics read it)."""
-        return self._core.published
 
     @property
     def _writers(self) -> dict[str, message.EnvelopeWriter]:
         return self._core.writers
 
-    @classmethod
-    def from_config(cls, path: "str | os.PathLike[str]", *, hooks: Sequence[object] = (),
-                    tracing: Optional[bool] = None) -> "Producer":
-        """A producer using exactly the Redis and namespace that queues.yaml at
-        ``path`` names (its embedded server must be running)."""
-        from smqsup.config import model as config_mod
-        from smqsup.launch.embedded import redis_url
-
-        cfg = config_mod.load(path)
-        return cls(redis_url(cfg), cfg.namespace, max_message_size=cfg.max_message_size_bytes, stats=cfg.stats,
-                   dedup_ttls={name: q.dedup_ttl_s for name, q in cfg.queues.items()},
-                   wait_replicas=cfg.redis.wait_replicas, wait_timeout=cfg.redis.wait_timeout_s, hooks=hooks,
-                   tracing=any(q.tracing for q in cfg.queues.values()) if tracing is None else tracing)
-
-    def publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]] = None, *,
-                delay: Any = None, at: Any = None, priority: int = 0, dedup_key: Optional[str] = None,
-                dedup_ttl: Any = None, ttl: Any = None, message_id: Optional[str] = None,
-                partition_key: Optional[str] = None, result_ttl: Any = None, dedup_until: Optional[str] = None,
-                depends_on: Optional[Sequence[tuple[str, str]]] = None, on_parent_failure: str = "fail",
-                group: Optional[str] = None) -> str:
-        """Queue one message in one round trip (with ``depends_on``, a few);
-        return its id. The options are the class docstring's. Raises
-        MessageError (bad queue name, not JSON, over max_message_size, a bad
-        option, a parent not known) before anything is sent,
-        PublishUncertain if the reply was lost."""
+    def _publish(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], given: PublishOptions) -> str:
         with self._core.send_span(queue) as send:
-            headers = send.headers(headers, depends_on)  # (tracing on: its traceparent; a child's, its parents')
+            headers = send.headers(headers, given.depends_on)  # (tracing on: its traceparent; a child's, its parents')
             count, said = self._declared(queue)
-            out = self._core.one(queue, body, headers, delay=delay, at=at, priority=priority, dedup_key=dedup_key,
-                                 dedup_ttl=dedup_ttl, ttl=ttl, message_id=message_id, partition_key=partition_key,
-                                 result_ttl=result_ttl, declared=said, dedup_until=dedup_until, group=group)
-            mid = flows.held(self, out, count, depends_on, on_parent_failure) if depends_on is not None \
-                else self._deliver(out, count)[0]
+            out = self._core.one(queue, body, headers, given, said)
+            mid = flows.held(self, out, count, given.depends_on, given.on_parent_failure) \
+                if given.depends_on is not None else self._deliver(out, count)[0]
             send.done([mid])
         return mid
 
@@ -186,35 +134,12 @@ class Producer:
         """Batch.close: whether its callbacks were published now."""
         return self._broker.batches.close(batch.home, batch.batch_id)
 
-    def publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]] = None, *,
-                     delay: Any = None, at: Any = None, priority: int = 0,
-                     dedup_key: "str | Sequence[Optional[str]] | None" = None, dedup_ttl: Any = None,
-                     ttl: Any = None, partition_key: Optional[str] = None, result_ttl: Any = None,
-                     dedup_until: Optional[str] = None, group: Optional[str] = None) -> list[str]:
-        """Queue many messages in one round trip; return their ids in order.
-        Every body is encoded and checked before anything is sent; a lost
-        reply raises PublishUncertain naming all of them.
-
-        The options are publish()'s, applied to every message. ``dedup_key``
-        is one key for all (so only the first message is queued, and every
-        id returned is its id) or a sequence of keys, one per body (None:
-        that body has none).
-
-        On a queue with partitions, all go to one partition with a
-        ``partition_key`` (its), a ``group`` (the group's) or one dedup key
-        for all (the key's); with a sequence of dedup keys each message goes
-        to its key's partition; otherwise they are spread over the
-        partitions as evenly as they go (consecutive runs, from the next
-        partition in turn). Each partition is one round trip, and an error
-        names the messages of the partition that failed (the others' are
-        queued)."""
+    def _publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]],
+                      given: PublishOptions) -> list[str]:
         with self._core.send_span(queue) as send:
             headers = send.headers(headers)  # (tracing on: its traceparent, in every message's headers)
             count, said = self._declared(queue)
-            ids = self._deliver(self._core.many(queue, bodies, headers, delay=delay, at=at, priority=priority,
-                                                dedup_key=dedup_key, dedup_ttl=dedup_ttl, ttl=ttl,
-                                                partition_key=partition_key, result_ttl=result_ttl,
-                                                declared=said, dedup_until=dedup_until, group=group), count)
+            ids = self._deliver(self._core.many(queue, bodies, headers, given, said), count)
             send.done(ids, many=True)
         return ids
 
@@ -289,36 +214,24 @@ class Producer:
         """Send ``out`` to its partitions (one round trip each, in turn), of
         which there are ``count`` (or the error reading it); the ids, as
         publishing.Publishing.merged says."""
-        core = self._core
-        if isinstance(count, BrokerError):
-            count = core.uncounted(out.queue, out.ids, count)
-        groups = core.route(out, count)
-        if len(groups) == 1:  # one round trip for them all: its error is the caller's (the usual case)
-            return self._send(core.sending(out, *groups[0]))
-        results: list[list[str] | BrokerError] = []
-        for target, where in groups:
-            try:
-                results.append(self._send(core.sending(out, target, where)))
-            except BrokerError as exc:  # the other partitions' messages are still sent
-                if len(groups) == 1:
-                    raise
-                results.append(exc)
-        return core.merged(out, groups, results)
+        sendings = self._core.sendings(out, count)
+        if len(sendings) == 1:  # one round trip for them all: its error is the caller's (the usual case)
+            return self._send(sendings[0])
+        return self._core.merged(out, sendings, [self._attempt(s) for s in sendings])
+
+    def _attempt(self, s: Sending) -> "list[str] | BrokerError":
+        """_send(), its store error returned: the other partitions' messages are still sent."""
+        try:
+            return self._send(s)
+        except BrokerError as exc:
+            return exc
 
     def _send(self, s: Sending) -> list[str]:
         """Publish the plain frames, or the items with options, of round trip
         ``s``; the ids (a deduplicated message's is the id holding its key)."""
-        pairs: list[tuple[str, bool]] = []
-        try:
-            if s.options is None:
-                self._broker.messages.push(s.target, s.frames, register=s.register,  # type: ignore[arg-type]
-                                           producer=s.stats)
-            else:
-                pairs = self._broker.messages.push_with(s.target, s.frames, s.options,  # type: ignore[arg-type]
-                                                        register=s.register, producer=s.stats)
-        except BrokerError as exc:
-            self._core.failed(s, exc)
-            raise
+        with self._core.sending_of(s):
+            pairs = self._broker.messages.publish(s.target, s.frames, s.options, register=s.register,
+                                                  producer=s.stats)
         return self._core.sent(s, pairs)
 
     def close(self) -> None:
@@ -331,10 +244,8 @@ class Producer:
         """
         info = self._core.closing_stats()
         if info is not None:
-            try:
+            with self._core.flushing():
                 self._broker.messages.producer_stats(self.id, info)
-            except BrokerError as exc:
-                self._core.not_flushed(exc)
         self._broker.close()
 
     def __enter__(self) -> "Producer":
@@ -344,9 +255,5 @@ class Producer:
                  tb: Optional[TracebackType]) -> None:
         """Close; an exception already in flight (PublishRefused...) is the
         one the caller sees, never one from closing."""
-        try:
+        with self._core.closing_after(exc):
             self.close()
-        except Exception:
-            if exc is None:
-                raise
-            log.debug("producer %s: closing after %s failed too", self.id, exc_type, exc_info=True)

@@ -17,14 +17,16 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Optional, Union, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Optional, cast
 
 from smqsup import defaults, framing, message
 from smqsup.client import options, spans
 from smqsup.client.checks import dedup_keys, materialise, one_error, valid_max_size, valid_name
+from smqsup.client.outgoing import Frames, Outgoing, Sending
 from smqsup.client.publish_hooks import PublishHooks
+from smqsup.client.publish_options import PublishOptions
 from smqsup.config import scalars
 from smqsup.errors import (
     BrokerConnectionError,
@@ -42,7 +44,7 @@ from smqsup.ids import new_id, new_ids
 from smqsup.keys import partition_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
-from smqsup.store.ops.queues import NOTHING_DECLARED, Declared
+from smqsup.store.core.declared import NOTHING_DECLARED, Declared
 
 #: The logger of every producer, sync or asyncio: one name, the Producer's
 #: module's (operators grep their logs by it).
@@ -51,42 +53,6 @@ log = logging.getLogger(LOGGER)
 
 #: Queues whose single-publish envelope writers a producer keeps at once (then forgets them all).
 WRITERS_KEPT = 1024
-
-#: Frames to send: plain frames, or (id, payload, dedup key) items sent with options.
-Frames = Union[list[bytes], list[tuple[str, bytes, Optional[str]]]]
-
-
-@dataclass
-class Outgoing:
-    """The messages of one publish call, checked and encoded, before a byte is sent."""
-
-    queue: str
-    ids: list[str]
-    frames: Frames
-    #: None: plain frames (publish.lua, or LPUSH); else the options of every item.
-    options: Optional[scripts.Options]
-    #: The partition key, if one was given.
-    by: Optional[str]
-    #: With options: each message's dedup key (None: none).
-    keys: list[Optional[str]]
-
-
-@dataclass
-class Sending:
-    """One round trip of an Outgoing: its messages bound for one partition."""
-
-    queue: str
-    target: str
-    frames: Frames
-    ids: list[str]
-    options: Optional[scripts.Options]
-    #: Whether the queue is to be added to the registry in the same round trip.
-    register: bool
-    #: The producer's statistics (id, JSON) riding along, or None.
-    stats: Optional[tuple[str, str]]
-    #: The monotonic time the statistics were read at.
-    now: float
-
 
 def _partition_key(partition_key: Any, group: Any) -> Optional[str]:
     """The checked partition key; MessageError with a group too (a group
@@ -136,51 +102,44 @@ class Publishing:
 
     # --- before sending: checks and envelopes ---------------------------------
 
-    def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], *, delay: Any, at: Any,
-            priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, message_id: Any,
-            partition_key: Any, result_ttl: Any = None, declared: Declared = NOTHING_DECLARED,
-            dedup_until: Any = None, link: str = "", group: Any = None, hooked: bool = True) -> Outgoing:
+    def one(self, queue: str, body: Any, headers: Optional[Mapping[str, Any]], given: PublishOptions,
+            declared: Declared = NOTHING_DECLARED, hooked: bool = True) -> Outgoing:
         """publish()'s message, checked and encoded (MessageError before
-        anything is sent); tracked for ``result_ttl``, or, when that is
-        None, for the queue's declared result_ttl (0: not tracked); with
-        events when the queue declared them; a member of batch ``link``
-        ("HOME\tBID") if given; of message group ``group`` if given.
-        ``hooked`` False: the before_publish hooks do not run (a check
-        only, of a message publish() then sends)."""
+        anything is sent); tracked for ``given.result_ttl``, or, when that
+        is None, for the queue's declared result_ttl (0: not tracked); with
+        events when the queue declared them; a member of batch
+        ``given.link`` ("HOME\tBID") if given; of message group
+        ``given.group`` if given. ``hooked`` False: the before_publish hooks
+        do not run (a check only, of a message publish() then sends)."""
         self.check_queue(queue)
-        by = _partition_key(partition_key, group)
+        by = _partition_key(given.partition_key, given.group)
         if self.hooks is not None and hooked:
             headers = self.hooks.headers(queue, body, headers)
-        kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
-        if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None and dedup_until is None and not link and group is None:
-            if headers is None and message_id is None:  # the envelope's fixed parts encoded once per queue
+        kept = declared.result_ttl_s if given.result_ttl is None else options.result_ttl(given.result_ttl)
+        if not kept and not declared.events_max and given.plain():
+            if headers is None and given.message_id is None:  # the envelope's fixed parts encoded once per queue
                 mid = new_id()
                 payload = self._writer(queue).payload(mid, body, created_at=time.time())
             else:
-                mid, payload = message.encode_payload(queue, body, headers=headers, message_id=message_id,
+                mid, payload = message.encode_payload(queue, body, headers=headers, message_id=given.message_id,
                                                       max_size_bytes=self.max_message_size)
             return Outgoing(queue, [mid], [framing.frame(payload)], None, by, [])
-        keys = [None if dedup_key is None else options.dedup_key(dedup_key)]
-        mid = message.check_message_id(message_id) if message_id is not None else new_id()
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
-                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
+        keys = [None if given.dedup_key is None else options.dedup_key(given.dedup_key)]
+        mid = message.check_message_id(given.message_id) if given.message_id is not None else new_id()
+        opts = self._options(queue, given, kept, declared.events_max)
         return self._with_options(queue, [body], [mid], headers, keys, opts, by)
 
-    def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], *, delay: Any,
-             at: Any, priority: Any, dedup_key: Any, dedup_ttl: Any, ttl: Any, partition_key: Any,
-             result_ttl: Any = None, declared: Declared = NOTHING_DECLARED, dedup_until: Any = None,
-             link: str = "", group: Any = None) -> Outgoing:
+    def many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]], given: PublishOptions,
+             declared: Declared = NOTHING_DECLARED) -> Outgoing:
         """publish_many()'s messages, checked and encoded (every body before
         anything is sent); tracked, members of a batch, and of a group, as
         one() says."""
         self.check_queue(queue)
-        by = _partition_key(partition_key, group)
+        by = _partition_key(given.partition_key, given.group)
         items = materialise(queue, bodies)
-        kept = declared.result_ttl_s if result_ttl is None else options.result_ttl(result_ttl)
+        kept = declared.result_ttl_s if given.result_ttl is None else options.result_ttl(given.result_ttl)
         hooked = None if self.hooks is None else self.hooks.writers(queue, items, headers, self.max_message_size)
-        if not kept and not declared.events_max and options.plain(delay, at, priority, ttl, dedup_key) \
-                and dedup_ttl is None and dedup_until is None and not link and group is None:
+        if not kept and not declared.events_max and given.plain():
             ids = new_ids(len(items))
             if hooked is not None:  # (a writer per set of headers the hooks made)
                 frames = [b"0|" + payload(mid, body) for payload, mid, body in zip(hooked, ids, items)]
@@ -188,9 +147,8 @@ class Publishing:
                 payload = message.EnvelopeWriter(queue, headers, self.max_message_size).payload
                 frames = [b"0|" + payload(mid, body) for mid, body in zip(ids, items)]
             return Outgoing(queue, ids, frames, None, by, [])
-        keys = dedup_keys(dedup_key, len(items))
-        opts = self._options(queue, delay, at, priority, ttl, dedup_key, dedup_ttl, kept, declared.events_max,
-                             options.dedup_until(dedup_until, dedup_key, dedup_ttl), link, group)
+        keys = dedup_keys(given.dedup_key, len(items))
+        opts = self._options(queue, given, kept, declared.events_max)
         return self._with_options(queue, items, new_ids(len(items)), headers, keys, opts, by, hooked)
 
     def send_span(self, queue: str) -> Any:
@@ -203,15 +161,15 @@ class Publishing:
         if not isinstance(queue, str) or queue not in self.registered:
             valid_name(queue, "queue")
 
-    def _options(self, queue: str, delay: Any, at: Any, priority: Any, ttl: Any, dedup_key: Any,
-                 dedup_ttl: Any, kept: int, events_max: int = 0, until: str = "", link: str = "",
-                 group: Any = None) -> scripts.Options:
-        if dedup_ttl is not None and dedup_key is None:
+    def _options(self, queue: str, given: PublishOptions, kept: int, events_max: int) -> scripts.Options:
+        """``given`` in the script's units, checked in the order the
+        Producer's docstring names them (the first bad one raises)."""
+        until = options.dedup_until(given.dedup_until, given.dedup_key, given.dedup_ttl)
+        group_ = b"" if given.group is None else options.group(given.group)
+        if given.dedup_ttl is not None and given.dedup_key is None:
             raise MessageError("dedup_ttl: given without dedup_key (it is how long a dedup key holds)")
-        return options.build(delay=delay, at=at, priority_=priority, ttl=ttl, dedup_ttl=dedup_ttl,
-                             default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s), result_ttl_s=kept,
-                             events_max=events_max, until=until, link=link,
-                             group_=b"" if group is None else options.group(group))
+        return options.build(given, default_dedup_ttl_s=self.dedup_ttls.get(queue, self.dedup_ttl_s),
+                             result_ttl_s=kept, events_max=events_max, until=until, group_=group_)
 
     def _with_options(self, queue: str, bodies: list[Any], ids: list[str], headers: Optional[Mapping[str, Any]],
                       keys: list[Optional[str]], opts: scripts.Options, by: Optional[str],
@@ -307,7 +265,25 @@ class Publishing:
             # Taken now, so that sends in flight together (asyncio) carry one
             # flush between them; given back if this one fails (failed()).
             self._next_flush = now + 1.0
-        return Sending(out.queue, target, cast(Frames, frames), ids, out.options, register, stats, now)
+        return Sending(out.queue, target, cast(Frames, frames), ids, out.options, register, stats, now, where)
+
+    def sendings(self, out: Outgoing, count: "int | BrokerError") -> list[Sending]:
+        """The round trips of ``out`` to a queue of ``count`` partitions (or
+        the error reading that count: uncounted() says what then), one per
+        partition its messages go to (route())."""
+        if isinstance(count, BrokerError):
+            count = self.uncounted(out.queue, out.ids, count)
+        return [self.sending(out, target, where) for target, where in self.route(out, count)]
+
+    @contextmanager
+    def sending_of(self, s: Sending) -> Iterator[None]:
+        """Around the store's publish of round trip ``s``: its error raised
+        as the publish error failed() makes of it."""
+        try:
+            yield
+        except BrokerError as exc:
+            self.failed(s, exc)
+            raise
 
     def sent(self, s: Sending, pairs: list[tuple[str, bool]]) -> list[str]:
         """Count a round trip that went through; the ids it returns (for
@@ -339,20 +315,22 @@ class Publishing:
             raise PublishUncertain(f"{exc} (messages {ids[0]}..{ids[-1]} may or may not be queued)", ids) from exc
 
     @staticmethod
-    def merged(out: Outgoing, groups: list[tuple[str, list[int]]],
-               results: "list[list[str] | BrokerError]") -> list[str]:
-        """The ids of ``out`` once each of its ``groups`` was sent (its
-        result: the ids returned, or the error it raised); one_error()'s
-        error if any failed (the others' messages are queued)."""
-        if len(results) == 1 and not isinstance(results[0], BrokerError):
+    def merged(out: Outgoing, sendings: Sequence[Sending], results: "Sequence[list[str] | BaseException]") -> list[str]:
+        """The ids of ``out`` once each of its ``sendings`` was sent (its
+        result: the ids returned, or the store error it raised; any other
+        exception is raised as it is); one_error()'s error if any failed
+        (the others' messages are queued)."""
+        if len(results) == 1 and isinstance(results[0], list):
             return results[0]  # one round trip for all of them (sent()'s ids, in their order): the usual case
         ids = list(out.ids)
         failed: list[tuple[BrokerError, list[str]]] = []
-        for (_, where), result in zip(groups, results):
-            if isinstance(result, BrokerError):
-                failed.append((result, [out.ids[i] for i in where]))
+        for s, result in zip(sendings, results):
+            if isinstance(result, BaseException):
+                if not isinstance(result, BrokerError):
+                    raise result
+                failed.append((result, s.ids))
                 continue
-            for i, mid in zip(where, result):
+            for i, mid in zip(s.where, result):
                 ids[i] = mid
         if failed:
             raise one_error(failed)
@@ -373,6 +351,27 @@ class Publishing:
     def closing_stats(self) -> Optional[str]:
         """The statistics to flush at close, or None (none kept, nothing published)."""
         return self.stats_json(time.monotonic(), 0) if self.stats and self.published else None
+
+    @contextmanager
+    def flushing(self) -> Iterator[None]:
+        """Around the statistics flush at close: a store error is said
+        (not_flushed()), never raised."""
+        try:
+            yield
+        except BrokerError as exc:
+            self.not_flushed(exc)
+
+    @contextmanager
+    def closing_after(self, exc: Optional[BaseException]) -> Iterator[None]:
+        """Around a producer's close at the end of a ``with`` block: an
+        exception already in flight (``exc``, PublishRefused...) is the one
+        the caller sees, never one from closing (logged at debug level)."""
+        try:
+            yield
+        except Exception:
+            if exc is None:
+                raise
+            log.debug("producer %s: closing after %r failed too", self.id, exc, exc_info=True)
 
     def not_flushed(self, exc: BrokerError) -> None:
         """Say that the statistics flush at close failed: never raised (the

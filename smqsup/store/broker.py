@@ -16,7 +16,7 @@ one attribute each, all sharing the Broker's one session.Session:
     broker.lags         the lag of queues: their oldest ready message's age (lag.py)
     broker.supervisors  what each supervisor says of its consumers of a queue (supervisors.py)
 
-Every operation turns redis-py's errors into smqsup's (connection.wrapped).
+Every operation turns redis-py's errors into smqsup's (core/failures.py: wrapped).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from redis.cluster import RedisCluster
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
+from smqsup.store.core.failures import wrapped
 from smqsup.store.ops.batches import Batches
 from smqsup.store.ops.contents import Contents
 from smqsup.store.ops.control import Control
@@ -41,7 +42,7 @@ from smqsup.store.ops.statistics import Statistics
 from smqsup.store.ops.supervisors import Supervisors
 from smqsup.store.ops.tracking import Tracking
 from smqsup.store.ops.workflows import Workflows
-from smqsup.store.sync.connection import check_server, wrapped
+from smqsup.store.sync.connection import check_server
 from smqsup.store.sync.session import Session
 
 

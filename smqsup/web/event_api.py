@@ -20,7 +20,8 @@ from typing import Any
 
 from smqsup.errors import ConfigError
 from smqsup.store.broker import Broker
-from smqsup.store.ops.events import Event, Events, sort_key
+from smqsup.store.core.event_entries import Event, sort_key
+from smqsup.store.ops.events import Events
 
 
 def page(broker: Broker, queue: str, after: "dict[int, str] | None", limit: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from smqsup.config.model import QueueConfig
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store.broker import Broker
 from smqsup.store.core.consumer_info import ConsumerInfo
-from smqsup.store.ops.queues import Declared
+from smqsup.store.core.declared import Declared
 from smqsup.worker.consumer_state import Identity
 from smqsup.worker.fetching import Fetcher
 from smqsup.worker.runners import sleep_unless

@@ -74,6 +74,7 @@ import supervisor as supbench  # noqa: E402  (tests/bench/supervisor.py: Supervi
 from smqsup import framing  # noqa: E402
 from smqsup.client import options  # noqa: E402
 from smqsup.client.producer import Producer  # noqa: E402
+from smqsup.client.publish_options import PublishOptions  # noqa: E402
 from smqsup.keys import QueueKeys  # noqa: E402
 
 NS = common.NAMESPACE
@@ -190,7 +191,7 @@ def scheduled(rig: Rig, args: argparse.Namespace) -> list[Scheduled]:
 
     def send(n: int) -> None:
         delay = delays_ms[n] / 1000.0
-        d = options.build(delay=delay, default_dedup_ttl_s=1.0).delay_ms
+        d = options.build(PublishOptions(delay=delay), default_dedup_ttl_s=1.0).delay_ms
         before = redis_now(rig.client)
         mid = rig.producer.publish(QUEUE, {"n": n}, delay=delay)
         low = before // 1_000_000 + d

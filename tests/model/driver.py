@@ -24,8 +24,8 @@ from smqsup.keys import QueueKeys, logical_name, partition_names
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
 from smqsup.store.core.consumer_info import ConsumerInfo
+from smqsup.store.core.declared import Declared
 from smqsup.store.ops import events
-from smqsup.store.ops.queues import Declared
 from smqsup.store.ops.tracking import Record, parse
 from smqsup.views import browse
 

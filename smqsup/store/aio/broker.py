@@ -1,10 +1,10 @@
 """The asyncio way to Redis, for the AsyncProducer (client/aio_producer.py): a
 redis.asyncio client (one server, Sentinel, or a Redis Cluster whose every
 command goes to the master of its key's hash tag) and the publish operations
-of store/ops/messages.py, sending the same commands (messages.publish_batch),
-redis-py's errors wrapped into smqsup's (connection.wrapped).
+of store/ops/messages.py, running the same plan (core/publish_plan.py),
+redis-py's errors wrapped into smqsup's (core/failures.py: wrapped).
 
-    AsyncBroker.push / push_with ─▶ scripts.Batch ─▶ _send: one write on a connection of the pool,
+    AsyncBroker.publish ─▶ pushed() ─▶ scripts.Batch ─▶ _send: one write on a connection of the pool,
         or per master (aio/cluster.py) ─▶ EVALSHA; what NOSCRIPT refused again by EVAL, then the WAITs
     AsyncBroker.tracking ─▶ tracked messages read through _send, waited for on one subscription
         connection of its own (aio/tracking.py, aio/subscriber.py)
@@ -12,7 +12,7 @@ redis-py's errors wrapped into smqsup's (connection.wrapped).
 As in connection.py, nothing is retried after a connection error (the
 command may have run): a failure to connect before sending is NotSent, one
 after is the caller's to find out about. A refusal by a cluster redirection
-(it did not run) is sent again for up to cluster.REDIRECT_PATIENCE_S
+(it did not run) is sent again for up to routing.REDIRECT_PATIENCE_S
 (aio/cluster.py).
 Its callers take turns (AsyncBroker.turns): at most AIO_ROUND_TRIPS
 operations in flight at once, each on a connection of its own (per master),
@@ -22,10 +22,10 @@ however many publishes are awaited together.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
-import time
 from collections.abc import Sequence
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import redis.asyncio as aredis
 import redis.exceptions as rexc
@@ -34,41 +34,33 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from smqsup import defaults, safe
-from smqsup.errors import BrokerError, NotReplicated, PushRefused
-from smqsup.keys import QueueKeys, partition_names
+from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
 from smqsup.store import scripts
 from smqsup.store.aio.cluster import LOST, AsyncRouter, deliver
 from smqsup.store.aio.events import AsyncEvents
-from smqsup.store.aio.tracking import AsyncTracking
-from smqsup.store.ops.messages import (
-    PRODUCER_TTL_MS,
-    PUBLISH_CHUNK,
-    flat_pairs,
-    option_calls,
-    plain_calls,
-    publish_batch,
-    publish_replies,
-    published,
-)
-from smqsup.store.ops.queues import DECLARED_FIELDS, NOTHING_DECLARED, Declared, partition_count
-from smqsup.store.sync import connection
-from smqsup.store.sync.connection import NotSent, wrapped
-from smqsup.store.sync.session import UNREACHABLE, confirmed
+from smqsup.store.aio.tracking import AsyncTracking, run
+from smqsup.store.core import urls
+from smqsup.store.core.declared import NOTHING_DECLARED, Declared, PartitionCache, partitions
+from smqsup.store.core.failures import NotSent, wrapped
+from smqsup.store.core.keycache import KeyCache
+from smqsup.store.core.publish_plan import PRODUCER_TTL_MS, pushed
+
+log = logging.getLogger(__name__)
 
 
 def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = defaults.SOCKET_TIMEOUT_S,
             connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S) -> tuple[Any, list[Any]]:
     """(a redis.asyncio client for ``url``, the other clients to close with
-    it: a Sentinel's), for the urls connection.connect() takes, retries
+    it: a Sentinel's), for the urls sync/connection.py's connect() takes, retries
     off. No I/O: a cluster reads its slot map at the first command. A bad
-    url is the ConfigError connection.connect() raises."""
+    url is the ConfigError sync/connection.py's connect() raises."""
     safe.register_url(url)
     options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_timeout": socket_timeout_s,
                                "socket_connect_timeout": connect_timeout_s, "health_check_interval": 0,
-                               **connection.library()}
+                               **urls.library()}
     try:
-        if connection.is_cluster_url(url):
+        if urls.is_cluster_url(url):
             return _cluster_client(url, options, client_name), []
         if client_name:
             options["redis_connect_func"] = _handshake(client_name)
@@ -76,7 +68,7 @@ def connect(url: str, *, client_name: Optional[str], socket_timeout_s: float = d
             return _sentinel_client(url, options)
         return _one_client(url, options), []
     except (TypeError, ValueError, rexc.RedisError) as exc:
-        raise connection.url_error(url, exc) from None
+        raise urls.url_error(url, exc) from None
 
 
 def _one_client(url: str, options: dict[str, Any]) -> Any:
@@ -87,13 +79,13 @@ def _one_client(url: str, options: dict[str, Any]) -> Any:
     client = aredis.Redis.from_url(url, **options)
     pool = client.connection_pool
     pool.connection_class(**pool.connection_kwargs)
-    connection.check_numbers(pool.connection_kwargs)
+    urls.check_numbers(pool.connection_kwargs)
     return client
 
 
 def _cluster_client(url: str, options: dict[str, Any], client_name: Optional[str]) -> Any:
-    """A RedisCluster client for the seeds of a cluster url (connection.cluster_seeds)."""
-    first, seeds = connection.cluster_seeds(url)
+    """A RedisCluster client for the seeds of a cluster url (urls.cluster_seeds)."""
+    first, seeds = urls.cluster_seeds(url)
     _one_client(first, options)  # the options checked as a one-server url's are
     nodes = [acluster.ClusterNode(host, port) for host, port in seeds]
     client = acluster.RedisCluster.from_url(first, startup_nodes=nodes, **options)
@@ -107,8 +99,8 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> tuple[Any, list[Any]]
     """The master of a sentinel:// url, and the Sentinels' clients."""
     from redis.asyncio.sentinel import Sentinel
 
-    hosts, service, db, password = connection.sentinel_address(url)
-    watchers = {"socket_timeout": options["socket_connect_timeout"], **connection.library()}
+    hosts, service, db, password = urls.sentinel_address(url)
+    watchers = {"socket_timeout": options["socket_connect_timeout"], **urls.library()}
     make: Any = Sentinel  # redis-py before 8 leaves Sentinel untyped, 8 types it
     sentinel = make(hosts, sentinel_kwargs=watchers, **options)
     return sentinel.master_for(service, db=db, password=password), list(sentinel.sentinels)
@@ -123,7 +115,7 @@ def _handshake(client_name: str) -> Any:
             await conn.send_command("CLIENT", "SETNAME", client_name)
             await conn.read_response()
         except rexc.ResponseError as exc:
-            warn_once(connection.log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections "
+            warn_once(log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections "
                       "stay unnamed (grant +client|setname to name them)", exc)
     return on_connect
 
@@ -145,32 +137,25 @@ class AsyncBroker:
         self.client, self._others = connect(url, client_name=client_name, socket_timeout_s=socket_timeout_s)
         #: A cluster's router (None on one server).
         self._router = AsyncRouter(self.client) if isinstance(self.client, acluster.RedisCluster) else None
-        self._keys: dict[str, QueueKeys] = {}
-        #: queue -> (partitions, monotonic time read), as store.queues.Queues keeps them.
-        self._partitions: dict[str, tuple[int, float]] = {}
+        #: Each queue's keys, made once: ``self.keys(queue)``.
+        self.keys = KeyCache(namespace)
+        #: Each queue's partition count and declared options, as ops/queues.py keeps them.
+        self._cache = PartitionCache()
         #: queue -> its count being read (by the first publish that missed it).
         self._reading: dict[str, asyncio.Future[int]] = {}
-        #: What each queue's consumers declared for producers, read with its partitions.
-        self._declared: dict[str, Declared] = {}
         #: Held by each caller across its operations (a publish: encode, count, send):
         #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
         self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
         self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener)
-        self.events = AsyncEvents(self.client, self.keys, self._router is not None, self.turns)
-
-    def keys(self, queue: str) -> QueueKeys:
-        k = self._keys.get(queue)
-        if k is None:
-            k = self._keys[queue] = QueueKeys(self.namespace, queue)
-        return k
+        self.events = AsyncEvents(self.client, self._send, self.keys, self._router is not None, self.turns)
 
     async def partitions(self, queue: str, *, fresh: bool = False) -> int:
         """store.queues.Queues.partitions(), the count read again at most every
         PARTITIONS_READ_S (at once when ``fresh``); publishes awaited
         together share one reading."""
-        known = self._partitions.get(queue)
-        if not fresh and known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
-            return known[0]
+        known = self._cache.fresh(queue, fresh)
+        if known is not None:
+            return known
         reading = self._reading.get(queue)
         if reading is None:
             reading = self._reading[queue] = asyncio.ensure_future(self._read_partitions(queue))
@@ -187,20 +172,9 @@ class AsyncBroker:
 
     async def _read_partitions(self, queue: str) -> int:
         """Read ``queue``'s partition count and declared options in one
-        round trip, as store.queues.Queues.partitions() does."""
-        k = self.keys(queue)
-        batch = scripts.Batch(self.client)
-        batch.command("GET", k.partitions)
-        batch.command("HMGET", k.options, *DECLARED_FIELDS)
-        with wrapped(f"read the partitions of {queue!r}"):
-            raw, said = await self._send(batch)
-            if isinstance(said, UNREACHABLE):
-                raise said
-            self._declared[queue] = Declared.read(said)
-            if isinstance(raw, Exception):
-                raise raw
-        self._partitions[queue] = (partition_count(raw), time.monotonic())
-        return self._partitions[queue][0]
+        round trip (core/declared.py's plan, as ops/queues.py runs it)."""
+        plan = partitions(self._cache, self.keys(queue), queue)
+        return await run(plan, f"read the partitions of {queue!r}", self.client, self._send)
 
     async def declared(self, queue: str) -> Declared:
         """store.queues.Queues.declared(): what ``queue``'s consumers
@@ -209,18 +183,18 @@ class AsyncBroker:
         try:
             await self.partitions(queue)
         except BrokerError:
-            if queue not in self._declared:
+            if queue not in self._cache.declared:
                 raise
-        return self._declared.get(queue, NOTHING_DECLARED)
+        return self._cache.declared.get(queue, NOTHING_DECLARED)
 
     async def partition_names(self, queue: str) -> list[str]:
         """store.queues.Queues.partition_names(): never raises (with Redis
         unreachable, the count read last)."""
         try:
-            n = await self.partitions(queue)
+            n: Optional[int] = await self.partitions(queue)
         except BrokerError:
-            n = self._partitions.get(queue, (1, 0.0))[0]
-        return partition_names(queue, n)
+            n = None
+        return self._cache.names(queue, n)
 
     async def _listener(self) -> Any:
         """A connection of its own (no pool's, not connected yet) for the
@@ -232,38 +206,11 @@ class AsyncBroker:
         node = random.choice(self.client.get_primaries())
         return node.connection_class(**node.connection_kwargs)
 
-    async def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
-                   producer: Optional[tuple[str, str]] = None) -> None:
-        """store.messages.Messages.push(): alone (no registry, no statistics),
-        LPUSH with the count pipelined behind it; else publish.lua calls."""
-        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-            k = self.keys(queue)
-            batch = scripts.Batch(self.client)
-            batch.command("LPUSH", k.pending, *frames)
-            if self.stats:
-                batch.command("HINCRBY", k.counters, "published", len(frames))
-            await self._alone(queue, batch, len(frames))
-            return
-        await self._publish(*plain_calls(self.keys(queue), frames, self.stats), queue, register=register,
-                            producer=producer)
-
-    async def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]],
-                        options: scripts.Options, *, register: bool,
-                        producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
-        """store.messages.Messages.push_with(): per item, (its id, True) when
-        queued, (the id holding its dedup key, False) when not."""
-        keys = self.keys(queue)
-        if not register and producer is None and len(items) <= PUBLISH_CHUNK:
-            batch = scripts.Batch(self.client)
-            batch.add(scripts.publish_options(keys, items, options, self.stats))
-            return cast("list[tuple[str, bool]]", await self._alone(queue, batch, len(items)))
-        try:
-            replies = await self._publish(*option_calls(keys, items, options, self.stats), queue,
-                                          register=register, producer=producer)
-        except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
-            exc.result = flat_pairs(exc.result)
-            raise
-        return flat_pairs(replies)
+    async def publish(self, queue: str, frames: Sequence[Any], options: Optional[scripts.Options], *,
+                      register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
+        """Messages.publish() on redis.asyncio: the same plan (publish_plan.pushed()), sent here."""
+        plan = pushed(self, queue, frames, options, register=register, producer=producer)
+        return await run(plan, f"publish to {queue!r}", self.client, self._send)
 
     async def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""
@@ -281,36 +228,6 @@ class AsyncBroker:
             await client.aclose()
 
     # --- round trips ---------------------------------------------------------------
-
-    async def _alone(self, queue: str, batch: scripts.Batch, count: int) -> Any:
-        """Send one publish command (and its count) with, with wait_replicas,
-        a WAIT behind it on the same connection; the publish's reply.
-        PushRefused if Redis refused it (it wrote nothing), NotReplicated
-        if too few replicas confirmed it."""
-        if self.wait_replicas:
-            batch.command("WAIT", self.wait_replicas, self.wait_timeout_ms, route=self.keys(queue).pending)
-        with wrapped(f"publish to {queue!r}"):
-            replies = await self._send(batch)
-            first = replies[0]
-            if isinstance(first, UNREACHABLE):
-                raise first
-            if isinstance(first, rexc.ResponseError):
-                raise PushRefused(f"publish to {queue!r}: Redis refused it: {first}", [False] * count)
-        if not self.wait_replicas:
-            return first
-        return confirmed(queue, first, replies[-1], self.wait_replicas, self.wait_timeout_ms)
-
-    async def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *,
-                       register: bool, producer: Optional[tuple[str, str]]) -> list[Any]:
-        """store.messages.Messages._publish(): the same batch, sent here."""
-        sent = publish_batch(scripts.Batch(self.client), self, queue, calls, register=register, producer=producer)
-        with wrapped(f"publish to {queue!r}"):
-            results = await self._send(sent.batch)
-            replies = publish_replies(sent, results)
-        published(sent, queue, sizes, replies, results)
-        if self.wait_replicas:
-            confirmed(queue, replies, results[sent.waited], self.wait_replicas, self.wait_timeout_ms)
-        return replies
 
     async def _send(self, batch: scripts.Batch) -> list[Any]:
         """Send ``batch``: its replies in order, error replies left in place.

@@ -1,8 +1,8 @@
 """Redis Cluster on redis.asyncio, for store/aio/broker.py: the slot map kept
-right and a batch sent per master (cluster.py's Router and send(), for
+right and a batch sent per master (sync/cluster.py's Router and send(), for
 coroutines), and the one round trip on a connection both modules make.
 
-The rules are cluster.py's: a command a redirection refused (it did not
+The rules are core/routing.py's: a command a redirection refused (it did not
 run) is sent again after following it, for up to REDIRECT_PATIENCE_S; a
 connection error is never retried (the command may have run), it marks the
 slot map stale, read again before the next command.
@@ -18,8 +18,8 @@ from typing import Any, cast
 import redis.exceptions as rexc
 
 from smqsup.store import scripts
-from smqsup.store.sync import cluster
-from smqsup.store.sync.connection import NotSent
+from smqsup.store.core import routing
+from smqsup.store.core.failures import REDIRECTIONS, NotSent
 
 #: Errors of a connection (after which it is not used again as it is).
 LOST = (rexc.ConnectionError, rexc.TimeoutError, OSError)
@@ -88,7 +88,7 @@ class AsyncRouter:
         self._map_stale = False
 
     async def send(self, batch: scripts.Batch) -> list[Any]:
-        """cluster.send() on redis.asyncio: the commands grouped by the
+        """sync/cluster.py's send() on redis.asyncio: the commands grouped by the
         master of their key, each group in one round trip (the groups at
         once); a master that cannot be reached leaves its exception as the
         reply of each of its commands (NotSent raised when nothing could be
@@ -96,20 +96,11 @@ class AsyncRouter:
         a WAIT in the batch confirms nothing (its reply: 0)."""
         groups = await self._by_master(batch, range(len(batch)))
         sent = await asyncio.gather(*(self._to_master(node, batch, where) for node, where in groups))
-        replies: list[Any] = [None] * len(batch)
-        for (_, where), got in zip(groups, sent):
-            for i, reply in zip(where, got):
-                replies[i] = reply
-        if all(isinstance(r, NotSent) for r in replies):
-            raise replies[0]
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, cluster.REDIRECTIONS)]
+        replies = routing.placed(len(batch), groups, sent)
+        again = routing.refused(replies)
         for i in again:
             replies[i] = await self._again(batch, i, replies[i])
-        if again:
-            for i in range(len(batch)):
-                if batch.is_wait(i) and not isinstance(replies[i], Exception):
-                    replies[i] = 0
-        return replies
+        return routing.settled(batch, replies, again)
 
     async def _by_master(self, batch: scripts.Batch, indexes: Sequence[int]) -> list[tuple[Any, list[int]]]:
         """(master, positions of its commands) for the commands at ``indexes``,
@@ -120,14 +111,10 @@ class AsyncRouter:
             await client.initialize()
             if self._map_stale:
                 await self._read_map()
-            groups: dict[str, tuple[Any, list[int]]] = {}
-            for i in indexes:
-                node = client.get_node_from_key(batch.key(i))
-                groups.setdefault(node.name, (node, []))[1].append(i)
+            return routing.grouped(indexes, lambda i: client.get_node_from_key(batch.key(i)), lambda node: node.name)
         except (*LOST, rexc.RedisClusterException) as exc:
             self._map_stale = True
             raise NotSent(f"no node of the Redis Cluster serves the keys: {exc}") from exc
-        return list(groups.values())
 
     async def _to_master(self, node: Any, batch: scripts.Batch, indexes: Sequence[int]) -> list[Any]:
         """The replies of the commands at ``indexes``, sent in one round trip
@@ -151,15 +138,15 @@ class AsyncRouter:
     async def _again(self, batch: scripts.Batch, i: int, refusal: Exception) -> Any:
         """Command ``i``, refused by a redirection, sent again alone (after
         following it) until it is not refused, for up to REDIRECT_PATIENCE_S."""
-        deadline = time.monotonic() + cluster.REDIRECT_PATIENCE_S
+        deadline = time.monotonic() + routing.REDIRECT_PATIENCE_S
         reply: Any = refusal
-        while isinstance(reply, cluster.REDIRECTIONS) and time.monotonic() < deadline:
+        while isinstance(reply, REDIRECTIONS) and time.monotonic() < deadline:
             if isinstance(reply, (rexc.AskError, rexc.TryAgainError)) and not isinstance(reply, rexc.MovedError):
-                await asyncio.sleep(cluster.MIGRATING_PAUSE_S)  # a slot being migrated: done in ms
+                await asyncio.sleep(routing.MIGRATING_PAUSE_S)  # a slot being migrated: done in ms
             else:
                 # MOVED (the slot has moved) or CLUSTERDOWN (a failover under way): the map read again.
                 moved = isinstance(reply, rexc.MovedError)
-                await asyncio.sleep(cluster.MIGRATING_PAUSE_S if moved else cluster.DOWN_PAUSE_S)
+                await asyncio.sleep(routing.MIGRATING_PAUSE_S if moved else routing.DOWN_PAUSE_S)
                 self._map_stale = True
             try:
                 (node, where), = await self._by_master(batch, [i])
@@ -170,7 +157,7 @@ class AsyncRouter:
 
     async def _read_map(self) -> None:
         """Read the slot map again, at most every REFRESH_MIN_INTERVAL_S."""
-        if time.monotonic() - self._map_read_at < cluster.REFRESH_MIN_INTERVAL_S:
+        if time.monotonic() - self._map_read_at < routing.REFRESH_MIN_INTERVAL_S:
             return
         self._map_read_at = time.monotonic()
         await self.client.nodes_manager.initialize()

@@ -1,60 +1,41 @@
-"""store.events on redis-py's asyncio client: the event streams of an
-AsyncBroker's queues read, with the same Event schema and merge."""
+"""ops/events.py on redis.asyncio: the event streams of an AsyncBroker's
+queues read through the same plans (core/event_entries.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
-from smqsup.store.ops.events import BLOCK_SLICE_MS, Event, by_key, merged
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import text
+from smqsup.store import scripts
+from smqsup.store.aio.tracking import run
+from smqsup.store.core import event_entries
+from smqsup.store.core.event_entries import Event
 
 
 class AsyncEvents:
-    """store.events.Events, awaited. ``cluster``: the client is a
+    """store.events.Events, awaited: the same plans (core/event_entries.py),
+    each round trip sent through ``send``. ``cluster``: the client is a
     RedisCluster (one XREAD per stream). Non-blocking reads take one of
     ``turns``; a blocking one does not (it would hold a turn for its wait)."""
 
-    def __init__(self, client: Any, keys: Callable[[str], QueueKeys], cluster: bool,
-                 turns: asyncio.Semaphore) -> None:
+    def __init__(self, client: Any, send: Callable[[scripts.Batch], Awaitable[list[Any]]],
+                 keys: Callable[[str], QueueKeys], cluster: bool, turns: asyncio.Semaphore) -> None:
         self._client = client
+        self._send = send
         self._keys = keys
         self._cluster = cluster
         self._turns = turns
 
     async def read(self, names: Sequence[str], after: dict[str, str], count: int = defaults.EVENTS_READ_COUNT,
                    block_ms: int = 0) -> list[Event]:
-        """Events.read(), awaited."""
-        block = min(max(0, block_ms), BLOCK_SLICE_MS)
-        streams = {self._keys(n).events: after.get(n, "0-0") for n in names}
-        with wrapped(f"read the events of {names[0]!r}"):
-            async with self._turns:
-                found = await self._xread(streams, count, None)
-            if not found and block:
-                found = await self._xread(streams, count, block)
-        return merged(names, self._keys, found, after)
+        """Events.read(), awaited (event_entries.read())."""
+        plan = event_entries.read(self._keys, names, after, count, block_ms, self._cluster)
+        return await run(plan, f"read the events of {names[0]!r}", self._client, self._send, turns=self._turns)
 
     async def last(self, names: Sequence[str]) -> dict[str, str]:
-        """Events.last(), awaited."""
-        cursors: dict[str, str] = {}
-        with wrapped(f"read the events of {names[0]!r}"):
-            async with self._turns:
-                for name in names:
-                    newest = await self._client.xrevrange(self._keys(name).events, count=1)
-                    cursors[name] = text(newest[0][0]) if newest else "0-0"
-        return cursors
-
-    async def _xread(self, streams: dict[str, str], count: int, block: Optional[int]) -> dict[str, Any]:
-        if not self._cluster or len(streams) == 1:
-            return by_key(await self._client.xread(streams, count=count, block=block))
-        found: dict[str, Any] = {}
-        each = None if block is None else max(1, block // len(streams))
-        for key, cursor in streams.items():
-            found.update(by_key(await self._client.xread({key: cursor}, count=count, block=each)))
-            if found and block is not None:
-                break
-        return found
+        """Events.last(), awaited (event_entries.newest())."""
+        plan = event_entries.newest(self._keys, names, 1)
+        return (await run(plan, f"read the events of {names[0]!r}", self._client, self._send, turns=self._turns))[1]

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import redis.exceptions as rexc
 
-from smqsup.store.core import subscriptions
+from smqsup.store.core import plans, subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,20 @@ class AsyncSubscriber:
         if subscribe:
             self._command("SUBSCRIBE", channel)
         return w
+
+    async def perform(self, step: object, stepper: "plans.Stepper[Any]") -> Optional[AsyncWatch]:
+        """Subscriber.perform(), awaited: a plan's Subscribe, Pause or Unsubscribe."""
+        if isinstance(step, plans.Subscribe):
+            stepper.watch = await self.watch(step.channel)
+            await _until(stepper.watch.subscribed, step.seconds)
+            return stepper.watch  # type: ignore[no-any-return]
+        if isinstance(step, plans.Pause):
+            await _until(stepper.watch.changed, step.seconds)
+            stepper.watch.changed.clear()
+        else:
+            self.unwatch(stepper.watch)
+            stepper.watch = None
+        return None
 
     def unwatch(self, w: AsyncWatch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it). Never awaits."""
@@ -171,3 +185,13 @@ class AsyncSubscriber:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait for ``event`` at most ``timeout_s``."""
+    if event.is_set() or timeout_s <= 0:
+        return
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        pass

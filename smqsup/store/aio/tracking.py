@@ -14,22 +14,38 @@ from typing import Any, Optional, TypeVar
 
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
-from smqsup.store.aio.subscriber import AsyncSubscriber, AsyncWatch
+from smqsup.store.aio.subscriber import AsyncSubscriber
 from smqsup.store.core import plans
+from smqsup.store.core.failures import wrapped
 from smqsup.store.core.records import Record
-from smqsup.store.sync.connection import wrapped
 
 T = TypeVar("T")
 
 
-async def _until(event: asyncio.Event, timeout_s: float) -> None:
-    """Wait for ``event`` at most ``timeout_s``."""
-    if event.is_set() or timeout_s <= 0:
-        return
+async def run(plan: "plans.WaitPlan[T]", what: str, client: Any, send: Callable[[scripts.Batch], Awaitable[list[Any]]],
+              subscriber: Optional[AsyncSubscriber] = None, turns: Optional[asyncio.Semaphore] = None) -> T:
+    """Session.run() on redis.asyncio: drive ``plan`` (core/plans.py), each
+    round trip it yields sent as one Batch of ``client`` through ``send``
+    (taking one of ``turns`` when given, but for a Blocking one), its
+    replies sent back; its subscription steps performed by ``subscriber``
+    (its watch dropped whatever happens); errors as smqsup's, saying ``what``."""
+    stepper: plans.Stepper[T] = plans.Stepper(plan)
+    reply: Any = None
     try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        pass
+        with wrapped(what):
+            while (step := stepper.next(reply)) is not None:
+                if plans.on_subscription(step):
+                    assert subscriber is not None, "a plan that subscribes needs a subscriber"
+                    reply = await subscriber.perform(step, stepper)
+                elif turns is None or isinstance(step, plans.Blocking):
+                    reply = await send(plans.fill(scripts.Batch(client), step))
+                else:
+                    async with turns:
+                        reply = await send(plans.fill(scripts.Batch(client), step))
+            return stepper.answer
+    finally:
+        if stepper.watch is not None and subscriber is not None:
+            subscriber.unwatch(stepper.watch)
 
 
 class AsyncTracking:
@@ -47,55 +63,26 @@ class AsyncTracking:
         self._turns = turns
         self._subscriber = AsyncSubscriber(open_connection)
 
-    async def run(self, plan: "plans.WaitPlan[T]") -> T:
-        """Drive ``plan`` (plans.py): each round trip it yields sent as one
-        Batch, under the turns; its subscription steps on the shared
-        subscription (its watch dropped whatever happens)."""
-        reply: Any = None
-        w: Optional[AsyncWatch] = None
-        try:
-            while True:
-                try:
-                    step = plan.send(reply)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-                reply = None
-                if isinstance(step, plans.Subscribe):
-                    w = reply = await self._subscriber.watch(step.channel)
-                    await _until(w.subscribed, step.seconds)
-                elif isinstance(step, plans.Pause):
-                    assert w is not None
-                    await _until(w.changed, step.seconds)
-                    w.changed.clear()
-                elif isinstance(step, plans.Unsubscribe):
-                    assert w is not None
-                    self._subscriber.unwatch(w)
-                    w = None
-                else:
-                    batch = plans.fill(scripts.Batch(self._client), step)
-                    async with self._turns:
-                        reply = await self._send(batch)
-        finally:
-            if w is not None:
-                self._subscriber.unwatch(w)
+    async def run(self, plan: "plans.WaitPlan[T]", what: str) -> T:
+        """Drive ``plan`` under the turns, its subscription steps on the shared subscription."""
+        return await run(plan, what, self._client, self._send, self._subscriber, self._turns)
 
     async def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
         """tracking.Tracking.find(), awaited: the partition (among ``names``)
         holding the record of ``message_id``, and the record; None when none does."""
-        with wrapped(f"read message {message_id!r} of {names[0]!r}"):
-            return await self.run(plans.find(self._keys, names, message_id))
+        return await self.run(plans.find(self._keys, names, message_id),
+                              f"read message {message_id!r} of {names[0]!r}")
 
     async def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
         """tracking.Tracking.wait(), awaited (plans.end()): the record of
         ``message_id`` in partition ``name`` once it is final, or as it is
         when ``timeout_s`` passed first; None once it is gone."""
-        with wrapped(f"wait for message {message_id!r} of {name!r}"):
-            return await self.run(plans.end(self._keys, name, message_id, timeout_s))
+        return await self.run(plans.end(self._keys, name, message_id, timeout_s),
+                              f"wait for message {message_id!r} of {name!r}")
 
     async def cancel(self, names: Sequence[str], message_id: str) -> str:
         """contents.Contents.cancel(), awaited (plans.cancel())."""
-        with wrapped(f"cancel message {message_id!r} of {names[0]!r}"):
-            return await self.run(plans.cancel(self._keys, names, message_id))
+        return await self.run(plans.cancel(self._keys, names, message_id), f"cancel message {message_id!r} of {names[0]!r}")
 
     async def close(self) -> None:
         """Close the waits' shared subscription and its tasks."""

@@ -6,7 +6,9 @@ their replies (error replies in place); a wait's plan also yields the
 steps of its subscription: Subscribe (the reply: the watch), Pause,
 UNSUBSCRIBE.
 The drivers only send and receive: Session.run (redis-py) and
-AsyncTracking.run (redis.asyncio), so the two cannot drift apart.
+aio/tracking.py's run (redis.asyncio), each stepping a plan through a
+Stepper, so the two cannot drift apart. The same protocol carries a
+publish (publish_plan.py).
 
     plan ──yield [Command | scripts.Call, ...]──▶ driver: one Batch, one round trip
          ◀──────────── send(replies) ─────────┘   (a Pause: wait on the subscription)
@@ -17,14 +19,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple, Optional, Protocol, TypeVar, Union
+from typing import Any, Generic, NamedTuple, Optional, Protocol, TypeVar, Union
 
 from smqsup import defaults, framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
+from smqsup.store.core.failures import translated
 from smqsup.store.core.records import Record, found_in
-from smqsup.store.sync.connection import translated
-from smqsup.store.sync.session import UNREACHABLE, ms_of, text
+from smqsup.store.core.replies import UNREACHABLE, ms_of, text
 
 T = TypeVar("T")
 
@@ -39,6 +41,13 @@ class Command(NamedTuple):
 
     args: tuple[Any, ...]
     route: Any = None
+
+
+class Blocking(list):  # type: ignore[type-arg]
+    """The requests of a round trip that may wait on the server (XREAD
+    BLOCK): a driver that bounds the round trips in flight (the
+    AsyncBroker's turns) does not count it, as it would hold a turn for
+    its wait."""
 
 
 class Pause(NamedTuple):
@@ -72,6 +81,33 @@ class Watching(Protocol):
 Request = Union[Command, "scripts.Call[Any]"]
 Plan = Generator[list[Request], list[Any], T]
 WaitPlan = Generator[Union[list[Request], Pause, Subscribe, Unsubscribe], Any, T]
+
+
+class Stepper(Generic[T]):
+    """A plan as a driver steps it, what both drivers keep written once:
+    the plan's next step for the reply to its last, its answer once it
+    returned, and the watch its subscription steps hold (a driver drops it,
+    whatever happens, when the plan is over)."""
+
+    __slots__ = ("_plan", "answer", "watch")
+
+    def __init__(self, plan: "WaitPlan[T]") -> None:
+        self._plan = plan
+        self.watch: Any = None
+
+    def next(self, reply: Any) -> Any:
+        """The plan's next step, sent ``reply``; None once it returned (its answer then in ``answer``)."""
+        try:
+            return self._plan.send(reply)
+        except StopIteration as done:
+            self.answer: T = done.value
+            return None
+
+
+def on_subscription(step: object) -> bool:
+    """Whether ``step`` is for the subscription (Subscribe, Pause,
+    Unsubscribe), which the driver's subscriber performs, not a round trip."""
+    return isinstance(step, (Subscribe, Pause, Unsubscribe))
 
 
 def fill(batch: scripts.Batch, requests: Sequence[Request]) -> scripts.Batch:

@@ -37,10 +37,10 @@ from smqsup.config import names
 from smqsup.errors import BrokerConnectionError, BrokerError, MalformedMessage
 from smqsup.keys import logical_name, queues_set
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
 from smqsup.store.ops import outbox
 from smqsup.store.ops import parked as parked_mod
 from smqsup.store.ops.outbox import split_entry
-from smqsup.store.sync.connection import wrapped
 from smqsup.store.sync.session import Session
 
 log = logging.getLogger(__name__)

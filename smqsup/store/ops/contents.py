@@ -16,9 +16,9 @@ from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
 from smqsup.store import scripts
 from smqsup.store.core import plans
-from smqsup.store.ops import tracking
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import LOGGER, Session, text
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import LOGGER, text
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(LOGGER)
 #: Most frames one dead-letter purge script call deletes.
@@ -117,8 +117,8 @@ class Contents:
         for among the waiting messages, then in the lists of the registered
         consumers, partition by partition until one knows it: "cancelled",
         "stopping", the state it ended in, or "unknown" (plans.cancel())."""
-        with wrapped(f"cancel message {message_id!r} of {names[0]!r}"):
-            return tracking.run(self._session, plans.cancel(self._session.keys, names, message_id))
+        return self._session.run(plans.cancel(self._session.keys, names, message_id),
+                                 f"cancel message {message_id!r} of {names[0]!r}")
 
     # --- dead letters --------------------------------------------------------
 

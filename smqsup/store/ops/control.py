@@ -13,8 +13,9 @@ from typing import Optional, cast
 
 from smqsup import defaults
 from smqsup.keys import roll_request
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of
+from smqsup.store.sync.session import Session
 
 #: A request nobody took is gone after this long, in seconds.
 _KEEP_S = 60

@@ -13,10 +13,11 @@ from typing import NamedTuple
 
 from smqsup.keys import partition_name
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of
 from smqsup.store.ops import keytypes
 from smqsup.store.ops.queues import Queues
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of
+from smqsup.store.sync.session import Session
 
 #: Groups with ready messages one repair looks at (a slice of the groups' counts, by cursor).
 REPAIR_SLICE = 200

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smqsup.keys import QueueKeys
-from smqsup.store.sync.session import text
+from smqsup.store.core.replies import text
 
 #: The type each group key must hold, in QueueKeys.groups' order (ready, count, state, rate, wait, running).
 GROUP_KEY_TYPES = ("zset", "zset", "hash", "zset", "zset", "hash")

@@ -26,8 +26,8 @@ from smqsup import defaults
 from smqsup.framing import peek_id
 from smqsup.keys import PARTITION_SEP, QueueKeys
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
 from smqsup.store.ops.queues import Queues
-from smqsup.store.sync.connection import wrapped
 from smqsup.store.sync.session import Session
 
 #: The creation time at the start of an id ids.py made: 12 hex digits of ms.

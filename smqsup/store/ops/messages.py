@@ -8,127 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, cast
+from typing import Any, Optional, cast
 
 import redis.exceptions as rexc
 
 from smqsup import defaults
-from smqsup.errors import BrokerError, NotReplicated, PushRefused
-from smqsup.keys import QueueKeys, logical_name, queues_set
-from smqsup.logs import warn_once
+from smqsup.errors import BrokerError, PushRefused
 from smqsup.store import scripts
-from smqsup.store.sync.connection import translated, wrapped
-from smqsup.store.sync.session import LOGGER, UNREACHABLE, Session
+from smqsup.store.core.failures import translated, wrapped
+from smqsup.store.core.publish_plan import PRODUCER_TTL_MS, PUBLISH_CHUNK, pushed
+from smqsup.store.core.replies import LOGGER
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(LOGGER)
-
-#: Most frames one publish script call pushes (publish_many sends several
-#: calls in one pipelined round trip).
-PUBLISH_CHUNK = 1000
-#: Producers silent this long drop out of the statistics, in ms.
-PRODUCER_TTL_MS = 600_000
-
-
-class Publisher(Protocol):
-    """What a publish batch is made from: a Session, or the asyncio store's (aio/broker.py)."""
-
-    namespace: str
-    stats: bool
-    wait_replicas: int
-    wait_timeout_ms: int
-
-    def keys(self, queue: str) -> QueueKeys: ...
-
-
-@dataclass
-class PublishBatch:
-    """The batch of a publish (publish_batch()) and where its parts are."""
-
-    batch: scripts.Batch
-    #: Index of the first publish call, and how many there are.
-    first: int
-    count: int
-    #: Index of the WAIT (with wait_replicas), else -1.
-    waited: int = -1
-    #: What each call that does not queue messages is, for the log.
-    bookkeeping: dict[int, str] = field(default_factory=dict)
-
-
-def plain_calls(keys: QueueKeys, frames: Sequence[bytes], stats: bool) -> tuple[list[scripts.Call[Any]], list[int]]:
-    """publish.lua calls of at most PUBLISH_CHUNK ``frames`` each, and their sizes."""
-    chunks = [frames[start:start + PUBLISH_CHUNK] for start in range(0, len(frames), PUBLISH_CHUNK)]
-    return [scripts.publish(keys, chunk, stats) for chunk in chunks], [len(chunk) for chunk in chunks]
-
-
-def option_calls(keys: QueueKeys, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
-                 stats: bool) -> tuple[list[scripts.Call[Any]], list[int]]:
-    """publish_options.lua calls of at most PUBLISH_CHUNK ``items`` each, and their sizes."""
-    chunks = [items[start:start + PUBLISH_CHUNK] for start in range(0, len(items), PUBLISH_CHUNK)]
-    return [scripts.publish_options(keys, chunk, options, stats) for chunk in chunks], [len(c) for c in chunks]
-
-
-def flat_pairs(replies: Any) -> list[tuple[str, bool]]:
-    """The (id, queued) pairs of option_calls' replies, in order: what one
-    call gives (also as a NotReplicated's result, which is mended in place)."""
-    return [pair for reply in cast(list[Any], replies) for pair in reply]
-
-
-def publish_batch(batch: scripts.Batch, on: Publisher, queue: str, calls: Sequence[scripts.Call[Any]], *,
-                  register: bool, producer: Optional[tuple[str, str]]) -> PublishBatch:
-    """Publish script ``calls`` in ``batch`` (empty), with SADD of the queue
-    name when ``register``, a WAIT after them with wait_replicas (on the
-    connection, and the master, the calls went on), and the producer's
-    statistics (id, JSON) when given."""
-    bookkeeping: dict[int, str] = {}
-    if register:
-        bookkeeping[len(batch)] = "queue registry"
-        batch.command("SADD", queues_set(on.namespace), logical_name(queue))
-    out = PublishBatch(batch, len(batch), len(calls), bookkeeping=bookkeeping)
-    for call in calls:
-        batch.add(call)
-    if on.wait_replicas:
-        out.waited = len(batch)
-        batch.command("WAIT", on.wait_replicas, on.wait_timeout_ms, route=on.keys(queue).pending)
-    if producer is not None:
-        bookkeeping[len(batch)] = "producer statistics"
-        batch.add(scripts.producer_stats(on.namespace, producer[0], producer[1], PRODUCER_TTL_MS))
-    return out
-
-
-def publish_replies(sent: PublishBatch, results: list[Any]) -> list[Any]:
-    """The replies of the publish calls of ``sent``, whose batch's replies
-    are ``results``. Raises if a master that holds the messages could not
-    be reached (whether they were queued is unknown): on a cluster the
-    registry and statistics live on other masters, and one of those
-    unreachable must not hide that."""
-    replies = results[sent.first:sent.first + sent.count]
-    unknown = next((r for r in replies if isinstance(r, UNREACHABLE)), None)
-    if unknown is not None:
-        raise unknown
-    return replies
-
-
-def published(sent: PublishBatch, queue: str, sizes: Sequence[int], replies: list[Any], results: list[Any]) -> None:
-    """Raise PushRefused if Redis refused a publish call of ``sent`` (of
-    ``sizes`` messages), saying which were queued. The messages queued, a
-    refused registry entry or statistics flush (OOM, an ACL NOPERM) must
-    not turn that into an error: it is said once."""
-    check_queued(queue, sizes, replies)
-    for i, what in sent.bookkeeping.items():
-        if isinstance(results[i], Exception):
-            warn_once(log, f"refused:{what}", "publish to %r: messages queued, but Redis refused the %s "
-                      "(said once; later refusals at debug level): %s", queue, what, results[i])
-
-
-def check_queued(queue: str, sizes: Sequence[int], replies: Sequence[Any]) -> None:
-    """Raise PushRefused, saying which messages were queued, if Redis refused
-    any of the publish calls (one reply per call of ``sizes`` messages)."""
-    queued = [not isinstance(reply, Exception) for reply, n in zip(replies, sizes) for _ in range(n)]
-    refusal = next((reply for reply in replies if isinstance(reply, Exception)), None)
-    if refusal is not None:
-        raise PushRefused(f"publish to {queue!r}: Redis refused {queued.count(False)} of {len(queued)} "
-                          f"message(s): {refusal}", queued)
 
 
 class Messages:
@@ -139,19 +31,29 @@ class Messages:
 
     # --- producing -----------------------------------------------------------
 
+    def publish(self, queue: str, frames: Sequence[Any], options: Optional[scripts.Options], *, register: bool,
+                producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
+        """Queue plain ``frames`` (options None), or (id, payload, dedup key
+        or None) items with ``options``, in partition ``queue``, in one
+        round trip, with SADD of the queue name when ``register`` and the
+        producer's statistics (id, JSON) when given: publish_plan.pushed(),
+        whose answer it is. A publish with nothing riding along goes on the
+        held connection (the hot path). Raises PushRefused if Redis refused
+        messages (saying which were queued), BrokerConnectionError if the
+        outcome is unknown, NotReplicated short of wait_replicas."""
+        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
+            if options is None:
+                self._push_alone(queue, frames)
+                return []
+            return self._with_options_alone(queue, frames, options)
+        plan = pushed(self._session, queue, frames, options, register=register, producer=producer)
+        return self._session.run(plan, f"publish to {queue!r}")
+
     def push(self, queue: str, frames: Sequence[bytes], *, register: bool,
              producer: Optional[tuple[str, str]] = None) -> None:
-        """Queue ``frames`` (publish.lua: LPUSH and count, up to PUBLISH_CHUNK
-        frames a call) in one round trip, with SADD of the queue name when
-        ``register`` and the producer's statistics (id, JSON) when given.
-        Raises PushRefused if Redis refused messages (saying which were
-        queued), BrokerConnectionError if the outcome is unknown."""
-        session = self._session
-        if not register and producer is None and len(frames) <= PUBLISH_CHUNK:
-            self._push_alone(queue, frames)
-            return
-        self._publish(*plain_calls(session.keys(queue), frames, session.stats), queue, register=register,
-                      producer=producer)
+        """publish() of plain frames (publish.lua: LPUSH and count, up to
+        PUBLISH_CHUNK frames a call)."""
+        self.publish(queue, frames, None, register=register, producer=producer)
 
     def _push_alone(self, queue: str, frames: Sequence[bytes]) -> None:
         """push() of one chunk and nothing else, on the held connection: one
@@ -172,46 +74,24 @@ class Messages:
                 raise PushRefused(f"publish to {queue!r}: Redis refused it: {pushed}", [False] * len(frames))
             session.replicated(queue, None)
 
+    def _with_options_alone(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]],
+                            options: scripts.Options) -> list[tuple[str, bool]]:
+        """publish() of one chunk with options and nothing else: one script
+        call on the held connection, as _push_alone."""
+        session = self._session
+        with wrapped(f"publish to {queue!r}"):
+            try:
+                pairs = scripts.publish_options(session.keys(queue), items, options, session.stats).run(session.held)
+            except rexc.ResponseError as exc:  # refused before it wrote anything
+                raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}", [False] * len(items)) from exc
+            return session.replicated(queue, pairs)
+
     def push_with(self, queue: str, items: Sequence[tuple[str, bytes, Optional[str]]], options: scripts.Options,
                   *, register: bool, producer: Optional[tuple[str, str]] = None) -> list[tuple[str, bool]]:
-        """Publish (id, payload, dedup key or None) items with ``options``
-        (publish_options.lua, up to PUBLISH_CHUNK items a call) in one round
-        trip, with the registry and statistics as push() sends them. Per
-        item: (its id, True) when queued, (the id holding its dedup key,
-        False) when not. Raises PushRefused and BrokerConnectionError as
-        push() does."""
-        session = self._session
-        if not register and producer is None and len(items) <= PUBLISH_CHUNK:
-            # One script and nothing else: on the held connection, as _push_alone.
-            with wrapped(f"publish to {queue!r}"):
-                try:
-                    pairs = scripts.publish_options(session.keys(queue), items, options, session.stats).run(session.held)
-                except rexc.ResponseError as exc:  # refused before it wrote anything
-                    raise PushRefused(f"publish to {queue!r}: Redis refused it: {exc}",
-                                      [False] * len(items)) from exc
-                return session.replicated(queue, pairs)
-        try:
-            replies = self._publish(*option_calls(session.keys(queue), items, options, session.stats), queue,
-                                    register=register, producer=producer)
-        except NotReplicated as exc:  # its result as the one-call path gives it: the pairs
-            exc.result = flat_pairs(exc.result)
-            raise
-        return flat_pairs(replies)
-
-    def _publish(self, calls: Sequence[scripts.Call[Any]], sizes: Sequence[int], queue: str, *, register: bool,
-                 producer: Optional[tuple[str, str]]) -> list[Any]:
-        """Send publish script ``calls`` (of ``sizes`` messages) in one round
-        trip with the registry and statistics push() describes; their replies.
-        PushRefused if Redis refused any call, saying which messages were queued."""
-        session = self._session
-        sent = publish_batch(scripts.Batch(session.client), session, queue, calls, register=register, producer=producer)
-        with wrapped(f"publish to {queue!r}"):
-            results = session.send(sent.batch)
-            replies = publish_replies(sent, results)
-        published(sent, queue, sizes, replies, results)
-        if session.wait_replicas:
-            session.replicated(queue, replies, got=results[sent.waited])
-        return replies
+        """publish() of items with ``options`` (publish_options.lua, up to
+        PUBLISH_CHUNK items a call): per item, (its id, True) when queued,
+        (the id holding its dedup key, False) when not."""
+        return self.publish(queue, items, options, register=register, producer=producer)
 
     def producer_stats(self, producer_id: str, info: str) -> None:
         """Flush one producer's statistics on their own (at close)."""

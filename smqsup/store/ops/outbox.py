@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
 from smqsup.store.ops import parked as parked_mod
-from smqsup.store.sync.connection import wrapped
 from smqsup.store.sync.session import Session
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,9 @@ from smqsup import defaults, safe
 from smqsup.keys import logical_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of, text
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of, text
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import NamedTuple, Optional, cast
+from typing import Optional, cast
 
 import redis.exceptions as rexc
 
@@ -19,21 +19,12 @@ from smqsup.errors import BrokerError
 from smqsup.keys import partition_names, queues_set
 from smqsup.logs import warn_once
 from smqsup.store import scripts
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import LOGGER, Session, ms_of
+from smqsup.store.core.declared import NOTHING_DECLARED, Declared, PartitionCache, partitions
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import LOGGER, ms_of
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(LOGGER)
-
-
-def partition_count(raw: object) -> int:
-    """A partition count as stored (GET's reply), read as partitions.lua
-    reads it: a whole number from 1 (at most defaults.PARTITIONS_MAX), else 1."""
-    text = raw.decode("ascii", "replace").strip() if isinstance(raw, bytes) else ""
-    digits = text.lstrip("0")
-    if not (text.isascii() and text.isdigit()) or not digits:
-        return 1
-    # (never int() of thousands of digits: Python refuses those)
-    return defaults.PARTITIONS_MAX if len(digits) > 4 else min(int(digits), defaults.PARTITIONS_MAX)
 
 
 class Queues:
@@ -41,10 +32,8 @@ class Queues:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        #: queue -> (partitions, monotonic time read).
-        self._partitions: dict[str, tuple[int, float]] = {}
-        #: What each queue's consumers declared for producers, read with its partitions.
-        self._declared: dict[str, Declared] = {}
+        #: Each queue's partition count and declared options, as read last.
+        self._cache = PartitionCache()
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -121,7 +110,7 @@ class Queues:
             stored = scripts.partitions(k, count).run(session.client)
             if count > before:
                 self._follow_pause(queue, before, count, flag)
-        n = self._partitions[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
+        n = self._cache.counts[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
         return n[0]
 
     def _prepare_partitions(self, queue: str, before: int, count: int, flag: Optional[bytes]) -> None:
@@ -151,26 +140,17 @@ class Queues:
         (1 if none did), read again at most every PARTITIONS_READ_S (at once
         when ``fresh``). Junk in the key reads as 1, a count above
         defaults.PARTITIONS_MAX as that."""
-        known = self._partitions.get(queue)
-        if not fresh and known is not None and time.monotonic() - known[1] < defaults.PARTITIONS_READ_S:
-            return known[0]
-        k = self._session.keys(queue)
-        with wrapped(f"read the partitions of {queue!r}"):
-            pipe = self._session.client.pipeline(transaction=False)
-            pipe.get(k.partitions)
-            pipe.hmget(k.options, DECLARED_FIELDS)
-            raw, said = pipe.execute(raise_on_error=False)
-            self._declared[queue] = Declared.read(said)
-            if isinstance(raw, Exception):
-                raise raw
-        self._partitions[queue] = (partition_count(raw), time.monotonic())
-        return self._partitions[queue][0]
+        known = self._cache.fresh(queue, fresh)
+        if known is not None:
+            return known
+        return self._session.run(partitions(self._cache, self._session.keys(queue), queue),
+                                 f"read the partitions of {queue!r}")
 
     def result_ttl(self, queue: str) -> int:
         """The result_ttl (s) ``queue``'s consumers declared (0: none), read
         with its partition count (cached as partitions() says)."""
         count, said = self.declared(queue)
-        if isinstance(count, BrokerError) and queue not in self._declared:
+        if isinstance(count, BrokerError) and queue not in self._cache.declared:
             raise count
         return said.result_ttl_s
 
@@ -183,7 +163,7 @@ class Queues:
             count: "int | BrokerError" = self.partitions(queue)
         except BrokerError as exc:
             count = exc
-        return count, self._declared.get(queue, NOTHING_DECLARED)
+        return count, self._cache.declared.get(queue, NOTHING_DECLARED)
 
     def declare_options(self, queue: str, said: Declared) -> None:
         """Store what producers of ``queue`` (every partition) are to apply
@@ -193,17 +173,17 @@ class Queues:
         with wrapped(f"declare the options of {queue!r}"):
             for name in partition_names(queue, self.partitions(queue)):
                 session.client.hset(session.keys(name).options, mapping=said.fields())
-        self._declared[queue] = said
+        self._cache.declared[queue] = said
 
     def partition_names(self, queue: str, at_least: int = 1) -> list[str]:
         """The partitions of ``queue`` (its own name first): as many as
         partitions() says, or ``at_least`` (the config's count) if more.
         Never raises: with Redis unreachable, the count read last."""
         try:
-            n = self.partitions(queue)
+            n: Optional[int] = self.partitions(queue)
         except BrokerError:
-            n = self._partitions.get(queue, (1, 0.0))[0]
-        return partition_names(queue, max(n, at_least))
+            n = None
+        return self._cache.names(queue, n, at_least)
 
     def partition_ticket(self, queue: str) -> int:
         """A number drawn by a consumer of ``queue`` (INCR): which partition it
@@ -220,35 +200,3 @@ class Queues:
                 return random.randrange(1 << 30)
 
 
-#: The fields of ns:{Q}:options, in Declared's order.
-DECLARED_FIELDS = ("result_ttl", "events_max")
-
-
-class Declared(NamedTuple):
-    """What a queue's consumers declare for its producers to apply to
-    every message published without saying otherwise (ns:{Q}:options)."""
-
-    result_ttl_s: int = 0  # tracked this long after it ends; 0: not tracked
-    events_max: int = 0  # its lifecycle goes to the event stream, capped at this; 0: no events
-
-    def fields(self) -> dict[str, str]:
-        return {"result_ttl": str(self.result_ttl_s), "events_max": str(self.events_max)}
-
-    @classmethod
-    def read(cls, said: object) -> "Declared":
-        """The options as HMGET DECLARED_FIELDS returned them: a field that
-        holds junk (someone wrote it, or an error came back) is 0."""
-        values = list(said) if isinstance(said, list) and len(said) == len(DECLARED_FIELDS) else [None, None]
-        return cls(_whole(values[0], defaults.RESULT_TTL_MAX_S), _whole(values[1], defaults.EVENTS_MAX_MAX))
-
-
-NOTHING_DECLARED = Declared()
-
-
-def _whole(raw: object, most: int) -> int:
-    """A declared number as Redis returned it: a whole number up to
-    ``most``; anything else is 0."""
-    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else ""
-    if not (text.isascii() and text.isdigit()) or len(text) > len(str(most)):
-        return 0
-    return min(int(text), most)

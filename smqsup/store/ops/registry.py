@@ -14,8 +14,9 @@ from smqsup import defaults
 from smqsup.keys import logical_name, queues_set
 from smqsup.store import scripts
 from smqsup.store.core.consumer_info import ConsumerInfo
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import LOGGER, UNREACHABLE, Session, ms_of, text
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import LOGGER, UNREACHABLE, ms_of, text
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(LOGGER)
 

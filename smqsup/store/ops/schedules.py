@@ -26,9 +26,10 @@ from smqsup.config import names, schedule
 from smqsup.errors import ConfigError
 from smqsup.keys import queues_set
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of
 from smqsup.store.scripts import schedule_calls as calls
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of
+from smqsup.store.sync.session import Session
 
 #: The state fields the readers use.
 _STATE_FIELDS = (b"since_ms", b"last_fire_ms", b"fired_at_ms", b"fires")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 from smqsup.keys import PARTITION_SEP, QueueKeys, logical_name, producers_hash
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of, text
 from smqsup.store.ops import keytypes
 from smqsup.store.ops.queues import Queues
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of, text
+from smqsup.store.sync.session import Session
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional, cast
 
 from smqsup import defaults
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of
+from smqsup.store.sync.session import Session
 
 #: Largest consumer count (target, bounds, running, a scale event's) an entry may say.
 _COUNT_MAX = 1_000_000

@@ -1,7 +1,7 @@
 """Tracked messages (result_ttl): their records read, an end waited for
-without polling, progress written; run(), the sync driver of plans.py
+without polling, progress written, through the plans of core/plans.py
 (where what is read, how a cancel is answered and when a wait stops are
-decided once for both stores; aio/tracking.py is the asyncio driver). The
+decided once for both stores), which Session.run drives. The
 scripts that move a message write its record (scripts/includes/track.lua
 has the schema); it is read through one schema (records.py).
 
@@ -19,46 +19,14 @@ from typing import Any, Optional, TypeVar
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store import scripts
 from smqsup.store.core import plans
+from smqsup.store.core.failures import wrapped
 from smqsup.store.core.records import ENDED, STATES, Record, found_in, json_or_text, parse, text_of
-from smqsup.store.sync.connection import wrapped
 from smqsup.store.sync.session import Session
-from smqsup.store.sync.subscriber import Subscriber, Watch
+from smqsup.store.sync.subscriber import Subscriber
 
-__all__ = ["ENDED", "STATES", "Record", "Tracking", "found_in", "parse", "run"]
+__all__ = ["ENDED", "STATES", "Record", "Tracking", "found_in", "parse"]
 
 T = TypeVar("T")
-
-
-def run(session: Session, plan: "plans.WaitPlan[T]", subscriber: Optional[Subscriber] = None) -> T:
-    """Drive ``plan`` (plans.py) on redis-py: each round trip it yields sent
-    as one Batch, its replies sent back; its subscription steps on
-    ``subscriber`` (its watch dropped whatever happens)."""
-    reply: Any = None
-    w: Optional[Watch] = None
-    try:
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            reply = None
-            if isinstance(step, plans.Subscribe):
-                assert subscriber is not None, "a plan that subscribes needs a subscriber"
-                w = reply = subscriber.watch(step.channel)
-                w.subscribed.wait(step.seconds)
-            elif isinstance(step, plans.Pause):
-                assert w is not None
-                w.changed.wait(step.seconds)
-                w.changed.clear()
-            elif isinstance(step, plans.Unsubscribe):
-                assert subscriber is not None and w is not None
-                subscriber.unwatch(w)
-                w = None
-            else:
-                reply = session.send(plans.fill(scripts.Batch(session.client), step))
-    finally:
-        if w is not None and subscriber is not None:
-            subscriber.unwatch(w)
 
 
 class Tracking:
@@ -73,16 +41,16 @@ class Tracking:
         """The partition (among ``names``, a queue's) holding the record of
         ``message_id``, and the record; None when none does (never
         tracked, or its result_ttl passed). plans.find() decides."""
-        with wrapped(f"read message {message_id!r} of {names[0]!r}"):
-            return run(self._session, plans.find(self._session.keys, names, message_id))
+        return self._session.run(plans.find(self._session.keys, names, message_id),
+                                 f"read message {message_id!r} of {names[0]!r}")
 
     def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
         """The record of ``message_id`` in partition ``name`` once it is final
         (ended, or garbage), or as it is when ``timeout_s`` passed first;
         None once it is gone (plans.end()). Every wait of this Broker shares
         one subscription (sync/subscriber.py)."""
-        with wrapped(f"wait for message {message_id!r} of {name!r}"):
-            return run(self._session, plans.end(self._session.keys, name, message_id, timeout_s), self._subscriber)
+        return self._session.run(plans.end(self._session.keys, name, message_id, timeout_s),
+                                 f"wait for message {message_id!r} of {name!r}", self._subscriber)
 
     def progresses(self, name: str, message_ids: Sequence[str]) -> dict[str, Any]:
         """The last progress (decoded JSON; text that is not JSON as it is)

@@ -38,6 +38,8 @@ from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.keys import logical_name
 from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.replies import ms_of
 from smqsup.store.ops import outbox
 from smqsup.store.ops.batches import Batches
 from smqsup.store.ops.outbox import split_entry
@@ -46,8 +48,7 @@ from smqsup.store.ops.parked import due as due_parked
 from smqsup.store.ops.parked import rows as parked_rows
 from smqsup.store.ops.queues import Queues
 from smqsup.store.scripts.workflow_calls import DEDUPLICATED, HELD, IN_USE
-from smqsup.store.sync.connection import wrapped
-from smqsup.store.sync.session import Session, ms_of
+from smqsup.store.sync.session import Session
 
 log = logging.getLogger(__name__)
 

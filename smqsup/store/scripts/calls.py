@@ -7,7 +7,7 @@ several wrappers share.
 A call goes by EVALSHA, and by EVAL once if the server does not know the
 script yet: a NOSCRIPT reply means the script did not run, so that one
 re-send can never apply an operation twice. Errors are left as redis-py
-raises them; the store's operation classes wrap them (connection.wrapped).
+raises them; the store's operation classes wrap them (core/failures.py: wrapped).
 
 A line ``--- @include "name"`` in a script is replaced by ``includes/name.lua``
 when the script is loaded (bullmq's convention): a helper several scripts

@@ -20,7 +20,7 @@ that ran:
   slot map is read again, after a pause, until a node serves the slot.
 
 Each is given REDIRECT_PATIENCE_S in all; after that the refusal is raised
-(connection.wrapped() makes it a BrokerNotSent: nothing ran). A connection
+(failures.wrapped() makes it a BrokerNotSent: nothing ran). A connection
 error is never retried here (the command may have run): it marks the slot
 map stale, so the caller's next attempt, after its own back-off, first reads
 the map again and so finds a promoted replica.
@@ -31,39 +31,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import redis.exceptions as rexc
 from redis.cluster import RedisCluster
 
+from smqsup.store.core import failures, routing
+from smqsup.store.core.routing import (
+    DOWN_PAUSE_S,
+    MIGRATING_PAUSE_S,
+    REDIRECT_PATIENCE_S,
+    REFRESH_MIN_INTERVAL_S,
+    key_of,
+)
 from smqsup.store.sync import connection, held
 
 T = TypeVar("T")
 
-#: How long a command refused by a redirection is sent again before the
-#: refusal is raised, in seconds: longer than a failover takes with the
-#: default cluster-node-timeout (15 s) would make every caller wait that long.
-REDIRECT_PATIENCE_S = 10.0
-#: Pause before sending again a command refused by ASK or TRYAGAIN (a slot
-#: being migrated), in seconds.
-MIGRATING_PAUSE_S = 0.02
-#: Pause before reading the slot map again after CLUSTERDOWN, in seconds.
-DOWN_PAUSE_S = 0.2
-#: Least time between two readings of the slot map caused by connection
-#: errors, in seconds (every thread of every consumer may hit one at once).
-REFRESH_MIN_INTERVAL_S = 0.2
 
 #: Refusals that mean the command did not run.
-REDIRECTIONS = connection.REDIRECTIONS
-
-
-def key_of(args: Sequence[Any]) -> Any:
-    """The key a command smqsup sends is routed by: the first key of a script
-    call, else the first argument after the command's name."""
-    name = args[0].upper() if isinstance(args[0], str) else args[0]
-    if name in ("EVALSHA", "EVAL", b"EVALSHA", b"EVAL"):
-        return args[3]
-    return args[1]
+REDIRECTIONS = failures.REDIRECTIONS
 
 
 class Router:
@@ -203,30 +190,12 @@ def send(router: Router, batch: Any, deliver: Callable[[Any, Any, Sequence[int]]
     one that ran is never sent twice. A master that cannot be reached leaves
     its exception as the reply of each of its commands; NotSent is raised only
     when no command could be sent at all."""
-    groups: dict[int, tuple[Any, list[int]]] = {}
-    for i in range(len(batch)):
-        client = router.node_client(batch.key(i))
-        groups.setdefault(id(client), (client, []))[1].append(i)
-    replies: list[Any] = [None] * len(batch)
-    unsent: Optional[connection.NotSent] = None  # the last master's that could not be reached
-    for client, indexes in groups.values():
-        sent = _to_master(router, client, indexes, deliver)
-        if sent and isinstance(sent[0], connection.NotSent):
-            unsent = sent[0]
-        for i, reply in zip(indexes, sent):
-            replies[i] = reply
-    if unsent is not None and all(isinstance(r, connection.NotSent) for r in replies):
-        raise unsent
-    again = [i for i, reply in enumerate(replies) if isinstance(reply, REDIRECTIONS)]
+    groups = routing.grouped(range(len(batch)), lambda i: router.node_client(batch.key(i)), id)
+    replies = routing.placed(len(batch), groups, [_to_master(router, client, where, deliver) for client, where in groups])
+    again = routing.refused(replies)
     for i in again:
         replies[i] = _again(router, batch, i, replies[i])
-    if again:
-        # A WAIT in the batch counted the replicas of its own connection's
-        # writes, not of what was sent again apart: it confirms nothing.
-        for i in range(len(batch)):
-            if batch.is_wait(i) and not isinstance(replies[i], Exception):
-                replies[i] = 0
-    return replies
+    return routing.settled(batch, replies, again)
 
 
 def _to_master(router: Router, client: Any, indexes: Sequence[int],
@@ -236,7 +205,7 @@ def _to_master(router: Router, client: Any, indexes: Sequence[int],
     reply of each (the NotSent of checkout() when nothing was sent)."""
     try:
         conn = connection.checkout(client)
-    except connection.NotSent as exc:
+    except failures.NotSent as exc:
         router.lost_connection()
         return [exc] * len(indexes)
     try:

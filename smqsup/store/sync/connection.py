@@ -11,12 +11,9 @@ retries switched off; callers find out what happened from Redis state instead.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Optional, cast
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from collections.abc import Callable
+from typing import Any, Optional, cast
 
 import redis
 import redis.exceptions as rexc
@@ -25,22 +22,16 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from smqsup import defaults, safe
-from smqsup.config.addresses import host_port
-from smqsup.errors import BrokerConnectionError, BrokerError, BrokerNotSent, ConfigError, NotLeader
+from smqsup.errors import BrokerError
 from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.core.failures import NotSent, wrapped
+from smqsup.store.core.urls import check_numbers, cluster_seeds, is_cluster_url, library, sentinel_address, url_error
 
 log = logging.getLogger(__name__)
 
 #: Lowest Redis version with BLMOVE/LMOVE.
 MIN_REDIS_VERSION = (6, 2, 0)
-#: The url schemes of a Redis Cluster (seed nodes, the rest discovered) and
-#: the plain scheme of each.
-CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: A cluster's refusals that mean the command did not run (cluster.py sends
-#: such a command again).
-REDIRECTIONS = (rexc.MovedError, rexc.AskError, rexc.TryAgainError, rexc.ClusterDownError,
-                rexc.SlotNotCoveredError)
 
 
 def connect(
@@ -94,52 +85,6 @@ def _options(socket_timeout_s: float, connect_timeout_s: float, client_name: Opt
     return {**options, **library()}
 
 
-def url_error(url: str, exc: Exception) -> ConfigError:
-    """The ConfigError for a url redis-py refused with ``exc``: cut short, so
-    a huge url (or an option value redis-py echoes) stays one readable line."""
-    return ConfigError(f"redis.url: {safe.shown(url_problem(exc), safe.URL_CHARS)}, "
-                       f"got {safe.shown(url, safe.URL_CHARS)!r}")
-
-
-@functools.cache
-def library() -> dict[str, Any]:
-    """redis-py's name and version for CLIENT SETINFO, read once per process
-    (and so once in the supervisor, before its forks). Otherwise a redis-py
-    with DriverInfo (8.1 here) reads its package metadata for every
-    connection it makes: in a forked consumer that wrote about 1.4 MB of
-    pages shared with the parent (USS, measured). An older redis-py has no
-    DriverInfo and takes nothing here."""
-    try:
-        from redis.driver_info import DriverInfo
-    except ImportError:
-        return {}
-    return {"driver_info": DriverInfo()}
-
-
-def is_cluster_url(url: str) -> bool:
-    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
-
-
-def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
-    """The seed nodes of ``redis+cluster://[user:password@]host:port
-    [,host:port...][/][?option=value...]`` (``rediss+cluster://`` for TLS),
-    and the url of the first as a one-server url, whose options the caller
-    checks as a one-server url's are (no I/O): else a misspelt option or a
-    NaN timeout would only fail once a node answers. A cluster has one
-    database: a path naming another is a ValueError."""
-    parts = urlsplit(url)
-    scheme = CLUSTER_SCHEMES[parts.scheme.lower()]
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    seeds = [host_port(item) for item in hosts.split(",") if item]
-    if not seeds:
-        raise ValueError("a cluster url needs at least one host:port")
-    if parts.path.strip("/") not in ("", "0"):
-        raise ValueError(f"a cluster has only database 0, not {parts.path.strip('/')!r}")
-    host, port = seeds[0]
-    first = urlunsplit((scheme, (userinfo + "@" if userinfo else "") + _netloc(host, port), "", parts.query, ""))
-    return first, seeds
-
-
 def _connect_cluster(first: str, seeds: list[tuple[str, int]], options: dict[str, Any]) -> RedisCluster:
     """A RedisCluster client that reads the slot map from the first of the
     ``seeds`` that answers (``first``: its url) and finds the other nodes.
@@ -151,10 +96,6 @@ def _connect_cluster(first: str, seeds: list[tuple[str, int]], options: dict[str
     except rexc.RedisClusterException as exc:  # no seed served the map (redis-py reads it at once)
         # (Unreachable, or reached but refused: a TLS certificate, a password.)
         raise rexc.ConnectionError(f"no seed node of the cluster could be read from: {exc}") from None
-
-
-def _netloc(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _connect_url(url: str, options: dict[str, Any]) -> "redis.Redis":
@@ -172,30 +113,6 @@ def _connect_url(url: str, options: dict[str, Any]) -> "redis.Redis":
     return client
 
 
-#: Connection options a url may set that are numbers, and their bounds.
-_URL_NUMBERS = {"socket_timeout": (0.0, 86400.0), "socket_connect_timeout": (0.0, 86400.0),
-                 "health_check_interval": (0.0, 86400.0), "db": (0, 2**31 - 1), "max_connections": (1, 2**31 - 1)}
-
-
-def check_numbers(kwargs: Mapping[str, Any]) -> None:
-    """ValueError for a url option that is a number out of its bounds (NaN,
-    1e999, a negative timeout): the socket layer would raise at the first
-    command, far from the url."""
-    for name, (low, high) in _URL_NUMBERS.items():
-        value = kwargs.get(name)
-        if value is not None and not (isinstance(value, (int, float)) and low <= value <= high):
-            raise ValueError(f"{name} must be a number from {low} to {high}, not {value!r}")
-
-
-def url_problem(exc: Exception) -> str:
-    """What is wrong with a url, from what redis-py raised."""
-    text = str(exc)
-    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
-    if isinstance(exc, TypeError) and unknown:
-        return f"unknown option {unknown[1]!r}"
-    return text
-
-
 def _handshake(client_name: str, *, handshake: bool = True) -> Callable[[Any], None]:
     """A redis-py ``redis_connect_func``: the usual handshake (AUTH, SELECT;
     not ``handshake`` for RedisCluster, which makes it itself before calling
@@ -211,24 +128,6 @@ def _handshake(client_name: str, *, handshake: bool = True) -> Callable[[Any], N
             warn_once(log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
                       "(grant +client|setname to name them)", exc)
     return on_connect
-
-
-def sentinel_address(url: str) -> tuple[list[tuple[str, int]], str, int, Optional[str]]:
-    """(sentinels, service, db, password) of ``sentinel://[:password@]host:port
-    [,host:port...]/service[/db]``; ConfigError without a service, ValueError
-    for a db that is not a number."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    password = unquote(parts.password) if parts.password else None
-    hosts = []
-    for item in netloc.split(","):
-        host, _, port = item.rpartition(":")
-        hosts.append((host or item, int(port) if port.isdigit() else 26379))
-    path = [p for p in parts.path.split("/") if p]
-    if not path:
-        raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.shown(url, safe.URL_CHARS)!r}")
-    db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
-    return hosts, path[0], db, password
 
 
 def _connect_sentinel(url: str, options: dict[str, Any]) -> "redis.Redis":
@@ -276,46 +175,6 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) if x.isdigit() else 0 for x in text.split(".")[:3])
 
 
-class wrapped:
-    """``with wrapped(what):`` turns redis-py errors raised inside the block
-    into smqsup errors whose message starts with ``what``. A class, as
-    contextlib.suppress is, not a generator: it is entered once per message."""
-
-    __slots__ = ("what",)
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> Literal[False]:
-        if exc is None:
-            return False
-        error = translated(self.what, exc)
-        if error is None:
-            return False  # not Redis's: raised on as it is
-        raise error from exc
-
-
-def translated(what: str, exc: BaseException) -> Optional[BrokerError]:
-    """The smqsup error for a redis-py (or socket) error ``exc``; None for any other."""
-    if isinstance(exc, NotSent):
-        return BrokerNotSent(f"{what}: Redis unreachable, nothing sent: {exc}")
-    if isinstance(exc, (*REDIRECTIONS, rexc.RedisClusterException)):
-        # Still refused after cluster.REDIRECT_PATIENCE_S (a failover not over).
-        return BrokerNotSent(f"{what}: Redis Cluster refused it, nothing ran: {exc}")
-    if isinstance(exc, (TimeoutError, rexc.ConnectionError, rexc.TimeoutError, OSError)):
-        return BrokerConnectionError(f"{what}: Redis connection failed: {exc}")
-    if isinstance(exc, rexc.ResponseError):
-        if str(exc).startswith("NOTLEADER"):
-            return NotLeader(f"{what}: refused, this process no longer holds the collector lock")
-        return BrokerError(f"{what}: Redis error: {exc}")
-    if isinstance(exc, rexc.RedisError):
-        return BrokerError(f"{what}: Redis error: {exc}")
-    return None
-
-
 def send(client: "redis.Redis", batch: "scripts.Batch") -> list[Any]:
     """Send ``batch`` in one round trip on a connection of ``client``'s pool;
     its replies, error replies left in place. Raises NotSent if Redis could
@@ -334,6 +193,3 @@ def checkout(client: "redis.Redis") -> Any:
         raise NotSent(str(exc)) from exc
 
 
-class NotSent(rexc.ConnectionError):
-    """The command never left this process (Redis could not be reached, or
-    the TLS handshake failed, before anything was sent)."""

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import redis
 import redis.exceptions as rexc
 
-from smqsup.store.sync.connection import NotSent
+from smqsup.store.core.failures import NotSent
 
 _pack_one: Optional[Callable[[tuple[Any, ...]], bytes]]
 try:

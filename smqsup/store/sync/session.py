@@ -11,59 +11,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, Optional
 
 import redis.exceptions as rexc
 from redis.cluster import RedisCluster
 
 from smqsup import defaults
-from smqsup.errors import NotReplicated
-from smqsup.keys import QueueKeys
 from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.core import plans
+from smqsup.store.core.failures import wrapped
+from smqsup.store.core.keycache import KeyCache
+from smqsup.store.core.replies import LOGGER, T, confirmed, shortfall
 from smqsup.store.sync import cluster
-from smqsup.store.sync.connection import connect, send, wrapped
+from smqsup.store.sync.connection import connect, send
 from smqsup.store.sync.held import HeldConnection
+from smqsup.store.sync.subscriber import Subscriber
 
-#: The logger of every Redis operation: one name, the Broker's, whichever
-#: class of it runs the operation (operators grep their logs by it).
-LOGGER = "smqsup.store.broker"
 log = logging.getLogger(LOGGER)
-T = TypeVar("T")
-
-#: A reply of a batch sent to a master that could not be reached.
-UNREACHABLE = (rexc.ConnectionError, rexc.TimeoutError, OSError)
-
-
-def ms_of(time_reply: Sequence[Any]) -> int:
-    """TIME's (seconds, microseconds) as whole ms."""
-    secs, usecs = time_reply
-    return int(secs) * 1000 + int(usecs) // 1000
-
-
-def text(value: "bytes | str") -> str:
-    """Redis bytes as text; bytes that are not UTF-8 are kept as escapes."""
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
-
-
-def shortfall(got: Any, wanted: int, timeout_ms: int) -> Optional[tuple[int, str]]:
-    """(replicas that confirmed, why) when WAIT's reply ``got`` (or its
-    refusal) falls short of ``wanted``; None when it does not."""
-    if isinstance(got, Exception):
-        return 0, f"Redis refused WAIT ({got}), so no replica is known to have it"
-    if int(got) < wanted:
-        return int(got), f"{int(got)} of {wanted} replica(s) confirmed it within {timeout_ms} ms"
-    return None
-
-
-def confirmed(queue: str, result: T, got: Any, wanted: int, timeout_ms: int) -> T:
-    """``result`` if WAIT's reply ``got`` says ``wanted`` replicas have the
-    publish to ``queue``; NotReplicated (carrying ``result``) if fewer have it."""
-    short = shortfall(got, wanted, timeout_ms)
-    if short is not None:
-        raise NotReplicated(f"publish to {queue!r}: done on the master, but {short[1]}", short[0], result)
-    return result
 
 
 class Session:
@@ -94,15 +60,10 @@ class Session:
             self.held = cluster.ClusterHeldConnection(self.router)
         else:
             self.held = HeldConnection(self.client)
-        self._keys: dict[str, QueueKeys] = {}
+        #: Each queue's keys, made once: ``self.keys(queue)``.
+        self.keys = KeyCache(namespace)
         #: Most messages one reclaim script call moves (the reclaims loop over batches).
         self.reclaim_batch = defaults.RECLAIM_BATCH
-
-    def keys(self, queue: str) -> QueueKeys:
-        k = self._keys.get(queue)
-        if k is None:
-            k = self._keys[queue] = QueueKeys(self.namespace, queue)
-        return k
 
     def close(self) -> None:
         self.held.close()
@@ -113,6 +74,26 @@ class Session:
         if self.router is None:
             return send(self.client, batch)
         return cluster.send(self.router, batch, batch.deliver)
+
+    def run(self, plan: "plans.WaitPlan[T]", what: str, subscriber: "Optional[Subscriber]" = None) -> T:
+        """Drive ``plan`` (core/plans.py) on redis-py: each round trip it
+        yields sent as one Batch, its replies sent back; its subscription
+        steps performed by ``subscriber`` (its watch dropped whatever
+        happens); redis-py's errors raised as smqsup's, saying ``what``."""
+        stepper: plans.Stepper[T] = plans.Stepper(plan)
+        reply: Any = None
+        try:
+            with wrapped(what):
+                while (step := stepper.next(reply)) is not None:
+                    if plans.on_subscription(step):
+                        assert subscriber is not None, "a plan that subscribes needs a subscriber"
+                        reply = subscriber.perform(step, stepper)
+                    else:
+                        reply = self.send(plans.fill(scripts.Batch(self.client), step))
+                return stepper.answer
+        finally:
+            if stepper.watch is not None and subscriber is not None:
+                subscriber.unwatch(stepper.watch)
 
     def on_node(self, queue: str, use: Callable[[Any], T]) -> T:
         """``use(client)`` on a client of the server holding ``queue``'s keys:

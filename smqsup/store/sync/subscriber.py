@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import redis.exceptions as rexc
 
-from smqsup.store.core import subscriptions
+from smqsup.store.core import plans, subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,22 @@ class Subscriber:
                                                 name="smqsup-waits")
                 self._reader.start()
         return w
+
+    def perform(self, step: object, stepper: "plans.Stepper[Any]") -> Optional[Watch]:
+        """A plan's subscription step (Session.run): Subscribe watches its
+        channel (waiting for Redis to confirm) and gives the watch, Pause
+        waits for a change, Unsubscribe drops the watch."""
+        if isinstance(step, plans.Subscribe):
+            stepper.watch = self.watch(step.channel)
+            stepper.watch.subscribed.wait(step.seconds)
+            return stepper.watch  # type: ignore[no-any-return]
+        if isinstance(step, plans.Pause):
+            stepper.watch.changed.wait(step.seconds)
+            stepper.watch.changed.clear()
+        else:
+            self.unwatch(stepper.watch)
+            stepper.watch = None
+        return None
 
     def unwatch(self, w: Watch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it)."""
