@@ -23,6 +23,7 @@ this package (``from smqsup.store import scripts``; ``scripts.ack(...)``,
 - lag.lua (a partition's ready count and next frames' heads): ``LAG`` here;
   its one caller, which reads its reply, is store/ops/lag.py.
 - *.lua, includes/*.lua: the scripts, each opening with its KEYS and ARGV.
+- README.md: the key layout, the frame heads and what each script does (the start of a wire format).
 """
 
 from __future__ import annotations
