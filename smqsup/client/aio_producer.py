@@ -1,7 +1,7 @@
 """Publishing from asyncio: the AsyncProducer, the Producer's API as coroutines.
 
     from smqsup import AsyncProducer
-    async with AsyncProducer("redis://127.0.0.1:6379/0") as producer:
+    async with AsyncProducer.from_config("queues.yaml") as producer:   # or AsyncProducer(os.environ["REDIS_URL"])
         message_id = await producer.publish("orders", {"order": 42})
         await producer.publish_many("orders", [{"order": 43}, {"order": 44}], priority=9)
         mid = await producer.publish("resize", {"image": 7}, result_ttl=3600)

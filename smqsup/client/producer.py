@@ -1,7 +1,7 @@
 """Publishing messages: the public Producer API.
 
     from smqsup import Producer
-    producer = Producer("redis://127.0.0.1:6379/0")
+    producer = Producer.from_config("queues.yaml")   # or Producer(os.environ["REDIS_URL"])
     message_id = producer.publish("orders", {"order": 42})
     producer.publish("orders", {"order": 43}, delay=30, priority=9, dedup_key="order-43", ttl=600)
     mid = producer.publish("resize", {"image": 7}, result_ttl=3600)
