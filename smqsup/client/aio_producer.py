@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
-from smqsup import message
-from smqsup.client import batching, results
+from smqsup.client import batching
 from smqsup.client.aio_flows import AsyncBatch, Steps
 from smqsup.client.event_cursor import Reading
 from smqsup.client.outgoing import Outgoing, Sending
@@ -34,11 +33,11 @@ from smqsup.errors import BrokerError
 from smqsup.store.aio.broker import AsyncBroker
 from smqsup.store.core.declared import NOTHING_DECLARED, Declared
 from smqsup.store.core.event_entries import BLOCK_SLICE_MS, Event
-from smqsup.store.core.records import Record
 from smqsup.store.ops.batches import BatchStatus
 
+T = TypeVar("T")
 
-class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]]]):
+class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable[Any]]):
     """Publishes JSON messages to queues from asyncio code; the Producer's
     arguments, options, checks and errors (see its docstrings), each method a
     coroutine. Made with no I/O (inside a running loop or not), it connects
@@ -58,6 +57,8 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]]]):
     publishes those; ``tracing``: the span current in the calling task is
     the parent). publish() and publish_many() return awaitables.
     """
+
+    _broker: AsyncBroker
 
     def _open(self, url: str, namespace: str, settings: dict[str, Any]) -> None:
         core = self._core
@@ -132,47 +133,8 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]]]):
             if not got and not follow:
                 return
 
-    async def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
-        """Producer.result(), awaited: what the handler of tracked message
-        ``message_id`` returned, waiting (without polling) up to ``timeout``
-        seconds (None: for ever) for it to end. MessageFailed if it ended in
-        the dead letters, TimeoutError if not in time, ResultUnknown if it
-        was never tracked or its result_ttl passed. Waits awaited together
-        share one subscription connection."""
-        wait_s = results.wait_s(timeout)
-        found = await self._find(queue, message_id)
-        where = results.to_wait(found, wait_s)
-        record = await self._broker.tracking.wait(where, message_id, wait_s) if where is not None \
-            else None if found is None else found[1]
-        return results.result_of(record, queue, message_id, timeout)
-
-    async def state(self, queue: str, message_id: str) -> str:
-        """Producer.state(): scheduled, waiting, active, retrying, done, dead,
-        cancelled, or unknown (never tracked, or past its result_ttl)."""
-        return results.state_of(await self._record(queue, message_id))
-
-    async def progress(self, queue: str, message_id: str) -> Any:
-        """Producer.progress(): the last value its handler gave
-        message.progress() (None: none yet); ResultUnknown as result() says."""
-        return results.progress_of(await self._record(queue, message_id), queue, message_id)
-
-    async def cancel(self, queue: str, message_id: str) -> str:
-        """Producer.cancel(): "cancelled", "stopping", the state a tracked
-        message had already ended in, or "unknown"."""
-        self._core.check_queue(queue)
-        message.check_message_id(message_id)
-        names = await self._broker.partition_names(queue)
-        return await self._broker.tracking.cancel(names, message_id)
-
-    async def _record(self, queue: str, message_id: str) -> Optional[Record]:
-        found = await self._find(queue, message_id)
-        return None if found is None else found[1]
-
-    async def _find(self, queue: str, message_id: str) -> Optional[tuple[str, Record]]:
-        """(partition, record) of a tracked message; None when none holds one."""
-        self._core.check_queue(queue)
-        message.check_message_id(message_id)
-        return await self._broker.tracking.find(await self._broker.partition_names(queue), message_id)
+    async def _then(self, got: Awaitable[Any], answer: Callable[[Any], T]) -> T:
+        return answer(await got)
 
     async def _deliver(self, out: Outgoing) -> list[str]:
         """Producer._deliver(), awaited: to its partitions side by side (the

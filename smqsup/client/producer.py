@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from smqsup import message
-from smqsup.client import batching, flows, results
+from smqsup.client import batching, flows
 from smqsup.client.event_cursor import Reading, read_on
 from smqsup.client.outgoing import Outgoing, Sending
 from smqsup.client.producer_base import ProducerBase
@@ -31,11 +31,10 @@ from smqsup.errors import BrokerError, MessageError
 from smqsup.store.broker import Broker
 from smqsup.store.core.declared import Declared
 from smqsup.store.core.event_entries import Event
-from smqsup.store.core.records import Record
 from smqsup.store.ops.batches import BatchStatus, parse_id
 
 
-class Producer(ProducerBase[str, list[str]]):
+class Producer(ProducerBase[str, list[str], Any]):
     """Publishes JSON messages to queues. Not for sharing across fork: make
     one per process (or call it again in the child).
 
@@ -79,6 +78,8 @@ class Producer(ProducerBase[str, list[str]]):
     may or may not be queued, so a caller who publishes again knows it may
     create a duplicate. Both derive from BrokerConnectionError.
     """
+
+    _broker: Broker
 
     def _open(self, url: str, namespace: str, settings: dict[str, Any]) -> None:
         core = self._core
@@ -163,52 +164,6 @@ class Producer(ProducerBase[str, list[str]]):
         "malformed"."""
         self._core.check_queue(queue)
         return read_on(self._broker, queue, Reading(since), follow)
-
-    def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Any:
-        """What the handler of tracked message ``message_id`` returned,
-        waiting (without polling: its end is published) up to ``timeout``
-        seconds (None: for ever) for it to end; any number of waiters all
-        get it. Raises MessageFailed (``.reason``, ``.attempts``) if it
-        ended in the dead letters, TimeoutError if it has not ended in
-        time, ResultUnknown if it was never tracked or its result_ttl passed."""
-        wait_s = results.wait_s(timeout)
-        found = self._find(queue, message_id)
-        where = results.to_wait(found, wait_s)
-        record = self._broker.tracking.wait(where, message_id, wait_s) if where is not None \
-            else None if found is None else found[1]
-        return results.result_of(record, queue, message_id, timeout)
-
-    def state(self, queue: str, message_id: str) -> str:
-        """scheduled, waiting, active, retrying, done, dead, cancelled, or
-        unknown (never tracked, or past its result_ttl)."""
-        return results.state_of(self._record(queue, message_id))
-
-    def progress(self, queue: str, message_id: str) -> Any:
-        """The last value its handler gave message.progress() (None: none
-        yet); ResultUnknown as result() says."""
-        return results.progress_of(self._record(queue, message_id), queue, message_id)
-
-    def cancel(self, queue: str, message_id: str) -> str:
-        """Cancel a message, tracked or not; idempotent. Returns "cancelled"
-        (it waited, was scheduled or waited to be retried: dead-lettered
-        "cancelled" now), "stopping" (a consumer holds it: within a fraction
-        of a second its task is cancelled, its thread told through
-        message.cancelled, or its process replaced; it is dead-lettered
-        "cancelled", never retried), the state a tracked message had already
-        ended in ("done", "dead", "cancelled": nothing done), or "unknown"."""
-        self._core.check_queue(queue)
-        message.check_message_id(message_id)
-        return self._broker.contents.cancel(self._broker.queues.partition_names(queue), message_id)
-
-    def _record(self, queue: str, message_id: str) -> Optional[Record]:
-        found = self._find(queue, message_id)
-        return None if found is None else found[1]
-
-    def _find(self, queue: str, message_id: str) -> Optional[tuple[str, Record]]:
-        """(partition, record) of a tracked message; None when none holds one."""
-        self._core.check_queue(queue)
-        message.check_message_id(message_id)
-        return self._broker.tracking.find(self._broker.queues.partition_names(queue), message_id)
 
     def _deliver(self, out: Outgoing, count: "int | BrokerError") -> list[str]:
         """Send ``out`` to its partitions (one round trip each, in turn), of

@@ -13,10 +13,11 @@ subclass says how a store is opened and how a publish is sent.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Generic, Optional, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, Optional, TypeVar, cast
 
-from smqsup import defaults
+from smqsup import defaults, message
+from smqsup.client import results
 from smqsup.client.checks import valid_url
 from smqsup.client.publish_options import PublishOptions
 from smqsup.client.publishing import Publishing
@@ -25,12 +26,19 @@ from smqsup.client.publishing import Publishing
 One = TypeVar("One")
 #: What publish_many() gives: the ids, or an awaitable of them.
 Many = TypeVar("Many")
-P = TypeVar("P", bound="ProducerBase[Any, Any]")
+#: What result() and progress() give: a value, or an awaitable of it.
+Answer = TypeVar("Answer")
+T = TypeVar("T")
+P = TypeVar("P", bound="ProducerBase[Any, Any, Any]")
 
 
-class ProducerBase(Generic[One, Many]):
+class ProducerBase(Generic[One, Many, Answer]):
     """Publishes JSON messages to queues (the Producer's docstring says
-    what each option does and what each error means)."""
+    what each option does and what each error means), and reads what
+    became of them."""
+
+    #: The store it sends through: a Broker, or an AsyncBroker (_open makes it).
+    _broker: Any
 
     def __init__(self, url: str, namespace: str = defaults.NAMESPACE, *,
                  max_message_size: int = defaults.MAX_MESSAGE_SIZE_BYTES, stats: bool = True,
@@ -132,3 +140,51 @@ class ProducerBase(Generic[One, Many]):
     def _publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]],
                       given: PublishOptions) -> Many:
         raise NotImplementedError
+
+    # --- after publish -----------------------------------------------------------
+
+    def result(self, queue: str, message_id: str, timeout: Optional[float] = None) -> Answer:
+        """What the handler of tracked message ``message_id`` returned,
+        waiting (without polling: its end is published) up to ``timeout``
+        seconds (None: for ever) for it to end; any number of waiters all
+        get it. Raises MessageFailed (``.reason``, ``.attempts``) if it
+        ended in the dead letters, TimeoutError if it has not ended in
+        time, ResultUnknown if it was never tracked or its result_ttl passed."""
+        wait_s = results.wait_s(timeout)
+        return cast(Answer, self._then(self._record(queue, message_id, wait_s),
+                                       lambda record: results.result_of(record, queue, message_id, timeout)))
+
+    def state(self, queue: str, message_id: str) -> One:
+        """scheduled, waiting, active, retrying, done, dead, cancelled, or
+        unknown (never tracked, or past its result_ttl)."""
+        return cast(One, self._then(self._record(queue, message_id), results.state_of))
+
+    def progress(self, queue: str, message_id: str) -> Answer:
+        """The last value its handler gave message.progress() (None: none
+        yet); ResultUnknown as result() says."""
+        return cast(Answer, self._then(self._record(queue, message_id),
+                                       lambda record: results.progress_of(record, queue, message_id)))
+
+    def cancel(self, queue: str, message_id: str) -> One:
+        """Cancel a message, tracked or not; idempotent. Returns "cancelled"
+        (it waited, was scheduled or waited to be retried: dead-lettered
+        "cancelled" now), "stopping" (a consumer holds it: within a fraction
+        of a second its task is cancelled, its thread told through
+        message.cancelled, or its process replaced; it is dead-lettered
+        "cancelled", never retried), the state a tracked message had already
+        ended in ("done", "dead", "cancelled": nothing done), or "unknown"."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        return cast(One, self._broker.tracking.cancel_message(queue, message_id))
+
+    def _record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Any:
+        """The record of a tracked message (None when none is kept), waited
+        for up to ``wait_s`` until final: the store's tracking.record()."""
+        self._core.check_queue(queue)
+        message.check_message_id(message_id)
+        return self._broker.tracking.record(queue, message_id, wait_s)
+
+    def _then(self, got: Any, answer: Callable[[Any], T]) -> Any:
+        """``answer`` of what an operation ``got``: at once here (the
+        Producer's); the AsyncProducer's awaits it first."""
+        return answer(got)

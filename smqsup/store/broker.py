@@ -66,7 +66,7 @@ class Broker:
         self.control = Control(self._session)
         self.statistics = Statistics(self._session, self.queues)
         self.schedules = Schedules(self._session)
-        self.tracking = Tracking(self._session)
+        self.tracking = Tracking(self._session, self.queues.cache)
         self.events = Events(self._session)
         self.batches = Batches(self._session)
         self.workflows = Workflows(self._session, self.queues, self.batches)

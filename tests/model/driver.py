@@ -23,9 +23,9 @@ from smqsup.client.producer import Producer
 from smqsup.keys import QueueKeys, logical_name, partition_names
 from smqsup.store import scripts
 from smqsup.store.broker import Broker
+from smqsup.store.core import event_entries as events
 from smqsup.store.core.consumer_info import ConsumerInfo
 from smqsup.store.core.declared import Declared
-from smqsup.store.ops import events
 from smqsup.store.ops.tracking import Record, parse
 from smqsup.views import browse
 

@@ -146,7 +146,7 @@ class AsyncBroker:
         #: Held by each caller across its operations (a publish: encode, count, send):
         #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
         self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
-        self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener)
+        self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener, self._cache)
         self.events = AsyncEvents(self.client, self._send, self.keys, self._router is not None, self.turns)
 
     async def partitions(self, queue: str, *, fresh: bool = False) -> int:

@@ -9,13 +9,14 @@ and reading task the waits of an AsyncBroker share (aio/subscriber.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Optional, TypeVar
 
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.aio.subscriber import AsyncSubscriber
 from smqsup.store.core import plans
+from smqsup.store.core.declared import PartitionCache, names_of
 from smqsup.store.core.failures import wrapped
 from smqsup.store.core.records import Record
 
@@ -56,33 +57,29 @@ class AsyncTracking:
 
     def __init__(self, client: Any, send: Callable[[scripts.Batch], Awaitable[list[Any]]],
                  keys: Callable[[str], QueueKeys], turns: asyncio.Semaphore,
-                 open_connection: Callable[[], Awaitable[Any]]) -> None:
+                 open_connection: Callable[[], Awaitable[Any]], cache: PartitionCache) -> None:
         self._client = client
         self._send = send
         self._keys = keys
         self._turns = turns
         self._subscriber = AsyncSubscriber(open_connection)
+        self._cache = cache
+
+    async def record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Optional[Record]:
+        """Tracking.record(), awaited."""
+        names = names_of(self._cache, self._keys(queue), queue)
+        return await self.run(plans.record(self._keys, names, message_id, wait_s),
+                              f"read message {message_id!r} of {queue!r}")
+
+    async def cancel_message(self, queue: str, message_id: str) -> str:
+        """Tracking.cancel_message(), awaited."""
+        names = names_of(self._cache, self._keys(queue), queue)
+        return await self.run(plans.cancel_in(self._keys, names, message_id),
+                              f"cancel message {message_id!r} of {queue!r}")
 
     async def run(self, plan: "plans.WaitPlan[T]", what: str) -> T:
         """Drive ``plan`` under the turns, its subscription steps on the shared subscription."""
         return await run(plan, what, self._client, self._send, self._subscriber, self._turns)
-
-    async def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
-        """tracking.Tracking.find(), awaited: the partition (among ``names``)
-        holding the record of ``message_id``, and the record; None when none does."""
-        return await self.run(plans.find(self._keys, names, message_id),
-                              f"read message {message_id!r} of {names[0]!r}")
-
-    async def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
-        """tracking.Tracking.wait(), awaited (plans.end()): the record of
-        ``message_id`` in partition ``name`` once it is final, or as it is
-        when ``timeout_s`` passed first; None once it is gone."""
-        return await self.run(plans.end(self._keys, name, message_id, timeout_s),
-                              f"wait for message {message_id!r} of {name!r}")
-
-    async def cancel(self, names: Sequence[str], message_id: str) -> str:
-        """contents.Contents.cancel(), awaited (plans.cancel())."""
-        return await self.run(plans.cancel(self._keys, names, message_id), f"cancel message {message_id!r} of {names[0]!r}")
 
     async def close(self) -> None:
         """Close the waits' shared subscription and its tasks."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import NamedTuple, Optional
 
+import redis.exceptions as rexc
+
 from smqsup import defaults
 from smqsup.keys import QueueKeys, partition_names
 from smqsup.store.core.plans import Command, Plan
@@ -99,3 +101,16 @@ def partitions(cache: PartitionCache, keys: QueueKeys, queue: str) -> Plan[int]:
     if isinstance(raw, Exception):
         raise raw
     return cache.remember(queue, partition_count(raw))
+
+
+def names_of(cache: PartitionCache, keys: QueueKeys, queue: str) -> Plan[list[str]]:
+    """The plan of a queue's partition names: the cached count, else read
+    (partitions()); a count Redis holds but refuses to give (a key of the
+    wrong type) leaves the count read last, as Queues.partition_names does."""
+    count = cache.fresh(queue)
+    if count is None:
+        try:
+            count = yield from partitions(cache, keys, queue)
+        except rexc.RedisError:
+            count = None
+    return cache.names(queue, count)

@@ -64,7 +64,11 @@ def parse(queue: str, entry_id: Any, fields: Any) -> Event:
 
 
 def _fields(fields: Any) -> dict[str, str]:
-    """An entry's fields as texts (redis-py gives a dict; anything else: none)."""
+    """An entry's fields as texts: redis-py's parsed reply gives a dict, a
+    raw one (the asyncio driver's) a flat [field, value, ...] list;
+    anything else: none."""
+    if isinstance(fields, list) and len(fields) % 2 == 0:
+        fields = dict(zip(fields[::2], fields[1::2]))
     if not isinstance(fields, dict):
         return {}
     return {text(k) if isinstance(k, (bytes, str)) else str(k): text(v) if isinstance(v, (bytes, str)) else str(v)

@@ -238,3 +238,24 @@ def _watched(keys: Callable[[str], QueueKeys], name: str, message_id: str, deadl
         if left <= 0 or watching.lost:
             return record
         yield Pause(min(left, WAIT_SLICE_S))
+
+
+def record(keys: Callable[[str], QueueKeys], names: Plan[list[str]], message_id: str,
+           wait_s: float = 0.0) -> WaitPlan[Optional[Record]]:
+    """A tracked message's record: looked for in the partitions ``names``
+    gives (its plan run first), then, with ``wait_s`` > 0 and a record not
+    final yet, waited for until it is (end()); None when none is kept
+    (never tracked, or its result_ttl passed). What a producer's result(),
+    state() and progress() read."""
+    found = yield from find(keys, (yield from names), message_id)
+    if found is None:
+        return None
+    where, kept = found
+    if kept.final or wait_s <= 0:
+        return kept
+    return (yield from end(keys, where, message_id, wait_s))
+
+
+def cancel_in(keys: Callable[[str], QueueKeys], names: Plan[list[str]], message_id: str) -> Plan[str]:
+    """cancel() in the partitions ``names`` gives (its plan run first)."""
+    return (yield from cancel(keys, (yield from names), message_id))

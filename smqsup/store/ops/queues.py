@@ -32,8 +32,8 @@ class Queues:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        #: Each queue's partition count and declared options, as read last.
-        self._cache = PartitionCache()
+        #: Each queue's partition count and declared options, as read last (Tracking reads it too).
+        self.cache = PartitionCache()
 
     def known_queues(self) -> list[str]:
         with wrapped("list queues"):
@@ -110,7 +110,7 @@ class Queues:
             stored = scripts.partitions(k, count).run(session.client)
             if count > before:
                 self._follow_pause(queue, before, count, flag)
-        n = self._cache.counts[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
+        n = self.cache.counts[queue] = (min(max(stored, 1), defaults.PARTITIONS_MAX), time.monotonic())
         return n[0]
 
     def _prepare_partitions(self, queue: str, before: int, count: int, flag: Optional[bytes]) -> None:
@@ -140,17 +140,17 @@ class Queues:
         (1 if none did), read again at most every PARTITIONS_READ_S (at once
         when ``fresh``). Junk in the key reads as 1, a count above
         defaults.PARTITIONS_MAX as that."""
-        known = self._cache.fresh(queue, fresh)
+        known = self.cache.fresh(queue, fresh)
         if known is not None:
             return known
-        return self._session.run(partitions(self._cache, self._session.keys(queue), queue),
+        return self._session.run(partitions(self.cache, self._session.keys(queue), queue),
                                  f"read the partitions of {queue!r}")
 
     def result_ttl(self, queue: str) -> int:
         """The result_ttl (s) ``queue``'s consumers declared (0: none), read
         with its partition count (cached as partitions() says)."""
         count, said = self.declared(queue)
-        if isinstance(count, BrokerError) and queue not in self._cache.declared:
+        if isinstance(count, BrokerError) and queue not in self.cache.declared:
             raise count
         return said.result_ttl_s
 
@@ -163,7 +163,7 @@ class Queues:
             count: "int | BrokerError" = self.partitions(queue)
         except BrokerError as exc:
             count = exc
-        return count, self._cache.declared.get(queue, NOTHING_DECLARED)
+        return count, self.cache.declared.get(queue, NOTHING_DECLARED)
 
     def declare_options(self, queue: str, said: Declared) -> None:
         """Store what producers of ``queue`` (every partition) are to apply
@@ -173,7 +173,7 @@ class Queues:
         with wrapped(f"declare the options of {queue!r}"):
             for name in partition_names(queue, self.partitions(queue)):
                 session.client.hset(session.keys(name).options, mapping=said.fields())
-        self._cache.declared[queue] = said
+        self.cache.declared[queue] = said
 
     def partition_names(self, queue: str, at_least: int = 1) -> list[str]:
         """The partitions of ``queue`` (its own name first): as many as
@@ -183,7 +183,7 @@ class Queues:
             n: Optional[int] = self.partitions(queue)
         except BrokerError:
             n = None
-        return self._cache.names(queue, n, at_least)
+        return self.cache.names(queue, n, at_least)
 
     def partition_ticket(self, queue: str) -> int:
         """A number drawn by a consumer of ``queue`` (INCR): which partition it

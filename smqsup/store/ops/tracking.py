@@ -19,6 +19,7 @@ from typing import Any, Optional, TypeVar
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store import scripts
 from smqsup.store.core import plans
+from smqsup.store.core.declared import PartitionCache, names_of
 from smqsup.store.core.failures import wrapped
 from smqsup.store.core.records import ENDED, STATES, Record, found_in, json_or_text, parse, text_of
 from smqsup.store.sync.session import Session
@@ -32,10 +33,26 @@ T = TypeVar("T")
 class Tracking:
     """Reads and waits of tracked messages; progress writes."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, cache: PartitionCache) -> None:
+        """``cache``: the partition counts the Broker's Queues keep."""
         self._session = session
+        self._cache = cache
         # On a cluster a PUBLISH reaches every node: any node's connection hears them all.
         self._subscriber = Subscriber(lambda: session.client.pubsub())
+
+    def record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Optional[Record]:
+        """The record of tracked message ``message_id`` of ``queue`` (any
+        partition), waited for up to ``wait_s`` until final (plans.record());
+        None when none is kept."""
+        names = names_of(self._cache, self._session.keys(queue), queue)
+        return self._session.run(plans.record(self._session.keys, names, message_id, wait_s),
+                                 f"read message {message_id!r} of {queue!r}", self._subscriber)
+
+    def cancel_message(self, queue: str, message_id: str) -> str:
+        """Cancel ``message_id`` of ``queue`` (any partition): plans.cancel_in()."""
+        names = names_of(self._cache, self._session.keys(queue), queue)
+        return self._session.run(plans.cancel_in(self._session.keys, names, message_id),
+                                 f"cancel message {message_id!r} of {queue!r}")
 
     def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
         """The partition (among ``names``, a queue's) holding the record of
@@ -43,14 +60,6 @@ class Tracking:
         tracked, or its result_ttl passed). plans.find() decides."""
         return self._session.run(plans.find(self._session.keys, names, message_id),
                                  f"read message {message_id!r} of {names[0]!r}")
-
-    def wait(self, name: str, message_id: str, timeout_s: float) -> Optional[Record]:
-        """The record of ``message_id`` in partition ``name`` once it is final
-        (ended, or garbage), or as it is when ``timeout_s`` passed first;
-        None once it is gone (plans.end()). Every wait of this Broker shares
-        one subscription (sync/subscriber.py)."""
-        return self._session.run(plans.end(self._session.keys, name, message_id, timeout_s),
-                                 f"wait for message {message_id!r} of {name!r}", self._subscriber)
 
     def progresses(self, name: str, message_ids: Sequence[str]) -> dict[str, Any]:
         """The last progress (decoded JSON; text that is not JSON as it is)
