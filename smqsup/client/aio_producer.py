@@ -31,7 +31,7 @@ from smqsup.client.producer_base import ProducerBase
 from smqsup.client.publish_options import PublishOptions
 from smqsup.errors import BrokerError
 from smqsup.store.aio.broker import AsyncBroker
-from smqsup.store.core.declared import NOTHING_DECLARED, Declared
+from smqsup.store.core.declared import Declared
 from smqsup.store.core.event_entries import BLOCK_SLICE_MS, Event
 from smqsup.store.ops.batches import BatchStatus
 
@@ -70,20 +70,24 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable
                        given: PublishOptions) -> str:
         if given.depends_on is not None:  # the Producer's, on a thread (aio_flows.py)
             return await self._steps.publish(queue, body, headers, given)
-        with self._core.send_span(queue) as send:
-            headers = send.headers(headers)  # (tracing on: its traceparent)
-            async with self._broker.turns:
-                ids = await self._deliver(self._core.one(queue, body, headers, given, await self._declared(queue)))
-            send.done(ids)
-        return ids[0]
+        return (await self._sent(queue, headers, lambda mine, said: self._core.one(queue, body, mine, given, said)))[0]
 
     async def _publish_many(self, queue: str, bodies: Iterable[Any], headers: Optional[Mapping[str, Any]],
                             given: PublishOptions) -> list[str]:
+        return await self._sent(queue, headers, lambda mine, said: self._core.many(queue, bodies, mine, given, said),
+                                many=True)
+
+    async def _sent(self, queue: str, headers: Optional[Mapping[str, Any]], outgoing: Callable[..., Outgoing],
+                    many: bool = False) -> list[str]:
+        """The ids of the messages ``outgoing`` makes of the headers the send
+        span gives (tracing on: its traceparent) and what ``queue``
+        declared, sent to its partitions: all of it in one of the turns."""
         with self._core.send_span(queue) as send:
-            headers = send.headers(headers)  # (tracing on: its traceparent, in every message's headers)
+            headers = send.headers(headers)
             async with self._broker.turns:
-                ids = await self._deliver(self._core.many(queue, bodies, headers, given, await self._declared(queue)))
-            send.done(ids, many=True)
+                count, said = await self._declared(queue)
+                ids = await self._deliver(outgoing(headers, said), count)
+            send.done(ids, many=many)
         return ids
 
     async def chain(self, steps: Sequence[Any]) -> list[str]:
@@ -102,14 +106,10 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable
         """Producer.batch_status(), on a thread."""
         return await self._steps.batch_status(batch_id)
 
-    async def _declared(self, queue: str) -> Declared:
-        """Producer._declared(): what ``queue``'s consumers declared, read
-        with its partition count (nothing if unreadable: the publish says why)."""
+    async def _declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
+        """Producer._declared(), awaited."""
         self._core.check_queue(queue)
-        try:
-            return await self._broker.declared(queue)
-        except BrokerError:
-            return NOTHING_DECLARED
+        return await self._broker.declared(queue)
 
     # --- after publish -----------------------------------------------------------
 
@@ -123,7 +123,7 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable
     async def _events(self, queue: str, reading: Reading, follow: bool) -> AsyncIterator[Event]:
         ev, block = self._broker.events, BLOCK_SLICE_MS if follow else 0
         while True:
-            names = await self._broker.partition_names(queue)
+            names = await self._broker.tracking.run(self._broker.names(queue), f"read the partitions of {queue!r}")
             fresh = reading.fresh(names)
             if fresh:
                 reading.start(fresh, await ev.last(fresh) if reading.needs_last() else None)
@@ -136,13 +136,9 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable
     async def _then(self, got: Awaitable[Any], answer: Callable[[Any], T]) -> T:
         return answer(await got)
 
-    async def _deliver(self, out: Outgoing) -> list[str]:
+    async def _deliver(self, out: Outgoing, count: "int | BrokerError") -> list[str]:
         """Producer._deliver(), awaited: to its partitions side by side (the
         others' messages are sent whatever one of them meets)."""
-        try:
-            count: "int | BrokerError" = await self._broker.partitions(out.queue)
-        except BrokerError as exc:
-            count = exc
         sendings = self._core.sendings(out, count)
         if len(sendings) == 1:  # one round trip for them all: its error is the caller's (the usual case)
             return await self._send(sendings[0])
@@ -161,8 +157,7 @@ class AsyncProducer(ProducerBase[Awaitable[str], Awaitable[list[str]], Awaitable
         info = self._core.closing_stats()
         if info is not None:
             with self._core.flushing():
-                async with self._broker.turns:
-                    await self._broker.producer_stats(self.id, info)
+                await self._broker.producer_stats(self.id, info)
         await self._steps.close()
         await self._broker.close()
 

@@ -21,6 +21,7 @@ from smqsup.client import results
 from smqsup.client.checks import valid_url
 from smqsup.client.publish_options import PublishOptions
 from smqsup.client.publishing import Publishing
+from smqsup.store.core import plans
 
 #: What publish() gives: the id (Producer), or an awaitable of it (AsyncProducer).
 One = TypeVar("One")
@@ -175,14 +176,16 @@ class ProducerBase(Generic[One, Many, Answer]):
         ended in ("done", "dead", "cancelled": nothing done), or "unknown"."""
         self._core.check_queue(queue)
         message.check_message_id(message_id)
-        return cast(One, self._broker.tracking.cancel_message(queue, message_id))
+        plan = plans.cancel_in(self._broker.keys, self._broker.names(queue), message_id)
+        return cast(One, self._broker.tracking.run(plan, f"cancel message {message_id!r} of {queue!r}"))
 
     def _record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Any:
         """The record of a tracked message (None when none is kept), waited
-        for up to ``wait_s`` until final: the store's tracking.record()."""
+        for up to ``wait_s`` until final (the store's plans.record())."""
         self._core.check_queue(queue)
         message.check_message_id(message_id)
-        return self._broker.tracking.record(queue, message_id, wait_s)
+        plan = plans.record(self._broker.keys, self._broker.names(queue), message_id, wait_s)
+        return self._broker.tracking.run(plan, f"read message {message_id!r} of {queue!r}")
 
     def _then(self, got: Any, answer: Callable[[Any], T]) -> Any:
         """``answer`` of what an operation ``got``: at once here (the

@@ -27,6 +27,8 @@ from redis.cluster import RedisCluster
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
+from smqsup.store.core import plans
+from smqsup.store.core.declared import names_of
 from smqsup.store.core.failures import wrapped
 from smqsup.store.ops.batches import Batches
 from smqsup.store.ops.contents import Contents
@@ -66,7 +68,7 @@ class Broker:
         self.control = Control(self._session)
         self.statistics = Statistics(self._session, self.queues)
         self.schedules = Schedules(self._session)
-        self.tracking = Tracking(self._session, self.queues.cache)
+        self.tracking = Tracking(self._session)
         self.events = Events(self._session)
         self.batches = Batches(self._session)
         self.workflows = Workflows(self._session, self.queues, self.batches)
@@ -105,6 +107,10 @@ class Broker:
         """The redis-py client (session.Session.client), for tests: outside store/
         nothing in smqsup touches it."""
         return self._session.client
+
+    def names(self, queue: str) -> "plans.Plan[list[str]]":
+        """The plan of ``queue``'s partition names (core/declared.py: names_of), for tracking.run."""
+        return names_of(self.queues.cache, self.keys(queue), queue)
 
     def keys(self, queue: str) -> QueueKeys:
         return self._session.keys(queue)

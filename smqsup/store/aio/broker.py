@@ -35,13 +35,12 @@ from redis.backoff import NoBackoff
 
 from smqsup import defaults, safe
 from smqsup.errors import BrokerError
-from smqsup.logs import warn_once
 from smqsup.store import scripts
 from smqsup.store.aio.cluster import LOST, AsyncRouter, deliver
 from smqsup.store.aio.events import AsyncEvents
 from smqsup.store.aio.tracking import AsyncTracking, run
-from smqsup.store.core import urls
-from smqsup.store.core.declared import NOTHING_DECLARED, Declared, PartitionCache, partitions
+from smqsup.store.core import plans, urls
+from smqsup.store.core.declared import NOTHING_DECLARED, Declared, PartitionCache, names_of, partitions
 from smqsup.store.core.failures import NotSent, wrapped
 from smqsup.store.core.keycache import KeyCache
 from smqsup.store.core.publish_plan import PRODUCER_TTL_MS, pushed
@@ -114,9 +113,8 @@ def _handshake(client_name: str) -> Any:
         try:
             await conn.send_command("CLIENT", "SETNAME", client_name)
             await conn.read_response()
-        except rexc.ResponseError as exc:
-            warn_once(log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections "
-                      "stay unnamed (grant +client|setname to name them)", exc)
+        except rexc.ResponseError as exc:  # NOPERM, or CLIENT renamed away
+            urls.setname_refused(log, exc)
     return on_connect
 
 
@@ -146,7 +144,7 @@ class AsyncBroker:
         #: Held by each caller across its operations (a publish: encode, count, send):
         #: at most AIO_ROUND_TRIPS in flight, so as many connections (per master).
         self.turns = asyncio.Semaphore(defaults.AIO_ROUND_TRIPS)
-        self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener, self._cache)
+        self.tracking = AsyncTracking(self.client, self._send, self.keys, self.turns, self._listener)
         self.events = AsyncEvents(self.client, self._send, self.keys, self._router is not None, self.turns)
 
     async def partitions(self, queue: str, *, fresh: bool = False) -> int:
@@ -176,25 +174,19 @@ class AsyncBroker:
         plan = partitions(self._cache, self.keys(queue), queue)
         return await run(plan, f"read the partitions of {queue!r}", self.client, self._send)
 
-    async def declared(self, queue: str) -> Declared:
-        """store.queues.Queues.declared(): what ``queue``'s consumers
-        declared, read with its partition count: also when the count itself
-        could not be read (the publish says why)."""
-        try:
-            await self.partitions(queue)
-        except BrokerError:
-            if queue not in self._cache.declared:
-                raise
-        return self._cache.declared.get(queue, NOTHING_DECLARED)
+    def names(self, queue: str) -> "plans.Plan[list[str]]":
+        """Broker.names(): the plan of ``queue``'s partition names, for tracking.run."""
+        return names_of(self._cache, self.keys(queue), queue)
 
-    async def partition_names(self, queue: str) -> list[str]:
-        """store.queues.Queues.partition_names(): never raises (with Redis
-        unreachable, the count read last)."""
+    async def declared(self, queue: str) -> "tuple[int | BrokerError, Declared]":
+        """Queues.declared(): ``queue``'s partition count, or the BrokerError
+        reading it raised, and what its consumers declared (each 0 when
+        unreadable), in one cached read."""
         try:
-            n: Optional[int] = await self.partitions(queue)
-        except BrokerError:
-            n = None
-        return self._cache.names(queue, n)
+            count: "int | BrokerError" = await self.partitions(queue)
+        except BrokerError as exc:
+            count = exc
+        return count, self._cache.declared.get(queue, NOTHING_DECLARED)
 
     async def _listener(self) -> Any:
         """A connection of its own (no pool's, not connected yet) for the
@@ -213,11 +205,12 @@ class AsyncBroker:
         return await run(plan, f"publish to {queue!r}", self.client, self._send)
 
     async def producer_stats(self, producer_id: str, info: str) -> None:
-        """Flush one producer's statistics on their own (at close)."""
+        """Flush one producer's statistics on their own (at close), in one of the turns."""
         batch = scripts.Batch(self.client)
         batch.add(scripts.producer_stats(self.namespace, producer_id, info, PRODUCER_TTL_MS))
         with wrapped("producer statistics"):
-            reply = (await self._send(batch))[0]
+            async with self.turns:
+                reply = (await self._send(batch))[0]
             if isinstance(reply, Exception):
                 raise reply
 

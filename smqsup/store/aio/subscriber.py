@@ -28,8 +28,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
-import redis.exceptions as rexc
-
 from smqsup.store.core import plans, subscriptions
 
 log = logging.getLogger(__name__)
@@ -68,17 +66,13 @@ class AsyncSubscriber:
 
     async def perform(self, step: object, stepper: "plans.Stepper[Any]") -> Optional[AsyncWatch]:
         """Subscriber.perform(), awaited: a plan's Subscribe, Pause or Unsubscribe."""
+        if isinstance(step, plans.Unsubscribe):
+            self.unwatch(stepper.dropped())
+            return None
         if isinstance(step, plans.Subscribe):
             stepper.watch = await self.watch(step.channel)
-            await _until(stepper.watch.subscribed, step.seconds)
-            return stepper.watch  # type: ignore[no-any-return]
-        if isinstance(step, plans.Pause):
-            await _until(stepper.watch.changed, step.seconds)
-            stepper.watch.changed.clear()
-        else:
-            self.unwatch(stepper.watch)
-            stepper.watch = None
-        return None
+        await _until(*stepper.waits_on(step))
+        return stepper.waited(step)  # type: ignore[no-any-return]
 
     def unwatch(self, w: AsyncWatch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it). Never awaits."""
@@ -147,18 +141,16 @@ class AsyncSubscriber:
     async def _read(self, conn: Any) -> None:
         """The reading task: hand each confirmation and publication to the
         watches of its channel, until the connection fails or is closed."""
+        ended: Optional[Exception] = None
         try:
             while self._conn is conn:
                 reply = await conn.read_response(timeout=_READ_S, push_request=True)
                 if reply is not None:
                     self._deliver(reply)
-        except rexc.ResponseError as exc:  # a refusal: told to every waiter, none subscribes again
-            log.debug("Redis refused a command of the waits' subscription", exc_info=True)
-            await self._drop(conn, exc)
-        except Exception:  # noqa: BLE001 - any failure: every waiter reads again, on a new connection
-            log.debug("the waits' subscription failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - any failure ends this connection (subscriptions.ended_by)
+            ended = subscriptions.ended_by(exc, log)
         finally:
-            await self._drop(conn)
+            await self._drop(conn, ended)
 
     def _deliver(self, reply: Any) -> None:
         if isinstance(reply, (list, tuple)) and len(reply) >= 3:

@@ -16,37 +16,37 @@ from smqsup.keys import QueueKeys
 from smqsup.store import scripts
 from smqsup.store.aio.subscriber import AsyncSubscriber
 from smqsup.store.core import plans
-from smqsup.store.core.declared import PartitionCache, names_of
-from smqsup.store.core.failures import wrapped
-from smqsup.store.core.records import Record
 
 T = TypeVar("T")
 
 
 async def run(plan: "plans.WaitPlan[T]", what: str, client: Any, send: Callable[[scripts.Batch], Awaitable[list[Any]]],
-              subscriber: Optional[AsyncSubscriber] = None, turns: Optional[asyncio.Semaphore] = None) -> T:
+              subscriber: Optional[AsyncSubscriber] = None) -> T:
     """Session.run() on redis.asyncio: drive ``plan`` (core/plans.py), each
-    round trip it yields sent as one Batch of ``client`` through ``send``
-    (taking one of ``turns`` when given, but for a Blocking one), its
-    replies sent back; its subscription steps performed by ``subscriber``
-    (its watch dropped whatever happens); errors as smqsup's, saying ``what``."""
+    round trip it yields sent as one Batch of ``client`` through ``send``,
+    its replies sent back; its subscription steps performed by
+    ``subscriber``; errors as smqsup's, saying ``what``."""
     stepper: plans.Stepper[T] = plans.Stepper(plan)
     reply: Any = None
-    try:
-        with wrapped(what):
-            while (step := stepper.next(reply)) is not None:
-                if plans.on_subscription(step):
-                    assert subscriber is not None, "a plan that subscribes needs a subscriber"
-                    reply = await subscriber.perform(step, stepper)
-                elif turns is None or isinstance(step, plans.Blocking):
-                    reply = await send(plans.fill(scripts.Batch(client), step))
-                else:
-                    async with turns:
-                        reply = await send(plans.fill(scripts.Batch(client), step))
-            return stepper.answer
-    finally:
-        if stepper.watch is not None and subscriber is not None:
-            subscriber.unwatch(stepper.watch)
+    with stepper.driving(what, None if subscriber is None else subscriber.unwatch):
+        while (step := stepper.next(reply)) is not None:
+            if (by := plans.performer(step, subscriber)) is not None:
+                reply = await by.perform(step, stepper)
+            else:
+                reply = await send(plans.fill(scripts.Batch(client), step))
+    return stepper.answer
+
+
+def taking_turns(send: Callable[[scripts.Batch], Awaitable[list[Any]]],
+                 turns: asyncio.Semaphore) -> Callable[[scripts.Batch], Awaitable[list[Any]]]:
+    """``send``, each round trip under one of ``turns`` but a blocking one
+    (it would hold a turn for its wait)."""
+    async def send_in_turn(batch: scripts.Batch) -> list[Any]:
+        if batch.blocking:
+            return await send(batch)
+        async with turns:
+            return await send(batch)
+    return send_in_turn
 
 
 class AsyncTracking:
@@ -57,29 +57,16 @@ class AsyncTracking:
 
     def __init__(self, client: Any, send: Callable[[scripts.Batch], Awaitable[list[Any]]],
                  keys: Callable[[str], QueueKeys], turns: asyncio.Semaphore,
-                 open_connection: Callable[[], Awaitable[Any]], cache: PartitionCache) -> None:
+                 open_connection: Callable[[], Awaitable[Any]]) -> None:
         self._client = client
         self._send = send
         self._keys = keys
         self._turns = turns
         self._subscriber = AsyncSubscriber(open_connection)
-        self._cache = cache
-
-    async def record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Optional[Record]:
-        """Tracking.record(), awaited."""
-        names = names_of(self._cache, self._keys(queue), queue)
-        return await self.run(plans.record(self._keys, names, message_id, wait_s),
-                              f"read message {message_id!r} of {queue!r}")
-
-    async def cancel_message(self, queue: str, message_id: str) -> str:
-        """Tracking.cancel_message(), awaited."""
-        names = names_of(self._cache, self._keys(queue), queue)
-        return await self.run(plans.cancel_in(self._keys, names, message_id),
-                              f"cancel message {message_id!r} of {queue!r}")
 
     async def run(self, plan: "plans.WaitPlan[T]", what: str) -> T:
         """Drive ``plan`` under the turns, its subscription steps on the shared subscription."""
-        return await run(plan, what, self._client, self._send, self._subscriber, self._turns)
+        return await run(plan, what, self._client, taking_turns(self._send, self._turns), self._subscriber)
 
     async def close(self) -> None:
         """Close the waits' shared subscription and its tasks."""

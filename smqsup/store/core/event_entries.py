@@ -183,7 +183,8 @@ def _xread(streams: dict[str, str], count: int, block: Optional[int], separately
 
 def _xread_step(streams: dict[str, str], count: int, block: Optional[int]) -> list[Request]:
     waits = () if block is None else ("BLOCK", block)
-    step: list[Request] = [Command(("XREAD", "COUNT", count, *waits, "STREAMS", *streams, *streams.values()), next(iter(streams)))]
+    args = ("XREAD", "COUNT", count, *waits, "STREAMS", *streams, *streams.values())
+    step: list[Request] = [Command(args, next(iter(streams)))]
     return step if block is None else Blocking(step)
 
 

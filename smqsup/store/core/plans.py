@@ -18,13 +18,14 @@ publish (publish_plan.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, NamedTuple, Optional, Protocol, TypeVar, Union
 
 from smqsup import defaults, framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
-from smqsup.store.core.failures import translated
+from smqsup.store.core.failures import translated, wrapped
 from smqsup.store.core.records import Record, found_in
 from smqsup.store.core.replies import UNREACHABLE, ms_of, text
 
@@ -103,15 +104,54 @@ class Stepper(Generic[T]):
             self.answer: T = done.value
             return None
 
+    def waits_on(self, step: Any) -> tuple[Any, float]:
+        """What a driver waits for on a Subscribe (once it made the watch:
+        Redis's confirmation) or a Pause (a change), and for how long at most."""
+        return (self.watch.subscribed if isinstance(step, Subscribe) else self.watch.changed), step.seconds
 
-def on_subscription(step: object) -> bool:
-    """Whether ``step`` is for the subscription (Subscribe, Pause,
-    Unsubscribe), which the driver's subscriber performs, not a round trip."""
-    return isinstance(step, (Subscribe, Pause, Unsubscribe))
+    def waited(self, step: Any) -> Any:
+        """The reply to a Subscribe (the watch) or a Pause (None: the change it waited for is cleared)."""
+        if isinstance(step, Subscribe):
+            return self.watch
+        self.watch.changed.clear()
+        return None
+
+    @contextmanager
+    def driving(self, what: str, unwatch: Optional[Callable[[Any], None]]) -> Iterator["Stepper[T]"]:
+        """Around a driver's loop over the steps: redis-py's errors raised as
+        smqsup's, saying ``what`` (failures.wrapped); the watch the plan
+        holds dropped by ``unwatch`` whatever happens."""
+        try:
+            with wrapped(what):
+                yield self
+        finally:
+            if self.watch is not None and unwatch is not None:
+                unwatch(self.watch)
+
+    def dropped(self) -> Any:
+        """The watch an Unsubscribe ends, no longer held."""
+        watch, self.watch = self.watch, None
+        return watch
+
+
+S = TypeVar("S")
+
+
+def performer(step: object, subscriber: Optional[S]) -> Optional[S]:
+    """Who performs ``step`` if it is for the subscription (Subscribe,
+    Pause, Unsubscribe): the driver's ``subscriber`` (a plan that
+    subscribes needs one); None for a round trip, which the driver sends."""
+    if not isinstance(step, (Subscribe, Pause, Unsubscribe)):
+        return None
+    if subscriber is None:
+        raise ValueError("a plan that subscribes needs a subscriber")
+    return subscriber
 
 
 def fill(batch: scripts.Batch, requests: Sequence[Request]) -> scripts.Batch:
-    """``batch`` with ``requests`` added, in order (what a driver sends)."""
+    """``batch`` with ``requests`` added, in order (what a driver sends);
+    blocking when they are a Blocking round trip."""
+    batch.blocking = isinstance(requests, Blocking)
     for r in requests:
         if isinstance(r, Command):
             batch.command(*r.args, route=r.route)

@@ -15,8 +15,11 @@ says it, and hand it every reply they read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Generic, Optional, Protocol, TypeVar
+
+import redis.exceptions as rexc
 
 
 class Settable(Protocol):
@@ -129,3 +132,15 @@ class Channels(Generic[E]):
 
     def any_watched(self) -> bool:
         return bool(self._channels)
+
+
+def ended_by(exc: BaseException, log: logging.Logger) -> Optional[Exception]:
+    """What a reading of the subscription that raised ``exc`` ended with:
+    Redis's refusal of one of its commands (told to every waiter: none
+    subscribes again), or None for any other failure (every waiter reads
+    again, on a new connection); said at debug level either way."""
+    if isinstance(exc, rexc.ResponseError):
+        log.debug("Redis refused a command of the waits' subscription", exc_info=exc)
+        return exc
+    log.debug("the waits' subscription failed", exc_info=exc)
+    return None

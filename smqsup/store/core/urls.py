@@ -6,6 +6,7 @@ name for CLIENT SETINFO."""
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -14,6 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 from smqsup import safe
 from smqsup.config.addresses import host_port
 from smqsup.errors import ConfigError
+from smqsup.logs import warn_once
 
 #: The url schemes of a Redis Cluster (seed nodes, the rest discovered) and
 #: the plain scheme of each.
@@ -110,3 +112,10 @@ def sentinel_address(url: str) -> tuple[list[tuple[str, int]], str, int, Optiona
         raise ConfigError(f"redis.url: sentinel url needs a service name, got {safe.shown(url, safe.URL_CHARS)!r}")
     db = int(path[1]) if len(path) > 1 else int(parse_qs(parts.query).get("db", ["0"])[0])  # ValueError: caller
     return hosts, path[0], db, password
+
+
+def setname_refused(log: logging.Logger, exc: Exception) -> None:
+    """Say, once per process, that Redis refused CLIENT SETNAME (NOPERM, or
+    the command renamed away): connections only go unnamed in CLIENT LIST."""
+    warn_once(log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
+              "(grant +client|setname to name them)", exc)

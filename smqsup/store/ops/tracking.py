@@ -19,7 +19,6 @@ from typing import Any, Optional, TypeVar
 from smqsup.errors import BrokerConnectionError, BrokerError
 from smqsup.store import scripts
 from smqsup.store.core import plans
-from smqsup.store.core.declared import PartitionCache, names_of
 from smqsup.store.core.failures import wrapped
 from smqsup.store.core.records import ENDED, STATES, Record, found_in, json_or_text, parse, text_of
 from smqsup.store.sync.session import Session
@@ -33,26 +32,14 @@ T = TypeVar("T")
 class Tracking:
     """Reads and waits of tracked messages; progress writes."""
 
-    def __init__(self, session: Session, cache: PartitionCache) -> None:
-        """``cache``: the partition counts the Broker's Queues keep."""
+    def __init__(self, session: Session) -> None:
         self._session = session
-        self._cache = cache
         # On a cluster a PUBLISH reaches every node: any node's connection hears them all.
         self._subscriber = Subscriber(lambda: session.client.pubsub())
 
-    def record(self, queue: str, message_id: str, wait_s: float = 0.0) -> Optional[Record]:
-        """The record of tracked message ``message_id`` of ``queue`` (any
-        partition), waited for up to ``wait_s`` until final (plans.record());
-        None when none is kept."""
-        names = names_of(self._cache, self._session.keys(queue), queue)
-        return self._session.run(plans.record(self._session.keys, names, message_id, wait_s),
-                                 f"read message {message_id!r} of {queue!r}", self._subscriber)
-
-    def cancel_message(self, queue: str, message_id: str) -> str:
-        """Cancel ``message_id`` of ``queue`` (any partition): plans.cancel_in()."""
-        names = names_of(self._cache, self._session.keys(queue), queue)
-        return self._session.run(plans.cancel_in(self._session.keys, names, message_id),
-                                 f"cancel message {message_id!r} of {queue!r}")
+    def run(self, plan: "plans.WaitPlan[T]", what: str) -> T:
+        """Session.run() of ``plan``, its subscription steps on the waits' shared subscription."""
+        return self._session.run(plan, what, self._subscriber)
 
     def find(self, names: Sequence[str], message_id: str) -> Optional[tuple[str, Record]]:
         """The partition (among ``names``, a queue's) holding the record of

@@ -104,6 +104,8 @@ class Batch:
         self._calls: list[Optional[Call[Any]]] = []
         #: Index -> the key a keyless command (WAIT) is routed by.
         self._routes: dict[int, Any] = {}
+        #: It may wait on the server (XREAD BLOCK): a bound on round trips in flight does not count it.
+        self.blocking = False
 
     def __len__(self) -> int:
         return len(self._calls)

@@ -23,8 +23,8 @@ from redis.retry import Retry
 
 from smqsup import defaults, safe
 from smqsup.errors import BrokerError
-from smqsup.logs import warn_once
 from smqsup.store import scripts
+from smqsup.store.core import urls
 from smqsup.store.core.failures import NotSent, wrapped
 from smqsup.store.core.urls import check_numbers, cluster_seeds, is_cluster_url, library, sentinel_address, url_error
 
@@ -125,8 +125,7 @@ def _handshake(client_name: str, *, handshake: bool = True) -> Callable[[Any], N
             conn.send_command("CLIENT", "SETNAME", client_name)
             conn.read_response()
         except rexc.ResponseError as exc:  # NOPERM, or CLIENT renamed away
-            warn_once(log, "refused:CLIENT SETNAME", "Redis refused CLIENT SETNAME (%s): connections stay unnamed "
-                      "(grant +client|setname to name them)", exc)
+            urls.setname_refused(log, exc)
     return on_connect
 
 

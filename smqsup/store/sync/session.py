@@ -78,22 +78,17 @@ class Session:
     def run(self, plan: "plans.WaitPlan[T]", what: str, subscriber: "Optional[Subscriber]" = None) -> T:
         """Drive ``plan`` (core/plans.py) on redis-py: each round trip it
         yields sent as one Batch, its replies sent back; its subscription
-        steps performed by ``subscriber`` (its watch dropped whatever
-        happens); redis-py's errors raised as smqsup's, saying ``what``."""
+        steps performed by ``subscriber`` (a plan that subscribes needs
+        one); errors as smqsup's, saying ``what`` (Stepper.driving)."""
         stepper: plans.Stepper[T] = plans.Stepper(plan)
         reply: Any = None
-        try:
-            with wrapped(what):
-                while (step := stepper.next(reply)) is not None:
-                    if plans.on_subscription(step):
-                        assert subscriber is not None, "a plan that subscribes needs a subscriber"
-                        reply = subscriber.perform(step, stepper)
-                    else:
-                        reply = self.send(plans.fill(scripts.Batch(self.client), step))
-                return stepper.answer
-        finally:
-            if stepper.watch is not None and subscriber is not None:
-                subscriber.unwatch(stepper.watch)
+        with stepper.driving(what, None if subscriber is None else subscriber.unwatch):
+            while (step := stepper.next(reply)) is not None:
+                if (by := plans.performer(step, subscriber)) is not None:
+                    reply = by.perform(step, stepper)
+                else:
+                    reply = self.send(plans.fill(scripts.Batch(self.client), step))
+        return stepper.answer
 
     def on_node(self, queue: str, use: Callable[[Any], T]) -> T:
         """``use(client)`` on a client of the server holding ``queue``'s keys:

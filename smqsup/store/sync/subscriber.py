@@ -23,8 +23,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
-import redis.exceptions as rexc
-
 from smqsup.store.core import plans, subscriptions
 
 log = logging.getLogger(__name__)
@@ -73,17 +71,14 @@ class Subscriber:
         """A plan's subscription step (Session.run): Subscribe watches its
         channel (waiting for Redis to confirm) and gives the watch, Pause
         waits for a change, Unsubscribe drops the watch."""
+        if isinstance(step, plans.Unsubscribe):
+            self.unwatch(stepper.dropped())
+            return None
         if isinstance(step, plans.Subscribe):
             stepper.watch = self.watch(step.channel)
-            stepper.watch.subscribed.wait(step.seconds)
-            return stepper.watch  # type: ignore[no-any-return]
-        if isinstance(step, plans.Pause):
-            stepper.watch.changed.wait(step.seconds)
-            stepper.watch.changed.clear()
-        else:
-            self.unwatch(stepper.watch)
-            stepper.watch = None
-        return None
+        event, seconds = stepper.waits_on(step)
+        event.wait(seconds)
+        return stepper.waited(step)  # type: ignore[no-any-return]
 
     def unwatch(self, w: Watch) -> None:
         """Stop watching (the last waiter of a channel unsubscribes it)."""
@@ -97,18 +92,15 @@ class Subscriber:
     def _read(self, pubsub: Any) -> None:
         """The reading thread: hand each confirmation and publication to the
         watches of its channel, until the connection fails or is closed."""
+        ended: Optional[Exception] = None
         try:
             while self._pubsub is pubsub:  # (close() or a failure replaces it)
                 message = pubsub.get_message(timeout=_READ_S)
                 if message is not None:
                     self._deliver(message)
-        except rexc.ResponseError as exc:  # a refusal: told to every waiter, none subscribes again
-            log.debug("Redis refused a command of the waits' subscription", exc_info=True)
-            self._lost(pubsub, exc)
-            return
-        except Exception:  # noqa: BLE001 - any failure: every waiter reads again, on a new connection
-            log.debug("the waits' subscription failed", exc_info=True)
-        self._lost(pubsub)
+        except Exception as exc:  # noqa: BLE001 - any failure ends this connection (subscriptions.ended_by)
+            ended = subscriptions.ended_by(exc, log)
+        self._lost(pubsub, ended)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         with self._lock:
