@@ -154,195 +154,114 @@ re-encoding inside Lua).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+
+#: The keys of a queue that take no argument: the QueueKeys attribute, and
+#: what follows the queue's prefix ``ns:{Q}:`` (the schema above says what each holds).
+_NAMED = {
+    "pending": "pending", "delayed": "delayed", "scheduled": "scheduled", "priority": "priority",
+    "rate": "rate", "priority_seq": "priority:seq", "ready_at": "ready_at", "paused": "paused",
+    "tracked": "tracked", "tracked_expiry": "tracked:expiry", "cancel": "cancel", "events": "events",
+    "deps": "deps", "outbox_parked": "outbox:parked", "outbox_failures": "outbox:failures",
+    "blocked": "blocked", "batches": "batches", "options": "options", "dead": "dead",
+    "consumers": "consumers", "heartbeats": "heartbeats", "retired": "retired", "gc_lock": "gc:lock",
+    "gc": "gc", "counters": "counters", "partitions": "partitions", "partition_seq": "partition:seq",
+    "series": "series", "slots": "slots", "supervisors": "supervisors", "schedules": "schedules",
+}
+#: The keys of a queue formed with an argument: the QueueKeys attribute (a
+#: function of that argument), and what follows the prefix, the argument in
+#: place of ``{}``. Any text may be the argument: it follows the hash tag, so
+#: it cannot change the slot (schedule names are queue-name-like: no ':').
+_OF = {
+    "processing": "processing:{}",  # the processing list of consumer {}
+    "dedup": "dedup:{}",  # the id of the message published with dedup key {}
+    "dead_aside": "dead:purging:{}",  # where the purge of token {} sets the whole dead-letter list aside
+    "tracked_channel": "tracked:{}",  # where each new state of tracked message {} is published
+    # batch {}, whose home is this queue: its hash and its sets
+    "batch": "batch:{}", "batch_members": "batch:{}:members", "batch_ended": "batch:{}:ended",
+    "batch_failures": "batch:{}:failures",
+    # schedule {}: its state hash, its declarers, its paused flag
+    "schedule": "schedule:{}", "schedule_declarers": "schedule:{}:declarers", "schedule_paused": "schedule:{}:paused",
+}
+
+
+class _Keys:
+    """The types of the keys in _NAMED and _OF (QueueKeys sets them; a plain
+    class, so that the dataclass does not take them for fields)."""
+
+    pending: str
+    delayed: str
+    scheduled: str
+    priority: str
+    rate: str
+    priority_seq: str
+    ready_at: str
+    paused: str
+    tracked: str
+    tracked_expiry: str
+    cancel: str
+    events: str
+    deps: str
+    outbox_parked: str
+    outbox_failures: str
+    blocked: str
+    batches: str
+    options: str
+    dead: str
+    consumers: str
+    heartbeats: str
+    retired: str
+    gc_lock: str
+    gc: str
+    counters: str
+    partitions: str
+    partition_seq: str
+    series: str
+    slots: str
+    supervisors: str
+    schedules: str
+    #: The group keys, in the order the scripts take them (includes/groups.lua):
+    #: ready, count, state, rate, wait, running.
+    groups: tuple[str, str, str, str, str, str]
+    processing: Callable[[str], str]
+    dedup: Callable[[str], str]
+    dead_aside: Callable[[str], str]
+    tracked_channel: Callable[[str], str]
+    batch: Callable[[str], str]
+    batch_members: Callable[[str], str]
+    batch_ended: Callable[[str], str]
+    batch_failures: Callable[[str], str]
+    schedule: Callable[[str], str]
+    schedule_declarers: Callable[[str], str]
+    schedule_paused: Callable[[str], str]
 
 
 @dataclass(frozen=True)
-class QueueKeys:
-    """The keys of one queue in one namespace. Each name is formed once per
-    instance (cached_property: the consumer's hot path asks for several per
-    message); the Broker keeps one instance per queue."""
+class QueueKeys(_Keys):
+    """The keys of one queue in one namespace, each name (each template of
+    one with an argument) formed once, when the instance is made (the
+    consumer's hot path asks for several per message); the Broker keeps one
+    instance per queue."""
 
     namespace: str
     queue: str
 
-    @cached_property
-    def _prefix(self) -> str:
-        return f"{self.namespace}:{{{self.queue}}}"
+    def __post_init__(self) -> None:
+        prefix = f"{self.namespace}:{{{self.queue}}}"
+        p = f"{prefix}:groups"
+        groups = (f"{p}:ready", f"{p}:count", f"{p}:state", f"{p}:rate", f"{p}:wait", f"{p}:running")
+        keys = {"groups": groups, **{name: f"{prefix}:{suffix}" for name, suffix in _NAMED.items()},
+                **{name: _former(prefix, template) for name, template in _OF.items()}}
+        for name, value in keys.items():
+            object.__setattr__(self, name, value)  # (frozen: set once, here)
 
-    @cached_property
-    def pending(self) -> str:
-        return f"{self._prefix}:pending"
 
-    @cached_property
-    def delayed(self) -> str:
-        return f"{self._prefix}:delayed"
-
-    @cached_property
-    def scheduled(self) -> str:
-        return f"{self._prefix}:scheduled"
-
-    @cached_property
-    def priority(self) -> str:
-        return f"{self._prefix}:priority"
-
-    @cached_property
-    def rate(self) -> str:
-        return f"{self._prefix}:rate"
-
-    @cached_property
-    def priority_seq(self) -> str:
-        return f"{self._prefix}:priority:seq"
-
-    @cached_property
-    def ready_at(self) -> str:
-        return f"{self._prefix}:ready_at"
-
-    @cached_property
-    def paused(self) -> str:
-        return f"{self._prefix}:paused"
-
-    @cached_property
-    def groups(self) -> tuple[str, str, str, str, str, str]:
-        """The group keys, in the order the scripts take them (includes/groups.lua):
-        ready, count, state, rate, wait, running."""
-        p = f"{self._prefix}:groups"
-        return (f"{p}:ready", f"{p}:count", f"{p}:state", f"{p}:rate", f"{p}:wait", f"{p}:running")
-
-    def dead_aside(self, token: str) -> str:
-        """Where a whole purge sets the dead-letter list aside."""
-        return f"{self._prefix}:dead:purging:{token}"
-
-    def dedup(self, dedup_key: str) -> str:
-        """The key holding the id of the message published with ``dedup_key``
-        (any text: it follows the hash tag, so it cannot change the slot)."""
-        return f"{self._prefix}:dedup:{dedup_key}"
-
-    @cached_property
-    def tracked(self) -> str:
-        return f"{self._prefix}:tracked"
-
-    @cached_property
-    def tracked_expiry(self) -> str:
-        return f"{self._prefix}:tracked:expiry"
-
-    def tracked_channel(self, message_id: str) -> str:
-        """Where each new state of tracked message ``message_id`` is published."""
-        return f"{self._prefix}:tracked:{message_id}"
-
-    @cached_property
-    def cancel(self) -> str:
-        return f"{self._prefix}:cancel"
-
-    @cached_property
-    def events(self) -> str:
-        return f"{self._prefix}:events"
-
-    @cached_property
-    def deps(self) -> str:
-        return f"{self._prefix}:deps"
-
-    @cached_property
-    def outbox_parked(self) -> str:
-        return f"{self._prefix}:outbox:parked"
-
-    @cached_property
-    def outbox_failures(self) -> str:
-        return f"{self._prefix}:outbox:failures"
-
-    @cached_property
-    def blocked(self) -> str:
-        return f"{self._prefix}:blocked"
-
-    def batch(self, batch_id: str) -> str:
-        """The hash of batch ``batch_id``, whose home is this queue."""
-        return f"{self._prefix}:batch:{batch_id}"
-
-    def batch_members(self, batch_id: str) -> str:
-        return f"{self._prefix}:batch:{batch_id}:members"
-
-    def batch_ended(self, batch_id: str) -> str:
-        return f"{self._prefix}:batch:{batch_id}:ended"
-
-    def batch_failures(self, batch_id: str) -> str:
-        return f"{self._prefix}:batch:{batch_id}:failures"
-
-    @cached_property
-    def batches(self) -> str:
-        return f"{self._prefix}:batches"
-
-    @cached_property
-    def options(self) -> str:
-        return f"{self._prefix}:options"
-
-    @cached_property
-    def dead(self) -> str:
-        return f"{self._prefix}:dead"
-
-    @cached_property
-    def consumers(self) -> str:
-        return f"{self._prefix}:consumers"
-
-    @cached_property
-    def heartbeats(self) -> str:
-        return f"{self._prefix}:heartbeats"
-
-    @cached_property
-    def retired(self) -> str:
-        return f"{self._prefix}:retired"
-
-    @cached_property
-    def gc_lock(self) -> str:
-        return f"{self._prefix}:gc:lock"
-
-    @cached_property
-    def gc(self) -> str:
-        return f"{self._prefix}:gc"
-
-    @cached_property
-    def counters(self) -> str:
-        return f"{self._prefix}:counters"
-
-    @cached_property
-    def partitions(self) -> str:
-        return f"{self._prefix}:partitions"
-
-    @cached_property
-    def partition_seq(self) -> str:
-        return f"{self._prefix}:partition:seq"
-
-    @cached_property
-    def series(self) -> str:
-        return f"{self._prefix}:series"
-
-    @cached_property
-    def slots(self) -> str:
-        return f"{self._prefix}:slots"
-
-    @cached_property
-    def supervisors(self) -> str:
-        return f"{self._prefix}:supervisors"
-
-    def processing(self, consumer_id: str) -> str:
-        """The processing list owned by ``consumer_id``."""
-        return f"{self._prefix}:processing:{consumer_id}"
-
-    # --- schedules (schedule.py names are queue-name-like: no ':' in them) ---
-
-    @cached_property
-    def schedules(self) -> str:
-        return f"{self._prefix}:schedules"
-
-    def schedule(self, name: str) -> str:
-        """The state hash of schedule ``name``."""
-        return f"{self._prefix}:schedule:{name}"
-
-    def schedule_declarers(self, name: str) -> str:
-        return f"{self._prefix}:schedule:{name}:declarers"
-
-    def schedule_paused(self, name: str) -> str:
-        return f"{self._prefix}:schedule:{name}:paused"
+def _former(prefix: str, template: str) -> Callable[[str], str]:
+    """The key ``template`` (of _OF) names after ``prefix``, its argument in place of ``{}``."""
+    head, _, tail = template.partition("{}")
+    head = f"{prefix}:{head}"
+    return lambda arg: f"{head}{arg}{tail}"
 
 
 #: Between a queue's name and its partition's number ("orders~2"): a
