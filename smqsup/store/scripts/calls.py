@@ -75,6 +75,11 @@ class Script:
             return client.eval(self.text, len(keys), *keys, *args)
 
 
+def scripts(*names: str) -> tuple[Script, ...]:
+    """A Script for each name, in order: the scripts of one wrapper module."""
+    return tuple(Script(name) for name in names)
+
+
 class Call(Generic[T]):
     """One call of a script: its KEYS and ARGV, and the reader of its reply."""
 

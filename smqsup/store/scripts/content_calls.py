@@ -12,17 +12,10 @@ from typing import Any, Optional
 
 from smqsup import defaults
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Script, bytes_or_none, dedup_index, escaped_texts, meta_json
+from smqsup.store.scripts.calls import Call, bytes_or_none, dedup_index, escaped_texts, meta_json, scripts
 
-_DLQ_REQUEUE = Script("dlq_requeue")
-_REMOVE = Script("remove")
-_DLQ_PURGE = Script("dlq_purge")
-_PARTITIONS = Script("partitions")
-_PEEK_RANGE = Script("peek_range")
-_GROUP_PAUSE = Script("group_pause")
-_GROUP_REPAIR = Script("group_repair")
-
-SCRIPTS = (_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_PAUSE, _GROUP_REPAIR)
+_DLQ_REQUEUE, _REMOVE, _DLQ_PURGE, _PARTITIONS, _PEEK_RANGE, _GROUP_PAUSE, _GROUP_REPAIR = SCRIPTS = scripts(
+    "dlq_requeue", "remove", "dlq_purge", "partitions", "peek_range", "group_pause", "group_repair")
 
 
 def group_repair(keys: QueueKeys, consumers: Sequence[str], lock: tuple[str, str], limit: int, cursor: bytes,

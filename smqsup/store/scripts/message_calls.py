@@ -11,21 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from smqsup.keys import QueueKeys, producers_hash, producers_seen
-from smqsup.store.scripts.calls import Call, Lock, Script, bytes_or_none, dedup_index, escaped_texts, with_lock
+from smqsup.store.scripts.calls import Call, Lock, bytes_or_none, dedup_index, escaped_texts, scripts, with_lock
 
-_ACK = Script("ack")
-_NACK = Script("nack")
-_PROMOTE = Script("promote")
-_PUBLISH = Script("publish")
-_PUBLISH_OPTIONS = Script("publish_options")
-_TAKE = Script("take")
-_GIVE_BACK = Script("give_back")
-_SCREEN = Script("screen")
-_PRODUCER_STATS = Script("producer_stats")
-
-_ADVANCE = Script("advance")
-
-SCRIPTS = (_ACK, _NACK, _PROMOTE, _ADVANCE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK, _SCREEN, _PRODUCER_STATS)
+(_ACK, _NACK, _PROMOTE, _ADVANCE, _PUBLISH, _PUBLISH_OPTIONS, _TAKE, _GIVE_BACK, _SCREEN,
+ _PRODUCER_STATS) = SCRIPTS = scripts("ack", "nack", "promote", "advance", "publish", "publish_options", "take",
+                                      "give_back", "screen", "producer_stats")
 
 #: nack outcomes, as the script returns them.
 LATE, RETRIED, DELAYED, DEAD = 0, 1, 2, 3

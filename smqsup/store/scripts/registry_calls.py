@@ -12,18 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Lock, Script, escaped_texts, meta_json, texts, with_lock
+from smqsup.store.scripts.calls import Call, Lock, escaped_texts, meta_json, scripts, texts, with_lock
 
-_RECLAIM = Script("reclaim")
-_RECLAIM_STALE = Script("reclaim_stale")
-_RETURN_FREE = Script("return_free")
-_HEARTBEAT = Script("heartbeat")
-_STALE = Script("stale")
-_LOCK_ACQUIRE = Script("lock_acquire")
-_LOCK_RENEW = Script("lock_renew")
-_LOCK_RELEASE = Script("lock_release")
-
-SCRIPTS = (_RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW, _LOCK_RELEASE)
+(_RECLAIM, _RECLAIM_STALE, _RETURN_FREE, _HEARTBEAT, _STALE, _LOCK_ACQUIRE, _LOCK_RENEW,
+ _LOCK_RELEASE) = SCRIPTS = scripts("reclaim", "reclaim_stale", "return_free", "heartbeat", "stale", "lock_acquire",
+                                    "lock_renew", "lock_release")
 
 
 @dataclass(frozen=True)

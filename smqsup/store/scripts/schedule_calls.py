@@ -7,16 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Lock, Script
+from smqsup.store.scripts.calls import Call, Lock, scripts
 
-_UPSERT = Script("schedule_upsert")
-_DECLARE = Script("schedule_declare")
-_UNDECLARE = Script("schedule_undeclare")
-_FIRE = Script("schedule_fire")
-_RESUME = Script("schedule_resume")
-_RESET = Script("schedule_reset")
-
-ALL = (_UPSERT, _DECLARE, _UNDECLARE, _FIRE, _RESUME, _RESET)
+_UPSERT, _DECLARE, _UNDECLARE, _FIRE, _RESUME, _RESET = ALL = scripts(
+    "schedule_upsert", "schedule_declare", "schedule_undeclare", "schedule_fire", "schedule_resume", "schedule_reset")
 
 #: upsert outcomes.
 SAME, NEW, REPLACED = 0, 1, 2

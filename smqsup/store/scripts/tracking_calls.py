@@ -4,12 +4,9 @@ publish: progress (a tracked message's), cancel."""
 from __future__ import annotations
 
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Script
+from smqsup.store.scripts.calls import Call, scripts
 
-_PROGRESS = Script("progress")
-_CANCEL = Script("cancel")
-
-SCRIPTS = (_PROGRESS, _CANCEL)
+_PROGRESS, _CANCEL = SCRIPTS = scripts("progress", "cancel")
 
 
 def progress(keys: QueueKeys, message_id: str, value: str, *, tracked: bool = True, events_max: int = 0,

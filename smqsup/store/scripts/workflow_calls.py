@@ -9,16 +9,10 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from smqsup.keys import QueueKeys
-from smqsup.store.scripts.calls import Call, Script
+from smqsup.store.scripts.calls import Call, scripts
 
-_HOLD = Script("hold")
-_DEPEND = Script("depend")
-_UNBLOCK = Script("unblock")
-_BATCH_SETTLE = Script("batch_settle")
-_OUTBOX_PARK = Script("outbox_park")
-_OUTBOX_UNPARK = Script("outbox_unpark")
-
-SCRIPTS = (_HOLD, _DEPEND, _UNBLOCK, _BATCH_SETTLE, _OUTBOX_PARK, _OUTBOX_UNPARK)
+_HOLD, _DEPEND, _UNBLOCK, _BATCH_SETTLE, _OUTBOX_PARK, _OUTBOX_UNPARK = SCRIPTS = scripts(
+    "hold", "depend", "unblock", "batch_settle", "outbox_park", "outbox_unpark")
 
 #: hold()'s answers: held; deduplicated (its dedup key names another message); the id is in use.
 HELD, DEDUPLICATED, IN_USE = 1, 0, -1
