@@ -9,7 +9,7 @@ that `smqsup --help` and a bad config's one-line error stay light (about
 checks what they load).
 
 - main.py: the top-level parser, the dispatch to each command, main() and its one-line errors.
-- common.py: what the commands share: the parser class, -c FILE / --url / --namespace, flag types, connect().
+- common.py: what the commands share: the parser class, add_command() and the shared arguments (-c FILE / --url / --namespace...), flag types, connect().
 - run_cmd.py: ``run`` (the supervisor), ``check`` (validate without starting) and ``consume`` (one consumer).
 - publish_cmd.py: ``publish``, its flags' parsers and the publish itself.
 - queue_cmd.py: ``pause``, ``resume``, ``messages`` and ``remove``: an operator's commands on one queue.

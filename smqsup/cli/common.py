@@ -1,7 +1,8 @@
-"""What every ``smqsup`` command shares: the parser that errs in one line, the
-target options (-c FILE, --url, --namespace) and where they lead (connect(),
-queue_broker() for the commands on one queue), the types of the flags several
-commands take, and the exit statuses.
+"""What every ``smqsup`` command shares: the parser that errs in one line,
+add_command() (a command's parser from its table of arguments) with the
+arguments several commands take, the target options among them (-c FILE,
+--url, --namespace), where those lead (connect(), queue_broker() for the
+commands on one queue), the types of the flags, and the exit statuses.
 
 A command module imports this one, never main.py (which imports them all);
 nothing here imports the config reader, psutil or redis-py at module level
@@ -15,7 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from smqsup import defaults
 from smqsup.config.names import validate_queue_name
@@ -39,21 +40,66 @@ class Parser(argparse.ArgumentParser):
 Commands = argparse._SubParsersAction
 
 
-def add_target(p: argparse.ArgumentParser, *, url: bool) -> None:
-    """-c FILE, and with ``url`` --url and --namespace: where the command reaches Redis."""
-    p.add_argument("-c", "--config", metavar="FILE", type=nonempty, help="queues.yaml")
-    if url:
-        p.add_argument("--url", type=nonempty, help="Redis url instead of a config file (default: "
-                                                    "$SMQSUP_REDIS_URL, which keeps a password off the command line)")
-        p.add_argument("--namespace", default=None, type=nonempty, help=f"key namespace (default {defaults.NAMESPACE})")
-
-
 def nonempty(text: str) -> str:
     """An option's value, refused when empty: ``--namespace ''`` must not
     quietly mean the default namespace, nor ``--url ''`` the environment's."""
     if not text:
         raise argparse.ArgumentTypeError("expected a value, got an empty string")
     return text
+
+
+class Arg(NamedTuple):
+    """One argument of a command: its names and the keywords ``add_argument`` takes."""
+
+    names: tuple[str, ...]
+    options: dict[str, Any]
+
+
+def arg(*names: str, **options: Any) -> Arg:
+    return Arg(names, options)
+
+
+class OneOf(NamedTuple):
+    """Arguments of which a command line gives one at most (a mutually exclusive group)."""
+
+    args: tuple[Arg, ...]
+
+
+def one_of(*args: Arg) -> OneOf:
+    return OneOf(args)
+
+
+#: -c FILE: where a command that needs its config file finds it.
+BY_FILE = (arg("-c", "--config", metavar="FILE", type=nonempty, help="queues.yaml"),)
+#: -c FILE, or --url and --namespace: where a command that needs only Redis reaches it.
+BY_FILE_OR_URL = (
+    *BY_FILE,
+    arg("--url", type=nonempty, help="Redis url instead of a config file (default: "
+                                     "$SMQSUP_REDIS_URL, which keeps a password off the command line)"),
+    arg("--namespace", default=None, type=nonempty, help=f"key namespace (default {defaults.NAMESPACE})"),
+)
+#: The queue a command acts on, QUEUE in its usage.
+QUEUE = arg("queue", metavar="QUEUE")
+#: --json of a listing.
+JSON_LINES = arg("--json", action="store_true", help="one JSON object per line")
+
+
+def add_command(sub: Commands[Parser], name: str, help: str, *args: Arg | OneOf,
+                description: Optional[str] = None) -> None:
+    """The parser of command ``name``: its help (and description), then ``args`` in order."""
+    p = sub.add_parser(name, help=help, description=description)
+    for a in args:
+        if isinstance(a, OneOf):
+            group = p.add_mutually_exclusive_group()
+            for one in a.args:
+                group.add_argument(*one.names, **one.options)
+        else:
+            p.add_argument(*a.names, **a.options)
+
+
+def listing_limit(what: str) -> Arg:
+    """--limit N of a listing of ``what``: 100 unless given."""
+    return arg("--limit", type=limit, default=100, help=f"most {what} to list (1 to 100000, default 100)")
 
 
 def seconds(text: str) -> float:

@@ -16,20 +16,28 @@ import time
 from typing import Any
 
 from smqsup import safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, connect, limit, target
+from smqsup.cli.common import (
+    BY_FILE_OR_URL,
+    EXIT_OK,
+    JSON_LINES,
+    Commands,
+    Parser,
+    add_command,
+    arg,
+    connect,
+    listing_limit,
+    target,
+)
 from smqsup.config.names import validate_queue_name
 
 
 def add_dlq(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup dlq``."""
-    p = sub.add_parser("dlq", help="list, requeue or purge dead letters")
-    add_target(p, url=True)
-    p.add_argument("action", choices=["list", "requeue", "purge"])
-    p.add_argument("queue")
-    p.add_argument("--limit", type=limit, default=100, help="most entries to list (1 to 100000, default 100)")
-    p.add_argument("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
-                   help="only these messages (repeatable); default: all")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_command(sub, "dlq", "list, requeue or purge dead letters", *BY_FILE_OR_URL,
+                arg("action", choices=["list", "requeue", "purge"]), arg("queue"), listing_limit("entries"),
+                arg("--id", action="append", default=[], dest="ids", metavar="MESSAGE_ID",
+                    help="only these messages (repeatable); default: all"),
+                JSON_LINES)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:

@@ -22,7 +22,18 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, limit, queue_broker
+from smqsup.cli.common import (
+    BY_FILE_OR_URL,
+    EXIT_OK,
+    JSON_LINES,
+    QUEUE,
+    Commands,
+    Parser,
+    add_command,
+    arg,
+    limit,
+    queue_broker,
+)
 from smqsup.client import since as since_rule
 
 if TYPE_CHECKING:
@@ -37,20 +48,18 @@ _EVENT_WIDTH = 9
 
 def add_events(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup events``."""
-    p = sub.add_parser("events", help="the lifecycle events of QUEUE (its option events: true), oldest first",
-                       description="Print the events of QUEUE's messages (published, released, started, progress, retried, "
-                                   "done, dead, expired, cancelled, removed, reclaimed, returned, requeued), "
-                                   "oldest first, one a line: time (UTC), event, message id, attempts, data. "
-                                   "Only a queue whose consumers run with events: true has any.")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--since", type=since, default=None, metavar="WHEN",
-                   help="now (only what comes next), a cursor MS-SEQ (--json shows each event's: the ones after "
-                        "it), unix seconds or an ISO-8601 time (UTC unless it says otherwise): the events from "
-                        "then on (default: from the oldest the stream keeps)")
-    p.add_argument("--follow", action="store_true", help="keep waiting for new events until SIGINT or SIGTERM")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.add_argument("--limit", type=limit, default=None, help="stop after N events (1 to 100000)")
+    add_command(sub, "events", "the lifecycle events of QUEUE (its option events: true), oldest first",
+                *BY_FILE_OR_URL, QUEUE,
+                arg("--since", type=since, default=None, metavar="WHEN",
+                    help="now (only what comes next), a cursor MS-SEQ (--json shows each event's: the ones after "
+                         "it), unix seconds or an ISO-8601 time (UTC unless it says otherwise): the events from "
+                         "then on (default: from the oldest the stream keeps)"),
+                arg("--follow", action="store_true", help="keep waiting for new events until SIGINT or SIGTERM"),
+                JSON_LINES, arg("--limit", type=limit, default=None, help="stop after N events (1 to 100000)"),
+                description="Print the events of QUEUE's messages (published, released, started, progress, retried, "
+                            "done, dead, expired, cancelled, removed, reclaimed, returned, requeued), "
+                            "oldest first, one a line: time (UTC), event, message id, attempts, data. "
+                            "Only a queue whose consumers run with events: true has any.")
 
 
 def since(text: str) -> Any:

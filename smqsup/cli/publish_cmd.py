@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from smqsup import safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, target
+from smqsup.cli.common import BY_FILE_OR_URL, EXIT_OK, Commands, Parser, add_command, arg, one_of, target
 from smqsup.errors import ConfigError, UsageError
 
 #: Longest part of a bad flag value an error shows, in characters.
@@ -37,28 +37,24 @@ _EPOCH = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 def add_publish(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup publish``."""
-    p = sub.add_parser("publish", help="publish one message (JSON), or one per stdin line with '-'")
-    add_target(p, url=True)
-    p.add_argument("queue")
-    p.add_argument("body", metavar="JSON", help="the message body, or '-': one message per stdin line, "
-                                                "every flag applying to each")
-    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
-    when = p.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=parse_delay, metavar="DURATION",
-                      help="deliver after DURATION (500ms, 5s, 2m, 1h, 1d; a number is seconds)")
-    when.add_argument("--at", type=parse_at, metavar="WHEN",
-                      help="deliver at WHEN: ISO 8601 with its zone (2026-12-24T18:00:00Z, "
-                           "2026-12-24T19:00:00+01:00) or epoch seconds")
-    p.add_argument("--priority", type=parse_priority, metavar="N",
-                   help="0 (the default) to 9: higher priorities are delivered first")
-    p.add_argument("--dedup", type=parse_dedup_key, metavar="KEY",
-                   help="refuse this message while one published with KEY is held (see --dedup-ttl)")
-    p.add_argument("--dedup-ttl", type=parse_positive_duration, metavar="DURATION",
-                   help="how long KEY is held (default: the queue's dedup_ttl with -c FILE, else 24h)")
-    p.add_argument("--ttl", type=parse_positive_duration, metavar="DURATION",
-                   help="dead-letter it as expired if no handler takes it within DURATION of its publish")
-    p.add_argument("--group", type=parse_group, metavar="NAME",
-                   help="its message group (a tenant, a customer): consumers take from the groups in turn")
+    add_command(
+        sub, "publish", "publish one message (JSON), or one per stdin line with '-'", *BY_FILE_OR_URL, arg("queue"),
+        arg("body", metavar="JSON", help="the message body, or '-': one message per stdin line, every flag applying to each"),
+        arg("--header", action="append", default=[], metavar="KEY=VALUE"),
+        one_of(arg("--delay", type=parse_delay, metavar="DURATION",
+                   help="deliver after DURATION (500ms, 5s, 2m, 1h, 1d; a number is seconds)"),
+               arg("--at", type=parse_at, metavar="WHEN",
+                   help="deliver at WHEN: ISO 8601 with its zone (2026-12-24T18:00:00Z, "
+                        "2026-12-24T19:00:00+01:00) or epoch seconds")),
+        arg("--priority", type=parse_priority, metavar="N", help="0 (the default) to 9: higher priorities are delivered first"),
+        arg("--dedup", type=parse_dedup_key, metavar="KEY",
+            help="refuse this message while one published with KEY is held (see --dedup-ttl)"),
+        arg("--dedup-ttl", type=parse_positive_duration, metavar="DURATION",
+            help="how long KEY is held (default: the queue's dedup_ttl with -c FILE, else 24h)"),
+        arg("--ttl", type=parse_positive_duration, metavar="DURATION",
+            help="dead-letter it as expired if no handler takes it within DURATION of its publish"),
+        arg("--group", type=parse_group, metavar="NAME",
+            help="its message group (a tenant, a customer): consumers take from the groups in turn"))
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

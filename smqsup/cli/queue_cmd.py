@@ -23,7 +23,19 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 from smqsup import safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, limit, queue_broker
+from smqsup.cli.common import (
+    BY_FILE_OR_URL,
+    EXIT_OK,
+    JSON_LINES,
+    QUEUE,
+    Arg,
+    Commands,
+    Parser,
+    add_command,
+    arg,
+    listing_limit,
+    queue_broker,
+)
 from smqsup.cli.publish_cmd import parse_group
 from smqsup.views.text import local_time, paused_since
 
@@ -44,56 +56,52 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 def add_pause_resume(sub: Commands[Parser]) -> None:
     """The parsers of ``smqsup pause`` and ``smqsup resume``."""
-    p = sub.add_parser("pause", help="stop every consumer of QUEUE taking messages, on every host, until resume")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--group", type=parse_group, metavar="NAME", help="pause only this message group of QUEUE")
-    p = sub.add_parser("resume", help="let the consumers of a paused QUEUE take messages again")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--group", type=parse_group, metavar="NAME", help="resume only this message group of QUEUE")
+    for name, help in (("pause", "stop every consumer of QUEUE taking messages, on every host, until resume"),
+                       ("resume", "let the consumers of a paused QUEUE take messages again")):
+        add_command(sub, name, help, *BY_FILE_OR_URL, QUEUE,
+                    arg("--group", type=parse_group, metavar="NAME", help=f"{name} only this message group of QUEUE"))
 
 
 def add_messages(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup messages``."""
-    p = sub.add_parser("messages", help="list the messages of QUEUE that are pending, scheduled, processing or dead")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--state", type=_state, default=_DEFAULT_STATE,
-                   help="pending (ready to be taken; the default), scheduled (published for later, "
-                        "and retries waiting, soonest first), processing (held by a consumer) or dead (newest first)")
-    p.add_argument("--limit", type=limit, default=100, help="most messages to list (1 to 100000, default 100)")
-    p.add_argument("--group", type=parse_group, metavar="NAME", help="only the messages of this message group")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_command(sub, "messages", "list the messages of QUEUE that are pending, scheduled, processing or dead",
+                *BY_FILE_OR_URL, QUEUE,
+                arg("--state", type=_state, default=_DEFAULT_STATE,
+                    help="pending (ready to be taken; the default), scheduled (published for later, and retries "
+                         "waiting, soonest first), processing (held by a consumer) or dead (newest first)"),
+                listing_limit("messages"),
+                arg("--group", type=parse_group, metavar="NAME", help="only the messages of this message group"),
+                JSON_LINES)
 
 
 def add_remove(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup remove``."""
-    p = sub.add_parser("remove", help="delete waiting messages of QUEUE by id (exit 1 if some were not removed)",
-                       description="Delete messages of QUEUE that wait (pending, scheduled, or a retry waiting), "
-                                   "by id, freeing their dedup keys. A message a consumer holds is never touched "
-                                   "(nor a dead letter: see smqsup dlq purge). Exit 0 when every id was removed; "
-                                   "1, with a summary on stderr, when some were not: held by a consumer, "
-                                   "dead-lettered, already removed, or unknown. Put -- before ids that start "
-                                   "with '-'.")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("ids", nargs="+", type=_message_id, metavar="ID",
-                   help="a message id, or the raw-... reference `smqsup messages` shows for a malformed one")
+    add_command(sub, "remove", "delete waiting messages of QUEUE by id (exit 1 if some were not removed)",
+                *BY_FILE_OR_URL, QUEUE,
+                _ids("a message id, or the raw-... reference `smqsup messages` shows for a malformed one"),
+                description="Delete messages of QUEUE that wait (pending, scheduled, or a retry waiting), "
+                            "by id, freeing their dedup keys. A message a consumer holds is never touched "
+                            "(nor a dead letter: see smqsup dlq purge). Exit 0 when every id was removed; "
+                            "1, with a summary on stderr, when some were not: held by a consumer, "
+                            "dead-lettered, already removed, or unknown. Put -- before ids that start "
+                            "with '-'.")
 
 
 def add_cancel(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup cancel``."""
-    p = sub.add_parser("cancel", help="cancel messages of QUEUE by id (exit 1 if some were unknown or had ended)",
-                       description="Cancel messages of QUEUE, tracked or not: a waiting, scheduled or retrying "
-                                   "one is dead-lettered \"cancelled\" at once; one a consumer holds is stopped "
-                                   "within a fraction of a second (a task cancelled, a thread told, a process replaced) "
-                                   "and dead-lettered \"cancelled\", never retried. Cancelling again is harmless. "
-                                   "Exit 0 when each was cancelled or is stopping; 1 when some had already ended "
-                                   "or are unknown.")
-    add_target(p, url=True)
-    p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("ids", nargs="+", type=_message_id, metavar="ID", help="a message id")
+    add_command(sub, "cancel", "cancel messages of QUEUE by id (exit 1 if some were unknown or had ended)",
+                *BY_FILE_OR_URL, QUEUE, _ids("a message id"),
+                description="Cancel messages of QUEUE, tracked or not: a waiting, scheduled or retrying "
+                            "one is dead-lettered \"cancelled\" at once; one a consumer holds is stopped "
+                            "within a fraction of a second (a task cancelled, a thread told, a process replaced) "
+                            "and dead-lettered \"cancelled\", never retried. Cancelling again is harmless. "
+                            "Exit 0 when each was cancelled or is stopping; 1 when some had already ended "
+                            "or are unknown.")
+
+
+def _ids(help: str) -> Arg:
+    """ID...: the messages a command acts on, one at least."""
+    return arg("ids", nargs="+", type=_message_id, metavar="ID", help=help)
 
 
 def _state(text: str) -> str:

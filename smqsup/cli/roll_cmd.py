@@ -23,7 +23,7 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from smqsup.cli.common import Commands, Parser, config, connect, nonempty
+from smqsup.cli.common import Commands, Parser, add_command, arg, config, connect, nonempty
 from smqsup.errors import SmqsupError, UsageError
 from smqsup.safe import escape
 
@@ -38,9 +38,9 @@ TAKE_TIMEOUT_S = 5.0
 
 def add_roll(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup roll``."""
-    p = sub.add_parser("roll", help="roll a running supervisor's consumers, one at a time (no pid needed)")
-    p.add_argument("-c", "--config", metavar="FILE", type=nonempty, help="the queues.yaml the supervisor runs")
-    p.add_argument("queues", nargs="*", metavar="QUEUE", help="the queues to roll (default: every queue)")
+    add_command(sub, "roll", "roll a running supervisor's consumers, one at a time (no pid needed)",
+                arg("-c", "--config", metavar="FILE", type=nonempty, help="the queues.yaml the supervisor runs"),
+                arg("queues", nargs="*", metavar="QUEUE", help="the queues to roll (default: every queue)"))
 
 
 def supervisors(path: str, vouched: Collection[int] = ()) -> tuple[list[int], list[str]]:

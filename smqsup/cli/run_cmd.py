@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from smqsup import logs
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config
+from smqsup.cli.common import BY_FILE, EXIT_OK, Commands, Parser, add_command, arg, config
 from smqsup.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -22,17 +22,13 @@ if TYPE_CHECKING:
 
 def add_run_and_check(sub: Commands[Parser]) -> None:
     """The parsers of ``smqsup run`` and ``smqsup check``."""
-    p = sub.add_parser("run", help="run the supervisor")
-    add_target(p, url=False)
-    p = sub.add_parser("check", help="validate the config and import its handlers")
-    add_target(p, url=False)
+    add_command(sub, "run", "run the supervisor", *BY_FILE)
+    add_command(sub, "check", "validate the config and import its handlers", *BY_FILE)
 
 
 def add_consume(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup consume``."""
-    p = sub.add_parser("consume", help="run one consumer of QUEUE in the foreground")
-    add_target(p, url=False)
-    p.add_argument("queue")
+    add_command(sub, "consume", "run one consumer of QUEUE in the foreground", *BY_FILE, arg("queue"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

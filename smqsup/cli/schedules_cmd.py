@@ -20,7 +20,17 @@ import socket
 from typing import TYPE_CHECKING, Optional
 
 from smqsup import defaults, safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, config, connect, target
+from smqsup.cli.common import (
+    BY_FILE_OR_URL,
+    EXIT_OK,
+    Commands,
+    Parser,
+    add_command,
+    arg,
+    config,
+    connect,
+    target,
+)
 from smqsup.config.names import queue_or_namespace
 from smqsup.errors import UsageError
 from smqsup.views.text import local_time, paused_since
@@ -34,18 +44,18 @@ _ACTIONS = ("list", "pause", "resume", "reset")
 
 def add_schedules(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup schedules``."""
-    p = sub.add_parser("schedules", help="list the schedules (last and next fire), or pause, resume or reset one",
-                       description="Without an action, list every schedule stored in Redis for the configured "
-                                   "and known queues: its queue, cron or period, time zone, paused flag, last "
-                                   "and next fire, and how many supervisors declare it now. pause NAME stops "
-                                   "it firing on every host until resume NAME (the slots in between are "
-                                   "skipped, catch_up or not). reset NAME settles its state up to now: for "
-                                   "a state written by a clock that was ahead, under which it fires nothing "
-                                   "until the clock gets there (the slots up to now are not fired).")
-    add_target(p, url=True)
-    p.add_argument("action", nargs="?", default="list", type=_action, metavar="{list,pause,resume,reset}")
-    p.add_argument("name", nargs="?", metavar="NAME", help="the schedule to pause, resume or reset")
-    p.add_argument("--json", action="store_true", help="one JSON object per schedule and line")
+    add_command(sub, "schedules", "list the schedules (last and next fire), or pause, resume or reset one",
+                *BY_FILE_OR_URL,
+                arg("action", nargs="?", default="list", type=_action, metavar="{list,pause,resume,reset}"),
+                arg("name", nargs="?", metavar="NAME", help="the schedule to pause, resume or reset"),
+                arg("--json", action="store_true", help="one JSON object per schedule and line"),
+                description="Without an action, list every schedule stored in Redis for the configured "
+                            "and known queues: its queue, cron or period, time zone, paused flag, last "
+                            "and next fire, and how many supervisors declare it now. pause NAME stops "
+                            "it firing on every host until resume NAME (the slots in between are "
+                            "skipped, catch_up or not). reset NAME settles its state up to now: for "
+                            "a state written by a clock that was ahead, under which it fires nothing "
+                            "until the clock gets there (the slots up to now are not fired).")
 
 
 def _action(text: str) -> str:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from smqsup.cli.common import Commands, Parser, add_target, config, connect, seconds, target
+from smqsup.cli.common import BY_FILE_OR_URL, Commands, Parser, add_command, arg, config, connect, seconds, target
 
 
 def add_status(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup status``."""
-    p = sub.add_parser("status", help="queue sizes, rates, consumers, collector leaders")
-    add_target(p, url=True)
-    p.add_argument("--json", action="store_true", help="one JSON document (per refresh)")
-    p.add_argument("--watch", nargs="?", type=seconds, const=2.0, default=None, metavar="SECONDS",
-                   help="refresh every SECONDS (default 2) until Ctrl-C")
+    add_command(sub, "status", "queue sizes, rates, consumers, collector leaders", *BY_FILE_OR_URL,
+                arg("--json", action="store_true", help="one JSON document (per refresh)"),
+                arg("--watch", nargs="?", type=seconds, const=2.0, default=None, metavar="SECONDS",
+                    help="refresh every SECONDS (default 2) until Ctrl-C"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import os
 from typing import Optional
 
 from smqsup import defaults, safe
-from smqsup.cli.common import EXIT_OK, Commands, Parser, add_target, nonempty, target
+from smqsup.cli.common import BY_FILE_OR_URL, EXIT_OK, Commands, Parser, add_command, arg, nonempty, one_of, target
 from smqsup.errors import UsageError
 
 #: The command's logger: its lines name "smqsup", as they did when the whole
@@ -26,16 +26,15 @@ _TOKEN_FILE_MAX = 4096
 
 def add_web(sub: Commands[Parser]) -> None:
     """The parser of ``smqsup web``."""
-    p = sub.add_parser("web", help="serve the web UI, the JSON API and /metrics")
-    add_target(p, url=True)
-    p.add_argument("--listen", metavar="HOST:PORT", type=nonempty,
-                   help=f"address to listen on (default: web.listen, else {defaults.WEB_LISTEN}; port 0: any free)")
-    given = p.add_mutually_exclusive_group()
-    given.add_argument("--token-file", metavar="FILE", type=nonempty,
-                       help="read the token every request must carry from the first line of FILE "
-                            "(default: $SMQSUP_WEB_TOKEN, else web.token); required to listen on a "
-                            "non-loopback address")
-    given.add_argument("--token", type=nonempty, help="the token itself: other users see it in ps, prefer --token-file")
+    add_command(sub, "web", "serve the web UI, the JSON API and /metrics", *BY_FILE_OR_URL,
+                arg("--listen", metavar="HOST:PORT", type=nonempty,
+                    help=f"address to listen on (default: web.listen, else {defaults.WEB_LISTEN}; port 0: any free)"),
+                one_of(arg("--token-file", metavar="FILE", type=nonempty,
+                           help="read the token every request must carry from the first line of FILE "
+                                "(default: $SMQSUP_WEB_TOKEN, else web.token); required to listen on a "
+                                "non-loopback address"),
+                       arg("--token", type=nonempty,
+                           help="the token itself: other users see it in ps, prefer --token-file")))
 
 
 def cmd_web(args: argparse.Namespace) -> int:
