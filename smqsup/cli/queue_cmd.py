@@ -49,6 +49,17 @@ _NOT_WAITING = "(held by a consumer, dead, or unknown)"
 _DEFAULT_STATE = "pending"
 #: A message id (message.check_message_id) or a listing's ``raw-`` reference.
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+#: What ``pause`` and ``resume`` say: by command, whether a group was named, whether the flag changed.
+_SAID = {
+    ("pause", False, True): "paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`",
+    ("pause", False, False): "{queue} was already paused ({since}); nothing changed",
+    ("pause", True, True): "paused group {group} of {queue}: its messages wait until `smqsup resume {queue} --group`",
+    ("pause", True, False): "group {group} of {queue} was already paused; nothing changed",
+    ("resume", False, True): "resumed {queue}: its consumers take messages again",
+    ("resume", False, False): "{queue} was not paused; nothing changed",
+    ("resume", True, True): "resumed group {group} of {queue}: it takes its turns again",
+    ("resume", True, False): "group {group} of {queue} was not paused; nothing changed",
+}
 
 
 # --- arguments ---------------------------------------------------------------
@@ -129,35 +140,28 @@ def _message_id(text: str) -> str:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    """``smqsup pause``: set the queue's paused flag (or say who set it)."""
-    with queue_broker(args) as (broker, queue):
-        by = f"cli@{socket.gethostname()}"
-        if args.group is not None:
-            shown = safe.escape(args.group, 80)
-            if broker.groups.pause(queue, args.group, by=by):
-                print(f"paused group {shown} of {queue}: its messages wait until `smqsup resume {queue} --group`")
-            else:
-                print(f"group {shown} of {queue} was already paused; nothing changed")
-        elif broker.queues.pause(queue, by=by):
-            print(f"paused {queue}: its consumers on every host take nothing until `smqsup resume {queue}`")
-        else:
-            print(f"{queue} was already paused ({_pause_info(broker, queue)}); nothing changed")
-    return EXIT_OK
+    """``smqsup pause``: set the paused flag of the queue, or of one group of it (or say who set it)."""
+    return _set_paused(args, pause=True)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """``smqsup resume``: clear the queue's paused flag."""
+    """``smqsup resume``: clear the paused flag of the queue, or of one group of it."""
+    return _set_paused(args, pause=False)
+
+
+def _set_paused(args: argparse.Namespace, pause: bool) -> int:
+    """Set (``pause``) or clear the paused flag of the queue, or of the group
+    --group names; say what changed (_SAID)."""
+    group = args.group
     with queue_broker(args) as (broker, queue):
-        if args.group is not None:
-            shown = safe.escape(args.group, 80)
-            if broker.groups.resume(queue, args.group):
-                print(f"resumed group {shown} of {queue}: it takes its turns again")
-            else:
-                print(f"group {shown} of {queue} was not paused; nothing changed")
-        elif broker.queues.resume(queue):
-            print(f"resumed {queue}: its consumers take messages again")
+        by = f"cli@{socket.gethostname()}"
+        if group is None:
+            changed = broker.queues.pause(queue, by=by) if pause else broker.queues.resume(queue)
         else:
-            print(f"{queue} was not paused; nothing changed")
+            changed = broker.groups.pause(queue, group, by=by) if pause else broker.groups.resume(queue, group)
+        since = _pause_info(broker, queue) if pause and not changed and group is None else ""
+        said = _SAID["pause" if pause else "resume", group is not None, changed]
+        print(said.format(queue=queue, group=safe.escape(group or "", 80), since=since))
     return EXIT_OK
 
 
