@@ -44,6 +44,7 @@ local id, seen, frame = ARGV[1], ARGV[2], ARGV[3]
 --- @include "now_ms"
 --- @include "dead_letter"
 --- @include "groups"
+--- @include "withdraw"
 --- @include "record_state"
 groups_use_ready(KEYS[12], KEYS[13])
 
@@ -51,15 +52,8 @@ local refused = wrong_type({{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zse
                            {dead, 'list'}})
 if refused then return refused end
 local at_ms = now_ms()
-local key, removed = where[seen], 0
-if seen == 'group' then
-  local taken = group_unready(frame)
-  if taken then removed, frame = 1, taken end
-elseif key == KEYS[1] then
-  removed = redis.call('LREM', key, 1, frame)
-elseif key then
-  removed = redis.call('ZREM', key, frame)
-end
+local removed
+removed, frame = withdraw(where, seen, frame)
 if removed > 0 then
   dead_letter(dead, '{"reason":"cancelled"}', at_ms, frame, T)
   redis.pcall('HINCRBY', counters, 'cancelled', 1)

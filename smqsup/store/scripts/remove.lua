@@ -26,20 +26,13 @@ local T = {hash = KEYS[6], expiry = KEYS[7], events = KEYS[8], deps = KEYS[9]}
 --- @include "release"
 --- @include "track"
 --- @include "groups"
+--- @include "withdraw"
 groups_use_ready(KEYS[10], KEYS[11])
 
 local out, removed = {}, 0
 for i = 1, #ARGV - 3, 4 do
-  local key, frame, id, dk = where[ARGV[i]], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local n = 0
-  if ARGV[i] == 'group' then
-    local taken = group_unready(frame)
-    if taken then n, frame = 1, taken end
-  elseif key == KEYS[1] then
-    n = redis.call('LREM', key, 1, frame)
-  elseif key then
-    n = redis.call('ZREM', key, frame)
-  end
+  local id, dk = ARGV[i + 2], tonumber(ARGV[i + 3])
+  local n, frame = withdraw(where, ARGV[i], ARGV[i + 1])
   if n > 0 and dk > 0 then release(KEYS[dk], id) end
   if n > 0 then track(T, frame, 'dead', 'removed', nil, '{"reason":"removed"}') end
   removed = removed + n
