@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from smqsup.defaults import PROGRESS_MAX_BYTES
@@ -28,8 +29,12 @@ _CANCEL_LOCK = threading.Lock()
 MAX_NESTING = 100
 #: A message id a producer chooses: what the generated ones look like, and more.
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+#: A message's parents as it reads them: (results of those done, reasons of
+#: those that failed), each by (queue, message id).
+_Family = tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]
 
 
+@dataclass(eq=False, repr=False, slots=True)  # (compared as itself, shown by __repr__)
 class Message:
     """What a handler receives: ``body``, ``id``, ``queue``, ``headers``,
     ``created_at`` (unix seconds), ``attempts`` (failed attempts before this
@@ -42,37 +47,29 @@ class Message:
     failed (``on_parent_failure="run"``) as ``failed_parents``. ``group``:
     the message group it was published in (None: none)."""
 
-    __slots__ = ("id", "queue", "body", "headers", "created_at", "attempts", "priority", "dedup_key",
-                 "result_ttl_s", "events_max", "linked", "group", "progress_sink", "parents_source", "batch_source",
-                 "_cancelled", "_parents", "_batch")
-
-    def __init__(self, id: str, queue: str, body: Any, headers: dict[str, Any], created_at: float, attempts: int,
-                 priority: int = 0, dedup_key: Optional[str] = None, result_ttl_s: int = 0,
-                 events_max: int = 0, linked: int = 0, group: Optional[str] = None) -> None:
-        self.id = id
-        self.queue = queue
-        self.body = body
-        self.headers = headers
-        self.created_at = created_at
-        self.attempts = attempts
-        self.priority = priority
-        self.dedup_key = dedup_key
-        self.result_ttl_s = result_ttl_s
-        self.events_max = events_max
-        #: What it has in its queue's deps set (framing.LINK_*: parents, a held dedup key, a batch; 0: nothing).
-        self.linked = linked
-        self.group = group
-        #: Where parents are read from (the consumer sets it for a linked message): -> (done, failed).
-        self.parents_source: Optional[Callable[[], tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]]] \
-            = None
-        self._parents: Optional[tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]] = None
-        #: Where its batch is read from (the consumer sets it for a linked message): -> a Batch, or None.
-        self.batch_source: Optional[Callable[[], Any]] = None
-        self._batch: Any = False
-        #: Where progress() writes (the consumer sets it for a tracked message, or one with events):
-        #: JSON text -> recorded.
-        self.progress_sink: Optional[Callable[[str], bool]] = None
-        self._cancelled: Optional[threading.Event] = None
+    id: str
+    queue: str
+    body: Any
+    headers: dict[str, Any]
+    created_at: float
+    attempts: int
+    priority: int = 0
+    dedup_key: Optional[str] = None
+    result_ttl_s: int = 0
+    events_max: int = 0
+    #: What it has in its queue's deps set (framing.LINK_*: parents, a held dedup key, a batch; 0: nothing).
+    linked: int = 0
+    group: Optional[str] = None
+    #: Where parents are read from (the consumer sets it for a linked message): -> (done, failed).
+    parents_source: Optional[Callable[[], _Family]] = field(default=None, init=False)
+    _parents: Optional[_Family] = field(default=None, init=False)
+    #: Where its batch is read from (the consumer sets it for a linked message): -> a Batch, or None.
+    batch_source: Optional[Callable[[], Any]] = field(default=None, init=False)
+    _batch: Any = field(default=False, init=False)
+    #: Where progress() writes (the consumer sets it for a tracked message, or one with events):
+    #: JSON text -> recorded.
+    progress_sink: Optional[Callable[[str], bool]] = field(default=None, init=False)
+    _cancelled: Optional[threading.Event] = field(default=None, init=False)
 
     @property
     def cancelled(self) -> threading.Event:
@@ -111,7 +108,7 @@ class Message:
             self._batch = None if self.batch_source is None else self.batch_source()
         return self._batch
 
-    def _family(self) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], str]]:
+    def _family(self) -> _Family:
         if self._parents is None:
             self._parents = ({}, {}) if self.parents_source is None else self.parents_source()
         return self._parents
