@@ -197,7 +197,7 @@ def test_a_leader_paused_past_its_window_says_it_stepped_down(first_look: str, r
     redis_client.delete(Q.gc_lock)
     b.tick()
     assert b.leading() == ["q"]
-    a._queues["q"].next_lock_step = 0.0  # its renew is due, as it is after 6 s
+    a._queues["q"].due["lock_step"] = 0.0  # its renew is due, as it is after 6 s
     caplog.clear()
     with caplog.at_level(logging.INFO):
         if first_look == "wake_in_then_tick":
@@ -222,13 +222,13 @@ def test_a_deposed_leaders_scripts_are_refused_by_the_token_check(redis_url: str
     redis_client.zadd(Q.delayed, {b"0|y": 0})
     state = a._queues["q"]
     state.lock._valid_until = time.monotonic() + 60
-    state.next_scan = state.next_promote = 0.0
-    state.next_lock_step = time.monotonic() + 60
+    state.due["scan"] = state.due["promote"] = 0.0
+    state.due["lock_step"] = time.monotonic() + 60
     a.tick()
     assert a.leading() == []
     # Nothing was moved by A.
     assert redis_client.llen(Q.processing("dead")) == 1 and redis_client.zcard(Q.delayed) == 1
-    b._queues["q"].next_scan = b._queues["q"].next_promote = 0.0
+    b._queues["q"].due["scan"] = b._queues["q"].due["promote"] = 0.0
     b.tick()
     assert redis_client.llen(Q.pending) == 2
 
@@ -335,7 +335,7 @@ def test_after_a_redis_outage_the_collector_waits_a_heartbeat_timeout_before_rec
     c.tick()
     assert c.leading() == ["q"] and redis_client.llen(Q.processing("c1")) == 1
     c._connected_since = time.monotonic() - 60
-    c._queues["q"].next_scan = 0.0
+    c._queues["q"].due["scan"] = 0.0
     c.tick()
     assert redis_client.llen(Q.processing("c1")) == 0
     assert redis_client.lrange(Q.pending, 0, -1) == [b"1|x"]

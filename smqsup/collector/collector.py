@@ -50,8 +50,8 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Optional, TypeVar
+from dataclasses import dataclass, field
+from typing import Literal, Optional, TypeVar, get_args
 
 from smqsup import defaults
 from smqsup.collector import stats
@@ -77,22 +77,27 @@ def lock_ttl_ms(cfg: Config) -> int:
     return max(1000, int(cfg.heartbeat_timeout_s * 1000))
 
 
+#: What a queue's collector does at its own pace: its lock step (leader or
+#: contender), and as the leader the steps of _lead and _dependencies.
+Job = Literal["lock_step", "scan", "promote", "sample", "retired", "fire", "tell", "holds", "groups"]
+
+
 @dataclass
 class _QueueGC:
     queue: QueueConfig
     lock: LeaderLock
-    next_lock_step: float = 0.0
-    next_scan: float = 0.0
-    next_promote: float = 0.0
-    next_sample: float = 0.0
-    next_retired: float = 0.0
-    next_fire: float = 0.0
-    next_tell: float = 0.0
-    next_holds: float = 0.0
-    next_groups: float = 0.0
+    #: When each job is due next (monotonic; 0.0: at once).
+    due: dict[Job, float] = field(default_factory=lambda: dict.fromkeys(get_args(Job), 0.0))
     groups_cursor: bytes = b"0"  # the repair's place in the queue's groups (store/ops/groups.py)
     #: When Redis last refused this process's heartbeats of the queue (monotonic).
     heartbeats_refused_at: Optional[float] = None
+
+    def turn(self, job: Job, now: float, every_s: float) -> bool:
+        """Whether ``job`` is due at ``now``; if it is, it is due next ``every_s`` later."""
+        if now < self.due[job]:
+            return False
+        self.due[job] = now + every_s
+        return True
 
 
 class Collector:
@@ -141,7 +146,7 @@ class Collector:
         delayed and scheduled messages, at most ``longest_s``."""
         now = time.monotonic()
         # valid(), not still_valid(): a look, leaving the tick to find out and say that a lock was lost.
-        due = [at for s in self._queues.values() if s.lock.valid() for at in (s.next_promote, s.next_fire)]
+        due = [at for s in self._queues.values() if s.lock.valid() for at in (s.due["promote"], s.due["fire"])]
         return max(0.0, min([longest_s, *(at - now for at in due)]))
 
     def leading(self) -> list[str]:
@@ -180,8 +185,8 @@ class Collector:
         an idle supervisor's round trips). A queue with more to do, or whose
         look failed, goes on alone in _lead, where its errors are said."""
         led = {name: s for name, s in self._queues.items() if s.lock.valid()}
-        locks = {name: (s.lock.key, s.lock.token) for name, s in led.items() if now >= s.next_promote}
-        tell = [name for name, s in led.items() if now >= s.next_tell]
+        locks = {name: (s.lock.key, s.lock.token) for name, s in led.items() if now >= s.due["promote"]}
+        tell = [name for name, s in led.items() if now >= s.due["tell"]]
         try:
             for name, result in self.broker.messages.promote_many(locks, batch=defaults.PROMOTE_BATCH).items():
                 self._promoted_in_round(name, led[name], result, now)
@@ -193,7 +198,7 @@ class Collector:
             return
         for name in tell:
             if name not in waiting:
-                led[name].next_tell = now + defaults.OUTBOX_LOOK_S
+                led[name].due["tell"] = now + defaults.OUTBOX_LOOK_S
 
     def _promoted_in_round(self, name: str, state: _QueueGC, result: "scripts.PromoteResult | BrokerError",
                            now: float) -> None:
@@ -204,11 +209,11 @@ class Collector:
             log.warning("queue %s: no longer the garbage collector (lock taken over); stepping down", name)
         elif isinstance(result, BrokerError):
             self._report(name, "promote delayed messages", str(result))
-            state.next_promote = now + _FAILED_PROMOTE_RETRY_S
+            state.due["promote"] = now + _FAILED_PROMOTE_RETRY_S
         else:
             self._trouble.clear((name, "promote delayed messages"), "queue %s: collector: %s works again", name,
                                 "promote delayed messages")
-            state.next_promote = now + self._promoted(name, result)
+            state.due["promote"] = now + self._promoted(name, result)
 
     def _may_reclaim(self, now: float, state: _QueueGC) -> bool:
         timeout = self.cfg.heartbeat_timeout_s
@@ -218,17 +223,17 @@ class Collector:
 
     def _tick_queue(self, name: str, state: _QueueGC, now: float) -> None:
         lock = state.lock
-        if now >= state.next_lock_step:
+        if now >= state.due["lock_step"]:
             was = lock.held
             if lock.step() and not was:
                 log.info("queue %s: this process (%s) is now the garbage collector", name, self.owner)
                 self._fact(name, state, leader_changes=1)
-                state.next_scan = state.next_promote = state.next_fire = now
+                state.due["scan"] = state.due["promote"] = state.due["fire"] = now
                 self.firing.forget(name)  # a round begun under an earlier lock read what is stale now
             # Contenders try often so that failover takes about one TTL.
             interval = lock.renew_interval_s if lock.held else min(lock.renew_interval_s,
                                                                     self.cfg.heartbeat_interval_s)
-            state.next_lock_step = now + interval
+            state.due["lock_step"] = now + interval
         if not lock.still_valid():
             return
         try:
@@ -240,26 +245,22 @@ class Collector:
     def _lead(self, name: str, state: _QueueGC, now: float) -> None:
         """The steps of a queue this process leads that are due at ``now``."""
         lock = state.lock
-        if now >= state.next_scan and self._may_reclaim(now, state):
-            state.next_scan = now + self.cfg.heartbeat_interval_s
+        if self._may_reclaim(now, state) and state.turn("scan", now, self.cfg.heartbeat_interval_s):
             self._step(name, state, "reclaim lost consumers", self._collect)
-        if now >= state.next_retired and self._may_reclaim(now, state):
-            state.next_retired = now + defaults.RETIRED_SCAN_S
+        if self._may_reclaim(now, state) and state.turn("retired", now, defaults.RETIRED_SCAN_S):
             self._step(name, state, "sweep retired consumers", self._sweep_retired)
-        if now >= state.next_promote:
-            state.next_promote = now + _FAILED_PROMOTE_RETRY_S
+        if state.turn("promote", now, _FAILED_PROMOTE_RETRY_S):
             wait_s = self._step(name, state, "promote delayed messages", self._promote)
             if wait_s is not None:
-                state.next_promote = now + wait_s
-        if now >= state.next_fire:
-            state.next_fire = now + _FAILED_PROMOTE_RETRY_S
+                state.due["promote"] = now + wait_s
+        if state.turn("fire", now, _FAILED_PROMOTE_RETRY_S):
             lock_pair = (lock.key, lock.token)
             wait_s = self._step(name, state, "fire schedules", lambda n, _: self.firing.look(n, lock_pair))
             if wait_s is not None:
-                state.next_fire = time.monotonic() + wait_s
-        if self.cfg.stats and now >= state.next_sample:
+                state.due["fire"] = time.monotonic() + wait_s
+        if self.cfg.stats and now >= state.due["sample"]:
             # On the second grid, so points are about 1 s apart.
-            state.next_sample = max(state.next_sample + 1.0, now + 0.5)
+            state.due["sample"] = max(state.due["sample"] + 1.0, now + 0.5)
             self._step(name, state, "sample statistics", lambda n, _: stats.sample(self.broker, n))
         self._dependencies(name, state, now)
 
@@ -268,16 +269,13 @@ class Collector:
         did not (it died first), and finish the holds a producer left half
         done (store/ops/workflows.py): both steps repeat without effect."""
         flows = self.broker.workflows
-        if now >= state.next_tell:
-            state.next_tell = now + defaults.OUTBOX_LOOK_S
+        if state.turn("tell", now, defaults.OUTBOX_LOOK_S):
             self._step(name, state, "tell children their parents ended", lambda n, _: flows.drain_all(n))
             self._step(name, state, "try the outbox entries set aside again", lambda n, _: flows.retry_parked(n))
-        if now >= state.next_holds:
-            state.next_holds = now + defaults.HOLD_REPAIR_S / 2
+        if state.turn("holds", now, defaults.HOLD_REPAIR_S / 2):
             self._step(name, state, "register held messages with their parents",
                        lambda n, _: flows.repair_holds(n, int(defaults.HOLD_REPAIR_S * 1000)))
-        if now >= state.next_groups:
-            state.next_groups = now + defaults.GROUP_REPAIR_S
+        if state.turn("groups", now, defaults.GROUP_REPAIR_S):
             self._step(name, state, "repair message groups", self._repair_groups)
 
     def _repair_groups(self, name: str, state: _QueueGC) -> None:
