@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from smqsup.errors import BrokerError
 from smqsup.store.broker import Broker
@@ -21,16 +22,16 @@ from smqsup.store.broker import Broker
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class LeaderLock:
     """One process's claim on one lock key."""
 
-    def __init__(self, broker: Broker, key: str, token: str, ttl_ms: int) -> None:
-        self.broker = broker
-        self.key = key
-        self.token = token
-        self.ttl_ms = ttl_ms
-        self.held = False
-        self._valid_until = 0.0  # monotonic: trust our hold no longer than this
+    broker: Broker
+    key: str
+    token: str
+    ttl_ms: int
+    held: bool = field(default=False, init=False)
+    _valid_until: float = field(default=0.0, init=False)  # monotonic: trust our hold no longer than this
 
     @property
     def renew_interval_s(self) -> float:

@@ -8,6 +8,7 @@ import collections
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Optional
 
 from smqsup import defaults, framing
@@ -20,20 +21,20 @@ from smqsup.worker.settling import Settler
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Recovery:
     """Owns ``needed`` (a recovery must run before the next take: at start
     too, our list may hold what a lost reply moved there) and the backoff
     between tries, which only a round trip that worked resets."""
 
-    def __init__(self, broker: Broker, identity: Identity, fetcher: Fetcher, settler: Settler) -> None:
-        self.broker = broker
-        self.identity = identity
-        self.fetcher = fetcher
-        self.settler = settler
-        self.needed = True
-        self.failures = 0  # in a row, since a round trip last worked
-        self._backoff = defaults.RECONNECT_BACKOFF_MIN_S
-        self._retry_at = 0.0  # monotonic: the next try
+    broker: Broker
+    identity: Identity
+    fetcher: Fetcher
+    settler: Settler
+    needed: bool = field(default=True, init=False)
+    failures: int = field(default=0, init=False)  # in a row, since a round trip last worked
+    _backoff: float = field(default=defaults.RECONNECT_BACKOFF_MIN_S, init=False)
+    _retry_at: float = field(default=0.0, init=False)  # monotonic: the next try
 
     def failed(self, exc: BrokerError) -> float:
         """Connection lost, or Redis refusing (LOADING, READONLY after a
