@@ -19,7 +19,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Optional, cast
+from typing import Any, Literal, Optional, cast
 
 from smqsup import defaults, framing, message
 from smqsup.client import options, spans
@@ -275,15 +275,10 @@ class Publishing:
             count = self.uncounted(out.queue, out.ids, count)
         return [self.sending(out, target, where) for target, where in self.route(out, count)]
 
-    @contextmanager
-    def sending_of(self, s: Sending) -> Iterator[None]:
-        """Around the store's publish of round trip ``s``: its error raised
-        as the publish error failed() makes of it."""
-        try:
-            yield
-        except BrokerError as exc:
-            self.failed(s, exc)
-            raise
+    def sending_of(self, s: Sending) -> "SendingOf":
+        """``with core.sending_of(s):`` around the store's publish of round
+        trip ``s``: its error raised as the publish error failed() makes of it."""
+        return SendingOf(self, s)
 
     def sent(self, s: Sending, pairs: list[tuple[str, bool]]) -> list[str]:
         """Count a round trip that went through; the ids it returns (for
@@ -382,3 +377,21 @@ class Publishing:
         else:
             warn_once(log, "refused:producer statistics", "producer %s: Redis refused the producer statistics "
                       "(said once; later refusals at debug level): %s", self.id, exc)
+
+
+class SendingOf:
+    """Publishing.sending_of's context manager: a class with slots, as
+    failures.wrapped is, not a generator: it is entered once per publish."""
+
+    __slots__ = ("_core", "_s")
+
+    def __init__(self, core: Publishing, s: Sending) -> None:
+        self._core, self._s = core, s
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> Literal[False]:
+        if isinstance(exc, BrokerError):
+            self._core.failed(self._s, exc)  # raises the publish error for a store's error
+        return False

@@ -159,7 +159,7 @@ def declared_now(producer: Any, queue: str) -> tuple[int, Any]:
     if isinstance(producer, Driven):
         broker = producer._target._broker
         count = producer._loop.run(broker.partitions(queue, fresh=True))
-        return count, producer._loop.run(broker.declared(queue))
+        return count, producer._loop.run(broker.declared(queue))[1]
     return producer._broker.queues.partitions(queue, fresh=True), producer._broker.queues.declared(queue)[1]
 
 

@@ -18,14 +18,13 @@ publish (publish_plan.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, Generic, NamedTuple, Optional, Protocol, TypeVar, Union
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Generic, Literal, NamedTuple, Optional, Protocol, TypeVar, Union
 
 from smqsup import defaults, framing
 from smqsup.keys import QueueKeys
 from smqsup.store import scripts
-from smqsup.store.core.failures import translated, wrapped
+from smqsup.store.core.failures import translated
 from smqsup.store.core.records import Record, found_in
 from smqsup.store.core.replies import UNREACHABLE, ms_of, text
 
@@ -90,11 +89,13 @@ class Stepper(Generic[T]):
     returned, and the watch its subscription steps hold (a driver drops it,
     whatever happens, when the plan is over)."""
 
-    __slots__ = ("_plan", "answer", "watch")
+    __slots__ = ("_plan", "answer", "watch", "_what", "_unwatch")
 
     def __init__(self, plan: "WaitPlan[T]") -> None:
         self._plan = plan
         self.watch: Any = None
+        self._what = ""
+        self._unwatch: Optional[Callable[[Any], None]] = None
 
     def next(self, reply: Any) -> Any:
         """The plan's next step, sent ``reply``; None once it returned (its answer then in ``answer``)."""
@@ -116,17 +117,27 @@ class Stepper(Generic[T]):
         self.watch.changed.clear()
         return None
 
-    @contextmanager
-    def driving(self, what: str, unwatch: Optional[Callable[[Any], None]]) -> Iterator["Stepper[T]"]:
-        """Around a driver's loop over the steps: redis-py's errors raised as
-        smqsup's, saying ``what`` (failures.wrapped); the watch the plan
-        holds dropped by ``unwatch`` whatever happens."""
+    def driving(self, what: str, unwatch: Optional[Callable[[Any], None]]) -> "Stepper[T]":
+        """``with stepper.driving(what, unwatch):`` around a driver's loop
+        over the steps: redis-py's errors raised as smqsup's, saying
+        ``what`` (as failures.wrapped does); the watch the plan holds
+        dropped by ``unwatch`` whatever happens. (The Stepper is its own
+        context manager: no generator made per operation.)"""
+        self._what, self._unwatch = what, unwatch
+        return self
+
+    def __enter__(self) -> "Stepper[T]":
+        return self
+
+    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> Literal[False]:
         try:
-            with wrapped(what):
-                yield self
+            error = None if exc is None else translated(self._what, exc)
+            if error is not None:
+                raise error from exc
+            return False
         finally:
-            if self.watch is not None and unwatch is not None:
-                unwatch(self.watch)
+            if self.watch is not None and self._unwatch is not None:
+                self._unwatch(self.watch)
 
     def dropped(self) -> Any:
         """The watch an Unsubscribe ends, no longer held."""
