@@ -117,7 +117,7 @@ class Router:
             self.refresh(force=True)
 
 
-class ClusterHeldConnection:
+class ClusterHeldConnection(held.ScriptCalls):
     """HeldConnection's interface on a cluster: one HeldConnection per master, each command
     sent on the one of the master serving its key, redirections followed
     (Router.routed). The commands of one execute_many() share a slot."""
@@ -170,12 +170,6 @@ class ClusterHeldConnection:
         thread that has sent nothing yet)."""
         line = getattr(self._last, "line", None) or self._line(key)
         return int(line.execute("WAIT", replicas, timeout_ms))
-
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
-
-    def eval(self, text: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVAL", text, numkeys, *keys_and_args)
 
     def close(self) -> None:
         for _, line in list(self._lines.values()):

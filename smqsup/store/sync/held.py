@@ -41,7 +41,21 @@ def _packed(args: tuple[Any, ...]) -> bytes:
         raise rexc.DataError(str(exc)) from exc
 
 
-class HeldConnection:
+class ScriptCalls:
+    """The two methods scripts.Script calls (EVALSHA, then EVAL on NOSCRIPT),
+    for a held connection of one server or of a cluster: both on ``execute``."""
+
+    def execute(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def eval(self, text: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute("EVAL", text, numkeys, *keys_and_args)
+
+
+class HeldConnection(ScriptCalls):
     """A connection held per thread for the per-message commands (BLMOVE, the
     ack/nack scripts, a single publish). It bypasses the pool checkout and
     redis-py's command machinery on every call, which cost more CPU than
@@ -114,13 +128,6 @@ class HeldConnection:
         """WAIT on this thread's connection: how many replicas have the writes
         it sent so far (``key``, the one a cluster routes by, is unused here)."""
         return int(self.execute("WAIT", replicas, timeout_ms))
-
-    # The two methods scripts.Script calls.
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVALSHA", sha, numkeys, *keys_and_args)
-
-    def eval(self, text: str, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute("EVAL", text, numkeys, *keys_and_args)
 
     def close(self) -> None:
         """Return this thread's connection (client.close() closes the others)."""
