@@ -27,20 +27,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, interruptible  # noqa: E402
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+#: A number as the benchmarks print them: thousands with commas (20,000), decimals with a point.
+NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("other", type=Path, help="the other checkout (A): a directory holding smqsup/ and tests/bench/")
+    parser.add_argument("--replay", type=Path, metavar="LOG",
+                        help="print the comparison of a saved run's output (this script's) again, running nothing")
+    parser.add_argument("other", type=Path, nargs="?", help="the other checkout (A): a directory holding smqsup/ and "
+                        "tests/bench/")
     parser.add_argument("bench", nargs=argparse.REMAINDER,
                         help="-- SCRIPT [ARGS...]: a script of tests/bench and its arguments")
     args = parser.parse_args(argv)
+    if args.replay is not None:
+        return args
     bench = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
     if not bench:
         parser.error("name a benchmark after --, e.g. -- throughput.py --messages 20000")
-    if not (args.other / "smqsup").is_dir() or not (args.other / "tests" / "bench" / bench[0]).is_file():
+    if args.other is None or not (args.other / "smqsup").is_dir() or not (args.other / "tests" / "bench" / bench[0]).is_file():
         parser.error(f"{args.other}: not a checkout holding smqsup/ and tests/bench/{bench[0]}")
     args.bench = bench
     return args
@@ -80,15 +86,34 @@ def _line_at(lines: list[str], i: int, shape: str) -> "str | None":
 
 
 def _means(rows: list[list[str]]) -> list[float]:
-    return [sum(float(row[k]) for row in rows) / len(rows) for k in range(min(len(row) for row in rows))]
+    width = min(len(row) for row in rows)
+    return [sum(float(row[k].replace(",", "")) for row in rows) / len(rows) for k in range(width)]
 
 
 def _shown(values: list[float]) -> str:
     return "[" + " ".join(f"{v:g}" for v in values) + "]"
 
 
+def replayed(log: Path) -> dict[str, list[list[str]]]:
+    """The four runs' lines of a saved output of this script (its "--- A:" and "--- B:" headers split them)."""
+    runs: dict[str, list[list[str]]] = {"A": [], "B": []}
+    current: "list[str] | None" = None
+    for line in log.read_text().splitlines():
+        if line.startswith(("--- A: ", "--- B: ")):
+            current = []
+            runs[line[4]].append(current)
+        elif line.startswith("=== ABBA"):
+            current = None
+        elif current is not None:
+            current.append(line)
+    return runs
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    if args.replay is not None:
+        print("\n".join(compared(replayed(args.replay))))
+        return 0
     other, here = args.other.resolve(), REPO_ROOT
     runs: dict[str, list[list[str]]] = {"A": [], "B": []}
     with interruptible(f"the ABBA run of {args.bench[0]}"):

@@ -155,7 +155,9 @@ def arq_worker(url: str, queue_name: str, ready_key: str, out: Any, concurrency:
 class SmqRuns(throughput.Bench):
     """throughput.py's timed consumer runs, with the async I/O handler at a concurrency."""
 
-    def spawn(self, kind: str, queue: str, out: Any, profile_path: Optional[str], concurrency: int) -> None:
+    def spawn(self, kind: str, queue: str, out: Any, profile_path: Optional[str], concurrency: int,
+              prefetch: int = 1) -> None:
+        """(throughput's SmqRuns.spawn; this benchmark's consumers take one frame at a time: ``prefetch`` 1.)"""
         self.children.start(smq_worker, self.url, queue, out, profile_path, concurrency)
 
     def check_handler(self, kind: str, name: str, n_consumers: int, n: int) -> None:
