@@ -357,7 +357,9 @@ LONG_FILES = ("tests/test_autoscaling_steady.py",)
 #: Files of a few tests that run for half a minute to a minute, longest
 #: first: handed out last (by their test count) they ended the run on one
 #: worker while the other had nothing left. See pytest_xdist_make_scheduler.
+#: (test_model.py: one test of 35 s, the last file handed out by its count.)
 LONG_FEW = (
+    "tests/test_model.py",
     "tests/test_schedules_clocks.py",
     "tests/test_failover.py",
     "tests/test_autoscaling_processes.py",
