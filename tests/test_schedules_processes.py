@@ -22,7 +22,7 @@ from tests.support.helpers import holds, redis_ms, wait_for
 Supervise = Callable[..., procs.Supervisor]
 K = QueueKeys("smq", "q")
 HB = {"heartbeat_interval": "200ms", "heartbeat_timeout": "2s"}
-ROUND_S = 5  # the leader is killed at the end of each of five rounds
+ROUND_S = 3  # the leader is killed at the end of each of five rounds (each outlasts a failover, 2 s)
 WINDOW_MS = 6 * ROUND_S * 1000
 QUEUES = {"q": {"handler": "tests.support.handlers:record_fire"}}
 
