@@ -95,7 +95,7 @@ def _start_supervisor(cfg: Path, out: Path, n: int) -> subprocess.Popen[bytes]:
 
 def _consumers(pid: int) -> list[psutil.Process]:
     try:
-        return [k for k in psutil.Process(pid).children()
+        return [k for k in procs.children_of(pid)
                 if k.status() != psutil.STATUS_ZOMBIE and "consumer" in " ".join(k.cmdline())]
     except psutil.Error:
         return []

@@ -104,6 +104,35 @@ class NotifySocket:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def children_of(pid: int) -> list["psutil.Process"]:
+    """The children of process ``pid``, as psutil's ``children()`` gives them,
+    read from /proc/PID/task/*/children where the kernel has those (tests poll
+    this: psutil reads the stat file of every process on the machine, 4 ms
+    with 130 of them, a thousandth of that here); psutil.NoSuchProcess if
+    ``pid`` is gone."""
+    import psutil
+
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        listed = []
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                listed += f.read().split()
+    except FileNotFoundError:  # (the process is gone, or its task went while being read)
+        if not psutil.pid_exists(pid):
+            raise psutil.NoSuchProcess(pid) from None
+        return psutil.Process(pid).children()
+    except OSError:  # (a kernel without the children files)
+        return psutil.Process(pid).children()
+    kids = []
+    for child in dict.fromkeys(int(p) for p in listed):
+        try:
+            kids.append(psutil.Process(child))
+        except psutil.NoSuchProcess:
+            pass
+    return kids
+
+
 class Supervisor:
     """``smqsup -c FILE`` in a subprocess, in a process group of its own (so
     that ``kill_group`` takes it and its children down as one, as a machine
@@ -143,7 +172,7 @@ class Supervisor:
         import psutil
 
         try:
-            kids = psutil.Process(self.pid).children()
+            kids = children_of(self.pid)
         except psutil.NoSuchProcess:
             return []
         alive = []
