@@ -47,7 +47,9 @@ def test_a_consumer_still_importing_is_titled_as_one_and_roll_asks_only_the_supe
     sup = supervise({"q": {"handler": "slow_h:handle", "consumers": 1}}, notify, extra_env=_env(code))
     wait_for(lambda: sup.processes(), message="no child forked")
     [kid] = sup.processes()
-    assert " ".join(psutil.Process(kid).cmdline()).startswith("smqsup: consumer q #1 [starting")
+    # (A look in the moment between the fork and the child's first steps sees the title it inherited.)
+    wait_for(lambda: " ".join(psutil.Process(kid).cmdline()).startswith("smqsup: consumer q #1 [starting"),
+             timeout_s=2, message="not titled as a consumer while its handler imports (4 s)")
     done = procs.run("roll", "-c", str(sup.cfg), env=procs.env(None, **_env(code)))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"supervisor {sup.pid}: rolling every queue")
