@@ -60,7 +60,9 @@ class Broker:
         done; short of that, NotReplicated. ``stats``: count published and
         acked messages in the queue counters."""
         self._session = Session(url, namespace, client_name=client_name, socket_timeout_s=socket_timeout_s, stats=stats,
-                          wait_replicas=wait_replicas, wait_timeout_s=wait_timeout_s)
+                                wait_replicas=wait_replicas, wait_timeout_s=wait_timeout_s)
+        #: The settings it was made with, as given (read only: a new Broker for others).
+        self.url, self.namespace, self.stats, self.wait_replicas = url, namespace, stats, wait_replicas
         self.messages = Messages(self._session)
         self.registry = Registry(self._session)
         self.queues = Queues(self._session)
@@ -75,23 +77,6 @@ class Broker:
         self.lags = Lags(self._session, self.queues)
         self.supervisors = Supervisors(self._session)
         self.groups = Groups(self._session, self.queues)
-
-    @property
-    def url(self) -> str:
-        return self._session.url
-
-    @property
-    def namespace(self) -> str:
-        return self._session.namespace
-
-    @property
-    def stats(self) -> bool:
-        """Whether the scripts count published and acked messages in the queue counters."""
-        return self._session.stats
-
-    @property
-    def wait_replicas(self) -> int:
-        return self._session.wait_replicas
 
     @property
     def reclaim_batch(self) -> int:
